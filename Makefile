@@ -1,0 +1,67 @@
+# Cordon build entry points. `make demo` and `make test` do all set-up on a fresh machine.
+SHELL := /bin/bash
+.DEFAULT_GOAL := build
+
+ROOT        := $(CURDIR)
+TARGET      := $(ROOT)/target
+WASM_TARGET := $(TARGET)/wasm
+PLUGIN_OUT  := $(TARGET)/plugins
+FIXTURE_OUT := $(TARGET)/fixtures
+VENV        := $(TARGET)/venv
+CORDON      := $(TARGET)/debug/cordon
+# clang 14 does not know the wasip2 triple; the later --target wins (see shared notes).
+export CFLAGS_wasm32_wasip2 := --target=wasm32-wasi
+
+.PHONY: build toolchain host plugins rust-plugins python-plugin fixtures test lint demo bench clean
+
+build: host plugins
+
+## Installs what the build needs: the wasm32-wasip2 Rust target, clang + wasi-libc for C code in
+## components (SQLite), and componentize-py in a private virtualenv.
+toolchain: $(TARGET)/.toolchain
+$(TARGET)/.toolchain:
+	@mkdir -p $(TARGET)
+	rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
+	@if ! command -v clang >/dev/null || [ ! -d /usr/include/wasm32-wasi ]; then \
+	  echo "installing clang and wasi-libc (Debian packages)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends clang wasi-libc; \
+	fi
+	@[ -x $(VENV)/bin/componentize-py ] || { python3 -m venv $(VENV) && $(VENV)/bin/pip install -q componentize-py==0.25.1; }
+	@touch $@
+
+host: toolchain
+	cargo build -p cordon
+
+## The bundled tools and the test fixtures, built from source into components.
+plugins: rust-plugins python-plugin
+
+rust-plugins: toolchain
+	cd plugins && CARGO_TARGET_DIR=$(WASM_TARGET) cargo build --release --target wasm32-wasip2
+	@mkdir -p $(PLUGIN_OUT) $(FIXTURE_OUT)
+	cp $(WASM_TARGET)/wasm32-wasip2/release/cordon_plugin_sql.wasm $(PLUGIN_OUT)/sql.wasm
+	cp $(WASM_TARGET)/wasm32-wasip2/release/cordon_plugin_files.wasm $(PLUGIN_OUT)/files.wasm
+	@for d in plugins/fixtures/*/; do \
+	  n=$$(basename $$d); cp $(WASM_TARGET)/wasm32-wasip2/release/fixture_$${n//-/_}.wasm $(FIXTURE_OUT)/$$n.wasm; \
+	done
+
+python-plugin: toolchain
+	$(MAKE) -C plugins/python OUT=$(PLUGIN_OUT)/python.wasm COMPONENTIZE=$(VENV)/bin/componentize-py WIT=$(ROOT)/wit
+
+lint: toolchain
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	cd plugins && cargo fmt --all --check && CARGO_TARGET_DIR=$(WASM_TARGET) cargo clippy --target wasm32-wasip2 --release --all-targets -- -D warnings
+
+test: host plugins
+	cargo test --workspace
+	cd sdk/rust && CARGO_TARGET_DIR=$(TARGET)/sdk cargo test
+
+demo: host plugins
+	bash tests/demo.sh
+
+bench: toolchain plugins
+	cargo run --release -p cordon-runtime --example bench
+
+clean:
+	cargo clean

@@ -1,0 +1,1 @@
+//! A scripted OpenAI-compatible chat server for tests.
