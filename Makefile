@@ -27,7 +27,8 @@ $(TARGET)/.toolchain:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends clang wasi-libc; \
 	fi
-	@[ -x $(VENV)/bin/componentize-py ] || { python3 -m venv $(VENV) && $(VENV)/bin/pip install -q componentize-py==0.25.1; }
+	@[ -x $(VENV)/bin/pip ] || python3 -m venv $(VENV)
+	@$(VENV)/bin/python -c 'import componentize_py, wasmtime' 2>/dev/null || $(VENV)/bin/pip install -q componentize-py==0.25.1 wasmtime==50.0.1
 	@touch $@
 
 host: toolchain
@@ -56,6 +57,7 @@ lint: toolchain
 test: host plugins
 	cargo test --workspace
 	cd sdk/rust && CARGO_TARGET_DIR=$(TARGET)/sdk cargo test
+	$(MAKE) -C plugins/python test PYTHON=$(VENV)/bin/python
 
 demo: host plugins
 	bash tests/demo.sh

@@ -1,0 +1,126 @@
+"""The ``run_python`` tool: Python code run in a fresh CPython-in-WebAssembly instance.
+
+Written with the Cordon Python SDK (``sdk/python/cordon_sdk.py``) the way a third-party author
+would. The execution logic lives in ``pyrunner`` so it can be tested under plain ``python3``.
+
+Only modules imported while ``componentize-py`` pre-initialises this app exist at run time,
+so every standard-library module the tool offers is imported below (``OFFERED_MODULES``).
+Each is checked at build time: a module that the WebAssembly CPython lacks fails the build
+instead of a user's call.
+"""
+
+import importlib
+
+from cordon_sdk import Hints, InvalidArguments, Json, Plugin
+
+import pyrunner
+
+#: Standard-library modules user code can import. Keep this list and the tool description in
+#: step: the description tells the model what it may use. Imported for the side effect of
+#: being loaded into the pre-initialised snapshot.
+OFFERED_MODULES = tuple(
+    """
+    abc array base64 binascii bisect calendar cmath codecs collections collections.abc
+    colorsys contextlib copy csv dataclasses datetime decimal difflib enum fnmatch
+    fractions functools glob graphlib gzip hashlib heapq hmac html html.parser inspect
+    io ipaddress itertools json keyword logging math numbers operator os os.path pathlib
+    pprint random re reprlib secrets shlex shutil sqlite3 statistics string struct sys
+    textwrap time tomllib traceback types typing unicodedata urllib.parse uuid warnings
+    weakref xml.etree.ElementTree zipfile zlib
+    """.split()
+)
+
+#: Modules the standard library imports only on first use (``datetime.strptime`` needs
+#: ``_strptime``; ``zipfile`` needs the cp437 codec; ``str.encode`` looks codecs up lazily).
+#: Found by running common operations inside the component; see tests/component_cases.json.
+LAZY_MODULES = (
+    "_strptime",
+    *(
+        f"encodings.{codec}"
+        for codec in """
+        ascii base64_codec big5 charmap cp037 cp1250 cp1251 cp1252 cp1253 cp1254
+        cp1255 cp1256 cp1257 cp1258 cp437 cp850 cp852 cp866 cp932 cp949 cp950 euc_jp
+        euc_kr gb18030 gb2312 gbk hex_codec idna iso2022_jp iso8859_1 iso8859_2
+        iso8859_5 iso8859_7 iso8859_9 iso8859_15 koi8_r koi8_u latin_1 mac_roman
+        palmos punycode quopri_codec raw_unicode_escape rot_13 shift_jis
+        unicode_escape utf_16 utf_16_be utf_16_le utf_32 utf_32_be utf_32_le utf_7
+        utf_8 utf_8_sig uu_codec zlib_codec
+        """.split()
+    ),
+)
+
+for _module in (*OFFERED_MODULES, *LAZY_MODULES):
+    importlib.import_module(_module)
+
+MODULE_LIST = ", ".join(m for m in OFFERED_MODULES if m not in ("collections.abc", "os.path"))
+
+DESCRIPTION = f"""\
+Runs Python 3 code in a fresh, sandboxed CPython interpreter and returns what it printed, the \
+value of its last expression and, on failure, the traceback. Use it for arithmetic, \
+statistics, dates, parsing, text and data transformation, and checking an idea with real \
+code instead of guessing.
+
+Each call starts from scratch: no variables, imports or files persist between calls. End the \
+code with an expression to get its value back, as in a REPL. Pass data from elsewhere as \
+`input` rather than pasting it into the code.
+
+Available: the standard library modules {MODULE_LIST}. No third-party packages (no numpy or \
+pandas), no network, no subprocesses, threads or asyncio. Files can be read or written only inside \
+directories the user has granted to this tool (none by default), by absolute path. Time and \
+memory are limited. There is no time-zone database (zoneinfo); use fixed UTC offsets. To \
+read an SQLite file under a read-only grant, open it with \
+`sqlite3.connect('file:/abs/path.db?immutable=1', uri=True)`.
+
+Returns a JSON object: `ok`; `result` (the last expression's value, when JSON-serialisable) \
+and `result_repr` (its repr); `stdout`; `stderr`; on failure `error` with `type`, `message`, \
+`line` and `traceback`; `notes` when something was truncated (each output stream keeps its \
+first and last {pyrunner.Limits().stdout_chars // 2} characters)."""
+
+INPUT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "code": {
+            "type": "string",
+            "minLength": 1,
+            "description": (
+                "Python 3 source to run as a script. If the last statement is an expression, "
+                "its value is returned (like a REPL), e.g. `sum(x['n'] for x in input)`. "
+                "print() output comes back as stdout."
+            ),
+        },
+        "input": {
+            "description": (
+                "Optional JSON value of any type, available to the code as the variable "
+                "`input` (dicts, lists, strings, numbers, booleans, None). `input` is None "
+                "when this is omitted."
+            ),
+        },
+    },
+    "required": ["code"],
+    "additionalProperties": False,
+}
+
+plugin = Plugin()
+
+
+@plugin.tool(
+    name="run_python",
+    description=DESCRIPTION,
+    input_schema=INPUT_SCHEMA,
+    # Read-only and not destructive: the tool itself changes nothing; code can write only
+    # through a read-write directory grant, and the host decides approval from grants.
+    # Not idempotent: under such a grant the same code (e.g. appending to a file) has an
+    # effect each time, so a caller must not retry it blindly.
+    hints=Hints(read_only=True, destructive=False, idempotent=False, open_world=False),
+)
+def run_python(args: dict) -> Json:
+    """Runs ``args['code']`` with ``args.get('input')`` bound to ``input``."""
+    code = args["code"]
+    if not code.strip():
+        raise InvalidArguments(
+            '`code` is only whitespace; pass the Python source to run, e.g. "print(1 + 1)"'
+        )
+    return Json(pyrunner.run_code(code, args.get("input")))
+
+
+Tools = plugin.exports()

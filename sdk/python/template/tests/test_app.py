@@ -1,0 +1,57 @@
+"""Tests the example tool under plain python3 by calling the plugin's dispatch directly."""
+
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.environ.get("CORDON_SDK", os.path.join(HERE, "..", "..")))
+
+import app
+
+from cordon_sdk import InvalidArguments, NotFound
+
+
+def call(arguments: dict) -> dict:
+    (content,) = app.plugin.call("text_stats", json.dumps(arguments))
+    return json.loads(content.to_json())
+
+
+class TextStats(unittest.TestCase):
+    def test_counts_text(self):
+        result = call({"text": "The cat saw the dog.\nThe end", "top": 1})
+        self.assertEqual(result["lines"], 2)
+        self.assertEqual(result["words"], 7)
+        self.assertEqual(result["most_common"], [["the", 3]])
+
+    def test_reads_a_file(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as handle:
+            handle.write("one two two")
+        try:
+            self.assertEqual(call({"path": handle.name})["most_common"][0], ["two", 2])
+        finally:
+            os.unlink(handle.name)
+
+    def test_needs_exactly_one_source(self):
+        for arguments in ({}, {"text": "a", "path": "b"}):
+            with self.assertRaisesRegex(InvalidArguments, "exactly one of"):
+                app.plugin.call("text_stats", json.dumps(arguments))
+
+    def test_missing_file_is_not_found(self):
+        # The SDK logs the unexpected exception's traceback (to stderr outside a component).
+        with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(NotFound) as caught:
+            app.plugin.call("text_stats", '{"path": "/no/such/file.txt"}')
+        self.assertIn("granted directory", caught.exception.message)
+
+    def test_top_is_checked_against_the_schema(self):
+        with self.assertRaisesRegex(InvalidArguments, "`top` must be at most 100"):
+            app.plugin.call("text_stats", '{"text": "a", "top": 1000}')
+
+
+if __name__ == "__main__":
+    unittest.main()

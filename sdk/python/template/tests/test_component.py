@@ -1,0 +1,61 @@
+"""Runs the built component (build/text_stats.wasm) in wasmtime, the way Cordon runs it.
+
+Only this catches modules missing from the component: componentize-py keeps only what was
+imported at build time. Needs `pip install wasmtime`; skipped without it or before `make`.
+"""
+
+import os
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SDK = os.environ.get("CORDON_SDK", os.path.join(HERE, "..", ".."))
+sys.path.insert(0, SDK)
+WASM = os.environ.get("PLUGIN_WASM", os.path.join(HERE, "..", "build", "text_stats.wasm"))
+
+import cordon_testing
+from cordon_sdk import Denied, InvalidArguments, NotFound
+from cordon_testing import ComponentHost
+
+
+@unittest.skipIf(cordon_testing.wasmtime is None, "pip install wasmtime to run component tests")
+@unittest.skipUnless(os.path.exists(WASM), f"{WASM} is not built; run `make` first")
+class Component(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.host = ComponentHost(WASM)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.host.close()
+
+    def test_descriptor(self):
+        (tool,) = self.host.list_tools()
+        self.assertEqual(tool.name, "text_stats")
+        self.assertTrue(tool.hints.read_only)
+
+    def test_counts_text(self):
+        (content,) = self.host.call("text_stats", {"text": "b a b", "top": 1})
+        self.assertEqual(content.value["most_common"], [["b", 2]])
+        self.assertIn(("debug", "counted words", [("words", "3")]), self.host.logs)
+
+    def test_reads_only_granted_files(self):
+        with tempfile.TemporaryDirectory() as directory:
+            with open(os.path.join(directory, "t.txt"), "w", encoding="utf-8") as handle:
+                handle.write("one two two")
+            grant = [(directory, "/data", False)]
+            (content,) = self.host.call("text_stats", {"path": "/data/t.txt"}, preopens=grant)
+            self.assertEqual(content.value["words"], 3)
+            with self.assertRaises(NotFound):
+                self.host.call("text_stats", {"path": "/data/missing.txt"}, preopens=grant)
+            with self.assertRaises((NotFound, Denied)):
+                self.host.call("text_stats", {"path": os.path.join(directory, "t.txt")})
+
+    def test_argument_errors(self):
+        with self.assertRaisesRegex(InvalidArguments, "exactly one of"):
+            self.host.call("text_stats", {})
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,363 @@
+"""Tests of cordon_sdk under plain python3.
+
+The adapter tests (``Exports``) run the exported ``Tools`` class against WIT bindings that
+``componentize-py bindings`` generates into a temporary directory. They need componentize-py:
+set ``COMPONENTIZE`` to its path, or run ``make toolchain`` so that target/venv has it.
+"""
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+import cordon_sdk
+from cordon_sdk import (
+    Denied,
+    Failed,
+    Hints,
+    InvalidArguments,
+    Json,
+    NotFound,
+    Plugin,
+    Text,
+    ToolDefinitionError,
+    validate,
+)
+
+OBJECT = {"type": "object"}
+
+
+def quiet():
+    """Silences the SDK's stderr log fallback for tests that provoke logged errors."""
+    return contextlib.redirect_stderr(io.StringIO())
+
+
+class Declarations(unittest.TestCase):
+    def test_bad_names_are_rejected(self):
+        plugin = Plugin()
+        for name in ("", "Upper", "1abc", "with-dash", "sp ace", None):
+            with self.assertRaises(ToolDefinitionError, msg=repr(name)):
+                plugin.add_tool(lambda a: None, name=name, description="d", input_schema=OBJECT)
+
+    def test_duplicates_and_missing_description_are_rejected(self):
+        plugin = Plugin()
+        plugin.add_tool(lambda a: None, name="a", description="d", input_schema=OBJECT)
+        with self.assertRaisesRegex(ToolDefinitionError, "declared twice"):
+            plugin.add_tool(lambda a: None, name="a", description="d", input_schema=OBJECT)
+        with self.assertRaisesRegex(ToolDefinitionError, "needs a description"):
+            plugin.add_tool(lambda a: None, name="b", description="  ", input_schema=OBJECT)
+
+    def test_schema_must_be_a_json_object_schema(self):
+        plugin = Plugin()
+        with self.assertRaisesRegex(ToolDefinitionError, '"type": "object"'):
+            plugin.add_tool(
+                lambda a: None, name="a", description="d", input_schema={"type": "string"}
+            )
+        with self.assertRaisesRegex(ToolDefinitionError, "not valid JSON"):
+            plugin.add_tool(
+                lambda a: None,
+                name="a",
+                description="d",
+                input_schema={"type": "object", "default": {1, 2}},
+            )
+        with self.assertRaisesRegex(ToolDefinitionError, "must be a dict"):
+            plugin.add_tool(lambda a: None, name="a", description="d", input_schema="{}")
+
+    def test_descriptors_are_canonical_and_ordered(self):
+        plugin = Plugin()
+        schema = {"type": "object", "properties": {"b": {}, "a": {}}}
+        plugin.add_tool(lambda a: None, name="zeta", description="z", input_schema=schema)
+        plugin.add_tool(lambda a: None, name="alpha", description="a", input_schema=OBJECT)
+        names = [d.name for d in plugin.descriptors()]
+        self.assertEqual(names, ["zeta", "alpha"])
+        self.assertEqual(
+            plugin.descriptors()[0].input_schema, '{"properties":{"a":{},"b":{}},"type":"object"}'
+        )
+        schema["properties"]["c"] = {}  # later mutation must not change the descriptor
+        self.assertNotIn('"c"', plugin.descriptors()[0].input_schema)
+
+    def test_default_hints_are_cautious(self):
+        self.assertEqual(
+            Hints(), Hints(read_only=False, destructive=True, idempotent=False, open_world=True)
+        )
+
+
+class Dispatch(unittest.TestCase):
+    def setUp(self):
+        self.plugin = Plugin()
+
+        @self.plugin.tool(
+            name="echo",
+            description="Echoes.",
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "v": {"description": "anything"},
+                    "n": {"type": "integer", "minimum": 0},
+                },
+                "additionalProperties": False,
+            },
+        )
+        def echo(args):
+            return args.get("v")
+
+        self.echo = echo
+
+    def test_decorator_returns_the_handler(self):
+        self.assertIs(self.echo({"v": 1}), 1)
+
+    def test_return_value_conversion(self):
+        cases = [
+            ("hi", [Text("hi")]),
+            ({"a": 1}, [Json({"a": 1})]),
+            ([1, 2], [Json([1, 2])]),
+            (None, []),
+            (0, [Json(0)]),
+        ]
+        for value, expected in cases:
+            self.assertEqual(self.plugin.call("echo", json.dumps({"v": value})), expected)
+
+    def test_content_objects_pass_through(self):
+        plugin = Plugin()
+        plugin.add_tool(
+            lambda a: [Text("a"), Json([1])], name="t", description="d", input_schema=OBJECT
+        )
+        self.assertEqual(plugin.call("t", "{}"), [Text("a"), Json([1])])
+
+    def test_bad_return_values_are_failed_errors(self):
+        for bad in (
+            lambda a: [Text("a"), 1],
+            lambda a: {1, 2},
+            lambda a: Text(5),
+            lambda a: float("inf"),
+        ):
+            plugin = Plugin()
+            plugin.add_tool(bad, name="t", description="d", input_schema=OBJECT)
+            with self.assertRaises(Failed) as caught:
+                plugin.call("t", "{}")
+            self.assertIn("bug in the tool", caught.exception.message)
+
+    def test_unknown_tool_lists_offered_tools(self):
+        with self.assertRaisesRegex(NotFound, "no tool named 'nope'; it offers: echo"):
+            self.plugin.call("nope", "{}")
+
+    def test_argument_errors(self):
+        with self.assertRaisesRegex(InvalidArguments, "not valid JSON"):
+            self.plugin.call("echo", "{")
+        with self.assertRaisesRegex(InvalidArguments, "must be a JSON object, got a string"):
+            self.plugin.call("echo", '"x"')
+        with self.assertRaisesRegex(InvalidArguments, "nested too deeply"):
+            self.plugin.call("echo", '{"v": ' + "[" * 100_000 + "]" * 100_000 + "}")
+        with self.assertRaisesRegex(InvalidArguments, "`n` must be an integer, got a string"):
+            self.plugin.call("echo", '{"n": "3"}')
+        with self.assertRaisesRegex(InvalidArguments, "`n` must be at least 0, got -1"):
+            self.plugin.call("echo", '{"n": -1}')
+        only = "unknown argument `x`; the arguments accept only: `n`, `v`"
+        with self.assertRaisesRegex(InvalidArguments, only):
+            self.plugin.call("echo", '{"x": 1}')
+
+    def test_tool_errors_pass_through_unchanged(self):
+        for cls in (InvalidArguments, NotFound, Denied, Failed):
+            plugin = Plugin()
+
+            def handler(args, cls=cls):
+                raise cls("precise message")
+
+            plugin.add_tool(handler, name="t", description="d", input_schema=OBJECT)
+            with self.assertRaises(cls) as caught:
+                plugin.call("t", "{}")
+            self.assertEqual(caught.exception.message, "precise message")
+
+    def test_unexpected_exceptions_are_mapped(self):
+        cases = [
+            (FileNotFoundError(2, "No such file or directory", "/x"), NotFound, "inside a granted"),
+            (PermissionError(13, "Permission denied", "/x"), Denied, "outside the directories"),
+            (ZeroDivisionError("division by zero"), Failed, "ZeroDivisionError: division by zero"),
+            (SystemExit(3), Failed, "SystemExit"),
+        ]
+        for exc, cls, fragment in cases:
+            plugin = Plugin()
+
+            def handler(args, exc=exc):
+                raise exc
+
+            plugin.add_tool(handler, name="t", description="d", input_schema=OBJECT)
+            with quiet() as log, self.assertRaises(cls) as caught:
+                plugin.call("t", "{}")
+            self.assertIn(fragment, caught.exception.message)
+            self.assertIn("Traceback", log.getvalue())  # the traceback goes to the log
+
+
+class Validation(unittest.TestCase):
+    def check(self, schema, value):
+        validate(schema, value)
+
+    def fails(self, schema, value, fragment):
+        with self.assertRaises(InvalidArguments) as caught:
+            validate(schema, value)
+        self.assertIn(fragment, caught.exception.message)
+
+    def test_types(self):
+        self.check({"type": "integer"}, 3)
+        self.check({"type": "integer"}, 3.0)
+        self.fails({"type": "integer"}, 3.5, "must be an integer")
+        self.fails({"type": "integer"}, True, "got a boolean")
+        self.fails({"type": "number"}, False, "got a boolean")
+        self.check({"type": ["string", "null"]}, None)
+        self.fails({"type": ["string", "null"]}, 1, "must be a string or null")
+
+    def test_enum_and_const_distinguish_bool_from_int(self):
+        self.fails({"enum": [1, 2]}, True, "must be one of 1, 2")
+        self.check({"enum": [1, 2]}, 1)
+        self.check({"enum": [1, 2]}, 1.0)
+        self.fails({"const": False}, 0, "must be false")
+
+    def test_nested_paths(self):
+        schema = {
+            "type": "object",
+            "properties": {
+                "rows": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["id"],
+                        "properties": {"id": {"type": "integer"}},
+                    },
+                }
+            },
+        }
+        self.fails(schema, {"rows": [{"id": 1}, {}]}, "missing required argument `rows[1].id`")
+        self.fails(schema, {"rows": [{"id": "x"}]}, "`rows[0].id` must be an integer")
+
+    def test_strings_and_arrays(self):
+        self.fails({"maxLength": 2}, "abc", "is 3 characters long; the limit is 2")
+        self.fails({"pattern": "^[a-z]+$"}, "A", "must match the pattern")
+        self.fails({"minItems": 1}, [], "at least 1 items")
+        self.fails({"maxItems": 1}, [1, 2], "at most 1 items")
+
+    def test_additional_properties_schema(self):
+        schema = {"type": "object", "additionalProperties": {"type": "string"}}
+        self.check(schema, {"a": "x"})
+        self.fails(schema, {"a": 1}, "`a` must be a string")
+        self.fails({"type": "object", "properties": {"a": False}}, {"a": 1}, "`a` is not allowed")
+
+
+class Logging(unittest.TestCase):
+    def test_falls_back_to_stderr_outside_a_component(self):
+        with quiet() as err:
+            cordon_sdk.log.info("loaded", rows=3)
+        self.assertIn("[info] loaded rows=3", err.getvalue())
+
+    def test_unknown_level_is_an_error(self):
+        with self.assertRaisesRegex(ValueError, "unknown log level 'loud'"):
+            cordon_sdk.log.write("loud", "x")
+
+
+def _componentize_py():
+    candidate = os.environ.get("COMPONENTIZE") or os.path.join(
+        ROOT, "target", "venv", "bin", "componentize-py"
+    )
+    return candidate if os.path.exists(candidate) else shutil.which("componentize-py")
+
+
+@unittest.skipUnless(_componentize_py(), "componentize-py not found; run `make toolchain`")
+class Exports(unittest.TestCase):
+    """The exported class against real generated WIT bindings."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        subprocess.run(
+            [
+                _componentize_py(),
+                "-d",
+                os.path.join(ROOT, "wit"),
+                "-w",
+                "plugin",
+                "bindings",
+                cls.tmp.name,
+            ],
+            check=True,
+            capture_output=True,
+        )
+        sys.path.insert(0, cls.tmp.name)
+        from componentize_py_types import Err
+        from wit_world.imports import types as wit
+
+        cls.Err, cls.wit = Err, wit
+
+        plugin = Plugin()
+
+        @plugin.tool(
+            name="greet",
+            description="Greets.",
+            hints=Hints(read_only=True),
+            input_schema={
+                "type": "object",
+                "required": ["name"],
+                "properties": {"name": {"type": "string"}},
+            },
+        )
+        def greet(args):
+            if args["name"] == "ghost":
+                raise NotFound("no such person 'ghost'")
+            if args["name"] == "crash":
+                raise RuntimeError("unexpected")
+            if args["name"] == "surrogate":
+                return [Text("a\udc80b"), Json({"s": "\ud800"})]
+            return f"Hello, {args['name']}!"
+
+        cls.tools = plugin.exports()()
+
+    @classmethod
+    def tearDownClass(cls):
+        sys.path.remove(cls.tmp.name)
+        cls.tmp.cleanup()
+
+    def test_list_tools(self):
+        (d,) = self.tools.list_tools()
+        self.assertIsInstance(d, self.wit.ToolDescriptor)
+        self.assertEqual(d.name, "greet")
+        self.assertEqual(
+            d.hints,
+            self.wit.ToolHints(read_only=True, destructive=True, idempotent=False, open_world=True),
+        )
+        self.assertEqual(json.loads(d.input_schema)["required"], ["name"])
+
+    def test_call_ok(self):
+        self.assertEqual(
+            self.tools.call_tool("greet", '{"name": "Ada"}'), [self.wit.Content_Text("Hello, Ada!")]
+        )
+
+    def test_errors_become_wit_variants(self):
+        cases = [
+            ('{"name": "ghost"}', self.wit.ToolError_NotFound, "no such person"),
+            ("{}", self.wit.ToolError_InvalidArguments, "missing required argument `name`"),
+            ('{"name": "crash"}', self.wit.ToolError_Failed, "RuntimeError: unexpected"),
+        ]
+        for arguments, variant, fragment in cases:
+            with quiet(), self.assertRaises(self.Err) as caught:
+                self.tools.call_tool("greet", arguments)
+            self.assertIsInstance(caught.exception.value, variant)
+            self.assertIn(fragment, caught.exception.value.value)
+
+    def test_strings_crossing_the_boundary_are_valid_utf8(self):
+        text, doc = self.tools.call_tool("greet", '{"name": "surrogate"}')
+        text.value.encode("utf-8")
+        doc.value.encode("utf-8")
+        self.assertEqual(text.value, "a\ufffdb")
+        # Not "\\ud800": strict parsers (serde_json) reject lone surrogate escapes.
+        self.assertEqual(json.loads(doc.value), {"s": "\ufffd"})
+
+
+if __name__ == "__main__":
+    unittest.main()
