@@ -57,6 +57,7 @@ lint: toolchain
 test: host plugins
 	cargo test --workspace
 	cd sdk/rust && CARGO_TARGET_DIR=$(TARGET)/sdk cargo test
+	cd plugins && CARGO_TARGET_DIR=$(WASM_TARGET) cargo test
 	$(MAKE) -C plugins/python test PYTHON=$(VENV)/bin/python
 
 demo: host plugins

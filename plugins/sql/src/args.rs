@@ -1,0 +1,92 @@
+//! Argument types; their doc comments are the descriptions models read.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+/// Default and upper bound for `sql_query`'s `max_rows`.
+pub const DEFAULT_MAX_ROWS: u32 = 200;
+pub const LIMIT_MAX_ROWS: u32 = 10_000;
+/// Default and upper bound for the approximate size of returned rows, in bytes of JSON.
+pub const DEFAULT_MAX_BYTES: u32 = 256 * 1024;
+pub const LIMIT_MAX_BYTES: u32 = 4 * 1024 * 1024;
+
+/// Arguments of `sql_schema`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SchemaArgs {
+    /// Path of the SQLite database file as granted, e.g. `/data/shop.db`.
+    pub database: String,
+    /// Optional words (separated by spaces); only tables or views whose name or column
+    /// names contain one of them (case-insensitive) are described.
+    #[serde(default)]
+    pub filter: Option<String>,
+}
+
+/// Arguments of `sql_query`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QueryArgs {
+    /// Path of the SQLite database file as granted, e.g. `/data/shop.db`.
+    pub database: String,
+    /// Exactly one read-only SQL statement, e.g. `SELECT name FROM customers WHERE id = ?`.
+    pub sql: String,
+    /// Values for the statement's placeholders: an array for `?`/`?NNN`, or an object for
+    /// named placeholders (`:name`, `@name`, `$name`; the key may omit the prefix).
+    #[serde(default)]
+    pub params: Option<Params>,
+    /// Maximum number of rows to return (default 200, at most 10000).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 10000))]
+    pub max_rows: Option<u32>,
+    /// Approximate maximum size of the returned rows in bytes of JSON (default 262144, at
+    /// most 4194304).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 4194304))]
+    pub max_bytes: Option<u32>,
+}
+
+/// Arguments of `sql_execute`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecuteArgs {
+    /// Path of the SQLite database file as granted, e.g. `/data/shop.db`.
+    pub database: String,
+    /// The statement to run, or (without `params`) several statements separated by `;`,
+    /// run in one transaction.
+    pub sql: String,
+    /// Values for the statement's placeholders: an array for `?`/`?NNN`, or an object for
+    /// named placeholders (`:name`, `@name`, `$name`; the key may omit the prefix).
+    #[serde(default)]
+    pub params: Option<Params>,
+    /// Create the database file if it does not exist yet (default false).
+    #[serde(default)]
+    pub create: bool,
+}
+
+/// Placeholder values: positional or named.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Params {
+    /// Values for `?` placeholders, in order.
+    Positional(Vec<Scalar>),
+    /// Values for named placeholders.
+    Named(BTreeMap<String, Scalar>),
+}
+
+/// One value bound to a placeholder. Booleans are stored as 1 and 0.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Scalar {
+    /// SQL NULL.
+    Null,
+    /// Stored as 1 or 0.
+    Bool(bool),
+    /// A 64-bit integer.
+    Integer(i64),
+    /// A floating-point number.
+    Real(f64),
+    /// Text.
+    Text(String),
+}

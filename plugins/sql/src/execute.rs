@@ -1,0 +1,93 @@
+//! `sql_execute`: writes, in one transaction.
+
+use cordon_sdk::{Json, ToolError};
+use fallible_iterator::FallibleIterator;
+use rusqlite::{Batch, Connection, Statement};
+use serde_json::{Value, json};
+
+use crate::args::{DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, ExecuteArgs};
+use crate::db::{bind, open_write, resolve_database, sqlite_error};
+use crate::value::{Rows, collect};
+
+/// What running the statements did.
+#[derive(Default)]
+struct Outcome {
+    statements: usize,
+    changes: u64,
+    returned: Option<Rows>,
+}
+
+fn step(conn: &Connection, stmt: &mut Statement<'_>, out: &mut Outcome) -> Result<(), ToolError> {
+    out.statements += 1;
+    let writes = !stmt.readonly();
+    if stmt.column_count() > 0 {
+        // INSERT … RETURNING, or a SELECT in a script: keep the last result, capped.
+        out.returned = Some(collect(
+            stmt,
+            DEFAULT_MAX_ROWS as usize,
+            DEFAULT_MAX_BYTES as usize,
+        )?);
+    } else {
+        stmt.raw_execute().map_err(|e| sqlite_error("", &e))?;
+    }
+    if writes {
+        out.changes += conn.changes();
+    }
+    Ok(())
+}
+
+fn run_all(conn: &Connection, args: &ExecuteArgs) -> Result<Outcome, ToolError> {
+    let mut out = Outcome::default();
+    if args.params.is_some() {
+        let mut stmt = conn
+            .prepare(&args.sql)
+            .map_err(|e| sqlite_error(&args.database, &e))?;
+        bind(&mut stmt, args.params.as_ref())?;
+        step(conn, &mut stmt, &mut out)?;
+    } else {
+        let mut batch = Batch::new(conn, &args.sql);
+        while let Some(mut stmt) = batch.next().map_err(|e| sqlite_error(&args.database, &e))? {
+            if stmt.parameter_count() > 0 {
+                return Err(ToolError::invalid(format!(
+                    "statement {} has placeholders but no `params` were given; send one \
+                     statement at a time with `params`",
+                    out.statements + 1
+                )));
+            }
+            step(conn, &mut stmt, &mut out)?;
+        }
+    }
+    Ok(out)
+}
+
+pub fn run(mut args: ExecuteArgs) -> Result<Json<Value>, ToolError> {
+    args.database = resolve_database(&args.database)?;
+    if args.sql.trim().is_empty() {
+        return Err(ToolError::invalid(
+            "`sql` is empty; send the statement to run",
+        ));
+    }
+    let conn = open_write(&args.database, args.create)?;
+    let tx = conn
+        .unchecked_transaction()
+        .map_err(|e| sqlite_error(&args.database, &e))?;
+    // On error `tx` is dropped, which rolls every statement back.
+    let outcome = run_all(&conn, &args)?;
+    if outcome.statements == 0 {
+        return Err(ToolError::invalid(
+            "`sql` contains no statement (only comments or whitespace)",
+        ));
+    }
+    tx.commit().map_err(|e| sqlite_error(&args.database, &e))?;
+    let mut result = json!({
+        "statements": outcome.statements,
+        "changes": outcome.changes,
+        "last_insert_rowid": conn.last_insert_rowid(),
+    });
+    if let Some(rows) = outcome.returned {
+        result["columns"] = json!(rows.columns);
+        result["rows"] = json!(rows.rows);
+        result["truncated"] = json!(rows.truncated_by.is_some());
+    }
+    Ok(Json(result))
+}

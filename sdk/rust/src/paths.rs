@@ -1,0 +1,237 @@
+//! Guest paths: which directories are granted, and turning a path argument into a path
+//! inside one of them.
+//!
+//! The sandbox (the host's preopens) is what actually confines a plugin; these checks exist
+//! to give a clear error naming the granted directories instead of a bare "not found" or
+//! "operation not permitted", to resolve relative paths against the grant, and to keep every
+//! path a tool prints in the guest's terms.
+
+use std::io;
+use std::path::Path;
+
+use crate::ToolError;
+
+/// The directories this instance may reach, as guest paths.
+///
+/// Build it with [`GrantedDirs::from_env`] in a tool, or [`GrantedDirs::with_roots`] in a
+/// test that checks grant handling.
+#[derive(Debug, Clone)]
+pub struct GrantedDirs {
+    roots: Vec<String>,
+}
+
+impl GrantedDirs {
+    /// The granted directories: the component's preopens (`wasi:filesystem/preopens`). A
+    /// native build (unit tests) has no sandbox and is given `/`.
+    pub fn from_env() -> Self {
+        #[cfg(target_arch = "wasm32")]
+        let roots = wasip2::filesystem::preopens::get_directories()
+            .into_iter()
+            .map(|(_, path)| normalize(&path))
+            .collect();
+        #[cfg(not(target_arch = "wasm32"))]
+        let roots = vec!["/".to_owned()];
+        Self { roots }
+    }
+
+    /// A view with the given roots, for tests of grant handling.
+    pub fn with_roots(roots: &[&str]) -> Self {
+        Self {
+            roots: roots.iter().map(|r| normalize(r)).collect(),
+        }
+    }
+
+    /// The granted directories.
+    pub fn roots(&self) -> &[String] {
+        &self.roots
+    }
+
+    fn roots_text(&self) -> String {
+        if self.roots.is_empty() {
+            "none".to_owned()
+        } else {
+            self.roots.join(", ")
+        }
+    }
+
+    /// Whether `path` (normalised, absolute) lies inside a granted directory.
+    pub fn is_granted(&self, path: &str) -> bool {
+        self.roots.iter().any(|r| within(path, r))
+    }
+
+    /// Whether `path` is an ancestor of some granted directory (e.g. `/` above `/data`).
+    pub fn is_above_grants(&self, path: &str) -> bool {
+        self.roots.iter().any(|r| within(r, path) && r != path)
+    }
+
+    /// Resolves a `path` argument to a normalised guest path inside a grant.
+    ///
+    /// Relative paths are taken relative to the granted directory that contains them (the
+    /// only one, or the first where the path exists).
+    pub fn resolve(&self, arg: &str, field: &str) -> Result<String, ToolError> {
+        if arg.trim().is_empty() {
+            return Err(ToolError::invalid(format!(
+                "`{field}` is empty; pass a path inside a granted directory ({})",
+                self.roots_text()
+            )));
+        }
+        if arg.contains('\0') {
+            return Err(ToolError::invalid(format!(
+                "`{field}` contains a NUL character"
+            )));
+        }
+        if arg.starts_with('/') {
+            let path = normalize(arg);
+            if self.is_granted(&path) || self.is_above_grants(&path) {
+                return Ok(path);
+            }
+            return Err(self.outside(arg));
+        }
+        let candidates: Vec<String> = self
+            .roots
+            .iter()
+            .map(|r| normalize(&format!("{r}/{arg}")))
+            .filter(|p| self.is_granted(p))
+            .collect();
+        if let Some(found) = candidates.iter().find(|p| Path::new(p.as_str()).exists()) {
+            return Ok(found.clone());
+        }
+        match candidates.as_slice() {
+            [only] => Ok(only.clone()),
+            [] => Err(self.outside(arg)),
+            _ => Err(ToolError::not_found(format!(
+                "{arg} does not exist in any granted directory ({})",
+                self.roots_text()
+            ))),
+        }
+    }
+
+    /// The paths to search when `path` is optional: the argument, or every grant.
+    pub fn resolve_or_roots(
+        &self,
+        arg: Option<&str>,
+        field: &str,
+    ) -> Result<Vec<String>, ToolError> {
+        match arg {
+            Some(a) => {
+                let path = self.resolve(a, field)?;
+                if self.is_granted(&path) {
+                    Ok(vec![path])
+                } else {
+                    // Above the grants (e.g. `/`): search the grants below it.
+                    Ok(self
+                        .roots
+                        .iter()
+                        .filter(|r| within(r, &path))
+                        .cloned()
+                        .collect())
+                }
+            }
+            None if self.roots.is_empty() => Err(ToolError::denied(
+                "no directories are granted to this tool; ask the user to grant one",
+            )),
+            None => Ok(self.roots.clone()),
+        }
+    }
+
+    fn outside(&self, arg: &str) -> ToolError {
+        ToolError::denied(format!(
+            "{arg} is outside the directories granted to this tool ({}); use a path inside one of them",
+            self.roots_text()
+        ))
+    }
+
+    /// Maps an I/O error on `path` to a tool error that names the grants where useful.
+    pub fn io_error(&self, path: &str, err: &io::Error) -> ToolError {
+        match err.kind() {
+            io::ErrorKind::NotFound => ToolError::not_found(format!(
+                "{path} does not exist (granted directories: {})",
+                self.roots_text()
+            )),
+            io::ErrorKind::PermissionDenied => ToolError::denied(format!(
+                "{path}: access refused ({err}); it may be a link leading outside the granted directories"
+            )),
+            _ => ToolError::from_io(path, err),
+        }
+    }
+}
+
+/// Whether `path` is `root` or below it (both normalised).
+pub fn within(path: &str, root: &str) -> bool {
+    root == "/"
+        || path == root
+        || (path.starts_with(root) && path.as_bytes().get(root.len()) == Some(&b'/'))
+}
+
+/// Lexically normalises a guest path: no `.`, no `..`, no repeated or trailing `/`.
+///
+/// `..` is resolved textually, so `/data/../etc` is `/etc` (and then refused as outside the
+/// grants) rather than being left for the filesystem to interpret.
+pub fn normalize(path: &str) -> String {
+    let absolute = path.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                if parts.pop().is_none() && !absolute {
+                    parts.push("..");
+                }
+            }
+            p => parts.push(p),
+        }
+    }
+    let joined = parts.join("/");
+    if absolute {
+        format!("/{joined}")
+    } else if joined.is_empty() {
+        ".".to_owned()
+    } else {
+        joined
+    }
+}
+
+/// Joins a display root and a path relative to it without doubling `/`.
+pub fn join(root: &str, rel: &str) -> String {
+    if rel.is_empty() {
+        root.to_owned()
+    } else if root.ends_with('/') {
+        format!("{root}{rel}")
+    } else {
+        format!("{root}/{rel}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_resolves_dots_textually() {
+        assert_eq!(normalize("/data/./a//b/"), "/data/a/b");
+        assert_eq!(normalize("/data/../etc/passwd"), "/etc/passwd");
+        assert_eq!(normalize("/../../x"), "/x");
+        assert_eq!(normalize("/"), "/");
+        assert_eq!(normalize("a/../.."), "..");
+    }
+
+    #[test]
+    fn resolve_keeps_paths_inside_grants() {
+        let fs = GrantedDirs::with_roots(&["/data", "/src/"]);
+        assert_eq!(fs.resolve("/data/x/../y", "path").unwrap(), "/data/y");
+        assert_eq!(fs.resolve("/", "path").unwrap(), "/");
+        for bad in ["/etc/passwd", "/data/../etc", "/database", "../etc"] {
+            let e = fs.resolve(bad, "path").unwrap_err();
+            assert!(
+                matches!(&e, ToolError::Denied(m) if m.contains("/data, /src")),
+                "{bad}: {e:?}"
+            );
+        }
+        let e = fs.resolve("", "path").unwrap_err();
+        assert!(matches!(e, ToolError::InvalidArguments(_)));
+        let e = fs.resolve("nowhere.txt", "path").unwrap_err();
+        assert!(matches!(e, ToolError::NotFound(_)), "{e:?}");
+        let one = GrantedDirs::with_roots(&["/data"]);
+        assert_eq!(one.resolve("a/b.txt", "path").unwrap(), "/data/a/b.txt");
+    }
+}

@@ -1,0 +1,109 @@
+//! JSON Schema generation for tool arguments.
+
+use schemars::JsonSchema;
+use schemars::generate::SchemaSettings;
+use serde_json::Value;
+
+/// Builds the input schema for argument type `A`, shaped for a model to follow.
+///
+/// The schema is draft 2020-12 (what the host validates with), with every sub-schema
+/// inlined: models follow a flat schema far more reliably than one full of `$ref`s. The
+/// Rust type name is dropped from the top-level `title` since it means nothing to a model;
+/// doc comments on the type and its fields become `description`s.
+///
+/// The schema is also tidied for models: wrapped doc-comment lines are joined into one line
+/// per paragraph, `"default": null` and Rust-only formats (`uint32`, `double`, …) are
+/// dropped, and nested `anyOf`s (from `Option<enum>`) are flattened.
+///
+/// Fails if the top level is not an object, because tool arguments always are.
+pub fn input_schema<A: JsonSchema>() -> Result<Value, String> {
+    let settings = SchemaSettings::draft2020_12().with(|s| {
+        s.inline_subschemas = true;
+    });
+    let schema = settings.into_generator().into_root_schema_for::<A>();
+    let mut value = schema.to_value();
+    tidy(&mut value);
+    let Some(object) = value.as_object_mut() else {
+        return Err(format!(
+            "the schema of `{}` is not a JSON object",
+            std::any::type_name::<A>()
+        ));
+    };
+    object.remove("title");
+    if object.get("type").and_then(Value::as_str) != Some("object") {
+        return Err(format!(
+            "the argument type `{}` must be a struct with named fields (its schema must have \
+             \"type\": \"object\"), because tool arguments are always a JSON object",
+            std::any::type_name::<A>()
+        ));
+    }
+    // An argument struct without fields still needs `properties` for some model APIs.
+    object
+        .entry("properties")
+        .or_insert_with(|| Value::Object(Default::default()));
+    Ok(value)
+}
+
+/// Rust integer and float formats schemars emits; not JSON Schema formats, and some model
+/// APIs reject unknown formats.
+const RUST_FORMATS: &[&str] = &[
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "uint", "int",
+    "float", "double",
+];
+
+/// Joins hard-wrapped lines of a doc comment; blank lines still separate paragraphs.
+fn unwrap_lines(text: &str) -> String {
+    text.split("\n\n")
+        .map(|para| {
+            para.split('\n')
+                .map(str::trim)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+fn tidy(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::String(d)) = map.get_mut("description") {
+                *d = unwrap_lines(d);
+            }
+            if map.get("default") == Some(&Value::Null) {
+                map.remove("default");
+            }
+            if map
+                .get("format")
+                .and_then(Value::as_str)
+                .is_some_and(|f| RUST_FORMATS.contains(&f))
+            {
+                map.remove("format");
+            }
+            if let Some(Value::Array(options)) = map.get_mut("anyOf") {
+                let mut flat = Vec::with_capacity(options.len());
+                for option in options.drain(..) {
+                    match option {
+                        // An option that is nothing but another anyOf (plus a description)
+                        // contributes its own options.
+                        Value::Object(inner)
+                            if inner.contains_key("anyOf")
+                                && inner.keys().all(|k| k == "anyOf" || k == "description") =>
+                        {
+                            if let Some(Value::Array(nested)) = inner.get("anyOf") {
+                                flat.extend(nested.iter().cloned());
+                            }
+                        }
+                        other => flat.push(other),
+                    }
+                }
+                *options = flat;
+            }
+            for v in map.values_mut() {
+                tidy(v);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(tidy),
+        _ => {}
+    }
+}

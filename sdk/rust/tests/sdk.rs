@@ -1,0 +1,331 @@
+//! Native tests of everything in the SDK that does not need a wasm host.
+
+use cordon_sdk::{Content, Hints, Json, Plugin, ToolError, input_schema, parse_arguments};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// Arguments of the test query tool.
+#[derive(Debug, Deserialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+struct Query {
+    /// The SQL text to run.
+    sql: String,
+    /// At most this many rows.
+    max_rows: Option<u32>,
+    /// Bound parameters.
+    #[serde(default)]
+    params: Vec<Value>,
+    /// Output shape.
+    #[serde(default)]
+    format: Format,
+}
+
+/// How rows are returned.
+#[derive(Debug, Default, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "lowercase")]
+enum Format {
+    /// One JSON array per row.
+    #[default]
+    Rows,
+    /// One JSON object per row.
+    Objects,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct Empty {}
+
+/// Arguments with the shapes schemars makes awkward (only the schema is used).
+#[allow(dead_code)]
+#[derive(Debug, Deserialize, JsonSchema)]
+struct Awkward {
+    /// A description that the author wrapped
+    /// over two lines.
+    ///
+    /// And a second paragraph.
+    #[serde(default)]
+    limit: Option<u32>,
+    /// Either kind of value.
+    mode: Option<Mode>,
+}
+
+/// Positional or named.
+#[allow(dead_code)]
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(untagged)]
+enum Mode {
+    /// A list.
+    List(Vec<i64>),
+    /// A word.
+    Word(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+enum MyError {
+    #[error("no table {0}")]
+    NoTable(String),
+}
+
+impl From<MyError> for ToolError {
+    fn from(e: MyError) -> Self {
+        match e {
+            MyError::NoTable(_) => ToolError::NotFound(e.to_string()),
+        }
+    }
+}
+
+fn plugin() -> Plugin {
+    Plugin::new()
+        .tool(
+            "query",
+            "Runs a query.",
+            Hints::READ_ONLY,
+            |q: Query| -> Result<Json<Value>, MyError> {
+                if q.sql.contains("missing") {
+                    return Err(MyError::NoTable("missing".into()));
+                }
+                Ok(Json(
+                    json!({"sql": q.sql, "max_rows": q.max_rows, "n": q.params.len()}),
+                ))
+            },
+        )
+        .tool("ping", "Answers pong.", Hints::READ_ONLY, |_: Empty| {
+            Ok::<_, ToolError>("pong")
+        })
+        .tool("two", "Two pieces.", Hints::DESTRUCTIVE, |_: Empty| {
+            Ok::<_, ToolError>(vec![Content::text("a"), Content::json(&json!([1]))?])
+        })
+}
+
+#[test]
+fn schema_is_a_flat_object_with_descriptions() {
+    let schema = input_schema::<Query>().unwrap();
+    assert_eq!(schema["type"], "object");
+    assert_eq!(
+        schema["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
+    assert!(schema.get("title").is_none(), "{schema}");
+    assert_eq!(schema["description"], "Arguments of the test query tool.");
+    assert_eq!(
+        schema["properties"]["sql"]["description"],
+        "The SQL text to run."
+    );
+    assert_eq!(schema["required"], json!(["sql"]));
+    assert_eq!(schema["additionalProperties"], false);
+    // Sub-schemas are inlined: no $ref for the model to chase.
+    assert!(!schema.to_string().contains("$ref"), "{schema}");
+    assert!(schema.get("$defs").is_none());
+    let format = &schema["properties"]["format"];
+    assert!(format.to_string().contains("objects"), "{format}");
+}
+
+#[test]
+fn schema_is_tidied_for_models() {
+    let schema = input_schema::<Awkward>().unwrap();
+    let limit = &schema["properties"]["limit"];
+    assert_eq!(
+        limit["description"],
+        "A description that the author wrapped over two lines.\n\nAnd a second paragraph."
+    );
+    assert!(limit.get("default").is_none(), "{limit}");
+    assert!(limit.get("format").is_none(), "{limit}");
+    assert_eq!(limit["minimum"], 0);
+    let mode = schema["properties"]["mode"]["anyOf"].as_array().unwrap();
+    let kinds: Vec<&Value> = mode.iter().map(|m| &m["type"]).collect();
+    assert_eq!(
+        kinds,
+        [&json!("array"), &json!("string"), &json!("null")],
+        "{mode:?}"
+    );
+}
+
+#[test]
+fn empty_struct_schema_still_has_properties() {
+    let schema = input_schema::<Empty>().unwrap();
+    assert_eq!(schema["type"], "object");
+    assert_eq!(schema["properties"], json!({}));
+}
+
+#[test]
+fn non_object_argument_type_is_reported_by_check() {
+    let p = Plugin::new().tool("bad", "Takes a number.", Hints::READ_ONLY, |n: u32| {
+        Ok::<_, ToolError>(n.to_string())
+    });
+    let err = p.check().unwrap_err();
+    assert!(err.contains("must be a struct"), "{err}");
+}
+
+#[test]
+fn check_reports_every_problem() {
+    let p = Plugin::new()
+        .tool("Bad-Name", "x", Hints::READ_ONLY, |_: Empty| {
+            Ok::<_, ToolError>("")
+        })
+        .tool("dup", "x", Hints::READ_ONLY, |_: Empty| {
+            Ok::<_, ToolError>("")
+        })
+        .tool("dup", " ", Hints::READ_ONLY, |_: Empty| {
+            Ok::<_, ToolError>("")
+        })
+        .tool(
+            "both",
+            "x",
+            Hints {
+                read_only: true,
+                destructive: true,
+                ..Hints::default()
+            },
+            |_: Empty| Ok::<_, ToolError>(""),
+        );
+    let err = p.check().unwrap_err();
+    assert!(err.contains("`Bad-Name` is invalid"), "{err}");
+    assert!(err.contains("`dup` is used twice"), "{err}");
+    assert!(err.contains("`dup` has no description"), "{err}");
+    assert!(err.contains("both read-only and destructive"), "{err}");
+    assert!(Plugin::new().check().is_err());
+    plugin().check().unwrap();
+}
+
+#[test]
+fn descriptors_carry_names_hints_and_schema_text() {
+    let d = plugin().descriptors();
+    let names: Vec<_> = d.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["query", "ping", "two"]);
+    assert_eq!(d[0].hints, Hints::READ_ONLY);
+    assert!(d[2].hints.destructive && !d[2].hints.read_only);
+    let schema: Value = serde_json::from_str(&d[0].input_schema).unwrap();
+    assert_eq!(
+        schema["properties"]["max_rows"]["description"],
+        "At most this many rows."
+    );
+}
+
+#[test]
+fn dispatch_runs_the_named_tool() {
+    let p = plugin();
+    assert_eq!(p.call("ping", "{}").unwrap(), vec![Content::text("pong")]);
+    // An absent argument object counts as empty.
+    assert_eq!(p.call("ping", "").unwrap(), vec![Content::text("pong")]);
+    let out = p
+        .call(
+            "query",
+            r#"{"sql": "select 1", "max_rows": 5, "params": [1, "a"]}"#,
+        )
+        .unwrap();
+    let [Content::Json(j)] = out.as_slice() else {
+        panic!("{out:?}")
+    };
+    let v: Value = serde_json::from_str(j).unwrap();
+    assert_eq!(v, json!({"sql": "select 1", "max_rows": 5, "n": 2}));
+    assert_eq!(p.call("two", "{}").unwrap().len(), 2);
+}
+
+#[test]
+fn unknown_tool_is_not_found_and_lists_the_tools() {
+    let err = plugin().call("nope", "{}").unwrap_err();
+    let ToolError::NotFound(m) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        m.contains("`nope`") && m.contains("query, ping, two"),
+        "{m}"
+    );
+}
+
+#[test]
+fn tool_errors_map_through_from() {
+    let err = plugin()
+        .call("query", r#"{"sql": "select * from missing"}"#)
+        .unwrap_err();
+    assert_eq!(err, ToolError::NotFound("no table missing".into()));
+}
+
+fn invalid(args: &str) -> String {
+    match plugin().call("query", args).unwrap_err() {
+        ToolError::InvalidArguments(m) => m,
+        other => panic!("expected invalid-arguments, got {other:?}"),
+    }
+}
+
+#[test]
+fn argument_errors_name_the_field() {
+    let m = invalid(r#"{"max_rows": 3}"#);
+    assert!(m.contains("missing field `sql`"), "{m}");
+    let m = invalid(r#"{"sql": "x", "max_rows": "ten"}"#);
+    assert!(
+        m.contains("field `max_rows`") && m.contains("invalid type"),
+        "{m}"
+    );
+    assert!(!m.contains("line 1"), "{m}");
+    let m = invalid(r#"{"sql": "x", "max_rows": -1}"#);
+    assert!(m.contains("field `max_rows`"), "{m}");
+    let m = invalid(r#"{"sql": "x", "format": "csv"}"#);
+    assert!(
+        m.contains("field `format`") && m.contains("unknown variant `csv`"),
+        "{m}"
+    );
+    let m = invalid(r#"{"sql": "x", "sq1": 1}"#);
+    assert!(m.contains("unknown field `sq1`"), "{m}");
+    let m = invalid(r#"{"sql": "x", "params": 7}"#);
+    assert!(
+        m.contains("field `params`") && m.contains("expected a sequence"),
+        "{m}"
+    );
+}
+
+#[test]
+fn malformed_json_is_invalid_arguments() {
+    let m = invalid(r#"{"sql": "#);
+    assert!(m.contains("not valid JSON"), "{m}");
+    let m = invalid(r#"{"sql": "x"} trailing"#);
+    assert!(m.contains("not valid JSON"), "{m}");
+    let m = invalid("[1, 2]");
+    assert!(m.contains("invalid type"), "{m}");
+}
+
+#[test]
+fn parse_arguments_is_usable_directly() {
+    let q: Query = parse_arguments("t", r#"{"sql": "s", "format": "objects"}"#).unwrap();
+    assert_eq!(q.format, Format::Objects);
+    assert_eq!(q.max_rows, None);
+}
+
+#[test]
+fn io_errors_map_to_actionable_variants() {
+    use std::io::{Error, ErrorKind};
+    let e = ToolError::from_io("/data/x", &Error::from(ErrorKind::NotFound));
+    assert!(
+        matches!(&e, ToolError::NotFound(m) if m.contains("/data/x")),
+        "{e:?}"
+    );
+    let e = ToolError::from_io("/data/x", &Error::from(ErrorKind::PermissionDenied));
+    assert!(matches!(e, ToolError::Denied(_)));
+    let e = ToolError::from_io("/data/x", &Error::from(ErrorKind::ReadOnlyFilesystem));
+    assert!(matches!(e, ToolError::Denied(_)));
+    let e: ToolError = Error::other("boom").into();
+    assert!(matches!(&e, ToolError::Failed(m) if m.contains("boom")));
+    assert_eq!(ToolError::denied("no").message(), "no");
+}
+
+#[test]
+fn hints_builders() {
+    let none = Hints::default();
+    assert_eq!(
+        Hints::READ_ONLY,
+        Hints {
+            read_only: true,
+            idempotent: true,
+            ..none
+        }
+    );
+    assert_eq!(
+        Hints::DESTRUCTIVE,
+        Hints {
+            destructive: true,
+            ..none
+        }
+    );
+    let h = Hints::WRITES.idempotent().open_world();
+    assert!(h.idempotent && h.open_world && !h.read_only);
+}
