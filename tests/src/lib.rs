@@ -1,1 +1,341 @@
-//! End-to-end test support.
+//! End-to-end test support: run the built `cordon` binary against a private home, snapshot a
+//! home to prove a failed command changed nothing, and serve files over loopback HTTP.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+
+use sha2::{Digest, Sha256};
+
+/// The workspace root (the directory holding the top `Cargo.toml`).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// Cargo's target directory for this workspace.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|p| {
+            if p.is_absolute() {
+                p
+            } else {
+                workspace_root().join(p)
+            }
+        })
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
+/// The `cordon` binary under test: `$CORDON_BIN`, else `target/debug/cordon`.
+pub fn cordon_bin() -> PathBuf {
+    let bin = std::env::var_os("CORDON_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("debug").join("cordon"));
+    assert!(
+        bin.is_file(),
+        "the cordon binary is missing at {}: run `make` first (or `cargo build -p cordon`)",
+        bin.display()
+    );
+    bin
+}
+
+/// A fixture component built by `make` into `target/fixtures/<name>.wasm`.
+pub fn fixture(name: &str) -> PathBuf {
+    let path = target_dir().join("fixtures").join(format!("{name}.wasm"));
+    assert!(
+        path.is_file(),
+        "fixture {} is missing: run `make` first (it builds the fixtures into target/fixtures)",
+        path.display()
+    );
+    path
+}
+
+/// `sha256:<hex>` of a file.
+pub fn file_digest(path: &Path) -> String {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// The result of one `cordon` run.
+#[derive(Debug)]
+pub struct Run {
+    /// The command line, for messages.
+    pub command: String,
+    /// The exit code (-1 if killed by a signal).
+    pub code: i32,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+impl Run {
+    fn from_output(command: String, out: Output) -> Run {
+        Run {
+            command,
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Asserts exit code 0 and returns self for chaining.
+    #[track_caller]
+    pub fn ok(self) -> Run {
+        self.code(0)
+    }
+
+    /// Asserts the exit code.
+    #[track_caller]
+    pub fn code(self, expected: i32) -> Run {
+        assert_eq!(
+            self.code, expected,
+            "`{}` exited {} (expected {expected})\n--- stdout\n{}\n--- stderr\n{}",
+            self.command, self.code, self.stdout, self.stderr
+        );
+        self
+    }
+
+    /// Asserts stdout contains every needle.
+    #[track_caller]
+    pub fn stdout_has(self, needles: &[&str]) -> Run {
+        for n in needles {
+            assert!(
+                self.stdout.contains(n),
+                "stdout of `{}` lacks {n:?}\n--- stdout\n{}\n--- stderr\n{}",
+                self.command,
+                self.stdout,
+                self.stderr
+            );
+        }
+        self
+    }
+
+    /// Asserts stderr contains every needle.
+    #[track_caller]
+    pub fn stderr_has(self, needles: &[&str]) -> Run {
+        for n in needles {
+            assert!(
+                self.stderr.contains(n),
+                "stderr of `{}` lacks {n:?}\n--- stdout\n{}\n--- stderr\n{}",
+                self.command,
+                self.stdout,
+                self.stderr
+            );
+        }
+        self
+    }
+}
+
+/// A private Cordon home in a temporary directory, removed when dropped.
+pub struct TestHome {
+    dir: tempfile::TempDir,
+}
+
+impl Default for TestHome {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TestHome {
+    /// A fresh, empty home (the directory itself is not created until Cordon needs it).
+    pub fn new() -> TestHome {
+        TestHome {
+            dir: tempfile::Builder::new()
+                .prefix("cordon-test-")
+                .tempdir()
+                .expect("create a temporary directory"),
+        }
+    }
+
+    /// The home directory.
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+
+    /// A scratch directory beside the home for test data.
+    pub fn scratch(&self, name: &str) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::create_dir_all(&p).expect("create scratch directory");
+        p
+    }
+
+    /// Runs `cordon <args>` with this home, no terminal on stdin, and a clean environment
+    /// for Cordon's own variables.
+    pub fn cordon(&self, args: &[&str]) -> Run {
+        self.cordon_with_stdin(args, "")
+    }
+
+    /// Like [`TestHome::cordon`], feeding `stdin` (still not a terminal).
+    pub fn cordon_with_stdin(&self, args: &[&str], stdin: &str) -> Run {
+        self.cordon_full(args, stdin, &[])
+    }
+
+    /// Like [`TestHome::cordon`], with extra environment variables for the `cordon` process.
+    pub fn cordon_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        self.cordon_full(args, "", env)
+    }
+
+    fn cordon_full(&self, args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Run {
+        let mut child = Command::new(cordon_bin())
+            .args(args)
+            .envs(env.iter().copied())
+            .env("CORDON_HOME", self.path())
+            .env_remove("RUST_LOG")
+            .env("RUST_BACKTRACE", "0")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start cordon");
+        child
+            .stdin
+            .take()
+            .expect("stdin is piped")
+            .write_all(stdin.as_bytes())
+            .expect("write stdin");
+        let out = child.wait_with_output().expect("wait for cordon");
+        Run::from_output(format!("cordon {}", args.join(" ")), out)
+    }
+
+    /// Every file (with a hash of its bytes) and directory under the home, to prove that a
+    /// failed command changed nothing.
+    pub fn snapshot(&self) -> BTreeMap<PathBuf, String> {
+        let mut out = BTreeMap::new();
+        snapshot_into(&self.path(), &self.path(), &mut out);
+        out
+    }
+
+    /// Runs a command that must fail with `code`, and asserts the home is byte-for-byte
+    /// unchanged; returns the run for checking the message.
+    #[track_caller]
+    pub fn fails_unchanged(&self, args: &[&str], code: i32) -> Run {
+        let before = self.snapshot();
+        let run = self.cordon(args).code(code);
+        let after = self.snapshot();
+        assert_eq!(
+            before, after,
+            "`{}` failed but changed the home\n--- stderr\n{}",
+            run.command, run.stderr
+        );
+        assert!(
+            run.stderr.starts_with("error: ") || run.stderr.contains("\nerror: "),
+            "`{}` printed no error message:\n{}",
+            run.command,
+            run.stderr
+        );
+        run
+    }
+}
+
+fn snapshot_into(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries {
+        let entry = entry.expect("read directory entry");
+        let path = entry.path();
+        let rel = path.strip_prefix(root).expect("under root").to_path_buf();
+        let kind = entry.file_type().expect("file type");
+        if kind.is_dir() {
+            out.insert(rel, "dir".into());
+            snapshot_into(root, &path, out);
+        } else if kind.is_symlink() {
+            let target = std::fs::read_link(&path).expect("read link");
+            out.insert(rel, format!("link:{}", target.display()));
+        } else {
+            out.insert(rel, file_digest(&path));
+        }
+    }
+}
+
+/// A minimal HTTP/1.1 server on 127.0.0.1 serving fixed responses by path, for URL installs.
+/// Unknown paths get 404. Stops when dropped.
+pub struct HttpServer {
+    addr: std::net::SocketAddr,
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl HttpServer {
+    /// Serves `routes` (path → body with status 200).
+    pub fn serve(routes: BTreeMap<String, Vec<u8>>) -> HttpServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let addr = listener.local_addr().expect("local addr");
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        let _ = stream.set_nonblocking(false);
+                        let _ = answer(stream, &routes);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    Err(_) => break,
+                }
+            }
+        });
+        HttpServer {
+            addr,
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// `http://127.0.0.1:<port><path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn answer(
+    mut stream: std::net::TcpStream,
+    routes: &BTreeMap<String, Vec<u8>>,
+) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line)?;
+    // Drain the headers; the requests we serve have no body.
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 || line == "\r\n" || line == "\n" {
+            break;
+        }
+    }
+    let path = request_line.split_whitespace().nth(1).unwrap_or("/");
+    let (status, body): (&str, &[u8]) = match routes.get(path) {
+        Some(body) => ("200 OK", body),
+        None => ("404 Not Found", b"not found"),
+    };
+    write!(
+        stream,
+        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nContent-Type: application/wasm\r\nConnection: close\r\n\r\n",
+        body.len()
+    )?;
+    stream.write_all(body)?;
+    stream.flush()?;
+    Ok(())
+}

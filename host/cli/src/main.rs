@@ -1,1 +1,140 @@
-fn main() {}
+//! `cordon`: install sandboxed WebAssembly tools, decide what each may reach, and call them.
+//!
+//! This file only parses the command line, sets up logging and maps errors to exit codes;
+//! each command group lives in its own module.
+
+mod call;
+mod converse;
+mod grants;
+mod plugin;
+mod sandbox_tools;
+mod ui;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use cordon_home::{Home, HomeError};
+
+/// Runs language-model tool calls in WebAssembly sandboxes with deny-by-default grants.
+#[derive(Debug, Parser)]
+#[command(name = "cordon", version, propagate_version = true)]
+struct Cli {
+    /// The Cordon home (installed plugins, grants, compile cache).
+    /// Default: $CORDON_HOME, else <user data dir>/cordon.
+    #[arg(long, global = true, env = cordon_home::HOME_ENV, value_name = "DIR")]
+    home: Option<PathBuf>,
+    /// More log output on stderr (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Install, list, inspect and remove plugins.
+    #[command(subcommand)]
+    Plugin(plugin::PluginCommand),
+    /// Give a plugin capabilities: fs:<dir>[:<guest>][:ro|rw], env:NAME, net:https://host[:port], net:tcp://ip:port.
+    Grant(grants::GrantArgs),
+    /// Take capabilities away from a plugin.
+    Revoke(grants::RevokeArgs),
+    /// Override a plugin's limits: memory=64MiB time=5s output=256KiB args=… log=….
+    Limit(grants::LimitArgs),
+    /// Call one tool with JSON arguments and print its result.
+    Call(call::CallArgs),
+    /// Talk with a model that can use the installed tools (interactive).
+    Chat(converse::ChatArgs),
+    /// Answer one prompt (or several with --then) with the installed tools, non-interactively.
+    Run(converse::RunArgs),
+}
+
+/// What a failed command exits with: 2 for bad input (the user can fix the command), 1 for
+/// everything else (a tool failed, the home or a plugin is broken).
+fn exit_code(error: &anyhow::Error) -> u8 {
+    let usage = error
+        .chain()
+        .find_map(|e| e.downcast_ref::<HomeError>())
+        .is_some_and(HomeError::is_usage);
+    if usage { 2 } else { 1 }
+}
+
+/// The error and its causes, skipping a cause whose text the message before already includes
+/// (library errors often quote their source), so nothing is printed twice.
+fn render_error(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&part);
+        }
+    }
+    text
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(verbose >= 2)
+        .init();
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let home = Home::locate(cli.home)?;
+    tracing::debug!(home = %home.root().display(), "using home");
+    match cli.command {
+        Command::Plugin(cmd) => plugin::run(&home, cmd).await?,
+        Command::Grant(args) => grants::grant(&home, args)?,
+        Command::Revoke(args) => grants::revoke(&home, args)?,
+        Command::Limit(args) => grants::limit(&home, args)?,
+        Command::Call(args) => call::run(&home, args).await?,
+        Command::Chat(args) => converse::chat(args, conversation_tools(&home).await?).await?,
+        Command::Run(args) => {
+            let code = converse::run(args, conversation_tools(&home).await?).await?;
+            return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Loads every installed plugin for a conversation; a plugin that fails its checks is left out
+/// with a warning rather than stopping the whole conversation.
+async fn conversation_tools(home: &Home) -> anyhow::Result<std::sync::Arc<dyn cordon_agent::ToolHost>> {
+    let toolbox = cordon_home::Toolbox::load(home).await?;
+    let tools = sandbox_tools::SandboxTools::new(toolbox);
+    for (plugin, reason) in tools.unavailable() {
+        eprintln!("warning: plugin `{plugin}` is not offered: {reason}");
+    }
+    Ok(std::sync::Arc::new(tools))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("could not start the async runtime")
+        .and_then(|rt| rt.block_on(run(cli)));
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {}", render_error(&e));
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}

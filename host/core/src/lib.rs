@@ -1,1 +1,21 @@
-//! cordon-core
+//! Shared vocabulary of Cordon: grants, limits, the capability ceiling of a component and the
+//! tool types that mirror `wit/tool.wit`.
+//!
+//! This crate has no WebAssembly dependency so that the home, the CLI and the agent can reason
+//! about capabilities without linking wasmtime. It is the one place where capability decisions
+//! are made: the runtime only translates the decisions taken here into a WASI context.
+//!
+//! Cordon targets Unix hosts: paths are handled with Unix semantics (`/` separators, symlinks),
+//! and Windows drive letters or UNC paths are not given any meaning.
+
+mod ceiling;
+mod grant;
+mod limits;
+mod tool;
+
+pub use ceiling::{Capability, Ceiling, CeilingError};
+pub use grant::{FsGrant, FsMode, Grant, GrantError, Grants, HttpOrigin, HttpScheme};
+pub use limits::{
+    LimitError, LimitKind, Limits, format_bytes, format_duration, parse_bytes, parse_duration,
+};
+pub use tool::{Content, ToolDescriptor, ToolError, ToolErrorKind, ToolHints, tools_hash};

@@ -1,1 +1,295 @@
-//! cordon-home
+//! The Cordon home: which plugins are installed, pinned by digest, what each may reach, and the
+//! [`Toolbox`] that runs their tools under exactly those grants.
+//!
+//! Layout of a home directory (`$CORDON_HOME`, default `<user data dir>/cordon`):
+//!
+//! ```text
+//! plugins.toml                  the lock/grants file (human-readable TOML)
+//! components/<sha256>.wasm      installed components, content-addressed
+//! components/<sha256>.json      the tool list each component reported at install time
+//! cache/                        the runtime's compiled-code cache (disposable)
+//! .lock                         advisory lock serialising changes
+//! ```
+//!
+//! Every change is made under an exclusive lock and written atomically (temp file, fsync,
+//! rename), so a crash or a failed command never leaves a half-written home: a failed install
+//! leaves every file exactly as it was.
+
+mod error;
+mod fsutil;
+mod install;
+mod lockfile;
+mod source;
+mod toolbox;
+
+use std::path::{Path, PathBuf};
+
+use cordon_core::{Grant, Grants, Limits};
+use cordon_runtime::{Runtime, RuntimeConfig};
+
+pub use error::HomeError;
+pub use fsutil::{HomeLock, sha256_digest};
+pub use install::{
+    InstallReport, InstallRequest, PreparedInstall, ToolChange, ToolDiff, UpgradeDiff,
+};
+pub use lockfile::{LOCK_VERSION, LockFile, PluginRecord};
+pub use source::{InstallSource, MAX_COMPONENT_BYTES, normalise_digest};
+pub use toolbox::{ToolEntry, Toolbox};
+
+use fsutil::{io_err, sync_dir};
+
+/// Environment variable naming the home directory.
+pub const HOME_ENV: &str = "CORDON_HOME";
+
+/// Checks a plugin name: lowercase ASCII letters, digits, `-` and `_`, starting with a letter,
+/// at most 64 characters. No `.`, because `plugin.tool` is how clashing tool names are told
+/// apart, and nothing that could be a path.
+pub fn validate_plugin_name(name: &str) -> Result<(), HomeError> {
+    let bad = |reason: &str| {
+        Err(HomeError::BadPluginName {
+            name: name.to_string(),
+            reason: reason.to_string(),
+        })
+    };
+    if name.is_empty() {
+        return bad("it is empty");
+    }
+    if name.len() > 64 {
+        return bad("it is longer than 64 characters");
+    }
+    if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
+        return bad("it must start with a lowercase letter");
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-' || *c == '_'))
+    {
+        return bad(&format!("it contains `{c}`"));
+    }
+    Ok(())
+}
+
+/// One Cordon home directory.
+#[derive(Debug, Clone)]
+pub struct Home {
+    root: PathBuf,
+}
+
+/// What `grant` changed, so the CLI can say it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantChange {
+    /// The grant as now recorded (resolved: canonical host path, guest path filled in).
+    pub granted: Grant,
+    /// A grant it replaced (the same one, or another mode at the same guest path).
+    pub replaced: Option<Grant>,
+}
+
+impl Home {
+    /// A home at `root`. Nothing is created until something is installed.
+    pub fn at(root: impl Into<PathBuf>) -> Home {
+        Home { root: root.into() }
+    }
+
+    /// The home to use: `explicit` (from `--home` or `$CORDON_HOME`), else
+    /// `<user data dir>/cordon` (e.g. `~/.local/share/cordon`).
+    pub fn locate(explicit: Option<PathBuf>) -> Result<Home, HomeError> {
+        if let Some(root) = explicit.filter(|p| !p.as_os_str().is_empty()) {
+            return Ok(Home::at(root));
+        }
+        if let Some(root) = std::env::var_os(HOME_ENV).filter(|v| !v.is_empty()) {
+            return Ok(Home::at(PathBuf::from(root)));
+        }
+        dirs::data_dir()
+            .map(|d| Home::at(d.join("cordon")))
+            .ok_or(HomeError::NoHomeDir)
+    }
+
+    /// The home directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `plugins.toml`.
+    pub fn lock_path(&self) -> PathBuf {
+        self.root.join("plugins.toml")
+    }
+
+    /// The runtime's compile cache.
+    pub fn cache_dir(&self) -> PathBuf {
+        self.root.join("cache")
+    }
+
+    /// Where the component with this `sha256:<hex>` digest is stored.
+    pub fn component_path(&self, digest: &str) -> PathBuf {
+        let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+        self.root.join("components").join(format!("{hex}.wasm"))
+    }
+
+    /// Where the tool list reported at install time is stored, beside the component.
+    pub fn tool_list_path(&self, digest: &str) -> PathBuf {
+        self.component_path(digest).with_extension("json")
+    }
+
+    /// A runtime whose compile cache is this home's `cache/`.
+    pub fn runtime(&self) -> Result<Runtime, HomeError> {
+        Runtime::new(RuntimeConfig {
+            cache_dir: Some(self.cache_dir()),
+        })
+        .map_err(HomeError::Runtime)
+    }
+
+    /// Reads the lock file as it is now (a missing home reads as empty).
+    pub fn read(&self) -> Result<LockFile, HomeError> {
+        let _guard = HomeLock::shared(&self.root)?;
+        LockFile::load(&self.lock_path())
+    }
+
+    /// Runs `change` on the lock file under the exclusive lock and saves the result only if
+    /// `change` succeeded. On a home that does not exist yet, `change` is first tried on an
+    /// empty lock file so that a command that fails creates nothing.
+    fn update<T>(
+        &self,
+        mut change: impl FnMut(&mut LockFile) -> Result<T, HomeError>,
+    ) -> Result<T, HomeError> {
+        if !self.root.exists() {
+            change(&mut LockFile::load(&self.lock_path())?)?;
+        }
+        let _guard = HomeLock::exclusive(&self.root)?;
+        let path = self.lock_path();
+        let mut lock = LockFile::load(&path)?;
+        let before = lock.clone();
+        let out = change(&mut lock)?;
+        if lock != before {
+            lock.save(&path)?;
+        }
+        Ok(out)
+    }
+
+    /// Gives `plugin` more capabilities. Each grant is parsed, its directory checked and made
+    /// canonical, and checked against the plugin's ceiling; if any is refused none is added.
+    pub fn grant(&self, plugin: &str, grants: &[String]) -> Result<Vec<GrantChange>, HomeError> {
+        let parsed = parse_grants(grants)?;
+        self.update(|lock| {
+            let record = lock.plugin_mut(plugin)?;
+            let ceiling = record.ceiling();
+            for g in &parsed {
+                ceiling.permits(g).map_err(|e| e.for_plugin(plugin))?;
+            }
+            Ok(parsed
+                .iter()
+                .map(|g| GrantChange {
+                    granted: g.clone(),
+                    replaced: record.grants.add(g.clone()).filter(|old| old != g),
+                })
+                .collect())
+        })
+    }
+
+    /// Takes capabilities away. `fs:` patterns match on the path whatever the mode (see
+    /// [`Grant::matches_revoke`]); a pattern that matches nothing is an error and nothing is
+    /// revoked, so a typo never looks like success.
+    pub fn revoke(&self, plugin: &str, patterns: &[String]) -> Result<Vec<Grant>, HomeError> {
+        let parsed: Vec<Grant> = patterns
+            .iter()
+            .map(|p| p.parse::<Grant>().map_err(HomeError::from))
+            .collect::<Result<_, _>>()?;
+        self.update(|lock| {
+            let record = lock.plugin_mut(plugin)?;
+            let mut removed = Vec::new();
+            for (pattern, text) in parsed.iter().zip(patterns) {
+                let gone = record.grants.revoke(pattern);
+                if gone.is_empty() {
+                    return Err(HomeError::NotGranted {
+                        plugin: plugin.to_string(),
+                        grant: text.clone(),
+                        granted: record.grants.iter().map(|g| g.to_string()).collect(),
+                    });
+                }
+                removed.extend(gone);
+            }
+            Ok(removed)
+        })
+    }
+
+    /// Overrides limits of `plugin` (`memory=64MiB`, `time=5s`, ...) and returns the effective
+    /// limits.
+    pub fn set_limits(&self, plugin: &str, specs: &[String]) -> Result<Limits, HomeError> {
+        self.update(|lock| {
+            let record = lock.plugin_mut(plugin)?;
+            record.set_limits(specs.iter().map(String::as_str))?;
+            record.limits()
+        })
+    }
+
+    /// Uninstalls `plugin`: its record goes, and its component file too unless another
+    /// installed plugin uses the same component.
+    pub fn remove(&self, plugin: &str) -> Result<PluginRecord, HomeError> {
+        let record = self.update(|lock| {
+            lock.plugin(plugin)?;
+            Ok(lock.plugins.remove(plugin).expect("checked above"))
+        })?;
+        let _guard = HomeLock::exclusive(&self.root)?;
+        let lock = LockFile::load(&self.lock_path())?;
+        if !lock.plugins.values().any(|r| r.digest == record.digest) {
+            for path in [
+                self.component_path(&record.digest),
+                self.tool_list_path(&record.digest),
+            ] {
+                match std::fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_err("remove", &path)(e)),
+                }
+            }
+            sync_dir(&self.root.join("components"))?;
+        }
+        Ok(record)
+    }
+}
+
+/// Parses and resolves grants given on the command line.
+pub(crate) fn parse_grants(grants: &[String]) -> Result<Vec<Grant>, HomeError> {
+    grants
+        .iter()
+        .map(|g| Ok(g.parse::<Grant>()?.resolve()?))
+        .collect()
+}
+
+/// The grants of a record after adding `extra`, for callers that build records.
+pub(crate) fn with_grants(mut grants: Grants, extra: &[Grant]) -> Grants {
+    for g in extra {
+        grants.add(g.clone());
+    }
+    grants
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugin_names() {
+        for ok in ["probe", "a", "my-tool_2"] {
+            validate_plugin_name(ok).unwrap();
+        }
+        for bad in ["", "Probe", "1x", "a.b", "a/b", "..", &"x".repeat(65)] {
+            assert!(validate_plugin_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn commands_on_a_missing_home_fail_without_creating_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::at(dir.path().join("h"));
+        assert!(matches!(
+            home.grant("x", &["env:HOME".into()]),
+            Err(HomeError::UnknownPlugin { .. })
+        ));
+        assert!(matches!(
+            home.remove("x"),
+            Err(HomeError::UnknownPlugin { .. })
+        ));
+        assert!(!home.root().exists());
+        assert!(home.read().unwrap().plugins.is_empty());
+    }
+}

@@ -1,1 +1,29 @@
-//! cordon-runtime
+//! The Cordon sandbox: loads tool plugins (WASI Preview 2 components) and runs each call in a
+//! fresh, capability-restricted instance under per-call resource limits.
+//!
+//! Design in brief:
+//! - One wasmtime [`Engine`](wasmtime::Engine) per process (shared by every [`Runtime`]), with
+//!   epoch interruption driven by one ticker thread and the pooling allocator, so a call costs
+//!   tens of microseconds rather than milliseconds.
+//! - Compiled code is cached on disk keyed by the component's sha256 and the engine's
+//!   compatibility hash, so only the first start pays for compilation.
+//! - Every call gets a new `Store` built from the cached `InstancePre`; nothing survives a call,
+//!   and a trapped instance is simply dropped.
+//! - The only way a call reaches the outside is through the grants in its [`Sandbox`], turned
+//!   into a WASI context by one function (`sandbox::build_state`), after the plugin's
+//!   [`Ceiling`] has been checked.
+
+mod bindings;
+mod cache;
+mod engine;
+mod error;
+mod http_policy;
+mod output;
+mod plugin;
+mod sandbox;
+
+pub use cordon_core::{Ceiling, Content, Grants, LimitKind, Limits, ToolDescriptor, ToolError};
+pub use engine::{CompileEvent, Runtime, RuntimeConfig};
+pub use error::{CallError, RuntimeError};
+pub use plugin::{Plugin, ToolOutput};
+pub use sandbox::{EnvSource, Sandbox};

@@ -1,0 +1,386 @@
+//! `cordon.toml`: the model endpoint, the loop limits, the context window and approval rules.
+//!
+//! Every field has a default so an empty file works; unknown keys are errors so a typo never
+//! silently falls back to a default. The API key is never stored: the config names the
+//! environment variable that holds it.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::approval::ApprovalConfig;
+
+/// Errors in the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read the config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for the config.
+    #[error("the config file {path} is invalid: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// The TOML error, naming the key and line.
+        message: String,
+    },
+    /// A value is out of range or inconsistent.
+    #[error("invalid setting `{field}`: {message}")]
+    Invalid {
+        /// The key, e.g. `llm.url`.
+        field: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// The model endpoint.
+    #[serde(default)]
+    pub llm: LlmConfig,
+    /// Loop limits.
+    #[serde(default)]
+    pub agent: LoopConfig,
+    /// Context window management.
+    #[serde(default)]
+    pub context: ContextConfig,
+    /// Approval rules.
+    #[serde(default)]
+    pub approval: ApprovalConfig,
+}
+
+/// How tool calls travel between host and model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolFormat {
+    /// OpenAI `tools` / `tool_calls` / `role: "tool"` messages.
+    #[default]
+    Native,
+    /// For models without native tool calling: tools described in the system prompt, calls as
+    /// `<tool_call>{…}</tool_call>` in the text, results in a user message.
+    Hermes,
+}
+
+/// The model endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LlmConfig {
+    /// Base URL of an OpenAI-compatible API, ending in `/v1`.
+    pub url: String,
+    /// The model name.
+    pub model: String,
+    /// Name of the environment variable holding the API key (none: no `Authorization`).
+    pub api_key_env: Option<String>,
+    /// Sampling temperature.
+    pub temperature: Option<f32>,
+    /// Maximum tokens in an answer.
+    pub max_tokens: Option<u32>,
+    /// Seconds to wait for a connection.
+    pub connect_timeout_secs: u64,
+    /// Seconds to wait for the response to start, and between streamed chunks.
+    pub read_timeout_secs: u64,
+    /// Stream answers (Server-Sent Events) or wait for the whole answer.
+    pub stream: bool,
+    /// Ask the server to report usage at the end of a stream (`stream_options.include_usage`).
+    pub stream_usage: bool,
+    /// Wire format for tool calls.
+    pub tool_format: ToolFormat,
+    /// Retries of transient failures.
+    pub retry: RetryConfig,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        Self {
+            url: "http://localhost:11434/v1".to_string(),
+            model: "qwen2.5".to_string(),
+            api_key_env: None,
+            temperature: None,
+            max_tokens: None,
+            connect_timeout_secs: 10,
+            read_timeout_secs: 300,
+            stream: true,
+            stream_usage: true,
+            tool_format: ToolFormat::Native,
+            retry: RetryConfig::default(),
+        }
+    }
+}
+
+/// Exponential backoff with jitter for transient failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryConfig {
+    /// Retries after the first attempt; 0 disables retrying.
+    pub max_retries: u32,
+    /// Delay before the first retry, in milliseconds; doubles each retry.
+    pub initial_backoff_ms: u64,
+    /// Upper bound of one delay, in milliseconds (a server's `Retry-After` may exceed it up to
+    /// `max_retry_after_ms`).
+    pub max_backoff_ms: u64,
+    /// The longest `Retry-After` honoured; longer ones fail the turn instead of hanging.
+    pub max_retry_after_ms: u64,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        Self {
+            max_retries: 4,
+            initial_backoff_ms: 500,
+            max_backoff_ms: 20_000,
+            max_retry_after_ms: 120_000,
+        }
+    }
+}
+
+/// Limits of the agent loop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoopConfig {
+    /// Model requests with tools per turn; then one last request without tools asks for the
+    /// final answer.
+    pub max_iterations: u32,
+    /// How many times the same tool with the same arguments may be requested in one turn
+    /// before the loop stops for lack of progress.
+    pub max_repeats: u32,
+    /// Tool calls of one response run at most this many at a time.
+    pub max_parallel_tools: usize,
+    /// Replaces the built-in base system prompt.
+    pub system_prompt: Option<String>,
+}
+
+impl Default for LoopConfig {
+    fn default() -> Self {
+        Self {
+            max_iterations: 8,
+            max_repeats: 2,
+            max_parallel_tools: 4,
+            system_prompt: None,
+        }
+    }
+}
+
+/// How to shrink the history when it does not fit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PruneStrategy {
+    /// Drop the oldest messages first.
+    #[default]
+    OldestFirst,
+    /// Keep the first user message (the task) and the newest turns; drop from the middle.
+    MiddleOut,
+    /// Keep only the last `keep_last_turns` turns (then oldest-first if still too big).
+    KeepLastTurns,
+}
+
+/// Context window management.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContextConfig {
+    /// The model's context size in tokens.
+    pub window_tokens: usize,
+    /// Tokens kept free for the answer.
+    pub reserve_tokens: usize,
+    /// The pruning strategy.
+    pub strategy: PruneStrategy,
+    /// Newest turns that are never pruned (at least 1: the current turn), and the number kept
+    /// by `keep-last-turns`.
+    pub keep_last_turns: usize,
+    /// Summarise what is pruned with one model call and send the summary instead.
+    pub summarize: bool,
+    /// `auto` (the model's tokenizer when known, an estimate otherwise), `estimate`,
+    /// `cl100k_base` or `o200k_base`.
+    pub tokenizer: String,
+}
+
+impl Default for ContextConfig {
+    fn default() -> Self {
+        Self {
+            window_tokens: 32_768,
+            reserve_tokens: 2_048,
+            strategy: PruneStrategy::OldestFirst,
+            keep_last_turns: 2,
+            summarize: false,
+            tokenizer: "auto".to_string(),
+        }
+    }
+}
+
+impl AgentConfig {
+    /// Parses TOML text; `origin` names the source in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        let config: AgentConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_string(),
+            message: e.to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads `path`; a missing file gives the defaults only when `required` is false.
+    pub fn load(path: &Path, required: bool) -> Result<Self, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::from_toml(&text, &path.display().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => Ok(Self::default()),
+            Err(source) => Err(ConfigError::Read {
+                path: path.display().to_string(),
+                source,
+            }),
+        }
+    }
+
+    /// Checks values that parse but make no sense.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field: &str, message: String| ConfigError::Invalid {
+            field: field.to_string(),
+            message,
+        };
+        let url = url::Url::parse(&self.llm.url).map_err(|e| {
+            invalid(
+                "llm.url",
+                format!(
+                    "`{}` is not a URL ({e}); use e.g. http://localhost:11434/v1",
+                    self.llm.url
+                ),
+            )
+        })?;
+        if url.scheme() != "http" && url.scheme() != "https" {
+            return Err(invalid(
+                "llm.url",
+                format!("`{}` must start with http:// or https://", self.llm.url),
+            ));
+        }
+        if self.llm.model.trim().is_empty() {
+            return Err(invalid(
+                "llm.model",
+                "is empty; name the model, e.g. `qwen2.5`".into(),
+            ));
+        }
+        if let Some(t) = self.llm.temperature
+            && !(0.0..=2.0).contains(&t)
+        {
+            return Err(invalid(
+                "llm.temperature",
+                format!("{t} is outside 0.0–2.0"),
+            ));
+        }
+        if self.llm.connect_timeout_secs == 0 || self.llm.read_timeout_secs == 0 {
+            return Err(invalid(
+                "llm.*_timeout_secs",
+                "timeouts must be at least 1 second".into(),
+            ));
+        }
+        if self.agent.max_iterations == 0 {
+            return Err(invalid("agent.max_iterations", "must be at least 1".into()));
+        }
+        if self.agent.max_repeats == 0 {
+            return Err(invalid("agent.max_repeats", "must be at least 1".into()));
+        }
+        if self.agent.max_parallel_tools == 0 {
+            return Err(invalid(
+                "agent.max_parallel_tools",
+                "must be at least 1".into(),
+            ));
+        }
+        if self.context.reserve_tokens >= self.context.window_tokens {
+            return Err(invalid(
+                "context.reserve_tokens",
+                format!(
+                    "{} leaves no room for the prompt in a window of {} tokens",
+                    self.context.reserve_tokens, self.context.window_tokens
+                ),
+            ));
+        }
+        if self.context.keep_last_turns == 0 {
+            return Err(invalid(
+                "context.keep_last_turns",
+                "must be at least 1 (the current turn)".into(),
+            ));
+        }
+        match self.context.tokenizer.as_str() {
+            "auto" | "estimate" | "cl100k_base" | "o200k_base" => {}
+            other => {
+                return Err(invalid(
+                    "context.tokenizer",
+                    format!("`{other}` is not one of auto, estimate, cl100k_base, o200k_base"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        assert_eq!(
+            AgentConfig::from_toml("", "t").unwrap(),
+            AgentConfig::default()
+        );
+    }
+
+    #[test]
+    fn parses_all_sections() {
+        let c = AgentConfig::from_toml(
+            r#"
+            [llm]
+            url = "http://h:1/v1"
+            model = "m"
+            api_key_env = "KEY"
+            tool_format = "hermes"
+            [llm.retry]
+            max_retries = 1
+            [agent]
+            max_iterations = 3
+            [context]
+            strategy = "middle-out"
+            [approval.tools]
+            sql_query = "auto"
+            "#,
+            "t",
+        )
+        .unwrap();
+        assert_eq!(c.llm.tool_format, ToolFormat::Hermes);
+        assert_eq!(c.llm.retry.max_retries, 1);
+        assert_eq!(c.llm.retry.initial_backoff_ms, 500);
+        assert_eq!(c.agent.max_iterations, 3);
+        assert_eq!(c.context.strategy, PruneStrategy::MiddleOut);
+        assert_eq!(c.approval.tools["sql_query"], crate::approval::Policy::Auto);
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let e = AgentConfig::from_toml("[llm]\nmodle = \"x\"", "cordon.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cordon.toml") && e.contains("modle"), "{e}");
+        let e = AgentConfig::from_toml("[llm]\nurl = \"nope\"", "c")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("llm.url"), "{e}");
+        let e = AgentConfig::from_toml("[approval.tools]\nx = \"sometimes\"", "c")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sometimes"), "{e}");
+        let e = AgentConfig::from_toml("[context]\nwindow_tokens = 100\nreserve_tokens = 200", "c")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("reserve_tokens"), "{e}");
+        let e = AgentConfig::load(Path::new("/nonexistent/cordon.toml"), true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/nonexistent/cordon.toml"), "{e}");
+        assert!(AgentConfig::load(Path::new("/nonexistent/cordon.toml"), false).is_ok());
+    }
+}

@@ -1,0 +1,590 @@
+//! The tokio driver: performs the machine's actions (call the model, ask for approval, run
+//! tools, wait before retrying, persist, emit) and feeds the results back as events.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::approval::ApprovalAnswer;
+use crate::config::{AgentConfig, ConfigError, PruneStrategy, ToolFormat};
+use crate::context::{self, Tokenizer};
+use crate::conversation::{Conversation, ConversationError, Note, Summary, TurnOutcome};
+use crate::hermes;
+use crate::llm::{CallError, ChatRequest, LlmClient, LlmSetupError};
+use crate::machine::{
+    self, Action, AgentEvent, ApprovalRequest, Catalog, Env, Event, Limits, StepError, ToolOutcome,
+};
+use crate::tools::{ToolHost, ToolSpec, render_result};
+use crate::types::Message;
+
+/// Errors that stop a turn before or outside the model's control.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The model client could not be created.
+    #[error(transparent)]
+    Llm(#[from] LlmSetupError),
+    /// The request does not fit the conversation's state (e.g. a message while a turn runs).
+    #[error(transparent)]
+    Step(#[from] StepError),
+    /// A saved conversation could not be used.
+    #[error(transparent)]
+    Conversation(#[from] ConversationError),
+    /// The turn's task ended abnormally.
+    #[error("the conversation task stopped unexpectedly: {0}")]
+    Task(String),
+}
+
+/// The built-in base system prompt.
+pub const BASE_PROMPT: &str = "You are a helpful assistant running inside Cordon. Answer accurately and concisely, \
+and never invent facts that a tool could check.";
+
+/// The instruction of the final-answer pass.
+pub fn final_pass_prompt(limit: u32) -> String {
+    format!(
+        "You have used the maximum number of tool steps ({limit}) for this request. Do not call any more tools. \
+Using only the information above, give your final answer now, and say clearly what you could not find out."
+    )
+}
+
+/// How a turn starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnInput {
+    /// A new user message.
+    Message(String),
+    /// Re-send the request of a failed turn.
+    Retry,
+    /// Continue a conversation saved in the middle of a turn.
+    Resume,
+}
+
+/// The user interface of a turn: receives events, answers approval questions, saves.
+#[async_trait]
+pub trait Frontend: Send {
+    /// An event to show.
+    fn event(&mut self, event: &AgentEvent);
+    /// Asks the user about a call.
+    async fn approve(&mut self, request: &ApprovalRequest) -> ApprovalAnswer;
+    /// The history changed; save it if you keep it on disk.
+    fn persist(&mut self, _conversation: &Conversation) {}
+}
+
+/// The conversation engine: a model client, the tools and the configuration.
+pub struct Agent {
+    config: AgentConfig,
+    llm: LlmClient,
+    tools: Arc<dyn ToolHost>,
+    tokenizer: Tokenizer,
+    limits: Limits,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent").field("llm", &self.llm).finish()
+    }
+}
+
+impl Agent {
+    /// Checks the config and creates the model client (reading the API key variable).
+    pub fn new(config: AgentConfig, tools: Arc<dyn ToolHost>) -> Result<Self, AgentError> {
+        config.validate()?;
+        let llm = LlmClient::new(&config.llm)?;
+        let tokenizer = Tokenizer::new(&config.context.tokenizer, &config.llm.model);
+        let limits = Limits {
+            max_iterations: config.agent.max_iterations,
+            max_repeats: config.agent.max_repeats,
+            retry: config.llm.retry,
+        };
+        Ok(Self {
+            config,
+            llm,
+            tools,
+            tokenizer,
+            limits,
+        })
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &AgentConfig {
+        &self.config
+    }
+
+    /// The tools the model would be offered now in `conv` (installed, enabled, not denied).
+    pub fn offered_tools(&self, conv: &Conversation) -> Vec<ToolSpec> {
+        let catalog = self.catalog();
+        catalog
+            .offered(&conv.session_approvals)
+            .into_iter()
+            .cloned()
+            .collect()
+    }
+
+    /// The approval policy that applies to each installed tool in `conv`, for `/tools`.
+    pub fn tool_policies(&self, conv: &Conversation) -> Vec<(ToolSpec, crate::approval::Decision)> {
+        let catalog = self.catalog();
+        self.tools
+            .tools()
+            .into_iter()
+            .map(|s| {
+                let d = catalog.decision(&s, &conv.session_approvals);
+                (s, d)
+            })
+            .collect()
+    }
+
+    fn catalog(&self) -> Catalog {
+        Catalog::new(self.tools.tools(), self.config.approval.clone())
+    }
+
+    /// The system prompt: the base prompt plus what is actually available.
+    pub fn system_prompt(&self, tools: &[&ToolSpec], final_pass: bool) -> String {
+        let mut p = self
+            .config
+            .agent
+            .system_prompt
+            .clone()
+            .unwrap_or_else(|| BASE_PROMPT.to_string());
+        if final_pass {
+            p.push_str("\n\nTools are no longer available for this request.");
+        } else if tools.is_empty() {
+            p.push_str(
+                "\n\nNo tools are available in this conversation: answer from what you know, and say so when you cannot.",
+            );
+        } else {
+            p.push_str(
+                "\n\nYou can call the tools below. Each runs in a sandbox that reaches only what the user granted; \
+if a call is refused or declined, tell the user instead of trying to get around it.\n",
+            );
+            for t in tools {
+                p.push_str(&format!("- {}: {}\n", t.name, t.description));
+            }
+            if self.config.llm.tool_format == ToolFormat::Hermes {
+                p.push('\n');
+                p.push_str(&hermes::tools_section(
+                    &tools.iter().map(|t| (*t).clone()).collect::<Vec<_>>(),
+                ));
+            }
+        }
+        p
+    }
+
+    /// Runs one turn to its end (answer, failure, cancellation), driving the state machine.
+    /// `Err` only for requests that do not fit the conversation's state; the conversation is
+    /// then unchanged.
+    pub async fn run_turn(
+        &self,
+        conv: &mut Conversation,
+        input: TurnInput,
+        frontend: &mut dyn Frontend,
+        cancel: &CancellationToken,
+    ) -> Result<TurnOutcome, AgentError> {
+        let mut catalog = self.catalog();
+        let first = {
+            let env = Env {
+                catalog: &catalog,
+                limits: &self.limits,
+            };
+            match input {
+                TurnInput::Message(text) => machine::step(conv, Event::UserMessage { text }, env)?,
+                TurnInput::Retry => machine::step(conv, Event::Retry, env)?,
+                TurnInput::Resume => machine::resume(conv, &catalog)?,
+            }
+        };
+        let mut queue: VecDeque<Action> = first.into();
+        while let Some(action) = queue.pop_front() {
+            let event = match action {
+                Action::Emit(e) => {
+                    frontend.event(&e);
+                    None
+                }
+                Action::Persist => {
+                    frontend.persist(conv);
+                    None
+                }
+                Action::Advance => Some(Event::Proceed),
+                Action::CallModel { final_pass } => {
+                    catalog = self.catalog();
+                    Some(
+                        self.call_model(conv, &catalog, final_pass, frontend, cancel)
+                            .await,
+                    )
+                }
+                Action::ScheduleRetry {
+                    delay_ms, jitter, ..
+                } => {
+                    let ms = if jitter && delay_ms > 1 {
+                        rand::random_range(delay_ms / 2..=delay_ms)
+                    } else {
+                        delay_ms
+                    };
+                    tokio::select! {
+                        biased;
+                        _ = cancel.cancelled() => Some(Event::Cancel { partial: String::new() }),
+                        _ = tokio::time::sleep(Duration::from_millis(ms)) => Some(Event::RetryTimerFired),
+                    }
+                }
+                Action::RequestApproval { request } => {
+                    tokio::select! {
+                        biased;
+                        _ = cancel.cancelled() => Some(Event::Cancel { partial: String::new() }),
+                        answer = frontend.approve(&request) => Some(Event::ApprovalGiven { call_id: request.call_id.clone(), answer }),
+                    }
+                }
+                Action::RunTools { calls } => Some(self.run_tools(calls, cancel).await),
+            };
+            if let Some(event) = event {
+                let env = Env {
+                    catalog: &catalog,
+                    limits: &self.limits,
+                };
+                let actions = machine::step(conv, event, env)?;
+                queue.extend(actions);
+            }
+        }
+        Ok(conv
+            .turns
+            .last()
+            .and_then(|t| t.outcome.clone())
+            .unwrap_or(TurnOutcome::Failed {
+                error: format!("the turn stopped while {}", conv.state.name()),
+            }))
+    }
+
+    async fn run_tools(
+        &self,
+        calls: Vec<(crate::types::ToolCall, Value)>,
+        cancel: &CancellationToken,
+    ) -> Event {
+        let child = cancel.child_token();
+        let tools = self.tools.clone();
+        let futs = calls.into_iter().map(|(call, args)| {
+            let token = child.clone();
+            let tools = tools.clone();
+            async move {
+                let r = tools.call(&call.name, args, token).await;
+                ToolOutcome {
+                    call_id: call.id,
+                    content: render_result(&r),
+                    is_error: r.is_err(),
+                }
+            }
+        });
+        let all = futures::stream::iter(futs)
+            .buffered(self.config.agent.max_parallel_tools)
+            .collect::<Vec<_>>();
+        tokio::select! {
+            results = all => Event::ToolsFinished { results },
+            _ = cancel.cancelled() => {
+                child.cancel();
+                Event::Cancel { partial: String::new() }
+            }
+        }
+    }
+
+    fn wire(&self, messages: &[Message]) -> Vec<Value> {
+        if self.config.llm.tool_format == ToolFormat::Hermes {
+            return hermes::render(messages);
+        }
+        messages
+            .iter()
+            .map(|m| match m {
+                Message::Assistant {
+                    content,
+                    tool_calls,
+                    ..
+                } if !tool_calls.is_empty() => json!({
+                    "role": "assistant",
+                    "content": content,
+                    "tool_calls": tool_calls.iter().map(|c| json!({
+                        "id": c.id, "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments},
+                    })).collect::<Vec<_>>(),
+                }),
+                Message::Tool {
+                    tool_call_id,
+                    content,
+                    ..
+                } => json!({"role": "tool", "tool_call_id": tool_call_id, "content": content}),
+                other => json!({"role": other.role(), "content": other.content()}),
+            })
+            .collect()
+    }
+
+    /// Builds the request for the current history: system prompt, pruning (and summary), wire
+    /// format. Public so interfaces can show what would be sent.
+    async fn build_request(
+        &self,
+        conv: &mut Conversation,
+        catalog: &Catalog,
+        final_pass: bool,
+        frontend: &mut dyn Frontend,
+        cancel: &CancellationToken,
+    ) -> (ChatRequest, usize) {
+        let offered: Vec<&ToolSpec> = if final_pass {
+            Vec::new()
+        } else {
+            catalog.offered(&conv.session_approvals)
+        };
+        let system = self.system_prompt(&offered, final_pass);
+        let tools: Vec<Value> = if self.config.llm.tool_format == ToolFormat::Native {
+            offered
+                .iter()
+                .map(|t| {
+                    json!({"type": "function", "function": {
+                        "name": t.name, "description": t.description, "parameters": t.input_schema}})
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let ctx = &self.config.context;
+        let fixed = self.tokenizer.count(&system)
+            + tools
+                .iter()
+                .map(|t| self.tokenizer.count(&t.to_string()))
+                .sum::<usize>()
+            + if final_pass { 64 } else { 0 };
+        let budget = ctx
+            .window_tokens
+            .saturating_sub(ctx.reserve_tokens)
+            .saturating_sub(fixed);
+        let plan = context::prune(&conv.messages, budget, ctx, &self.tokenizer);
+        let mut summary_text = None;
+        if !plan.dropped.is_empty() {
+            if ctx.summarize {
+                summary_text = match &conv.summary {
+                    Some(s) if s.covers == plan.dropped => Some(s.text.clone()),
+                    _ => {
+                        let text = self.summarize(conv, &plan.dropped, cancel).await;
+                        if let Some(t) = &text {
+                            conv.summary = Some(Summary {
+                                covers: plan.dropped.clone(),
+                                text: t.clone(),
+                            });
+                        }
+                        text
+                    }
+                };
+            }
+            let strategy = match ctx.strategy {
+                PruneStrategy::OldestFirst => "oldest-first",
+                PruneStrategy::MiddleOut => "middle-out",
+                PruneStrategy::KeepLastTurns => "keep-last-turns",
+            };
+            let text = format!(
+                "Context pruned ({strategy}, {} tokenizer): {} of {} messages ({} tokens) left out of the request{}.",
+                self.tokenizer.name(),
+                plan.dropped.len(),
+                conv.messages.len(),
+                plan.dropped_tokens,
+                if summary_text.is_some() {
+                    ", replaced by a summary"
+                } else {
+                    ""
+                }
+            );
+            if conv.notes.last().map(|n| &n.text) != Some(&text) {
+                conv.notes.push(Note {
+                    at_message: conv.messages.len(),
+                    text,
+                });
+            }
+            frontend.event(&AgentEvent::ContextPruned {
+                strategy: strategy.to_string(),
+                dropped_messages: plan.dropped.len(),
+                dropped_tokens: plan.dropped_tokens,
+                kept_tokens: plan.kept_tokens,
+                summarized: summary_text.is_some(),
+                fits: plan.fits,
+            });
+        }
+        let kept: Vec<Message> = plan
+            .kept
+            .iter()
+            .map(|&i| conv.messages[i].clone())
+            .collect();
+        let mut messages = vec![json!({"role": "system", "content": system})];
+        if let Some(s) = summary_text {
+            messages.push(json!({"role": "system", "content": format!(
+                "Summary of {} earlier messages left out to fit the context window: {s}", plan.dropped.len())}));
+        }
+        messages.extend(self.wire(&kept));
+        if final_pass {
+            messages.push(
+                json!({"role": "user", "content": final_pass_prompt(self.limits.max_iterations)}),
+            );
+        }
+        let n = messages.len();
+        (ChatRequest { messages, tools }, n)
+    }
+
+    async fn summarize(
+        &self,
+        conv: &Conversation,
+        dropped: &[usize],
+        cancel: &CancellationToken,
+    ) -> Option<String> {
+        let excerpt: Vec<String> = dropped
+            .iter()
+            .map(|&i| {
+                let m = &conv.messages[i];
+                format!("{}: {}", m.role(), m.content())
+            })
+            .collect();
+        let req = ChatRequest {
+            messages: vec![
+                json!({"role": "system", "content": "Summarize the following conversation excerpt in a few sentences. Keep facts, numbers, names, file paths and decisions; leave out pleasantries."}),
+                json!({"role": "user", "content": excerpt.join("\n")}),
+            ],
+            tools: Vec::new(),
+        };
+        match self.llm.complete(&req, false, &mut |_| {}, cancel).await {
+            Ok(r) if !r.content.trim().is_empty() => Some(r.content.trim().to_string()),
+            _ => None,
+        }
+    }
+
+    async fn call_model(
+        &self,
+        conv: &mut Conversation,
+        catalog: &Catalog,
+        final_pass: bool,
+        frontend: &mut dyn Frontend,
+        cancel: &CancellationToken,
+    ) -> Event {
+        let (request, count) = self
+            .build_request(conv, catalog, final_pass, frontend, cancel)
+            .await;
+        frontend.event(&AgentEvent::ModelRequest {
+            iteration: conv.progress.iterations + 1,
+            final_pass,
+            messages: count,
+            tools: request.tools.len(),
+        });
+        let hermes = self.config.llm.tool_format == ToolFormat::Hermes && !final_pass;
+        let mut filter = hermes::StreamFilter::default();
+        let result = {
+            let mut on_text = |t: &str| {
+                let shown = if hermes {
+                    filter.push(t)
+                } else {
+                    t.to_string()
+                };
+                if !shown.is_empty() {
+                    frontend.event(&AgentEvent::TextDelta { text: shown });
+                }
+            };
+            self.llm
+                .complete(&request, self.config.llm.stream, &mut on_text, cancel)
+                .await
+        };
+        let rest = filter.finish();
+        if !rest.is_empty() {
+            frontend.event(&AgentEvent::TextDelta { text: rest });
+        }
+        match result {
+            Ok(mut response) => {
+                if self.config.llm.tool_format == ToolFormat::Hermes && !final_pass {
+                    let (text, calls) = hermes::parse(&response.content, conv.messages.len());
+                    if !calls.is_empty() {
+                        response.content = text;
+                        response.tool_calls = calls;
+                    }
+                }
+                Event::ModelResponded { response }
+            }
+            Err(CallError::Failed(failure)) => Event::ModelFailed { failure },
+            Err(CallError::Cancelled { partial }) => Event::Cancel { partial },
+        }
+    }
+
+    /// Starts a turn on a task; events arrive on the returned handle, approvals and
+    /// cancellation go through it, and [`TurnHandle::finish`] gives the conversation back.
+    pub fn start_turn(self: &Arc<Self>, mut conv: Conversation, input: TurnInput) -> TurnHandle {
+        let (etx, erx) = mpsc::unbounded_channel();
+        let (atx, arx) = mpsc::unbounded_channel();
+        let cancel = CancellationToken::new();
+        let agent = self.clone();
+        let token = cancel.clone();
+        let task = tokio::spawn(async move {
+            let mut frontend = ChannelFrontend {
+                events: etx,
+                answers: arx,
+            };
+            let r = agent
+                .run_turn(&mut conv, input, &mut frontend, &token)
+                .await;
+            (conv, r)
+        });
+        TurnHandle {
+            events: erx,
+            answers: atx,
+            cancel,
+            task,
+        }
+    }
+}
+
+struct ChannelFrontend {
+    events: mpsc::UnboundedSender<AgentEvent>,
+    answers: mpsc::UnboundedReceiver<(String, ApprovalAnswer)>,
+}
+
+#[async_trait]
+impl Frontend for ChannelFrontend {
+    fn event(&mut self, event: &AgentEvent) {
+        let _ = self.events.send(event.clone());
+    }
+
+    async fn approve(&mut self, request: &ApprovalRequest) -> ApprovalAnswer {
+        while let Some((id, answer)) = self.answers.recv().await {
+            if id == request.call_id {
+                return answer;
+            }
+        }
+        // The handle was dropped: nobody can approve, so refuse.
+        ApprovalAnswer::No
+    }
+}
+
+/// A turn running on a task (see [`Agent::start_turn`]).
+pub struct TurnHandle {
+    events: mpsc::UnboundedReceiver<AgentEvent>,
+    answers: mpsc::UnboundedSender<(String, ApprovalAnswer)>,
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<(Conversation, Result<TurnOutcome, AgentError>)>,
+}
+
+impl TurnHandle {
+    /// The next event; `None` when the turn has ended.
+    pub async fn next_event(&mut self) -> Option<AgentEvent> {
+        self.events.recv().await
+    }
+
+    /// Answers the approval question for `call_id`.
+    pub fn answer(&self, call_id: &str, answer: ApprovalAnswer) {
+        let _ = self.answers.send((call_id.to_string(), answer));
+    }
+
+    /// Cancels the running stream or tool calls; the turn ends with a partial answer kept.
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    /// Waits for the end; gives the conversation back with the turn's outcome (an `Err`
+    /// outcome, such as a message sent while a turn runs, leaves the conversation unchanged).
+    /// The outer `Err` only when the task itself died.
+    pub async fn finish(
+        self,
+    ) -> Result<(Conversation, Result<TurnOutcome, AgentError>), AgentError> {
+        self.task.await.map_err(|e| AgentError::Task(e.to_string()))
+    }
+}

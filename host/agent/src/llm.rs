@@ -1,0 +1,564 @@
+//! The client for OpenAI-compatible chat endpoints (Ollama, llama.cpp, vLLM, Foundry Local,
+//! OpenAI): one attempt per call, streaming or not. Retrying is the state machine's job, so the
+//! history is only ever appended once per successful answer.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::LlmConfig;
+use crate::types::{ModelResponse, ToolCall, Usage};
+
+/// Why a request to the model failed; serialisable so it can sit in a saved state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct LlmFailure {
+    /// Whether retrying may help (connect errors, 429, 5xx, cut streams).
+    pub transient: bool,
+    /// What happened and what to do.
+    pub message: String,
+    /// The HTTP status, when there was one.
+    pub status: Option<u16>,
+    /// The server's `Retry-After`, in milliseconds.
+    pub retry_after_ms: Option<u64>,
+}
+
+impl LlmFailure {
+    fn transient(message: String) -> Self {
+        Self {
+            transient: true,
+            message,
+            status: None,
+            retry_after_ms: None,
+        }
+    }
+
+    fn fatal(message: String) -> Self {
+        Self {
+            transient: false,
+            message,
+            status: None,
+            retry_after_ms: None,
+        }
+    }
+}
+
+/// The outcome of a call that did not produce a response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallError {
+    /// The request failed.
+    Failed(LlmFailure),
+    /// The caller cancelled; `partial` is the text streamed so far.
+    Cancelled {
+        /// Text received before the cancellation.
+        partial: String,
+    },
+}
+
+/// Problems creating the client.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmSetupError {
+    /// The config names an API key variable that is not set.
+    #[error(
+        "the environment variable `{0}` (named by llm.api_key_env) is not set; export it or remove api_key_env"
+    )]
+    MissingKey(String),
+    /// The HTTP client could not be built.
+    #[error("cannot create the HTTP client: {0}")]
+    Http(String),
+}
+
+/// A request, already rendered into the wire's messages and tools.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChatRequest {
+    /// OpenAI `messages`.
+    pub messages: Vec<Value>,
+    /// OpenAI `tools` (empty: none offered).
+    pub tools: Vec<Value>,
+}
+
+/// A client for one endpoint and model.
+#[derive(Clone)]
+pub struct LlmClient {
+    http: reqwest::Client,
+    endpoint: String,
+    config: LlmConfig,
+    api_key: Option<String>,
+}
+
+impl std::fmt::Debug for LlmClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the key.
+        f.debug_struct("LlmClient")
+            .field("endpoint", &self.endpoint)
+            .field("model", &self.config.model)
+            .finish()
+    }
+}
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        let text = inner.to_string();
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+        src = inner.source();
+    }
+    s
+}
+
+pub(crate) fn snippet(text: &str) -> String {
+    let t: String = text.chars().take(200).collect();
+    if t.len() < text.len() {
+        format!("{t}…")
+    } else {
+        t
+    }
+}
+
+impl LlmClient {
+    /// Creates a client; reads the API key from the environment variable the config names.
+    pub fn new(config: &LlmConfig) -> Result<Self, LlmSetupError> {
+        let api_key = match &config.api_key_env {
+            Some(var) => {
+                Some(std::env::var(var).map_err(|_| LlmSetupError::MissingKey(var.clone()))?)
+            }
+            None => None,
+        };
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(config.connect_timeout_secs))
+            .read_timeout(Duration::from_secs(config.read_timeout_secs))
+            .build()
+            .map_err(|e| LlmSetupError::Http(chain(&e)))?;
+        let endpoint = format!("{}/chat/completions", config.url.trim_end_matches('/'));
+        Ok(Self {
+            http,
+            endpoint,
+            config: config.clone(),
+            api_key,
+        })
+    }
+
+    /// The URL requests go to.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The JSON body for a request.
+    pub fn body(&self, req: &ChatRequest, stream: bool) -> Value {
+        let mut body = json!({
+            "model": self.config.model,
+            "messages": req.messages,
+            "stream": stream,
+        });
+        if stream && self.config.stream_usage {
+            body["stream_options"] = json!({"include_usage": true});
+        }
+        if !req.tools.is_empty() {
+            body["tools"] = Value::Array(req.tools.clone());
+        }
+        if let Some(t) = self.config.temperature {
+            body["temperature"] = json!(t);
+        }
+        if let Some(m) = self.config.max_tokens {
+            body["max_tokens"] = json!(m);
+        }
+        body
+    }
+
+    /// Sends one request; streamed text goes to `on_text` as it arrives.
+    pub async fn complete(
+        &self,
+        req: &ChatRequest,
+        stream: bool,
+        on_text: &mut (dyn FnMut(&str) + Send),
+        cancel: &CancellationToken,
+    ) -> Result<ModelResponse, CallError> {
+        let mut builder = self.http.post(&self.endpoint).json(&self.body(req, stream));
+        if let Some(key) = &self.api_key {
+            builder = builder.bearer_auth(key);
+        }
+        let response = tokio::select! {
+            r = builder.send() => r,
+            _ = cancel.cancelled() => return Err(CallError::Cancelled { partial: String::new() }),
+        };
+        let response = response.map_err(|e| {
+            let what = if e.is_timeout() {
+                "timed out waiting for"
+            } else {
+                "cannot reach"
+            };
+            CallError::Failed(LlmFailure::transient(format!(
+                "{what} the model server at {}: {}",
+                self.endpoint,
+                chain(&e)
+            )))
+        })?;
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after_ms = response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(|s| s * 1000);
+            let text = tokio::select! {
+                t = response.text() => t.unwrap_or_default(),
+                _ = cancel.cancelled() => return Err(CallError::Cancelled { partial: String::new() }),
+            };
+            let message = serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|v| {
+                    v["error"]["message"]
+                        .as_str()
+                        .or(v["error"].as_str())
+                        .or(v["message"].as_str())
+                        .map(str::to_string)
+                })
+                .unwrap_or_else(|| snippet(&text));
+            let code = status.as_u16();
+            let transient = code == 429 || code == 408 || status.is_server_error();
+            let kind = if code == 429 {
+                "is rate-limiting requests"
+            } else if status.is_server_error() {
+                "failed"
+            } else {
+                "rejected the request"
+            };
+            return Err(CallError::Failed(LlmFailure {
+                transient,
+                message: format!("the model server {kind} (HTTP {code}): {message}"),
+                status: Some(code),
+                retry_after_ms,
+            }));
+        }
+        let is_sse = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if stream && is_sse {
+            self.read_stream(response, on_text, cancel).await
+        } else {
+            let text = tokio::select! {
+                t = response.text() => t.map_err(|e| CallError::Failed(LlmFailure::transient(format!(
+                    "the connection to {} broke while reading the answer: {}", self.endpoint, chain(&e)))))?,
+                _ = cancel.cancelled() => return Err(CallError::Cancelled { partial: String::new() }),
+            };
+            let response = parse_full(&text).map_err(CallError::Failed)?;
+            if !response.content.is_empty() {
+                on_text(&response.content);
+            }
+            Ok(response)
+        }
+    }
+
+    async fn read_stream(
+        &self,
+        response: reqwest::Response,
+        on_text: &mut (dyn FnMut(&str) + Send),
+        cancel: &CancellationToken,
+    ) -> Result<ModelResponse, CallError> {
+        let mut raw_head = Vec::<u8>::new();
+        let bytes = response.bytes_stream().inspect(|chunk| {
+            if let Ok(b) = chunk
+                && raw_head.len() < 200
+            {
+                raw_head.extend_from_slice(&b[..b.len().min(200 - raw_head.len())]);
+            }
+        });
+        let mut events = bytes.eventsource();
+        let mut asm = Assembly::default();
+        let mut done = false;
+        let mut seen = 0usize;
+        loop {
+            let next = tokio::select! {
+                n = events.next() => n,
+                _ = cancel.cancelled() => return Err(CallError::Cancelled { partial: asm.content }),
+            };
+            let Some(event) = next else { break };
+            let event = match event {
+                Ok(e) => e,
+                Err(e) => {
+                    return Err(CallError::Failed(LlmFailure::transient(format!(
+                        "the stream from {} broke: {e}",
+                        self.endpoint
+                    ))));
+                }
+            };
+            seen += 1;
+            let data = event.data.trim();
+            if data == "[DONE]" {
+                done = true;
+                break;
+            }
+            if data.is_empty() {
+                continue;
+            }
+            let chunk: Value = serde_json::from_str(data).map_err(|_| {
+                CallError::Failed(LlmFailure::fatal(format!(
+                    "the model server sent a stream chunk that is not JSON: {}; check that llm.url points at an OpenAI-compatible /v1 endpoint",
+                    snippet(data)
+                )))
+            })?;
+            if let Some(err) = chunk.get("error") {
+                let msg = err["message"]
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| err.to_string());
+                return Err(CallError::Failed(LlmFailure::fatal(format!(
+                    "the model server reported an error in the stream: {msg}"
+                ))));
+            }
+            if let Some(text) = asm.apply(&chunk) {
+                on_text(&text);
+            }
+        }
+        drop(events);
+        if !done {
+            if seen == 0 && !raw_head.is_empty() {
+                return Err(CallError::Failed(LlmFailure::fatal(format!(
+                    "the model server answered with something that is not a chat completion stream: {}; check that llm.url points at an OpenAI-compatible /v1 endpoint",
+                    snippet(&String::from_utf8_lossy(&raw_head))
+                ))));
+            }
+            return Err(CallError::Failed(LlmFailure::transient(format!(
+                "the stream from {} ended before [DONE] (after {} events); the answer was incomplete",
+                self.endpoint, seen
+            ))));
+        }
+        Ok(asm.finish())
+    }
+}
+
+#[derive(Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Assembles streamed deltas: text appended, tool calls gathered by `index`.
+#[derive(Default)]
+pub(crate) struct Assembly {
+    content: String,
+    calls: BTreeMap<usize, PartialCall>,
+    usage: Option<Usage>,
+    finish: Option<String>,
+}
+
+impl Assembly {
+    /// Applies one chunk; returns new text to forward.
+    pub(crate) fn apply(&mut self, chunk: &Value) -> Option<String> {
+        if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
+            self.usage = Some(usage(u));
+        }
+        let choice = chunk["choices"].get(0)?;
+        if let Some(f) = choice["finish_reason"].as_str() {
+            self.finish = Some(f.to_string());
+        }
+        let delta = &choice["delta"];
+        if let Some(calls) = delta["tool_calls"].as_array() {
+            for (pos, c) in calls.iter().enumerate() {
+                let mut index = c["index"].as_u64().map(|i| i as usize).unwrap_or(pos);
+                let id = c["id"].as_str().unwrap_or_default();
+                // Some servers reuse index 0 for every call: a new id on a finished entry is a
+                // new call.
+                if let Some(existing) = self.calls.get(&index)
+                    && !id.is_empty()
+                    && !existing.id.is_empty()
+                    && existing.id != id
+                {
+                    index = self.calls.keys().next_back().map(|k| k + 1).unwrap_or(0);
+                }
+                let entry = self.calls.entry(index).or_default();
+                if !id.is_empty() {
+                    entry.id = id.to_string();
+                }
+                if let Some(n) = c["function"]["name"].as_str() {
+                    entry.name.push_str(n);
+                }
+                match &c["function"]["arguments"] {
+                    Value::String(s) => entry.arguments.push_str(s),
+                    Value::Null => {}
+                    other => entry.arguments.push_str(&other.to_string()),
+                }
+            }
+        }
+        let text = delta["content"].as_str().filter(|s| !s.is_empty())?;
+        self.content.push_str(text);
+        Some(text.to_string())
+    }
+
+    pub(crate) fn finish(self) -> ModelResponse {
+        ModelResponse {
+            content: self.content,
+            tool_calls: self
+                .calls
+                .into_iter()
+                .map(|(i, c)| ToolCall {
+                    id: if c.id.is_empty() {
+                        format!("call_{i}")
+                    } else {
+                        c.id
+                    },
+                    name: c.name,
+                    arguments: c.arguments,
+                })
+                .collect(),
+            usage: self.usage,
+            finish_reason: self.finish,
+        }
+    }
+}
+
+fn usage(u: &Value) -> Usage {
+    Usage {
+        prompt_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
+        completion_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
+    }
+}
+
+/// Parses a non-streaming chat completion.
+pub(crate) fn parse_full(text: &str) -> Result<ModelResponse, LlmFailure> {
+    let garbage = || {
+        LlmFailure::fatal(format!(
+            "the model server answered with something that is not a chat completion: {}; check that llm.url points at an OpenAI-compatible /v1 endpoint",
+            snippet(text)
+        ))
+    };
+    let v: Value = serde_json::from_str(text).map_err(|_| garbage())?;
+    if let Some(err) = v.get("error") {
+        let msg = err["message"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| err.to_string());
+        return Err(LlmFailure::fatal(format!(
+            "the model server reported an error: {msg}"
+        )));
+    }
+    let choice = v["choices"].get(0).ok_or_else(garbage)?;
+    let message = &choice["message"];
+    if !message.is_object() {
+        return Err(garbage());
+    }
+    let tool_calls = message["tool_calls"]
+        .as_array()
+        .map(|calls| {
+            calls
+                .iter()
+                .enumerate()
+                .map(|(i, c)| ToolCall {
+                    id: c["id"]
+                        .as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| format!("call_{i}")),
+                    name: c["function"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    arguments: match &c["function"]["arguments"] {
+                        Value::String(s) => s.clone(),
+                        Value::Null => "{}".to_string(),
+                        other => other.to_string(),
+                    },
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(ModelResponse {
+        content: message["content"].as_str().unwrap_or_default().to_string(),
+        tool_calls,
+        usage: v.get("usage").filter(|u| u.is_object()).map(usage),
+        finish_reason: choice["finish_reason"].as_str().map(str::to_string),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assembles_interleaved_tool_call_fragments_by_index() {
+        let mut a = Assembly::default();
+        let chunks = [
+            json!({"choices":[{"delta":{"content":"Hi"}}]}),
+            json!({"choices":[{"delta":{"tool_calls":[{"index":1,"id":"b","function":{"name":"se","arguments":""}}]}}]}),
+            json!({"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"sql","arguments":"{\"q\":"}}]}}]}),
+            json!({"choices":[{"delta":{"tool_calls":[{"index":1,"function":{"name":"arch","arguments":"{}"}}]}}]}),
+            json!({"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]}}]}),
+            json!({"choices":[{"delta":{},"finish_reason":"tool_calls"}]}),
+            json!({"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}),
+        ];
+        let texts: Vec<String> = chunks.iter().filter_map(|c| a.apply(c)).collect();
+        assert_eq!(texts, vec!["Hi"]);
+        let r = a.finish();
+        assert_eq!(r.tool_calls.len(), 2);
+        assert_eq!(
+            (
+                r.tool_calls[0].id.as_str(),
+                r.tool_calls[0].name.as_str(),
+                r.tool_calls[0].arguments.as_str()
+            ),
+            ("a", "sql", "{\"q\":1}")
+        );
+        assert_eq!(
+            (
+                r.tool_calls[1].name.as_str(),
+                r.tool_calls[1].arguments.as_str()
+            ),
+            ("search", "{}")
+        );
+        assert_eq!(
+            r.usage,
+            Some(Usage {
+                prompt_tokens: 3,
+                completion_tokens: 4
+            })
+        );
+        assert_eq!(r.finish_reason.as_deref(), Some("tool_calls"));
+    }
+
+    #[test]
+    fn reused_index_with_new_id_is_a_new_call() {
+        let mut a = Assembly::default();
+        a.apply(&json!({"choices":[{"delta":{"tool_calls":[{"index":0,"id":"x","function":{"name":"a","arguments":"{}"}}]}}]}));
+        a.apply(&json!({"choices":[{"delta":{"tool_calls":[{"index":0,"id":"y","function":{"name":"b","arguments":"{}"}}]}}]}));
+        let r = a.finish();
+        assert_eq!(
+            r.tool_calls
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>(),
+            vec!["a", "b"]
+        );
+    }
+
+    #[test]
+    fn parses_full_responses_and_rejects_garbage() {
+        let r = parse_full(r#"{"choices":[{"message":{"content":"x","tool_calls":[{"id":"1","function":{"name":"t","arguments":{"a":1}}}]},"finish_reason":"tool_calls"}]}"#).unwrap();
+        assert_eq!(r.content, "x");
+        assert_eq!(r.tool_calls[0].arguments, "{\"a\":1}");
+        let e = parse_full("<html>hello</html>").unwrap_err();
+        assert!(
+            !e.transient && e.message.contains("<html>hello</html>"),
+            "{}",
+            e.message
+        );
+        assert!(parse_full(r#"{"choices":[]}"#).is_err());
+        assert!(
+            parse_full(r#"{"error":{"message":"bad model"}}"#)
+                .unwrap_err()
+                .message
+                .contains("bad model")
+        );
+    }
+}

@@ -1,0 +1,200 @@
+//! How the engine reaches tools: the [`ToolHost`] trait and the data that crosses it.
+//!
+//! The engine never links the sandbox: the host application implements [`ToolHost`] over its
+//! runtime, so this crate builds and tests without wasmtime.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// The plugin author's behaviour claims (shared with the runtime). Shown to users and models,
+/// never trusted for approval except `destructive`, which can only make approval stricter.
+pub use cordon_core::ToolHints;
+
+/// One piece of a tool's result (shared with the runtime).
+pub use cordon_core::Content;
+
+/// One tool the host offers, with what the engine needs to offer it, validate calls and decide
+/// approval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// The name the model uses; unique across the host.
+    pub name: String,
+    /// What the tool does, written for a model.
+    pub description: String,
+    /// JSON Schema the arguments must satisfy.
+    pub input_schema: Value,
+    /// The author's hints.
+    #[serde(default)]
+    pub hints: ToolHints,
+    /// The plugin that provides the tool (policy rules can name it).
+    pub plugin: String,
+    /// A human summary of the grants, one line each (e.g. `read ~/notes`), shown when asking.
+    #[serde(default)]
+    pub grants: Vec<String>,
+    /// Whether the tool's effective capabilities (read-write paths, network hosts, environment)
+    /// could change anything; computed by the host from grants and imports, not from hints.
+    pub can_change_anything: bool,
+}
+
+/// Why a tool call failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolFailureKind {
+    /// The arguments did not fit the tool.
+    InvalidArguments,
+    /// Something named in the arguments does not exist.
+    NotFound,
+    /// The sandbox or the plugin refused (outside a grant, read-only grant, …).
+    Denied,
+    /// Anything else.
+    Failed,
+    /// The call was cancelled before it finished.
+    Cancelled,
+}
+
+/// A failed tool call; the message goes to the user and the model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{kind:?}: {message}")]
+pub struct ToolFailure {
+    /// The category.
+    pub kind: ToolFailureKind,
+    /// What went wrong and what to do instead.
+    pub message: String,
+}
+
+impl ToolFailure {
+    /// A failure of the given kind.
+    pub fn new(kind: ToolFailureKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<cordon_core::ToolError> for ToolFailure {
+    fn from(e: cordon_core::ToolError) -> Self {
+        let kind = match e.kind {
+            cordon_core::ToolErrorKind::InvalidArguments => ToolFailureKind::InvalidArguments,
+            cordon_core::ToolErrorKind::NotFound => ToolFailureKind::NotFound,
+            cordon_core::ToolErrorKind::Denied => ToolFailureKind::Denied,
+            cordon_core::ToolErrorKind::Failed => ToolFailureKind::Failed,
+        };
+        Self {
+            kind,
+            message: e.message,
+        }
+    }
+}
+
+impl ToolSpec {
+    /// Builds the engine's view of a plugin's tool from its descriptor and what the host
+    /// computed from the grants and imports.
+    pub fn from_descriptor(
+        descriptor: cordon_core::ToolDescriptor,
+        plugin: impl Into<String>,
+        grants: Vec<String>,
+        can_change_anything: bool,
+    ) -> Self {
+        Self {
+            name: descriptor.name,
+            description: descriptor.description,
+            input_schema: descriptor.input_schema,
+            hints: descriptor.hints,
+            plugin: plugin.into(),
+            grants,
+            can_change_anything,
+        }
+    }
+}
+
+/// The tools available to a conversation.
+#[async_trait]
+pub trait ToolHost: Send + Sync {
+    /// The tools that are installed and enabled now.
+    fn tools(&self) -> Vec<ToolSpec>;
+
+    /// Runs tool `name` with arguments that already passed schema validation. Must return soon
+    /// after `cancel` fires, with a [`ToolFailureKind::Cancelled`] failure.
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        cancel: CancellationToken,
+    ) -> Result<Vec<Content>, ToolFailure>;
+}
+
+/// Renders a tool result as the text the model reads.
+pub fn render_result(result: &Result<Vec<Content>, ToolFailure>) -> String {
+    match result {
+        Ok(parts) => {
+            let texts: Vec<String> = parts
+                .iter()
+                .map(|p| match p {
+                    Content::Text(t) => t.clone(),
+                    Content::Json(v) => v.to_string(),
+                })
+                .collect();
+            if texts.is_empty() {
+                "(the tool returned no output)".to_string()
+            } else {
+                texts.join("\n")
+            }
+        }
+        Err(f) => render_failure(f),
+    }
+}
+
+/// Renders a failure as the text the model reads.
+pub fn render_failure(f: &ToolFailure) -> String {
+    let what = match f.kind {
+        ToolFailureKind::InvalidArguments => "invalid arguments",
+        ToolFailureKind::NotFound => "not found",
+        ToolFailureKind::Denied => "denied by the sandbox",
+        ToolFailureKind::Failed => "failed",
+        ToolFailureKind::Cancelled => "cancelled",
+    };
+    format!("Error ({what}): {}", f.message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn core_types_convert_and_render() {
+        let f: ToolFailure = cordon_core::ToolError {
+            kind: cordon_core::ToolErrorKind::Denied,
+            message: "outside the grant".into(),
+        }
+        .into();
+        assert_eq!(f.kind, ToolFailureKind::Denied);
+        assert_eq!(
+            render_failure(&f),
+            "Error (denied by the sandbox): outside the grant"
+        );
+        let spec = ToolSpec::from_descriptor(
+            cordon_core::ToolDescriptor {
+                name: "t".into(),
+                description: "d".into(),
+                input_schema: serde_json::json!({"type": "object"}),
+                hints: ToolHints {
+                    destructive: true,
+                    ..ToolHints::default()
+                },
+            },
+            "p",
+            vec!["read /x".into()],
+            false,
+        );
+        assert!(spec.hints.destructive && spec.plugin == "p" && !spec.can_change_anything);
+        let ok = Ok(vec![
+            Content::Text("a".into()),
+            Content::Json(serde_json::json!({"b": 1})),
+        ]);
+        assert_eq!(render_result(&ok), "a\n{\"b\":1}");
+        assert_eq!(render_result(&Ok(vec![])), "(the tool returned no output)");
+    }
+}

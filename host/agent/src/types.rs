@@ -1,0 +1,129 @@
+//! Messages, tool calls and model responses as the conversation stores them.
+//!
+//! The history is kept in one canonical form (native OpenAI tool calls) whatever the wire format
+//! of the model, so a conversation saved with one model can be continued with another.
+
+use serde::{Deserialize, Serialize};
+
+/// One tool call the model asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The id the model gave (or one the host generated for text-format calls); tool results
+    /// refer to it.
+    pub id: String,
+    /// The tool name exactly as the model wrote it; it may not exist.
+    pub name: String,
+    /// The argument text exactly as the model wrote it; it may not be JSON.
+    pub arguments: String,
+}
+
+/// One message of the history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum Message {
+    /// Instructions from the host (the system prompt is rebuilt per request and not stored
+    /// here; stored system messages are notes such as summaries).
+    System {
+        /// The text.
+        content: String,
+    },
+    /// What the user typed.
+    User {
+        /// The text.
+        content: String,
+    },
+    /// What the model answered.
+    Assistant {
+        /// The text (may be empty when the model only called tools).
+        content: String,
+        /// The tool calls, in the order the model made them.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+        /// True when the answer was cut short by a cancellation: it is kept but marked.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        partial: bool,
+    },
+    /// The result of one tool call, sent back to the model.
+    Tool {
+        /// The call this answers.
+        tool_call_id: String,
+        /// The tool that was called.
+        name: String,
+        /// The result or error text the model reads.
+        content: String,
+        /// True when the call did not succeed (invalid, denied, failed, cancelled).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+    },
+}
+
+impl Message {
+    /// A user message.
+    pub fn user(text: impl Into<String>) -> Self {
+        Message::User {
+            content: text.into(),
+        }
+    }
+
+    /// An assistant text message without tool calls.
+    pub fn assistant(text: impl Into<String>) -> Self {
+        Message::Assistant {
+            content: text.into(),
+            tool_calls: Vec::new(),
+            partial: false,
+        }
+    }
+
+    /// The role name used on the wire.
+    pub fn role(&self) -> &'static str {
+        match self {
+            Message::System { .. } => "system",
+            Message::User { .. } => "user",
+            Message::Assistant { .. } => "assistant",
+            Message::Tool { .. } => "tool",
+        }
+    }
+
+    /// The text content.
+    pub fn content(&self) -> &str {
+        match self {
+            Message::System { content }
+            | Message::User { content }
+            | Message::Assistant { content, .. }
+            | Message::Tool { content, .. } => content,
+        }
+    }
+}
+
+/// Token usage reported by the server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tokens in the prompt.
+    pub prompt_tokens: u64,
+    /// Tokens in the answer.
+    pub completion_tokens: u64,
+}
+
+impl Usage {
+    /// Adds another usage record.
+    pub fn add(&mut self, other: Usage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+    }
+}
+
+/// A complete answer from the model: text, tool calls, usage.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelResponse {
+    /// The text (with any text-format tool call blocks removed).
+    pub content: String,
+    /// The tool calls, in order.
+    #[serde(default)]
+    pub tool_calls: Vec<ToolCall>,
+    /// Usage, when the server sent it.
+    #[serde(default)]
+    pub usage: Option<Usage>,
+    /// The server's finish reason (`stop`, `tool_calls`, `length`, …).
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+}

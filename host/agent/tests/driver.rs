@@ -1,0 +1,1015 @@
+//! Driver tests against the scripted OpenAI-compatible server with a fake tool host.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use cordon_agent::{
+    Agent, AgentConfig, AgentError, AgentEvent, ApprovalAnswer, ApprovalRequest, CancellationToken,
+    Content, Conversation, Frontend, Message, Policy, PruneStrategy, State, ToolFailure,
+    ToolFailureKind, ToolFormat, ToolHints, ToolHost, ToolSpec, TurnInput, TurnOutcome,
+};
+use cordon_scripted_llm::{Script, ScriptedCall, ScriptedServer, Step};
+use serde_json::{Value, json};
+
+struct FakeTools {
+    specs: Vec<ToolSpec>,
+    calls: Mutex<Vec<(String, Value)>>,
+    running: AtomicUsize,
+    max_running: AtomicUsize,
+}
+
+fn spec(name: &str, can_change: bool, schema: Value) -> ToolSpec {
+    ToolSpec {
+        name: name.into(),
+        description: format!("The {name} tool."),
+        input_schema: schema,
+        hints: ToolHints {
+            read_only: true,
+            ..ToolHints::default()
+        },
+        plugin: if name == "write_file" {
+            "files".into()
+        } else {
+            "demo".into()
+        },
+        grants: vec![format!("grant for {name}")],
+        can_change_anything: can_change,
+    }
+}
+
+impl FakeTools {
+    fn new() -> Arc<Self> {
+        let q = json!({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"], "additionalProperties": false});
+        Arc::new(Self {
+            specs: vec![
+                spec("sql_query", false, q.clone()),
+                spec("search_text", false, q.clone()),
+                spec(
+                    "write_file",
+                    true,
+                    json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+                ),
+                spec("slow", false, json!({"type": "object"})),
+                spec("outside", false, json!({"type": "object"})),
+            ],
+            calls: Mutex::new(Vec::new()),
+            running: AtomicUsize::new(0),
+            max_running: AtomicUsize::new(0),
+        })
+    }
+
+    fn calls(&self) -> Vec<(String, Value)> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+#[async_trait]
+impl ToolHost for FakeTools {
+    fn tools(&self) -> Vec<ToolSpec> {
+        self.specs.clone()
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        cancel: CancellationToken,
+    ) -> Result<Vec<Content>, ToolFailure> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push((name.to_string(), arguments.clone()));
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_running.fetch_max(now, Ordering::SeqCst);
+        let r = match name {
+            "sql_query" => {
+                // The first query is the slowest, so completion order differs from call order.
+                let q = arguments["query"].as_str().unwrap_or_default().to_string();
+                let ms = if q.contains("first") { 300 } else { 50 };
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok(vec![Content::Json(json!({"rows": [[q.len()]]}))])
+            }
+            "search_text" => Ok(vec![Content::Text(format!(
+                "found: {}",
+                arguments["query"]
+            ))]),
+            "write_file" => Ok(vec![Content::Text("written".into())]),
+            "slow" => {
+                tokio::select! {
+                    _ = cancel.cancelled() => Err(ToolFailure::new(ToolFailureKind::Cancelled, "cancelled")),
+                    _ = tokio::time::sleep(Duration::from_secs(30)) => Ok(vec![]),
+                }
+            }
+            "outside" => Err(ToolFailure::new(
+                ToolFailureKind::Denied,
+                "/etc is outside the granted paths",
+            )),
+            _ => Err(ToolFailure::new(ToolFailureKind::NotFound, "no such tool")),
+        };
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        r
+    }
+}
+
+#[derive(Default)]
+struct Recorder {
+    events: Vec<AgentEvent>,
+    answers: BTreeMap<String, ApprovalAnswer>,
+    asked: Vec<ApprovalRequest>,
+    persisted: usize,
+}
+
+#[async_trait]
+impl Frontend for Recorder {
+    fn event(&mut self, event: &AgentEvent) {
+        self.events.push(event.clone());
+    }
+    async fn approve(&mut self, request: &ApprovalRequest) -> ApprovalAnswer {
+        self.asked.push(request.clone());
+        self.answers
+            .get(&request.tool)
+            .copied()
+            .unwrap_or(ApprovalAnswer::No)
+    }
+    fn persist(&mut self, _c: &Conversation) {
+        self.persisted += 1;
+    }
+}
+
+impl Recorder {
+    fn text(&self) -> String {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                AgentEvent::TextDelta { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+    fn count(&self, pred: impl Fn(&AgentEvent) -> bool) -> usize {
+        self.events.iter().filter(|e| pred(e)).count()
+    }
+}
+
+fn config(server: &ScriptedServer) -> AgentConfig {
+    let mut c = AgentConfig::default();
+    c.llm.url = server.base_url();
+    c.llm.model = "scripted".into();
+    c.llm.retry.initial_backoff_ms = 10;
+    c.llm.retry.max_backoff_ms = 40;
+    c.llm.retry.max_retries = 3;
+    c
+}
+
+struct Run {
+    conv: Conversation,
+    outcome: TurnOutcome,
+    rec: Recorder,
+}
+
+async fn run(
+    agent: &Agent,
+    conv: Conversation,
+    text: &str,
+    answers: &[(&str, ApprovalAnswer)],
+) -> Run {
+    let mut conv = conv;
+    let mut rec = Recorder {
+        answers: answers.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        ..Recorder::default()
+    };
+    let outcome = agent
+        .run_turn(
+            &mut conv,
+            TurnInput::Message(text.into()),
+            &mut rec,
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    Run { conv, outcome, rec }
+}
+
+fn call(name: &str, args: Value) -> ScriptedCall {
+    ScriptedCall::new(name, args)
+}
+
+fn tool_messages(conv: &Conversation) -> Vec<(String, bool)> {
+    conv.messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool {
+                content, is_error, ..
+            } => Some((content.clone(), *is_error)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn text_answer_is_streamed_and_recorded() {
+    let server = ScriptedServer::start(Script::new([Step::text("The answer is forty-two.")]))
+        .await
+        .unwrap();
+    let tools = FakeTools::new();
+    let agent = Agent::new(config(&server), tools.clone()).unwrap();
+    let r = run(&agent, Conversation::new(), "What is the answer?", &[]).await;
+    assert_eq!(r.outcome, TurnOutcome::Answered);
+    assert_eq!(r.rec.text(), "The answer is forty-two.");
+    assert!(
+        r.rec.count(|e| matches!(e, AgentEvent::TextDelta { .. })) >= 3,
+        "streamed in pieces"
+    );
+    assert_eq!(
+        r.conv.messages.last(),
+        Some(&Message::assistant("The answer is forty-two."))
+    );
+    let req = &server.requests()[0];
+    assert_eq!(req.body["stream"], true);
+    assert_eq!(req.body["model"], "scripted");
+    let system = req.messages()[0]["content"].as_str().unwrap().to_string();
+    assert!(
+        system.contains("sql_query") && system.contains("write_file"),
+        "{system}"
+    );
+    assert_eq!(
+        req.tool_names(),
+        vec!["outside", "search_text", "slow", "sql_query", "write_file"]
+    );
+    assert!(r.rec.persisted >= 2);
+}
+
+#[tokio::test]
+async fn no_tools_means_no_tool_mentions() {
+    struct NoTools;
+    #[async_trait]
+    impl ToolHost for NoTools {
+        fn tools(&self) -> Vec<ToolSpec> {
+            vec![]
+        }
+        async fn call(
+            &self,
+            _: &str,
+            _: Value,
+            _: CancellationToken,
+        ) -> Result<Vec<Content>, ToolFailure> {
+            Err(ToolFailure::new(ToolFailureKind::NotFound, "none"))
+        }
+    }
+    let server = ScriptedServer::start(Script::new([Step::text("hi")]))
+        .await
+        .unwrap();
+    let agent = Agent::new(config(&server), Arc::new(NoTools)).unwrap();
+    run(&agent, Conversation::new(), "hello", &[]).await;
+    let req = &server.requests()[0];
+    assert!(req.body.get("tools").is_none());
+    let system = req.messages()[0]["content"].as_str().unwrap().to_string();
+    assert!(
+        system.contains("No tools are available") && !system.contains("sql"),
+        "{system}"
+    );
+}
+
+#[tokio::test]
+async fn one_tool_call_round_trips_with_native_tool_messages() {
+    let server = ScriptedServer::start(Script::new([
+        Step::tool_calls(vec![call(
+            "sql_query",
+            json!({"query": "select count(*) from t"}),
+        )]),
+        Step::text("There are 22 rows."),
+    ]))
+    .await
+    .unwrap();
+    let tools = FakeTools::new();
+    let agent = Agent::new(config(&server), tools.clone()).unwrap();
+    let r = run(&agent, Conversation::new(), "How many rows?", &[]).await;
+    assert_eq!(r.outcome, TurnOutcome::Answered);
+    assert_eq!(
+        tools.calls(),
+        vec![(
+            "sql_query".to_string(),
+            json!({"query": "select count(*) from t"})
+        )]
+    );
+    let second = server.requests()[1].messages();
+    let assistant = &second[2];
+    assert_eq!(assistant["role"], "assistant");
+    let id = assistant["tool_calls"][0]["id"].as_str().unwrap();
+    assert_eq!(assistant["tool_calls"][0]["function"]["name"], "sql_query");
+    assert_eq!(second[3]["role"], "tool");
+    assert_eq!(second[3]["tool_call_id"], id);
+    assert_eq!(second[3]["content"], "{\"rows\":[[22]]}");
+    assert!(
+        r.rec.count(|e| matches!(
+            e,
+            AgentEvent::ToolResult {
+                is_error: false,
+                ..
+            }
+        )) == 1
+    );
+}
+
+#[tokio::test]
+async fn several_calls_run_concurrently_and_return_in_call_order() {
+    let server = ScriptedServer::start(Script::new([
+        Step::ToolCalls {
+            content: Some("Running three queries.".into()),
+            calls: vec![
+                call("sql_query", json!({"query": "first query"})),
+                call("sql_query", json!({"query": "second"})),
+                call("search_text", json!({"query": "needle"})),
+            ],
+            chunk: Some(3),
+            interleave: true,
+            usage: None,
+        },
+        Step::text("done"),
+    ]))
+    .await
+    .unwrap();
+    let tools = FakeTools::new();
+    let mut c = config(&server);
+    c.agent.max_parallel_tools = 2;
+    let agent = Agent::new(c, tools.clone()).unwrap();
+    let r = run(&agent, Conversation::new(), "go", &[]).await;
+    assert_eq!(r.outcome, TurnOutcome::Answered);
+    assert_eq!(
+        tools.max_running.load(Ordering::SeqCst),
+        2,
+        "bounded concurrency"
+    );
+    let results = tool_messages(&r.conv);
+    assert_eq!(results[0].0, "{\"rows\":[[11]]}");
+    assert_eq!(results[1].0, "{\"rows\":[[6]]}");
+    assert_eq!(results[2].0, "found: \"needle\"");
+    let second = server.requests()[1].messages();
+    assert_eq!(second[2]["content"], "Running three queries.");
+    let ids: Vec<&str> = second[2]["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    let result_ids: Vec<&str> = second[3..6]
+        .iter()
+        .map(|m| m["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, result_ids);
+}
+
+#[tokio::test]
+async fn approval_ask_yes_no_and_config_deny() {
+    let server = ScriptedServer::start(Script::new([
+        Step::tool_calls(vec![call("write_file", json!({"path": "a.txt"}))]),
+        Step::text("wrote it"),
+        Step::tool_calls(vec![call("write_file", json!({"path": "b.txt"}))]),
+        Step::text("you declined"),
+    ]))
+    .await
+    .unwrap();
+    let tools = FakeTools::new();
+    let agent = Agent::new(config(&server), tools.clone()).unwrap();
+    let r = run(
+        &agent,
+        Conversation::new(),
+        "write a",
+        &[("write_file", ApprovalAnswer::Yes)],
+    )
+    .await;
+    assert_eq!(r.rec.asked.len(), 1);
+    assert_eq!(r.rec.asked[0].arguments, json!({"path": "a.txt"}));
+    assert_eq!(
+        r.rec.asked[0].grants,
+        vec!["grant for write_file".to_string()]
+    );
+    assert_eq!(tools.calls().len(), 1);
+    let r = run(
+        &agent,
+        r.conv,
+        "write b",
+        &[("write_file", ApprovalAnswer::No)],
+    )
+    .await;
+    assert_eq!(tools.calls().len(), 1, "declined call did not run");
+    let last = tool_messages(&r.conv).pop().unwrap();
+    assert!(last.1 && last.0.contains("user declined"), "{last:?}");
+    // Auto tools are never asked about (covered above: sql_query). Config deny: not offered, refused.
+    let server = ScriptedServer::start(Script::new([
+        Step::tool_calls(vec![call("write_file", json!({"path": "c.txt"}))]),
+        Step::text("ok"),
+    ]))
+    .await
+    .unwrap();
+    let mut c = config(&server);
+    c.approval.plugins.insert("files".into(), Policy::Deny);
+    let agent = Agent::new(c, tools.clone()).unwrap();
+    let r = run(
+        &agent,
+        Conversation::new(),
+        "write c",
+        &[("write_file", ApprovalAnswer::Yes)],
+    )
+    .await;
+    assert!(r.rec.asked.is_empty());
+    assert!(
+        !server.requests()[0]
+            .tool_names()
+            .contains(&"write_file".to_string())
+    );
+    assert_eq!(tools.calls().len(), 1);
+    assert!(
+        tool_messages(&r.conv)[0]
+            .0
+            .contains("denies the plugin `files`")
+    );
+}
+
+#[tokio::test]
+async fn sandbox_refusal_goes_back_to_the_model() {
+    let server = ScriptedServer::start(Script::new([
+        Step::tool_calls(vec![call("outside", json!({}))]),
+        Step::text("refused"),
+    ]))
+    .await
+    .unwrap();
+    let agent = Agent::new(config(&server), FakeTools::new()).unwrap();
+    let r = run(&agent, Conversation::new(), "read /etc/passwd", &[]).await;
+    let m = &tool_messages(&r.conv)[0];
+    assert!(
+        m.1 && m.0.contains("denied by the sandbox") && m.0.contains("outside the granted paths"),
+        "{m:?}"
+    );
+    assert_eq!(r.outcome, TurnOutcome::Answered);
+}
+
+#[tokio::test]
+async fn unknown_tool_and_invalid_arguments_let_the_model_correct_itself() {
+    let server = ScriptedServer::start(Script::new([
+        Step::tool_calls(vec![call("sql", json!({"query": "x"}))]),
+        Step::tool_calls(vec![call("sql_query", json!({"sql": "x"}))]),
+        Step::tool_calls(vec![call("sql_query", json!("{\"query\": "))]),
+        Step::tool_calls(vec![call("sql_query", json!({"query": "x"}))]),
+        Step::text("fixed"),
+    ]))
+    .await
+    .unwrap();
+    let tools = FakeTools::new();
+    let agent = Agent::new(config(&server), tools.clone()).unwrap();
+    let r = run(&agent, Conversation::new(), "q", &[]).await;
+    assert_eq!(r.outcome, TurnOutcome::Answered);
+    let msgs = tool_messages(&r.conv);
+    assert!(
+        msgs[0].0.contains("no tool named `sql`") && msgs[0].0.contains("sql_query, write_file"),
+        "{}",
+        msgs[0].0
+    );
+    assert!(
+        msgs[1].0.contains("do not match its schema") && msgs[1].0.contains("query"),
+        "{}",
+        msgs[1].0
+    );
+    assert!(msgs[2].0.contains("not valid JSON"), "{}", msgs[2].0);
+    assert!(!msgs[3].1);
+    assert_eq!(tools.calls().len(), 1, "only the valid call ran");
+}
+
+#[tokio::test]
+async fn iteration_limit_asks_for_a_final_answer_without_tools() {
+    let server = ScriptedServer::start(Script::new([
+        Step::tool_calls(vec![call("search_text", json!({"query": "a"}))]),
+        Step::tool_calls(vec![call("search_text", json!({"query": "b"}))]),
+        Step::text("Here is what I found so far."),
+    ]))
+    .await
+    .unwrap();
+    let mut c = config(&server);
+    c.agent.max_iterations = 2;
+    let agent = Agent::new(c, FakeTools::new()).unwrap();
+    let r = run(&agent, Conversation::new(), "search", &[]).await;
+    assert_eq!(r.outcome, TurnOutcome::FinalAnswerAfterLimit);
+    let last = server.requests().pop().unwrap();
+    assert!(last.body.get("tools").is_none());
+    let msgs = last.messages();
+    assert!(
+        msgs.last().unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .contains("maximum number of tool steps (2)")
+    );
+    assert!(
+        r.rec
+            .count(|e| matches!(e, AgentEvent::IterationLimitReached { limit: 2 }))
+            == 1
+    );
+    assert_eq!(r.conv.last_answer(), Some("Here is what I found so far."));
+}
+
+#[tokio::test]
+async fn repeating_the_same_call_stops_with_an_explanation() {
+    let same = || Step::tool_calls(vec![call("search_text", json!({"query": "same"}))]);
+    let server = ScriptedServer::start(Script::new([same(), same(), same(), Step::text("never")]))
+        .await
+        .unwrap();
+    let agent = Agent::new(config(&server), FakeTools::new()).unwrap();
+    let r = run(&agent, Conversation::new(), "loop", &[]).await;
+    let TurnOutcome::NoProgress { explanation } = &r.outcome else {
+        panic!("{:?}", r.outcome)
+    };
+    assert!(explanation.contains("search_text"), "{explanation}");
+    assert_eq!(server.requests().len(), 3);
+    assert_eq!(server.remaining(), 1);
+}
+
+#[tokio::test]
+async fn transient_failures_are_retried_without_duplicating_history() {
+    let server = ScriptedServer::start(Script::new([
+        Step::Status {
+            status: 429,
+            message: "slow down".into(),
+            retry_after: Some(1),
+        },
+        Step::status(503, "overloaded"),
+        Step::Cut {
+            text: "This answer will be cut off".into(),
+        },
+        Step::text("finally"),
+    ]))
+    .await
+    .unwrap();
+    let agent = Agent::new(config(&server), FakeTools::new()).unwrap();
+    let started = std::time::Instant::now();
+    let r = run(&agent, Conversation::new(), "hi", &[]).await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(1000),
+        "Retry-After honoured"
+    );
+    assert_eq!(r.outcome, TurnOutcome::Answered);
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 4);
+    for r in &reqs[1..] {
+        assert_eq!(r.body, reqs[0].body, "a retried request is identical");
+    }
+    assert_eq!(
+        r.conv.messages,
+        vec![Message::user("hi"), Message::assistant("finally")]
+    );
+    let retries: Vec<String> = r
+        .rec
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::Retrying { cause, .. } => Some(cause.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retries.len(), 3);
+    assert!(
+        retries[0].contains("429") && retries[0].contains("slow down"),
+        "{retries:?}"
+    );
+    assert!(retries[2].contains("before [DONE]"), "{retries:?}");
+}
+
+#[tokio::test]
+async fn retries_exhausted_fail_with_a_clear_error_and_history_intact() {
+    let server =
+        ScriptedServer::start(Script::new((0..5).map(|_| Step::status(503, "overloaded"))))
+            .await
+            .unwrap();
+    let mut c = config(&server);
+    c.llm.retry.max_retries = 2;
+    let agent = Agent::new(c, FakeTools::new()).unwrap();
+    let r = run(&agent, Conversation::new(), "hi", &[]).await;
+    let TurnOutcome::Failed { error } = &r.outcome else {
+        panic!("{:?}", r.outcome)
+    };
+    assert!(
+        error.contains("HTTP 503")
+            && error.contains("overloaded")
+            && error.contains("gave up after 2 retries"),
+        "{error}"
+    );
+    assert_eq!(server.requests().len(), 3);
+    assert_eq!(r.conv.messages, vec![Message::user("hi")]);
+    assert!(matches!(r.conv.state, State::Failed { .. }));
+    // The failed turn can be retried once the server recovers.
+    server.push([Step::text("recovered")]);
+    let server_left = server.remaining();
+    let mut conv = r.conv;
+    let mut rec = Recorder::default();
+    // Drain the two remaining 503s first by exhausting them in a retry.
+    let outcome = agent
+        .run_turn(
+            &mut conv,
+            TurnInput::Retry,
+            &mut rec,
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, TurnOutcome::Answered, "{server_left}");
+    assert_eq!(conv.last_answer(), Some("recovered"));
+}
+
+#[tokio::test]
+async fn client_errors_fail_at_once_with_the_server_message() {
+    let server = ScriptedServer::start(Script::new([
+        Step::status(400, "model `scripted` does not support tools"),
+        Step::text("x"),
+    ]))
+    .await
+    .unwrap();
+    let agent = Agent::new(config(&server), FakeTools::new()).unwrap();
+    let r = run(&agent, Conversation::new(), "hi", &[]).await;
+    let TurnOutcome::Failed { error } = &r.outcome else {
+        panic!("{:?}", r.outcome)
+    };
+    assert!(
+        error.contains("HTTP 400") && error.contains("does not support tools"),
+        "{error}"
+    );
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn garbage_from_the_model_is_a_clear_error() {
+    for stream in [true, false] {
+        let server = ScriptedServer::start(Script::new([Step::Garbage {
+            body: "<html>not an api</html>".into(),
+        }]))
+        .await
+        .unwrap();
+        let mut c = config(&server);
+        c.llm.stream = stream;
+        let agent = Agent::new(c, FakeTools::new()).unwrap();
+        let r = run(&agent, Conversation::new(), "hi", &[]).await;
+        let TurnOutcome::Failed { error } = &r.outcome else {
+            panic!("{:?}", r.outcome)
+        };
+        assert!(
+            error.contains("not a chat completion") && error.contains("<html>"),
+            "{error}"
+        );
+        assert_eq!(server.requests().len(), 1, "garbage is not retried");
+        assert_eq!(r.conv.messages, vec![Message::user("hi")]);
+    }
+}
+
+#[tokio::test]
+async fn unreachable_endpoint_fails_after_retries() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let mut c = AgentConfig::default();
+    c.llm.url = format!("http://127.0.0.1:{port}/v1");
+    c.llm.retry.max_retries = 1;
+    c.llm.retry.initial_backoff_ms = 5;
+    let agent = Agent::new(c, FakeTools::new()).unwrap();
+    let r = run(&agent, Conversation::new(), "hi", &[]).await;
+    let TurnOutcome::Failed { error } = &r.outcome else {
+        panic!("{:?}", r.outcome)
+    };
+    assert!(
+        error.contains("cannot reach the model server") && error.contains(&port.to_string()),
+        "{error}"
+    );
+    assert_eq!(r.conv.messages, vec![Message::user("hi")]);
+}
+
+#[tokio::test]
+async fn non_streaming_mode_and_api_key() {
+    let server = ScriptedServer::start(Script::new([
+        Step::tool_calls(vec![call("search_text", json!({"query": "q"}))]),
+        Step::Text {
+            text: "plain".into(),
+            chunk: None,
+            delay_ms: None,
+            usage: Some(cordon_scripted_llm::Usage {
+                prompt_tokens: 7,
+                completion_tokens: 3,
+            }),
+        },
+    ]))
+    .await
+    .unwrap();
+    let mut c = config(&server);
+    c.llm.stream = false;
+    // SAFETY-free: the variable name is unique to this test.
+    let var = "CORDON_TEST_KEY_NONSTREAM";
+    unsafe { std::env::set_var(var, "sekret") };
+    c.llm.api_key_env = Some(var.into());
+    let agent = Agent::new(c, FakeTools::new()).unwrap();
+    let r = run(&agent, Conversation::new(), "hi", &[]).await;
+    assert_eq!(r.conv.last_answer(), Some("plain"));
+    assert_eq!(r.conv.usage.prompt_tokens, 7);
+    let reqs = server.requests();
+    assert_eq!(reqs[0].body["stream"], false);
+    assert_eq!(reqs[0].authorization.as_deref(), Some("Bearer sekret"));
+    assert!(
+        !r.conv.to_json().contains("sekret"),
+        "the key is never stored"
+    );
+    let mut c = config(&server);
+    c.llm.api_key_env = Some("CORDON_TEST_KEY_UNSET_XYZ".into());
+    let e = Agent::new(c, FakeTools::new()).unwrap_err().to_string();
+    assert!(e.contains("CORDON_TEST_KEY_UNSET_XYZ"), "{e}");
+}
+
+#[tokio::test]
+async fn hermes_format_parses_and_produces_text_tool_calls() {
+    let server = ScriptedServer::start(Script::new([
+        Step::Hermes {
+            content: Some("Let me search.".into()),
+            calls: vec![call("search_text", json!({"query": "cordon"}))],
+        },
+        Step::text("Found it."),
+    ]))
+    .await
+    .unwrap();
+    let mut c = config(&server);
+    c.llm.tool_format = ToolFormat::Hermes;
+    let tools = FakeTools::new();
+    let agent = Agent::new(c, tools.clone()).unwrap();
+    let r = run(&agent, Conversation::new(), "find cordon", &[]).await;
+    assert_eq!(r.outcome, TurnOutcome::Answered);
+    let shown = r.rec.text();
+    assert!(
+        shown.starts_with("Let me search.") && !shown.contains("<tool_call>"),
+        "{shown}"
+    );
+    assert_eq!(
+        tools.calls(),
+        vec![("search_text".to_string(), json!({"query": "cordon"}))]
+    );
+    let reqs = server.requests();
+    assert!(reqs[0].body.get("tools").is_none());
+    let system = reqs[0].messages()[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        system.contains("<tools>") && system.contains("search_text"),
+        "{system}"
+    );
+    let msgs = reqs[1].messages();
+    assert!(msgs[2]["content"].as_str().unwrap().contains("<tool_call>"));
+    assert_eq!(msgs[3]["role"], "user");
+    assert!(
+        msgs[3]["content"]
+            .as_str()
+            .unwrap()
+            .contains("<tool_response>")
+    );
+    assert!(msgs.iter().all(|m| m["role"] != "tool"));
+    // History stays canonical.
+    assert!(
+        matches!(&r.conv.messages[1], Message::Assistant { tool_calls, content, .. } if tool_calls.len() == 1 && content == "Let me search.")
+    );
+}
+
+#[tokio::test]
+async fn pruning_keeps_newest_turns_and_is_visible() {
+    let long = "word ".repeat(300);
+    let steps: Vec<Step> = (0..4)
+        .map(|i| Step::text(&format!("answer {i}: {long}")))
+        .collect();
+    let server = ScriptedServer::start(Script::new(steps)).await.unwrap();
+    let mut c = config(&server);
+    c.context.window_tokens = 1400;
+    c.context.reserve_tokens = 100;
+    c.context.keep_last_turns = 1;
+    c.context.strategy = PruneStrategy::OldestFirst;
+    let agent = Agent::new(c, FakeTools::new()).unwrap();
+    let mut conv = Conversation::new();
+    let mut pruned = 0;
+    for i in 0..4 {
+        let r = run(&agent, conv, &format!("question {i}"), &[]).await;
+        pruned += r
+            .rec
+            .count(|e| matches!(e, AgentEvent::ContextPruned { .. }));
+        conv = r.conv;
+    }
+    assert!(pruned >= 1);
+    assert_eq!(conv.messages.len(), 8, "the stored history is never pruned");
+    assert!(
+        conv.notes
+            .iter()
+            .any(|n| n.text.contains("Context pruned (oldest-first")),
+        "{:?}",
+        conv.notes
+    );
+    let last = server.requests().pop().unwrap().messages();
+    assert_eq!(last[0]["role"], "system");
+    assert_eq!(last.last().unwrap()["content"], "question 3");
+    assert!(last.len() < 8, "older turns left out: {}", last.len());
+    assert!(!last.iter().any(|m| m["content"] == "question 0"));
+}
+
+#[tokio::test]
+async fn pruning_with_summary_sends_one_summary_call() {
+    let long = "word ".repeat(300);
+    let server = ScriptedServer::start(Script::new([
+        Step::text(&format!("first {long}")),
+        Step::text(&format!("second {long}")),
+        Step::text("SUMMARY: the user asked two questions."),
+        Step::text("third"),
+    ]))
+    .await
+    .unwrap();
+    let mut c = config(&server);
+    c.context.window_tokens = 900;
+    c.context.reserve_tokens = 100;
+    c.context.keep_last_turns = 1;
+    c.context.summarize = true;
+    let agent = Agent::new(c, FakeTools::new()).unwrap();
+    let mut conv = Conversation::new();
+    for q in ["q1", "q2", "q3"] {
+        conv = run(&agent, conv, q, &[]).await.conv;
+    }
+    let reqs = server.requests();
+    let summary_req = reqs
+        .iter()
+        .find(|r| r.body["stream"] == false)
+        .expect("a summary request");
+    assert!(
+        summary_req.messages()[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("Summarize")
+    );
+    let last = reqs.last().unwrap().messages();
+    assert!(
+        last[1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("SUMMARY: the user asked two questions."),
+        "{:?}",
+        last[1]
+    );
+    assert_eq!(conv.last_answer(), Some("third"));
+}
+
+#[tokio::test]
+async fn cancellation_keeps_the_partial_answer_and_the_conversation_usable() {
+    let server = ScriptedServer::start(Script::new([
+        Step::slow_text("one two three four five six seven eight nine ten", 4, 150),
+        Step::text("still here"),
+    ]))
+    .await
+    .unwrap();
+    let agent = Arc::new(Agent::new(config(&server), FakeTools::new()).unwrap());
+    let mut turn = agent.start_turn(Conversation::new(), TurnInput::Message("count".into()));
+    let mut deltas = 0;
+    while let Some(e) = turn.next_event().await {
+        if matches!(e, AgentEvent::TextDelta { .. }) {
+            deltas += 1;
+            if deltas == 2 {
+                turn.cancel();
+            }
+        }
+    }
+    let (conv, outcome) = turn.finish().await.unwrap();
+    assert_eq!(outcome.unwrap(), TurnOutcome::Cancelled);
+    let Some(Message::Assistant {
+        content,
+        partial: true,
+        ..
+    }) = conv.messages.last()
+    else {
+        panic!("{:?}", conv.messages)
+    };
+    assert!(
+        content.starts_with("one ") && content.len() < 20,
+        "{content}"
+    );
+    let turn = agent.start_turn(conv, TurnInput::Message("again".into()));
+    let (conv, outcome) = turn.finish().await.unwrap();
+    assert_eq!(outcome.unwrap(), TurnOutcome::Answered);
+    assert_eq!(conv.last_answer(), Some("still here"));
+    // The partial answer is sent back to the model in the next request.
+    let msgs = server.requests()[1].messages();
+    assert!(msgs[2]["content"].as_str().unwrap().starts_with("one "));
+}
+
+#[tokio::test]
+async fn cancellation_during_a_tool_call_and_approval_through_the_handle() {
+    let server = ScriptedServer::start(Script::new([
+        Step::tool_calls(vec![call("write_file", json!({"path": "x"}))]),
+        Step::tool_calls(vec![call("slow", json!({}))]),
+    ]))
+    .await
+    .unwrap();
+    let agent = Arc::new(Agent::new(config(&server), FakeTools::new()).unwrap());
+    let mut turn = agent.start_turn(Conversation::new(), TurnInput::Message("go".into()));
+    while let Some(e) = turn.next_event().await {
+        match e {
+            AgentEvent::ApprovalNeeded { request } => {
+                turn.answer(&request.call_id, ApprovalAnswer::Yes)
+            }
+            AgentEvent::ToolStarted { tool, .. } if tool == "slow" => turn.cancel(),
+            _ => {}
+        }
+    }
+    let (conv, outcome) = turn.finish().await.unwrap();
+    assert_eq!(outcome.unwrap(), TurnOutcome::Cancelled);
+    let results = tool_messages(&conv);
+    assert_eq!(results[0].0, "written");
+    assert!(
+        results[1].1 && results[1].0.contains("cancelled"),
+        "{results:?}"
+    );
+}
+
+#[tokio::test]
+async fn continue_fork_save_and_load() {
+    let server = ScriptedServer::start(Script::new([
+        Step::text("Paris."),
+        Step::text("About 2 million."),
+        Step::text("Berlin."),
+        Step::text("Rome."),
+    ]))
+    .await
+    .unwrap();
+    let agent = Agent::new(config(&server), FakeTools::new()).unwrap();
+    let r = run(&agent, Conversation::new(), "Capital of France?", &[]).await;
+    let r = run(&agent, r.conv, "Population?", &[]).await;
+    assert_eq!(r.conv.turns.len(), 2);
+    assert_eq!(
+        server.requests()[1].messages().len(),
+        4,
+        "the second turn sees the first"
+    );
+    // Save/load round trip, then continue the loaded copy.
+    let saved = r.conv.to_json();
+    let loaded = Conversation::from_json(&saved).unwrap();
+    assert_eq!(loaded, r.conv);
+    // Fork after the first turn: an independent copy.
+    let fork = loaded.fork(1).unwrap();
+    assert_eq!(fork.messages.len(), 2);
+    let f = run(&agent, fork, "And Germany?", &[]).await;
+    assert_eq!(f.conv.last_answer(), Some("Berlin."));
+    let fork_req = server.requests()[2].messages();
+    assert!(!fork_req.iter().any(|m| m["content"] == "Population?"));
+    assert_eq!(loaded.messages.len(), 4, "the original is untouched");
+    let o = run(&agent, loaded, "And Italy?", &[]).await;
+    assert_eq!(o.conv.messages.len(), 6);
+    assert!(
+        r.conv
+            .fork(3)
+            .unwrap_err()
+            .to_string()
+            .contains("2 finished turn")
+    );
+    assert!(
+        Conversation::from_json("{\"format\": 99}")
+            .unwrap_err()
+            .to_string()
+            .contains("format 99")
+    );
+    assert!(Conversation::from_json("nope").is_err());
+}
+
+#[tokio::test]
+async fn a_message_while_a_turn_runs_is_refused_and_changes_nothing() {
+    let server = ScriptedServer::start(Script::new([Step::text("x")]))
+        .await
+        .unwrap();
+    let agent = Agent::new(config(&server), FakeTools::new()).unwrap();
+    let mut conv = Conversation::new();
+    conv.state = State::AwaitingModel { final_pass: false };
+    let before = conv.clone();
+    let mut rec = Recorder::default();
+    let e = agent
+        .run_turn(
+            &mut conv,
+            TurnInput::Message("hi".into()),
+            &mut rec,
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(e, AgentError::Step(_)));
+    assert!(e.to_string().contains("still waiting for the model"), "{e}");
+    assert_eq!(conv, before);
+    // Resume continues it instead.
+    conv.messages.push(Message::user("hi"));
+    conv.turns.push(cordon_agent::conversation::Turn {
+        first_message: 0,
+        outcome: None,
+    });
+    let outcome = agent
+        .run_turn(
+            &mut conv,
+            TurnInput::Resume,
+            &mut rec,
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, TurnOutcome::Answered);
+}

@@ -1,0 +1,593 @@
+//! `cordon chat` and `cordon run`: the conversation engine on a terminal.
+//!
+//! `chat` is an interactive REPL with streamed answers, compact tool lines, inline approval
+//! (yes / no / always / never) and Ctrl-C that cancels the running stream or tool without
+//! leaving the conversation. `run` answers one prompt (or several with `--then`) without a
+//! REPL; with `--json` it prints every event as a JSON line for scripts.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, bail};
+use cordon_agent::{
+    Agent, AgentConfig, AgentEvent, ApprovalAnswer, ApprovalRequest, CancellationToken,
+    Conversation, Frontend, Message, Policy, ToolFormat, ToolHost, TurnInput, TurnOutcome,
+};
+use tokio::sync::mpsc;
+
+/// Settings shared by `chat` and `run`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// Base URL of an OpenAI-compatible API, ending in /v1 (e.g. http://localhost:11434/v1).
+    #[arg(long, env = "CORDON_LLM_URL")]
+    pub llm_url: Option<String>,
+    /// Model name.
+    #[arg(long, env = "CORDON_MODEL")]
+    pub model: Option<String>,
+    /// Config file (default: ./cordon.toml when it exists).
+    #[arg(long, env = "CORDON_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Model requests with tools per turn before the final-answer pass.
+    #[arg(long)]
+    pub max_iterations: Option<u32>,
+    /// Tool-call wire format: native (OpenAI tool calls) or hermes (<tool_call> text).
+    #[arg(long, value_parser = ["native", "hermes"])]
+    pub tool_format: Option<String>,
+    /// Continue a conversation saved with --save.
+    #[arg(long)]
+    pub load: Option<PathBuf>,
+    /// Save the conversation (JSON) here after every change.
+    #[arg(long)]
+    pub save: Option<PathBuf>,
+}
+
+/// `cordon chat`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ChatArgs {
+    /// Model and conversation settings.
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+/// How `cordon run` answers approval questions.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApproveMode {
+    /// Ask on the terminal; with no terminal, deny.
+    Ask,
+    /// Run only tools the policy runs without asking; deny the rest.
+    Auto,
+    /// Approve every call that would be asked about (`deny` rules still win).
+    All,
+    /// Run no tools at all.
+    None,
+}
+
+/// `cordon run`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// The first message.
+    pub prompt: String,
+    /// Further messages, each sent after the previous turn finishes.
+    #[arg(long)]
+    pub then: Vec<String>,
+    /// Approval of tool calls that need it.
+    #[arg(long, value_enum, default_value = "ask")]
+    pub approve: ApproveMode,
+    /// Print every event as a JSON line instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Model and conversation settings.
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+/// Loads cordon.toml and applies flag/env overrides.
+fn load_config(args: &ModelArgs) -> anyhow::Result<AgentConfig> {
+    let mut config = match &args.config {
+        Some(path) => AgentConfig::load(path, true)?,
+        None => AgentConfig::load(Path::new("cordon.toml"), false)?,
+    };
+    if let Some(url) = &args.llm_url {
+        config.llm.url = url.clone();
+    }
+    if let Some(model) = &args.model {
+        config.llm.model = model.clone();
+    }
+    if let Some(n) = args.max_iterations {
+        config.agent.max_iterations = n;
+    }
+    match args.tool_format.as_deref() {
+        Some("hermes") => config.llm.tool_format = ToolFormat::Hermes,
+        Some("native") => config.llm.tool_format = ToolFormat::Native,
+        _ => {}
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+fn load_conversation(args: &ModelArgs) -> anyhow::Result<Conversation> {
+    match &args.load {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| {
+                format!("cannot read the saved conversation {}", path.display())
+            })?;
+            Conversation::from_json(&text)
+                .with_context(|| format!("cannot load {}", path.display()))
+        }
+        None => Ok(Conversation::new()),
+    }
+}
+
+fn save(path: &Option<PathBuf>, conv: &Conversation) {
+    if let Some(path) = path {
+        // Write beside, then rename: a crash never leaves a half-written file.
+        let tmp = path.with_extension("json.tmp");
+        let result = std::fs::write(&tmp, conv.to_json()).and_then(|_| std::fs::rename(&tmp, path));
+        if let Err(e) = result {
+            eprintln!(
+                "warning: cannot save the conversation to {}: {e}",
+                path.display()
+            );
+        }
+    }
+}
+
+/// Lines from stdin, read on one task so the REPL prompt and approval questions share them.
+fn stdin_lines() -> mpsc::UnboundedReceiver<String> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match stdin.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if tx
+                        .send(line.trim_end_matches(['\n', '\r']).to_string())
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    rx
+}
+
+fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() > max {
+        format!("{}…", flat.chars().take(max).collect::<String>())
+    } else {
+        flat
+    }
+}
+
+/// A terminal front end: prints events, asks approval questions, saves.
+struct Terminal {
+    json: bool,
+    mode: ApproveMode,
+    lines: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<String>>>,
+    interactive: bool,
+    save: Option<PathBuf>,
+    at_line_start: bool,
+}
+
+impl Terminal {
+    fn out(&mut self, text: &str) {
+        let mut stdout = std::io::stdout();
+        let _ = stdout.write_all(text.as_bytes());
+        let _ = stdout.flush();
+        self.at_line_start = text.ends_with('\n');
+    }
+
+    fn note(&mut self, text: &str) {
+        if !self.at_line_start {
+            self.out("\n");
+        }
+        eprintln!("{text}");
+    }
+}
+
+#[cordon_agent::async_trait]
+impl Frontend for Terminal {
+    fn event(&mut self, event: &AgentEvent) {
+        if self.json {
+            if let Ok(line) = serde_json::to_string(event) {
+                println!("{line}");
+            }
+            return;
+        }
+        match event {
+            AgentEvent::TextDelta { text } => self.out(text),
+            AgentEvent::AssistantMessage { partial: true, .. } => self.note("  [partial answer kept]"),
+            AgentEvent::ToolStarted { tool, arguments, .. } => {
+                self.note(&format!("  ⚙ {tool} {}", one_line(&arguments.to_string(), 120)));
+            }
+            AgentEvent::ToolResult { tool, content, is_error, .. } => {
+                let mark = if *is_error { "✗" } else { "→" };
+                self.note(&format!("    {mark} {tool}: {}", one_line(content, 160)));
+            }
+            AgentEvent::ToolCallRejected { tool, reason, .. } => {
+                self.note(&format!("  ✗ {tool}: {}", one_line(reason, 160)));
+            }
+            AgentEvent::Retrying { retry, max_retries, delay_ms, cause } => self.note(&format!(
+                "  (model server: {cause}; retry {retry}/{max_retries} in {:.1} s)",
+                *delay_ms as f64 / 1000.0
+            )),
+            AgentEvent::ContextPruned { strategy, dropped_messages, dropped_tokens, summarized, .. } => {
+                self.note(&format!(
+                    "  (context window: {dropped_messages} older messages, {dropped_tokens} tokens, left out by {strategy}{})",
+                    if *summarized { ", summarised" } else { "" }
+                ))
+            }
+            AgentEvent::IterationLimitReached { limit } => self.note(&format!(
+                "  (reached {limit} tool steps; asking the model for its final answer)"
+            )),
+            AgentEvent::TurnFinished { outcome, .. } => match outcome {
+                TurnOutcome::NoProgress { explanation } => self.note(&format!("  {explanation}")),
+                TurnOutcome::Failed { error } => self.note(&format!("error: {error}")),
+                TurnOutcome::Cancelled => self.note("  (cancelled)"),
+                _ => {
+                    if !self.at_line_start {
+                        self.out("\n");
+                    }
+                }
+            },
+            _ => {}
+        }
+    }
+
+    async fn approve(&mut self, request: &ApprovalRequest) -> ApprovalAnswer {
+        match self.mode {
+            ApproveMode::All => return ApprovalAnswer::Yes,
+            ApproveMode::Auto | ApproveMode::None => {
+                if !self.json {
+                    self.note(&format!(
+                        "  ✗ {} not approved (--approve {}); use --approve all or ask to allow it",
+                        request.tool,
+                        if self.mode == ApproveMode::Auto {
+                            "auto"
+                        } else {
+                            "none"
+                        }
+                    ));
+                }
+                return ApprovalAnswer::No;
+            }
+            ApproveMode::Ask if !self.interactive => {
+                if !self.json {
+                    self.note(&format!(
+                        "  ✗ {} needs approval and there is no terminal to ask: denied",
+                        request.tool
+                    ));
+                }
+                return ApprovalAnswer::No;
+            }
+            ApproveMode::Ask => {}
+        }
+        let args = serde_json::to_string_pretty(&request.arguments).unwrap_or_default();
+        let mut text = format!(
+            "\nTool `{}` (plugin {}) wants to run with:\n{args}\n",
+            request.tool, request.plugin
+        );
+        if request.grants.is_empty() {
+            text.push_str("Grants: none\n");
+        } else {
+            text.push_str("Grants:\n");
+            for g in &request.grants {
+                text.push_str(&format!("  - {g}\n"));
+            }
+        }
+        text.push_str(&format!("Asked because {}.\n", request.reason));
+        self.note(&text);
+        loop {
+            eprint!("Allow? [y]es / [n]o / [a]lways for this tool / ne[v]er: ");
+            let _ = std::io::stderr().flush();
+            let line = self.lines.lock().await.recv().await;
+            let Some(line) = line else {
+                eprintln!("\n(no more input: denied)");
+                return ApprovalAnswer::No;
+            };
+            match line.trim().to_lowercase().as_str() {
+                "y" | "yes" => return ApprovalAnswer::Yes,
+                "n" | "no" => return ApprovalAnswer::No,
+                "a" | "always" => return ApprovalAnswer::Always,
+                "v" | "never" => return ApprovalAnswer::Never,
+                other => eprintln!("`{other}` is not an answer; type y, n, a or v."),
+            }
+        }
+    }
+
+    fn persist(&mut self, conversation: &Conversation) {
+        save(&self.save, conversation);
+    }
+}
+
+/// Ctrl-C cancels whatever token is current; the token is replaced for each turn.
+fn watch_ctrl_c(current: Arc<Mutex<Option<CancellationToken>>>, quit: mpsc::UnboundedSender<()>) {
+    tokio::spawn(async move {
+        while tokio::signal::ctrl_c().await.is_ok() {
+            let token = current.lock().ok().and_then(|g| g.clone());
+            match token {
+                Some(t) if !t.is_cancelled() => t.cancel(),
+                _ => {
+                    let _ = quit.send(());
+                }
+            }
+        }
+    });
+}
+
+fn exit_code(outcome: &TurnOutcome) -> i32 {
+    match outcome {
+        TurnOutcome::Answered | TurnOutcome::FinalAnswerAfterLimit => 0,
+        TurnOutcome::Failed { .. } => 1,
+        TurnOutcome::NoProgress { .. } => 3,
+        TurnOutcome::Cancelled => 130,
+    }
+}
+
+/// `cordon run "prompt" [--then "…"]…`: runs the turns and returns the exit code (0 answered,
+/// 1 failed, 3 stopped for lack of progress, 130 cancelled).
+pub async fn run(args: RunArgs, tools: Arc<dyn ToolHost>) -> anyhow::Result<i32> {
+    if args.prompt.trim().is_empty() {
+        bail!(
+            "the prompt is empty; pass the question as the first argument, e.g. cordon run \"How many rows?\""
+        );
+    }
+    let mut config = load_config(&args.model)?;
+    if args.approve == ApproveMode::None {
+        for t in tools.tools() {
+            config.approval.tools.insert(t.name, Policy::Deny);
+        }
+    }
+    let agent = Agent::new(config, tools)?;
+    let mut conv = load_conversation(&args.model)?;
+    let lines = Arc::new(tokio::sync::Mutex::new(stdin_lines()));
+    let mut frontend = Terminal {
+        json: args.json,
+        mode: args.approve,
+        lines,
+        interactive: std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
+        save: args.model.save.clone(),
+        at_line_start: true,
+    };
+    let current = Arc::new(Mutex::new(None));
+    let (quit_tx, _quit_rx) = mpsc::unbounded_channel();
+    watch_ctrl_c(current.clone(), quit_tx);
+    let mut code = 0;
+    for prompt in std::iter::once(args.prompt.clone()).chain(args.then.iter().cloned()) {
+        let token = CancellationToken::new();
+        if let Ok(mut g) = current.lock() {
+            *g = Some(token.clone());
+        }
+        let outcome = agent
+            .run_turn(&mut conv, TurnInput::Message(prompt), &mut frontend, &token)
+            .await?;
+        code = exit_code(&outcome);
+        if code != 0 {
+            break;
+        }
+    }
+    save(&args.model.save, &conv);
+    Ok(code)
+}
+
+const HELP: &str = "Commands:
+  /help            this help
+  /tools           the tools the model can use, with their approval policy
+  /history         the conversation so far
+  /fork N          continue in a new branch that keeps the first N turns
+  /branch [K]      list branches, or switch to branch K
+  /retry           re-send the last failed request
+  /clear           start a new, empty conversation
+  /save PATH       save the conversation as JSON
+  /quit            leave (Ctrl-D too)
+Ctrl-C cancels the running answer or tool call; the conversation stays usable.";
+
+fn print_history(conv: &Conversation) {
+    let mut turn = 0;
+    for (i, m) in conv.messages.iter().enumerate() {
+        for n in conv.notes.iter().filter(|n| n.at_message == i) {
+            println!("    ({})", n.text);
+        }
+        match m {
+            Message::User { content } => {
+                turn += 1;
+                println!("[{turn}] you: {}", one_line(content, 200));
+            }
+            Message::Assistant {
+                content,
+                tool_calls,
+                partial,
+            } => {
+                if !content.is_empty() {
+                    let mark = if *partial { " [partial]" } else { "" };
+                    println!("    model{mark}: {}", one_line(content, 200));
+                }
+                for c in tool_calls {
+                    println!("    ⚙ {} {}", c.name, one_line(&c.arguments, 120));
+                }
+            }
+            Message::Tool {
+                name,
+                content,
+                is_error,
+                ..
+            } => {
+                let mark = if *is_error { "✗" } else { "→" };
+                println!("      {mark} {name}: {}", one_line(content, 160));
+            }
+            Message::System { content } => println!("    (system: {})", one_line(content, 160)),
+        }
+    }
+    for n in conv
+        .notes
+        .iter()
+        .filter(|n| n.at_message >= conv.messages.len())
+    {
+        println!("    ({})", n.text);
+    }
+}
+
+/// `cordon chat`: the interactive REPL.
+pub async fn chat(args: ChatArgs, tools: Arc<dyn ToolHost>) -> anyhow::Result<()> {
+    let config = load_config(&args.model)?;
+    let url = config.llm.url.clone();
+    let model = config.llm.model.clone();
+    let agent = Agent::new(config, tools)?;
+    let mut branches: Vec<Conversation> = vec![load_conversation(&args.model)?];
+    let mut active = 0usize;
+    let lines = Arc::new(tokio::sync::Mutex::new(stdin_lines()));
+    let interactive = std::io::stdin().is_terminal();
+    let mut frontend = Terminal {
+        json: false,
+        mode: ApproveMode::Ask,
+        lines: lines.clone(),
+        interactive: true,
+        save: args.model.save.clone(),
+        at_line_start: true,
+    };
+    let current: Arc<Mutex<Option<CancellationToken>>> = Arc::new(Mutex::new(None));
+    let (quit_tx, mut quit_rx) = mpsc::unbounded_channel();
+    watch_ctrl_c(current.clone(), quit_tx);
+    eprintln!(
+        "cordon chat — {model} at {url}; {} tool(s). /help for commands, Ctrl-D to leave.",
+        agent.offered_tools(&branches[active]).len()
+    );
+    loop {
+        if interactive {
+            eprint!("> ");
+            let _ = std::io::stderr().flush();
+        }
+        let line = tokio::select! {
+            l = async { lines.lock().await.recv().await } => l,
+            _ = quit_rx.recv() => None,
+        };
+        let Some(line) = line else { break };
+        let line = line.trim().to_string();
+        if line.is_empty() {
+            continue;
+        }
+        let conv = &mut branches[active];
+        let input = if let Some(command) = line.strip_prefix('/') {
+            let mut parts = command.splitn(2, ' ');
+            let name = parts.next().unwrap_or_default();
+            let arg = parts.next().map(str::trim).unwrap_or_default();
+            match name {
+                "help" | "h" | "?" => {
+                    println!("{HELP}");
+                    continue;
+                }
+                "quit" | "exit" | "q" => break,
+                "tools" => {
+                    let policies = agent.tool_policies(conv);
+                    if policies.is_empty() {
+                        println!("No tools are installed and enabled.");
+                    }
+                    for (spec, d) in policies {
+                        let p = match d.policy {
+                            Policy::Ask => "ask",
+                            Policy::Auto => "auto",
+                            Policy::Deny => "deny",
+                        };
+                        println!(
+                            "{:<20} {:<5} ({}) — {}",
+                            spec.name,
+                            p,
+                            d.reason,
+                            one_line(&spec.description, 80)
+                        );
+                        for g in &spec.grants {
+                            println!("{:<27}{g}", "");
+                        }
+                    }
+                    continue;
+                }
+                "history" => {
+                    print_history(conv);
+                    continue;
+                }
+                "clear" => {
+                    *conv = Conversation::new();
+                    println!("Started a new, empty conversation.");
+                    continue;
+                }
+                "save" => {
+                    if arg.is_empty() {
+                        println!("usage: /save PATH");
+                    } else {
+                        let path = PathBuf::from(arg);
+                        match std::fs::write(&path, conv.to_json()) {
+                            Ok(()) => println!("Saved to {}.", path.display()),
+                            Err(e) => println!("cannot save to {}: {e}", path.display()),
+                        }
+                    }
+                    continue;
+                }
+                "fork" => {
+                    let keep = if arg.is_empty() {
+                        Ok(conv.finished_turns())
+                    } else {
+                        arg.parse::<usize>()
+                    };
+                    match keep {
+                        Err(_) => println!("usage: /fork N (N = turns to keep)"),
+                        Ok(n) => match conv.fork(n) {
+                            Ok(copy) => {
+                                branches.push(copy);
+                                active = branches.len() - 1;
+                                println!(
+                                    "Now on branch {active}, a copy keeping the first {n} turn(s). /branch lists branches."
+                                );
+                            }
+                            Err(e) => println!("{e}"),
+                        },
+                    }
+                    continue;
+                }
+                "branch" => {
+                    if arg.is_empty() {
+                        for (i, b) in branches.iter().enumerate() {
+                            let mark = if i == active { "*" } else { " " };
+                            println!("{mark} {i}: {} turn(s)", b.turns.len());
+                        }
+                    } else {
+                        match arg.parse::<usize>() {
+                            Ok(k) if k < branches.len() => {
+                                active = k;
+                                println!("Now on branch {k}.");
+                            }
+                            _ => println!("no branch `{arg}`; /branch lists them"),
+                        }
+                    }
+                    continue;
+                }
+                "retry" => TurnInput::Retry,
+                other => {
+                    println!("unknown command /{other}; /help lists the commands");
+                    continue;
+                }
+            }
+        } else {
+            TurnInput::Message(line)
+        };
+        let token = CancellationToken::new();
+        if let Ok(mut g) = current.lock() {
+            *g = Some(token.clone());
+        }
+        let conv = &mut branches[active];
+        if let Err(e) = agent.run_turn(conv, input, &mut frontend, &token).await {
+            println!("{e}");
+        }
+        if let Ok(mut g) = current.lock() {
+            *g = None;
+        }
+    }
+    save(&args.model.save, &branches[active]);
+    Ok(())
+}

@@ -1,0 +1,381 @@
+//! `cordon plugin install | list | inspect | remove`.
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use cordon_core::{Capability, Ceiling, Grants, LimitKind, ToolDescriptor};
+use cordon_home::{
+    Home, HomeError, InstallRequest, InstallSource, PluginRecord, PreparedInstall, ToolChange,
+    Toolbox, UpgradeDiff,
+};
+
+use crate::ui::{CompileSpinner, confirm, short_digest};
+
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Install a component from a file, or from a URL pinned with --sha256.
+    Install(InstallArgs),
+    /// List installed plugins.
+    List,
+    /// Show a plugin's tools and schemas, imports, ceiling, grants and limits.
+    Inspect {
+        /// The plugin name.
+        name: String,
+    },
+    /// Uninstall a plugin and forget its grants.
+    Remove {
+        /// The plugin name.
+        name: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    /// A component file (.wasm), or an https:// URL (http:// only for loopback hosts).
+    source: String,
+    /// The expected SHA-256 of the component (64 hex digits); required for URLs.
+    #[arg(long, value_name = "HEX")]
+    sha256: Option<String>,
+    /// The plugin name (default: the file name without .wasm).
+    #[arg(long)]
+    name: Option<String>,
+    /// A capability to give: fs:<dir>[:<guest>][:ro|rw], env:NAME, net:https://host[:port],
+    /// net:tcp://ip:port. Repeatable. Nothing is granted by default.
+    #[arg(long = "grant", value_name = "GRANT")]
+    grants: Vec<String>,
+    /// A limit override such as memory=64MiB or time=5s. Repeatable.
+    #[arg(long = "limit", value_name = "KEY=VALUE")]
+    limits: Vec<String>,
+    /// Replace an installed plugin of the same name without asking.
+    #[arg(long, short = 'y')]
+    yes: bool,
+}
+
+pub async fn run(home: &Home, command: PluginCommand) -> anyhow::Result<()> {
+    match command {
+        PluginCommand::Install(args) => install(home, args).await,
+        PluginCommand::List => list(home),
+        PluginCommand::Inspect { name } => inspect(home, &name).await,
+        PluginCommand::Remove { name } => {
+            let record = home.remove(&name)?;
+            println!(
+                "Removed plugin `{name}` ({}); its grants are gone.",
+                short_digest(&record.digest)
+            );
+            Ok(())
+        }
+    }
+}
+
+async fn install(home: &Home, args: InstallArgs) -> anyhow::Result<()> {
+    let source = InstallSource::parse(&args.source, args.sha256.as_deref())?;
+    let spinner = CompileSpinner::new();
+    let prepared = home
+        .prepare_install(
+            InstallRequest {
+                source,
+                name: args.name,
+                grants: args.grants,
+                limits: args.limits,
+            },
+            &|event| spinner.observe(event),
+        )
+        .await?;
+    drop(spinner);
+    describe_install(&prepared);
+    if let Some(diff) = prepared.upgrade() {
+        print_upgrade(prepared.name(), diff);
+        if !args.yes {
+            let question = format!("Replace the installed `{}`?", prepared.name());
+            match confirm(&question) {
+                Some(true) => {}
+                Some(false) => {
+                    return Err(HomeError::Declined {
+                        name: prepared.name().to_string(),
+                    }
+                    .into());
+                }
+                None => {
+                    return Err(HomeError::ConfirmationRequired {
+                        name: prepared.name().to_string(),
+                    }
+                    .into());
+                }
+            }
+        }
+    }
+    let report = prepared.commit()?;
+    let verb = match &report.previous {
+        None => "Installed",
+        Some(old) if old.digest == report.record.digest => "Reinstalled",
+        Some(_) => "Upgraded",
+    };
+    println!(
+        "{verb} plugin `{}` in {}.",
+        report.name,
+        home.root().display()
+    );
+    Ok(())
+}
+
+fn describe_install(p: &PreparedInstall) {
+    let r = p.record();
+    println!("Plugin `{}` ({})", p.name(), r.digest);
+    println!("  source:  {}", r.source);
+    print_imports(&r.imports);
+    print_ceiling(p.ceiling());
+    println!("  tools:   {}", r.tools.join(", "));
+    print_grants(&r.grants);
+    for (tool, others) in p.shadowed_tools() {
+        println!(
+            "  note: tool `{tool}` is also offered by {}; call it as `{}.{tool}`",
+            others
+                .iter()
+                .map(|o| format!("`{o}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            p.name()
+        );
+    }
+}
+
+fn print_imports(imports: &[String]) {
+    if imports.is_empty() {
+        println!("  imports: nothing");
+        return;
+    }
+    println!("  imports:");
+    for line in group_imports(imports) {
+        println!("    {line}");
+    }
+}
+
+/// Groups `ns:pkg/iface@ver` names by package and version so a component's ~25 WASI imports
+/// fit in a few lines: `wasi:cli@0.2.6: environment, exit, stdin`.
+fn group_imports(imports: &[String]) -> Vec<String> {
+    let mut groups: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
+    let mut lone = Vec::new();
+    for import in imports {
+        let (path, version) = match import.split_once('@') {
+            Some((p, v)) => (p, Some(v)),
+            None => (import.as_str(), None),
+        };
+        match path.split_once('/') {
+            Some((package, iface)) => {
+                let key = match version {
+                    Some(v) => format!("{package}@{v}"),
+                    None => package.to_string(),
+                };
+                groups.entry(key).or_default().push(iface);
+            }
+            None => lone.push(import.clone()),
+        }
+    }
+    let mut lines: Vec<String> = groups
+        .into_iter()
+        .map(|(package, mut ifaces)| {
+            ifaces.sort_unstable();
+            format!("{package}: {}", ifaces.join(", "))
+        })
+        .collect();
+    lines.extend(lone);
+    lines
+}
+
+fn capability_label(c: Capability) -> &'static str {
+    match c {
+        Capability::Filesystem => "paths (fs:)",
+        Capability::Environment => "environment variables (env:)",
+        Capability::Http => "HTTP origins (net:https://)",
+        Capability::Sockets => "TCP addresses (net:tcp://)",
+    }
+}
+
+fn print_ceiling(ceiling: &Ceiling) {
+    let caps = ceiling.capabilities();
+    if caps.is_empty() {
+        println!("  ceiling: nothing can be granted; it only sees its arguments");
+    } else {
+        let labels: Vec<&str> = caps.into_iter().map(capability_label).collect();
+        println!("  ceiling: may be granted {}", labels.join(", "));
+    }
+}
+
+fn print_grants(grants: &Grants) {
+    if grants.is_empty() {
+        println!("  grants:  none (it can reach nothing but its arguments)");
+    } else {
+        println!("  grants:");
+        for g in grants.iter() {
+            println!("    {g}");
+        }
+    }
+    println!(
+        "  effect:  {}",
+        if grants.can_change_anything() {
+            "its grants let it change or send things; calls need approval"
+        } else {
+            "its grants cannot change anything; calls may run without approval"
+        }
+    );
+}
+
+fn print_upgrade(name: &str, diff: &UpgradeDiff) {
+    println!();
+    println!(
+        "`{name}` is installed with a different component: {} -> {}",
+        short_digest(&diff.old_digest),
+        short_digest(&diff.new_digest)
+    );
+    if !diff.capabilities_added.is_empty() {
+        for c in &diff.capabilities_added {
+            println!(
+                "  !!! WARNING: the new component can use {} ({}); the installed one could not.",
+                capability_label(*c),
+                c.interface()
+            );
+        }
+    }
+    for i in &diff.imports_added {
+        println!("  + import  {i}");
+    }
+    for i in &diff.imports_removed {
+        println!("  - import  {i}");
+    }
+    for change in &diff.tools.changes {
+        match change {
+            ToolChange::Added(t) => println!("  + tool    {t}"),
+            ToolChange::Removed(t) => println!("  - tool    {t}"),
+            ToolChange::Changed {
+                name,
+                description,
+                schema,
+                hints,
+            } => {
+                let what: Vec<&str> = [
+                    (*description, "description"),
+                    (*schema, "input schema"),
+                    (*hints, "hints"),
+                ]
+                .into_iter()
+                .filter_map(|(b, s)| b.then_some(s))
+                .collect();
+                println!("  ~ tool    {name}: {} changed", what.join(", "));
+            }
+        }
+    }
+    if !diff.tools.exact {
+        println!("  (only tool names were compared: the installed tool list was not available)");
+    }
+    for g in &diff.grants_kept {
+        println!("  = grant   {g} (kept)");
+    }
+    for g in &diff.grants_dropped {
+        println!("  - grant   {g} (dropped: the new component cannot use it)");
+    }
+    if diff.is_empty() {
+        println!("  (same imports, tools and grants)");
+    }
+}
+
+fn list(home: &Home) -> anyhow::Result<()> {
+    let lock = home.read()?;
+    if lock.plugins.is_empty() {
+        println!(
+            "No plugins installed in {}. Install one with `cordon plugin install <file.wasm>`.",
+            home.root().display()
+        );
+        return Ok(());
+    }
+    let width = lock
+        .plugins
+        .keys()
+        .map(String::len)
+        .max()
+        .unwrap_or(4)
+        .max(6);
+    println!(
+        "{:width$}  {:12}  {:>5}  GRANTS",
+        "PLUGIN", "DIGEST", "TOOLS"
+    );
+    for (name, r) in &lock.plugins {
+        let grants = if r.grants.is_empty() {
+            "none".to_string()
+        } else {
+            r.grants
+                .iter()
+                .map(|g| g.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        println!(
+            "{name:width$}  {:12}  {:>5}  {grants}",
+            short_digest(&r.digest),
+            r.tools.len()
+        );
+    }
+    Ok(())
+}
+
+async fn inspect(home: &Home, name: &str) -> anyhow::Result<()> {
+    let lock = home.read()?;
+    let record: &PluginRecord = lock.plugin(name)?;
+    println!("Plugin `{name}`");
+    println!("  digest:  {}", record.digest);
+    println!("  source:  {}", record.source);
+    println!("  installed: {}", record.installed_at);
+    print_imports(&record.imports);
+    print_ceiling(&record.ceiling());
+    print_grants(&record.grants);
+    let limits = record.limits()?;
+    let shown: Vec<String> = LimitKind::ALL
+        .into_iter()
+        .map(|k| {
+            let mark = if record.limits.contains_key(k.key()) {
+                " (set)"
+            } else {
+                ""
+            };
+            format!("{}={}{mark}", k.key(), limits.describe(k))
+        })
+        .collect();
+    println!("  limits:  {}", shown.join("  "));
+
+    let toolbox = Toolbox::load_plugin(home, name)
+        .await
+        .context("could not load the plugin to show its tools")?;
+    if let Some((_, error)) = toolbox.unavailable().next() {
+        return Err(anyhow::anyhow!("{error}"))
+            .with_context(|| format!("plugin `{name}` cannot be used"));
+    }
+    println!("tools:");
+    for entry in toolbox.tools() {
+        print_tool(&entry.call_name, &entry.descriptor);
+    }
+    Ok(())
+}
+
+fn print_tool(call_name: &str, tool: &ToolDescriptor) {
+    println!("  {call_name}");
+    for line in tool.description.lines() {
+        println!("    {line}");
+    }
+    let h = &tool.hints;
+    let hints: Vec<&str> = [
+        (h.read_only, "read-only"),
+        (h.destructive, "destructive"),
+        (h.idempotent, "idempotent"),
+        (h.open_world, "open-world"),
+    ]
+    .into_iter()
+    .filter_map(|(b, s)| b.then_some(s))
+    .collect();
+    if !hints.is_empty() {
+        println!("    hints (the author's claims): {}", hints.join(", "));
+    }
+    let schema =
+        serde_json::to_string_pretty(&tool.input_schema).unwrap_or_else(|_| "?".to_string());
+    println!("    input schema:");
+    for line in schema.lines() {
+        println!("      {line}");
+    }
+}

@@ -1,0 +1,235 @@
+//! The capability ceiling: what a component could use at all, judged from its imports.
+//!
+//! A component that does not import `wasi:filesystem` cannot open a file whatever it is
+//! granted, so giving it a path is a mistake (or a sign the user picked the wrong plugin).
+//! Refusing such grants keeps the lock file honest: every grant shown is one that can matter.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::grant::Grant;
+
+/// A class of capability that grants give and imports make reachable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Capability {
+    /// Preopened directories (`wasi:filesystem/*`).
+    Filesystem,
+    /// Environment variables (`wasi:cli/environment`).
+    Environment,
+    /// Outgoing HTTP (`wasi:http/outgoing-handler`).
+    Http,
+    /// Raw TCP sockets (`wasi:sockets/tcp`, `wasi:sockets/tcp-create-socket`).
+    Sockets,
+}
+
+impl Capability {
+    /// The WASI interface family the capability needs, as shown to users.
+    pub fn interface(self) -> &'static str {
+        match self {
+            Capability::Filesystem => "wasi:filesystem",
+            Capability::Environment => "wasi:cli/environment",
+            Capability::Http => "wasi:http/outgoing-handler",
+            Capability::Sockets => "wasi:sockets/tcp",
+        }
+    }
+
+    /// What a grant of this class gives, for messages ("a path").
+    fn noun(self) -> &'static str {
+        match self {
+            Capability::Filesystem => "a path",
+            Capability::Environment => "an environment variable",
+            Capability::Http => "HTTP access",
+            Capability::Sockets => "a TCP address",
+        }
+    }
+
+    /// The class a grant belongs to.
+    pub fn of(grant: &Grant) -> Capability {
+        match grant {
+            Grant::Fs(_) => Capability::Filesystem,
+            Grant::Env(_) => Capability::Environment,
+            Grant::Http(_) => Capability::Http,
+            Grant::Tcp(_) => Capability::Sockets,
+        }
+    }
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.interface())
+    }
+}
+
+/// A grant the component's imports make useless, so it is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{} does not import {}, so it cannot be given {} (`{grant}`)",
+    match plugin { Some(p) => format!("plugin `{p}`"), None => "the plugin".to_string() },
+    capability.interface(), capability.noun())]
+pub struct CeilingError {
+    /// The plugin's name, when the caller knows it (see [`CeilingError::for_plugin`]).
+    pub plugin: Option<String>,
+    /// The capability class the plugin does not import.
+    pub capability: Capability,
+    /// The refused grant, in its text form.
+    pub grant: String,
+}
+
+impl CeilingError {
+    /// Names the plugin in the message.
+    pub fn for_plugin(mut self, name: impl Into<String>) -> Self {
+        self.plugin = Some(name.into());
+        self
+    }
+}
+
+/// Which capability classes a component imports.
+///
+/// Measured (Rust 1.95, wasm32-wasip2, wit-bindgen 0.63): a Rust component with `std` always
+/// imports `wasi:cli/environment` (the standard library's start-up code reads it), so the
+/// environment ceiling of Rust plugins is always open and grants, not the ceiling, protect
+/// variables. Filesystem, HTTP and socket imports appear only when the code uses them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Ceiling {
+    /// Imports any `wasi:filesystem/*` interface.
+    pub filesystem: bool,
+    /// Imports `wasi:cli/environment`.
+    pub environment: bool,
+    /// Imports `wasi:http/outgoing-handler`.
+    pub http: bool,
+    /// Imports `wasi:sockets/tcp` or `wasi:sockets/tcp-create-socket`.
+    pub sockets: bool,
+}
+
+/// Strips the `@version` from an interface name.
+fn unversioned(name: &str) -> &str {
+    name.split_once('@').map_or(name, |(n, _)| n)
+}
+
+impl Ceiling {
+    /// Computes the ceiling from import names such as `wasi:filesystem/types@0.2.6`.
+    pub fn from_imports<S: AsRef<str>>(imports: &[S]) -> Ceiling {
+        let mut c = Ceiling::default();
+        for i in imports {
+            let name = unversioned(i.as_ref());
+            if name.starts_with("wasi:filesystem/") {
+                c.filesystem = true;
+            }
+            if name == "wasi:cli/environment" {
+                c.environment = true;
+            }
+            if name == "wasi:http/outgoing-handler" {
+                c.http = true;
+            }
+            if name == "wasi:sockets/tcp" || name == "wasi:sockets/tcp-create-socket" {
+                c.sockets = true;
+            }
+        }
+        c
+    }
+
+    /// Whether the component can use capabilities of this class at all.
+    pub fn allows(&self, capability: Capability) -> bool {
+        match capability {
+            Capability::Filesystem => self.filesystem,
+            Capability::Environment => self.environment,
+            Capability::Http => self.http,
+            Capability::Sockets => self.sockets,
+        }
+    }
+
+    /// Refuses a grant the component could never use.
+    pub fn permits(&self, grant: &Grant) -> Result<(), CeilingError> {
+        let capability = Capability::of(grant);
+        if self.allows(capability) {
+            Ok(())
+        } else {
+            Err(CeilingError {
+                plugin: None,
+                capability,
+                grant: grant.to_string(),
+            })
+        }
+    }
+
+    /// The classes the component imports, for display.
+    pub fn capabilities(&self) -> Vec<Capability> {
+        [
+            Capability::Filesystem,
+            Capability::Environment,
+            Capability::Http,
+            Capability::Sockets,
+        ]
+        .into_iter()
+        .filter(|c| self.allows(*c))
+        .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn imports_map_to_classes() {
+        let c = Ceiling::from_imports(&[
+            "wasi:filesystem/preopens@0.2.6",
+            "wasi:io/streams@0.2.6",
+            "cordon:tool/log@0.1.0",
+        ]);
+        assert_eq!(
+            c,
+            Ceiling {
+                filesystem: true,
+                ..Ceiling::default()
+            }
+        );
+        let c = Ceiling::from_imports(&[
+            "wasi:cli/environment@0.2.0",
+            "wasi:http/outgoing-handler@0.2.6",
+            "wasi:sockets/tcp-create-socket@0.2.6",
+        ]);
+        assert_eq!(
+            c,
+            Ceiling {
+                filesystem: false,
+                environment: true,
+                http: true,
+                sockets: true
+            }
+        );
+        // wasi:http/types alone cannot send anything; wasi:sockets/udp is not tcp.
+        let c = Ceiling::from_imports(&[
+            "wasi:http/types@0.2.6",
+            "wasi:sockets/udp@0.2.6",
+            "wasi:cli/environments",
+        ]);
+        assert_eq!(c, Ceiling::default());
+        assert!(c.capabilities().is_empty());
+    }
+
+    #[test]
+    fn permits_only_imported_classes() {
+        let c = Ceiling::from_imports(&["wasi:filesystem/types@0.2.6"]);
+        assert!(c.permits(&"fs:/data".parse().unwrap()).is_ok());
+        let e = c.permits(&"env:TOKEN".parse().unwrap()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the plugin does not import wasi:cli/environment, so it cannot be given an environment variable (`env:TOKEN`)"
+        );
+        let e = Ceiling::default()
+            .permits(&"fs:/data".parse().unwrap())
+            .unwrap_err()
+            .for_plugin("x");
+        assert_eq!(
+            e.to_string(),
+            "plugin `x` does not import wasi:filesystem, so it cannot be given a path (`fs:/data:ro`)"
+        );
+        assert!(
+            c.permits(&"net:https://a.example".parse().unwrap())
+                .is_err()
+        );
+        assert!(c.permits(&"net:tcp://1.2.3.4:5".parse().unwrap()).is_err());
+    }
+}

@@ -1,0 +1,235 @@
+//! Tool vocabulary, mirroring the `cordon:tool/types` interface of `wit/tool.wit`.
+//!
+//! The runtime converts the component's values into these types once, so nothing above the
+//! runtime ever deals with WIT bindings or JSON-as-text.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// Behaviour hints; the author's claims, shown to users and models but never used alone to
+/// decide approval.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ToolHints {
+    /// The tool only reads.
+    pub read_only: bool,
+    /// The tool may delete or overwrite data.
+    pub destructive: bool,
+    /// Repeating a call has no further effect.
+    pub idempotent: bool,
+    /// The tool talks to things outside the granted paths.
+    pub open_world: bool,
+}
+
+/// One tool a plugin offers, with its input schema already parsed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDescriptor {
+    /// Unique within the plugin.
+    pub name: String,
+    /// What the tool does, written for a language model.
+    pub description: String,
+    /// JSON Schema the arguments must satisfy.
+    pub input_schema: serde_json::Value,
+    /// Behaviour hints.
+    pub hints: ToolHints,
+}
+
+impl ToolDescriptor {
+    /// Checks the name rule of the WIT contract (lowercase letters, digits and `_`, starting with
+    /// a letter), because names end up in model prompts and in `plugin.tool` references.
+    pub fn check_name(name: &str) -> Result<(), String> {
+        let mut chars = name.chars();
+        let ok = matches!(chars.next(), Some(c) if c.is_ascii_lowercase())
+            && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "tool name `{name}` is invalid: use lowercase letters, digits and `_`, starting with a letter"
+            ))
+        }
+    }
+}
+
+/// One piece of a tool's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "value", rename_all = "snake_case")]
+pub enum Content {
+    /// Plain text.
+    Text(String),
+    /// A parsed JSON document.
+    Json(serde_json::Value),
+}
+
+impl Content {
+    /// The size this piece counts for against the output limit (its text, or its JSON text).
+    pub fn size(&self) -> usize {
+        match self {
+            Content::Text(t) => t.len(),
+            Content::Json(v) => v.to_string().len(),
+        }
+    }
+}
+
+/// Why a tool call failed, as the plugin classified it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolErrorKind {
+    /// The arguments did not fit the tool.
+    InvalidArguments,
+    /// Something named in the arguments does not exist.
+    NotFound,
+    /// The plugin was not allowed to do it.
+    Denied,
+    /// Anything else.
+    Failed,
+}
+
+impl fmt::Display for ToolErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ToolErrorKind::InvalidArguments => "invalid arguments",
+            ToolErrorKind::NotFound => "not found",
+            ToolErrorKind::Denied => "denied",
+            ToolErrorKind::Failed => "failed",
+        })
+    }
+}
+
+/// An error a tool returned; the message is meant for the user and the model.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct ToolError {
+    /// The class of failure.
+    pub kind: ToolErrorKind,
+    /// What went wrong and what to do instead.
+    pub message: String,
+}
+
+/// Writes `v` as canonical JSON: object keys sorted by their UTF-8 bytes, no whitespace.
+/// Written out here rather than relying on serde_json's map order, which changes when any crate
+/// in the build enables its `preserve_order` feature.
+fn canonical_json(v: &serde_json::Value, out: &mut String) {
+    use serde_json::Value;
+    match v {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                canonical_json(&map[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical_json(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// A digest of a tool list (names, descriptions, schemas and hints, in the given order) as
+/// `sha256:<hex>`. The home records it at install time; a plugin whose list later hashes
+/// differently has changed what it tells the model ("rug pull") and is refused.
+pub fn tools_hash(tools: &[ToolDescriptor]) -> String {
+    let list: Vec<serde_json::Value> = tools
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "name": t.name,
+                "description": t.description,
+                "input_schema": t.input_schema,
+                "hints": {
+                    "read_only": t.hints.read_only,
+                    "destructive": t.hints.destructive,
+                    "idempotent": t.hints.idempotent,
+                    "open_world": t.hints.open_world,
+                },
+            })
+        })
+        .collect();
+    let mut text = String::new();
+    canonical_json(&serde_json::Value::Array(list), &mut text);
+    format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(name: &str, schema: serde_json::Value) -> ToolDescriptor {
+        ToolDescriptor {
+            name: name.into(),
+            description: "d".into(),
+            input_schema: schema,
+            hints: ToolHints::default(),
+        }
+    }
+
+    #[test]
+    fn hash_is_stable_and_sensitive() {
+        let a = tool(
+            "read",
+            json!({"type":"object","properties":{"b":{},"a":{}}}),
+        );
+        let h = tools_hash(std::slice::from_ref(&a));
+        assert!(h.starts_with("sha256:") && h.len() == 7 + 64, "{h}");
+        // Key order in the schema does not matter.
+        let a2 = tool(
+            "read",
+            serde_json::from_str(r#"{"properties":{"a":{},"b":{}},"type":"object"}"#).unwrap(),
+        );
+        assert_eq!(tools_hash(&[a2]), h);
+        // Every field matters.
+        let mut b = a.clone();
+        b.description = "other".into();
+        assert_ne!(tools_hash(&[b]), h);
+        let mut b = a.clone();
+        b.hints.destructive = true;
+        assert_ne!(tools_hash(&[b]), h);
+        let b = tool("read", json!({"type":"object"}));
+        assert_ne!(tools_hash(&[b]), h);
+        let b = tool("reads", a.input_schema.clone());
+        assert_ne!(tools_hash(&[b]), h);
+        assert_ne!(tools_hash(&[]), h);
+    }
+
+    #[test]
+    fn canonical_json_sorts_nested_keys() {
+        let mut s = String::new();
+        canonical_json(&json!({"z":[{"y":1,"x":"\"q"}],"a":null}), &mut s);
+        assert_eq!(s, r#"{"a":null,"z":[{"x":"\"q","y":1}]}"#);
+    }
+
+    #[test]
+    fn names_and_content() {
+        assert!(ToolDescriptor::check_name("read_file2").is_ok());
+        for bad in ["", "Read", "2x", "a-b", "a.b", "_x"] {
+            assert!(ToolDescriptor::check_name(bad).is_err(), "{bad}");
+        }
+        assert_eq!(Content::Json(json!({"a":1})).size(), 7);
+        assert_eq!(
+            serde_json::to_value(Content::Text("hi".into())).unwrap(),
+            json!({"type":"text","value":"hi"})
+        );
+        let e = ToolError {
+            kind: ToolErrorKind::NotFound,
+            message: "no file `x`".into(),
+        };
+        assert_eq!(e.to_string(), "not found: no file `x`");
+    }
+}

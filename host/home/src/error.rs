@@ -1,0 +1,273 @@
+//! Everything that can go wrong in the home, each message naming what was wrong and what to do.
+
+use std::path::PathBuf;
+
+use cordon_core::{CeilingError, GrantError, LimitError};
+use cordon_runtime::{CallError, RuntimeError};
+
+/// An error from a home operation. Every variant says what was wrong and, where there is one,
+/// what the user can do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum HomeError {
+    /// A filesystem operation failed.
+    #[error("could not {action} {}: {source}", .path.display())]
+    Io {
+        /// What was being done ("read", "create directory", ...).
+        action: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No home directory could be determined.
+    #[error("cannot find a place for the Cordon home: set CORDON_HOME or pass --home <DIR>")]
+    NoHomeDir,
+    /// `plugins.toml` could not be parsed; nothing is changed until it is repaired.
+    #[error(
+        "{} is not a valid Cordon lock file: {reason}\nFix the file by hand or restore it from a backup; Cordon will not overwrite it.",
+        .path.display()
+    )]
+    CorruptLockFile {
+        /// The lock file's path.
+        path: PathBuf,
+        /// The parser's message.
+        reason: String,
+    },
+    /// The component file to install does not exist.
+    #[error("no file at {}: check the path (or give an https:// URL with --sha256)", .path.display())]
+    SourceNotFound {
+        /// The path as given.
+        path: PathBuf,
+    },
+    /// The file to install exists but cannot be a component.
+    #[error("{} cannot be installed: {reason}", .path.display())]
+    NotAComponentFile {
+        /// The path as given.
+        path: PathBuf,
+        /// Why not.
+        reason: String,
+    },
+    /// The URL to install from is not acceptable.
+    #[error("cannot install from `{url}`: {reason}")]
+    BadUrl {
+        /// The URL as given.
+        url: String,
+        /// Why not.
+        reason: String,
+    },
+    /// A URL install without `--sha256`.
+    #[error(
+        "installing from a URL needs the component's digest: add --sha256 <64 hex digits> \
+         (e.g. from `sha256sum` of a copy you trust) for {url}"
+    )]
+    DigestRequired {
+        /// The URL as given.
+        url: String,
+    },
+    /// A `--sha256` value that is not a SHA-256 digest.
+    #[error("`{given}` is not a SHA-256 digest: give 64 hex digits, optionally prefixed `sha256:`")]
+    BadDigest {
+        /// The value as given.
+        given: String,
+    },
+    /// The download failed.
+    #[error("could not download {url}: {reason}")]
+    Download {
+        /// The URL.
+        url: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The bytes do not have the pinned digest; nothing was installed.
+    #[error(
+        "digest mismatch for {source_name}: expected {expected}, got {actual}. Nothing was \
+         installed; check that the --sha256 value and the source are the ones you trust"
+    )]
+    DigestMismatch {
+        /// The file or URL.
+        source_name: String,
+        /// The pinned digest.
+        expected: String,
+        /// The digest of what was received.
+        actual: String,
+    },
+    /// The runtime refused the component (not a component, unsupported imports, ...).
+    #[error("{source_name} is not a usable Cordon plugin: {source}")]
+    Load {
+        /// The file, URL or plugin name.
+        source_name: String,
+        /// The runtime's reason.
+        #[source]
+        source: RuntimeError,
+    },
+    /// The sandbox runtime itself could not start.
+    #[error("cannot start the sandbox runtime: {0}")]
+    Runtime(#[source] RuntimeError),
+    /// The component's `list-tools` failed.
+    #[error("{source_name}: listing its tools failed: {source}")]
+    ListTools {
+        /// The file, URL or plugin name.
+        source_name: String,
+        /// Why.
+        #[source]
+        source: CallError,
+    },
+    /// The component's tool list breaks the contract in `wit/tool.wit`.
+    #[error("{source_name} offers an invalid tool list: {reason}")]
+    BadToolList {
+        /// The file, URL or plugin name.
+        source_name: String,
+        /// What is wrong (bad name, duplicate, invalid schema ...).
+        reason: String,
+    },
+    /// An invalid plugin name.
+    #[error(
+        "`{name}` is not a valid plugin name: {reason}. Use lowercase letters, digits, `-` and \
+         `_`, starting with a letter (pass --name to choose one)"
+    )]
+    BadPluginName {
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// No plugin of that name is installed.
+    #[error("no plugin named `{name}` is installed{}", list_suffix("installed plugins", .installed))]
+    UnknownPlugin {
+        /// The name as given.
+        name: String,
+        /// What is installed.
+        installed: Vec<String>,
+    },
+    /// A grant could not be parsed or its directory cannot be granted.
+    #[error(transparent)]
+    Grant(#[from] GrantError),
+    /// A grant the component could never use.
+    #[error(transparent)]
+    Ceiling(#[from] CeilingError),
+    /// A limit override could not be parsed.
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// Revoking something that was not granted.
+    #[error("plugin `{plugin}` has no grant matching `{grant}`{}", list_suffix("its grants", .granted))]
+    NotGranted {
+        /// The plugin.
+        plugin: String,
+        /// The pattern as given.
+        grant: String,
+        /// What it does have.
+        granted: Vec<String>,
+    },
+    /// An upgrade needs confirmation but there is nobody to ask.
+    #[error(
+        "plugin `{name}` is already installed with a different component; re-run with --yes to \
+         replace it (review the differences above first)"
+    )]
+    ConfirmationRequired {
+        /// The plugin.
+        name: String,
+    },
+    /// The user answered no.
+    #[error("kept the installed `{name}`; nothing was changed")]
+    Declined {
+        /// The plugin.
+        name: String,
+    },
+    /// An installed component is missing or its bytes changed since install.
+    #[error(
+        "plugin `{plugin}`: {reason}. Refusing to run it; reinstall it with \
+         `cordon plugin install <file> --name {plugin}`"
+    )]
+    Tampered {
+        /// The plugin.
+        plugin: String,
+        /// What differs.
+        reason: String,
+    },
+    /// No tool by that name.
+    #[error("no tool named `{name}`{}", list_suffix("available tools", .available))]
+    UnknownTool {
+        /// The name as given.
+        name: String,
+        /// Every callable name.
+        available: Vec<String>,
+    },
+    /// A bare tool name offered by several plugins.
+    #[error(
+        "several plugins offer a tool named `{name}`; call it as one of: {}",
+        .candidates.join(", ")
+    )]
+    AmbiguousTool {
+        /// The name as given.
+        name: String,
+        /// The qualified names.
+        candidates: Vec<String>,
+    },
+    /// The arguments are not JSON (or not an object).
+    #[error("arguments for `{tool}` are not valid: {reason}")]
+    InvalidArguments {
+        /// The tool.
+        tool: String,
+        /// Why.
+        reason: String,
+    },
+    /// The arguments do not satisfy the tool's input schema.
+    #[error(
+        "arguments for `{tool}` do not match its input schema:\n  {}\n(see `cordon plugin inspect {plugin}` for the schema)",
+        .errors.join("\n  ")
+    )]
+    SchemaViolation {
+        /// The tool.
+        tool: String,
+        /// Its plugin.
+        plugin: String,
+        /// One line per violation, with the JSON pointer of the offending value.
+        errors: Vec<String>,
+    },
+    /// The tool's plugin is installed but could not be loaded.
+    #[error(transparent)]
+    Unavailable(std::sync::Arc<HomeError>),
+    /// The call itself failed (tool error, limit, trap).
+    #[error("`{tool}` failed: {source}")]
+    Call {
+        /// The tool.
+        tool: String,
+        /// Why.
+        #[source]
+        source: CallError,
+    },
+}
+
+fn list_suffix(what: &str, items: &[String]) -> String {
+    if items.is_empty() {
+        format!(" ({what}: none)")
+    } else {
+        format!(" ({what}: {})", items.join(", "))
+    }
+}
+
+impl HomeError {
+    /// Whether the error is the user's input rather than a failure of Cordon or a plugin; the
+    /// CLI exits with status 2 for these and 1 otherwise.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            HomeError::SourceNotFound { .. }
+                | HomeError::BadUrl { .. }
+                | HomeError::DigestRequired { .. }
+                | HomeError::BadDigest { .. }
+                | HomeError::BadPluginName { .. }
+                | HomeError::UnknownPlugin { .. }
+                | HomeError::Grant(_)
+                | HomeError::Ceiling(_)
+                | HomeError::Limit(_)
+                | HomeError::NotGranted { .. }
+                | HomeError::ConfirmationRequired { .. }
+                | HomeError::UnknownTool { .. }
+                | HomeError::AmbiguousTool { .. }
+                | HomeError::InvalidArguments { .. }
+                | HomeError::SchemaViolation { .. }
+        )
+    }
+}

@@ -1,0 +1,456 @@
+//! Installing a component: fetch, verify, load, inspect, diff against what is installed, and
+//! only then record — all or nothing.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use cordon_core::{Capability, Ceiling, Grant, Grants, Limits, ToolDescriptor, tools_hash};
+use cordon_runtime::{CompileEvent, Plugin, Runtime, RuntimeConfig};
+
+use crate::error::HomeError;
+use crate::fsutil::{HomeLock, atomic_write, ensure_dir, io_err, merge_tree, sha256_digest};
+use crate::lockfile::{LockFile, PluginRecord};
+use crate::source::InstallSource;
+use crate::{Home, parse_grants, validate_plugin_name, with_grants};
+
+/// What the user asked to install.
+#[derive(Debug, Clone)]
+pub struct InstallRequest {
+    /// Where the component comes from.
+    pub source: InstallSource,
+    /// The plugin name; defaults to the file or URL name without `.wasm`.
+    pub name: Option<String>,
+    /// Grants to give (CLI syntax), in addition to those carried over on a reinstall.
+    pub grants: Vec<String>,
+    /// Limit overrides (`memory=64MiB`), in addition to those carried over.
+    pub limits: Vec<String>,
+}
+
+/// How one tool differs between the installed and the new component.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolChange {
+    /// Only in the new component.
+    Added(String),
+    /// Only in the installed component.
+    Removed(String),
+    /// In both, with different description, schema or hints (each flag says which).
+    Changed {
+        /// The tool name.
+        name: String,
+        /// The description text differs.
+        description: bool,
+        /// The input schema differs.
+        schema: bool,
+        /// The behaviour hints differ.
+        hints: bool,
+    },
+}
+
+/// The tool differences of an upgrade. `exact` is false when the installed component's tool
+/// list was not available and only names could be compared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolDiff {
+    /// One entry per added, removed or changed tool.
+    pub changes: Vec<ToolChange>,
+    /// Whether descriptions and schemas were compared, not just names.
+    pub exact: bool,
+}
+
+/// What replacing an installed plugin with a different component would change. Shown to the
+/// user before they confirm, because a new component can want more than the old one did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpgradeDiff {
+    /// The installed component's digest.
+    pub old_digest: String,
+    /// The new component's digest.
+    pub new_digest: String,
+    /// Interfaces (without version) the new component imports that the old one did not.
+    pub imports_added: Vec<String>,
+    /// Interfaces (without version) the old component imported that the new one does not.
+    pub imports_removed: Vec<String>,
+    /// Capability classes the new component can use that the old one could not. Shown loudly:
+    /// this is how a trusted plugin turns into one that can, say, reach the network.
+    pub capabilities_added: Vec<Capability>,
+    /// Tool differences.
+    pub tools: ToolDiff,
+    /// Grants that carry over to the new component.
+    pub grants_kept: Vec<Grant>,
+    /// Grants dropped because the new component's ceiling no longer permits them.
+    pub grants_dropped: Vec<Grant>,
+}
+
+impl UpgradeDiff {
+    /// Whether anything beyond the digest differs.
+    pub fn is_empty(&self) -> bool {
+        self.imports_added.is_empty()
+            && self.imports_removed.is_empty()
+            && self.tools.changes.is_empty()
+            && self.grants_dropped.is_empty()
+    }
+}
+
+/// An install that has been fully checked and is ready to be recorded. It holds the home's
+/// exclusive lock until it is committed or dropped; dropping it changes nothing.
+pub struct PreparedInstall {
+    home: Home,
+    _lock: HomeLock,
+    lock: LockFile,
+    name: String,
+    record: PluginRecord,
+    previous: Option<PluginRecord>,
+    upgrade: Option<UpgradeDiff>,
+    tools: Vec<ToolDescriptor>,
+    bytes: Vec<u8>,
+    ceiling: Ceiling,
+    shadowed: Vec<(String, Vec<String>)>,
+    staging: Option<tempfile::TempDir>,
+}
+
+impl std::fmt::Debug for PreparedInstall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedInstall")
+            .field("name", &self.name)
+            .field("record", &self.record)
+            .field("upgrade", &self.upgrade)
+            .field("bytes", &self.bytes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What an install did.
+#[derive(Debug, Clone)]
+pub struct InstallReport {
+    /// The plugin name.
+    pub name: String,
+    /// What is now recorded.
+    pub record: PluginRecord,
+    /// What was recorded before, if the name was already installed.
+    pub previous: Option<PluginRecord>,
+}
+
+impl Home {
+    /// Fetches, verifies, loads and inspects a component, then takes the home's lock and works
+    /// out what installing it would change. Nothing in the home is written: call
+    /// [`PreparedInstall::commit`] to record it. `progress` hears about a real compile so a UI
+    /// can show a spinner.
+    pub async fn prepare_install(
+        &self,
+        request: InstallRequest,
+        progress: &dyn Fn(CompileEvent),
+    ) -> Result<PreparedInstall, HomeError> {
+        let source_name = request.source.describe();
+        let name = match &request.name {
+            Some(n) => n.clone(),
+            None => request
+                .source
+                .default_name()
+                .ok_or_else(|| HomeError::BadPluginName {
+                    name: source_name.clone(),
+                    reason: "no plugin name can be derived from it".into(),
+                })?,
+        };
+        validate_plugin_name(&name)?;
+        // Cheap checks of the user's input first, before downloading or compiling anything.
+        let new_grants = parse_grants(&request.grants)?;
+        Limits::default().with_overrides(request.limits.iter().map(String::as_str))?;
+
+        let bytes = request.source.fetch().await?;
+        let digest = sha256_digest(&bytes);
+
+        // A component already installed is compiled in the home's cache; anything new is
+        // compiled into a private cache that joins the home's only on commit, so a failed
+        // install leaves the home untouched.
+        let known = LockFile::load(&self.lock_path())
+            .map(|l| l.plugins.values().any(|r| r.digest == digest))
+            .unwrap_or(false);
+        let (runtime, staging) = if known {
+            (self.runtime()?, None)
+        } else {
+            let staging = tempfile::Builder::new()
+                .prefix("cordon-install-")
+                .tempdir()
+                .map_err(io_err(
+                    "create a staging directory in",
+                    &std::env::temp_dir(),
+                ))?;
+            let runtime = Runtime::new(RuntimeConfig {
+                cache_dir: Some(staging.path().join("cache")),
+            })
+            .map_err(HomeError::Runtime)?;
+            (runtime, Some(staging))
+        };
+        let plugin = runtime
+            .load(&bytes, progress)
+            .map_err(|source| HomeError::Load {
+                source_name: source_name.clone(),
+                source,
+            })?
+            .named(&name);
+        let limits = Limits::default();
+        let tools = plugin
+            .list_tools(&limits)
+            .await
+            .map_err(|source| HomeError::ListTools {
+                source_name: source_name.clone(),
+                source,
+            })?;
+        check_tool_list(&source_name, &tools)?;
+        let ceiling = plugin.ceiling();
+        for g in &new_grants {
+            ceiling.permits(g).map_err(|e| e.for_plugin(&name))?;
+        }
+
+        let guard = HomeLock::exclusive(&self.root)?;
+        let lock = LockFile::load(&self.lock_path())?;
+        let previous = lock.plugins.get(&name).cloned();
+
+        let (base_grants, base_limits, upgrade) = match &previous {
+            None => (Grants::new(), Default::default(), None),
+            Some(old) if old.digest == digest => (old.grants.clone(), old.limits.clone(), None),
+            Some(old) => {
+                let diff = self.diff(old, &plugin, &ceiling, &tools);
+                let kept: Grants = diff.grants_kept.iter().cloned().collect();
+                (kept, old.limits.clone(), Some(diff))
+            }
+        };
+        let mut record = PluginRecord {
+            digest: digest.clone(),
+            source: source_name,
+            installed_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+            imports: plugin.imports().to_vec(),
+            tools: tools.iter().map(|t| t.name.clone()).collect(),
+            tools_hash: tools_hash(&tools),
+            grants: with_grants(base_grants, &new_grants),
+            limits: base_limits,
+        };
+        record.set_limits(request.limits.iter().map(String::as_str))?;
+
+        let shadowed = tools
+            .iter()
+            .filter_map(|t| {
+                let others: Vec<String> = lock
+                    .owners_of(&t.name)
+                    .into_iter()
+                    .filter(|p| p != &name)
+                    .collect();
+                (!others.is_empty()).then(|| (t.name.clone(), others))
+            })
+            .collect();
+
+        Ok(PreparedInstall {
+            home: self.clone(),
+            _lock: guard,
+            lock,
+            name,
+            record,
+            previous,
+            upgrade,
+            tools,
+            bytes,
+            ceiling,
+            shadowed,
+            staging,
+        })
+    }
+
+    fn diff(
+        &self,
+        old: &PluginRecord,
+        new: &Plugin,
+        ceiling: &Ceiling,
+        tools: &[ToolDescriptor],
+    ) -> UpgradeDiff {
+        // Compare interfaces without their versions: a WASI patch-version bump is not a new
+        // capability, and listing every re-versioned import would bury the real changes.
+        let unversioned = |s: &String| s.split('@').next().unwrap_or(s).to_string();
+        let old_imports: BTreeSet<String> = old.imports.iter().map(unversioned).collect();
+        let new_imports: BTreeSet<String> = new.imports().iter().map(unversioned).collect();
+        let old_caps = old.ceiling().capabilities();
+        let (grants_kept, grants_dropped) = old
+            .grants
+            .iter()
+            .cloned()
+            .partition(|g| ceiling.permits(g).is_ok());
+        UpgradeDiff {
+            old_digest: old.digest.clone(),
+            new_digest: new.digest().to_string(),
+            imports_added: new_imports.difference(&old_imports).cloned().collect(),
+            imports_removed: old_imports.difference(&new_imports).cloned().collect(),
+            capabilities_added: ceiling
+                .capabilities()
+                .into_iter()
+                .filter(|c| !old_caps.contains(c))
+                .collect(),
+            tools: self.tool_diff(old, tools),
+            grants_kept,
+            grants_dropped,
+        }
+    }
+
+    fn tool_diff(&self, old: &PluginRecord, new: &[ToolDescriptor]) -> ToolDiff {
+        // The tool list recorded beside the old component gives a full comparison, provided it
+        // still matches the hash in the lock file; otherwise compare names only.
+        let old_tools: Option<Vec<ToolDescriptor>> =
+            std::fs::read(self.tool_list_path(&old.digest))
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .filter(|t: &Vec<ToolDescriptor>| tools_hash(t) == old.tools_hash);
+        let mut changes = Vec::new();
+        let new_names: BTreeSet<&str> = new.iter().map(|t| t.name.as_str()).collect();
+        for name in &old.tools {
+            if !new_names.contains(name.as_str()) {
+                changes.push(ToolChange::Removed(name.clone()));
+            }
+        }
+        for tool in new {
+            if !old.tools.contains(&tool.name) {
+                changes.push(ToolChange::Added(tool.name.clone()));
+            } else if let Some(before) = old_tools
+                .as_ref()
+                .and_then(|ts| ts.iter().find(|t| t.name == tool.name))
+            {
+                let (description, schema, hints) = (
+                    before.description != tool.description,
+                    before.input_schema != tool.input_schema,
+                    before.hints != tool.hints,
+                );
+                if description || schema || hints {
+                    changes.push(ToolChange::Changed {
+                        name: tool.name.clone(),
+                        description,
+                        schema,
+                        hints,
+                    });
+                }
+            }
+        }
+        ToolDiff {
+            changes,
+            exact: old_tools.is_some(),
+        }
+    }
+}
+
+/// Checks the tool list against the contract in `wit/tool.wit`: valid, unique names and input
+/// schemas that are valid JSON Schemas describing an object.
+fn check_tool_list(source_name: &str, tools: &[ToolDescriptor]) -> Result<(), HomeError> {
+    let bad = |reason: String| HomeError::BadToolList {
+        source_name: source_name.to_string(),
+        reason,
+    };
+    if tools.is_empty() {
+        return Err(bad("it offers no tools at all".into()));
+    }
+    let mut seen = BTreeSet::new();
+    for tool in tools {
+        ToolDescriptor::check_name(&tool.name).map_err(bad)?;
+        if !seen.insert(tool.name.as_str()) {
+            return Err(bad(format!("the tool name `{}` appears twice", tool.name)));
+        }
+        crate::toolbox::compile_schema(&tool.input_schema)
+            .map_err(|e| bad(format!("tool `{}`: {e}", tool.name)))?;
+    }
+    Ok(())
+}
+
+impl PreparedInstall {
+    /// The plugin name being installed.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The record that commit will write (digest, imports, tools, grants, limits).
+    pub fn record(&self) -> &PluginRecord {
+        &self.record
+    }
+
+    /// The component's tools as it reported them.
+    pub fn tools(&self) -> &[ToolDescriptor] {
+        &self.tools
+    }
+
+    /// What the component's imports allow it to use at most.
+    pub fn ceiling(&self) -> &Ceiling {
+        &self.ceiling
+    }
+
+    /// The record being replaced, if the name is installed.
+    pub fn previous(&self) -> Option<&PluginRecord> {
+        self.previous.as_ref()
+    }
+
+    /// The differences to confirm when the name is installed with a different component.
+    pub fn upgrade(&self) -> Option<&UpgradeDiff> {
+        self.upgrade.as_ref()
+    }
+
+    /// Tools whose bare name other installed plugins also offer, with those plugins: they must
+    /// be called as `plugin.tool`.
+    pub fn shadowed_tools(&self) -> &[(String, Vec<String>)] {
+        &self.shadowed
+    }
+
+    /// Whether committing needs the user's confirmation (a different component under an
+    /// installed name).
+    pub fn needs_confirmation(&self) -> bool {
+        self.upgrade.is_some()
+    }
+
+    /// Records the install: component file, its tool list, compiled code, then the lock file
+    /// last — the rename of `plugins.toml` is the moment the install happens. On an error
+    /// before that, files this commit created are removed again.
+    pub fn commit(mut self) -> Result<InstallReport, HomeError> {
+        let home = self.home.clone();
+        ensure_dir(&home.root.join("components"))?;
+        let component = home.component_path(&self.record.digest);
+        let tool_list = home.tool_list_path(&self.record.digest);
+        let mut created: Vec<PathBuf> = Vec::new();
+        let result = (|| {
+            let intact = std::fs::read(&component)
+                .map(|b| sha256_digest(&b) == self.record.digest)
+                .unwrap_or(false);
+            if !intact {
+                if !component.exists() {
+                    created.push(component.clone());
+                }
+                atomic_write(&component, &self.bytes)?;
+            }
+            let list = serde_json::to_vec_pretty(&self.tools).map_err(|e| HomeError::Io {
+                action: "serialise the tool list for",
+                path: tool_list.clone(),
+                source: std::io::Error::other(e),
+            })?;
+            if !tool_list.exists() {
+                created.push(tool_list.clone());
+            }
+            atomic_write(&tool_list, &list)?;
+            if let Some(staging) = &self.staging {
+                merge_tree(&staging.path().join("cache"), &home.cache_dir())?;
+            }
+            self.lock
+                .plugins
+                .insert(self.name.clone(), self.record.clone());
+            self.lock.save(&home.lock_path())
+        })();
+        if let Err(e) = result {
+            for path in created {
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(e);
+        }
+        // The replaced component is no longer needed unless another plugin uses it.
+        if let Some(old) = &self.previous
+            && old.digest != self.record.digest
+            && !self.lock.plugins.values().any(|r| r.digest == old.digest)
+        {
+            let _ = std::fs::remove_file(home.component_path(&old.digest));
+            let _ = std::fs::remove_file(home.tool_list_path(&old.digest));
+        }
+        Ok(InstallReport {
+            name: std::mem::take(&mut self.name),
+            record: self.record.clone(),
+            previous: self.previous.take(),
+        })
+    }
+}

@@ -1,0 +1,298 @@
+//! `plugins.toml`: what is installed, pinned by digest, and what each plugin may reach.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use cordon_core::{Ceiling, Grants, LimitKind, Limits};
+use serde::{Deserialize, Serialize};
+
+use crate::error::HomeError;
+use crate::fsutil::{atomic_write, io_err};
+
+/// The lock file format version this build reads and writes.
+pub const LOCK_VERSION: u32 = 1;
+
+const HEADER: &str = "\
+# Cordon lock and grants file. Cordon rewrites it atomically; edit with care.
+# Each plugin is pinned by the sha256 digest of its component and the hash of its tool list;
+# a component whose bytes or tools differ from what is recorded here is refused.
+# Grants are deny-by-default: a plugin reaches only what is listed under `grants`.
+
+";
+
+/// The parsed lock file: every installed plugin by name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockFile {
+    /// Format version, so a future Cordon can migrate or refuse old files knowingly.
+    pub version: u32,
+    /// Installed plugins by name, sorted.
+    #[serde(default)]
+    pub plugins: BTreeMap<String, PluginRecord>,
+}
+
+/// One installed plugin as recorded at install time, plus the user's grants and limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginRecord {
+    /// `sha256:<hex>` of the component; the file is `components/<hex>.wasm`.
+    pub digest: String,
+    /// Where it was installed from (absolute path or URL), for the user's information.
+    pub source: String,
+    /// When it was installed (RFC 3339, UTC).
+    pub installed_at: String,
+    /// The interfaces the component imports; its capability ceiling derives from these.
+    pub imports: Vec<String>,
+    /// The names of its tools, in the order the plugin lists them.
+    pub tools: Vec<String>,
+    /// `tools_hash` of the full tool list (names, descriptions, schemas, hints).
+    pub tools_hash: String,
+    /// What the plugin may reach. Empty means nothing.
+    #[serde(default)]
+    pub grants: Grants,
+    /// Limit overrides by key (`memory`, `time`, `output`, `args`, `log`); the rest default.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<String, String>,
+}
+
+impl PluginRecord {
+    /// The capability ceiling of the recorded imports; lets grant changes be checked without
+    /// loading the component.
+    pub fn ceiling(&self) -> Ceiling {
+        Ceiling::from_imports(&self.imports)
+    }
+
+    /// The effective limits: defaults with this plugin's overrides applied.
+    pub fn limits(&self) -> Result<Limits, HomeError> {
+        let mut limits = Limits::default();
+        for (key, value) in &self.limits {
+            limits.apply(&format!("{key}={value}"))?;
+        }
+        Ok(limits)
+    }
+
+    /// Applies `key=value` overrides, storing each in normalised form (`64MiB`, `5s`).
+    pub fn set_limits<'a>(
+        &mut self,
+        specs: impl IntoIterator<Item = &'a str>,
+    ) -> Result<Vec<LimitKind>, HomeError> {
+        let mut limits = self.limits()?;
+        let mut changed = Vec::new();
+        for spec in specs {
+            let kind = limits.apply(spec)?;
+            self.limits
+                .insert(kind.key().to_string(), limits.describe(kind));
+            changed.push(kind);
+        }
+        Ok(changed)
+    }
+}
+
+impl LockFile {
+    /// Reads the lock file; a missing file is an empty home.
+    pub fn load(path: &Path) -> Result<LockFile, HomeError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(LockFile {
+                    version: LOCK_VERSION,
+                    plugins: BTreeMap::new(),
+                });
+            }
+            Err(e) => return Err(io_err("read", path)(e)),
+        };
+        let lock: LockFile = toml::from_str(&text).map_err(|e| HomeError::CorruptLockFile {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        if lock.version != LOCK_VERSION {
+            return Err(HomeError::CorruptLockFile {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "it has format version {}, this Cordon reads version {LOCK_VERSION}",
+                    lock.version
+                ),
+            });
+        }
+        for (name, record) in &lock.plugins {
+            crate::validate_plugin_name(name).map_err(|e| HomeError::CorruptLockFile {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })?;
+            record.limits().map_err(|e| HomeError::CorruptLockFile {
+                path: path.to_path_buf(),
+                reason: format!("plugin `{name}`: {e}"),
+            })?;
+        }
+        Ok(lock)
+    }
+
+    /// Writes the lock file atomically.
+    pub fn save(&self, path: &Path) -> Result<(), HomeError> {
+        let body = toml::to_string_pretty(self).map_err(|e| HomeError::CorruptLockFile {
+            path: path.to_path_buf(),
+            reason: format!("could not serialise the lock file: {e}"),
+        })?;
+        atomic_write(path, format!("{HEADER}{body}").as_bytes())
+    }
+
+    /// The record of `name`, or an error listing what is installed.
+    pub fn plugin(&self, name: &str) -> Result<&PluginRecord, HomeError> {
+        self.plugins
+            .get(name)
+            .ok_or_else(|| self.unknown_plugin(name))
+    }
+
+    /// Mutable access to the record of `name`, or an error listing what is installed.
+    pub fn plugin_mut(&mut self, name: &str) -> Result<&mut PluginRecord, HomeError> {
+        if !self.plugins.contains_key(name) {
+            return Err(self.unknown_plugin(name));
+        }
+        Ok(self.plugins.get_mut(name).expect("checked above"))
+    }
+
+    fn unknown_plugin(&self, name: &str) -> HomeError {
+        HomeError::UnknownPlugin {
+            name: name.to_string(),
+            installed: self.plugins.keys().cloned().collect(),
+        }
+    }
+
+    /// Resolves a tool name to `(plugin, tool)` from the recorded tool names: a bare name
+    /// that exactly one plugin offers, or `plugin.tool`.
+    pub fn resolve_tool(&self, name: &str) -> Result<(String, String), HomeError> {
+        if let Some((plugin, tool)) = name.split_once('.')
+            && let Some(record) = self.plugins.get(plugin)
+            && record.tools.iter().any(|t| t == tool)
+        {
+            return Ok((plugin.to_string(), tool.to_string()));
+        }
+        let owners: Vec<&String> = self
+            .plugins
+            .iter()
+            .filter(|(_, r)| r.tools.iter().any(|t| t == name))
+            .map(|(p, _)| p)
+            .collect();
+        match owners.as_slice() {
+            [one] => Ok(((*one).clone(), name.to_string())),
+            [] => Err(HomeError::UnknownTool {
+                name: name.to_string(),
+                available: self.callable_names(),
+            }),
+            many => Err(HomeError::AmbiguousTool {
+                name: name.to_string(),
+                candidates: many.iter().map(|p| format!("{p}.{name}")).collect(),
+            }),
+        }
+    }
+
+    /// How many installed plugins offer a tool with this bare name.
+    pub fn owners_of(&self, tool: &str) -> Vec<String> {
+        self.plugins
+            .iter()
+            .filter(|(_, r)| r.tools.iter().any(|t| t == tool))
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
+    /// Every name a tool can be called by: the bare name when unique, else `plugin.tool`.
+    pub fn callable_names(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        for (plugin, record) in &self.plugins {
+            for tool in &record.tools {
+                if self.owners_of(tool).len() == 1 {
+                    names.push(tool.clone());
+                } else {
+                    names.push(format!("{plugin}.{tool}"));
+                }
+            }
+        }
+        names.sort();
+        names
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(tools: &[&str]) -> PluginRecord {
+        PluginRecord {
+            digest: format!("sha256:{}", "a".repeat(64)),
+            source: "/x.wasm".into(),
+            installed_at: "2026-01-01T00:00:00Z".into(),
+            imports: vec!["wasi:filesystem/types@0.2.6".into()],
+            tools: tools.iter().map(|s| s.to_string()).collect(),
+            tools_hash: "sha256:00".into(),
+            grants: Grants::new(),
+            limits: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn round_trips_through_toml_with_grants_and_limits() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("plugins.toml");
+        let mut lock = LockFile {
+            version: LOCK_VERSION,
+            ..Default::default()
+        };
+        let mut rec = record(&["read"]);
+        rec.grants.add("env:HOME".parse().unwrap());
+        rec.set_limits(["memory=64MiB", "time=5s"]).unwrap();
+        lock.plugins.insert("probe".into(), rec);
+        lock.save(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with("# Cordon lock"), "{text}");
+        assert!(text.contains("memory = \"64MiB\""), "{text}");
+        let back = LockFile::load(&path).unwrap();
+        assert_eq!(back, lock);
+        let limits = back.plugins["probe"].limits().unwrap();
+        assert_eq!(limits.memory, 64 * 1024 * 1024);
+        assert_eq!(limits.time, std::time::Duration::from_secs(5));
+    }
+
+    #[test]
+    fn missing_file_is_empty_and_garbage_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("plugins.toml");
+        assert!(LockFile::load(&path).unwrap().plugins.is_empty());
+        std::fs::write(&path, "version = 1\n[plugins.x]\ndigest = 3\n").unwrap();
+        let err = LockFile::load(&path).unwrap_err();
+        assert!(matches!(err, HomeError::CorruptLockFile { .. }), "{err}");
+        std::fs::write(&path, "version = 99\n").unwrap();
+        assert!(
+            LockFile::load(&path)
+                .unwrap_err()
+                .to_string()
+                .contains("version 99")
+        );
+    }
+
+    #[test]
+    fn resolves_unique_qualified_and_ambiguous_names() {
+        let mut lock = LockFile::default();
+        lock.plugins.insert("a".into(), record(&["read", "only_a"]));
+        lock.plugins.insert("b".into(), record(&["read"]));
+        assert_eq!(
+            lock.resolve_tool("only_a").unwrap(),
+            ("a".to_string(), "only_a".to_string())
+        );
+        assert_eq!(
+            lock.resolve_tool("b.read").unwrap(),
+            ("b".to_string(), "read".to_string())
+        );
+        match lock.resolve_tool("read").unwrap_err() {
+            HomeError::AmbiguousTool { candidates, .. } => {
+                assert_eq!(candidates, vec!["a.read", "b.read"])
+            }
+            other => panic!("unexpected {other}"),
+        }
+        match lock.resolve_tool("nope").unwrap_err() {
+            HomeError::UnknownTool { available, .. } => {
+                assert_eq!(available, vec!["a.read", "b.read", "only_a"])
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+}

@@ -1,0 +1,362 @@
+//! The installed tools, verified against the lock file and ready to call under their grants.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cordon_core::{Grants, LimitKind, Limits, ToolDescriptor, tools_hash};
+use cordon_runtime::{CallError, Plugin, Runtime, Sandbox, ToolOutput};
+use serde_json::Value;
+
+use crate::Home;
+use crate::error::HomeError;
+use crate::fsutil::{HomeLock, sha256_digest};
+use crate::lockfile::{LockFile, PluginRecord};
+
+/// Compiles a tool's input schema; the error text says what is wrong with the schema.
+pub(crate) fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
+    let Some(object) = schema.as_object() else {
+        return Err("its input schema must be a JSON object".into());
+    };
+    if let Some(ty) = object.get("type")
+        && ty != "object"
+    {
+        return Err(format!(
+            "its input schema must describe a JSON object (`\"type\": \"object\"`), not {ty}"
+        ));
+    }
+    jsonschema::validator_for(schema).map_err(|e| format!("its input schema is invalid: {e}"))
+}
+
+/// One callable tool with everything needed to decide about and run a call.
+#[derive(Clone)]
+pub struct ToolEntry {
+    /// The plugin that offers it.
+    pub plugin: String,
+    /// The name to call it by: the bare tool name when no other plugin offers one like it,
+    /// else `plugin.tool`.
+    pub call_name: String,
+    /// What the plugin reported for it (name, description, schema, hints).
+    pub descriptor: ToolDescriptor,
+    /// The plugin's grants, exactly as the sandbox will apply them.
+    pub grants: Grants,
+    /// The plugin's effective limits.
+    pub limits: Limits,
+    /// Whether the plugin's effective capabilities let it change or send anything (a
+    /// read-write path, any network, any environment variable). Derived from the grants the
+    /// user gave, which the ceiling has already bounded — never from the plugin's own hints.
+    /// Approval policies start from this.
+    pub can_change_anything: bool,
+    validator: Arc<jsonschema::Validator>,
+    component: Plugin,
+}
+
+impl std::fmt::Debug for ToolEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolEntry")
+            .field("plugin", &self.plugin)
+            .field("call_name", &self.call_name)
+            .field("grants", &self.grants)
+            .field("can_change_anything", &self.can_change_anything)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolEntry {
+    /// Checks arguments against the tool's input schema, listing every violation with the JSON
+    /// pointer of the offending value.
+    pub fn validate(&self, arguments: &Value) -> Result<(), HomeError> {
+        if !arguments.is_object() {
+            return Err(HomeError::InvalidArguments {
+                tool: self.call_name.clone(),
+                reason: format!(
+                    "expected a JSON object such as {{\"name\": \"value\"}}, got {}",
+                    json_kind(arguments)
+                ),
+            });
+        }
+        let errors: Vec<String> = self
+            .validator
+            .iter_errors(arguments)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                if at.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("at {at}: {e}")
+                }
+            })
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(HomeError::SchemaViolation {
+                tool: self.call_name.clone(),
+                plugin: self.plugin.clone(),
+                errors,
+            })
+        }
+    }
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The installed tools, loaded and verified: each component's bytes must match the digest in
+/// the lock file and its tool list must match the recorded hash. A plugin that fails either
+/// check is kept out, and calling one of its tools says why and to reinstall it.
+pub struct Toolbox {
+    tools: Vec<ToolEntry>,
+    by_name: BTreeMap<String, usize>,
+    unavailable: BTreeMap<String, Arc<HomeError>>,
+    lock: LockFile,
+}
+
+impl std::fmt::Debug for Toolbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Toolbox")
+            .field("tools", &self.tools)
+            .field("unavailable", &self.unavailable)
+            .finish()
+    }
+}
+
+impl Toolbox {
+    /// Loads every installed plugin.
+    pub async fn load(home: &Home) -> Result<Toolbox, HomeError> {
+        Self::load_plugins(home, None).await
+    }
+
+    /// Loads only the plugin offering `tool` (a bare or `plugin.tool` name), so that one call
+    /// does not pay for loading every plugin. Resolution errors (unknown, ambiguous) come from
+    /// the lock file and list what exists.
+    pub async fn load_for_tool(home: &Home, tool: &str) -> Result<Toolbox, HomeError> {
+        let lock = home.read()?;
+        let (plugin, _) = lock.resolve_tool(tool)?;
+        Self::load_plugins(home, Some(&plugin)).await
+    }
+
+    /// Loads one installed plugin by name; an unknown name lists what is installed.
+    pub async fn load_plugin(home: &Home, plugin: &str) -> Result<Toolbox, HomeError> {
+        home.read()?.plugin(plugin)?;
+        Self::load_plugins(home, Some(plugin)).await
+    }
+
+    async fn load_plugins(home: &Home, only: Option<&str>) -> Result<Toolbox, HomeError> {
+        let _guard = HomeLock::shared(home.root())?;
+        let lock = LockFile::load(&home.lock_path())?;
+        let runtime = home.runtime()?;
+        let mut tools = Vec::new();
+        let mut unavailable = BTreeMap::new();
+        for (name, record) in &lock.plugins {
+            if only.is_some_and(|o| o != name) {
+                continue;
+            }
+            match load_plugin(home, &runtime, &lock, name, record).await {
+                Ok(mut entries) => tools.append(&mut entries),
+                Err(e) => {
+                    tracing::warn!(plugin = %name, "plugin unavailable: {e}");
+                    unavailable.insert(name.clone(), Arc::new(e));
+                }
+            }
+        }
+        let by_name = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.call_name.clone(), i))
+            .chain(
+                tools
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| (format!("{}.{}", t.plugin, t.descriptor.name), i)),
+            )
+            .collect();
+        Ok(Toolbox {
+            tools,
+            by_name,
+            unavailable,
+            lock,
+        })
+    }
+
+    /// Every tool that can be called, in plugin then tool order.
+    pub fn tools(&self) -> &[ToolEntry] {
+        &self.tools
+    }
+
+    /// Installed plugins that could not be loaded, with the reason (missing or changed
+    /// component, changed tool list, ...).
+    pub fn unavailable(&self) -> impl Iterator<Item = (&str, &HomeError)> {
+        self.unavailable
+            .iter()
+            .map(|(n, e)| (n.as_str(), e.as_ref()))
+    }
+
+    /// Finds a tool by its call name or `plugin.tool`.
+    pub fn resolve(&self, name: &str) -> Result<&ToolEntry, HomeError> {
+        if let Some(&i) = self.by_name.get(name) {
+            return Ok(&self.tools[i]);
+        }
+        // Not loaded: say why if the lock file knows it, else list what exists.
+        match self.lock.resolve_tool(name) {
+            Ok((plugin, _)) => match self.unavailable.get(&plugin) {
+                Some(e) => Err(HomeError::Unavailable(e.clone())),
+                None => Err(HomeError::UnknownTool {
+                    name: name.to_string(),
+                    available: self.tools.iter().map(|t| t.call_name.clone()).collect(),
+                }),
+            },
+            Err(e @ HomeError::AmbiguousTool { .. }) => Err(e),
+            Err(_) => Err(HomeError::UnknownTool {
+                name: name.to_string(),
+                available: self.lock.callable_names(),
+            }),
+        }
+    }
+
+    /// Parses `arguments` as JSON and calls the tool (see [`Toolbox::call_value`]).
+    pub async fn call(&self, name: &str, arguments: &str) -> Result<ToolOutput, HomeError> {
+        let tool = self.resolve(name)?;
+        // Refuse oversized arguments before parsing them, not only before the sandbox runs.
+        if arguments.len() as u64 > tool.limits.args {
+            return Err(HomeError::Call {
+                tool: tool.call_name.clone(),
+                source: CallError::LimitExceeded {
+                    limit: LimitKind::Args,
+                    detail: format!(
+                        "the arguments are {} bytes; the args limit is {}",
+                        arguments.len(),
+                        tool.limits.describe(LimitKind::Args)
+                    ),
+                },
+            });
+        }
+        let value: Value =
+            serde_json::from_str(arguments).map_err(|e| HomeError::InvalidArguments {
+                tool: tool.call_name.clone(),
+                reason: format!("not valid JSON ({e})"),
+            })?;
+        self.call_value(name, &value).await
+    }
+
+    /// Validates the arguments against the tool's schema, then runs the tool in a fresh
+    /// sandbox with its plugin's grants and limits.
+    pub async fn call_value(&self, name: &str, arguments: &Value) -> Result<ToolOutput, HomeError> {
+        let tool = self.resolve(name)?;
+        tool.validate(arguments)?;
+        let sandbox = Sandbox {
+            grants: tool.grants.clone(),
+            limits: tool.limits,
+            env: Default::default(),
+        };
+        tool.component
+            .call_tool(&sandbox, &tool.descriptor.name, &arguments.to_string())
+            .await
+            .map_err(|source| HomeError::Call {
+                tool: tool.call_name.clone(),
+                source,
+            })
+    }
+}
+
+async fn load_plugin(
+    home: &Home,
+    runtime: &Runtime,
+    lock: &LockFile,
+    name: &str,
+    record: &PluginRecord,
+) -> Result<Vec<ToolEntry>, HomeError> {
+    let tampered = |reason: String| HomeError::Tampered {
+        plugin: name.to_string(),
+        reason,
+    };
+    let path = home.component_path(&record.digest);
+    let bytes = std::fs::read(&path).map_err(|e| {
+        tampered(format!(
+            "its component {} cannot be read ({e})",
+            path.display()
+        ))
+    })?;
+    let actual = sha256_digest(&bytes);
+    if actual != record.digest {
+        return Err(tampered(format!(
+            "its component file changed since install (expected {}, found {actual})",
+            record.digest
+        )));
+    }
+    let component = runtime
+        .load(&bytes, &|_| {})
+        .map_err(|source| HomeError::Load {
+            source_name: format!("plugin `{name}`"),
+            source,
+        })?
+        .named(name);
+    let limits = record.limits()?;
+    let descriptors =
+        component
+            .list_tools(&limits)
+            .await
+            .map_err(|source| HomeError::ListTools {
+                source_name: format!("plugin `{name}`"),
+                source,
+            })?;
+    let hash = tools_hash(&descriptors);
+    if hash != record.tools_hash {
+        return Err(tampered(format!(
+            "its tool list differs from the one recorded at install (hash {hash}, recorded {})",
+            record.tools_hash
+        )));
+    }
+    let can_change_anything = record.grants.can_change_anything();
+    descriptors
+        .into_iter()
+        .map(|descriptor| {
+            let validator = compile_schema(&descriptor.input_schema).map_err(|reason| {
+                HomeError::BadToolList {
+                    source_name: format!("plugin `{name}`"),
+                    reason: format!("tool `{}`: {reason}", descriptor.name),
+                }
+            })?;
+            let call_name = if lock.owners_of(&descriptor.name).len() > 1 {
+                format!("{name}.{}", descriptor.name)
+            } else {
+                descriptor.name.clone()
+            };
+            Ok(ToolEntry {
+                plugin: name.to_string(),
+                call_name,
+                descriptor,
+                grants: record.grants.clone(),
+                limits,
+                can_change_anything,
+                validator: Arc::new(validator),
+                component: component.clone(),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn schemas_must_be_valid_object_schemas() {
+        compile_schema(&json!({"type": "object", "properties": {"p": {"type": "string"}}}))
+            .unwrap();
+        compile_schema(&json!({"properties": {}})).unwrap();
+        assert!(compile_schema(&json!(true)).is_err());
+        assert!(compile_schema(&json!({"type": "string"})).is_err());
+        let e = compile_schema(&json!({"type": "object", "properties": {"p": {"type": 7}}}))
+            .unwrap_err();
+        assert!(e.contains("invalid"), "{e}");
+    }
+}

@@ -1,0 +1,210 @@
+//! Cordon runtime benchmark (`make bench`): medians of compile, load from cache, instantiate,
+//! and a warm no-op call with a fresh instance per call, compared in the same run with the
+//! same no-op served by a minimal native MCP server (rmcp, stdio transport, child process —
+//! this example re-executes itself as that server).
+//!
+//! Targets: no-op call ≤ 25 µs and ≥ 10× faster than MCP stdio; load from cache ≤ 5 ms.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use cordon_core::Limits;
+use cordon_runtime::{Runtime, RuntimeConfig, Sandbox};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler, ServiceExt};
+
+const SERVER_FLAG: &str = "--mcp-noop-server";
+
+/// The minimal native MCP server: one tool, `noop`, that returns an empty result.
+#[derive(Clone)]
+struct NoopServer;
+
+impl ServerHandler for NoopServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let schema = serde_json::json!({"type": "object"})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        Ok(ListToolsResult::with_all_items(vec![Tool::new(
+            "noop",
+            "Does nothing.",
+            schema,
+        )]))
+    }
+
+    async fn call_tool(
+        &self,
+        _request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        Ok(CallToolResult::success(vec![]).into())
+    }
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn fmt(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us >= 1000.0 {
+        format!("{:.2} ms", us / 1000.0)
+    } else {
+        format!("{us:.1} µs")
+    }
+}
+
+fn fixture(name: &str) -> Result<Vec<u8>> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/fixtures")
+        .join(format!("{name}.wasm"));
+    std::fs::read(&path)
+        .with_context(|| format!("reading {}; run `make plugins` first", path.display()))
+}
+
+async fn mcp_server() -> Result<()> {
+    let service = NoopServer.serve(rmcp::transport::stdio()).await?;
+    service.waiting().await?;
+    Ok(())
+}
+
+async fn mcp_roundtrips(iterations: usize) -> Result<Duration> {
+    let exe = std::env::current_exe()?;
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.arg(SERVER_FLAG);
+    let transport = rmcp::transport::TokioChildProcess::new(cmd)?;
+    let client = ().serve(transport).await?;
+    let mut times = Vec::with_capacity(iterations);
+    for i in 0..iterations + 50 {
+        let start = Instant::now();
+        client.call_tool(CallToolRequestParams::new("noop")).await?;
+        if i >= 50 {
+            times.push(start.elapsed());
+        }
+    }
+    client.cancel().await?;
+    Ok(median(times))
+}
+
+/// The closest MCP equivalent of Cordon's fresh instance per call: a new server process for
+/// every call (spawn, initialize, call, shut down).
+async fn mcp_fresh_process(iterations: usize) -> Result<Duration> {
+    let exe = std::env::current_exe()?;
+    let mut times = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let start = Instant::now();
+        let mut cmd = tokio::process::Command::new(&exe);
+        cmd.arg(SERVER_FLAG);
+        let client = ().serve(rmcp::transport::TokioChildProcess::new(cmd)?).await?;
+        client.call_tool(CallToolRequestParams::new("noop")).await?;
+        client.cancel().await?;
+        times.push(start.elapsed());
+    }
+    Ok(median(times))
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<()> {
+    if std::env::args().any(|a| a == SERVER_FLAG) {
+        return mcp_server().await;
+    }
+    let wasm = fixture("probe")?;
+    println!(
+        "cordon runtime benchmark (probe fixture, {} KiB)",
+        wasm.len() / 1024
+    );
+
+    // Compile: no cache, every load compiles.
+    let rt_nocache = Runtime::new(RuntimeConfig { cache_dir: None })?;
+    let mut compile = Vec::new();
+    for _ in 0..5 {
+        let start = Instant::now();
+        rt_nocache.load(&wasm, &|_| {})?;
+        compile.push(start.elapsed());
+    }
+
+    // Load from cache: a warm cache directory, each load reads, verifies and deserializes.
+    let cache = tempfile::tempdir()?;
+    let rt = Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache.path().into()),
+    })?;
+    rt.load(&wasm, &|_| {})?;
+    let mut cached = Vec::new();
+    for _ in 0..50 {
+        let start = Instant::now();
+        let p = rt.load(&wasm, &|_| {})?;
+        cached.push(start.elapsed());
+        drop(p);
+    }
+
+    let plugin = rt.load(&wasm, &|_| {})?.named("probe");
+    let limits = Limits::default();
+    let sandbox = Sandbox::default();
+    let n = 5000;
+    // Instantiate only (fresh store + WASI context + instance).
+    let mut inst = Vec::with_capacity(n);
+    for i in 0..n + 200 {
+        let start = Instant::now();
+        plugin.check_instantiate(&limits).await?;
+        if i >= 200 {
+            inst.push(start.elapsed());
+        }
+    }
+    // Warm no-op: fresh instance per call, through the whole call path.
+    let mut noop = Vec::with_capacity(n);
+    for i in 0..n + 200 {
+        let start = Instant::now();
+        plugin.call_tool(&sandbox, "noop", "{}").await?;
+        if i >= 200 {
+            noop.push(start.elapsed());
+        }
+    }
+    let compile = median(compile);
+    let cached = median(cached);
+    let inst = median(inst);
+    let noop = median(noop);
+    let mcp = mcp_roundtrips(2000).await?;
+    let mcp_fresh = mcp_fresh_process(20).await?;
+
+    println!("compile (no cache)            {:>10}", fmt(compile));
+    println!(
+        "load from cache               {:>10}   (target ≤ 5 ms)",
+        fmt(cached)
+    );
+    println!("instantiate (fresh store)     {:>10}", fmt(inst));
+    println!(
+        "no-op call, fresh instance    {:>10}   (target ≤ 25 µs)",
+        fmt(noop)
+    );
+    println!(
+        "no-op via MCP stdio (rmcp)    {:>10}   (warm server process)",
+        fmt(mcp)
+    );
+    println!(
+        "MCP, fresh process per call   {:>10}   (spawn + initialize + call)",
+        fmt(mcp_fresh)
+    );
+    println!(
+        "MCP stdio / cordon no-op      {:>9.1}×   (target ≥ 10×)",
+        mcp.as_secs_f64() / noop.as_secs_f64()
+    );
+    println!(
+        "MCP fresh process / cordon    {:>9.0}×",
+        mcp_fresh.as_secs_f64() / noop.as_secs_f64()
+    );
+    Ok(())
+}

@@ -1,0 +1,264 @@
+//! The process-wide engine, its epoch ticker, and loading components.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, Linker, types::ComponentItem};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use crate::bindings;
+use crate::cache::Cache;
+use crate::error::RuntimeError;
+use crate::plugin::{Plugin, PluginInner};
+use crate::sandbox::HostState;
+
+/// How often the ticker advances the epoch. A spinning guest yields to tokio and has its
+/// wall-time deadline checked this often.
+pub(crate) const TICK: Duration = Duration::from_millis(10);
+
+/// Concurrent instances the pool holds; more simultaneous calls than this wait for a slot.
+pub(crate) const MAX_INSTANCES: u32 = 64;
+
+/// Largest linear memory any limit may allow (the 32-bit address space).
+pub(crate) const MAX_MEMORY: u64 = 4 << 30;
+
+/// Where a [`Runtime`] keeps compiled code.
+#[derive(Debug, Clone, Default)]
+pub struct RuntimeConfig {
+    /// Directory for compiled components; `None` compiles every time (tests, one-off runs).
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// What [`Runtime::load`] reports so a caller can show progress for slow compiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompileEvent {
+    /// A real compile started (the cache had no usable entry).
+    Started {
+        /// Size of the component being compiled.
+        bytes: usize,
+    },
+    /// The compile finished.
+    Finished {
+        /// How long it took.
+        elapsed: Duration,
+    },
+    /// Compiled code was loaded from the cache; no compile happened.
+    CacheHit,
+}
+
+/// The one engine of the process, created on first use, and its ticker.
+fn shared_engine() -> Result<&'static Engine, RuntimeError> {
+    static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let engine = Engine::new(&engine_config()).map_err(|e| format!("{e:#}"))?;
+            start_ticker(&engine)
+                .map_err(|e| format!("cannot start the epoch ticker thread: {e}"))?;
+            Ok(engine)
+        })
+        .as_ref()
+        .map_err(|e| RuntimeError::Engine(e.clone()))
+}
+
+fn engine_config() -> Config {
+    let mut cfg = Config::new();
+    cfg.wasm_component_model(true);
+    cfg.epoch_interruption(true);
+    cfg.max_wasm_stack(1 << 20);
+    let mut pool = PoolingAllocationConfig::default();
+    // Sized for a ~20 MB componentize-py component (a dozen core instances, several tables and
+    // memories, a large funcref table) with room for many concurrent calls. Memory slots are
+    // virtual reservations; only touched pages cost RAM.
+    pool.total_component_instances(MAX_INSTANCES)
+        .total_core_instances(MAX_INSTANCES * 16)
+        .max_core_instances_per_component(64)
+        .total_memories(MAX_INSTANCES * 2)
+        .max_memories_per_component(8)
+        .max_memories_per_module(1)
+        .total_tables(MAX_INSTANCES * 16)
+        .max_tables_per_component(64)
+        .max_tables_per_module(4)
+        .table_elements(100_000)
+        .max_memory_size(MAX_MEMORY as usize)
+        .max_component_instance_size(4 << 20)
+        .max_core_instance_size(4 << 20)
+        .total_stacks(MAX_INSTANCES)
+        // Reset only the pages a call dirtied (PAGEMAP_SCAN, Linux >= 6.7) and keep them
+        // resident, so the next instance in the slot does not page-fault them back in.
+        .pagemap_scan(wasmtime::Enabled::Auto)
+        .linear_memory_keep_resident(1 << 20)
+        .table_keep_resident(64 << 10);
+    cfg.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    cfg
+}
+
+/// One thread per engine advances the epoch; calls never start their own timers.
+fn start_ticker(engine: &Engine) -> std::io::Result<()> {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("cordon-epoch".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(TICK);
+                match weak.upgrade() {
+                    Some(engine) => engine.increment_epoch(),
+                    None => break,
+                }
+            }
+        })
+        .map(|_| ())
+}
+
+pub(crate) struct RuntimeInner {
+    pub(crate) engine: Engine,
+    pub(crate) linker: Linker<HostState>,
+    cache: Option<Cache>,
+}
+
+/// Loads plugins. Cheap to clone; all clones share the engine, linker and cache.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<RuntimeInner>,
+}
+
+/// Interface name prefixes the linker provides. Anything else is refused at load time with
+/// the offending names, rather than failing later with a linker message.
+const PROVIDED: &[&str] = &[
+    "wasi:cli/",
+    "wasi:clocks/",
+    "wasi:filesystem/",
+    "wasi:io/",
+    "wasi:random/",
+    "wasi:sockets/",
+    "wasi:http/types@",
+    "wasi:http/outgoing-handler@",
+    "cordon:tool/log@",
+    "cordon:tool/types@",
+];
+
+impl Runtime {
+    /// Creates a runtime on the process-wide engine, with its cache in `config.cache_dir`
+    /// (created if missing).
+    pub fn new(config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
+        let engine = shared_engine()?.clone();
+        let mut linker: Linker<HostState> = Linker::new(&engine);
+        let link = |e: wasmtime::Error| {
+            RuntimeError::Engine(format!("cannot set up host interfaces: {e:#}"))
+        };
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(link)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(link)?;
+        bindings::Plugin::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(link)?;
+        let cache = config.cache_dir.map(|dir| Cache::new(dir, &engine));
+        Ok(Runtime {
+            inner: Arc::new(RuntimeInner {
+                engine,
+                linker,
+                cache,
+            }),
+        })
+    }
+
+    /// Validates a component, checks its imports, compiles it (or loads the compiled code from
+    /// the cache) and prepares it for instantiation. `progress` hears about real compiles so a
+    /// CLI can show a spinner for large components.
+    pub fn load(
+        &self,
+        wasm: &[u8],
+        progress: &dyn Fn(CompileEvent),
+    ) -> Result<Plugin, RuntimeError> {
+        check_header(wasm)?;
+        let sha = hex::encode(Sha256::digest(wasm));
+        let engine = &self.inner.engine;
+        let cached = self.inner.cache.as_ref().and_then(|c| c.get(engine, &sha));
+        let component = match cached {
+            Some(component) => {
+                progress(CompileEvent::CacheHit);
+                component
+            }
+            None => {
+                progress(CompileEvent::Started { bytes: wasm.len() });
+                let start = Instant::now();
+                let component = Component::new(engine, wasm)
+                    .map_err(|e| RuntimeError::Invalid(format!("{e:#}")))?;
+                let elapsed = start.elapsed();
+                progress(CompileEvent::Finished { elapsed });
+                tracing::debug!(bytes = wasm.len(), ?elapsed, "compiled component");
+                if let Some(cache) = &self.inner.cache {
+                    cache.put(&sha, &component);
+                }
+                component
+            }
+        };
+
+        let ty = component.component_type();
+        let mut imports = Vec::new();
+        for (name, item) in ty.imports(engine) {
+            if !matches!(item.ty, ComponentItem::ComponentInstance(_)) {
+                return Err(RuntimeError::UnsupportedImports {
+                    imports: vec![format!(
+                        "{name} (a bare function or type import, not an interface)"
+                    )],
+                });
+            }
+            imports.push(name.to_string());
+        }
+        let unsupported: Vec<String> = imports
+            .iter()
+            .filter(|i| !PROVIDED.iter().any(|p| i.starts_with(p)))
+            .cloned()
+            .collect();
+        if !unsupported.is_empty() {
+            return Err(RuntimeError::UnsupportedImports {
+                imports: unsupported,
+            });
+        }
+        let exports_tools = ty
+            .exports(engine)
+            .any(|(name, _)| name.starts_with("cordon:tool/tools@"));
+        if !exports_tools {
+            return Err(RuntimeError::NotAPlugin(
+                "it does not export `cordon:tool/tools`".into(),
+            ));
+        }
+        let pre = self.inner.linker.instantiate_pre(&component).map_err(|e| {
+            RuntimeError::UnsupportedImports {
+                imports: vec![format!("{e:#}")],
+            }
+        })?;
+        let pre = bindings::PluginPre::new(pre)
+            .map_err(|e| RuntimeError::NotAPlugin(format!("{e:#}")))?;
+        Ok(Plugin::new(PluginInner {
+            runtime: self.inner.clone(),
+            pre,
+            digest: format!("sha256:{sha}"),
+            imports,
+        }))
+    }
+}
+
+/// Tells a core module, a non-wasm file and a component apart before compiling, so the error
+/// says what the file actually is.
+fn check_header(wasm: &[u8]) -> Result<(), RuntimeError> {
+    if wasm.len() < 8 || &wasm[0..4] != b"\0asm" {
+        return Err(RuntimeError::NotAComponent(
+            "the file does not start with the WebAssembly magic bytes; is it a .wasm file?".into(),
+        ));
+    }
+    match &wasm[4..8] {
+        [0x0d, 0x00, 0x01, 0x00] => Ok(()),
+        [0x01, 0x00, 0x00, 0x00] => Err(RuntimeError::NotAComponent(
+            "this is a core WebAssembly module, not a component; build for the wasm32-wasip2 target \
+             or wrap it with `wasm-tools component new`"
+                .into(),
+        )),
+        v => Err(RuntimeError::NotAComponent(format!(
+            "unknown WebAssembly version/layer {v:02x?}; Cordon runs WASI Preview 2 components"
+        ))),
+    }
+}

@@ -1,0 +1,59 @@
+//! Errors of loading a plugin and of running one call.
+
+use cordon_core::{LimitKind, ToolError};
+
+/// Why a component could not be loaded. Messages name the problem and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The wasmtime engine could not be created (should not happen on a supported host).
+    #[error("cannot start the WebAssembly engine: {0}")]
+    Engine(String),
+    /// The bytes are not a WebAssembly component.
+    #[error("not a WebAssembly component: {0}")]
+    NotAComponent(String),
+    /// The component is well-formed but failed validation or compilation.
+    #[error("the component is invalid: {0}")]
+    Invalid(String),
+    /// The component imports interfaces Cordon does not provide.
+    #[error(
+        "the component imports {} that Cordon does not provide: {}; Cordon provides wasi:cli, wasi:clocks, \
+         wasi:filesystem, wasi:io, wasi:random, wasi:sockets, wasi:http (types, outgoing-handler) and cordon:tool/log",
+        if .imports.len() == 1 { "an interface" } else { "interfaces" },
+        .imports.join(", ")
+    )]
+    UnsupportedImports {
+        /// The offending import names, e.g. `evil:thing/backdoor`.
+        imports: Vec<String>,
+    },
+    /// The component does not implement the plugin contract.
+    #[error(
+        "the component is not a Cordon tool plugin: {0}; build it against wit/tool.wit (world `cordon:tool/plugin`)"
+    )]
+    NotAPlugin(String),
+}
+
+/// Why a call did not produce a result.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    /// The tool ran and reported an error; its message is meant for the user and the model.
+    #[error("tool error ({0})")]
+    Tool(ToolError),
+    /// The call was stopped because it exceeded a limit.
+    #[error("the call exceeded its {limit} limit: {detail}")]
+    LimitExceeded {
+        /// Which limit.
+        limit: LimitKind,
+        /// The limit's value and what was attempted, e.g. "memory limit is 64MiB".
+        detail: String,
+    },
+    /// The plugin crashed (a trap or a panic); the instance was discarded.
+    #[error("the plugin crashed: {0}")]
+    Trapped(String),
+    /// A grant could not be honoured (refused by the plugin's ceiling, or its directory changed).
+    #[error("denied: {0}")]
+    Denied(String),
+    /// The plugin returned something that breaks the contract (JSON content that is not JSON,
+    /// an invalid tool list).
+    #[error("the plugin returned a malformed result: {0}")]
+    Malformed(String),
+}

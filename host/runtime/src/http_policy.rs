@@ -1,0 +1,183 @@
+//! The HTTP origin allowlist, enforced where wasi-http hands a request to the network.
+//!
+//! Every outgoing request passes through [`HttpPolicy::check`] before a connection is made. The
+//! host never follows redirects itself (wasi-http returns 3xx responses to the guest), so a
+//! guest that follows one issues a new request that is checked again.
+
+use std::future::Future;
+
+use cordon_core::{HttpOrigin, HttpScheme};
+use http::Request;
+use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
+
+/// Allowed origins of one call, and the plugin name for log messages.
+pub(crate) struct HttpPolicy {
+    pub(crate) origins: Vec<HttpOrigin>,
+    pub(crate) plugin: std::sync::Arc<str>,
+}
+
+/// Lower-cases a host and strips one trailing dot, the forms a grant stores.
+fn normalize_host(host: &str) -> String {
+    host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase()
+}
+
+impl HttpPolicy {
+    /// Decides whether `req` may be sent; `Err` carries the reason for the log.
+    pub(crate) fn check<B>(&self, req: &Request<B>) -> Result<(), String> {
+        let uri = req.uri();
+        let scheme = match uri.scheme_str() {
+            Some("http") => HttpScheme::Http,
+            Some("https") => HttpScheme::Https,
+            other => return Err(format!("scheme {other:?} is not http or https")),
+        };
+        let authority = uri
+            .authority()
+            .ok_or("the request has no authority (host)")?;
+        let auth_str = authority.as_str();
+        if auth_str.contains('@') {
+            return Err(format!("authority `{auth_str}` contains user information"));
+        }
+        let host = authority.host();
+        if host.is_empty() {
+            return Err("the request has an empty host".into());
+        }
+        // `Authority::port_u16` is None both without a port and with an unparsable one; only
+        // the former may default.
+        let port = match authority.port() {
+            Some(p) => p.as_u16(),
+            None if auth_str.ends_with(':') => {
+                return Err(format!("authority `{auth_str}` has an empty port"));
+            }
+            None => scheme.default_port(),
+        };
+        let host = normalize_host(host);
+        match uri.path_and_query() {
+            None => {}
+            Some(pq) if pq.as_str().starts_with('/') => {}
+            Some(pq) => {
+                return Err(format!(
+                    "request target `{pq}` is not a path (absolute-form or odd targets are refused)"
+                ));
+            }
+        }
+        let mut host_headers = req.headers().get_all(http::header::HOST).iter();
+        match (host_headers.next(), host_headers.next()) {
+            (None, _) => {}
+            (Some(h), None) if h.as_bytes() == auth_str.as_bytes() => {}
+            _ => {
+                return Err(format!(
+                    "the Host header does not match the authority `{auth_str}`"
+                ));
+            }
+        }
+        if self.origins.iter().any(|o| o.matches(scheme, &host, port)) {
+            Ok(())
+        } else if self.origins.is_empty() {
+            Err(format!(
+                "{}://{host}:{port} — the plugin has no network grant",
+                scheme.as_str()
+            ))
+        } else {
+            Err(format!(
+                "{}://{host}:{port} is not among the granted origins ({})",
+                scheme.as_str(),
+                self.origins
+                    .iter()
+                    .map(|o| o.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        }
+    }
+}
+
+type SendResult = wasmtime_wasi_http::Result<(
+    http::Response<WasiBody>,
+    Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+)>;
+
+impl WasiHttpHooks for HttpPolicy {
+    fn send_request(
+        &mut self,
+        request: Request<WasiBody>,
+        options: Option<RequestOptions>,
+        fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ) -> Box<dyn Future<Output = SendResult> + Send> {
+        drop(fut);
+        if let Err(why) = self.check(&request) {
+            tracing::warn!(target: "cordon::sandbox", plugin = %self.plugin, "refused HTTP request: {why}");
+            return Box::new(async { Err(HttpError::HttpRequestDenied) });
+        }
+        Box::new(async move {
+            use http_body_util::BodyExt;
+            let (res, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            Ok((
+                res.map(BodyExt::boxed_unsync),
+                Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(grants: &[&str]) -> HttpPolicy {
+        HttpPolicy {
+            origins: grants
+                .iter()
+                .map(|g| match g.parse::<cordon_core::Grant>().unwrap() {
+                    cordon_core::Grant::Http(o) => o,
+                    other => panic!("{other:?}"),
+                })
+                .collect(),
+            plugin: "t".into(),
+        }
+    }
+
+    fn req(uri: &str, host: Option<&str>) -> Request<()> {
+        let mut b = Request::builder().uri(uri);
+        if let Some(h) = host {
+            b = b.header(http::header::HOST, h);
+        }
+        b.body(()).unwrap()
+    }
+
+    #[test]
+    fn allows_only_exact_origins() {
+        let p = policy(&["net:https://api.example.com", "net:http://127.0.0.1:8080"]);
+        assert!(
+            p.check(&req(
+                "https://api.example.com/v1?q=1",
+                Some("api.example.com")
+            ))
+            .is_ok()
+        );
+        assert!(p.check(&req("https://API.example.com:443/", None)).is_ok());
+        assert!(p.check(&req("https://api.example.com./", None)).is_ok());
+        assert!(
+            p.check(&req("http://127.0.0.1:8080/x", Some("127.0.0.1:8080")))
+                .is_ok()
+        );
+        for (uri, why) in [
+            ("http://api.example.com/", "granted origins"),
+            ("https://api.example.com:8443/", "granted origins"),
+            ("https://evil.example.com/", "granted origins"),
+            ("http://127.0.0.1:8081/", "granted origins"),
+            ("http://127.0.0.1/", "granted origins"),
+            ("https://user@api.example.com/", "user information"),
+        ] {
+            let e = p.check(&req(uri, None)).unwrap_err();
+            assert!(e.contains(why), "{uri}: {e}");
+        }
+        let e = p
+            .check(&req("https://api.example.com/", Some("evil.example.com")))
+            .unwrap_err();
+        assert!(e.contains("Host header"), "{e}");
+        let e = policy(&[])
+            .check(&req("https://a.example/", None))
+            .unwrap_err();
+        assert!(e.contains("no network grant"), "{e}");
+    }
+}

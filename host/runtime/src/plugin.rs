@@ -1,0 +1,312 @@
+//! A loaded plugin and the life of one call.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use cordon_core::{
+    Ceiling, Content, LimitKind, Limits, ToolDescriptor, ToolError, ToolErrorKind, ToolHints,
+    format_bytes,
+};
+use wasmtime::{Store, UpdateDeadline};
+
+use crate::bindings;
+use crate::engine::RuntimeInner;
+use crate::error::CallError;
+use crate::sandbox::{HostState, Sandbox, build_state};
+
+pub(crate) struct PluginInner {
+    pub(crate) runtime: Arc<RuntimeInner>,
+    pub(crate) pre: bindings::PluginPre<HostState>,
+    pub(crate) digest: String,
+    pub(crate) imports: Vec<String>,
+}
+
+/// A compiled, linked plugin, ready to be instantiated for calls. Cheap to clone.
+#[derive(Clone)]
+pub struct Plugin {
+    inner: Arc<PluginInner>,
+    name: Arc<str>,
+}
+
+/// What a successful call produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    /// The tool's result.
+    pub content: Vec<Content>,
+    /// What the plugin wrote to stdout and stderr, up to the log limit.
+    pub stderr: String,
+    /// Whether some of that output, or some `cordon:tool/log` records, were dropped for
+    /// exceeding the log limit.
+    pub stderr_truncated: bool,
+}
+
+impl Plugin {
+    pub(crate) fn new(inner: PluginInner) -> Plugin {
+        let name: Arc<str> = Arc::from(format!("{}…", &inner.digest[..19]));
+        Plugin {
+            inner: Arc::new(inner),
+            name,
+        }
+    }
+
+    /// The same plugin, with `name` used in log records and error messages (by default a
+    /// short digest). Callers that know the installed name should set it.
+    pub fn named(&self, name: &str) -> Plugin {
+        Plugin {
+            inner: self.inner.clone(),
+            name: Arc::from(name),
+        }
+    }
+
+    /// The name used in logs.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `sha256:<hex>` of the component bytes.
+    pub fn digest(&self) -> &str {
+        &self.inner.digest
+    }
+
+    /// The interfaces the component imports, e.g. `wasi:filesystem/types@0.2.6`.
+    pub fn imports(&self) -> &[String] {
+        &self.inner.imports
+    }
+
+    /// What the component could use at all, judged from its imports.
+    pub fn ceiling(&self) -> Ceiling {
+        Ceiling::from_imports(&self.inner.imports)
+    }
+
+    /// Asks the plugin for its tools, in an instance with no grants at all.
+    pub async fn list_tools(&self, limits: &Limits) -> Result<Vec<ToolDescriptor>, CallError> {
+        let sandbox = Sandbox {
+            limits: *limits,
+            ..Sandbox::default()
+        };
+        let raw = self
+            .run(&sandbox, |bindings, store| {
+                Box::pin(async move { bindings.cordon_tool_tools().call_list_tools(store).await })
+            })
+            .await?
+            .0;
+        let mut seen = std::collections::HashSet::new();
+        let mut tools = Vec::with_capacity(raw.len());
+        for t in raw {
+            ToolDescriptor::check_name(&t.name).map_err(CallError::Malformed)?;
+            if !seen.insert(t.name.clone()) {
+                return Err(CallError::Malformed(format!(
+                    "the tool name `{}` appears twice",
+                    t.name
+                )));
+            }
+            let input_schema: serde_json::Value =
+                serde_json::from_str(&t.input_schema).map_err(|e| {
+                    CallError::Malformed(format!(
+                        "the input schema of tool `{}` is not JSON: {e}",
+                        t.name
+                    ))
+                })?;
+            if !input_schema.is_object() {
+                return Err(CallError::Malformed(format!(
+                    "the input schema of tool `{}` is not a JSON object",
+                    t.name
+                )));
+            }
+            tools.push(ToolDescriptor {
+                name: t.name,
+                description: t.description,
+                input_schema,
+                hints: ToolHints {
+                    read_only: t.hints.read_only,
+                    destructive: t.hints.destructive,
+                    idempotent: t.hints.idempotent,
+                    open_world: t.hints.open_world,
+                },
+            });
+        }
+        Ok(tools)
+    }
+
+    /// Instantiates the plugin once with no grants and calls nothing: checks that it starts
+    /// under `limits` (e.g. that a memory limit is not too small for it) and measures the
+    /// per-call instantiation cost.
+    pub async fn check_instantiate(&self, limits: &Limits) -> Result<(), CallError> {
+        let sandbox = Sandbox {
+            limits: *limits,
+            ..Sandbox::default()
+        };
+        self.run(&sandbox, |_, _| Box::pin(async { Ok(()) }))
+            .await
+            .map(|_| ())
+    }
+
+    /// Runs `tool` with `arguments` (JSON text) in a fresh instance set up from `sandbox`.
+    ///
+    /// Grants the plugin's ceiling does not permit are refused before anything runs; the
+    /// argument size is checked before instantiating; memory, time, output and log are
+    /// limited while it runs.
+    pub async fn call_tool(
+        &self,
+        sandbox: &Sandbox,
+        tool: &str,
+        arguments: &str,
+    ) -> Result<ToolOutput, CallError> {
+        let ceiling = self.ceiling();
+        for g in sandbox.grants.iter() {
+            ceiling
+                .permits(g)
+                .map_err(|e| CallError::Denied(e.for_plugin(&*self.name).to_string()))?;
+        }
+        let limits = &sandbox.limits;
+        if arguments.len() as u64 > limits.args {
+            return Err(CallError::LimitExceeded {
+                limit: LimitKind::Args,
+                detail: format!(
+                    "the arguments are {} bytes; the args limit is {}",
+                    arguments.len(),
+                    format_bytes(limits.args)
+                ),
+            });
+        }
+        let (tool_owned, args_owned) = (tool.to_string(), arguments.to_string());
+        let (result, stderr, stderr_truncated) = self
+            .run(sandbox, move |bindings, store| {
+                Box::pin(async move {
+                    bindings
+                        .cordon_tool_tools()
+                        .call_call_tool(store, &tool_owned, &args_owned)
+                        .await
+                })
+            })
+            .await?;
+        let pieces = result.map_err(|e| {
+            let (kind, message) = match e {
+                bindings::cordon::tool::types::ToolError::InvalidArguments(m) => {
+                    (ToolErrorKind::InvalidArguments, m)
+                }
+                bindings::cordon::tool::types::ToolError::NotFound(m) => {
+                    (ToolErrorKind::NotFound, m)
+                }
+                bindings::cordon::tool::types::ToolError::Denied(m) => (ToolErrorKind::Denied, m),
+                bindings::cordon::tool::types::ToolError::Failed(m) => (ToolErrorKind::Failed, m),
+            };
+            CallError::Tool(ToolError { kind, message })
+        })?;
+        let total: u64 = pieces
+            .iter()
+            .map(|p| match p {
+                bindings::cordon::tool::types::Content::Text(t)
+                | bindings::cordon::tool::types::Content::Json(t) => t.len() as u64,
+            })
+            .sum();
+        if total > limits.output {
+            return Err(CallError::LimitExceeded {
+                limit: LimitKind::Output,
+                detail: format!(
+                    "the result is {} bytes; the output limit is {}",
+                    total,
+                    format_bytes(limits.output)
+                ),
+            });
+        }
+        let mut content = Vec::with_capacity(pieces.len());
+        for (i, p) in pieces.into_iter().enumerate() {
+            content.push(match p {
+                bindings::cordon::tool::types::Content::Text(t) => Content::Text(t),
+                bindings::cordon::tool::types::Content::Json(t) => {
+                    Content::Json(serde_json::from_str(&t).map_err(|e| {
+                        CallError::Malformed(format!(
+                            "content piece {i} of tool `{tool}` is marked json but is not JSON: {e}"
+                        ))
+                    })?)
+                }
+            });
+        }
+        Ok(ToolOutput {
+            content,
+            stderr,
+            stderr_truncated,
+        })
+    }
+
+    /// Instantiates a fresh instance and runs `f` in it under the sandbox's limits; returns
+    /// what `f` returned plus the captured output. The store is dropped afterwards whatever
+    /// happened, so nothing (in particular a trapped instance) is ever reused.
+    async fn run<R, F>(&self, sandbox: &Sandbox, f: F) -> Result<(R, String, bool), CallError>
+    where
+        R: Send,
+        F: for<'a> FnOnce(
+                &'a bindings::Plugin,
+                &'a mut Store<HostState>,
+            ) -> std::pin::Pin<
+                Box<dyn std::future::Future<Output = wasmtime::Result<R>> + Send + 'a>,
+            > + Send,
+    {
+        let limits = sandbox.limits;
+        let state = build_state(sandbox, self.name.clone())?;
+        let mut store = Store::new(&self.inner.runtime.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|mut ctx| {
+            if Instant::now() >= ctx.data().deadline {
+                ctx.data_mut().timed_out = true;
+                Ok(UpdateDeadline::Interrupt)
+            } else {
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+        let pre = &self.inner.pre;
+        let work = async {
+            let bindings = pre.instantiate_async(&mut store).await?;
+            f(&bindings, &mut store).await
+        };
+        // The epoch callback stops running guest code at the deadline; this timeout also stops
+        // a guest blocked in a host call (a slow HTTP server, a sleep).
+        let outcome = tokio::time::timeout(limits.time, work).await;
+        let time_exceeded = || CallError::LimitExceeded {
+            limit: LimitKind::Time,
+            detail: format!(
+                "the call ran longer than the time limit of {}",
+                cordon_core::format_duration(limits.time)
+            ),
+        };
+        let result = match outcome {
+            Err(_elapsed) => return Err(time_exceeded()),
+            Ok(r) => r,
+        };
+        let data = store.data();
+        let (stderr, output_truncated) = data.output.take();
+        let truncated = output_truncated || data.log.dropped() > 0;
+        match result {
+            Ok(r) => Ok((r, stderr, truncated)),
+            Err(e) => {
+                if data.timed_out {
+                    return Err(time_exceeded());
+                }
+                if let Some(wanted) = data.limiter.exceeded {
+                    return Err(CallError::LimitExceeded {
+                        limit: LimitKind::Memory,
+                        detail: format!(
+                            "the plugin tried to use {} of memory; the memory limit is {}",
+                            format_bytes(wanted),
+                            format_bytes(limits.memory)
+                        ),
+                    });
+                }
+                let mut msg = format!("{e:#}");
+                if let Some(trap) = e.downcast_ref::<wasmtime::Trap>() {
+                    msg = format!("{trap}");
+                }
+                let tail = stderr.trim_end();
+                if !tail.is_empty() {
+                    // A panic message is the most useful part of a crash report.
+                    let last: Vec<&str> = tail.lines().rev().take(5).collect();
+                    let last: Vec<&str> = last.into_iter().rev().collect();
+                    msg = format!("{msg}; last plugin output:\n{}", last.join("\n"));
+                }
+                Err(CallError::Trapped(msg))
+            }
+        }
+    }
+}

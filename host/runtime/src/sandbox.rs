@@ -1,0 +1,227 @@
+//! Turning grants and limits into the state of one call's `Store`.
+//!
+//! [`build_state`] is the only place a WASI context is built: no inherited environment,
+//! arguments or stdin; preopens, variables and network access exactly as granted.
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cordon_core::{FsMode, Grants, Limits};
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::sockets::SocketAddrUse;
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+use crate::bindings::cordon::tool::log;
+use crate::error::CallError;
+use crate::http_policy::HttpPolicy;
+use crate::output::{CappedPipe, LogSink};
+
+/// Where the values of granted environment variables come from.
+#[derive(Debug, Clone, Default)]
+pub enum EnvSource {
+    /// The host process environment, read at call time (an unset variable is simply absent).
+    #[default]
+    Host,
+    /// A fixed map, for tests and for embedders that keep secrets elsewhere. Only granted
+    /// names are ever passed on.
+    Map(BTreeMap<String, String>),
+}
+
+impl EnvSource {
+    fn get(&self, name: &str) -> Option<String> {
+        match self {
+            EnvSource::Host => std::env::var(name).ok(),
+            EnvSource::Map(m) => m.get(name).cloned(),
+        }
+    }
+}
+
+/// Everything that decides what one call may reach and consume.
+#[derive(Debug, Clone, Default)]
+pub struct Sandbox {
+    /// The capabilities given to the plugin.
+    pub grants: Grants,
+    /// The resource limits of the call.
+    pub limits: Limits,
+    /// Where granted environment variables' values come from.
+    pub env: EnvSource,
+}
+
+/// Memory accounting across all memories of an instance; a denied growth traps and is
+/// remembered so the call can report the memory limit instead of a bare trap.
+pub(crate) struct Limiter {
+    limit: u64,
+    used: u64,
+    pub(crate) exceeded: Option<u64>,
+}
+
+impl wasmtime::ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let grow = desired.saturating_sub(current) as u64;
+        if self.used.saturating_add(grow) > self.limit {
+            self.exceeded = Some(self.used.saturating_add(grow));
+            return Err(wasmtime::Error::msg(format!(
+                "memory limit of {} exceeded",
+                cordon_core::format_bytes(self.limit)
+            )));
+        }
+        self.used += grow;
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        // Tables hold function references; a million entries is far beyond any real plugin.
+        if desired > 1_000_000 {
+            return Err(wasmtime::Error::msg(
+                "table growth beyond 1,000,000 elements refused",
+            ));
+        }
+        Ok(true)
+    }
+}
+
+/// The data of one call's `Store`.
+pub(crate) struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    http: WasiHttpCtx,
+    hooks: HttpPolicy,
+    pub(crate) limiter: Limiter,
+    pub(crate) deadline: Instant,
+    pub(crate) timed_out: bool,
+    pub(crate) output: CappedPipe,
+    pub(crate) log: LogSink,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.hooks,
+        }
+    }
+}
+
+impl log::Host for HostState {
+    fn write(&mut self, level: log::Level, message: String, fields: Vec<(String, String)>) {
+        let level = match level {
+            log::Level::Trace => tracing::Level::TRACE,
+            log::Level::Debug => tracing::Level::DEBUG,
+            log::Level::Info => tracing::Level::INFO,
+            log::Level::Warn => tracing::Level::WARN,
+            log::Level::Error => tracing::Level::ERROR,
+        };
+        self.log.write(level, &message, &fields);
+    }
+}
+
+impl crate::bindings::cordon::tool::types::Host for HostState {}
+
+/// Builds the store data for one call from the sandbox. Refuses (as `Denied`) a directory grant
+/// whose host directory vanished or now resolves elsewhere (e.g. replaced by a symlink).
+pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostState, CallError> {
+    let limits = &sandbox.limits;
+    let mut b = WasiCtxBuilder::new();
+    let output = CappedPipe::new(
+        usize::try_from(limits.log).unwrap_or(usize::MAX),
+        plugin.clone(),
+    );
+    // Nothing is inherited: no stdin, args or environment. stdout and stderr are captured.
+    b.stdout(output.clone()).stderr(output.clone());
+
+    for fs in sandbox.grants.fs() {
+        let now = std::fs::canonicalize(&fs.host).map_err(|e| {
+            CallError::Denied(format!(
+                "the granted directory `{}` cannot be opened ({e}); re-grant an existing directory",
+                fs.host.display()
+            ))
+        })?;
+        if now != fs.host {
+            return Err(CallError::Denied(format!(
+                "the granted directory `{}` now resolves to `{}`; it was changed after the grant, re-grant it if that is intended",
+                fs.host.display(),
+                now.display()
+            )));
+        }
+        let perms = match fs.mode {
+            FsMode::ReadOnly => FsPerms::ReadOnly,
+            FsMode::ReadWrite => FsPerms::ReadWrite,
+        };
+        b.preopened_dir(&fs.host, fs.guest_path(), perms)
+            .map_err(|e| {
+                CallError::Denied(format!(
+                    "the granted directory `{}` cannot be opened: {e:#}",
+                    fs.host.display()
+                ))
+            })?;
+    }
+
+    for name in sandbox.grants.env_names() {
+        if let Some(value) = sandbox.env.get(name) {
+            b.env(name, value);
+        }
+    }
+
+    let tcp: HashSet<SocketAddr> = sandbox.grants.tcp_addrs().collect();
+    b.allow_udp(false).allow_ip_name_lookup(false);
+    if tcp.is_empty() {
+        b.allow_tcp(false);
+    } else {
+        let tcp = Arc::new(tcp);
+        let plugin_name = plugin.clone();
+        b.allow_tcp(true).socket_addr_check(move |addr, use_| {
+            let allowed = match use_ {
+                SocketAddrUse::TcpConnect => tcp.contains(&addr),
+                // `connect` binds implicitly first, to the unspecified address and port 0.
+                SocketAddrUse::TcpBind => addr.ip().is_unspecified() && addr.port() == 0,
+                _ => false,
+            };
+            if !allowed {
+                tracing::warn!(target: "cordon::sandbox", plugin = %plugin_name, %addr, ?use_, "refused socket address");
+            }
+            Box::pin(async move { allowed })
+        });
+    }
+
+    Ok(HostState {
+        wasi: b.build(),
+        table: ResourceTable::new(),
+        http: WasiHttpCtx::new(),
+        hooks: HttpPolicy {
+            origins: sandbox.grants.http_origins().cloned().collect(),
+            plugin: plugin.clone(),
+        },
+        limiter: Limiter {
+            limit: limits.memory,
+            used: 0,
+            exceeded: None,
+        },
+        deadline: Instant::now() + limits.time,
+        timed_out: false,
+        output,
+        log: LogSink::new(usize::try_from(limits.log).unwrap_or(usize::MAX), plugin),
+    })
+}

@@ -1,0 +1,124 @@
+//! Shared helpers for the runtime tests: fixture loading and short-hands for calls.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use cordon_core::{Content, Grant, Grants, Limits};
+use cordon_runtime::{CallError, EnvSource, Plugin, Runtime, RuntimeConfig, Sandbox, ToolOutput};
+use serde_json::Value;
+
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The bytes of `target/fixtures/<name>.wasm`, or a panic telling how to build it.
+pub fn fixture_bytes(name: &str) -> Vec<u8> {
+    let path = workspace_root()
+        .join("target/fixtures")
+        .join(format!("{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "fixture {} is missing ({e}); run `make plugins` first",
+            path.display()
+        )
+    })
+}
+
+/// One runtime (with a cache in target/) for the whole test binary.
+pub fn runtime() -> &'static Runtime {
+    static RT: OnceLock<Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        let cache = workspace_root().join("target/test-cache/runtime");
+        Runtime::new(RuntimeConfig {
+            cache_dir: Some(cache),
+        })
+        .expect("runtime")
+    })
+}
+
+pub fn load(name: &str) -> Plugin {
+    runtime()
+        .load(&fixture_bytes(name), &|_| {})
+        .unwrap_or_else(|e| panic!("load {name}: {e}"))
+        .named(name)
+}
+
+pub fn probe() -> &'static Plugin {
+    static P: OnceLock<Plugin> = OnceLock::new();
+    P.get_or_init(|| load("probe"))
+}
+
+pub fn runaway() -> &'static Plugin {
+    static P: OnceLock<Plugin> = OnceLock::new();
+    P.get_or_init(|| load("runaway"))
+}
+
+pub fn grants(list: &[String]) -> Grants {
+    list.iter()
+        .map(|g| {
+            g.parse::<Grant>()
+                .unwrap_or_else(|e| panic!("{e}"))
+                .resolve()
+                .unwrap_or_else(|e| panic!("{e}"))
+        })
+        .collect()
+}
+
+pub fn sandbox(list: &[String]) -> Sandbox {
+    Sandbox {
+        grants: grants(list),
+        limits: Limits::default(),
+        env: EnvSource::Host,
+    }
+}
+
+/// The JSON content of a successful call (the probe wraps everything in `{"ok": ...}`).
+pub fn json_of(out: &ToolOutput) -> Value {
+    out.content
+        .iter()
+        .find_map(|c| match c {
+            Content::Json(v) => Some(v.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no json content in {out:?}"))
+}
+
+pub async fn call(
+    plugin: &Plugin,
+    sb: &Sandbox,
+    tool: &str,
+    args: Value,
+) -> Result<ToolOutput, CallError> {
+    plugin.call_tool(sb, tool, &args.to_string()).await
+}
+
+/// Runs a probe fs op and returns Ok(value) or Err(message of the refusal).
+pub async fn fs(sb: &Sandbox, op: &str, path: &str, target: Option<&str>) -> Result<Value, String> {
+    let mut args = serde_json::json!({"op": op, "path": path});
+    if let Some(t) = target {
+        args["target"] = Value::String(t.to_string());
+    }
+    match call(probe(), sb, "fs", args).await {
+        Ok(out) => Ok(json_of(&out)["ok"].clone()),
+        Err(CallError::Tool(e)) => Err(e.message),
+        Err(other) => panic!("fs {op} {path}: unexpected host error {other}"),
+    }
+}
+
+/// A normal call must still work: the runtime survived whatever the test did.
+pub async fn still_serves() {
+    let out = call(
+        runaway(),
+        &Sandbox::default(),
+        "fine",
+        serde_json::json!({}),
+    )
+    .await
+    .expect("normal call after attack");
+    assert_eq!(out.content, vec![Content::Text("fine".into())]);
+    let out = call(probe(), &Sandbox::default(), "noop", serde_json::json!({}))
+        .await
+        .expect("noop after attack");
+    assert!(out.content.is_empty());
+}

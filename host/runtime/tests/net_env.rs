@@ -1,0 +1,290 @@
+//! Environment and network grants attacked from inside the sandbox.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use cordon_core::{LimitKind, Limits};
+use cordon_runtime::{CallError, EnvSource, Sandbox};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+#[tokio::test]
+async fn only_granted_env_vars_are_visible() {
+    // SAFETY: this test binary's only environment writers are these lines, run before any
+    // call reads the environment in this test.
+    unsafe {
+        std::env::set_var("CORDON_TEST_SECRET", "s3cret");
+        std::env::set_var("CORDON_TEST_GRANTED", "yes");
+        std::env::remove_var("CORDON_TEST_UNSET");
+    }
+    let sb = sandbox(&[
+        "env:CORDON_TEST_GRANTED".into(),
+        "env:CORDON_TEST_UNSET".into(),
+    ]);
+    let env = |name: &'static str, sb: Sandbox| async move {
+        json_of(
+            &call(probe(), &sb, "env", json!({ "name": name }))
+                .await
+                .unwrap(),
+        )["ok"]
+            .clone()
+    };
+    let v = env("CORDON_TEST_SECRET", sb.clone()).await;
+    assert_eq!(v["value"], Value::Null, "{v}");
+    assert_eq!(
+        v["names"],
+        json!(["CORDON_TEST_GRANTED"]),
+        "only granted, set variables exist"
+    );
+    assert_eq!(v["args"], json!([]), "no inherited arguments");
+    assert_eq!(env("CORDON_TEST_GRANTED", sb.clone()).await["value"], "yes");
+    assert_eq!(
+        env("CORDON_TEST_UNSET", sb.clone()).await["value"],
+        Value::Null
+    );
+    assert_eq!(env("PATH", sb.clone()).await["value"], Value::Null);
+
+    // Values are read at call time.
+    unsafe { std::env::set_var("CORDON_TEST_GRANTED", "changed") };
+    assert_eq!(
+        env("CORDON_TEST_GRANTED", sb.clone()).await["value"],
+        "changed"
+    );
+
+    // No grants: nothing at all.
+    assert_eq!(
+        env("CORDON_TEST_GRANTED", Sandbox::default()).await["names"],
+        json!([])
+    );
+
+    // A map source passes granted names only.
+    let mut map = std::collections::BTreeMap::new();
+    map.insert("CORDON_TEST_GRANTED".to_string(), "from-map".to_string());
+    map.insert("CORDON_TEST_SECRET".to_string(), "leak".to_string());
+    let sb = Sandbox {
+        env: EnvSource::Map(map),
+        ..sb
+    };
+    let v = env("CORDON_TEST_SECRET", sb.clone()).await;
+    assert_eq!(v["names"], json!(["CORDON_TEST_GRANTED"]));
+    assert_eq!(env("CORDON_TEST_GRANTED", sb).await["value"], "from-map");
+}
+
+/// A tiny HTTP/1.1 server: `/redirect/<port>` answers 302 to that port, `/hang` never answers,
+/// anything else 200 with `hello from <port>`. Counts requests so tests can prove a refused
+/// request never arrived.
+async fn server() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let mut len = 0;
+                while !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+                    match sock.read(&mut buf[len..]).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => len += n,
+                    }
+                }
+                counter.fetch_add(1, Ordering::SeqCst);
+                let head = String::from_utf8_lossy(&buf[..len]).to_string();
+                let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+                let reply = if let Some(port) = path.strip_prefix("/redirect/") {
+                    format!(
+                        "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:{port}/\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    )
+                } else if path == "/hang" {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    return;
+                } else {
+                    let body = format!("hello from {}", addr.port());
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                };
+                let _ = sock.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    (addr, hits)
+}
+
+async fn http(sb: &Sandbox, args: Value) -> Result<Value, String> {
+    match call(probe(), sb, "http", args).await {
+        Ok(out) => Ok(json_of(&out)["ok"].clone()),
+        Err(CallError::Tool(e)) => Err(e.message),
+        Err(other) => Err(format!("host error: {other}")),
+    }
+}
+
+#[tokio::test]
+async fn http_allowlist_is_enforced_per_request() {
+    let (a, a_hits) = server().await;
+    let (b, b_hits) = server().await;
+    let sb = sandbox(&[format!("net:http://127.0.0.1:{}", a.port())]);
+
+    // Granted origin works.
+    let v = http(
+        &sb,
+        json!({"url": format!("http://127.0.0.1:{}/x", a.port())}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(v["status"], 200);
+    assert_eq!(v["body"], format!("hello from {}", a.port()));
+    assert_eq!(a_hits.load(Ordering::SeqCst), 1);
+
+    // Other port, other host spelling, https on the granted port: refused before connecting.
+    for url in [
+        format!("http://127.0.0.1:{}/", b.port()),
+        format!("http://localhost:{}/", a.port()),
+        format!("https://127.0.0.1:{}/", a.port()),
+        format!("http://127.0.0.2:{}/", a.port()),
+    ] {
+        let e = http(&sb, json!({ "url": url })).await.unwrap_err();
+        assert!(e.contains("HttpRequestDenied"), "{url}: {e}");
+    }
+
+    // The host does not follow redirects itself ...
+    let v = http(
+        &sb,
+        json!({"url": format!("http://127.0.0.1:{}/redirect/{}", a.port(), b.port())}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(v["status"], 302);
+    // ... and a guest that follows one makes a new request, checked again.
+    let e = http(
+        &sb,
+        json!({"url": format!("http://127.0.0.1:{}/redirect/{}", a.port(), b.port()), "follow_redirects": true}),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("HttpRequestDenied"), "{e}");
+    // A redirect back to the granted origin is followed fine.
+    let v = http(
+        &sb,
+        json!({"url": format!("http://127.0.0.1:{}/redirect/{}", a.port(), a.port()), "follow_redirects": true}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(v["status"], 200);
+
+    // Tricks: an authority differing from the URL, an absolute-form target, a Host header.
+    let granted_url = format!("http://127.0.0.1:{}/", a.port());
+    for extra in [
+        json!({"authority": format!("127.0.0.1:{}", b.port())}),
+        json!({"authority": format!("127.0.0.1:{}@127.0.0.1:{}", a.port(), b.port())}),
+        json!({"authority": format!("127.0.0.1:{}:{}", a.port(), b.port())}),
+        json!({"path_with_query": format!("http://127.0.0.1:{}/", b.port())}),
+        json!({"headers": [["host", format!("127.0.0.1:{}", b.port())]]}),
+    ] {
+        let mut args = json!({ "url": granted_url });
+        for (k, v) in extra.as_object().unwrap() {
+            args[k] = v.clone();
+        }
+        let r = http(&sb, args.clone()).await;
+        assert!(r.is_err(), "{args}: {r:?}");
+    }
+    assert_eq!(
+        b_hits.load(Ordering::SeqCst),
+        0,
+        "the non-granted server was reached"
+    );
+
+    // No grant: nothing.
+    let e = http(&Sandbox::default(), json!({ "url": granted_url }))
+        .await
+        .unwrap_err();
+    assert!(e.contains("HttpRequestDenied"), "{e}");
+    assert_eq!(b_hits.load(Ordering::SeqCst), 0);
+    still_serves().await;
+}
+
+#[tokio::test]
+async fn a_hanging_server_is_cut_off_by_the_time_limit() {
+    let (a, _) = server().await;
+    let mut sb = sandbox(&[format!("net:http://127.0.0.1:{}", a.port())]);
+    sb.limits = Limits::default().with_overrides(["time=500ms"]).unwrap();
+    let start = Instant::now();
+    let e = call(
+        probe(),
+        &sb,
+        "http",
+        json!({"url": format!("http://127.0.0.1:{}/hang", a.port())}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CallError::LimitExceeded {
+                limit: LimitKind::Time,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(10));
+    still_serves().await;
+}
+
+async fn tcp_server() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            counter.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = [0u8; 64];
+                let _ = sock.read(&mut buf).await;
+                let _ = sock.write_all(b"pong\n").await;
+            });
+        }
+    });
+    (addr, hits)
+}
+
+#[tokio::test]
+async fn tcp_connects_only_to_granted_addresses() {
+    let (c, c_hits) = tcp_server().await;
+    let (d, d_hits) = tcp_server().await;
+    let tcp = |sb: Sandbox, addr: SocketAddr| async move {
+        match call(probe(), &sb, "tcp", json!({"addr": addr.to_string()})).await {
+            Ok(out) => Ok(json_of(&out)["ok"].clone()),
+            Err(CallError::Tool(e)) => Err(e.message),
+            Err(other) => panic!("{other}"),
+        }
+    };
+    tcp(Sandbox::default(), c).await.unwrap_err();
+    let sb = sandbox(&[format!("net:tcp://{c}")]);
+    let v = tcp(sb.clone(), c).await.unwrap();
+    assert_eq!(v["reply"], "pong\n");
+    tcp(sb.clone(), d).await.unwrap_err();
+    // An HTTP grant for the same port is not a socket grant.
+    tcp(sandbox(&[format!("net:http://{d}")]), d)
+        .await
+        .unwrap_err();
+    assert_eq!(c_hits.load(Ordering::SeqCst), 1);
+    assert_eq!(d_hits.load(Ordering::SeqCst), 0);
+    still_serves().await;
+}

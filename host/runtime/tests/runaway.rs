@@ -1,0 +1,267 @@
+//! Misbehaving plugins are stopped with a clear error naming the limit, and the same runtime
+//! then serves normal calls.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use cordon_core::{Content, LimitKind, Limits};
+use cordon_runtime::{CallError, Sandbox};
+use serde_json::json;
+
+fn limited(overrides: &[&str]) -> Sandbox {
+    Sandbox {
+        limits: Limits::default()
+            .with_overrides(overrides.iter().copied())
+            .unwrap(),
+        ..Sandbox::default()
+    }
+}
+
+fn assert_limit(e: &CallError, kind: LimitKind, value: &str) {
+    match e {
+        CallError::LimitExceeded { limit, detail } => {
+            assert_eq!(*limit, kind, "{e}");
+            assert!(detail.contains(value), "{e}");
+        }
+        other => panic!("expected {kind} limit, got {other}"),
+    }
+}
+
+#[tokio::test]
+async fn infinite_loop_is_stopped_by_the_time_limit() {
+    let start = Instant::now();
+    let e = call(runaway(), &limited(&["time=300ms"]), "spin", json!({}))
+        .await
+        .unwrap_err();
+    assert_limit(&e, LimitKind::Time, "300ms");
+    assert!(e.to_string().contains("time limit"), "{e}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    still_serves().await;
+}
+
+#[tokio::test]
+async fn spinning_calls_do_not_block_each_other() {
+    // Two spinning calls and a normal one on a current-thread runtime: the epoch yields let
+    // the normal call finish long before the spinners are stopped.
+    let sb = limited(&["time=2s"]);
+    let spin1 = call(runaway(), &sb, "spin", json!({}));
+    let spin2 = call(runaway(), &sb, "spin", json!({}));
+    let normal = async {
+        let start = Instant::now();
+        call(runaway(), &Sandbox::default(), "fine", json!({}))
+            .await
+            .unwrap();
+        start.elapsed()
+    };
+    let (a, b, took) = tokio::join!(spin1, spin2, normal);
+    assert_limit(&a.unwrap_err(), LimitKind::Time, "2s");
+    assert_limit(&b.unwrap_err(), LimitKind::Time, "2s");
+    assert!(
+        took < Duration::from_millis(1500),
+        "normal call waited {took:?}"
+    );
+}
+
+#[tokio::test]
+async fn memory_bomb_is_stopped_by_the_memory_limit() {
+    let e = call(runaway(), &limited(&["memory=64MiB"]), "hog", json!({}))
+        .await
+        .unwrap_err();
+    assert_limit(&e, LimitKind::Memory, "64MiB");
+    still_serves().await;
+}
+
+#[tokio::test]
+async fn output_flood_is_refused() {
+    let e = call(runaway(), &Sandbox::default(), "flood", json!({}))
+        .await
+        .unwrap_err();
+    assert_limit(&e, LimitKind::Output, "1MiB");
+    let e = call(
+        runaway(),
+        &limited(&["output=1KiB"]),
+        "flood_json",
+        json!({"bytes": 1500}),
+    )
+    .await
+    .unwrap_err();
+    assert_limit(&e, LimitKind::Output, "1KiB");
+    // Exactly at the limit is fine.
+    let out = call(
+        runaway(),
+        &limited(&["output=1KiB"]),
+        "flood",
+        json!({"bytes": 1024}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.content, vec![Content::Text("a".repeat(1024))]);
+    still_serves().await;
+}
+
+#[tokio::test]
+async fn stderr_flood_is_capped_without_failing_the_plugin() {
+    let out = call(
+        runaway(),
+        &limited(&["log=4KiB"]),
+        "shout",
+        json!({"bytes": 4 << 20}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        out.content,
+        vec![Content::Text(format!("wrote {} bytes to stderr", 4 << 20))]
+    );
+    assert_eq!(out.stderr.len(), 4096);
+    assert!(out.stderr_truncated);
+    let out = call(
+        runaway(),
+        &Sandbox::default(),
+        "shout",
+        json!({"bytes": 2048}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.stderr.len(), 2048);
+    assert!(!out.stderr_truncated);
+    still_serves().await;
+}
+
+#[tokio::test]
+async fn log_records_are_capped() {
+    let out = call(
+        probe(),
+        &limited(&["log=1KiB"]),
+        "log",
+        json!({"count": 5, "size": 100}),
+    )
+    .await
+    .unwrap();
+    assert!(!out.stderr_truncated);
+    let out = call(
+        probe(),
+        &limited(&["log=1KiB"]),
+        "log",
+        json!({"count": 1000, "size": 100}),
+    )
+    .await
+    .unwrap();
+    assert!(out.stderr_truncated);
+}
+
+#[tokio::test]
+async fn panics_and_traps_are_reported_and_contained() {
+    let e = call(runaway(), &Sandbox::default(), "panic", json!({}))
+        .await
+        .unwrap_err();
+    match &e {
+        CallError::Trapped(m) => assert!(m.contains("panicked on purpose"), "{m}"),
+        other => panic!("{other}"),
+    }
+    let e = call(runaway(), &Sandbox::default(), "trap", json!({}))
+        .await
+        .unwrap_err();
+    match &e {
+        CallError::Trapped(m) => assert!(m.contains("unreachable"), "{m}"),
+        other => panic!("{other}"),
+    }
+    still_serves().await;
+}
+
+#[tokio::test]
+async fn malformed_results_and_oversized_arguments() {
+    let e = call(runaway(), &Sandbox::default(), "bad_json", json!({}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, CallError::Malformed(m) if m.contains("not JSON")),
+        "{e}"
+    );
+    let big = "x".repeat(2048);
+    let e = call(
+        probe(),
+        &limited(&["args=1KiB"]),
+        "echo",
+        json!({ "pad": big }),
+    )
+    .await
+    .unwrap_err();
+    assert_limit(&e, LimitKind::Args, "1KiB");
+    let out = call(probe(), &Sandbox::default(), "echo", json!({"a": [1, 2]}))
+        .await
+        .unwrap();
+    assert_eq!(out.content[1], Content::Json(json!({"a": [1, 2]})));
+    let e = call(probe(), &Sandbox::default(), "nope", json!({}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, CallError::Tool(t) if t.kind == cordon_core::ToolErrorKind::NotFound),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn grants_beyond_the_ceiling_are_refused() {
+    // The runaway fixture imports neither wasi:http nor wasi:sockets.
+    for (grant, iface) in [
+        ("net:https://example.com", "wasi:http/outgoing-handler"),
+        ("net:tcp://127.0.0.1:5432", "wasi:sockets/tcp"),
+    ] {
+        let e = call(runaway(), &sandbox(&[grant.into()]), "fine", json!({}))
+            .await
+            .unwrap_err();
+        match &e {
+            CallError::Denied(m) => {
+                assert!(
+                    m.contains("plugin `runaway` does not import") && m.contains(iface),
+                    "{m}"
+                )
+            }
+            other => panic!("{other}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_calls_are_independent() {
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        tasks.push(tokio::spawn(async move {
+            let out = call(probe(), &Sandbox::default(), "echo", json!({ "i": i }))
+                .await
+                .unwrap();
+            assert_eq!(out.content[1], Content::Json(json!({ "i": i })));
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn no_state_survives_a_call() {
+    // Globals and heap data start fresh every call, also when instance slots are reused, and
+    // also right after a trapped call.
+    for i in 0..20 {
+        let out = call(probe(), &Sandbox::default(), "counter", json!({}))
+            .await
+            .unwrap();
+        assert_eq!(
+            json_of(&out)["ok"],
+            json!({"global": 1, "heap": 1}),
+            "call {i}"
+        );
+        if i % 5 == 0 {
+            call(runaway(), &Sandbox::default(), "trap", json!({}))
+                .await
+                .unwrap_err();
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! The scripted server serves steps in order, records requests and misbehaves on request.
+
+use cordon_scripted_llm::{Script, ScriptedCall, ScriptedServer, Step};
+use serde_json::{Value, json};
+
+async fn post(url: &str, body: Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{url}/chat/completions"))
+        .bearer_auth("k")
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn serves_steps_in_order_and_records_requests() {
+    let server = ScriptedServer::start(Script::new([
+        Step::text("hello there"),
+        Step::Status {
+            status: 429,
+            message: "slow".into(),
+            retry_after: Some(3),
+        },
+        Step::tool_calls(vec![ScriptedCall::new(
+            "sql_query",
+            json!({"q": "select 1"}),
+        )]),
+        Step::Cut {
+            text: "abcdefgh".into(),
+        },
+    ]))
+    .await
+    .unwrap();
+    let url = server.base_url();
+    let r = post(
+        &url,
+        json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    let text = r.text().await.unwrap();
+    assert!(
+        text.contains("\"content\":\"hello t\"") && text.trim_end().ends_with("data: [DONE]"),
+        "{text}"
+    );
+    let r = post(&url, json!({"stream": true})).await;
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["retry-after"], "3");
+    let r = post(&url, json!({"stream": false})).await;
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        body["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
+        "sql_query"
+    );
+    assert_eq!(
+        body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
+        "{\"q\":\"select 1\"}"
+    );
+    let text = post(&url, json!({"stream": true}))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(!text.contains("[DONE]") && text.contains("abcd"), "{text}");
+    let r = post(&url, json!({"stream": true})).await;
+    assert_eq!(r.status(), 500);
+    assert!(r.text().await.unwrap().contains("script exhausted"));
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 5);
+    assert_eq!(reqs[0].messages()[0]["content"], "hi");
+    assert_eq!(reqs[0].authorization.as_deref(), Some("Bearer k"));
+    assert_eq!(server.remaining(), 0);
+}
+
+#[test]
+fn script_files_parse_with_clear_errors() {
+    let dir = tempfile_dir();
+    let good = dir.join("good.json");
+    std::fs::write(&good, r#"{"steps": [{"kind": "text", "text": "x"}, {"kind": "hermes", "calls": [{"name": "a", "arguments": {}}]}]}"#).unwrap();
+    assert_eq!(
+        Script::from_file(good.to_str().unwrap())
+            .unwrap()
+            .steps
+            .len(),
+        2
+    );
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, r#"{"steps": [{"kind": "txt", "text": "x"}]}"#).unwrap();
+    let e = Script::from_file(bad.to_str().unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("bad.json") && e.contains("txt"), "{e}");
+    let e = Script::from_file("/nonexistent/script.json")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("/nonexistent/script.json"), "{e}");
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("scripted-llm-test-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
