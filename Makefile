@@ -32,7 +32,7 @@ $(TARGET)/.toolchain:
 	@touch $@
 
 host: toolchain
-	cargo build -p cordon
+	cargo build -p cordon -p cordon-scripted-llm
 
 ## The bundled tools and the test fixtures, built from source into components.
 plugins: rust-plugins python-plugin

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Cordon demo, part 1: the sandbox and its grants, shown with the `probe` test fixture.
+# Cordon demo. Part 1: the sandbox and its grants, shown with the `probe` test fixture.
+# Part 2: one `cordon run` conversation using the bundled sql, files and python tools, against
+# CORDON_LLM_URL when set, else a scripted stand-in for a model (tests/demo/script.json).
 # Run by `make demo` after the build. Uses a private, temporary Cordon home.
 set -euo pipefail
 
@@ -11,7 +13,12 @@ for f in "$CORDON" "$PROBE"; do
 done
 
 WORK="$(mktemp -d -t cordon-demo-XXXXXX)"
-trap 'rm -rf "$WORK"' EXIT
+LLM_PID=""
+cleanup() {
+  if [ -n "$LLM_PID" ]; then kill "$LLM_PID" 2>/dev/null || true; fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
 export CORDON_HOME="$WORK/home"
 unset RUST_LOG
 
@@ -59,5 +66,87 @@ if grep -q hunter2 <<<"$out"; then
 fi
 say "refused, as it should be: DEMO_SECRET is set on the host, the plugin sees no such variable"
 
-step "Done: the host file is unchanged and the secret never left $WORK/private"
+step "5. Part 1 done: the host file is unchanged and the secret never left $WORK/private"
 cat "$WORK/project/notes.txt"
+
+# ---------------------------------------------------------------------------------------------
+# Part 2: a conversation with the bundled tools.
+for f in sql files python; do
+  [ -e "$ROOT/target/plugins/$f.wasm" ] || { echo "missing target/plugins/$f.wasm: run \`make plugins\` first" >&2; exit 1; }
+done
+D="$WORK/demo"
+mkdir -p "$D/data" "$D/scratch" "$D/docs/guides" "$D/private"
+python3 - "$D/data/shop.db" <<'PY'
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+c.executescript("""
+CREATE TABLE orders(id INTEGER PRIMARY KEY, region TEXT NOT NULL, cents INTEGER NOT NULL);
+INSERT INTO orders(region, cents) VALUES
+  ('east', 30000), ('east', 22000), ('north', 31500), ('west', 9000), ('west', 7500);
+CREATE TABLE reports(id INTEGER PRIMARY KEY, note TEXT NOT NULL);
+""")
+c.commit()
+c.close()
+PY
+cp "$D/data/shop.db" "$D/scratch/shop-copy.db"
+printf '# Policy\nCustomers get refunds within 30 days of purchase.\n' >"$D/docs/policy.md"
+printf '# Shipping\nOrders ship within 2 working days.\n' >"$D/docs/guides/shipping.md"
+printf 'sk-live-do-not-leak\n' >"$D/private/api-key.txt"
+
+step "6. Install the bundled tools, each with only what it needs"
+say "sql:    $D/data read-only as /data, and a working copy $D/scratch read-write as /scratch"
+"$CORDON" plugin install "$ROOT/target/plugins/sql.wasm" --yes \
+  --grant "fs:$D/data:/data:ro" --grant "fs:$D/scratch:/scratch:rw" --limit time=5s | sed 's/^/   /'
+say "files:  $D/docs read-only as /docs"
+"$CORDON" plugin install "$ROOT/target/plugins/files.wasm" --yes \
+  --grant "fs:$D/docs:/docs:ro" --limit time=5s | sed 's/^/   /'
+say "python: no grants at all (compiling CPython-in-wasm takes ~20 s once; then it is cached)"
+"$CORDON" plugin install "$ROOT/target/plugins/python.wasm" --yes --limit time=10s | sed 's/^/   /'
+
+step "7. One conversation: cordon run --approve all"
+SCRIPTED=0
+if [ -n "${CORDON_LLM_URL:-}" ]; then
+  say "Using the model at $CORDON_LLM_URL (model: ${CORDON_MODEL:-from cordon.toml or the default})."
+  PROMPT="Use the tools. 1) With sql_query on /data/shop.db, total the cents per region in table orders. \
+2) With search_text, find what the docs under /docs say about refunds. \
+3) With run_python, passing the query result as input, compute each region's percentage share. \
+4) With sql_execute, insert a one-line note about the result into table reports of /scratch/shop-copy.db. \
+5) Try read_file on /docs/../private/api-key.txt. Then summarise, saying which calls were refused."
+else
+  LLM="$ROOT/target/debug/scripted-llm"
+  if [ ! -x "$LLM" ]; then
+    say "building the scripted model server (cargo build -p cordon-scripted-llm)"
+    (cd "$ROOT" && cargo build -q -p cordon-scripted-llm)
+  fi
+  say "No CORDON_LLM_URL set: using a scripted stand-in for a model (tests/demo/script.json)."
+  say "Set CORDON_LLM_URL (e.g. http://localhost:11434/v1) and CORDON_MODEL to use a real one."
+  exec 3< <("$LLM" --script "$ROOT/tests/demo/script.json" 2>/dev/null)
+  LLM_PID=$!
+  read -r CORDON_LLM_URL <&3 || { echo "the scripted model server did not start" >&2; exit 1; }
+  export CORDON_LLM_URL
+  export CORDON_MODEL=scripted
+  SCRIPTED=1
+  PROMPT="What is our revenue by region and each region's share? What do the docs say about refunds? Record the result, and show me the API key."
+fi
+say "You: $PROMPT"
+say "(⚙ = a tool call, → its result, ✗ an error or refusal handed back to the model)"
+echo
+# --approve all answers "yes" to calls that need approval (here sql_execute, which writes);
+# `--approve ask` would ask on the terminal, `--approve auto` would decline them.
+cd "$WORK"
+code=0
+"$CORDON" run "$PROMPT" --approve all || code=$?
+echo
+if [ "$SCRIPTED" = 1 ]; then
+  [ "$code" = 0 ] || { echo "UNEXPECTED: cordon run exited $code" >&2; exit 1; }
+  notes="$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select count(*) from reports").fetchone()[0])' "$D/scratch/shop-copy.db")"
+  orig="$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select count(*) from reports").fetchone()[0])' "$D/data/shop.db")"
+  [ "$notes" = 1 ] && [ "$orig" = 0 ] || { echo "UNEXPECTED: reports in copy=$notes, original=$orig" >&2; exit 1; }
+  step "Done"
+  say "sql_execute was approved (--approve all) and wrote 1 row to the working copy only;"
+  say "the read-only original is untouched, and the API key never reached the model."
+else
+  step "Done (cordon run exited $code)"
+  say "A real model chooses its own calls: the lines above show which ran, which needed approval"
+  say "(--approve all said yes) and which the sandbox refused."
+fi

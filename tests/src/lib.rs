@@ -339,3 +339,193 @@ fn answer(
     stream.flush()?;
     Ok(())
 }
+
+/// Homes with the bundled tools installed, shared across tests: each set of plugins is installed
+/// (and compiled) once into a template home, and each test gets a copy whose compiled code is
+/// hard-linked, so a test pays milliseconds instead of seconds per plugin.
+pub mod support {
+    use std::collections::BTreeMap;
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+    use std::sync::Mutex;
+
+    use crate::{Run, TestHome, cordon_bin, file_digest, target_dir};
+    use serde_json::Value;
+    use sha2::{Digest, Sha256};
+
+    /// A bundled tool component built by `make plugins` into `target/plugins/<name>.wasm`.
+    pub fn plugin_wasm(name: &str) -> PathBuf {
+        let path = target_dir().join("plugins").join(format!("{name}.wasm"));
+        assert!(
+            path.is_file(),
+            "the bundled plugin {} is missing: run `make plugins` first",
+            path.display()
+        );
+        path
+    }
+
+    /// `fs:<host>:<guest>:<mode>`.
+    pub fn grant_fs(host: &Path, guest: &str, mode: &str) -> String {
+        format!("fs:{}:{guest}:{mode}", host.display())
+    }
+
+    /// Parses the JSON a call printed (one JSON content).
+    #[track_caller]
+    pub fn json_of(run: &Run) -> Value {
+        serde_json::from_str(&run.stdout).unwrap_or_else(|e| {
+            panic!(
+                "`{}` did not print one JSON document ({e}):\n{}",
+                run.command, run.stdout
+            )
+        })
+    }
+
+    /// Installs (in fact reinstalls, from the template's compile cache) `plugin` with these
+    /// grants and limits through the CLI, as a user would.
+    #[track_caller]
+    pub fn install(home: &TestHome, plugin: &str, grants: &[String], limits: &[&str]) {
+        let wasm = plugin_wasm(plugin);
+        let mut args = vec!["plugin", "install", wasm.to_str().unwrap(), "--yes"];
+        for g in grants {
+            args.extend(["--grant", g.as_str()]);
+        }
+        for l in limits {
+            args.extend(["--limit", l]);
+        }
+        let run = home.cordon(&args).ok();
+        assert!(
+            run.stdout.contains(&format!("plugin `{plugin}`")),
+            "{}",
+            run.stdout
+        );
+    }
+
+    /// Creates an SQLite database from an SQL script with python3's sqlite3 module.
+    pub fn sqlite(db: &Path, script: &str) {
+        let out = Command::new("python3")
+            .args([
+                "-c",
+                "import sqlite3, sys\n\
+                 c = sqlite3.connect(sys.argv[1])\n\
+                 c.executescript(sys.stdin.read())\n\
+                 c.commit()\n\
+                 c.close()",
+                db.to_str().unwrap(),
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write;
+                child.stdin.take().unwrap().write_all(script.as_bytes())?;
+                child.wait_with_output()
+            })
+            .expect("python3 is needed to create test databases");
+        assert!(
+            out.status.success(),
+            "creating {} failed:\n{}",
+            db.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Templates already found or built by this process, by plugin set.
+    static TEMPLATES: Mutex<BTreeMap<String, PathBuf>> = Mutex::new(BTreeMap::new());
+
+    /// A home with `plugins` installed and nothing granted, built once per set of components
+    /// and `cordon` binary and kept in cargo's target tmp dir for later runs.
+    fn template(plugins: &[&str]) -> PathBuf {
+        let mut known = TEMPLATES.lock().unwrap_or_else(|e| e.into_inner());
+        let set = plugins.join("+");
+        if let Some(home) = known.get(&set) {
+            return home.clone();
+        }
+        let mut key = Sha256::new();
+        for p in plugins {
+            key.update(p.as_bytes());
+            key.update(file_digest(&plugin_wasm(p)).as_bytes());
+        }
+        let bin = std::fs::metadata(cordon_bin()).expect("cordon binary");
+        key.update(bin.len().to_le_bytes());
+        key.update(format!("{:?}", bin.modified().ok()).as_bytes());
+        let prefix = format!("tools-home-{set}-");
+        let name = format!("{prefix}{}", &hex::encode(key.finalize())[..16]);
+        let root = target_dir().join("tmp");
+        let _ = std::fs::create_dir_all(&root);
+        let dir = root.join(&name);
+        if !dir.join("home/plugins.toml").is_file() {
+            prune(&root, &prefix);
+            build(&root, &name, plugins);
+        }
+        known.insert(set, dir.join("home"));
+        dir.join("home")
+    }
+
+    /// Removes templates of the same plugins for other builds, once no test run can still
+    /// be copying them (untouched for an hour); they only take space.
+    fn prune(root: &Path, prefix: &str) {
+        let Ok(entries) = std::fs::read_dir(root) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let stale = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > std::time::Duration::from_secs(3600));
+            if stale && e.file_name().to_string_lossy().starts_with(prefix) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+
+    /// Installs `plugins` through the CLI into a new template `root/name`.
+    fn build(root: &Path, name: &str, plugins: &[&str]) {
+        let dir = root.join(name);
+        let building = root.join(format!(".{name}.{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&building);
+        std::fs::create_dir_all(&building).unwrap();
+        for p in plugins {
+            let out = Command::new(cordon_bin())
+                .args(["plugin", "install", plugin_wasm(p).to_str().unwrap()])
+                .env("CORDON_HOME", building.join("home"))
+                .env_remove("RUST_LOG")
+                .env("RUST_BACKTRACE", "0")
+                .output()
+                .expect("run cordon");
+            assert!(
+                out.status.success(),
+                "installing {p} into the template home failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        if std::fs::rename(&building, &dir).is_err() {
+            // Another test process finished first; its template is as good.
+            let _ = std::fs::remove_dir_all(&building);
+        }
+    }
+
+    /// A fresh home holding a copy of the template for `plugins` (compiled code and
+    /// components hard-linked: Cordon replaces files by renaming, never in place).
+    pub fn home_with(plugins: &[&str]) -> TestHome {
+        let template = template(plugins);
+        let home = TestHome::new();
+        copy_tree(&template, &home.path(), false);
+        home
+    }
+
+    fn copy_tree(from: &Path, to: &Path, link: bool) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let (src, dst) = (entry.path(), to.join(entry.file_name()));
+            if entry.file_type().unwrap().is_dir() {
+                copy_tree(&src, &dst, true);
+            } else if !(link && std::fs::hard_link(&src, &dst).is_ok()) {
+                std::fs::copy(&src, &dst).unwrap();
+            }
+        }
+    }
+}

@@ -113,7 +113,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// Loads every installed plugin for a conversation; a plugin that fails its checks is left out
 /// with a warning rather than stopping the whole conversation.
-async fn conversation_tools(home: &Home) -> anyhow::Result<std::sync::Arc<dyn cordon_agent::ToolHost>> {
+async fn conversation_tools(
+    home: &Home,
+) -> anyhow::Result<std::sync::Arc<dyn cordon_agent::ToolHost>> {
     let toolbox = cordon_home::Toolbox::load(home).await?;
     let tools = sandbox_tools::SandboxTools::new(toolbox);
     for (plugin, reason) in tools.unavailable() {

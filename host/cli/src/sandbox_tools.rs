@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use cordon_agent::{CancellationToken, Content, ToolFailure, ToolFailureKind, ToolHost, ToolSpec, async_trait};
+use cordon_agent::{
+    CancellationToken, Content, ToolFailure, ToolFailureKind, ToolHost, ToolSpec, async_trait,
+};
 use cordon_home::{HomeError, Toolbox};
 use cordon_runtime::CallError;
 use serde_json::Value;
@@ -76,7 +78,11 @@ impl ToolHost for SandboxTools {
                 ToolFailureKind::NotFound,
                 format!(
                     "there is no tool `{name}`; the tools are: {}",
-                    self.call_names.keys().cloned().collect::<Vec<_>>().join(", ")
+                    self.call_names
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             ));
         };
@@ -106,7 +112,9 @@ fn failure(error: HomeError) -> ToolFailure {
             }
         },
         HomeError::InvalidArguments { .. } => ToolFailureKind::InvalidArguments,
-        HomeError::UnknownTool { .. } | HomeError::AmbiguousTool { .. } => ToolFailureKind::NotFound,
+        HomeError::UnknownTool { .. } | HomeError::AmbiguousTool { .. } => {
+            ToolFailureKind::NotFound
+        }
         _ => ToolFailureKind::Failed,
     };
     ToolFailure::new(kind, error.to_string())
@@ -129,7 +137,11 @@ mod tests {
             source: CallError::Denied("outside every grant".into()),
         });
         assert_eq!(denied.kind, ToolFailureKind::Denied);
-        assert!(denied.message.contains("outside every grant"), "{}", denied.message);
+        assert!(
+            denied.message.contains("outside every grant"),
+            "{}",
+            denied.message
+        );
 
         let limit = failure(HomeError::Call {
             tool: "run_python".into(),

@@ -1,0 +1,698 @@
+//! `cordon run` end to end: the real binary, real plugins in the sandbox, and the in-process
+//! scripted OpenAI-compatible server standing in for the model. Each test asserts on what the
+//! user sees (stdout, --json events, exit code) and on what the model received (the recorded
+//! requests: tool results with `role: "tool"` and the right `tool_call_id`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cordon_scripted_llm::{Script, ScriptedCall, ScriptedServer, Step};
+use cordon_tests::support::{grant_fs, home_with, install, sqlite};
+use cordon_tests::{Run, TestHome, cordon_bin};
+use serde_json::{Value, json};
+
+/// A scripted model running on its own runtime for the whole test.
+struct Model {
+    server: ScriptedServer,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl Model {
+    fn new(steps: Vec<Step>) -> Model {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        let server = rt
+            .block_on(ScriptedServer::start(Script::new(steps)))
+            .expect("start the scripted model");
+        Model { server, _rt: rt }
+    }
+
+    fn url(&self) -> String {
+        self.server.base_url()
+    }
+
+    /// The tool messages of request `n` (0-based), i.e. what the model was told.
+    fn tool_messages(&self, n: usize) -> Vec<Value> {
+        let requests = self.server.requests();
+        assert!(
+            n < requests.len(),
+            "the model received {} request(s), wanted request {n}",
+            requests.len()
+        );
+        requests[n]
+            .messages()
+            .into_iter()
+            .filter(|m| m["role"] == "tool")
+            .collect()
+    }
+}
+
+fn call(id: &str, name: &str, arguments: Value) -> ScriptedCall {
+    ScriptedCall {
+        id: Some(id.to_string()),
+        name: name.to_string(),
+        arguments,
+    }
+}
+
+/// Runs `cordon run <args>` against `model` in `home` (no terminal, empty stdin), from `cwd`
+/// so no stray `cordon.toml` is picked up.
+fn run(home: &TestHome, model: &Model, args: &[&str]) -> Run {
+    let cwd = home.scratch("cwd");
+    let mut full = vec!["run"];
+    full.extend_from_slice(args);
+    let out = Command::new(cordon_bin())
+        .args(&full)
+        .current_dir(&cwd)
+        .env("CORDON_HOME", home.path())
+        .env("CORDON_LLM_URL", model.url())
+        .env("CORDON_MODEL", "scripted")
+        .env_remove("CORDON_CONFIG")
+        .env_remove("RUST_LOG")
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run cordon");
+    Run {
+        command: format!("cordon {}", full.join(" ")),
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The --json events printed by a run.
+fn events(run: &Run) -> Vec<Value> {
+    run.stdout
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            serde_json::from_str(l)
+                .unwrap_or_else(|e| panic!("not a JSON event line ({e}): {l}\n{}", run.stdout))
+        })
+        .collect()
+}
+
+const SHOP: &str = "CREATE TABLE products(sku TEXT PRIMARY KEY, name TEXT, price_cents INTEGER);
+INSERT INTO products VALUES ('A1','anvil',1250),('B2','bucket',399),('C3','crowbar',2100);";
+
+/// A home with `sql` installed, read-only on a fresh shop database seen as /data.
+fn sql_home(mode: &str) -> (TestHome, PathBuf) {
+    let home = home_with(&["sql"]);
+    let data = home.scratch("data");
+    sqlite(&data.join("shop.db"), SHOP);
+    install(&home, "sql", &[grant_fs(&data, "/data", mode)], &[]);
+    (home, data)
+}
+
+fn host_count(db: &Path) -> String {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3,sys;print(sqlite3.connect(sys.argv[1]).execute('select count(*) from products').fetchone()[0])",
+            db.to_str().unwrap(),
+        ])
+        .output()
+        .expect("python3");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn text_answer_without_tools() {
+    let home = TestHome::new();
+    let model = Model::new(vec![Step::text("Hello from the scripted model.")]);
+    let r = run(&home, &model, &["Say hello"]).ok();
+    assert!(
+        r.stdout.contains("Hello from the scripted model."),
+        "{}",
+        r.stdout
+    );
+    let reqs = model.server.requests();
+    assert_eq!(reqs.len(), 1);
+    let msgs = reqs[0].messages();
+    assert!(
+        msgs.iter()
+            .any(|m| m["role"] == "user" && m["content"] == "Say hello"),
+        "{msgs:?}"
+    );
+}
+
+#[test]
+fn one_sql_query_reaches_the_model() {
+    let (home, _) = sql_home("ro");
+    let model = Model::new(vec![
+        Step::tool_calls(vec![call(
+            "call_q",
+            "sql_query",
+            json!({"database": "/data/shop.db", "sql": "SELECT name FROM products ORDER BY sku"}),
+        )]),
+        Step::text("There are three products."),
+    ]);
+    let r = run(&home, &model, &["What do we sell?", "--approve", "auto"]).ok();
+    assert!(
+        r.stdout.contains("There are three products."),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stderr.contains("sql_query"), "{}", r.stderr);
+    // The tools offered to the model include the installed plugin's tools.
+    assert!(
+        model.server.requests()[0]
+            .tool_names()
+            .contains(&"sql_query".to_string())
+    );
+    let tools = model.tool_messages(1);
+    assert_eq!(tools.len(), 1, "{tools:?}");
+    assert_eq!(tools[0]["tool_call_id"], "call_q");
+    let content = tools[0]["content"].to_string();
+    for name in ["anvil", "bucket", "crowbar"] {
+        assert!(
+            content.contains(name),
+            "row {name} missing from the tool result: {content}"
+        );
+    }
+}
+
+#[test]
+fn several_calls_in_one_response_each_get_their_result() {
+    let (home, _) = sql_home("ro");
+    let model = Model::new(vec![
+        Step::tool_calls(vec![
+            call(
+                "c1",
+                "sql_query",
+                json!({"database": "/data/shop.db", "sql": "SELECT name FROM products WHERE sku='A1'"}),
+            ),
+            call(
+                "c2",
+                "sql_query",
+                json!({"database": "/data/shop.db", "sql": "SELECT name FROM products WHERE sku='C3'"}),
+            ),
+            call("c3", "sql_schema", json!({"database": "/data/shop.db"})),
+        ]),
+        Step::text("done"),
+    ]);
+    let r = run(&home, &model, &["Look up", "--json", "--approve", "auto"]).ok();
+    let ev = events(&r);
+    assert!(!ev.is_empty());
+    let tools = model.tool_messages(1);
+    assert_eq!(tools.len(), 3, "{tools:?}");
+    let by_id = |id: &str| {
+        tools
+            .iter()
+            .find(|m| m["tool_call_id"] == id)
+            .unwrap_or_else(|| panic!("no result for {id}: {tools:?}"))["content"]
+            .to_string()
+    };
+    assert!(by_id("c1").contains("anvil") && !by_id("c1").contains("crowbar"));
+    assert!(by_id("c2").contains("crowbar") && !by_id("c2").contains("anvil"));
+    assert!(by_id("c3").contains("price_cents"));
+}
+
+#[test]
+fn ask_without_a_terminal_declines_and_the_model_is_told() {
+    let (home, data) = sql_home("rw");
+    let model = Model::new(vec![
+        Step::tool_calls(vec![call(
+            "w1",
+            "sql_execute",
+            json!({"database": "/data/shop.db", "sql": "DELETE FROM products"}),
+        )]),
+        Step::text("I could not delete them."),
+    ]);
+    let r = run(&home, &model, &["Delete everything", "--approve", "ask"]).ok();
+    assert!(r.stderr.contains("no terminal"), "{}", r.stderr);
+    let tools = model.tool_messages(1);
+    assert_eq!(tools[0]["tool_call_id"], "w1");
+    assert!(
+        tools[0]["content"].to_string().contains("declined"),
+        "{tools:?}"
+    );
+    assert_eq!(
+        host_count(&data.join("shop.db")),
+        "3",
+        "a declined call changed the db"
+    );
+}
+
+#[test]
+fn approve_all_runs_a_read_write_tool() {
+    let (home, data) = sql_home("rw");
+    let model = Model::new(vec![
+        Step::tool_calls(vec![call(
+            "w1",
+            "sql_execute",
+            json!({"database": "/data/shop.db", "sql": "INSERT INTO products VALUES ('D4','drill',5000)"}),
+        )]),
+        Step::text("Added the drill."),
+    ]);
+    run(&home, &model, &["Add a drill", "--approve", "all"]).ok();
+    assert_eq!(
+        host_count(&data.join("shop.db")),
+        "4",
+        "sql_execute did not write"
+    );
+    let tools = model.tool_messages(1);
+    assert_eq!(tools[0]["tool_call_id"], "w1");
+    assert!(
+        !tools[0]["content"].to_string().contains("declined"),
+        "{tools:?}"
+    );
+}
+
+#[test]
+fn config_deny_rule_wins_over_approve_all() {
+    let (home, data) = sql_home("rw");
+    let cfg = home.scratch("cfg").join("cordon.toml");
+    std::fs::write(&cfg, "[approval.tools]\nsql_execute = \"deny\"\n").unwrap();
+    let model = Model::new(vec![
+        Step::tool_calls(vec![call(
+            "w1",
+            "sql_execute",
+            json!({"database": "/data/shop.db", "sql": "DELETE FROM products"}),
+        )]),
+        Step::text("Not allowed."),
+    ]);
+    run(
+        &home,
+        &model,
+        &[
+            "Delete",
+            "--approve",
+            "all",
+            "--config",
+            cfg.to_str().unwrap(),
+        ],
+    )
+    .ok();
+    assert_eq!(host_count(&data.join("shop.db")), "3");
+    let reqs = model.server.requests();
+    // A denied tool is not offered, and a call to it anyway is refused back to the model.
+    assert!(
+        !reqs[0].tool_names().contains(&"sql_execute".to_string()),
+        "a denied tool was offered: {:?}",
+        reqs[0].tool_names()
+    );
+    assert!(reqs[0].tool_names().contains(&"sql_query".to_string()));
+    let tools = model.tool_messages(1);
+    assert_eq!(tools[0]["tool_call_id"], "w1");
+    assert!(
+        !tools[0]["content"].to_string().contains("changes"),
+        "{tools:?}"
+    );
+}
+
+#[test]
+fn unknown_tool_and_invalid_arguments_go_back_as_errors() {
+    let (home, _) = sql_home("ro");
+    let model = Model::new(vec![
+        Step::tool_calls(vec![
+            call("u1", "sql_querry", json!({"sql": "SELECT 1"})),
+            call("b1", "sql_query", json!({"database": 7})),
+        ]),
+        Step::text("Sorry."),
+    ]);
+    run(&home, &model, &["q", "--approve", "auto"]).ok();
+    let tools = model.tool_messages(1);
+    let u = tools
+        .iter()
+        .find(|m| m["tool_call_id"] == "u1")
+        .expect("u1")
+        .to_string();
+    let b = tools
+        .iter()
+        .find(|m| m["tool_call_id"] == "b1")
+        .expect("b1")
+        .to_string();
+    assert!(u.contains("sql_querry") && u.contains("sql_query"), "{u}");
+    assert!(b.contains("database") || b.contains("sql"), "{b}");
+}
+
+#[test]
+fn sandbox_refusal_goes_back_as_a_tool_error() {
+    let (home, _) = sql_home("ro");
+    let model = Model::new(vec![
+        Step::tool_calls(vec![call(
+            "x1",
+            "sql_query",
+            json!({"database": "/etc/passwd.db", "sql": "SELECT 1"}),
+        )]),
+        Step::text("That is outside what I may read."),
+    ]);
+    let r = run(&home, &model, &["q", "--approve", "auto", "--json"]).ok();
+    let ev = events(&r);
+    assert!(
+        ev.iter().any(|e| e["is_error"] == true),
+        "no error tool result event: {}",
+        r.stdout
+    );
+    let tools = model.tool_messages(1);
+    assert_eq!(tools[0]["tool_call_id"], "x1");
+    assert!(
+        tools[0]["content"].to_string().contains("/etc/passwd.db"),
+        "{tools:?}"
+    );
+}
+
+#[test]
+fn iteration_limit_ends_with_a_tools_free_answer() {
+    let (home, _) = sql_home("ro");
+    let q = |i: i64| {
+        Step::tool_calls(vec![call(
+            &format!("i{i}"),
+            "sql_query",
+            json!({"database": "/data/shop.db", "sql": format!("SELECT {i}")}),
+        )])
+    };
+    let model = Model::new(vec![
+        q(1),
+        q(2),
+        Step::text("Final answer after the limit."),
+    ]);
+    let r = run(
+        &home,
+        &model,
+        &["loop", "--approve", "auto", "--max-iterations", "2"],
+    )
+    .ok();
+    assert!(
+        r.stdout.contains("Final answer after the limit."),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stderr.contains("reached 2 tool steps"), "{}", r.stderr);
+    let reqs = model.server.requests();
+    assert_eq!(reqs.len(), 3);
+    assert!(
+        reqs[2].tool_names().is_empty(),
+        "the final request still offered tools"
+    );
+}
+
+#[test]
+fn repeating_the_same_call_stops_with_exit_3() {
+    let (home, _) = sql_home("ro");
+    let same = || {
+        Step::tool_calls(vec![call(
+            "r",
+            "sql_query",
+            json!({"database": "/data/shop.db", "sql": "SELECT 1"}),
+        )])
+    };
+    let model = Model::new(vec![same(), same(), same(), same(), Step::text("never")]);
+    let r = run(&home, &model, &["spin", "--approve", "auto"]).code(3);
+    assert!(!r.stdout.contains("never"));
+}
+
+#[test]
+fn a_503_is_retried_then_succeeds() {
+    let home = TestHome::new();
+    let model = Model::new(vec![
+        Step::status(503, "overloaded"),
+        Step::text("after retry"),
+    ]);
+    let r = run(&home, &model, &["hi"]).ok();
+    assert!(r.stdout.contains("after retry"), "{}", r.stdout);
+    assert!(r.stderr.contains("retry 1/"), "{}", r.stderr);
+    assert_eq!(model.server.requests().len(), 2);
+}
+
+#[test]
+fn retries_exhausted_fail_clearly() {
+    let home = TestHome::new();
+    let cfg = home.scratch("cfg").join("cordon.toml");
+    std::fs::write(
+        &cfg,
+        "[llm.retry]\nmax_retries = 2\ninitial_backoff_ms = 10\nmax_backoff_ms = 20\n",
+    )
+    .unwrap();
+    let model = Model::new(vec![
+        Step::status(503, "overloaded"),
+        Step::status(503, "overloaded"),
+        Step::status(503, "overloaded"),
+    ]);
+    let r = run(&home, &model, &["hi", "--config", cfg.to_str().unwrap()]);
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains("503") || r.stderr.contains("overloaded"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    assert_eq!(model.server.requests().len(), 3);
+}
+
+#[test]
+fn hermes_format_calls_a_real_tool() {
+    let (home, _) = sql_home("ro");
+    let model = Model::new(vec![
+        Step::Hermes {
+            content: Some("Checking.".into()),
+            calls: vec![ScriptedCall::new(
+                "sql_query",
+                json!({"database": "/data/shop.db", "sql": "SELECT name FROM products WHERE sku='B2'"}),
+            )],
+        },
+        Step::text("A bucket."),
+    ]);
+    let r = run(
+        &home,
+        &model,
+        &["q", "--approve", "auto", "--tool-format", "hermes"],
+    )
+    .ok();
+    assert!(r.stdout.contains("A bucket."), "{}", r.stdout);
+    let reqs = model.server.requests();
+    assert_eq!(reqs.len(), 2);
+    let later = serde_json::to_string(&reqs[1].messages()).unwrap();
+    assert!(
+        later.contains("bucket"),
+        "the tool result did not reach the model: {later}"
+    );
+}
+
+#[test]
+fn then_sends_a_second_turn() {
+    let home = TestHome::new();
+    let model = Model::new(vec![Step::text("first"), Step::text("second")]);
+    let r = run(&home, &model, &["one", "--then", "two"]).ok();
+    assert!(
+        r.stdout.contains("first") && r.stdout.contains("second"),
+        "{}",
+        r.stdout
+    );
+    let reqs = model.server.requests();
+    assert_eq!(reqs.len(), 2);
+    let msgs = serde_json::to_string(&reqs[1].messages()).unwrap();
+    assert!(
+        msgs.contains("one") && msgs.contains("first") && msgs.contains("two"),
+        "{msgs}"
+    );
+}
+
+#[test]
+fn save_then_load_continues_the_conversation() {
+    let home = TestHome::new();
+    let saved = home.scratch("conv").join("c.json");
+    let model = Model::new(vec![
+        Step::text("remembered: blue"),
+        Step::text("you said blue"),
+    ]);
+    run(
+        &home,
+        &model,
+        &["my colour is blue", "--save", saved.to_str().unwrap()],
+    )
+    .ok();
+    assert!(saved.is_file());
+    run(
+        &home,
+        &model,
+        &[
+            "what colour?",
+            "--load",
+            saved.to_str().unwrap(),
+            "--save",
+            saved.to_str().unwrap(),
+        ],
+    )
+    .ok();
+    let msgs = serde_json::to_string(&model.server.requests()[1].messages()).unwrap();
+    assert!(
+        msgs.contains("my colour is blue") && msgs.contains("remembered: blue"),
+        "{msgs}"
+    );
+    let text = std::fs::read_to_string(&saved).unwrap();
+    assert!(text.contains("you said blue"), "{text}");
+}
+
+#[test]
+fn sigint_during_a_runaway_tool_exits_130_and_keeps_the_saved_conversation() {
+    let home = TestHome::new();
+    install_fixture(&home, "runaway", &["time=30s"]);
+    let saved = home.scratch("conv").join("c.json");
+    let model = Model::new(vec![
+        Step::tool_calls(vec![call("s1", "spin", json!({}))]),
+        Step::text("never reached"),
+    ]);
+    let cwd = home.scratch("cwd");
+    let child = Command::new(cordon_bin())
+        .args([
+            "run",
+            "spin please",
+            "--approve",
+            "all",
+            "--save",
+            saved.to_str().unwrap(),
+        ])
+        .current_dir(&cwd)
+        .env("CORDON_HOME", home.path())
+        .env("CORDON_LLM_URL", model.url())
+        .env("CORDON_MODEL", "scripted")
+        .env_remove("RUST_LOG")
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the tool is running (the model has been asked once and the call started).
+    let start = Instant::now();
+    while model.server.requests().is_empty() && start.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let t0 = Instant::now();
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "stderr: {stderr}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "cancel took {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(
+        model.server.requests().len(),
+        1,
+        "the model was asked again after cancel"
+    );
+    let text = std::fs::read_to_string(&saved).expect("the conversation was saved");
+    let conv: Value = serde_json::from_str(&text).expect("the saved conversation is JSON");
+    assert!(text.contains("spin please"), "{conv}");
+}
+
+#[test]
+fn unreachable_endpoint_fails_clearly() {
+    let home = TestHome::new();
+    // A port that was just free: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cfg = home.scratch("cfg").join("cordon.toml");
+    std::fs::write(&cfg, "[llm.retry]\nmax_retries = 0\n").unwrap();
+    let r = home.cordon_env(
+        &["run", "hi", "--config", cfg.to_str().unwrap()],
+        &[("CORDON_LLM_URL", &format!("http://127.0.0.1:{port}/v1"))],
+    );
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains(&port.to_string()),
+        "the error does not name the endpoint: {}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+}
+
+#[test]
+fn bad_config_file_fails_clearly() {
+    let home = TestHome::new();
+    let cfg = home.scratch("cfg").join("cordon.toml");
+    std::fs::write(&cfg, "[llm]\nmodle = \"x\"\n").unwrap();
+    let r = home.cordon_env(
+        &["run", "hi", "--config", cfg.to_str().unwrap()],
+        &[("CORDON_LLM_URL", "http://127.0.0.1:9/v1")],
+    );
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains("modle"),
+        "the error does not name the bad key: {}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("cordon.toml"),
+        "the error does not name the file: {}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+}
+
+fn install_fixture(home: &TestHome, name: &str, limits: &[&str]) {
+    let wasm = cordon_tests::fixture(name);
+    let mut args = vec!["plugin", "install", wasm.to_str().unwrap(), "--yes"];
+    for l in limits {
+        args.extend(["--limit", l]);
+    }
+    home.cordon(&args).ok();
+}
+
+#[test]
+fn chat_fork_continues_on_a_branch_without_the_later_turns() {
+    let home = TestHome::new();
+    let model = Model::new(vec![Step::text("answer one"), Step::text("answer two")]);
+    let cwd = home.scratch("cwd");
+    let mut child = Command::new(cordon_bin())
+        .args(["chat"])
+        .current_dir(&cwd)
+        .env("CORDON_HOME", home.path())
+        .env("CORDON_LLM_URL", model.url())
+        .env("CORDON_MODEL", "scripted")
+        .env_remove("RUST_LOG")
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(b"first question\n/fork 0\nsecond question\n/branch\n")
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("answer one") && stdout.contains("answer two"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("* 1:"),
+        "the fork is not the active branch: {stdout}"
+    );
+    let reqs = model.server.requests();
+    assert_eq!(reqs.len(), 2);
+    let second = serde_json::to_string(&reqs[1].messages()).unwrap();
+    assert!(second.contains("second question"), "{second}");
+    assert!(
+        !second.contains("first question") && !second.contains("answer one"),
+        "the fork kept the dropped turn: {second}"
+    );
+}
