@@ -31,8 +31,11 @@ $(TARGET)/.toolchain:
 	@$(VENV)/bin/python -c 'import componentize_py, wasmtime' 2>/dev/null || $(VENV)/bin/pip install -q componentize-py==0.25.1 wasmtime==50.0.1
 	@touch $@
 
+# Build every host target at once (binaries, tests, examples) so that features unify the same way
+# as in `cargo test --workspace`: otherwise dev-dependencies change tokio's features and the test
+# run compiles wasmtime a second time.
 host: toolchain
-	cargo build -p cordon -p cordon-scripted-llm
+	cargo build --workspace --all-targets
 
 ## The bundled tools and the test fixtures, built from source into components.
 plugins: rust-plugins python-plugin
@@ -65,6 +68,8 @@ demo: host plugins
 
 bench: toolchain plugins
 	cargo run --release -p cordon-runtime --example bench
+	cargo build --release -p cordon
+	CORDON=target/release/cordon PLUGINS=$(PLUGIN_OUT) bash tests/bench/tools.sh
 
 clean:
 	cargo clean
