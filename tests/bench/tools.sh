@@ -57,7 +57,7 @@ install "$work/h-files" "$PLUGINS/files.wasm" "fs:$tree:/src:ro"
 pattern='unsafe impl Send for'
 compare search_text \
   "rg -n -F '$pattern' $tree" \
-  "$CORDON --home $work/h-files call search_text '{\"pattern\":\"$pattern\",\"path\":\"/src\",\"literal\":true,\"max_matches\":100000}'"
+  "$CORDON --home $work/h-files call search_text '{\"pattern\":\"$pattern\",\"path\":\"/src\",\"literal\":true,\"max_matches\":5000}'"
 
 # --- sql_query vs sqlite3 --------------------------------------------------------------------
 mkdir -p "$work/db"
