@@ -555,19 +555,7 @@ fn respond(step: Step, stream: bool, model: &str, n: usize) -> Response {
                     delay,
                 });
             }
-            events.push(Event {
-                data: chunk_json(&id, model, json!({}), Some("stop")).to_string(),
-                delay: None,
-            });
-            if let Some(u) = usage {
-                events.push(Event {
-                    data: json!({"id": id, "object": "chat.completion.chunk", "model": model,
-                        "choices": [], "usage": usage_json(u)})
-                    .to_string(),
-                    delay: None,
-                });
-            }
-            sse(events, true)
+            finish_stream(events, &id, model, "stop", usage)
         }
         Step::Hermes { content, calls } => {
             let text = hermes_text(&content, &calls);
@@ -647,19 +635,7 @@ fn respond(step: Step, stream: bool, model: &str, n: usize) -> Response {
                     delay: None,
                 });
             }
-            events.push(Event {
-                data: chunk_json(&id, model, json!({}), Some("tool_calls")).to_string(),
-                delay: None,
-            });
-            if let Some(u) = usage {
-                events.push(Event {
-                    data: json!({"id": id, "object": "chat.completion.chunk", "model": model,
-                        "choices": [], "usage": usage_json(u)})
-                    .to_string(),
-                    delay: None,
-                });
-            }
-            sse(events, true)
+            finish_stream(events, &id, model, "tool_calls", usage)
         }
     }
 }
@@ -697,4 +673,28 @@ fn full_response(
         body["usage"] = usage_json(u);
     }
     axum::Json(body).into_response()
+}
+
+/// Ends a streamed completion the way OpenAI-compatible servers do: a chunk with the finish
+/// reason, then (when usage is scripted) a usage-only chunk, then `[DONE]`.
+fn finish_stream(
+    mut events: Vec<Event>,
+    id: &str,
+    model: &str,
+    reason: &str,
+    usage: Option<Usage>,
+) -> Response {
+    events.push(Event {
+        data: chunk_json(id, model, json!({}), Some(reason)).to_string(),
+        delay: None,
+    });
+    if let Some(u) = usage {
+        events.push(Event {
+            data: json!({"id": id, "object": "chat.completion.chunk", "model": model,
+                "choices": [], "usage": usage_json(u)})
+            .to_string(),
+            delay: None,
+        });
+    }
+    sse(events, true)
 }
