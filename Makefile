@@ -10,7 +10,8 @@ FIXTURE_OUT := $(TARGET)/fixtures
 VENV        := $(TARGET)/venv
 CORDON      := $(TARGET)/debug/cordon
 # clang 14 does not know the wasip2 triple; the later --target wins (see shared notes).
-export CFLAGS_wasm32_wasip2 := --target=wasm32-wasi
+# -msimd128: C code in components (SQLite) may use 128-bit SIMD, which wasmtime runs natively.
+export CFLAGS_wasm32_wasip2 := --target=wasm32-wasi -msimd128
 
 .PHONY: build toolchain host plugins rust-plugins python-plugin fixtures test lint demo bench clean
 

@@ -93,8 +93,22 @@ fn init_logging(verbose: u8) {
         .init();
 }
 
+impl Command {
+    /// Whether the command holds a conversation (long-lived, concurrent tool calls) rather
+    /// than doing one thing and exiting.
+    fn is_conversation(&self) -> bool {
+        matches!(self, Command::Chat(_) | Command::Run(_))
+    }
+}
+
+/// Instances a one-shot command may need at once: one call, or one check at install.
+const ONE_SHOT_INSTANCES: u32 = 4;
+
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let home = Home::locate(cli.home)?;
+    let mut home = Home::locate(cli.home)?;
+    if !cli.command.is_conversation() {
+        home = home.with_max_instances(ONE_SHOT_INSTANCES);
+    }
     tracing::debug!(home = %home.root().display(), "using home");
     match cli.command {
         Command::Plugin(cmd) => plugin::run(&home, cmd).await?,
@@ -124,10 +138,29 @@ async fn conversation_tools(
     Ok(std::sync::Arc::new(tools))
 }
 
+/// Errors inside wasmtime-wasi (every "no such file" a plugin sees, for instance) are
+/// `anyhow` errors, which capture a backtrace when `RUST_BACKTRACE` is set. A file search then
+/// spends a third of its time unwinding stacks nobody prints. Library backtraces stay off
+/// unless asked for with `RUST_LIB_BACKTRACE`; panics still honour `RUST_BACKTRACE`.
+fn quiet_library_backtraces() {
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        // SAFETY: called first thing in `main`, before any other thread exists.
+        unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
+    }
+}
+
 fn main() -> ExitCode {
+    quiet_library_backtraces();
     let cli = Cli::parse();
     init_logging(cli.verbose);
-    let result = tokio::runtime::Builder::new_multi_thread()
+    // A one-shot command runs on the calling thread: starting worker threads costs more than
+    // anything such a command does concurrently.
+    let mut builder = if cli.command.is_conversation() {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    let result = builder
         .enable_all()
         .build()
         .context("could not start the async runtime")

@@ -176,6 +176,7 @@ impl Home {
                 ))?;
             let runtime = Runtime::new(RuntimeConfig {
                 cache_dir: Some(staging.path().join("cache")),
+                ..RuntimeConfig::default()
             })
             .map_err(HomeError::Runtime)?;
             (runtime, Some(staging))

@@ -73,6 +73,7 @@ pub fn validate_plugin_name(name: &str) -> Result<(), HomeError> {
 #[derive(Debug, Clone)]
 pub struct Home {
     root: PathBuf,
+    max_instances: u32,
 }
 
 /// What `grant` changed, so the CLI can say it.
@@ -87,7 +88,18 @@ pub struct GrantChange {
 impl Home {
     /// A home at `root`. Nothing is created until something is installed.
     pub fn at(root: impl Into<PathBuf>) -> Home {
-        Home { root: root.into() }
+        Home {
+            root: root.into(),
+            max_instances: cordon_runtime::DEFAULT_MAX_INSTANCES,
+        }
+    }
+
+    /// The same home, with runtimes sized for at most `n` instances at once: a one-shot
+    /// command runs one call and need not set up a server's pool (see
+    /// [`RuntimeConfig::max_instances`]).
+    pub fn with_max_instances(mut self, n: u32) -> Home {
+        self.max_instances = n.max(1);
+        self
     }
 
     /// The home to use: `explicit` (from `--home` or `$CORDON_HOME`), else
@@ -130,10 +142,18 @@ impl Home {
         self.component_path(digest).with_extension("json")
     }
 
+    /// The record of when the component with this digest was last verified (a file stamp);
+    /// disposable like the rest of the cache.
+    pub fn verified_record_path(&self, digest: &str) -> PathBuf {
+        let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+        self.cache_dir().join(format!("{hex}.verified"))
+    }
+
     /// A runtime whose compile cache is this home's `cache/`.
     pub fn runtime(&self) -> Result<Runtime, HomeError> {
         Runtime::new(RuntimeConfig {
             cache_dir: Some(self.cache_dir()),
+            max_instances: self.max_instances,
         })
         .map_err(HomeError::Runtime)
     }

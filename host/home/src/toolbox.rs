@@ -1,15 +1,17 @@
 //! The installed tools, verified against the lock file and ready to call under their grants.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use cordon_core::{Grants, LimitKind, Limits, ToolDescriptor, tools_hash};
+use cordon_core::{
+    Grants, LimitKind, Limits, ToolDescriptor, file_has_digest, sha256_file, tools_hash,
+};
 use cordon_runtime::{CallError, Plugin, Runtime, Sandbox, ToolOutput};
 use serde_json::Value;
 
 use crate::Home;
 use crate::error::HomeError;
-use crate::fsutil::{HomeLock, sha256_digest};
+use crate::fsutil::HomeLock;
 use crate::lockfile::{LockFile, PluginRecord};
 
 /// Compiles a tool's input schema; the error text says what is wrong with the schema.
@@ -46,7 +48,9 @@ pub struct ToolEntry {
     /// user gave, which the ceiling has already bounded — never from the plugin's own hints.
     /// Approval policies start from this.
     pub can_change_anything: bool,
-    validator: Arc<jsonschema::Validator>,
+    /// Compiled on first use: a one-shot call validates one tool, and compiling every schema
+    /// of a plugin up front costs more than the call. The schemas were checked at install.
+    validator: Arc<OnceLock<Result<jsonschema::Validator, String>>>,
     component: Plugin,
 }
 
@@ -74,8 +78,15 @@ impl ToolEntry {
                 ),
             });
         }
-        let errors: Vec<String> = self
+        let validator = self
             .validator
+            .get_or_init(|| compile_schema(&self.descriptor.input_schema))
+            .as_ref()
+            .map_err(|reason| HomeError::BadToolList {
+                source_name: format!("plugin `{}`", self.plugin),
+                reason: format!("tool `{}`: {reason}", self.descriptor.name),
+            })?;
+        let errors: Vec<String> = validator
             .iter_errors(arguments)
             .map(|e| {
                 let at = e.instance_path().to_string();
@@ -277,70 +288,92 @@ async fn load_plugin(
         plugin: name.to_string(),
         reason,
     };
+    // The component must still be the one the lock file pins. Its bytes are hashed only when
+    // its stat differs from the last time they were (see `cordon_core::FileStamp`), and are
+    // not read at all when the compile cache already holds code for that digest.
     let path = home.component_path(&record.digest);
-    let bytes = std::fs::read(&path).map_err(|e| {
-        tampered(format!(
-            "its component {} cannot be read ({e})",
-            path.display()
-        ))
-    })?;
-    let actual = sha256_digest(&bytes);
-    if actual != record.digest {
-        return Err(tampered(format!(
-            "its component file changed since install (expected {}, found {actual})",
-            record.digest
-        )));
+    let hex = record
+        .digest
+        .strip_prefix("sha256:")
+        .unwrap_or(&record.digest);
+    match file_has_digest(&path, &home.verified_record_path(&record.digest), hex) {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(tampered(format!(
+                "its component file changed since install (expected {}, found {})",
+                record.digest,
+                sha256_file(&path)
+                    .map(|h| format!("sha256:{h}"))
+                    .unwrap_or_else(|e| format!("an unreadable file: {e}"))
+            )));
+        }
+        Err(e) => {
+            return Err(tampered(format!(
+                "its component {} cannot be read ({e})",
+                path.display()
+            )));
+        }
     }
     let component = runtime
-        .load(&bytes, &|_| {})
+        .load_digest(hex, &|| std::fs::read(&path), &|_| {})
         .map_err(|source| HomeError::Load {
             source_name: format!("plugin `{name}`"),
             source,
         })?
         .named(name);
     let limits = record.limits()?;
-    let descriptors =
-        component
-            .list_tools(&limits)
-            .await
-            .map_err(|source| HomeError::ListTools {
-                source_name: format!("plugin `{name}`"),
-                source,
-            })?;
-    let hash = tools_hash(&descriptors);
-    if hash != record.tools_hash {
-        return Err(tampered(format!(
-            "its tool list differs from the one recorded at install (hash {hash}, recorded {})",
-            record.tools_hash
-        )));
-    }
+    let descriptors = match recorded_tool_list(home, record) {
+        Some(tools) => tools,
+        None => {
+            let tools =
+                component
+                    .list_tools(&limits)
+                    .await
+                    .map_err(|source| HomeError::ListTools {
+                        source_name: format!("plugin `{name}`"),
+                        source,
+                    })?;
+            let hash = tools_hash(&tools);
+            if hash != record.tools_hash {
+                return Err(tampered(format!(
+                    "its tool list differs from the one recorded at install (hash {hash}, recorded {})",
+                    record.tools_hash
+                )));
+            }
+            tools
+        }
+    };
     let can_change_anything = record.grants.can_change_anything();
-    descriptors
+    Ok(descriptors
         .into_iter()
         .map(|descriptor| {
-            let validator = compile_schema(&descriptor.input_schema).map_err(|reason| {
-                HomeError::BadToolList {
-                    source_name: format!("plugin `{name}`"),
-                    reason: format!("tool `{}`: {reason}", descriptor.name),
-                }
-            })?;
             let call_name = if lock.owners_of(&descriptor.name).len() > 1 {
                 format!("{name}.{}", descriptor.name)
             } else {
                 descriptor.name.clone()
             };
-            Ok(ToolEntry {
+            ToolEntry {
                 plugin: name.to_string(),
                 call_name,
                 descriptor,
                 grants: record.grants.clone(),
                 limits,
                 can_change_anything,
-                validator: Arc::new(validator),
+                validator: Arc::new(OnceLock::new()),
                 component: component.clone(),
-            })
+            }
         })
-        .collect()
+        .collect())
+}
+
+/// The tool list saved beside the component at install, if it is still there and still the
+/// one the lock file's hash pins. The host always offers this list — a component cannot
+/// change what the model is told about its tools after the user approved them — so asking the
+/// component again is only needed when the saved copy is gone.
+fn recorded_tool_list(home: &Home, record: &PluginRecord) -> Option<Vec<ToolDescriptor>> {
+    let bytes = std::fs::read(home.tool_list_path(&record.digest)).ok()?;
+    let tools: Vec<ToolDescriptor> = serde_json::from_slice(&bytes).ok()?;
+    (tools_hash(&tools) == record.tools_hash).then_some(tools)
 }
 
 #[cfg(test)]

@@ -129,7 +129,7 @@ async fn main() -> Result<()> {
     );
 
     // Compile: no cache, every load compiles.
-    let rt_nocache = Runtime::new(RuntimeConfig { cache_dir: None })?;
+    let rt_nocache = Runtime::new(RuntimeConfig::default())?;
     let mut compile = Vec::new();
     for _ in 0..5 {
         let start = Instant::now();
@@ -141,6 +141,7 @@ async fn main() -> Result<()> {
     let cache = tempfile::tempdir()?;
     let rt = Runtime::new(RuntimeConfig {
         cache_dir: Some(cache.path().into()),
+        ..RuntimeConfig::default()
     })?;
     rt.load(&wasm, &|_| {})?;
     let mut cached = Vec::new();

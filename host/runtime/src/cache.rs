@@ -1,14 +1,19 @@
 //! On-disk cache of compiled components.
 //!
-//! An entry is `<component sha256>-<engine hash>.cwasm`: the serialized component followed by
-//! the sha256 of those bytes. The trailer lets a truncated or corrupted entry be detected and
-//! recompiled instead of handed to `Component::deserialize` (which trusts its input). Entries are
-//! written to a temporary file and renamed into place, so readers never see half an entry.
+//! An entry is `<component sha256>-<engine hash>.cwasm`, exactly what `Component::serialize`
+//! wrote, plus `<same>.sum`: the sha256 of the entry and the entry file's stamp when that was
+//! computed (see [`cordon_core::FileStamp`]). `Component::deserialize_file` trusts its input, so
+//! an entry is only used when its digest checks out; thanks to the stamp that check is a `stat`
+//! rather than hashing tens of megabytes on every start. Loading maps the file instead of
+//! reading it, so a large plugin's memory image is used copy-on-write straight from the page
+//! cache. Entries are written to a temporary file and renamed into place, so readers never see
+//! half an entry, and a mapped entry is never truncated under a running process.
 
 use std::hash::{Hash, Hasher};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use cordon_core::{DigestRecord, FileStamp, file_has_digest};
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
@@ -44,34 +49,43 @@ impl Cache {
         self.dir.join(format!("{sha}-{}.cwasm", self.engine_hash))
     }
 
+    fn sum_path(entry: &Path) -> PathBuf {
+        entry.with_extension("sum")
+    }
+
     /// The cached component, or `None` when absent or unusable (a bad entry is removed).
     pub(crate) fn get(&self, engine: &Engine, sha: &str) -> Option<Component> {
         let path = self.path(sha);
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
+        let sum = Self::sum_path(&path);
+        // No record: absent, being written by another process right now, or from an older
+        // Cordon. Recompiling replaces it either way.
+        let record = DigestRecord::read(&sum)?;
+        let discard = |why: &str| {
+            tracing::warn!(path = %path.display(), "{why} compiled-code cache entry; recompiling");
+            let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_file(&sum);
+        };
+        match file_has_digest(&path, &sum, &record.sha256_hex) {
+            Ok(true) => {}
+            Ok(false) => {
+                discard("corrupt");
+                return None;
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e, "cannot read compiled-code cache entry; recompiling");
                 return None;
             }
-        };
-        let valid = bytes.len() > 32 && {
-            let (body, trailer) = bytes.split_at(bytes.len() - 32);
-            Sha256::digest(body).as_slice() == trailer
-        };
-        if !valid {
-            tracing::warn!(path = %path.display(), "corrupt compiled-code cache entry; recompiling");
-            let _ = std::fs::remove_file(&path);
-            return None;
         }
-        // SAFETY: the bytes were produced by `Component::serialize` of an engine with the same
-        // compatibility hash (it is part of the file name) and are verified against the sha256
-        // trailer written with them, so they are exactly what wasmtime wrote.
-        match unsafe { Component::deserialize(engine, &bytes[..bytes.len() - 32]) } {
+        // SAFETY: the file was produced by `Component::serialize` of an engine with the same
+        // compatibility hash (it is part of the file name), its bytes match the digest recorded
+        // when it was written, and Cordon only ever replaces entries by renaming, never by
+        // writing into a file that may be mapped.
+        match unsafe { Component::deserialize_file(engine, &path) } {
             Ok(c) => Some(c),
             Err(e) => {
-                tracing::warn!(path = %path.display(), error = %format!("{e:#}"), "unusable compiled-code cache entry; recompiling");
-                let _ = std::fs::remove_file(&path);
+                tracing::warn!(error = %format!("{e:#}"), "unusable entry");
+                discard("unusable");
                 None
             }
         }
@@ -86,11 +100,10 @@ impl Cache {
     }
 
     fn try_put(&self, sha: &str, component: &Component) -> std::io::Result<()> {
-        let mut bytes = component
+        let bytes = component
             .serialize()
             .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
-        let digest = Sha256::digest(&bytes);
-        bytes.extend_from_slice(&digest);
+        let sha256_hex = hex::encode(Sha256::digest(&bytes));
         std::fs::create_dir_all(&self.dir)?;
         let final_path = self.path(sha);
         static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -104,7 +117,10 @@ impl Cache {
             let mut f = std::fs::File::create(&tmp)?;
             f.write_all(&bytes)?;
             f.sync_all()?;
-            std::fs::rename(&tmp, &final_path)
+            std::fs::rename(&tmp, &final_path)?;
+            // The stamp after the rename (which itself changes the change time).
+            let stamp = FileStamp::of(&final_path)?;
+            DigestRecord { sha256_hex, stamp }.write(&Self::sum_path(&final_path))
         })();
         if result.is_err() {
             let _ = std::fs::remove_file(&tmp);

@@ -18,17 +18,32 @@ use crate::sandbox::HostState;
 /// wall-time deadline checked this often.
 pub(crate) const TICK: Duration = Duration::from_millis(10);
 
-/// Concurrent instances the pool holds; more simultaneous calls than this wait for a slot.
-pub(crate) const MAX_INSTANCES: u32 = 64;
+/// Concurrent instances the pool holds by default; more simultaneous calls than this wait
+/// for a slot.
+pub const DEFAULT_MAX_INSTANCES: u32 = 64;
 
 /// Largest linear memory any limit may allow (the 32-bit address space).
 pub(crate) const MAX_MEMORY: u64 = 4 << 30;
 
-/// Where a [`Runtime`] keeps compiled code.
-#[derive(Debug, Clone, Default)]
+/// Where a [`Runtime`] keeps compiled code, and how many calls it runs at once.
+#[derive(Debug, Clone)]
 pub struct RuntimeConfig {
     /// Directory for compiled components; `None` compiles every time (tests, one-off runs).
     pub cache_dir: Option<PathBuf>,
+    /// How many instances may exist at once across the process (the pooling allocator's
+    /// size). A one-shot command needs a couple; a server wants more. Setting up the pool
+    /// costs time in proportion, so a CLI call should not pay for a server's pool. The
+    /// engine is shared by the whole process, so the first runtime created decides.
+    pub max_instances: u32,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> RuntimeConfig {
+        RuntimeConfig {
+            cache_dir: None,
+            max_instances: DEFAULT_MAX_INSTANCES,
+        }
+    }
 }
 
 /// What [`Runtime::load`] reports so a caller can show progress for slow compiles.
@@ -49,11 +64,12 @@ pub enum CompileEvent {
 }
 
 /// The one engine of the process, created on first use, and its ticker.
-fn shared_engine() -> Result<&'static Engine, RuntimeError> {
+fn shared_engine(max_instances: u32) -> Result<&'static Engine, RuntimeError> {
     static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
     ENGINE
         .get_or_init(|| {
-            let engine = Engine::new(&engine_config()).map_err(|e| format!("{e:#}"))?;
+            let engine =
+                Engine::new(&engine_config(max_instances)).map_err(|e| format!("{e:#}"))?;
             start_ticker(&engine)
                 .map_err(|e| format!("cannot start the epoch ticker thread: {e}"))?;
             Ok(engine)
@@ -62,7 +78,8 @@ fn shared_engine() -> Result<&'static Engine, RuntimeError> {
         .map_err(|e| RuntimeError::Engine(e.clone()))
 }
 
-fn engine_config() -> Config {
+fn engine_config(max_instances: u32) -> Config {
+    let max_instances = max_instances.max(1);
     let mut cfg = Config::new();
     cfg.wasm_component_model(true);
     cfg.epoch_interruption(true);
@@ -71,20 +88,20 @@ fn engine_config() -> Config {
     // Sized for a ~20 MB componentize-py component (a dozen core instances, several tables and
     // memories, a large funcref table) with room for many concurrent calls. Memory slots are
     // virtual reservations; only touched pages cost RAM.
-    pool.total_component_instances(MAX_INSTANCES)
-        .total_core_instances(MAX_INSTANCES * 16)
+    pool.total_component_instances(max_instances)
+        .total_core_instances(max_instances * 16)
         .max_core_instances_per_component(64)
-        .total_memories(MAX_INSTANCES * 2)
+        .total_memories(max_instances * 2)
         .max_memories_per_component(8)
         .max_memories_per_module(1)
-        .total_tables(MAX_INSTANCES * 16)
+        .total_tables(max_instances * 16)
         .max_tables_per_component(64)
         .max_tables_per_module(4)
         .table_elements(100_000)
         .max_memory_size(MAX_MEMORY as usize)
         .max_component_instance_size(4 << 20)
         .max_core_instance_size(4 << 20)
-        .total_stacks(MAX_INSTANCES)
+        .total_stacks(max_instances)
         // Reset only the pages a call dirtied (PAGEMAP_SCAN, Linux >= 6.7) and keep them
         // resident, so the next instance in the slot does not page-fault them back in.
         .pagemap_scan(wasmtime::Enabled::Auto)
@@ -142,7 +159,7 @@ impl Runtime {
     /// Creates a runtime on the process-wide engine, with its cache in `config.cache_dir`
     /// (created if missing).
     pub fn new(config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
-        let engine = shared_engine()?.clone();
+        let engine = shared_engine(config.max_instances)?.clone();
         let mut linker: Linker<HostState> = Linker::new(&engine);
         let link = |e: wasmtime::Error| {
             RuntimeError::Engine(format!("cannot set up host interfaces: {e:#}"))
@@ -174,28 +191,76 @@ impl Runtime {
     ) -> Result<Plugin, RuntimeError> {
         check_header(wasm)?;
         let sha = hex::encode(Sha256::digest(wasm));
-        let engine = &self.inner.engine;
-        let cached = self.inner.cache.as_ref().and_then(|c| c.get(engine, &sha));
-        let component = match cached {
+        let component = match self.cached(&sha) {
+            Some(component) => {
+                progress(CompileEvent::CacheHit);
+                component
+            }
+            None => self.compile(&sha, wasm, progress)?,
+        };
+        self.prepare(component, sha)
+    }
+
+    /// Like [`Runtime::load`] for a caller that already knows the component's sha256 (lower-case
+    /// hex), typically because it checked the stored file against a lock file. When the cache
+    /// holds compiled code for that digest the component's bytes are never read; otherwise
+    /// `read` supplies them, and they must have that digest.
+    pub fn load_digest(
+        &self,
+        sha256_hex: &str,
+        read: &dyn Fn() -> std::io::Result<Vec<u8>>,
+        progress: &dyn Fn(CompileEvent),
+    ) -> Result<Plugin, RuntimeError> {
+        let sha = sha256_hex.to_ascii_lowercase();
+        let component = match self.cached(&sha) {
             Some(component) => {
                 progress(CompileEvent::CacheHit);
                 component
             }
             None => {
-                progress(CompileEvent::Started { bytes: wasm.len() });
-                let start = Instant::now();
-                let component = Component::new(engine, wasm)
-                    .map_err(|e| RuntimeError::Invalid(format!("{e:#}")))?;
-                let elapsed = start.elapsed();
-                progress(CompileEvent::Finished { elapsed });
-                tracing::debug!(bytes = wasm.len(), ?elapsed, "compiled component");
-                if let Some(cache) = &self.inner.cache {
-                    cache.put(&sha, &component);
+                let wasm = read().map_err(|e| {
+                    RuntimeError::Unreadable(format!("cannot read the component ({e})"))
+                })?;
+                check_header(&wasm)?;
+                let actual = hex::encode(Sha256::digest(&wasm));
+                if actual != sha {
+                    return Err(RuntimeError::Unreadable(format!(
+                        "the component's bytes have digest sha256:{actual}, not the expected sha256:{sha}"
+                    )));
                 }
-                component
+                self.compile(&sha, &wasm, progress)?
             }
         };
+        self.prepare(component, sha)
+    }
 
+    fn cached(&self, sha: &str) -> Option<Component> {
+        let cache = self.inner.cache.as_ref()?;
+        cache.get(&self.inner.engine, sha)
+    }
+
+    fn compile(
+        &self,
+        sha: &str,
+        wasm: &[u8],
+        progress: &dyn Fn(CompileEvent),
+    ) -> Result<Component, RuntimeError> {
+        progress(CompileEvent::Started { bytes: wasm.len() });
+        let start = Instant::now();
+        let component = Component::new(&self.inner.engine, wasm)
+            .map_err(|e| RuntimeError::Invalid(format!("{e:#}")))?;
+        let elapsed = start.elapsed();
+        progress(CompileEvent::Finished { elapsed });
+        tracing::debug!(bytes = wasm.len(), ?elapsed, "compiled component");
+        if let Some(cache) = &self.inner.cache {
+            cache.put(sha, &component);
+        }
+        Ok(component)
+    }
+
+    /// Checks the imports and exports of a compiled component and links it.
+    fn prepare(&self, component: Component, sha: String) -> Result<Plugin, RuntimeError> {
+        let engine = &self.inner.engine;
         let ty = component.component_type();
         let mut imports = Vec::new();
         for (name, item) in ty.imports(engine) {

@@ -25,6 +25,9 @@ pub enum RuntimeError {
         /// The offending import names, e.g. `evil:thing/backdoor`.
         imports: Vec<String>,
     },
+    /// The component's bytes could not be read, or were not the ones expected.
+    #[error("{0}")]
+    Unreadable(String),
     /// The component does not implement the plugin contract.
     #[error(
         "the component is not a Cordon tool plugin: {0}; build it against wit/tool.wit (world `cordon:tool/plugin`)"

@@ -23,7 +23,7 @@ mod plugin;
 mod sandbox;
 
 pub use cordon_core::{Ceiling, Content, Grants, LimitKind, Limits, ToolDescriptor, ToolError};
-pub use engine::{CompileEvent, Runtime, RuntimeConfig};
+pub use engine::{CompileEvent, DEFAULT_MAX_INSTANCES, Runtime, RuntimeConfig};
 pub use error::{CallError, RuntimeError};
 pub use plugin::{Plugin, ToolOutput};
 pub use sandbox::{EnvSource, Sandbox};

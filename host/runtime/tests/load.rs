@@ -17,6 +17,7 @@ fn second_runtime_on_same_cache_does_not_recompile() {
 
     let rt = Runtime::new(RuntimeConfig {
         cache_dir: Some(dir.path().into()),
+        ..RuntimeConfig::default()
     })
     .unwrap();
     let first = rt.load(&bytes, &record).unwrap();
@@ -28,13 +29,21 @@ fn second_runtime_on_same_cache_does_not_recompile() {
         .collect();
     assert_eq!(
         entries.len(),
-        1,
-        "one cache entry, no temp files left: {entries:?}"
+        2,
+        "one cache entry and its digest record, no temp files left: {entries:?}"
     );
+    let entry = entries
+        .iter()
+        .find(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .unwrap()
+        .clone();
+    let sum = entry.with_extension("sum");
+    assert!(sum.exists(), "{entries:?}");
 
     events.borrow_mut().clear();
     let rt2 = Runtime::new(RuntimeConfig {
         cache_dir: Some(dir.path().into()),
+        ..RuntimeConfig::default()
     })
     .unwrap();
     let second = rt2.load(&bytes, &record).unwrap();
@@ -43,7 +52,7 @@ fn second_runtime_on_same_cache_does_not_recompile() {
     assert!(first.digest().starts_with("sha256:") && first.digest().len() == 71);
 
     // A corrupt entry is recompiled, not fatal.
-    let entry = &entries[0];
+    let entry = &entry;
     let mut data = std::fs::read(entry).unwrap();
     let mid = data.len() / 2;
     data[mid] ^= 0xff;
@@ -65,6 +74,77 @@ fn second_runtime_on_same_cache_does_not_recompile() {
     events.borrow_mut().clear();
     rt2.load(&bytes, &record).unwrap();
     assert!(matches!(events.borrow()[0], CompileEvent::Started { .. }));
+
+    // An entry without its digest record (an older Cordon, a half-finished write) is not
+    // trusted: it is compiled again and the pair rewritten.
+    std::fs::remove_file(&sum).unwrap();
+    events.borrow_mut().clear();
+    rt2.load(&bytes, &record).unwrap();
+    assert!(matches!(events.borrow()[0], CompileEvent::Started { .. }));
+    assert!(sum.exists());
+
+    // A forged record that vouches for the corrupted bytes under an old stamp is ignored.
+    let good = std::fs::read_to_string(&sum).unwrap();
+    std::fs::write(entry, &data).unwrap();
+    std::fs::write(&sum, &good).unwrap();
+    events.borrow_mut().clear();
+    rt2.load(&bytes, &record).unwrap();
+    assert!(matches!(events.borrow()[0], CompileEvent::Started { .. }));
+}
+
+#[test]
+fn loading_by_digest_reads_the_component_only_to_compile_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = fixture_bytes("probe");
+    let sha = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&bytes))
+    };
+    let rt = Runtime::new(RuntimeConfig {
+        cache_dir: Some(dir.path().into()),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let reads = std::cell::Cell::new(0);
+    let read = || {
+        reads.set(reads.get() + 1);
+        Ok(bytes.clone())
+    };
+    let first = rt.load_digest(&sha, &read, &|_| {}).unwrap();
+    assert_eq!(
+        reads.get(),
+        1,
+        "a cache miss reads the bytes to compile them"
+    );
+    assert_eq!(first.digest(), format!("sha256:{sha}"));
+    rt.load_digest(&sha.to_uppercase(), &read, &|_| {}).unwrap();
+    assert_eq!(reads.get(), 1, "a cache hit does not read the component");
+
+    // Bytes that are not the promised ones are refused, not compiled into the cache.
+    let other = fixture_bytes("runaway");
+    let wrong = "0".repeat(64);
+    let e = rt
+        .load_digest(&wrong, &|| Ok(other.clone()), &|_| {})
+        .err()
+        .expect("wrong digest must fail")
+        .to_string();
+    assert!(e.contains("not the expected sha256:0000"), "{e}");
+    let e = rt
+        .load_digest(
+            &wrong,
+            &|| Err(std::io::ErrorKind::NotFound.into()),
+            &|_| {},
+        )
+        .err()
+        .expect("unreadable must fail")
+        .to_string();
+    assert!(e.contains("cannot read the component"), "{e}");
+    let cached: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("0000"))
+        .collect();
+    assert!(cached.is_empty(), "{cached:?}");
 }
 
 #[test]

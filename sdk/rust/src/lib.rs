@@ -158,9 +158,33 @@ pub struct ToolDescriptor {
 type Handler = Box<dyn Fn(&str) -> Result<Vec<Content>, ToolError> + Send + Sync>;
 
 struct Entry {
-    descriptor: ToolDescriptor,
-    schema_error: Option<String>,
+    name: String,
+    description: String,
+    hints: Hints,
+    /// Generating a schema costs more than many calls do, and every call runs in a fresh
+    /// instance, so the schema is only derived when the tool list is asked for.
+    make_schema: fn() -> Result<serde_json::Value, String>,
+    schema: std::sync::OnceLock<(String, Option<String>)>,
     handler: Handler,
+}
+
+impl Entry {
+    /// The schema as JSON text, and why it is unusable if it is.
+    fn schema(&self) -> &(String, Option<String>) {
+        self.schema.get_or_init(|| match (self.make_schema)() {
+            Ok(schema) => (schema.to_string(), None),
+            Err(e) => (r#"{"type":"object"}"#.to_owned(), Some(e)),
+        })
+    }
+
+    fn descriptor(&self) -> ToolDescriptor {
+        ToolDescriptor {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            input_schema: self.schema().0.clone(),
+            hints: self.hints,
+        }
+    }
 }
 
 /// The set of tools a plugin offers, built once per instance and exported by
@@ -179,11 +203,7 @@ impl fmt::Debug for Plugin {
         f.debug_struct("Plugin")
             .field(
                 "tools",
-                &self
-                    .entries
-                    .iter()
-                    .map(|e| &e.descriptor.name)
-                    .collect::<Vec<_>>(),
+                &self.entries.iter().map(|e| &e.name).collect::<Vec<_>>(),
             )
             .finish()
     }
@@ -206,23 +226,17 @@ impl Plugin {
         E: Into<ToolError>,
         F: Fn(A) -> Result<R, E> + Send + Sync + 'static,
     {
-        let (input_schema, schema_error) = match input_schema::<A>() {
-            Ok(schema) => (schema.to_string(), None),
-            Err(e) => (r#"{"type":"object"}"#.to_owned(), Some(e)),
-        };
         let tool_name = name.to_owned();
         let handler: Handler = Box::new(move |arguments: &str| {
             let args: A = parse_arguments(&tool_name, arguments)?;
             f(args).map_err(Into::into)?.into_contents()
         });
         self.entries.push(Entry {
-            descriptor: ToolDescriptor {
-                name: name.to_owned(),
-                description: description.to_owned(),
-                input_schema,
-                hints,
-            },
-            schema_error,
+            name: name.to_owned(),
+            description: description.to_owned(),
+            hints,
+            make_schema: input_schema::<A>,
+            schema: std::sync::OnceLock::new(),
             handler,
         });
         self
@@ -230,7 +244,7 @@ impl Plugin {
 
     /// The tools in the order they were added.
     pub fn descriptors(&self) -> Vec<ToolDescriptor> {
-        self.entries.iter().map(|e| e.descriptor.clone()).collect()
+        self.entries.iter().map(Entry::descriptor).collect()
     }
 
     /// Runs tool `name` with `arguments` (a JSON object as text).
@@ -238,14 +252,10 @@ impl Plugin {
     /// An unknown name is `not-found` listing the tools that do exist; arguments that do not
     /// parse are `invalid-arguments` naming the field.
     pub fn call(&self, name: &str, arguments: &str) -> Result<Vec<Content>, ToolError> {
-        match self.entries.iter().find(|e| e.descriptor.name == name) {
+        match self.entries.iter().find(|e| e.name == name) {
             Some(entry) => (entry.handler)(arguments),
             None => {
-                let names: Vec<&str> = self
-                    .entries
-                    .iter()
-                    .map(|e| e.descriptor.name.as_str())
-                    .collect();
+                let names: Vec<&str> = self.entries.iter().map(|e| e.name.as_str()).collect();
                 Err(ToolError::NotFound(format!(
                     "this plugin has no tool named `{name}`; it offers: {}",
                     names.join(", ")
@@ -264,23 +274,20 @@ impl Plugin {
             problems.push("the plugin offers no tools".to_owned());
         }
         for (i, entry) in self.entries.iter().enumerate() {
-            let d = &entry.descriptor;
+            let d = entry.descriptor();
             if !valid_name(&d.name) {
                 problems.push(format!(
                     "tool name `{}` is invalid: use lowercase letters, digits and `_`, starting with a letter",
                     d.name
                 ));
             }
-            if self.entries[..i]
-                .iter()
-                .any(|e| e.descriptor.name == d.name)
-            {
+            if self.entries[..i].iter().any(|e| e.name == d.name) {
                 problems.push(format!("tool name `{}` is used twice", d.name));
             }
             if d.description.trim().is_empty() {
                 problems.push(format!("tool `{}` has no description", d.name));
             }
-            if let Some(err) = &entry.schema_error {
+            if let Some(err) = &entry.schema().1 {
                 problems.push(format!("tool `{}`: {err}", d.name));
             }
             if d.hints.read_only && d.hints.destructive {

@@ -32,6 +32,7 @@ pub fn runtime() -> &'static Runtime {
         let cache = workspace_root().join("target/test-cache/runtime");
         Runtime::new(RuntimeConfig {
             cache_dir: Some(cache),
+            ..RuntimeConfig::default()
         })
         .expect("runtime")
     })

@@ -1,0 +1,285 @@
+//! File stamps: a cheap way to tell that a file is still the one whose contents were checked.
+//!
+//! Hashing a 20–40 MB component or compiled-code file on every `cordon call` costs tens of
+//! milliseconds. Like git's index, Cordon instead remembers the `stat` of a file at the moment
+//! its contents were verified, and hashes it again only when the stat differs. Any write
+//! through the filesystem changes the change time (`ctime`), which no user-level tool can set
+//! back, and replacing the file changes its inode; so a matching stamp means the bytes are the
+//! ones that were verified.
+
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+
+/// What `stat` says about a file, as far as it changes when the file's contents can have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    len: u64,
+    device: u64,
+    inode: u64,
+    modified_ns: i128,
+    changed_ns: i128,
+}
+
+impl FileStamp {
+    /// The stamp of the file at `path` as it is now (symlinks followed).
+    #[cfg(unix)]
+    pub fn of(path: &Path) -> std::io::Result<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path)?;
+        let ns = |secs: i64, nanos: i64| i128::from(secs) * 1_000_000_000 + i128::from(nanos);
+        Ok(FileStamp {
+            len: m.len(),
+            device: m.dev(),
+            inode: m.ino(),
+            modified_ns: ns(m.mtime(), m.mtime_nsec()),
+            changed_ns: ns(m.ctime(), m.ctime_nsec()),
+        })
+    }
+
+    /// Without a change time the stamp cannot be trusted, so off Unix every check hashes.
+    #[cfg(not(unix))]
+    pub fn of(_path: &Path) -> std::io::Result<FileStamp> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "file stamps need Unix metadata",
+        ))
+    }
+
+    /// The file's size in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the file is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// One line of text, so a stamp can be stored beside what it vouches for.
+impl fmt::Display for FileStamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "len={} dev={} ino={} mtime={} ctime={}",
+            self.len, self.device, self.inode, self.modified_ns, self.changed_ns
+        )
+    }
+}
+
+/// Why a stored stamp could not be read back; the caller then simply verifies the file again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a file stamp: {0:?}")]
+pub struct BadStamp(String);
+
+impl FromStr for FileStamp {
+    type Err = BadStamp;
+
+    fn from_str(s: &str) -> Result<FileStamp, BadStamp> {
+        let bad = || BadStamp(s.chars().take(80).collect());
+        let mut fields = [None::<&str>; 5];
+        for part in s.split_whitespace() {
+            let (key, value) = part.split_once('=').ok_or_else(bad)?;
+            let slot = match key {
+                "len" => 0,
+                "dev" => 1,
+                "ino" => 2,
+                "mtime" => 3,
+                "ctime" => 4,
+                _ => return Err(bad()),
+            };
+            fields[slot] = Some(value);
+        }
+        let field = |i: usize| fields[i].ok_or_else(bad);
+        Ok(FileStamp {
+            len: field(0)?.parse().map_err(|_| bad())?,
+            device: field(1)?.parse().map_err(|_| bad())?,
+            inode: field(2)?.parse().map_err(|_| bad())?,
+            modified_ns: field(3)?.parse().map_err(|_| bad())?,
+            changed_ns: field(4)?.parse().map_err(|_| bad())?,
+        })
+    }
+}
+
+/// A file's sha256 together with the stamp it had when that digest was computed, stored as one
+/// line in a small record file beside (or on behalf of) the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DigestRecord {
+    /// Lower-case hex sha256 of the file's bytes.
+    pub sha256_hex: String,
+    /// The file's stamp when those bytes were hashed.
+    pub stamp: FileStamp,
+}
+
+impl DigestRecord {
+    /// Reads a record; `None` when it is missing or unreadable, which only costs a re-hash.
+    pub fn read(record: &Path) -> Option<DigestRecord> {
+        let text = std::fs::read_to_string(record).ok()?;
+        let (digest, stamp) = text.trim().split_once(' ')?;
+        let sha256_hex = digest.strip_prefix("sha256=")?;
+        if sha256_hex.len() != 64 || !sha256_hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        Some(DigestRecord {
+            sha256_hex: sha256_hex.to_ascii_lowercase(),
+            stamp: stamp.parse().ok()?,
+        })
+    }
+
+    /// Writes the record through a temporary file and a rename, so a reader never sees half
+    /// of one.
+    pub fn write(&self, record: &Path) -> std::io::Result<()> {
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = record
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = record.with_file_name(format!(".{name}.{}-{seq}.tmp", std::process::id()));
+        let result = std::fs::write(&tmp, format!("sha256={} {}\n", self.sha256_hex, self.stamp))
+            .and_then(|()| std::fs::rename(&tmp, record));
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result
+    }
+}
+
+/// The lower-case hex sha256 of a file, read in chunks.
+pub fn sha256_file(path: &Path) -> std::io::Result<String> {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    std::io::copy(&mut std::fs::File::open(path)?, &mut hasher)?;
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// Whether the file at `path` holds bytes whose sha256 is `sha256_hex`.
+///
+/// When `record` vouches for that digest with the file's current stamp the answer is yes
+/// without reading the file; otherwise the file is hashed, and a match is written to `record`
+/// so the next check is a `stat`. The stamp is taken before hashing, so a file changed while
+/// it is read never gets a record that matches it afterwards. Failing to write the record only
+/// costs a re-hash next time.
+pub fn file_has_digest(path: &Path, record: &Path, sha256_hex: &str) -> std::io::Result<bool> {
+    let stamp = FileStamp::of(path);
+    if let (Ok(stamp), Some(known)) = (&stamp, DigestRecord::read(record))
+        && known.stamp == *stamp
+        && known.sha256_hex.eq_ignore_ascii_case(sha256_hex)
+    {
+        return Ok(true);
+    }
+    let actual = sha256_file(path)?;
+    if !actual.eq_ignore_ascii_case(sha256_hex) {
+        let _ = std::fs::remove_file(record);
+        return Ok(false);
+    }
+    if let Ok(stamp) = stamp {
+        // A record that cannot be written only means hashing again next time.
+        let _ = DigestRecord {
+            sha256_hex: actual,
+            stamp,
+        }
+        .write(record);
+    }
+    Ok(true)
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn round_trips_through_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"abc").unwrap();
+        let stamp = FileStamp::of(&path).unwrap();
+        assert_eq!(stamp.len(), 3);
+        assert_eq!(stamp.to_string().parse::<FileStamp>().unwrap(), stamp);
+        assert!("len=3 dev=1".parse::<FileStamp>().is_err());
+        assert!(
+            "len=x dev=1 ino=2 mtime=3 ctime=4"
+                .parse::<FileStamp>()
+                .is_err()
+        );
+        assert!("colour=blue".parse::<FileStamp>().is_err());
+    }
+
+    #[test]
+    fn any_write_or_replacement_changes_the_stamp() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"abc").unwrap();
+        let before = FileStamp::of(&path).unwrap();
+        assert_eq!(
+            FileStamp::of(&path).unwrap(),
+            before,
+            "stat alone changes nothing"
+        );
+
+        // Same length, same mtime set back: the change time still moves.
+        let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all(b"xyz").unwrap();
+        f.set_modified(mtime).unwrap();
+        drop(f);
+        let after = FileStamp::of(&path).unwrap();
+        assert_eq!(after.len(), before.len());
+        assert_ne!(after, before);
+
+        // A different file renamed into place has another inode.
+        let other = dir.path().join("g");
+        std::fs::write(&other, b"abc").unwrap();
+        std::fs::rename(&other, &path).unwrap();
+        assert_ne!(FileStamp::of(&path).unwrap(), after);
+    }
+
+    #[test]
+    fn digest_checks_trust_a_matching_record_and_nothing_else() {
+        use sha2::Digest;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("component.wasm");
+        let record = dir.path().join("component.verified");
+        std::fs::write(&path, b"original").unwrap();
+        let good = hex::encode(sha2::Sha256::digest(b"original"));
+
+        assert!(!record.exists());
+        assert!(file_has_digest(&path, &record, &good).unwrap());
+        let written = DigestRecord::read(&record).expect("a match is recorded");
+        assert_eq!(written.sha256_hex, good);
+        assert_eq!(written.stamp, FileStamp::of(&path).unwrap());
+
+        // A record is only believed with the file's current stamp: one vouching for other bytes
+        // under another file's stamp is ignored and the file is hashed.
+        let elsewhere = dir.path().join("other");
+        std::fs::write(&elsewhere, b"something else").unwrap();
+        let forged = hex::encode(sha2::Sha256::digest(b"something else"));
+        DigestRecord {
+            sha256_hex: forged.clone(),
+            stamp: FileStamp::of(&elsewhere).unwrap(),
+        }
+        .write(&record)
+        .unwrap();
+        assert!(!file_has_digest(&path, &record, &forged).unwrap());
+        assert!(!record.exists(), "a mismatch removes the record");
+
+        // Changing the file in place is noticed even with the old record present.
+        assert!(file_has_digest(&path, &record, &good).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&path, b"tampered").unwrap();
+        assert!(!file_has_digest(&path, &record, &good).unwrap());
+
+        // Garbage in the record file is no worse than no record.
+        std::fs::write(&path, b"original").unwrap();
+        std::fs::write(&record, "sha256=zz len=1").unwrap();
+        assert!(file_has_digest(&path, &record, &good).unwrap());
+        assert!(DigestRecord::read(&record).is_some());
+
+        // A missing file is an error, not a mismatch.
+        std::fs::remove_file(&path).unwrap();
+        assert!(file_has_digest(&path, &record, &good).is_err());
+    }
+}
