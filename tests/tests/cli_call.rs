@@ -124,3 +124,31 @@ fn corrupt_lock_file_is_reported_not_overwritten() {
         "this is = = not toml"
     );
 }
+
+#[test]
+fn a_reader_that_goes_away_ends_commands_quietly() {
+    use std::process::{Command, Stdio};
+    let (home, _) = with_data();
+    for args in [
+        vec!["plugin", "inspect", "probe"],
+        vec!["plugin", "list"],
+        vec!["call", "echo", r#"{"a":1}"#],
+    ] {
+        let mut child = Command::new(cordon_tests::cordon_bin())
+            .arg("--home")
+            .arg(home.path())
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // the reader is gone before anything is written
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("panicked"),
+            "`cordon {}` panicked on a closed stdout:\n{stderr}",
+            args.join(" ")
+        );
+    }
+}

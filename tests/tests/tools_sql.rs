@@ -301,19 +301,18 @@ fn writes_are_refused_by_sql_query_and_under_a_read_only_grant() {
         "read-only",
         "read-write grant",
     ]);
-    let refused = call(
+    call(
         &home,
         "sql_execute",
         json!({"database": "/data/new.db", "sql": "CREATE TABLE t(x)", "create": true}),
     )
-    .code(1);
-    // Refused either way; the message should say `denied` (read-only grant), but today the
-    // plugin reports SQLite's CANTOPEN as `not found` here (reported to the lead).
-    assert!(
-        refused.stderr.contains("denied") || refused.stderr.contains("SQLite cannot open it"),
-        "{}",
-        refused.stderr
-    );
+    .code(1)
+    .stderr_has(&[
+        "`sql_execute` failed",
+        "denied",
+        "read-only",
+        "read-write grant",
+    ]);
 
     assert_eq!(
         file_digest(&db),

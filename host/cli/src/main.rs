@@ -149,9 +149,27 @@ fn quiet_library_backtraces() {
     }
 }
 
+/// Rust ignores SIGPIPE, so `println!` panics when the reader of stdout has gone
+/// (`cordon plugin list | head -1`). A one-shot command should end quietly instead, as `ls`
+/// does. Conversations keep ignoring it: they talk to servers, and a lost connection is an
+/// error to report, not a reason to die.
+#[cfg(unix)]
+fn die_quietly_on_closed_stdout() {
+    // SAFETY: restores the default disposition of one signal before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+#[cfg(not(unix))]
+fn die_quietly_on_closed_stdout() {}
+
 fn main() -> ExitCode {
     quiet_library_backtraces();
     let cli = Cli::parse();
+    if !cli.command.is_conversation() {
+        die_quietly_on_closed_stdout();
+    }
     init_logging(cli.verbose);
     // A one-shot command runs on the calling thread: starting worker threads costs more than
     // anything such a command does concurrently.

@@ -95,7 +95,19 @@ pub fn open_read(database: &str) -> Result<Connection, ToolError> {
 /// A read-only grant refuses to open the file for writing; that is reported as `denied`
 /// before SQLite gets to produce a less helpful error about its lock file.
 pub fn open_write(database: &str, create: bool) -> Result<Connection, ToolError> {
-    if !(create && fs::metadata(database).is_err()) {
+    let missing = fs::metadata(database).is_err();
+    if create && missing {
+        // Create the (empty) file here, so a read-only grant is reported as denied rather
+        // than as SQLite's "unable to open database file". SQLite starts a new database in
+        // an empty file.
+        if let Err(err) = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(database)
+        {
+            return Err(write_refused(database, &err));
+        }
+    } else {
         existing_file(database)?;
         if let Err(err) = fs::OpenOptions::new().read(true).write(true).open(database) {
             return Err(write_refused(database, &err));
