@@ -13,7 +13,7 @@ CORDON      := $(TARGET)/debug/cordon
 # -msimd128: C code in components (SQLite) may use 128-bit SIMD, which wasmtime runs natively.
 export CFLAGS_wasm32_wasip2 := --target=wasm32-wasi -msimd128
 
-.PHONY: build toolchain host plugins rust-plugins python-plugin fixtures test lint demo bench clean
+.PHONY: build toolchain host plugins rust-plugins python-plugin fixtures test lint demo bench bench-tools clean
 
 build: host plugins
 
@@ -67,7 +67,18 @@ test: host plugins
 demo: host plugins
 	bash tests/demo.sh
 
-bench: toolchain plugins
+## The native programs the tools are compared with (Debian packages).
+bench-tools:
+	@missing=""; for p in hyperfine:hyperfine rg:ripgrep sqlite3:sqlite3; do \
+	  command -v $${p%%:*} >/dev/null || missing="$$missing $${p#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing (Debian packages)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+bench: toolchain plugins bench-tools
 	cargo run --release -p cordon-runtime --example bench
 	cargo build --release -p cordon
 	CORDON=target/release/cordon PLUGINS=$(PLUGIN_OUT) bash tests/bench/tools.sh

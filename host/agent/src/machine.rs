@@ -1147,7 +1147,48 @@ fn cancel(conv: &mut Conversation, state: State, partial: String, out: &mut Vec<
 
 /// The actions that continue a conversation loaded in the middle of a turn (after a crash or
 /// save). Idle and failed conversations need a new message or `Retry` instead.
-pub fn resume(conv: &Conversation, catalog: &Catalog) -> Result<Vec<Action>, StepError> {
+///
+/// A conversation saved while tools were running cannot tell which of them finished. Calls
+/// of tools that cannot change anything are simply run again; a call that could have changed
+/// something (a write, a message sent) is never repeated behind the user's back: it is
+/// closed with an error telling the model it may or may not have taken effect, so the model
+/// can check before asking for it again.
+pub fn resume(conv: &mut Conversation, catalog: &Catalog) -> Result<Vec<Action>, StepError> {
+    if let State::ExecutingTools { batch } = &mut conv.state {
+        let mut out = Vec::new();
+        for p in batch
+            .iter_mut()
+            .filter(|p| p.status == CallStatus::Approved)
+        {
+            let repeatable = catalog
+                .tools
+                .get(&p.call.name)
+                .is_some_and(|(spec, _)| !spec.can_change_anything);
+            if repeatable {
+                continue;
+            }
+            let message = "Cordon stopped while this call was running, so it may or may \
+                           not have taken effect. It was not repeated, because this tool \
+                           can change things: check its effect before calling it again";
+            out.push(Action::Emit(AgentEvent::ToolCallRejected {
+                call_id: p.call.id.clone(),
+                tool: p.call.name.clone(),
+                reason: message.to_string(),
+            }));
+            p.status = CallStatus::Done {
+                content: render_failure(&ToolFailure::new(ToolFailureKind::Failed, message)),
+                is_error: true,
+            };
+        }
+        out.push(Action::RunTools {
+            calls: batch
+                .iter()
+                .filter(|p| p.status == CallStatus::Approved)
+                .map(|p| (p.call.clone(), p.arguments.clone().unwrap_or(Value::Null)))
+                .collect(),
+        });
+        return Ok(out);
+    }
     Ok(match &conv.state {
         State::Idle | State::Failed { .. } => {
             return Err(reject(
@@ -1177,13 +1218,7 @@ pub fn resume(conv: &Conversation, catalog: &Catalog) -> Result<Vec<Action>, Ste
                 request: approval_request(conv, p, catalog),
             }]
         }
-        State::ExecutingTools { batch } => vec![Action::RunTools {
-            calls: batch
-                .iter()
-                .filter(|p| p.status == CallStatus::Approved)
-                .map(|p| (p.call.clone(), p.arguments.clone().unwrap_or(Value::Null)))
-                .collect(),
-        }],
+        State::ExecutingTools { .. } => unreachable!("handled above"),
     })
 }
 
@@ -1870,10 +1905,10 @@ mod tests {
     #[test]
     fn resume_gives_the_next_action_for_every_state() {
         let mut t = T::new();
-        assert!(resume(&t.conv, &t.cat).is_err());
+        assert!(resume(&mut t.conv, &t.cat).is_err());
         t.step(Event::UserMessage { text: "hi".into() });
         assert_eq!(
-            resume(&t.conv, &t.cat).unwrap(),
+            resume(&mut t.conv, &t.cat).unwrap(),
             vec![Action::CallModel { final_pass: false }]
         );
         t.step(Event::ModelResponded {
@@ -1887,19 +1922,22 @@ mod tests {
                 ..Default::default()
             },
         });
-        assert_eq!(resume(&t.conv, &t.cat).unwrap(), vec![Action::Advance]);
+        assert_eq!(resume(&mut t.conv, &t.cat).unwrap(), vec![Action::Advance]);
         t.step(Event::Proceed);
         assert!(matches!(
-            &resume(&t.conv, &t.cat).unwrap()[0],
+            &resume(&mut t.conv, &t.cat).unwrap()[0],
             Action::RequestApproval { request } if request.grants == vec!["write grant".to_string()]
         ));
         t.step(Event::ApprovalGiven {
             call_id: "1".into(),
             answer: ApprovalAnswer::Yes,
         });
+        // `write` can change things: after a stop mid-run it is not repeated.
+        let actions = resume(&mut t.conv, &t.cat).unwrap();
         assert!(
-            matches!(&resume(&t.conv, &t.cat).unwrap()[0], Action::RunTools { calls } if calls.len() == 1)
+            matches!(&actions[0], Action::Emit(AgentEvent::ToolCallRejected { call_id, .. }) if call_id == "1")
         );
+        assert!(matches!(&actions[1], Action::RunTools { calls } if calls.is_empty()));
         // Save and load in the middle of the turn, then continue.
         let mut loaded = Conversation::from_json(&t.conv.to_json()).unwrap();
         assert_eq!(loaded, t.conv);
@@ -1924,9 +1962,73 @@ mod tests {
             },
         });
         assert!(matches!(
-            resume(&t.conv, &t.cat).unwrap()[0],
+            resume(&mut t.conv, &t.cat).unwrap()[0],
             Action::ScheduleRetry { .. }
         ));
+    }
+
+    #[test]
+    fn resuming_mid_run_repeats_only_calls_that_cannot_change_anything() {
+        let mut t = T::new();
+        t.step(Event::UserMessage { text: "hi".into() });
+        t.respond(
+            "",
+            &[
+                ("1", "read", json!({"q": "a"})),
+                ("2", "write", json!({"q": "b"})),
+            ],
+        );
+        t.step(Event::ApprovalGiven {
+            call_id: "2".into(),
+            answer: ApprovalAnswer::Yes,
+        });
+        assert!(matches!(t.conv.state, State::ExecutingTools { .. }));
+        // The process stops here; the saved conversation is loaded and resumed.
+        let mut loaded = Conversation::from_json(&t.conv.to_json()).unwrap();
+        let actions = resume(&mut loaded, &t.cat).unwrap();
+        let run: Vec<&str> = actions
+            .iter()
+            .find_map(|a| match a {
+                Action::RunTools { calls } => {
+                    Some(calls.iter().map(|(c, _)| c.id.as_str()).collect())
+                }
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(run, vec!["1"], "only the read-only call runs again");
+        step(
+            &mut loaded,
+            Event::ToolsFinished {
+                results: vec![ToolOutcome {
+                    call_id: "1".into(),
+                    content: "read again".into(),
+                    is_error: false,
+                }],
+            },
+            Env {
+                catalog: &t.cat,
+                limits: &t.lim,
+            },
+        )
+        .unwrap();
+        let results: Vec<(&str, &str)> = loaded
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool {
+                    tool_call_id,
+                    content,
+                    ..
+                } => Some((tool_call_id.as_str(), content.as_str())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(results[0], ("1", "read again"));
+        assert_eq!(results[1].0, "2");
+        assert!(
+            results[1].1.contains("may or may not have taken effect"),
+            "{results:?}"
+        );
     }
 
     #[test]
