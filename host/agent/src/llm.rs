@@ -208,8 +208,7 @@ impl LlmClient {
                 .headers()
                 .get(reqwest::header::RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(|s| s * 1000);
+                .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
             let text = tokio::select! {
                 t = response.text() => t.unwrap_or_default(),
                 _ = cancel.cancelled() => return Err(CallError::Cancelled { partial: String::new() }),
@@ -482,8 +481,42 @@ pub(crate) fn parse_full(text: &str) -> Result<ModelResponse, LlmFailure> {
     })
 }
 
+/// `Retry-After` as milliseconds from `now`: either delay-seconds (`120`) or an HTTP date
+/// (`Fri, 31 Dec 2027 23:59:59 GMT`), the two forms RFC 9110 allows. A date in the past means
+/// "now"; anything else is ignored and the usual backoff applies.
+fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<u64> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(seconds.saturating_mul(1000));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(
+        at.duration_since(now)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0),
+    )
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn retry_after_takes_seconds_or_an_http_date() {
+        let now = httpdate::parse_http_date("Sun, 22 Nov 2026 08:00:00 GMT").unwrap();
+        assert_eq!(super::parse_retry_after("7", now), Some(7000));
+        assert_eq!(super::parse_retry_after(" 0 ", now), Some(0));
+        assert_eq!(
+            super::parse_retry_after("Sun, 22 Nov 2026 08:00:30 GMT", now),
+            Some(30_000)
+        );
+        assert_eq!(
+            super::parse_retry_after("Sun, 22 Nov 2026 07:00:00 GMT", now),
+            Some(0),
+            "a date in the past means retry now"
+        );
+        assert_eq!(super::parse_retry_after("soon", now), None);
+        assert_eq!(super::parse_retry_after("-5", now), None);
+    }
+
     use super::*;
 
     #[test]
