@@ -1039,8 +1039,15 @@ fn result_of(p: &PlannedCall) -> (String, bool) {
         CallStatus::Invalid { message } => (format!("Error (invalid call): {message}"), true),
         CallStatus::Denied { message } => (format!("Error (not run): {message}"), true),
         CallStatus::Done { content, is_error } => (content.clone(), *is_error),
-        CallStatus::Pending | CallStatus::Approved => (
-            "Error (not run): the call was cancelled by the user before it finished".to_string(),
+        CallStatus::Pending => (
+            "Error (not run): the user cancelled the turn before deciding on this call".to_string(),
+            true,
+        ),
+        // Approved calls were running (or about to) when the turn was cancelled.
+        CallStatus::Approved => (
+            "Error (cancelled): the user cancelled this call while it ran; it may have had part \
+             of its effect"
+                .to_string(),
             true,
         ),
     }
@@ -1822,15 +1829,25 @@ mod tests {
         t.step(Event::Cancel {
             partial: String::new(),
         });
-        assert!(tool_messages(&t.conv)[0].1.contains("cancelled"));
+        // Cancelled while waiting for approval: the call never started.
+        let result = &tool_messages(&t.conv)[0].1;
+        assert!(
+            result.starts_with("Error (not run)") && result.contains("cancelled"),
+            "{result}"
+        );
         assert_eq!(t.conv.state, State::Idle);
 
+        // Cancelled while running: it did start, and may have done part of its work.
         let mut t = T::new().started();
         t.respond("", &[("1", "read", json!({"q": "a"}))]);
         t.step(Event::Cancel {
             partial: String::new(),
         });
-        assert!(tool_messages(&t.conv)[0].1.contains("cancelled"));
+        let result = &tool_messages(&t.conv)[0].1;
+        assert!(
+            result.starts_with("Error (cancelled)") && result.contains("while it ran"),
+            "{result}"
+        );
 
         let mut t = T::new().started();
         t.step(Event::ModelFailed {
