@@ -109,18 +109,24 @@ struct Block {
     user: bool,
 }
 
+/// Splits the history into whole turns: a user message with everything that answered it
+/// (assistant messages, tool calls and their results). Pruning drops whole turns, so the kept
+/// history still alternates user / assistant — chat templates of many local models (Mistral,
+/// Llama, Gemma) reject a conversation that starts with an assistant message or has two user
+/// messages in a row — and a tool call is never separated from its result.
 fn blocks(messages: &[Message], tok: &Tokenizer) -> Vec<Block> {
     let mut out: Vec<Block> = Vec::new();
     let mut turn = 0usize;
     for (i, m) in messages.iter().enumerate() {
         let t = tok.message(m);
-        match (m, out.last_mut()) {
-            (Message::Tool { .. }, Some(b)) => {
+        let user = matches!(m, Message::User { .. });
+        match out.last_mut() {
+            Some(b) if !user => {
                 b.end = i + 1;
                 b.tokens += t;
             }
             _ => {
-                if matches!(m, Message::User { .. }) {
+                if user {
                     turn += 1;
                 }
                 out.push(Block {
@@ -128,7 +134,7 @@ fn blocks(messages: &[Message], tok: &Tokenizer) -> Vec<Block> {
                     end: i + 1,
                     turn,
                     tokens: t,
-                    user: matches!(m, Message::User { .. }),
+                    user,
                 });
             }
         }
@@ -157,7 +163,7 @@ pub fn prune(
             PruneStrategy::OldestFirst => candidates,
             PruneStrategy::KeepLastTurns => candidates,
             PruneStrategy::MiddleOut => {
-                // Keep the very first user message (the task); drop from the middle outwards.
+                // Keep the first turn (the task); drop from the middle outwards.
                 let c: Vec<usize> = candidates
                     .into_iter()
                     .filter(|&i| !(i == 0 && blocks[i].user))
@@ -329,6 +335,33 @@ mod tests {
         );
         assert!(!plan.fits);
         assert_eq!(plan.kept, (4..8).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn kept_history_alternates_and_starts_with_the_user() {
+        let h = history(6);
+        let tok = Tokenizer::Estimate;
+        let per_turn: usize = h[..4].iter().map(|m| tok.message(m)).sum();
+        for strategy in [
+            PruneStrategy::OldestFirst,
+            PruneStrategy::MiddleOut,
+            PruneStrategy::KeepLastTurns,
+        ] {
+            for budget in [per_turn * 2 + 5, per_turn * 3 + 17, per_turn * 4 + 33] {
+                let plan = prune(&h, budget, &cfg(strategy, 1), &tok);
+                let kept: Vec<&Message> = plan.kept.iter().map(|&i| &h[i]).collect();
+                assert!(
+                    matches!(kept.first(), Some(Message::User { .. })),
+                    "{strategy:?} at {budget}: starts with {:?}",
+                    kept.first()
+                );
+                let users_in_a_row = kept.windows(2).any(|w| {
+                    matches!(w[0], Message::User { .. }) && matches!(w[1], Message::User { .. })
+                });
+                assert!(!users_in_a_row, "{strategy:?} at {budget}");
+                assert!(calls_paired(&h, &plan.kept), "{strategy:?} at {budget}");
+            }
+        }
     }
 
     #[test]
