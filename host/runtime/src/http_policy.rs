@@ -1,8 +1,9 @@
 //! The HTTP origin allowlist, enforced where wasi-http hands a request to the network.
 //!
-//! Every outgoing request passes through [`HttpPolicy::check`] before a connection is made. The
-//! host never follows redirects itself (wasi-http returns 3xx responses to the guest), so a
-//! guest that follows one issues a new request that is checked again.
+//! Every outgoing request passes through [`HttpPolicy::check`] before a connection is made, and
+//! then connects only to addresses checked after DNS (see `http_send`). The host never follows
+//! redirects itself (wasi-http returns 3xx responses to the guest), so a guest that follows one
+//! issues a new request that is checked again.
 
 use std::future::Future;
 
@@ -10,10 +11,13 @@ use cordon_core::{HttpOrigin, HttpScheme};
 use http::Request;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
+use crate::http_send::{Resolver, checked_addresses, send_pinned};
+
 /// Allowed origins of one call, and the plugin name for log messages.
 pub(crate) struct HttpPolicy {
     pub(crate) origins: Vec<HttpOrigin>,
     pub(crate) plugin: std::sync::Arc<str>,
+    pub(crate) resolver: Resolver,
 }
 
 /// Lower-cases a host and strips one trailing dot, the forms a grant stores.
@@ -22,8 +26,9 @@ fn normalize_host(host: &str) -> String {
 }
 
 impl HttpPolicy {
-    /// Decides whether `req` may be sent; `Err` carries the reason for the log.
-    pub(crate) fn check<B>(&self, req: &Request<B>) -> Result<(), String> {
+    /// Decides whether `req` may be sent, returning the host and port it goes to; `Err`
+    /// carries the reason for the log.
+    pub(crate) fn check<B>(&self, req: &Request<B>) -> Result<(String, u16), String> {
         let uri = req.uri();
         let scheme = match uri.scheme_str() {
             Some("http") => HttpScheme::Http,
@@ -71,7 +76,7 @@ impl HttpPolicy {
             }
         }
         if self.origins.iter().any(|o| o.matches(scheme, &host, port)) {
-            Ok(())
+            Ok((host, port))
         } else if self.origins.is_empty() {
             Err(format!(
                 "{}://{host}:{port} — the plugin has no network grant",
@@ -104,17 +109,24 @@ impl WasiHttpHooks for HttpPolicy {
         fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
     ) -> Box<dyn Future<Output = SendResult> + Send> {
         drop(fut);
-        if let Err(why) = self.check(&request) {
-            tracing::warn!(target: "cordon::sandbox", plugin = %self.plugin, "refused HTTP request: {why}");
-            return Box::new(async { Err(HttpError::HttpRequestDenied) });
-        }
+        let (host, port) = match self.check(&request) {
+            Ok(target) => target,
+            Err(why) => {
+                tracing::warn!(target: "cordon::sandbox", plugin = %self.plugin, "refused HTTP request: {why}");
+                return Box::new(async { Err(HttpError::HttpRequestDenied) });
+            }
+        };
+        let resolver = self.resolver.clone();
+        let plugin = self.plugin.clone();
         Box::new(async move {
-            use http_body_util::BodyExt;
-            let (res, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
-            Ok((
-                res.map(BodyExt::boxed_unsync),
-                Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>,
-            ))
+            let addresses = match checked_addresses(&host, port, &resolver).await {
+                Ok(addresses) => addresses,
+                Err((refusal, why)) => {
+                    tracing::warn!(target: "cordon::sandbox", plugin = %plugin, "refused HTTP request: {why}");
+                    return Err(refusal);
+                }
+            };
+            send_pinned(request, options, &host, addresses).await
         })
     }
 }
@@ -133,6 +145,7 @@ mod tests {
                 })
                 .collect(),
             plugin: "t".into(),
+            resolver: crate::http_send::system_resolver(),
         }
     }
 

@@ -18,6 +18,7 @@ mod cache;
 mod engine;
 mod error;
 mod http_policy;
+mod http_send;
 mod output;
 mod plugin;
 mod sandbox;

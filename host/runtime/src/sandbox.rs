@@ -218,6 +218,7 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
         hooks: HttpPolicy {
             origins: sandbox.grants.http_origins().cloned().collect(),
             plugin: plugin.clone(),
+            resolver: crate::http_send::system_resolver(),
         },
         limiter: Limiter {
             limit: limits.memory,

@@ -216,6 +216,31 @@ async fn http_allowlist_is_enforced_per_request() {
 }
 
 #[tokio::test]
+async fn names_are_resolved_by_the_host_and_checked() {
+    let (a, hits) = server().await;
+    // `localhost` is this machine by definition: its loopback answers are used.
+    let sb = sandbox(&[format!("net:http://localhost:{}", a.port())]);
+    let v = http(
+        &sb,
+        json!({"url": format!("http://localhost:{}/x", a.port())}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(v["status"], 200);
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    // A granted name that does not resolve fails at DNS, with nothing sent.
+    let sb = sandbox(&["net:http://no-such-host.invalid".to_string()]);
+    let e = http(&sb, json!({"url": "http://no-such-host.invalid/"}))
+        .await
+        .unwrap_err();
+    assert!(
+        e.contains("DnsError") || e.contains("DestinationNotFound"),
+        "{e}"
+    );
+    still_serves().await;
+}
+
+#[tokio::test]
 async fn a_hanging_server_is_cut_off_by_the_time_limit() {
     let (a, _) = server().await;
     let mut sb = sandbox(&[format!("net:http://127.0.0.1:{}", a.port())]);
