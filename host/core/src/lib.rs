@@ -19,5 +19,5 @@ pub use grant::{FsGrant, FsMode, Grant, GrantError, Grants, HttpOrigin, HttpSche
 pub use limits::{
     LimitError, LimitKind, Limits, format_bytes, format_duration, parse_bytes, parse_duration,
 };
-pub use stamp::{BadStamp, DigestRecord, FileStamp, file_has_digest, sha256_file};
+pub use stamp::{BadStamp, DigestCheck, DigestRecord, FileStamp, replace_file, verify_file_digest};
 pub use tool::{Content, ToolDescriptor, ToolError, ToolErrorKind, ToolHints, tools_hash};

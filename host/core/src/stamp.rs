@@ -128,51 +128,85 @@ impl DigestRecord {
     }
 
     /// Writes the record through a temporary file and a rename, so a reader never sees half
-    /// of one.
+    /// of one. It only saves a re-hash, so it is not flushed to disk.
     pub fn write(&self, record: &Path) -> std::io::Result<()> {
-        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let name = record
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = record.with_file_name(format!(".{name}.{}-{seq}.tmp", std::process::id()));
-        let result = std::fs::write(&tmp, format!("sha256={} {}\n", self.sha256_hex, self.stamp))
-            .and_then(|()| std::fs::rename(&tmp, record));
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result
+        replace_file(
+            record,
+            format!("sha256={} {}\n", self.sha256_hex, self.stamp).as_bytes(),
+            false,
+        )
     }
 }
 
+/// Replaces `path` with `bytes` through a temporary file in the same directory and a rename,
+/// so readers see the old file or the whole new one, never a part; `durable` flushes the data
+/// to disk before the rename. The temporary file is removed again on failure.
+pub fn replace_file(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
+    use std::io::Write;
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}-{seq}.tmp", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        if durable {
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
 /// The lower-case hex sha256 of a file, read in chunks.
-pub fn sha256_file(path: &Path) -> std::io::Result<String> {
+fn sha256_file(path: &Path) -> std::io::Result<String> {
     use sha2::Digest;
     let mut hasher = sha2::Sha256::new();
     std::io::copy(&mut std::fs::File::open(path)?, &mut hasher)?;
     Ok(hex::encode(hasher.finalize()))
 }
 
-/// Whether the file at `path` holds bytes whose sha256 is `sha256_hex`.
+/// What [`verify_file_digest`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DigestCheck {
+    /// The file holds the expected bytes.
+    Matches,
+    /// It does not; `actual` is the lower-case hex sha256 of what it holds.
+    Differs {
+        /// The digest found.
+        actual: String,
+    },
+}
+
+/// Checks that the file at `path` holds bytes whose sha256 is `sha256_hex`.
 ///
 /// When `record` vouches for that digest with the file's current stamp the answer is yes
 /// without reading the file; otherwise the file is hashed, and a match is written to `record`
 /// so the next check is a `stat`. The stamp is taken before hashing, so a file changed while
 /// it is read never gets a record that matches it afterwards. Failing to write the record only
 /// costs a re-hash next time.
-pub fn file_has_digest(path: &Path, record: &Path, sha256_hex: &str) -> std::io::Result<bool> {
+pub fn verify_file_digest(
+    path: &Path,
+    record: &Path,
+    sha256_hex: &str,
+) -> std::io::Result<DigestCheck> {
     let stamp = FileStamp::of(path);
     if let (Ok(stamp), Some(known)) = (&stamp, DigestRecord::read(record))
         && known.stamp == *stamp
         && known.sha256_hex.eq_ignore_ascii_case(sha256_hex)
     {
-        return Ok(true);
+        return Ok(DigestCheck::Matches);
     }
     let actual = sha256_file(path)?;
     if !actual.eq_ignore_ascii_case(sha256_hex) {
         let _ = std::fs::remove_file(record);
-        return Ok(false);
+        return Ok(DigestCheck::Differs { actual });
     }
     if let Ok(stamp) = stamp {
         // A record that cannot be written only means hashing again next time.
@@ -182,7 +216,7 @@ pub fn file_has_digest(path: &Path, record: &Path, sha256_hex: &str) -> std::io:
         }
         .write(record);
     }
-    Ok(true)
+    Ok(DigestCheck::Matches)
 }
 
 #[cfg(all(test, unix))]
@@ -247,7 +281,10 @@ mod tests {
         let good = hex::encode(sha2::Sha256::digest(b"original"));
 
         assert!(!record.exists());
-        assert!(file_has_digest(&path, &record, &good).unwrap());
+        assert_eq!(
+            verify_file_digest(&path, &record, &good).unwrap(),
+            DigestCheck::Matches
+        );
         let written = DigestRecord::read(&record).expect("a match is recorded");
         assert_eq!(written.sha256_hex, good);
         assert_eq!(written.stamp, FileStamp::of(&path).unwrap());
@@ -263,23 +300,39 @@ mod tests {
         }
         .write(&record)
         .unwrap();
-        assert!(!file_has_digest(&path, &record, &forged).unwrap());
+        assert_eq!(
+            verify_file_digest(&path, &record, &forged).unwrap(),
+            DigestCheck::Differs {
+                actual: good.clone()
+            }
+        );
         assert!(!record.exists(), "a mismatch removes the record");
 
         // Changing the file in place is noticed even with the old record present.
-        assert!(file_has_digest(&path, &record, &good).unwrap());
+        assert_eq!(
+            verify_file_digest(&path, &record, &good).unwrap(),
+            DigestCheck::Matches
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
         std::fs::write(&path, b"tampered").unwrap();
-        assert!(!file_has_digest(&path, &record, &good).unwrap());
+        assert_eq!(
+            verify_file_digest(&path, &record, &good).unwrap(),
+            DigestCheck::Differs {
+                actual: hex::encode(sha2::Sha256::digest(b"tampered"))
+            }
+        );
 
         // Garbage in the record file is no worse than no record.
         std::fs::write(&path, b"original").unwrap();
         std::fs::write(&record, "sha256=zz len=1").unwrap();
-        assert!(file_has_digest(&path, &record, &good).unwrap());
+        assert_eq!(
+            verify_file_digest(&path, &record, &good).unwrap(),
+            DigestCheck::Matches
+        );
         assert!(DigestRecord::read(&record).is_some());
 
         // A missing file is an error, not a mismatch.
         std::fs::remove_file(&path).unwrap();
-        assert!(file_has_digest(&path, &record, &good).is_err());
+        assert!(verify_file_digest(&path, &record, &good).is_err());
     }
 }

@@ -69,6 +69,11 @@ pub fn validate_plugin_name(name: &str) -> Result<(), HomeError> {
     Ok(())
 }
 
+/// The hex part of a `sha256:<hex>` digest (a bare hex digest is returned as is).
+pub(crate) fn digest_hex(digest: &str) -> &str {
+    digest.strip_prefix("sha256:").unwrap_or(digest)
+}
+
 /// One Cordon home directory.
 #[derive(Debug, Clone)]
 pub struct Home {
@@ -133,7 +138,7 @@ impl Home {
 
     /// Where the component with this `sha256:<hex>` digest is stored.
     pub fn component_path(&self, digest: &str) -> PathBuf {
-        let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+        let hex = digest_hex(digest);
         self.root.join("components").join(format!("{hex}.wasm"))
     }
 
@@ -145,7 +150,7 @@ impl Home {
     /// The record of when the component with this digest was last verified (a file stamp);
     /// disposable like the rest of the cache.
     pub fn verified_record_path(&self, digest: &str) -> PathBuf {
-        let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+        let hex = digest_hex(digest);
         self.cache_dir().join(format!("{hex}.verified"))
     }
 

@@ -150,7 +150,7 @@ fn read_file(path: &std::path::Path) -> Result<Vec<u8>, HomeError> {
 
 /// Accepts `HEX` or `sha256:HEX` (64 hex digits, any case) and returns `sha256:<lowercase>`.
 pub fn normalise_digest(text: &str) -> Result<String, HomeError> {
-    let hex = text.strip_prefix("sha256:").unwrap_or(text);
+    let hex = crate::digest_hex(text);
     if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(HomeError::BadDigest {
             given: text.to_string(),

@@ -4,15 +4,15 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use cordon_core::{
-    Grants, LimitKind, Limits, ToolDescriptor, file_has_digest, sha256_file, tools_hash,
+    DigestCheck, Grants, LimitKind, Limits, ToolDescriptor, tools_hash, verify_file_digest,
 };
 use cordon_runtime::{CallError, Plugin, Runtime, Sandbox, ToolOutput};
 use serde_json::Value;
 
-use crate::Home;
 use crate::error::HomeError;
 use crate::fsutil::HomeLock;
 use crate::lockfile::{LockFile, PluginRecord};
+use crate::{Home, digest_hex};
 
 /// Compiles a tool's input schema; the error text says what is wrong with the schema.
 pub(crate) fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
@@ -292,19 +292,13 @@ async fn load_plugin(
     // its stat differs from the last time they were (see `cordon_core::FileStamp`), and are
     // not read at all when the compile cache already holds code for that digest.
     let path = home.component_path(&record.digest);
-    let hex = record
-        .digest
-        .strip_prefix("sha256:")
-        .unwrap_or(&record.digest);
-    match file_has_digest(&path, &home.verified_record_path(&record.digest), hex) {
-        Ok(true) => {}
-        Ok(false) => {
+    let hex = digest_hex(&record.digest);
+    match verify_file_digest(&path, &home.verified_record_path(&record.digest), hex) {
+        Ok(DigestCheck::Matches) => {}
+        Ok(DigestCheck::Differs { actual }) => {
             return Err(tampered(format!(
-                "its component file changed since install (expected {}, found {})",
-                record.digest,
-                sha256_file(&path)
-                    .map(|h| format!("sha256:{h}"))
-                    .unwrap_or_else(|e| format!("an unreadable file: {e}"))
+                "its component file changed since install (expected {}, found sha256:{actual})",
+                record.digest
             )));
         }
         Err(e) => {

@@ -10,10 +10,9 @@
 //! half an entry, and a mapped entry is never truncated under a running process.
 
 use std::hash::{Hash, Hasher};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use cordon_core::{DigestRecord, FileStamp, file_has_digest};
+use cordon_core::{DigestCheck, DigestRecord, FileStamp, replace_file, verify_file_digest};
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
@@ -65,9 +64,9 @@ impl Cache {
             let _ = std::fs::remove_file(&path);
             let _ = std::fs::remove_file(&sum);
         };
-        match file_has_digest(&path, &sum, &record.sha256_hex) {
-            Ok(true) => {}
-            Ok(false) => {
+        match verify_file_digest(&path, &sum, &record.sha256_hex) {
+            Ok(DigestCheck::Matches) => {}
+            Ok(DigestCheck::Differs { .. }) => {
                 discard("corrupt");
                 return None;
             }
@@ -105,26 +104,10 @@ impl Cache {
             .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
         let sha256_hex = hex::encode(Sha256::digest(&bytes));
         std::fs::create_dir_all(&self.dir)?;
-        let final_path = self.path(sha);
-        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp = self.dir.join(format!(
-            ".{sha}-{}.{}-{seq}.tmp",
-            self.engine_hash,
-            std::process::id()
-        ));
-        let result = (|| {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &final_path)?;
-            // The stamp after the rename (which itself changes the change time).
-            let stamp = FileStamp::of(&final_path)?;
-            DigestRecord { sha256_hex, stamp }.write(&Self::sum_path(&final_path))
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result
+        let entry = self.path(sha);
+        replace_file(&entry, &bytes, true)?;
+        // The stamp after the rename (which itself changes the change time).
+        let stamp = FileStamp::of(&entry)?;
+        DigestRecord { sha256_hex, stamp }.write(&Self::sum_path(&entry))
     }
 }

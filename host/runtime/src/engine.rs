@@ -1,5 +1,6 @@
 //! The process-wide engine, its epoch ticker, and loading components.
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -191,14 +192,7 @@ impl Runtime {
     ) -> Result<Plugin, RuntimeError> {
         check_header(wasm)?;
         let sha = hex::encode(Sha256::digest(wasm));
-        let component = match self.cached(&sha) {
-            Some(component) => {
-                progress(CompileEvent::CacheHit);
-                component
-            }
-            None => self.compile(&sha, wasm, progress)?,
-        };
-        self.prepare(component, sha)
+        self.load_or_compile(sha, || Ok(Cow::Borrowed(wasm)), progress)
     }
 
     /// Like [`Runtime::load`] for a caller that already knows the component's sha256 (lower-case
@@ -212,24 +206,36 @@ impl Runtime {
         progress: &dyn Fn(CompileEvent),
     ) -> Result<Plugin, RuntimeError> {
         let sha = sha256_hex.to_ascii_lowercase();
+        let bytes = || {
+            let wasm = read().map_err(|e| {
+                RuntimeError::Unreadable(format!("cannot read the component ({e})"))
+            })?;
+            check_header(&wasm)?;
+            let actual = hex::encode(Sha256::digest(&wasm));
+            if actual != sha {
+                return Err(RuntimeError::Unreadable(format!(
+                    "the component's bytes have digest sha256:{actual}, not the expected sha256:{sha}"
+                )));
+            }
+            Ok(Cow::Owned(wasm))
+        };
+        self.load_or_compile(sha.clone(), bytes, progress)
+    }
+
+    /// Takes the compiled code for `sha` from the cache, or compiles the bytes `wasm` supplies
+    /// (asked for only on a miss), then checks and links the component.
+    fn load_or_compile<'a>(
+        &self,
+        sha: String,
+        wasm: impl FnOnce() -> Result<Cow<'a, [u8]>, RuntimeError>,
+        progress: &dyn Fn(CompileEvent),
+    ) -> Result<Plugin, RuntimeError> {
         let component = match self.cached(&sha) {
             Some(component) => {
                 progress(CompileEvent::CacheHit);
                 component
             }
-            None => {
-                let wasm = read().map_err(|e| {
-                    RuntimeError::Unreadable(format!("cannot read the component ({e})"))
-                })?;
-                check_header(&wasm)?;
-                let actual = hex::encode(Sha256::digest(&wasm));
-                if actual != sha {
-                    return Err(RuntimeError::Unreadable(format!(
-                        "the component's bytes have digest sha256:{actual}, not the expected sha256:{sha}"
-                    )));
-                }
-                self.compile(&sha, &wasm, progress)?
-            }
+            None => self.compile(&sha, &wasm()?, progress)?,
         };
         self.prepare(component, sha)
     }

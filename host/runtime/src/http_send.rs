@@ -29,11 +29,17 @@ pub(crate) type Resolver = Arc<
         + Sync,
 >;
 
-/// The system resolver (getaddrinfo, through tokio).
+/// The system resolver (getaddrinfo, through tokio); one shared instance, since every call's
+/// sandbox takes a handle to it.
 pub(crate) fn system_resolver() -> Resolver {
-    Arc::new(|host, port| {
-        Box::pin(async move { Ok(tokio::net::lookup_host((host, port)).await?.collect()) })
-    })
+    static SYSTEM: OnceLock<Resolver> = OnceLock::new();
+    SYSTEM
+        .get_or_init(|| {
+            Arc::new(|host, port| {
+                Box::pin(async move { Ok(tokio::net::lookup_host((host, port)).await?.collect()) })
+            })
+        })
+        .clone()
 }
 
 /// Whether `ip` belongs to the public internet rather than to this machine, a private or
