@@ -499,25 +499,25 @@ fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn retry_after_takes_seconds_or_an_http_date() {
         let now = httpdate::parse_http_date("Sun, 22 Nov 2026 08:00:00 GMT").unwrap();
-        assert_eq!(super::parse_retry_after("7", now), Some(7000));
-        assert_eq!(super::parse_retry_after(" 0 ", now), Some(0));
+        assert_eq!(parse_retry_after("7", now), Some(7000));
+        assert_eq!(parse_retry_after(" 0 ", now), Some(0));
         assert_eq!(
-            super::parse_retry_after("Sun, 22 Nov 2026 08:00:30 GMT", now),
+            parse_retry_after("Sun, 22 Nov 2026 08:00:30 GMT", now),
             Some(30_000)
         );
         assert_eq!(
-            super::parse_retry_after("Sun, 22 Nov 2026 07:00:00 GMT", now),
+            parse_retry_after("Sun, 22 Nov 2026 07:00:00 GMT", now),
             Some(0),
             "a date in the past means retry now"
         );
-        assert_eq!(super::parse_retry_after("soon", now), None);
-        assert_eq!(super::parse_retry_after("-5", now), None);
+        assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(parse_retry_after("-5", now), None);
     }
-
-    use super::*;
 
     #[test]
     fn assembles_interleaved_tool_call_fragments_by_index() {

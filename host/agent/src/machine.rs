@@ -1000,11 +1000,7 @@ fn after_approval(
         conv.state = State::AwaitingApproval { batch };
         return;
     }
-    let approved: Vec<(ToolCall, Value)> = batch
-        .iter()
-        .filter(|p| p.status == CallStatus::Approved)
-        .map(|p| (p.call.clone(), p.arguments.clone().unwrap_or(Value::Null)))
-        .collect();
+    let approved = approved_calls(&batch);
     if approved.is_empty() {
         finish_batch(conv, batch, env, out);
     } else {
@@ -1018,6 +1014,15 @@ fn after_approval(
         out.push(Action::RunTools { calls: approved });
         conv.state = State::ExecutingTools { batch };
     }
+}
+
+/// The approved calls of a batch with their arguments, as the driver runs them.
+fn approved_calls(batch: &[PlannedCall]) -> Vec<(ToolCall, Value)> {
+    batch
+        .iter()
+        .filter(|p| p.status == CallStatus::Approved)
+        .map(|p| (p.call.clone(), p.arguments.clone().unwrap_or(Value::Null)))
+        .collect()
 }
 
 fn approval_request(conv: &Conversation, p: &PlannedCall, catalog: &Catalog) -> ApprovalRequest {
@@ -1161,41 +1166,6 @@ fn cancel(conv: &mut Conversation, state: State, partial: String, out: &mut Vec<
 /// closed with an error telling the model it may or may not have taken effect, so the model
 /// can check before asking for it again.
 pub fn resume(conv: &mut Conversation, catalog: &Catalog) -> Result<Vec<Action>, StepError> {
-    if let State::ExecutingTools { batch } = &mut conv.state {
-        let mut out = Vec::new();
-        for p in batch
-            .iter_mut()
-            .filter(|p| p.status == CallStatus::Approved)
-        {
-            let repeatable = catalog
-                .tools
-                .get(&p.call.name)
-                .is_some_and(|(spec, _)| !spec.can_change_anything);
-            if repeatable {
-                continue;
-            }
-            let message = "Cordon stopped while this call was running, so it may or may \
-                           not have taken effect. It was not repeated, because this tool \
-                           can change things: check its effect before calling it again";
-            out.push(Action::Emit(AgentEvent::ToolCallRejected {
-                call_id: p.call.id.clone(),
-                tool: p.call.name.clone(),
-                reason: message.to_string(),
-            }));
-            p.status = CallStatus::Done {
-                content: render_failure(&ToolFailure::new(ToolFailureKind::Failed, message)),
-                is_error: true,
-            };
-        }
-        out.push(Action::RunTools {
-            calls: batch
-                .iter()
-                .filter(|p| p.status == CallStatus::Approved)
-                .map(|p| (p.call.clone(), p.arguments.clone().unwrap_or(Value::Null)))
-                .collect(),
-        });
-        return Ok(out);
-    }
     Ok(match &conv.state {
         State::Idle | State::Failed { .. } => {
             return Err(reject(
@@ -1225,8 +1195,44 @@ pub fn resume(conv: &mut Conversation, catalog: &Catalog) -> Result<Vec<Action>,
                 request: approval_request(conv, p, catalog),
             }]
         }
-        State::ExecutingTools { .. } => unreachable!("handled above"),
+        State::ExecutingTools { .. } => return Ok(resume_running(conv, catalog)),
     })
+}
+
+/// Resumes a batch that was running: calls that cannot change anything run again; the others
+/// are closed with an error, since they may or may not have taken effect.
+fn resume_running(conv: &mut Conversation, catalog: &Catalog) -> Vec<Action> {
+    let State::ExecutingTools { batch } = &mut conv.state else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for p in batch
+        .iter_mut()
+        .filter(|p| p.status == CallStatus::Approved)
+    {
+        let repeatable = catalog
+            .spec(&p.call.name)
+            .is_some_and(|spec| !spec.can_change_anything);
+        if repeatable {
+            continue;
+        }
+        let message = "Cordon stopped while this call was running, so it may or may \
+                       not have taken effect. It was not repeated, because this tool \
+                       can change things: check its effect before calling it again";
+        out.push(Action::Emit(AgentEvent::ToolCallRejected {
+            call_id: p.call.id.clone(),
+            tool: p.call.name.clone(),
+            reason: message.to_string(),
+        }));
+        p.status = CallStatus::Done {
+            content: render_failure(&ToolFailure::new(ToolFailureKind::Failed, message)),
+            is_error: true,
+        };
+    }
+    out.push(Action::RunTools {
+        calls: approved_calls(batch),
+    });
+    out
 }
 
 #[cfg(test)]

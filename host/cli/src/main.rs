@@ -104,9 +104,9 @@ impl Command {
 /// Instances a one-shot command may need at once: one call, or one check at install.
 const ONE_SHOT_INSTANCES: u32 = 4;
 
-async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
     let mut home = Home::locate(cli.home)?;
-    if !cli.command.is_conversation() {
+    if one_shot {
         home = home.with_max_instances(ONE_SHOT_INSTANCES);
     }
     tracing::debug!(home = %home.root().display(), "using home");
@@ -167,22 +167,23 @@ fn die_quietly_on_closed_stdout() {}
 fn main() -> ExitCode {
     quiet_library_backtraces();
     let cli = Cli::parse();
-    if !cli.command.is_conversation() {
+    let one_shot = !cli.command.is_conversation();
+    if one_shot {
         die_quietly_on_closed_stdout();
     }
     init_logging(cli.verbose);
     // A one-shot command runs on the calling thread: starting worker threads costs more than
     // anything such a command does concurrently.
-    let mut builder = if cli.command.is_conversation() {
-        tokio::runtime::Builder::new_multi_thread()
-    } else {
+    let mut builder = if one_shot {
         tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
     };
     let result = builder
         .enable_all()
         .build()
         .context("could not start the async runtime")
-        .and_then(|rt| rt.block_on(run(cli)));
+        .and_then(|rt| rt.block_on(run(cli, one_shot)));
     match result {
         Ok(code) => code,
         Err(e) => {

@@ -95,8 +95,7 @@ pub fn open_read(database: &str) -> Result<Connection, ToolError> {
 /// A read-only grant refuses to open the file for writing; that is reported as `denied`
 /// before SQLite gets to produce a less helpful error about its lock file.
 pub fn open_write(database: &str, create: bool) -> Result<Connection, ToolError> {
-    let missing = fs::metadata(database).is_err();
-    if create && missing {
+    if create && fs::metadata(database).is_err() {
         // Create the (empty) file here, so a read-only grant is reported as denied rather
         // than as SQLite's "unable to open database file". SQLite starts a new database in
         // an empty file.

@@ -274,26 +274,25 @@ impl Plugin {
             problems.push("the plugin offers no tools".to_owned());
         }
         for (i, entry) in self.entries.iter().enumerate() {
-            let d = entry.descriptor();
-            if !valid_name(&d.name) {
+            if !valid_name(&entry.name) {
                 problems.push(format!(
                     "tool name `{}` is invalid: use lowercase letters, digits and `_`, starting with a letter",
-                    d.name
+                    entry.name
                 ));
             }
-            if self.entries[..i].iter().any(|e| e.name == d.name) {
-                problems.push(format!("tool name `{}` is used twice", d.name));
+            if self.entries[..i].iter().any(|e| e.name == entry.name) {
+                problems.push(format!("tool name `{}` is used twice", entry.name));
             }
-            if d.description.trim().is_empty() {
-                problems.push(format!("tool `{}` has no description", d.name));
+            if entry.description.trim().is_empty() {
+                problems.push(format!("tool `{}` has no description", entry.name));
             }
             if let Some(err) = &entry.schema().1 {
-                problems.push(format!("tool `{}`: {err}", d.name));
+                problems.push(format!("tool `{}`: {err}", entry.name));
             }
-            if d.hints.read_only && d.hints.destructive {
+            if entry.hints.read_only && entry.hints.destructive {
                 problems.push(format!(
                     "tool `{}` claims to be both read-only and destructive",
-                    d.name
+                    entry.name
                 ));
             }
         }
