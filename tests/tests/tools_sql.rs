@@ -198,6 +198,44 @@ fn query_binds_params_and_returns_columns_and_rows() {
     .stderr_has(&["2 placeholder(s)", "1 value(s)"]);
 }
 
+/// Sorts larger than SQLite keeps in one run spill to temp files, and a sandbox under a
+/// read-only grant has nowhere on disk to put them: they must still work, exactly.
+#[test]
+fn large_sorts_work_in_the_sandbox_under_a_read_only_grant() {
+    let home = home_with(PLUGINS);
+    let data = home.scratch("data");
+    support::sqlite(
+        &data.join("big.db"),
+        "CREATE TABLE items (id INTEGER PRIMARY KEY, category TEXT, pad TEXT);
+         WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 79999)
+         INSERT INTO items SELECT i, 'cat' || (i % 23), hex(randomblob(24)) FROM n;",
+    );
+    install(&home, "sql", &[grant_fs(&data, "/data", "ro")], &[]);
+    let out = json_of(
+        &call(
+            &home,
+            "sql_query",
+            json!({"database": "/data/big.db", "max_rows": 100,
+                   "sql": "SELECT category, count(*), length(max(pad)) FROM items \
+                           GROUP BY category ORDER BY count(*) DESC, category"}),
+        )
+        .ok(),
+    );
+    let rows = out["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 23, "{out:#}");
+    // 80,000 rows over 23 categories: cat0..cat5 have one row more than the rest.
+    assert_eq!(rows[0], json!(["cat0", 3479, 48]), "{out:#}");
+    assert_eq!(rows[22], json!(["cat9", 3478, 48]), "{out:#}");
+    let total: i64 = rows.iter().map(|r| r[1].as_i64().unwrap()).sum();
+    assert_eq!(total, 80_000);
+    // Nothing was written next to the database.
+    let names: Vec<_> = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["big.db"]);
+}
+
 #[test]
 fn row_and_byte_caps_truncate_and_say_so() {
     let home = home_with(PLUGINS);

@@ -57,11 +57,10 @@ fn file_uri(path: &str, query: &str) -> String {
     uri
 }
 
-/// Settings every connection gets: temp data stays in memory (a sandbox has no /tmp), and
-/// no other database files can be attached, so a call reaches only the file it names.
+/// Settings every connection gets: no other database files can be attached, so a call reaches
+/// only the file it names. (Temp files need no setting: [`crate::tempfiles`] keeps them in
+/// memory, as a sandbox has no /tmp.)
 fn configure(conn: &Connection) -> Result<(), ToolError> {
-    conn.pragma_update(None, "temp_store", "MEMORY")
-        .map_err(|e| sqlite_error("", &e))?;
     conn.set_limit(Limit::SQLITE_LIMIT_ATTACHED, 0)
         .map_err(|e| sqlite_error("", &e))?;
     Ok(())
@@ -74,6 +73,7 @@ fn configure(conn: &Connection) -> Result<(), ToolError> {
 /// reported instead of answering from stale data. (Loading small databases into memory in
 /// one read was measured and not faster for scans, but 4x slower for indexed lookups.)
 pub fn open_read(database: &str) -> Result<Connection, ToolError> {
+    crate::tempfiles::install();
     existing_file(database)?;
     check_pending_changes(database)?;
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
@@ -95,6 +95,7 @@ pub fn open_read(database: &str) -> Result<Connection, ToolError> {
 /// A read-only grant refuses to open the file for writing; that is reported as `denied`
 /// before SQLite gets to produce a less helpful error about its lock file.
 pub fn open_write(database: &str, create: bool) -> Result<Connection, ToolError> {
+    crate::tempfiles::install();
     if create && fs::metadata(database).is_err() {
         // Create the (empty) file here, so a read-only grant is reported as denied rather
         // than as SQLite's "unable to open database file". SQLite starts a new database in

@@ -12,6 +12,7 @@ mod db;
 mod execute;
 mod query;
 mod schema;
+mod tempfiles;
 mod value;
 
 use cordon_sdk::{Hints, Plugin, export_plugin};
