@@ -81,7 +81,9 @@ bench-tools:
 bench: toolchain plugins bench-tools
 	cargo run --release -p cordon-runtime --example bench
 	cargo build --release -p cordon
-	CORDON=target/release/cordon PLUGINS=$(PLUGIN_OUT) bash tests/bench/tools.sh
+	cargo build --release -p cordon-runtime --example host_calls
+	CORDON=target/release/cordon HOST_CALLS=target/release/examples/host_calls PLUGINS=$(PLUGIN_OUT) \
+	  bash tests/bench/tools.sh
 
 clean:
 	cargo clean

@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # Benchmarks the bundled tools against the native programs doing the same job, in one run, and
-# prints medians and ratios (hyperfine; whole-process wall time on both sides, so Cordon's figure
-# includes starting the binary, loading the component from the compile cache, instantiating it
-# and validating the arguments).
+# prints medians and ratios, two ways:
+#  - `cordon call` against the native program (hyperfine; whole-process wall time on both sides,
+#    so Cordon's figure includes starting the binary, loading the component from the compile
+#    cache, instantiating it and validating the arguments);
+#  - the same call served by a running host (host_calls example), as a model's call is.
 #
-#   CORDON=target/release/cordon PLUGINS=target/plugins bash tests/bench/tools.sh
+#   CORDON=target/release/cordon HOST_CALLS=target/release/examples/host_calls \
+#     PLUGINS=target/plugins bash tests/bench/tools.sh
 set -euo pipefail
 
 CORDON=${CORDON:-target/release/cordon}
 PLUGINS=${PLUGINS:-target/plugins}
 RUNS=${RUNS:-15}
+PER_ROUND=3
+ROUNDS=$(( (RUNS + PER_ROUND - 1) / PER_ROUND ))
+HOST_CALLS=${HOST_CALLS:-target/release/examples/host_calls}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 results=$work/results.tsv
@@ -18,6 +24,7 @@ for tool in hyperfine rg sqlite3 python3; do
   command -v "$tool" >/dev/null || { echo "bench needs $tool on PATH (make bench installs it)" >&2; exit 2; }
 done
 [ -x "$CORDON" ] || { echo "no cordon binary at $CORDON: run make bench" >&2; exit 2; }
+[ -x "$HOST_CALLS" ] || { echo "no host_calls benchmark at $HOST_CALLS: run make bench" >&2; exit 2; }
 
 # A large source tree that is on the machine anyway: the first candidate with >= 20k files.
 pick_tree() {
@@ -30,16 +37,24 @@ pick_tree() {
   echo "no source tree with 20k files found; set BENCH_TREE" >&2; exit 2
 }
 
-# compare NAME NATIVE_CMD CORDON_CMD: hyperfine both, record medians.
+# compare NAME NATIVE_CMD CORDON_CMD: hyperfine both in alternating rounds (this VM's speed drifts
+# by tens of percent within a minute; rounds spread the drift over both sides), record medians
+# of all runs.
 compare() {
-  local name=$1 native=$2 cordon=$3
-  hyperfine -N --warmup 2 --runs "$RUNS" --export-json "$work/$name.json" \
-    -n native "$native" -n cordon "$cordon" >"$work/$name.log" 2>&1 \
-    || { cat "$work/$name.log" >&2; exit 1; }
-  python3 - "$work/$name.json" "$name" >>"$results" <<'PY'
-import json, sys
-data = {r["command"]: r["median"] for r in json.load(open(sys.argv[1]))["results"]}
-print(f'{sys.argv[2]}\t{data["native"]*1000:.1f}\t{data["cordon"]*1000:.1f}\t{data["cordon"]/data["native"]:.2f}')
+  local name=$1 native=$2 cordon=$3 round
+  for round in $(seq "$ROUNDS"); do
+    hyperfine -N --warmup 1 --runs "$PER_ROUND" --export-json "$work/$name.$round.json" \
+      -n native "$native" -n cordon "$cordon" >"$work/$name.log" 2>&1 \
+      || { cat "$work/$name.log" >&2; exit 1; }
+  done
+  python3 - "$name" "$work/$name".*.json >>"$results" <<'PY'
+import json, statistics, sys
+times = {"native": [], "cordon": []}
+for path in sys.argv[2:]:
+    for r in json.load(open(path))["results"]:
+        times[r["command"]] += r["times"]
+n, c = (statistics.median(times[k]) for k in ("native", "cordon"))
+print(f'{sys.argv[1]}\t{n*1000:.1f}\t{c*1000:.1f}\t{c/n:.2f}')
 PY
 }
 
@@ -95,8 +110,16 @@ compare run_python "$python -c 'print(1+1)'" \
 
 echo
 echo "search tree: $tree ($files files); python: $python"
-echo "medians of $RUNS runs, wall time of the whole process"
+echo "cordon call, one process per call (start, load from cache, instantiate, validate, call) vs native"
+echo "medians of $((ROUNDS * PER_ROUND)) runs in $ROUNDS alternating rounds, wall time of the whole process"
 printf '%-14s %12s %12s %8s\n' benchmark native_ms cordon_ms ratio
 while IFS=$'\t' read -r name native cordon ratio; do
   printf '%-14s %12s %12s %8s\n' "$name" "$native" "$cordon" "$ratio"
 done <"$results"
+
+# The same work as a tool call served by a running host (what a model's call costs in
+# `cordon chat`/`cordon run`), against a native process per call. Like the CLI, the benchmark
+# turns off backtrace capture for library errors, which wasmtime-wasi would otherwise take on
+# every "file not found" when RUST_BACKTRACE is set.
+RUST_LIB_BACKTRACE=0 "$HOST_CALLS" --plugins "$PLUGINS" --db "$work/db/bench.db" --tree "$tree" \
+  --python "$python" --runs "$RUNS"
