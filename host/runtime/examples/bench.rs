@@ -1,7 +1,8 @@
 //! Cordon runtime benchmark (`make bench`): medians of compile, load from cache, instantiate,
-//! and a warm no-op call with a fresh instance per call, compared in the same run with the
-//! same no-op served by a minimal native MCP server (rmcp, stdio transport, child process —
-//! this example re-executes itself as that server).
+//! and a warm no-op call with a fresh instance per call, for the smallest SDK plugin (the
+//! `noop` fixture) and for one importing every WASI interface (`probe`), compared in the same
+//! run with the same no-op served by a minimal native MCP server (rmcp, stdio transport, child
+//! process — this example re-executes itself as that server).
 //!
 //! Targets: no-op call ≤ 25 µs and ≥ 10× faster than MCP stdio; load from cache ≤ 5 ms.
 
@@ -122,9 +123,11 @@ async fn main() -> Result<()> {
     if std::env::args().any(|a| a == SERVER_FLAG) {
         return mcp_server().await;
     }
-    let wasm = fixture("probe")?;
+    // The smallest plugin an author would write with the SDK: one tool, only the imports Rust's
+    // standard library always brings.
+    let wasm = fixture("noop")?;
     println!(
-        "cordon runtime benchmark (probe fixture, {} KiB)",
+        "cordon runtime benchmark (noop fixture: one SDK tool, {} KiB)",
         wasm.len() / 1024
     );
 
@@ -152,7 +155,7 @@ async fn main() -> Result<()> {
         drop(p);
     }
 
-    let plugin = rt.load(&wasm, &|_| {})?.named("probe");
+    let plugin = rt.load(&wasm, &|_| {})?.named("noop");
     let limits = Limits::default();
     let sandbox = Sandbox::default();
     let n = 5000;
@@ -174,6 +177,18 @@ async fn main() -> Result<()> {
             noop.push(start.elapsed());
         }
     }
+    // The same no-op in the probe fixture, which imports every WASI interface (filesystem,
+    // HTTP, sockets, clocks): instantiation links each import, used or not.
+    let probe = rt.load(&fixture("probe")?, &|_| {})?.named("probe");
+    let mut probe_noop = Vec::with_capacity(n);
+    for i in 0..n + 200 {
+        let start = Instant::now();
+        probe.call_tool(&sandbox, "noop", "{}").await?;
+        if i >= 200 {
+            probe_noop.push(start.elapsed());
+        }
+    }
+    let probe_noop = median(probe_noop);
     let compile = median(compile);
     let cached = median(cached);
     let inst = median(inst);
@@ -192,6 +207,10 @@ async fn main() -> Result<()> {
         fmt(noop)
     );
     println!(
+        "no-op, probe fixture          {:>10}   (imports every WASI interface)",
+        fmt(probe_noop)
+    );
+    println!(
         "no-op via MCP stdio (rmcp)    {:>10}   (warm server process)",
         fmt(mcp)
     );
@@ -202,6 +221,10 @@ async fn main() -> Result<()> {
     println!(
         "MCP stdio / cordon no-op      {:>9.1}×   (target ≥ 10×)",
         mcp.as_secs_f64() / noop.as_secs_f64()
+    );
+    println!(
+        "MCP stdio / probe no-op       {:>9.1}×",
+        mcp.as_secs_f64() / probe_noop.as_secs_f64()
     );
     println!(
         "MCP fresh process / cordon    {:>9.0}×",
