@@ -7,8 +7,9 @@
 //! interleaved (native, Cordon, native, …) so a machine that speeds up or slows down during the
 //! run affects both sides alike; figures are medians.
 //!
-//!   host_calls --plugins DIR --db FILE --tree DIR --python PATH [--runs N]
+//!   host_calls --plugins DIR --db FILE --tree DIR --python PATH [--runs N] [--only NAME,…]
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::str::FromStr;
@@ -24,11 +25,14 @@ struct Args {
     tree: PathBuf,
     python: PathBuf,
     runs: usize,
+    /// Benchmarks to run (all when empty).
+    only: Vec<String>,
 }
 
 fn parse_args() -> Result<Args> {
     let mut it = std::env::args().skip(1);
     let (mut plugins, mut db, mut tree, mut python, mut runs) = (None, None, None, None, 15);
+    let mut only = Vec::new();
     while let Some(flag) = it.next() {
         let value = it.next().with_context(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
@@ -37,6 +41,7 @@ fn parse_args() -> Result<Args> {
             "--tree" => tree = Some(PathBuf::from(value)),
             "--python" => python = Some(PathBuf::from(value)),
             "--runs" => runs = value.parse().context("--runs takes a number")?,
+            "--only" => only = value.split(',').map(str::to_string).collect(),
             other => bail!("unknown argument {other}"),
         }
     }
@@ -47,6 +52,7 @@ fn parse_args() -> Result<Args> {
         tree: need(tree, "--tree")?,
         python: need(python, "--python")?,
         runs,
+        only,
     })
 }
 
@@ -54,7 +60,8 @@ fn parse_args() -> Result<Args> {
 struct Case {
     name: &'static str,
     native: Vec<String>,
-    plugin: Plugin,
+    /// The bundled plugin serving the tool, loaded only if the case runs.
+    plugin: &'static str,
     sandbox: Sandbox,
     tool: &'static str,
     arguments: String,
@@ -90,8 +97,8 @@ fn run_native(argv: &[String]) -> Result<()> {
     Ok(())
 }
 
-async fn run_cordon(case: &Case) -> Result<()> {
-    case.plugin
+async fn run_cordon(plugin: &Plugin, case: &Case) -> Result<()> {
+    plugin
         .call_tool(&case.sandbox, case.tool, &case.arguments)
         .await
         .with_context(|| format!("{} failed", case.name))?;
@@ -115,9 +122,6 @@ async fn main() -> Result<()> {
         cache_dir: Some(cache.path().into()),
         ..RuntimeConfig::default()
     })?;
-    let sql = load(&rt, &args.plugins, "sql")?;
-    let files = load(&rt, &args.plugins, "files")?;
-    let python = load(&rt, &args.plugins, "python")?;
     let db_dir = args.db.parent().context("--db needs a directory")?;
     let db_name = args.db.file_name().context("--db names a file")?;
     let guest_db = format!("/data/{}", db_name.to_string_lossy());
@@ -132,7 +136,7 @@ async fn main() -> Result<()> {
         Case {
             name: "search_text",
             native: s(&["rg", "-n", "-F", "unsafe impl Send for", &tree]),
-            plugin: files,
+            plugin: "files",
             sandbox: sandbox(&[&format!("fs:{tree}:/src:ro")])?,
             tool: "search_text",
             arguments: serde_json::json!({"pattern": "unsafe impl Send for", "path": "/src",
@@ -142,7 +146,7 @@ async fn main() -> Result<()> {
         Case {
             name: "sql_aggregate",
             native: s(&["sqlite3", "-readonly", &db, aggregate]),
-            plugin: sql.clone(),
+            plugin: "sql",
             sandbox: sql_box.clone(),
             tool: "sql_query",
             arguments: serde_json::json!({"database": guest_db, "sql": aggregate}).to_string(),
@@ -155,7 +159,7 @@ async fn main() -> Result<()> {
                 &db,
                 "SELECT * FROM items WHERE sku = 'sku-0123456'",
             ]),
-            plugin: sql,
+            plugin: "sql",
             sandbox: sql_box,
             tool: "sql_query",
             arguments: serde_json::json!({"database": guest_db,
@@ -169,7 +173,7 @@ async fn main() -> Result<()> {
                 "-c".into(),
                 "print(1+1)".into(),
             ],
-            plugin: python,
+            plugin: "python",
             sandbox: Sandbox::default(),
             tool: "run_python",
             arguments: serde_json::json!({"code": "print(1+1)"}).to_string(),
@@ -183,10 +187,18 @@ async fn main() -> Result<()> {
         "{:<14} {:>12} {:>12} {:>8}",
         "benchmark", "native_ms", "cordon_ms", "ratio"
     );
+    let mut loaded: HashMap<&str, Plugin> = HashMap::new();
     for case in &cases {
+        if !args.only.is_empty() && !args.only.iter().any(|n| n == case.name) {
+            continue;
+        }
+        if !loaded.contains_key(case.plugin) {
+            loaded.insert(case.plugin, load(&rt, &args.plugins, case.plugin)?);
+        }
+        let plugin = &loaded[case.plugin];
         for _ in 0..2 {
             run_native(&case.native)?;
-            run_cordon(case).await?;
+            run_cordon(plugin, case).await?;
         }
         let (mut native, mut cordon) = (Vec::new(), Vec::new());
         for _ in 0..args.runs {
@@ -194,7 +206,7 @@ async fn main() -> Result<()> {
             run_native(&case.native)?;
             native.push(start.elapsed());
             let start = Instant::now();
-            run_cordon(case).await?;
+            run_cordon(plugin, case).await?;
             cordon.push(start.elapsed());
         }
         let (n, c) = (median(native), median(cordon));
