@@ -10,6 +10,7 @@ instead of a user's call.
 """
 
 import importlib
+import sys
 
 from cordon_sdk import Hints, InvalidArguments, Json, Plugin
 
@@ -120,7 +121,12 @@ def run_python(args: dict) -> Json:
         raise InvalidArguments(
             '`code` is only whitespace; pass the Python source to run, e.g. "print(1 + 1)"'
         )
-    return Json(pyrunner.run_code(code, args.get("input")))
+    # Echo prints to the component's real stdout/stderr too: if the host stops the code at a
+    # limit, its error quotes the last lines, so the model learns how far the code got.
+    mirrors = (sys.__stdout__, sys.__stderr__)
+    if mirrors[0] is None or mirrors[1] is None:
+        mirrors = None
+    return Json(pyrunner.run_code(code, args.get("input"), mirrors=mirrors))
 
 
 Tools = plugin.exports()

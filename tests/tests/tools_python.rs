@@ -236,6 +236,16 @@ fn limits_stop_runaway_code_and_the_next_call_still_works() {
         .stderr_has(&["`run_python` failed", "time limit", "2s"]);
     assert!(run.stdout.is_empty(), "{}", run.stdout);
 
+    // Code stopped at the limit returns no report, but the error quotes its last prints, so a
+    // model learns how far it got.
+    home.cordon(&[
+        "call",
+        "run_python",
+        r#"{"code":"import time\nfor i in range(100):\n    print(f'step {i}')\n    time.sleep(0.5)"}"#,
+    ])
+    .code(1)
+    .stderr_has(&["time limit", "last plugin output:\nstep 0\nstep 1"]);
+
     home.cordon(&[
         "call",
         "run_python",

@@ -11,11 +11,18 @@ use bytes::Bytes;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
+/// How much of the most recent output is kept for reporting a call that was stopped.
+const TAIL_BYTES: usize = 1024;
+
 #[derive(Debug)]
 struct Buf {
+    /// The first `cap` bytes written.
     data: Vec<u8>,
     cap: usize,
     truncated: bool,
+    /// The last bytes written (at least `TAIL_BYTES` of them once that much was written), kept
+    /// past the cap: when a call is stopped, its last words say where it was.
+    tail: Vec<u8>,
 }
 
 /// A shared, capped byte sink handed to WASI as stdout and stderr.
@@ -32,6 +39,7 @@ impl CappedPipe {
                 data: Vec::new(),
                 cap,
                 truncated: false,
+                tail: Vec::new(),
             })),
             plugin,
         }
@@ -42,6 +50,12 @@ impl CappedPipe {
             Ok(b) => b,
             Err(poisoned) => poisoned.into_inner(),
         };
+        b.tail
+            .extend_from_slice(&bytes[bytes.len().saturating_sub(TAIL_BYTES)..]);
+        if b.tail.len() > 2 * TAIL_BYTES {
+            let excess = b.tail.len() - TAIL_BYTES;
+            b.tail.drain(..excess);
+        }
         let room = b.cap.saturating_sub(b.data.len());
         let take = room.min(bytes.len());
         if take > 0 {
@@ -54,7 +68,9 @@ impl CappedPipe {
         }
         if take < bytes.len() && !b.truncated {
             b.truncated = true;
-            tracing::warn!(target: "cordon::plugin", plugin = %self.plugin, cap = b.cap, "plugin output reached the log limit; the rest is dropped");
+            // Not a warning: plugins may echo everything they print (the Python tool does, so a
+            // stopped call can quote its last lines), and the tail is kept regardless.
+            tracing::debug!(target: "cordon::plugin", plugin = %self.plugin, cap = b.cap, "plugin output reached the log limit; the rest is not logged");
         }
     }
 
@@ -65,6 +81,40 @@ impl CappedPipe {
             Err(poisoned) => poisoned.into_inner(),
         };
         (String::from_utf8_lossy(&b.data).into_owned(), b.truncated)
+    }
+
+    /// The last lines the plugin wrote (at most `max_lines`, from the last `TAIL_BYTES` bytes),
+    /// for the report of a call that was stopped or crashed; `None` if it wrote nothing.
+    pub(crate) fn last_lines(&self, max_lines: usize) -> Option<String> {
+        let b = match self.buf.lock() {
+            Ok(b) => b,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let mut tail = &b.tail[b.tail.len().saturating_sub(TAIL_BYTES)..];
+        let cut = tail.len() < b.tail.len();
+        if cut {
+            // Start at a character boundary.
+            while let Some((first, rest)) = tail.split_first() {
+                if first & 0b1100_0000 != 0b1000_0000 {
+                    break;
+                }
+                tail = rest;
+            }
+        }
+        let text = String::from_utf8_lossy(tail);
+        let text = text.trim_end();
+        if text.is_empty() {
+            return None;
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        let from = lines.len().saturating_sub(max_lines);
+        // The first line of a cut tail may be partial: drop it when there are others.
+        let from = if cut && from == 0 && lines.len() > 1 {
+            1
+        } else {
+            from
+        };
+        Some(lines[from..].join("\n"))
     }
 }
 
@@ -200,6 +250,30 @@ mod tests {
             "a full pipe still accepts writes"
         );
         assert_eq!(p.take(), ("hello worl".to_string(), true));
+    }
+
+    #[test]
+    fn last_lines_survive_the_cap() {
+        let mut p = CappedPipe::new(8, Arc::from("t"));
+        assert_eq!(p.last_lines(3), None);
+        for i in 0..5000 {
+            OutputStream::write(&mut p, Bytes::from(format!("line {i}\n"))).unwrap();
+        }
+        assert_eq!(p.take(), ("line 0\nl".to_string(), true));
+        assert_eq!(
+            p.last_lines(3).as_deref(),
+            Some("line 4997\nline 4998\nline 4999")
+        );
+        // From a tail cut inside a multi-byte character, nothing invalid or partial comes out.
+        let mut p = CappedPipe::new(8, Arc::from("t"));
+        OutputStream::write(&mut p, Bytes::from("é".repeat(TAIL_BYTES))).unwrap();
+        OutputStream::write(&mut p, Bytes::from_static(b"x\nlast\n")).unwrap();
+        let lines = p.last_lines(5).unwrap();
+        assert_eq!(lines, "last", "{lines}");
+        let mut p = CappedPipe::new(8, Arc::from("t"));
+        OutputStream::write(&mut p, Bytes::from("é".repeat(TAIL_BYTES))).unwrap();
+        let lines = p.last_lines(5).unwrap();
+        assert!(!lines.contains('\u{fffd}'), "{lines}");
     }
 
     #[test]

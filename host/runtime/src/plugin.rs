@@ -40,6 +40,9 @@ pub struct ToolOutput {
     pub stderr_truncated: bool,
 }
 
+/// How many lines of a stopped or crashed call's last output its error quotes.
+const LAST_OUTPUT_LINES: usize = 10;
+
 impl Plugin {
     pub(crate) fn new(inner: PluginInner) -> Plugin {
         let name: Arc<str> = Arc::from(format!("{}…", &inner.digest[..19]));
@@ -264,18 +267,23 @@ impl Plugin {
         // The epoch callback stops running guest code at the deadline; this timeout also stops
         // a guest blocked in a host call (a slow HTTP server, a sleep).
         let outcome = tokio::time::timeout(limits.time, work).await;
+        let data = store.data();
+        // What the plugin wrote last says where it was when it was stopped or crashed.
+        let with_last_output = |msg: String| match data.output.last_lines(LAST_OUTPUT_LINES) {
+            Some(lines) => format!("{msg}; last plugin output:\n{lines}"),
+            None => msg,
+        };
         let time_exceeded = || CallError::LimitExceeded {
             limit: LimitKind::Time,
-            detail: format!(
+            detail: with_last_output(format!(
                 "the call ran longer than the time limit of {}",
                 cordon_core::format_duration(limits.time)
-            ),
+            )),
         };
         let result = match outcome {
             Err(_elapsed) => return Err(time_exceeded()),
             Ok(r) => r,
         };
-        let data = store.data();
         let (stderr, output_truncated) = data.output.take();
         let truncated = output_truncated || data.log.dropped() > 0;
         match result {
@@ -287,25 +295,19 @@ impl Plugin {
                 if let Some(wanted) = data.limiter.exceeded {
                     return Err(CallError::LimitExceeded {
                         limit: LimitKind::Memory,
-                        detail: format!(
+                        detail: with_last_output(format!(
                             "the plugin tried to use {} of memory; the memory limit is {}",
                             format_bytes(wanted),
                             format_bytes(limits.memory)
-                        ),
+                        )),
                     });
                 }
-                let mut msg = format!("{e:#}");
-                if let Some(trap) = e.downcast_ref::<wasmtime::Trap>() {
-                    msg = format!("{trap}");
-                }
-                let tail = stderr.trim_end();
-                if !tail.is_empty() {
-                    // A panic message is the most useful part of a crash report.
-                    let last: Vec<&str> = tail.lines().rev().take(5).collect();
-                    let last: Vec<&str> = last.into_iter().rev().collect();
-                    msg = format!("{msg}; last plugin output:\n{}", last.join("\n"));
-                }
-                Err(CallError::Trapped(msg))
+                let msg = match e.downcast_ref::<wasmtime::Trap>() {
+                    Some(trap) => trap.to_string(),
+                    None => format!("{e:#}"),
+                };
+                // A panic message is the most useful part of a crash report.
+                Err(CallError::Trapped(with_last_output(msg)))
             }
         }
     }

@@ -37,6 +37,15 @@ async fn infinite_loop_is_stopped_by_the_time_limit() {
         .unwrap_err();
     assert_limit(&e, LimitKind::Time, "300ms");
     assert!(e.to_string().contains("time limit"), "{e}");
+    // The error quotes the last lines the plugin wrote: where it was when it was stopped.
+    let text = e.to_string();
+    let quoted = text
+        .split_once("; last plugin output:\n")
+        .map(|(_, lines)| lines)
+        .unwrap_or_else(|| panic!("no output quoted: {text}"));
+    assert!(quoted.ends_with("spin: looping forever now"), "{text}");
+    assert_eq!(quoted.lines().count(), 10, "{text}");
+    assert!(quoted.starts_with("spin: step 4\n"), "{text}");
     assert!(
         start.elapsed() < Duration::from_secs(5),
         "{:?}",

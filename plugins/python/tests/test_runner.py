@@ -1,5 +1,6 @@
 """Native tests of the run_python execution logic (``pyrunner``), under plain python3."""
 
+import io
 import json
 import os
 import sys
@@ -226,6 +227,56 @@ class ReportShape(unittest.TestCase):
 
     def test_code_filename_constant(self):
         self.assertEqual(pyrunner.CODE_FILENAME, "<code>")
+
+
+class Mirrors(unittest.TestCase):
+    """Output echoed to the real streams, so a host that stops the code still saw it."""
+
+    def test_prints_are_echoed_and_still_reported(self):
+        out, err = io.StringIO(), io.StringIO()
+        report = run_code(
+            "import sys\nprint('to out')\nprint('to err', file=sys.stderr)\n7",
+            mirrors=(out, err),
+        )
+        self.assertEqual(report["stdout"], "to out\n")
+        self.assertEqual(report["stderr"], "to err\n")
+        self.assertEqual(report["result"], 7)
+        self.assertEqual(out.getvalue(), "to out\n")
+        self.assertEqual(err.getvalue(), "to err\n")
+
+    def test_each_line_is_sent_at_once_and_a_flood_in_batches(self):
+        sent = []
+
+        class Recorder(io.StringIO):
+            def flush(self):
+                sent.append(self.getvalue())
+                super().flush()
+
+        # A line then a long silence: the line is out before the silence.
+        out = Recorder()
+        run_code(
+            "import time\nprint('starting')\ntime.sleep(0.2)\nprint('end')",
+            mirrors=(out, io.StringIO()),
+        )
+        self.assertEqual(sent[0], "starting\n")
+        self.assertEqual(sent[-1], "starting\nend\n")
+
+        # A flood: every line arrives, in far fewer sends than lines.
+        sent.clear()
+        out = Recorder()
+        run_code("for i in range(5000):\n    print(i)", mirrors=(out, io.StringIO()))
+        self.assertEqual(out.getvalue(), "".join(f"{i}\n" for i in range(5000)))
+        self.assertLess(len(sent), 1000, len(sent))
+
+    def test_a_broken_mirror_never_breaks_the_code(self):
+        class Broken(io.StringIO):
+            def write(self, text):
+                raise OSError("stream closed")
+
+        report = run_code("print('still fine')\n1 + 1", mirrors=(Broken(), Broken()))
+        self.assertTrue(report["ok"], report)
+        self.assertEqual(report["stdout"], "still fine\n")
+        self.assertEqual(report["result"], 2)
 
 
 if __name__ == "__main__":
