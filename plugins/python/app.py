@@ -68,8 +68,9 @@ code with an expression to get its value back, as in a REPL. Pass data from else
 Available: the standard library modules {MODULE_LIST}. No third-party packages (no numpy or \
 pandas), no network, no subprocesses, threads or asyncio. Files can be read or written only inside \
 directories the user has granted to this tool (none by default), by absolute path. Time and \
-memory are limited. There is no time-zone database (zoneinfo); use fixed UTC offsets. To \
-read an SQLite file under a read-only grant, open it with \
+memory are limited: code stopped at a limit returns no report, only an error quoting its last \
+printed lines, so print progress in long computations. There is no time-zone database \
+(zoneinfo); use fixed UTC offsets. To read an SQLite file under a read-only grant, open it with \
 `sqlite3.connect('file:/abs/path.db?immutable=1', uri=True)`.
 
 Returns a JSON object: `ok`; `result` (the last expression's value, when JSON-serialisable) \
