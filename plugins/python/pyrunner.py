@@ -296,35 +296,45 @@ def _add_value(report: dict, value: Any, limits: Limits, notes: list[str]) -> No
                 f"result omitted: its JSON is {len(as_json)} characters, over the "
                 f"{limits.result_chars} limit; see result_repr (truncated)"
             )
-        elif _has_wide_int(value):
-            notes.append(
-                "result omitted: it holds integers beyond 64 bits, which JSON readers round; "
-                "see result_repr for the exact value"
-            )
+        elif (trouble := _json_trouble(value)) is not None:
+            notes.append(trouble)
         else:
             report["result"] = value
     report["result_repr"] = text
 
 
-def _has_wide_int(value: Any) -> bool:
-    """Whether a JSON-serialisable value holds an int outside the 64-bit range.
+#: Deepest nesting of a returned value kept as JSON. The host reads at most 128 levels (the
+#: report itself is one), and a model cannot use a structure that deep anyway.
+MAX_RESULT_DEPTH = 100
 
-    JSON readers such as serde_json turn those into floats and silently lose digits. Only
+
+def _json_trouble(value: Any) -> str | None:
+    """Why a JSON-serialisable value should not go back as JSON, or ``None`` if it can.
+
+    An int outside the 64-bit range: JSON readers such as serde_json turn it into a float and
+    silently lose digits. Nesting deeper than ``MAX_RESULT_DEPTH``: the host refuses it. Only
     called on values whose JSON fits the result limit, so the walk is short.
     """
-    stack = [value]
+    stack = [(value, 1)]
     while stack:
-        item = stack.pop()
+        item, depth = stack.pop()
         if isinstance(item, bool):
             continue
         if isinstance(item, int):
             if not -(2**63) <= item < 2**64:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-    return False
+                return (
+                    "result omitted: it holds integers beyond 64 bits, which JSON readers "
+                    "round; see result_repr for the exact value"
+                )
+        elif isinstance(item, (dict, list, tuple)):
+            if depth > MAX_RESULT_DEPTH:
+                return (
+                    f"result omitted: it nests deeper than {MAX_RESULT_DEPTH} levels; see "
+                    "result_repr, or return a flatter summary"
+                )
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return None
 
 
 def _finish(report: dict, out: CappedWriter, err: CappedWriter, notes: list[str]) -> dict:

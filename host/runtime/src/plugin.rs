@@ -219,9 +219,18 @@ impl Plugin {
                 bindings::cordon::tool::types::Content::Text(t) => Content::Text(t),
                 bindings::cordon::tool::types::Content::Json(t) => {
                     Content::Json(serde_json::from_str(&t).map_err(|e| {
-                        CallError::Malformed(format!(
-                            "content piece {i} of tool `{tool}` is marked json but is not JSON: {e}"
-                        ))
+                        // serde_json stops at 128 levels to keep the host's stack safe; that is
+                        // valid JSON the host will not take, not broken JSON.
+                        CallError::Malformed(if e.to_string().starts_with("recursion limit") {
+                            format!(
+                                "content piece {i} of tool `{tool}` is JSON nested deeper than \
+                                 128 levels, more than the host accepts"
+                            )
+                        } else {
+                            format!(
+                                "content piece {i} of tool `{tool}` is marked json but is not JSON: {e}"
+                            )
+                        })
                     })?)
                 }
             });

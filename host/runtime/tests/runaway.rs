@@ -193,6 +193,14 @@ async fn malformed_results_and_oversized_arguments() {
         matches!(&e, CallError::Malformed(m) if m.contains("not JSON")),
         "{e}"
     );
+    // Valid JSON the host will not take is said to be too deep, not broken.
+    let e = call(runaway(), &Sandbox::default(), "deep_json", json!({}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, CallError::Malformed(m) if m.contains("nested deeper than 128 levels")),
+        "{e}"
+    );
     let big = "x".repeat(2048);
     let e = call(
         probe(),

@@ -57,6 +57,15 @@ class FinalExpression(unittest.TestCase):
         self.assertNotIn("result", report)
         self.assertEqual(report["result_repr"], "[18446744073709551616, 1]")
         self.assertTrue(any("beyond 64 bits" in n for n in report["notes"]))
+
+    def test_deeply_nested_value_is_repr_only(self):
+        build = "x = []\nfor _ in range({n}):\n    x = [x]\nx"
+        report = run_code(build.format(n=pyrunner.MAX_RESULT_DEPTH - 1))
+        self.assertIn("result", report)
+        report = run_code(build.format(n=pyrunner.MAX_RESULT_DEPTH))
+        self.assertNotIn("result", report)
+        self.assertTrue(report["result_repr"].startswith("[[[["), report)
+        self.assertTrue(any("nests deeper than" in n for n in report["notes"]), report)
         self.assertEqual(
             run_code("{'n': 2**64 - 1, 'm': -(2**63)}")["result"], {"n": 2**64 - 1, "m": -(2**63)}
         )
