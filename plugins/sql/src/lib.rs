@@ -10,6 +10,8 @@
 mod args;
 mod db;
 mod execute;
+#[cfg(test)]
+mod memcmp;
 mod query;
 mod schema;
 mod tempfiles;
