@@ -17,7 +17,8 @@ mod tool;
 pub use ceiling::{Capability, Ceiling, CeilingError};
 pub use grant::{FsGrant, FsMode, Grant, GrantError, Grants, HttpOrigin, HttpScheme};
 pub use limits::{
-    LimitError, LimitKind, Limits, format_bytes, format_duration, parse_bytes, parse_duration,
+    LimitError, LimitKind, Limits, format_bytes, format_bytes_rounded, format_duration,
+    parse_bytes, parse_duration,
 };
 pub use stamp::{BadStamp, DigestCheck, DigestRecord, FileStamp, replace_file, verify_file_digest};
 pub use tool::{Content, ToolDescriptor, ToolError, ToolErrorKind, ToolHints, tools_hash};

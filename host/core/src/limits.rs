@@ -238,6 +238,20 @@ pub fn format_bytes(n: u64) -> String {
     format!("{n}B")
 }
 
+/// Formats a measured size for people: exact when a unit divides it (`64MiB`), otherwise in
+/// the largest unit it reaches with one decimal (`64.9MiB`, not `66496KiB`).
+pub fn format_bytes_rounded(n: u64) -> String {
+    for (unit, m) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if n >= m {
+            if n.is_multiple_of(m) {
+                return format!("{}{unit}", n / m);
+            }
+            return format!("{:.1}{unit}", n as f64 / m as f64);
+        }
+    }
+    format!("{n}B")
+}
+
 /// Parses a duration such as `5s`, `250ms` or `2m`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
@@ -370,6 +384,15 @@ mod tests {
         assert!(e(&mut l, "memory=1TiB").contains("unknown size unit"));
         assert!(e(&mut l, "memory=8GiB").contains("at most 4GiB"));
         assert_eq!(l, Limits::default(), "failed overrides change nothing");
+    }
+
+    #[test]
+    fn measured_sizes_read_in_the_largest_unit() {
+        assert_eq!(format_bytes_rounded(66496 << 10), "64.9MiB");
+        assert_eq!(format_bytes_rounded(64 << 20), "64MiB");
+        assert_eq!(format_bytes_rounded(1536), "1.5KiB");
+        assert_eq!(format_bytes_rounded(5 << 30), "5GiB");
+        assert_eq!(format_bytes_rounded(1000), "1000B");
     }
 
     #[test]

@@ -23,6 +23,10 @@ pub(crate) const TICK: Duration = Duration::from_millis(10);
 /// for a slot.
 pub const DEFAULT_MAX_INSTANCES: u32 = 64;
 
+/// Call stack a guest may use. Deep recursion traps here (reported as running out of call
+/// stack) instead of taking the host's own stack.
+pub(crate) const MAX_WASM_STACK: usize = 1 << 20;
+
 /// Largest linear memory any limit may allow (the 32-bit address space).
 pub(crate) const MAX_MEMORY: u64 = 4 << 30;
 
@@ -84,7 +88,7 @@ fn engine_config(max_instances: u32) -> Config {
     let mut cfg = Config::new();
     cfg.wasm_component_model(true);
     cfg.epoch_interruption(true);
-    cfg.max_wasm_stack(1 << 20);
+    cfg.max_wasm_stack(MAX_WASM_STACK);
     let mut pool = PoolingAllocationConfig::default();
     // Sized for a ~20 MB componentize-py component (a dozen core instances, several tables and
     // memories, a large funcref table) with room for many concurrent calls. Memory slots are

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use cordon_core::{
     Ceiling, Content, LimitKind, Limits, ToolDescriptor, ToolError, ToolErrorKind, ToolHints,
-    format_bytes,
+    format_bytes, format_bytes_rounded,
 };
 use wasmtime::{Store, UpdateDeadline};
 
@@ -306,12 +306,20 @@ impl Plugin {
                         limit: LimitKind::Memory,
                         detail: with_last_output(format!(
                             "the plugin tried to use {} of memory; the memory limit is {}",
-                            format_bytes(wanted),
+                            format_bytes_rounded(wanted),
                             format_bytes(limits.memory)
                         )),
                     });
                 }
                 let msg = match e.downcast_ref::<wasmtime::Trap>() {
+                    // The guest's own stack overflow check cannot fire first in wasm (CPython's
+                    // RecursionError, for one, does not), so say what happened and what helps.
+                    Some(wasmtime::Trap::StackOverflow) => format!(
+                        "it ran out of call stack ({}): the code recursed too deeply, for \
+                         example into data nested thousands of levels; reduce the depth of \
+                         recursion or nesting",
+                        format_bytes(crate::engine::MAX_WASM_STACK as u64)
+                    ),
                     Some(trap) => trap.to_string(),
                     None => format!("{e:#}"),
                 };

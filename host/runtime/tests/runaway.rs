@@ -83,6 +83,16 @@ async fn memory_bomb_is_stopped_by_the_memory_limit() {
         .await
         .unwrap_err();
     assert_limit(&e, LimitKind::Memory, "64MiB");
+    // The attempted size reads in MiB like the limit, not as a count of KiB.
+    let CallError::LimitExceeded { detail, .. } = &e else {
+        unreachable!()
+    };
+    let tried = detail
+        .split("tried to use ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_default();
+    assert!(tried.ends_with("MiB") && !tried.contains("KiB"), "{detail}");
     still_serves().await;
 }
 
@@ -179,6 +189,17 @@ async fn panics_and_traps_are_reported_and_contained() {
         .unwrap_err();
     match &e {
         CallError::Trapped(m) => assert!(m.contains("unreachable"), "{m}"),
+        other => panic!("{other}"),
+    }
+    // Unbounded recursion is stopped by the engine's stack limit and reported as such.
+    let e = call(runaway(), &Sandbox::default(), "recurse", json!({}))
+        .await
+        .unwrap_err();
+    match &e {
+        CallError::Trapped(m) => assert!(
+            m.contains("ran out of call stack (1MiB)") && m.contains("recursed too deeply"),
+            "{m}"
+        ),
         other => panic!("{other}"),
     }
     still_serves().await;
