@@ -170,6 +170,9 @@ impl Runtime {
             RuntimeError::Engine(format!("cannot set up host interfaces: {e:#}"))
         };
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(link)?;
+        // Listings typed from the listing itself instead of a stat per entry.
+        #[cfg(unix)]
+        crate::readdir::add_to_linker(&mut linker).map_err(link)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(link)?;
         bindings::Plugin::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
             &mut linker,

@@ -21,6 +21,8 @@ mod http_policy;
 mod http_send;
 mod output;
 mod plugin;
+#[cfg(unix)]
+mod readdir;
 mod sandbox;
 
 pub use cordon_core::{Ceiling, Content, Grants, LimitKind, Limits, ToolDescriptor, ToolError};

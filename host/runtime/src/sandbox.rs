@@ -96,7 +96,7 @@ impl wasmtime::ResourceLimiter for Limiter {
 /// The data of one call's `Store`.
 pub(crate) struct HostState {
     wasi: WasiCtx,
-    table: ResourceTable,
+    pub(crate) table: ResourceTable,
     http: WasiHttpCtx,
     hooks: HttpPolicy,
     pub(crate) limiter: Limiter,

@@ -1,0 +1,88 @@
+//! Directory listings as a guest sees them: every entry with its own type (links not
+//! followed), nested and repeated listings, directories too large for one read of the
+//! kernel's listing, and files that are not directories.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+
+fn symlink(target: &str, link: std::path::PathBuf) {
+    std::os::unix::fs::symlink(target, link).unwrap();
+}
+
+#[tokio::test]
+async fn entries_are_listed_with_their_own_types() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = std::fs::canonicalize(tmp.path()).unwrap();
+    std::fs::write(d.join("file.txt"), "x").unwrap();
+    std::fs::create_dir(d.join("sub")).unwrap();
+    std::fs::write(d.join("sub/inner.txt"), "y").unwrap();
+    std::fs::create_dir(d.join("empty")).unwrap();
+    symlink("file.txt", d.join("link_file"));
+    symlink("sub", d.join("link_dir"));
+    symlink("missing", d.join("dangling"));
+    symlink("/etc", d.join("link_out"));
+    let _socket = std::os::unix::net::UnixListener::bind(d.join("sock")).unwrap();
+    let sb = sandbox(&[format!("fs:{}:/d:ro", d.display())]);
+
+    let listing = fs(&sb, "readdir_types", "/d", None).await.unwrap();
+    assert_eq!(
+        listing,
+        json!([
+            ["dangling", "symlink"],
+            ["empty", "dir"],
+            ["file.txt", "file"],
+            ["link_dir", "symlink"],
+            ["link_file", "symlink"],
+            ["link_out", "symlink"],
+            ["sock", "other"],
+            ["sub", "dir"],
+        ])
+    );
+    // A directory opened below the grant, listed twice: each listing starts afresh.
+    for _ in 0..2 {
+        let listing = fs(&sb, "readdir_types", "/d/sub", None).await.unwrap();
+        assert_eq!(listing, json!([["inner.txt", "file"]]));
+    }
+    // Through a link that stays inside the grant; an empty directory lists nothing.
+    let listing = fs(&sb, "readdir_types", "/d/link_dir", None).await.unwrap();
+    assert_eq!(listing, json!([["inner.txt", "file"]]));
+    assert_eq!(
+        fs(&sb, "readdir_types", "/d/empty", None).await.unwrap(),
+        json!([])
+    );
+    // A file is not a directory, and a link out of the grant cannot be listed.
+    fs(&sb, "readdir_types", "/d/file.txt", None)
+        .await
+        .unwrap_err();
+    fs(&sb, "readdir_types", "/d/link_out", None)
+        .await
+        .unwrap_err();
+    still_serves().await;
+}
+
+#[tokio::test]
+async fn large_directories_are_listed_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = std::fs::canonicalize(tmp.path()).unwrap();
+    // Long names, so the listing spans many reads of the kernel's directory stream.
+    let names: Vec<String> = (0..3000)
+        .map(|i| format!("entry-{i:05}-{}", "n".repeat(80)))
+        .collect();
+    for (i, name) in names.iter().enumerate() {
+        if i % 3 == 0 {
+            std::fs::create_dir(d.join(name)).unwrap();
+        } else {
+            std::fs::write(d.join(name), "").unwrap();
+        }
+    }
+    let sb = sandbox(&[format!("fs:{}:/d:ro", d.display())]);
+    let listing = fs(&sb, "readdir_types", "/d", None).await.unwrap();
+    let expected: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| json!([n, if i % 3 == 0 { "dir" } else { "file" }]))
+        .collect();
+    assert_eq!(listing, json!(expected));
+}
