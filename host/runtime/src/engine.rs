@@ -23,6 +23,10 @@ pub(crate) const TICK: Duration = Duration::from_millis(10);
 /// for a slot.
 pub const DEFAULT_MAX_INSTANCES: u32 = 64;
 
+/// The `wasi:filesystem/types` version wasmtime-wasi 48 defines (guests importing any 0.2.x
+/// are served by it); Cordon's own pieces of that interface are linked under the same name.
+pub(crate) const WASI_FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";
+
 /// Call stack a guest may use. Deep recursion traps here (reported as running out of call
 /// stack) instead of taking the host's own stack.
 pub(crate) const MAX_WASM_STACK: usize = 1 << 20;
@@ -170,9 +174,13 @@ impl Runtime {
             RuntimeError::Engine(format!("cannot set up host interfaces: {e:#}"))
         };
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(link)?;
-        // Listings typed from the listing itself instead of a stat per entry.
+        // Cordon's own pieces of wasi:filesystem over wasmtime-wasi's: listings typed from
+        // the listing itself instead of a stat per entry, and a cap on open descriptors.
+        linker.allow_shadowing(true);
         #[cfg(unix)]
-        crate::readdir::add_to_linker(&mut linker).map_err(link)?;
+        crate::readdir::shadow(&mut linker).map_err(link)?;
+        crate::open_files::shadow(&mut linker).map_err(link)?;
+        linker.allow_shadowing(false);
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(link)?;
         bindings::Plugin::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
             &mut linker,

@@ -19,6 +19,7 @@ mod engine;
 mod error;
 mod http_policy;
 mod http_send;
+mod open_files;
 mod output;
 mod plugin;
 #[cfg(unix)]

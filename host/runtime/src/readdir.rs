@@ -10,7 +10,7 @@
 //! What a guest can list is unchanged: the directory is a descriptor from the guest's own
 //! resource table, a preopen or one opened through wasmtime-wasi's sandboxed `open-at`, and a
 //! listing reveals names and types only. Revisit this when wasmtime is upgraded; it must keep
-//! the interface version wasmtime-wasi links ([`INTERFACE`]).
+//! the interface version wasmtime-wasi links ([`WASI_FILESYSTEM_TYPES`]).
 
 use std::ffi::CStr;
 use std::io;
@@ -21,26 +21,16 @@ use wasmtime::component::{Linker, Resource, ResourceType};
 use wasmtime_wasi::filesystem::Descriptor;
 use wasmtime_wasi::p2::bindings::filesystem::types::{DescriptorType, DirectoryEntry, ErrorCode};
 
+use crate::engine::WASI_FILESYSTEM_TYPES;
 use crate::sandbox::HostState;
-
-/// The `wasi:filesystem/types` version wasmtime-wasi 48 defines; guests importing any 0.2.x
-/// version are served by it.
-const INTERFACE: &str = "wasi:filesystem/types@0.2.12";
 
 /// One listing, handed out an entry per `read-directory-entry` call.
 pub(crate) struct DirEntries(std::vec::IntoIter<Result<DirectoryEntry, ErrorCode>>);
 
 /// Replaces wasmtime-wasi's `read-directory`, `read-directory-entry` and the
-/// `directory-entry-stream` resource in `linker` (after `add_to_linker_async`).
-pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-    linker.allow_shadowing(true);
-    let result = shadow(linker);
-    linker.allow_shadowing(false);
-    result
-}
-
-fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-    let mut types = linker.instance(INTERFACE)?;
+/// `directory-entry-stream` resource in `linker`; shadowing must be allowed by the caller.
+pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    let mut types = linker.instance(WASI_FILESYSTEM_TYPES)?;
     types.resource(
         "directory-entry-stream",
         ResourceType::host::<DirEntries>(),

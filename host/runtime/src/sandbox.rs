@@ -97,6 +97,7 @@ impl wasmtime::ResourceLimiter for Limiter {
 pub(crate) struct HostState {
     wasi: WasiCtx,
     pub(crate) table: ResourceTable,
+    pub(crate) open_files: crate::open_files::OpenFiles,
     http: WasiHttpCtx,
     hooks: HttpPolicy,
     pub(crate) limiter: Limiter,
@@ -214,6 +215,7 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
     Ok(HostState {
         wasi: b.build(),
         table: ResourceTable::new(),
+        open_files: Default::default(),
         http: WasiHttpCtx::new(),
         hooks: HttpPolicy {
             origins: sandbox.grants.http_origins().cloned().collect(),

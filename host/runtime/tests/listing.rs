@@ -1,6 +1,7 @@
-//! Directory listings as a guest sees them: every entry with its own type (links not
-//! followed), nested and repeated listings, directories too large for one read of the
-//! kernel's listing, and files that are not directories.
+//! Cordon's own pieces of `wasi:filesystem`: directory listings as a guest sees them (every
+//! entry with its own type, links not followed, nested and repeated listings, directories too
+//! large for one read of the kernel's listing, files that are not directories), and the cap
+//! on descriptors one call holds open.
 
 mod common;
 
@@ -85,4 +86,26 @@ async fn large_directories_are_listed_whole() {
         .map(|(i, n)| json!([n, if i % 3 == 0 { "dir" } else { "file" }]))
         .collect();
     assert_eq!(listing, json!(expected));
+}
+
+#[tokio::test]
+async fn a_call_cannot_hold_more_than_its_share_of_open_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = std::fs::canonicalize(tmp.path()).unwrap();
+    std::fs::write(d.join("file.txt"), "x").unwrap();
+    let sb = sandbox(&[format!("fs:{}:/d:ro", d.display())]);
+    // A plugin that never closes what it opens is refused past the cap (not the host's own
+    // descriptor limit); what it closes can be opened again.
+    let out = fs(&sb, "hold_open", "/d/file.txt", Some("5000"))
+        .await
+        .unwrap();
+    assert_eq!(out["opened"], json!(256), "{out}");
+    assert!(out["error"].as_str().is_some(), "{out}");
+    assert_eq!(out["reopened"], json!(5000), "{out}");
+    // The next call starts with none open.
+    let out = fs(&sb, "hold_open", "/d/file.txt", Some("200"))
+        .await
+        .unwrap();
+    assert_eq!(out, json!({"opened": 200, "error": null, "reopened": 200}));
+    still_serves().await;
 }
