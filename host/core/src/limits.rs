@@ -239,14 +239,17 @@ pub fn format_bytes(n: u64) -> String {
 }
 
 /// Formats a measured size for people: exact when a unit divides it (`64MiB`), otherwise in
-/// the largest unit it reaches with one decimal (`64.9MiB`, not `66496KiB`).
+/// the largest unit in which it shows as at least 1.0, with one decimal (`64.9MiB`, not
+/// `66496KiB`).
 pub fn format_bytes_rounded(n: u64) -> String {
     for (unit, m) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
-        if n >= m {
-            if n.is_multiple_of(m) {
-                return format!("{}{unit}", n / m);
-            }
-            return format!("{:.1}{unit}", n as f64 / m as f64);
+        if n >= m && n.is_multiple_of(m) {
+            return format!("{}{unit}", n / m);
+        }
+        let tenths = (n as f64 / m as f64 * 10.0).round();
+        // In this unit when it shows at least 1.0 (so 1048575 bytes reads 1.0MiB).
+        if tenths >= 10.0 {
+            return format!("{:.1}{unit}", tenths / 10.0);
         }
     }
     format!("{n}B")
@@ -392,7 +395,9 @@ mod tests {
         assert_eq!(format_bytes_rounded(64 << 20), "64MiB");
         assert_eq!(format_bytes_rounded(1536), "1.5KiB");
         assert_eq!(format_bytes_rounded(5 << 30), "5GiB");
-        assert_eq!(format_bytes_rounded(1000), "1000B");
+        assert_eq!(format_bytes_rounded(900), "900B");
+        assert_eq!(format_bytes_rounded(1000), "1.0KiB");
+        assert_eq!(format_bytes_rounded((1 << 20) - 1), "1.0MiB");
     }
 
     #[test]

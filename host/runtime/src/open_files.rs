@@ -3,15 +3,20 @@
 //! Every descriptor a guest opens is a file descriptor of the host process, and wasmtime-wasi
 //! sets no bound: a plugin with nothing more than a read-only grant could open (and never
 //! close) until the process ran out of descriptors, so that for the rest of its time limit
-//! every other call, and the host itself, failed to open anything. Cordon links `open-at` and
-//! the `descriptor` resource over wasmtime-wasi's: the open itself is still wasmtime-wasi's
-//! (sandboxed path resolution, permissions), but a call holding [`MAX_OPEN_PER_CALL`]
-//! descriptors is refused another until it closes one.
+//! every other call, and the host itself, failed to open anything. Cordon links `open-at` over
+//! wasmtime-wasi's: the open itself is still wasmtime-wasi's (sandboxed path resolution,
+//! permissions), but a call whose opened files are still open [`MAX_OPEN_PER_CALL`] times is
+//! refused another until it closes one.
+//!
+//! What counts is the host file, not the guest's handle to it: a stream taken from a
+//! descriptor (`read-via-stream` …) shares the descriptor's file and keeps it open after the
+//! descriptor is dropped, so a file counts until its last user is gone.
 
-use std::collections::HashSet;
+use std::fs::File;
+use std::sync::{Arc, Weak};
 
 use wasmtime::StoreContextMut;
-use wasmtime::component::{Linker, Resource, ResourceType};
+use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemView};
 use wasmtime_wasi::p2::bindings::filesystem::types::{
     DescriptorFlags, ErrorCode, Host, HostDescriptor, OpenFlags, PathFlags,
@@ -20,29 +25,32 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
 use crate::engine::WASI_FILESYSTEM_TYPES;
 use crate::sandbox::HostState;
 
-/// Descriptors one call may hold open at once (its preopens not counted). With the default
-/// pool of 64 concurrent calls that is 16,384 at most, within a typical 20k–1M process limit.
+/// Files one call may hold open at once (its preopens not counted). With the default pool of
+/// 64 concurrent calls that is 16,384 at most, within a typical 20k–1M process limit.
 pub(crate) const MAX_OPEN_PER_CALL: usize = 256;
 
-/// The descriptors a call opened and has not closed yet, by resource handle.
+/// The host files a call opened, as long as anything (descriptor or stream) still uses them.
 #[derive(Default)]
-pub(crate) struct OpenFiles(HashSet<u32>);
+pub(crate) struct OpenFiles {
+    files: Vec<Weak<File>>,
+    /// Whether the host log already says this call hit the cap (once per call, so refused
+    /// opens cannot flood the log).
+    warned: bool,
+}
 
-/// Replaces wasmtime-wasi's `open-at` and the `descriptor` resource (its destructor) in
-/// `linker`; shadowing must be allowed by the caller.
+impl OpenFiles {
+    /// Whether another file may be opened, forgetting files that were closed meanwhile.
+    fn has_room(&mut self) -> bool {
+        if self.files.len() >= MAX_OPEN_PER_CALL {
+            self.files.retain(|file| file.strong_count() > 0);
+        }
+        self.files.len() < MAX_OPEN_PER_CALL
+    }
+}
+
+/// Replaces wasmtime-wasi's `open-at` in `linker`; shadowing must be allowed by the caller.
 pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     let mut types = linker.instance(WASI_FILESYSTEM_TYPES)?;
-    types.resource(
-        "descriptor",
-        ResourceType::host::<Descriptor>(),
-        |mut store, rep| {
-            let state = store.data_mut();
-            state.open_files.0.remove(&rep);
-            // Dropping the descriptor closes the file, as in wasmtime-wasi.
-            state.table.delete(Resource::<Descriptor>::new_own(rep))?;
-            Ok(())
-        },
-    )?;
     types.func_wrap_async(
         "[method]descriptor.open-at",
         |mut store: StoreContextMut<'_, HostState>,
@@ -55,12 +63,14 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         )| {
             Box::new(async move {
                 let state = store.data_mut();
-                if state.open_files.0.len() >= MAX_OPEN_PER_CALL {
-                    tracing::warn!(
-                        plugin = %state.log.plugin,
-                        "refused to open {path:?}: the call already holds {MAX_OPEN_PER_CALL} \
-                         open files and directories, the most one call may hold"
-                    );
+                if !state.open_files.has_room() {
+                    if !std::mem::replace(&mut state.open_files.warned, true) {
+                        tracing::warn!(
+                            plugin = %state.log.plugin,
+                            "refusing to open more files: the call holds {MAX_OPEN_PER_CALL} \
+                             open files and directories, the most one call may hold"
+                        );
+                    }
                     return Ok((Err(ErrorCode::InsufficientMemory),));
                 }
                 let mut fs = state.filesystem();
@@ -69,7 +79,11 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                         .await;
                 let result = match opened {
                     Ok(fd) => {
-                        state.open_files.0.insert(fd.rep());
+                        let file = match state.table.get(&fd)? {
+                            Descriptor::File(f) => Arc::downgrade(&f.file),
+                            Descriptor::Dir(d) => Arc::downgrade(&d.dir),
+                        };
+                        state.open_files.files.push(file);
                         Ok(fd)
                     }
                     Err(e) => Err(Host::convert_error_code(&mut state.filesystem(), e)?),

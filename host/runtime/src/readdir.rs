@@ -15,7 +15,9 @@
 use std::ffi::CStr;
 use std::io;
 
-use rustix::fs::{AtFlags, Dir, FileType};
+use std::os::fd::BorrowedFd;
+
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource, ResourceType};
 use wasmtime_wasi::filesystem::Descriptor;
@@ -68,24 +70,38 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
 }
 
 /// Reads the whole directory at once, like wasmtime-wasi (a later `read-directory-entry`
-/// does no I/O). A fresh descriptor for "." is read, so the listing always starts at the
-/// beginning. An entry whose name is not UTF-8, or whose type had to be looked up and could
-/// not be, becomes an error in its place.
+/// does no I/O). The directory is opened afresh as "." for reading, so the listing always
+/// starts at the beginning and works on descriptors opened only as paths (preopens). An entry
+/// whose name is not UTF-8, or whose type had to be looked up and could not be, becomes an
+/// error in its place; a failure while reading ends the listing with an error after the
+/// entries read so far.
 fn list(dir: &std::fs::File) -> Result<Vec<Result<DirectoryEntry, ErrorCode>>, ErrorCode> {
-    let mut listing = Dir::read_from(dir).map_err(error_code)?;
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(dir, c".", flags, Mode::empty()).map_err(error_code)?;
+    let mut listing = Dir::new(fd).map_err(error_code)?;
     let mut entries = Vec::new();
     while let Some(entry) = listing.read() {
-        let entry = entry.map_err(error_code)?;
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(errno) => {
+                entries.push(Err(error_code(errno)));
+                break;
+            }
+        };
         let name = entry.file_name();
         if name == c"." || name == c".." {
             continue;
         }
-        entries.push(describe(dir, name, entry.file_type()));
+        entries.push(describe(
+            listing.fd().map_err(error_code)?,
+            name,
+            entry.file_type(),
+        ));
     }
     Ok(entries)
 }
 
-fn describe(dir: &std::fs::File, name: &CStr, kind: FileType) -> Result<DirectoryEntry, ErrorCode> {
+fn describe(dir: BorrowedFd<'_>, name: &CStr, kind: FileType) -> Result<DirectoryEntry, ErrorCode> {
     let kind = match kind {
         // Some filesystems leave the type out of the listing; only those entries are looked
         // up, without following a link (as wasmtime-wasi does for every entry).
@@ -104,16 +120,16 @@ fn describe(dir: &std::fs::File, name: &CStr, kind: FileType) -> Result<Director
     })
 }
 
+/// The type wasmtime-wasi's `stat` reports for the same file, so listings and `stat` agree
+/// (it calls FIFOs and sockets `unknown`).
 fn descriptor_type(kind: FileType) -> DescriptorType {
     match kind {
         FileType::RegularFile => DescriptorType::RegularFile,
         FileType::Directory => DescriptorType::Directory,
         FileType::Symlink => DescriptorType::SymbolicLink,
-        FileType::Fifo => DescriptorType::Fifo,
-        FileType::Socket => DescriptorType::Socket,
         FileType::CharacterDevice => DescriptorType::CharacterDevice,
         FileType::BlockDevice => DescriptorType::BlockDevice,
-        FileType::Unknown => DescriptorType::Unknown,
+        FileType::Fifo | FileType::Socket | FileType::Unknown => DescriptorType::Unknown,
     }
 }
 

@@ -41,6 +41,23 @@ async fn entries_are_listed_with_their_own_types() {
             ["sub", "dir"],
         ])
     );
+    // The preopened directory itself, listed through its own descriptor (opened as a path
+    // only, so the listing must open it for reading); FIFOs and sockets are `unknown`, as
+    // wasmtime-wasi's stat calls them.
+    let listing = fs(&sb, "readdir_preopen", "/d", None).await.unwrap();
+    assert_eq!(
+        listing,
+        json!([
+            ["dangling", "symlink"],
+            ["empty", "dir"],
+            ["file.txt", "file"],
+            ["link_dir", "symlink"],
+            ["link_file", "symlink"],
+            ["link_out", "symlink"],
+            ["sock", "unknown"],
+            ["sub", "dir"],
+        ])
+    );
     // A directory opened below the grant, listed twice: each listing starts afresh.
     for _ in 0..2 {
         let listing = fs(&sb, "readdir_types", "/d/sub", None).await.unwrap();
@@ -102,6 +119,12 @@ async fn a_call_cannot_hold_more_than_its_share_of_open_files() {
     assert_eq!(out["opened"], json!(256), "{out}");
     assert!(out["error"].as_str().is_some(), "{out}");
     assert_eq!(out["reopened"], json!(5000), "{out}");
+    // A stream keeps its file open after the descriptor it came from is dropped, so it
+    // counts too.
+    let out = fs(&sb, "hold_streams", "/d/file.txt", Some("5000"))
+        .await
+        .unwrap();
+    assert_eq!(out["opened"], json!(256), "{out}");
     // The next call starts with none open.
     let out = fs(&sb, "hold_open", "/d/file.txt", Some("200"))
         .await
