@@ -120,6 +120,30 @@ fn engine_config(max_instances: u32) -> Config {
     cfg
 }
 
+/// Fails unless wasmtime-wasi already defines `wasi:filesystem/types` under
+/// [`WASI_FILESYSTEM_TYPES`]: Cordon's own pieces of that interface must replace wasmtime-wasi's
+/// functions, not sit beside them under another version that guests would never be given.
+fn ensure_filesystem_version(linker: &mut Linker<HostState>) -> Result<(), String> {
+    linker.allow_shadowing(false);
+    // Defining a function wasmtime-wasi defines fails without shadowing; success means the
+    // name is new here (this linker is then discarded with the error).
+    let defined = linker
+        .instance(WASI_FILESYSTEM_TYPES)
+        .and_then(|mut types| {
+            types.func_wrap(
+                "[method]descriptor.open-at",
+                |_: wasmtime::StoreContextMut<'_, HostState>, (): ()| Ok(()),
+            )
+        });
+    match defined {
+        Err(_) => Ok(()),
+        Ok(()) => Err(format!(
+            "wasmtime-wasi does not define {WASI_FILESYSTEM_TYPES}; set WASI_FILESYSTEM_TYPES \
+             to the wasi:filesystem version it links"
+        )),
+    }
+}
+
 /// One thread per engine advances the epoch; calls never start their own timers.
 fn start_ticker(engine: &Engine) -> std::io::Result<()> {
     let weak = engine.weak();
@@ -176,6 +200,7 @@ impl Runtime {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(link)?;
         // Cordon's own pieces of wasi:filesystem over wasmtime-wasi's: listings typed from
         // the listing itself instead of a stat per entry, and a cap on open descriptors.
+        ensure_filesystem_version(&mut linker).map_err(RuntimeError::Engine)?;
         linker.allow_shadowing(true);
         #[cfg(unix)]
         crate::readdir::shadow(&mut linker).map_err(link)?;
