@@ -14,7 +14,6 @@
 
 use std::ffi::CStr;
 use std::io;
-
 use std::os::fd::BorrowedFd;
 
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
