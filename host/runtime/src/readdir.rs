@@ -7,29 +7,58 @@
 //! entries in the same order, types from `d_type`, and a `stat` only for entries whose type
 //! the filesystem does not report.
 //!
+//! wasi-libc's `readdir` then asks `metadata-hash-at` for every entry it returns, to fill in
+//! `d_ino`: another `stat` per entry, a quarter of all system calls of a search. The listing
+//! already has the entry's inode number, so the `metadata-hash-at` for the entry a listing
+//! handed out last is answered from it, with the same hash wasmtime-wasi computes from a
+//! `stat`. That is what `d_ino` means natively too: the identity the listing saw (on Linux,
+//! for a mount point, the inode underneath it).
+//!
 //! What a guest can list is unchanged: the directory is a descriptor from the guest's own
 //! resource table, a preopen or one opened through wasmtime-wasi's sandboxed `open-at`, and a
 //! listing reveals names and types only. Revisit this when wasmtime is upgraded; it must keep
 //! the interface version wasmtime-wasi links ([`WASI_FILESYSTEM_TYPES`]).
 
 use std::ffi::CStr;
+use std::fs::File;
 use std::io;
 use std::os::fd::BorrowedFd;
+use std::sync::{Arc, Weak};
 
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource, ResourceType};
 use wasmtime_wasi::filesystem::Descriptor;
-use wasmtime_wasi::p2::bindings::filesystem::types::{DescriptorType, DirectoryEntry, ErrorCode};
+use wasmtime_wasi::filesystem::WasiFilesystemView;
+use wasmtime_wasi::p2::bindings::filesystem::types::{
+    DescriptorType, DirectoryEntry, ErrorCode, Host, HostDescriptor, MetadataHashValue, PathFlags,
+};
 
 use crate::engine::WASI_FILESYSTEM_TYPES;
 use crate::sandbox::HostState;
 
 /// One listing, handed out an entry per `read-directory-entry` call.
-pub(crate) struct DirEntries(std::vec::IntoIter<Result<DirectoryEntry, ErrorCode>>);
+pub(crate) struct DirEntries {
+    /// Each entry with its inode number.
+    entries: std::vec::IntoIter<Result<(DirectoryEntry, u64), ErrorCode>>,
+    /// The listed directory: the descriptor's file, and the device it is on.
+    dir: Weak<File>,
+    device: u64,
+}
 
-/// Replaces wasmtime-wasi's `read-directory`, `read-directory-entry` and the
-/// `directory-entry-stream` resource in `linker`; shadowing must be allowed by the caller.
+/// The entry a listing handed out last, for the `metadata-hash-at` that asks about it next.
+pub(crate) struct ListedEntry {
+    /// The directory it was listed from (a weak reference keeps the address from being reused
+    /// by another file while this is kept).
+    dir: Weak<File>,
+    name: String,
+    /// Device and inode number.
+    identity: (u64, u64),
+}
+
+/// Replaces wasmtime-wasi's `read-directory`, `read-directory-entry`, the
+/// `directory-entry-stream` resource and `metadata-hash-at` in `linker`; shadowing must be
+/// allowed by the caller.
 pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     let mut types = linker.instance(WASI_FILESYSTEM_TYPES)?;
     types.resource(
@@ -48,11 +77,15 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         |mut store: StoreContextMut<'_, HostState>, (fd,): (Resource<Descriptor>,)| {
             let table = &mut store.data_mut().table;
             let listing = match table.get(&fd)? {
-                Descriptor::Dir(dir) => list(&dir.dir),
+                Descriptor::Dir(dir) => list(&dir.dir).map(|(entries, device)| DirEntries {
+                    entries: entries.into_iter(),
+                    dir: Arc::downgrade(&dir.dir),
+                    device,
+                }),
                 Descriptor::File(_) => Err(ErrorCode::NotDirectory),
             };
             let stream = match listing {
-                Ok(entries) => Ok(table.push(DirEntries(entries.into_iter()))?),
+                Ok(entries) => Ok(table.push(entries)?),
                 Err(code) => Err(code),
             };
             Ok((stream,))
@@ -61,22 +94,75 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     types.func_wrap(
         "[method]directory-entry-stream.read-directory-entry",
         |mut store: StoreContextMut<'_, HostState>, (stream,): (Resource<DirEntries>,)| {
-            let entries = store.data_mut().table.get_mut(&stream)?;
-            Ok((entries.0.next().transpose(),))
+            let state = store.data_mut();
+            let listing = state.table.get_mut(&stream)?;
+            let next = listing.entries.next();
+            state.last_listed = match &next {
+                Some(Ok((entry, inode))) => Some(ListedEntry {
+                    dir: listing.dir.clone(),
+                    name: entry.name.clone(),
+                    identity: (listing.device, *inode),
+                }),
+                _ => None,
+            };
+            Ok((next.map(|entry| entry.map(|(entry, _)| entry)).transpose(),))
+        },
+    )?;
+    types.func_wrap_async(
+        "[method]descriptor.metadata-hash-at",
+        |mut store: StoreContextMut<'_, HostState>,
+         (fd, path_flags, path): (Resource<Descriptor>, PathFlags, String)| {
+            Box::new(async move {
+                let state = store.data_mut();
+                if let Some(listed) = state.last_listed.take()
+                    && !path_flags.contains(PathFlags::SYMLINK_FOLLOW)
+                    && listed.name == path
+                    && let Descriptor::Dir(dir) = state.table.get(&fd)?
+                    && std::ptr::eq(Arc::as_ptr(&dir.dir), listed.dir.as_ptr())
+                {
+                    return Ok((Ok(metadata_hash(listed.identity)),));
+                }
+                let mut fs = state.filesystem();
+                let result =
+                    match HostDescriptor::metadata_hash_at(&mut fs, fd, path_flags, path).await {
+                        Ok(hash) => Ok(hash),
+                        Err(e) => Err(Host::convert_error_code(&mut state.filesystem(), e)?),
+                    };
+                Ok((result,))
+            })
         },
     )?;
     Ok(())
 }
+
+/// The hash wasmtime-wasi 48 gives a file with this device and inode number (std's
+/// `DefaultHasher` over the pair, and the upper half derived from the lower the same way), so a
+/// `d_ino` from a listing equals the `st_ino` of a `stat` of the same file. The runtime tests
+/// compare the two for every entry of a directory.
+fn metadata_hash(identity: (u64, u64)) -> MetadataHashValue {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    identity.hash(&mut hasher);
+    let lower = hasher.finish();
+    MetadataHashValue {
+        lower,
+        upper: lower ^ 4614256656552045848,
+    }
+}
+
+/// A directory's entries, each with its inode number.
+type Listing = Vec<Result<(DirectoryEntry, u64), ErrorCode>>;
 
 /// Reads the whole directory at once, like wasmtime-wasi (a later `read-directory-entry`
 /// does no I/O). The directory is opened afresh as "." for reading, so the listing always
 /// starts at the beginning and works on descriptors opened only as paths (preopens). An entry
 /// whose name is not UTF-8, or whose type had to be looked up and could not be, becomes an
 /// error in its place; a failure while reading ends the listing with an error after the
-/// entries read so far.
-fn list(dir: &std::fs::File) -> Result<Vec<Result<DirectoryEntry, ErrorCode>>, ErrorCode> {
+/// entries read so far. Also returns the device the directory is on.
+fn list(dir: &File) -> Result<(Listing, u64), ErrorCode> {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(dir, c".", flags, Mode::empty()).map_err(error_code)?;
+    let device = rustix::fs::fstat(&fd).map_err(error_code)?.st_dev;
     let mut listing = Dir::new(fd).map_err(error_code)?;
     let mut entries = Vec::new();
     while let Some(entry) = listing.read() {
@@ -91,13 +177,10 @@ fn list(dir: &std::fs::File) -> Result<Vec<Result<DirectoryEntry, ErrorCode>>, E
         if name == c"." || name == c".." {
             continue;
         }
-        entries.push(describe(
-            listing.fd().map_err(error_code)?,
-            name,
-            entry.file_type(),
-        ));
+        let described = describe(listing.fd().map_err(error_code)?, name, entry.file_type());
+        entries.push(described.map(|described| (described, entry.ino())));
     }
-    Ok(entries)
+    Ok((entries, device))
 }
 
 fn describe(dir: BorrowedFd<'_>, name: &CStr, kind: FileType) -> Result<DirectoryEntry, ErrorCode> {

@@ -98,6 +98,8 @@ pub(crate) struct HostState {
     wasi: WasiCtx,
     pub(crate) table: ResourceTable,
     pub(crate) open_files: crate::open_files::OpenFiles,
+    #[cfg(unix)]
+    pub(crate) last_listed: Option<crate::readdir::ListedEntry>,
     http: WasiHttpCtx,
     hooks: HttpPolicy,
     pub(crate) limiter: Limiter,
@@ -216,6 +218,8 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
         wasi: b.build(),
         table: ResourceTable::new(),
         open_files: Default::default(),
+        #[cfg(unix)]
+        last_listed: None,
         http: WasiHttpCtx::new(),
         hooks: HttpPolicy {
             origins: sandbox.grants.http_origins().cloned().collect(),

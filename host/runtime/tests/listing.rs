@@ -1,7 +1,7 @@
 //! Cordon's own pieces of `wasi:filesystem`: directory listings as a guest sees them (every
 //! entry with its own type, links not followed, nested and repeated listings, directories too
-//! large for one read of the kernel's listing, files that are not directories), and the cap
-//! on descriptors one call holds open.
+//! large for one read of the kernel's listing, files that are not directories), the identity
+//! of a listed entry, and the cap on descriptors one call holds open.
 
 mod common;
 
@@ -68,6 +68,47 @@ async fn entries_are_listed_with_their_own_types() {
         .await
         .unwrap_err();
     still_serves().await;
+}
+
+#[tokio::test]
+async fn a_listed_entry_has_the_identity_a_stat_gives_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = std::fs::canonicalize(tmp.path()).unwrap();
+    std::fs::write(d.join("a.txt"), "a").unwrap();
+    std::fs::write(d.join("b.txt"), "b").unwrap();
+    std::fs::hard_link(d.join("a.txt"), d.join("a_again.txt")).unwrap();
+    std::fs::create_dir(d.join("sub")).unwrap();
+    std::fs::write(d.join("sub/inner.txt"), "i").unwrap();
+    symlink("a.txt", d.join("link"));
+    symlink("missing", d.join("dangling"));
+    let sb = sandbox(&[format!("fs:{}:/d:ro", d.display())]);
+    // The identity a listing reports (what becomes d_ino) equals the one asked by path and
+    // the one of the opened file, for every kind of entry, in the preopen and below it.
+    for dir in ["/d", "/d/sub"] {
+        let listing = fs(&sb, "readdir_identities", dir, None).await.unwrap();
+        for entry in listing.as_array().unwrap() {
+            assert_eq!(entry[1], json!(true), "{dir}: {entry}");
+            let is_file = entry[0].as_str().unwrap().ends_with(".txt");
+            assert_eq!(
+                entry[2],
+                if is_file { json!(true) } else { json!(null) },
+                "{entry}"
+            );
+        }
+    }
+    // Two names of one file share an identity; different files do not.
+    let listing = fs(&sb, "readdir_identities", "/d", None).await.unwrap();
+    let hash = |name: &str| {
+        let entries = listing.as_array().unwrap();
+        let entry = entries.iter().find(|e| e[0] == json!(name)).unwrap();
+        entry[3].as_str().unwrap().to_owned()
+    };
+    assert_eq!(hash("a.txt"), hash("a_again.txt"));
+    let distinct: std::collections::HashSet<_> = ["a.txt", "b.txt", "sub", "link", "dangling"]
+        .into_iter()
+        .map(hash)
+        .collect();
+    assert_eq!(distinct.len(), 5, "{listing}");
 }
 
 #[tokio::test]
