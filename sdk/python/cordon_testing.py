@@ -21,8 +21,12 @@ It is a test aid, not the Cordon host: grants, approval and caching are the host
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
+import stat
 import threading
+import types
 from typing import Any
 
 import cordon_sdk
@@ -35,8 +39,11 @@ except ImportError:  # checked in ComponentHost so that importing this module ne
     wasmtime = None
 
 _TICK_S = 0.01
-_INTERFACE = "cordon:tool/tools@0.1.0"
-_LOG = "cordon:tool/log@0.1.0"
+_INTERFACE = "cordon:tool/tools@0.1.1"
+_LOG = "cordon:tool/log@0.1.1"
+_BULK_READ = "cordon:tool/bulk-read@0.1.1"
+_READER = 1  # the host resource type of bulk-read's `reader`
+_MAX_QUEUED = 4096
 _ERRORS = {
     "invalid-arguments": cordon_sdk.InvalidArguments,
     "not-found": cordon_sdk.NotFound,
@@ -70,8 +77,19 @@ class ComponentHost:
         self._linker.add_wasip2()
         #: ``(level, message, fields)`` records the plugin wrote through ``cordon:tool/log``.
         self.logs: list[tuple[str, str, list[tuple[str, str]]]] = []
-        with self._linker.root() as root, root.add_instance(_LOG) as log:
-            log.add_func("write", self._log)
+        with self._linker.root() as root:
+            with root.add_instance(_LOG) as log:
+                log.add_func("write", self._log)
+            with root.add_instance(_BULK_READ) as bulk:
+                bulk.add_resource("reader", _wc.ResourceType.host(_READER), self._reader_drop)
+                bulk.add_func("[constructor]reader", self._reader_new)
+                bulk.add_func("[method]reader.add", self._reader_add)
+                bulk.add_func("[method]reader.queued", self._reader_queued)
+                bulk.add_func("[method]reader.take", self._reader_take)
+        # bulk-read readers of the running call: rep -> (size limit, queued paths).
+        self._readers: dict[int, tuple[int, list[str]]] = {}
+        self._reader_ids = itertools.count(1)
+        self._preopens: list[tuple[str, str, bool]] = []
         self.timeout_s = timeout_s
         self.memory_bytes = memory_bytes
         self._stop = threading.Event()
@@ -139,6 +157,8 @@ class ComponentHost:
 
     def _export(self, func_name, preopens, timeout_s, memory_bytes):
         store = wasmtime.Store(self._engine)
+        self._preopens = list(preopens or ())
+        self._memory_bytes = memory_bytes
         wasi = wasmtime.WasiConfig()
         for host_dir, guest_dir, writable in preopens or ():
             wasi.preopen_dir(host_dir, guest_dir, writable)
@@ -161,6 +181,74 @@ class ComponentHost:
 
     def _log(self, _store: Any, level: Any, message: str, fields: list) -> None:
         self.logs.append((str(level), message, [tuple(f) for f in fields]))
+
+    # cordon:tool/bulk-read, read on the calling thread when taken: the same files and
+    # answers as the host, without its read-ahead threads.
+
+    def _reader_new(self, _store: Any, max_size: int) -> Any:
+        rep = next(self._reader_ids)
+        self._readers[rep] = (min(max_size, self._memory_bytes), [])
+        return _wc.ResourceHost.own(rep, _READER)
+
+    def _reader_drop(self, _store: Any, rep: int) -> None:
+        self._readers.pop(rep, None)
+
+    def _reader(self, store: Any, handle: Any) -> tuple[int, list[str]]:
+        return self._readers[handle.to_host(store).rep]
+
+    def _reader_add(self, store: Any, handle: Any, path: str) -> bool:
+        _, queued = self._reader(store, handle)
+        if len(queued) >= _MAX_QUEUED:
+            return False
+        queued.append(path)
+        return True
+
+    def _reader_queued(self, store: Any, handle: Any) -> int:
+        return len(self._reader(store, handle)[1])
+
+    def _reader_take(self, store: Any, handle: Any, count: int) -> list:
+        max_size, queued = self._reader(store, handle)
+        taken, queued[:] = queued[: min(count, 64)], queued[min(count, 64) :]
+        return [
+            types.SimpleNamespace(path=path, contents=self._read_granted(path, max_size))
+            for path in taken
+        ]
+
+    def _read_granted(self, path: str, max_size: int) -> Any:
+        """A file's bytes, or the read-error variant the host would answer with."""
+        parts = [p for p in path.split("/") if p not in ("", ".")]
+        if not path.startswith("/") or ".." in parts:
+            return _wc.Variant("not-granted", None)
+        best = None
+        for host_dir, guest_dir, _writable in self._preopens:
+            guest = [p for p in guest_dir.split("/") if p not in ("", ".")]
+            if parts[: len(guest)] == guest and (best is None or len(guest) > len(best[1])):
+                best = (host_dir, guest)
+        if best is None:
+            return _wc.Variant("not-granted", None)
+        host_dir, guest = best
+        if len(parts) == len(guest) or path.endswith("/"):
+            return _wc.Variant("not-a-file", None)
+        root = os.path.realpath(host_dir)
+        full = os.path.realpath(os.path.join(host_dir, *parts[len(guest) :]))
+        if os.path.commonpath([root, full]) != root:
+            return _wc.Variant("not-granted", None)
+        try:
+            fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        except FileNotFoundError:
+            return _wc.Variant("not-found", None)
+        except IsADirectoryError:
+            return _wc.Variant("not-a-file", None)
+        except OSError as err:
+            return _wc.Variant("other", str(err))
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > max_size:
+            os.close(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return _wc.Variant("not-a-file", None)
+            return _wc.Variant("too-large", info.st_size)
+        with os.fdopen(fd, "rb") as file:
+            return file.read(info.st_size)
 
     def _tick(self) -> None:
         while not self._stop.wait(_TICK_S):

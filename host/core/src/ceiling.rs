@@ -113,7 +113,8 @@ impl Ceiling {
         let mut c = Ceiling::default();
         for i in imports {
             let name = unversioned(i.as_ref());
-            if name.starts_with("wasi:filesystem/") {
+            // bulk-read reads below the same preopened directories.
+            if name.starts_with("wasi:filesystem/") || name == "cordon:tool/bulk-read" {
                 c.filesystem = true;
             }
             if name == "wasi:cli/environment" {
@@ -207,6 +208,15 @@ mod tests {
         ]);
         assert_eq!(c, Ceiling::default());
         assert!(c.capabilities().is_empty());
+        // bulk-read reads granted directories like wasi:filesystem; log does not.
+        let c = Ceiling::from_imports(&["cordon:tool/bulk-read@0.1.1", "cordon:tool/log@0.1.1"]);
+        assert_eq!(
+            c,
+            Ceiling {
+                filesystem: true,
+                ..Ceiling::default()
+            }
+        );
     }
 
     #[test]

@@ -185,6 +185,7 @@ const PROVIDED: &[&str] = &[
     "wasi:http/types@",
     "wasi:http/outgoing-handler@",
     "cordon:tool/log@",
+    "cordon:tool/bulk-read@",
     "cordon:tool/types@",
 ];
 

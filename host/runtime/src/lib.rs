@@ -14,6 +14,7 @@
 //!   [`Ceiling`] has been checked.
 
 mod bindings;
+mod bulk_read;
 mod cache;
 mod engine;
 mod error;

@@ -58,6 +58,13 @@ pub(crate) struct Limiter {
     pub(crate) exceeded: Option<u64>,
 }
 
+impl Limiter {
+    /// The call's memory limit.
+    pub(crate) fn limit(&self) -> u64 {
+        self.limit
+    }
+}
+
 impl wasmtime::ResourceLimiter for Limiter {
     fn memory_growing(
         &mut self,
@@ -100,6 +107,8 @@ pub(crate) struct HostState {
     pub(crate) open_files: crate::open_files::OpenFiles,
     #[cfg(unix)]
     pub(crate) last_listed: Option<crate::readdir::ListedEntry>,
+    /// Whether a `bulk-read` reader of this call has worker threads (one may).
+    pub(crate) threaded_reader: Arc<std::sync::atomic::AtomicBool>,
     http: WasiHttpCtx,
     hooks: HttpPolicy,
     pub(crate) limiter: Limiter,
@@ -220,6 +229,7 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
         open_files: Default::default(),
         #[cfg(unix)]
         last_listed: None,
+        threaded_reader: Default::default(),
         http: WasiHttpCtx::new(),
         hooks: HttpPolicy {
             origins: sandbox.grants.http_origins().cloned().collect(),

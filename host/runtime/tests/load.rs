@@ -184,13 +184,53 @@ fn unsupported_import_is_named() {
 }
 
 #[tokio::test]
+async fn plugins_built_against_0_1_0_still_run() {
+    // The fixture keeps the 0.1.0 contract as it was published: the host serves it through
+    // the semver-compatible 0.1.1 interfaces.
+    let plugin = load("abi010");
+    assert!(
+        plugin
+            .imports()
+            .iter()
+            .any(|i| i == "cordon:tool/log@0.1.0"),
+        "{:?}",
+        plugin.imports()
+    );
+    let tools = plugin.list_tools(&Limits::default()).await.unwrap();
+    assert_eq!(tools.len(), 1);
+    assert_eq!(tools[0].name, "echo");
+    let out = call(
+        &plugin,
+        &cordon_runtime::Sandbox::default(),
+        "echo",
+        serde_json::json!({"a": 1}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        out.content,
+        [cordon_core::Content::Json(serde_json::json!({"a": 1}))]
+    );
+}
+
+#[tokio::test]
 async fn tool_lists_and_ceilings() {
     let p = probe();
     let tools = p.list_tools(&Limits::default()).await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(
         names,
-        ["fs", "env", "http", "tcp", "log", "noop", "counter", "echo"]
+        [
+            "fs",
+            "env",
+            "http",
+            "tcp",
+            "log",
+            "bulk_read",
+            "noop",
+            "counter",
+            "echo"
+        ]
     );
     assert_eq!(
         tools[0].input_schema["required"],

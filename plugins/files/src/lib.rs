@@ -7,7 +7,6 @@
 //! any link that would lead outside a grant.
 
 mod args;
-mod fastread;
 mod find;
 mod list;
 mod read;

@@ -1,14 +1,15 @@
 //! `search_text`: ripgrep's matcher and searcher over the shared walker, printed like
 //! `rg -n` (`path:line:text`, context as `path-line-text`, groups split by `--`).
 
+use std::collections::VecDeque;
 use std::io;
 
 use cordon_sdk::ToolError;
+use cordon_sdk::bulk_read::{BulkReader, ReadError};
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
 
 use crate::args::{SearchTextArgs, cap};
-use crate::fastread::FileReader;
 use crate::find::{PathGlob, check_root, relative, walker};
 use cordon_sdk::paths::{GrantedDirs, join};
 
@@ -69,24 +70,96 @@ impl Sink for FileSink<'_> {
     }
 }
 
-/// Files up to this size are read in one go and searched in memory: every read is a call
-/// out of the sandbox, so fewer, larger reads are much faster than the searcher's 64 KiB ones.
-const READ_WHOLE: usize = 16 * 1024 * 1024;
+/// Files up to this size are read whole (by the host, ahead of the search) and searched in
+/// memory; larger ones are streamed through the searcher.
+const READ_WHOLE: u64 = 16 * 1024 * 1024;
+/// Files queued with the host's reader before the search takes any: enough that its threads
+/// stay busy while this one searches.
+const READ_AHEAD: usize = 256;
+/// Files taken from the reader at a time.
+const TAKE: usize = 32;
 
-fn search_file(
-    reader: &FileReader,
-    searcher: &mut Searcher,
-    matcher: &grep_regex::RegexMatcher,
-    path: &std::path::Path,
-    sink: &mut FileSink<'_>,
-) -> io::Result<()> {
-    let small = match path.to_str() {
-        Some(p) => reader.read_small(p, READ_WHOLE)?,
-        None => None,
-    };
-    match small {
-        Some(bytes) => searcher.search_slice(matcher, &bytes, sink),
-        None => searcher.search_path(matcher, path, sink),
+/// A file queued for reading: the path printed and the path to stream it from if it is large.
+struct Queued {
+    shown: String,
+    path: std::path::PathBuf,
+}
+
+/// The search in progress: matcher, searcher, caps and everything counted so far.
+struct Search<'m> {
+    matcher: &'m grep_regex::RegexMatcher,
+    searcher: Searcher,
+    context: usize,
+    per_file: usize,
+    max_total: usize,
+    out: Vec<String>,
+    total: usize,
+    files_matched: usize,
+    files_searched: usize,
+    binary_skipped: usize,
+    capped_files: usize,
+    unreadable: usize,
+}
+
+impl Search<'_> {
+    fn full(&self) -> bool {
+        self.total >= self.max_total
+    }
+
+    /// Searches one file, read whole (`contents`) or, if it was too large, streamed.
+    fn file(&mut self, file: Queued, contents: Result<Vec<u8>, ReadError>) {
+        let mut sink = FileSink {
+            path: &file.shown,
+            lines: Vec::new(),
+            matches: 0,
+            per_file: self.per_file,
+            remaining: self.max_total - self.total,
+            binary: false,
+        };
+        self.files_searched += 1;
+        let searched = match contents {
+            Ok(bytes) => self.searcher.search_slice(self.matcher, &bytes, &mut sink),
+            Err(ReadError::TooLarge(_)) => {
+                self.searcher
+                    .search_path(self.matcher, &file.path, &mut sink)
+            }
+            Err(e) => Err(io::Error::other(e)),
+        };
+        if searched.is_err() {
+            self.unreadable += 1;
+            return;
+        }
+        if sink.binary {
+            self.binary_skipped += 1;
+            return;
+        }
+        if sink.matches == 0 {
+            return;
+        }
+        if sink.matches >= self.per_file && sink.matches < self.max_total - self.total {
+            self.capped_files += 1;
+        }
+        self.total += sink.matches;
+        self.files_matched += 1;
+        if self.context > 0 && !self.out.is_empty() {
+            self.out.push("--".to_owned());
+        }
+        self.out.extend(sink.lines);
+    }
+
+    /// Searches the next files the reader has read, in the order they were queued. Returns
+    /// false once the match cap is reached.
+    fn take(&mut self, reader: &mut BulkReader, queued: &mut VecDeque<Queued>) -> bool {
+        for read in reader.take(TAKE) {
+            if self.full() {
+                return false;
+            }
+            let Some(file) = queued.pop_front() else {
+                break;
+            };
+            self.file(file, read.contents);
+        }
+        !self.full()
     }
 }
 
@@ -123,23 +196,36 @@ pub fn run(fs_view: &GrantedDirs, args: SearchTextArgs) -> Result<String, ToolEr
         .map(|g| PathGlob::new(g, "glob"))
         .transpose()?;
     let roots = fs_view.resolve_or_roots(args.path.as_deref(), "path")?;
-    let reader = FileReader::new();
-    let mut searcher = SearcherBuilder::new()
-        .line_number(true)
-        .binary_detection(BinaryDetection::quit(0))
-        .before_context(context)
-        .after_context(context)
-        .build();
+    let mut search = Search {
+        matcher: &matcher,
+        searcher: SearcherBuilder::new()
+            .line_number(true)
+            .binary_detection(BinaryDetection::quit(0))
+            .before_context(context)
+            .after_context(context)
+            .build(),
+        context,
+        per_file,
+        max_total,
+        out: Vec::new(),
+        total: 0,
+        files_matched: 0,
+        files_searched: 0,
+        binary_skipped: 0,
+        capped_files: 0,
+        unreadable: 0,
+    };
 
-    let mut out: Vec<String> = Vec::new();
-    let (mut total, mut files_matched, mut files_searched, mut binary_skipped) = (0, 0, 0, 0);
-    let (mut capped_files, mut unreadable) = (0usize, 0usize);
-    let mut truncated = false;
+    // The walk queues files with the host's reader and searches them as they arrive, in the
+    // walk's order, so reading and searching overlap.
+    let mut reader = BulkReader::new(READ_WHOLE);
+    let mut queued: VecDeque<Queued> = VecDeque::new();
+    let mut more_files = false;
     'roots: for root in &roots {
         check_root(fs_view, root)?;
         for entry in walker(root, args.hidden, args.no_ignore) {
             let Ok(entry) = entry else {
-                unreadable += 1;
+                search.unreadable += 1;
                 continue;
             };
             if !entry.file_type().is_some_and(|t| t.is_file()) {
@@ -151,42 +237,42 @@ pub fn run(fs_view: &GrantedDirs, args: SearchTextArgs) -> Result<String, ToolEr
             {
                 continue;
             }
-            if total >= max_total {
-                truncated = true;
+            if search.full() {
+                more_files = true;
                 break 'roots;
             }
-            let path = join(root, &rel);
-            let mut sink = FileSink {
-                path: &path,
-                lines: Vec::new(),
-                matches: 0,
-                per_file,
-                remaining: max_total - total,
-                binary: false,
+            let file = Queued {
+                shown: join(root, &rel),
+                path: entry.into_path(),
             };
-            files_searched += 1;
-            if search_file(&reader, &mut searcher, &matcher, entry.path(), &mut sink).is_err() {
-                unreadable += 1;
+            // A path that is not UTF-8 (only possible natively) cannot be queued: search
+            // everything before it, then it, streamed.
+            let queueable = file.path.to_str().is_some_and(|p| reader.add(p));
+            if !queueable {
+                while search.take(&mut reader, &mut queued) && !queued.is_empty() {}
+                if !search.full() {
+                    search.file(file, Err(ReadError::TooLarge(0)));
+                }
                 continue;
             }
-            if sink.binary {
-                binary_skipped += 1;
-                continue;
+            queued.push_back(file);
+            if reader.queued() >= READ_AHEAD && !search.take(&mut reader, &mut queued) {
+                break 'roots;
             }
-            if sink.matches == 0 {
-                continue;
-            }
-            if sink.matches >= per_file && sink.matches < max_total - total {
-                capped_files += 1;
-            }
-            total += sink.matches;
-            files_matched += 1;
-            if context > 0 && !out.is_empty() {
-                out.push("--".to_owned());
-            }
-            out.extend(sink.lines);
         }
     }
+    while !queued.is_empty() && search.take(&mut reader, &mut queued) {}
+    let truncated = more_files || !queued.is_empty();
+    let Search {
+        mut out,
+        total,
+        files_matched,
+        files_searched,
+        binary_skipped,
+        capped_files,
+        unreadable,
+        ..
+    } = search;
     let mut summary = format!(
         "{total} matching line(s) in {files_matched} file(s); {files_searched} file(s) searched"
     );

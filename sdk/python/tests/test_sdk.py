@@ -359,5 +359,70 @@ class Exports(unittest.TestCase):
         self.assertEqual(json.loads(doc.value), {"s": "\ufffd"})
 
 
+def _has_wasmtime():
+    try:
+        import wasmtime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@unittest.skipUnless(_has_wasmtime(), "wasmtime (PyPI) not installed; run `make toolchain`")
+class TestingHostBulkRead(unittest.TestCase):
+    """cordon_testing answers cordon:tool/bulk-read as the Cordon host does: only regular files
+    inside the preopens, by guest path, within the size limit."""
+
+    def setUp(self):
+        import cordon_testing
+
+        self.tmp = tempfile.TemporaryDirectory()
+        base = os.path.realpath(self.tmp.name)
+        granted, outside = os.path.join(base, "granted"), os.path.join(base, "outside")
+        os.makedirs(os.path.join(granted, "sub"))
+        os.makedirs(outside)
+        for path, text in [
+            (os.path.join(granted, "a.txt"), "inside"),
+            (os.path.join(granted, "sub", "b.txt"), "nested"),
+            (os.path.join(outside, "secret.txt"), "SECRET"),
+        ]:
+            with open(path, "w") as f:
+                f.write(text)
+        os.symlink("a.txt", os.path.join(granted, "link_in"))
+        os.symlink(os.path.join(outside, "secret.txt"), os.path.join(granted, "link_out"))
+        os.symlink("../outside/secret.txt", os.path.join(granted, "link_rel_out"))
+        os.mkfifo(os.path.join(granted, "pipe"))
+        self.host = cordon_testing.ComponentHost.__new__(cordon_testing.ComponentHost)
+        self.host._preopens = [(granted, "/d", False)]
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def answer(self, path, max_size=1 << 20):
+        result = self.host._read_granted(path, max_size)
+        if isinstance(result, bytes):
+            return result.decode()
+        return result.tag if result.payload is None else f"{result.tag}:{result.payload}"
+
+    def test_only_regular_files_inside_the_grants(self):
+        cases = {
+            "/d/a.txt": "inside",
+            "//d/./sub//b.txt": "nested",
+            "/d/link_in": "inside",
+            "/d/link_out": "not-granted",
+            "/d/link_rel_out": "not-granted",
+            "/d/../outside/secret.txt": "not-granted",
+            "/outside/secret.txt": "not-granted",
+            "d/a.txt": "not-granted",
+            "/d": "not-a-file",
+            "/d/sub": "not-a-file",
+            "/d/sub/": "not-a-file",
+            "/d/pipe": "not-a-file",
+            "/d/missing": "not-found",
+        }
+        for path, expected in cases.items():
+            self.assertEqual(self.answer(path), expected, path)
+        self.assertEqual(self.answer("/d/a.txt", max_size=3), "too-large:6")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -65,6 +65,7 @@
 extern crate self as cordon_sdk;
 
 pub mod bindings;
+pub mod bulk_read;
 mod content;
 mod error;
 pub mod log;

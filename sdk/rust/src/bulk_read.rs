@@ -1,0 +1,204 @@
+//! Reading many whole files at once, on the host's threads (`cordon:tool/bulk-read`).
+//!
+//! A component has one thread, and every file read through `std::fs` costs several calls out
+//! of the sandbox, one after another. A tool that reads thousands of files (a search, an
+//! index) queues their paths in a [`BulkReader`] instead; the host reads them ahead on its own
+//! threads while the tool works on the ones it has, and hands them back in the order queued.
+//! It reaches exactly what the plugin's granted directories reach, and only regular files.
+//!
+//! ```no_run
+//! use cordon_sdk::bulk_read::BulkReader;
+//!
+//! let mut reader = BulkReader::new(16 << 20);
+//! for path in ["/data/a.txt", "/data/b.txt"] {
+//!     reader.add(path);
+//! }
+//! while reader.queued() > 0 {
+//!     for file in reader.take(32) {
+//!         match file.contents {
+//!             Ok(bytes) => println!("{}: {} bytes", file.path, bytes.len()),
+//!             Err(e) => println!("{}: {e}", file.path),
+//!         }
+//!     }
+//! }
+//! ```
+//!
+//! Compiled natively (a plugin's unit tests) the files are read with `std::fs` when taken.
+
+use std::fmt;
+
+/// Why one queued file was not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadError {
+    /// The path is not inside a granted directory, or not absolute, or has `..` in it.
+    NotGranted,
+    /// Nothing exists at the path.
+    NotFound,
+    /// It is a directory, device, FIFO or socket, not a regular file.
+    NotAFile,
+    /// It is larger than the reader's size limit; the size in bytes.
+    TooLarge(u64),
+    /// Anything else, with the system's message.
+    Other(String),
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::NotGranted => f.write_str("not inside a granted directory"),
+            ReadError::NotFound => f.write_str("not found"),
+            ReadError::NotAFile => f.write_str("not a regular file"),
+            ReadError::TooLarge(size) => write!(f, "too large to read whole ({size} bytes)"),
+            ReadError::Other(message) => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+/// One queued file, read or not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct File {
+    /// The path as it was queued.
+    pub path: String,
+    /// The whole contents, or why they were not read.
+    pub contents: Result<Vec<u8>, ReadError>,
+}
+
+/// Paths queued for reading; see the [module](self) documentation.
+pub struct BulkReader {
+    #[cfg(target_arch = "wasm32")]
+    host: crate::bindings::cordon::tool::bulk_read::Reader,
+    #[cfg(not(target_arch = "wasm32"))]
+    pending: std::collections::VecDeque<String>,
+    #[cfg(not(target_arch = "wasm32"))]
+    max_size: u64,
+}
+
+impl BulkReader {
+    /// A reader for files of at most `max_size` bytes (larger ones come back as
+    /// [`ReadError::TooLarge`]; the host also caps this at the call's memory limit).
+    pub fn new(max_size: u64) -> BulkReader {
+        BulkReader {
+            #[cfg(target_arch = "wasm32")]
+            host: crate::bindings::cordon::tool::bulk_read::Reader::new(max_size),
+            #[cfg(not(target_arch = "wasm32"))]
+            pending: Default::default(),
+            #[cfg(not(target_arch = "wasm32"))]
+            max_size,
+        }
+    }
+
+    /// Queues `path` (a guest path such as `/data/notes.txt`). Returns false, queuing nothing,
+    /// while 4096 paths wait to be taken: [`take`](Self::take) some first.
+    pub fn add(&mut self, path: &str) -> bool {
+        #[cfg(target_arch = "wasm32")]
+        {
+            self.host.add(path)
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            if self.pending.len() >= 4096 {
+                return false;
+            }
+            self.pending.push_back(path.to_owned());
+            true
+        }
+    }
+
+    /// How many queued files have not been taken yet.
+    pub fn queued(&self) -> usize {
+        #[cfg(target_arch = "wasm32")]
+        {
+            self.host.queued() as usize
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            self.pending.len()
+        }
+    }
+
+    /// The next `max` queued files (fewer if fewer are queued; the host may also hand over
+    /// fewer at a time), in the order they were queued, waiting until they are read. Empty
+    /// only when nothing is queued.
+    pub fn take(&mut self, max: usize) -> Vec<File> {
+        let max = u32::try_from(max).unwrap_or(u32::MAX);
+        #[cfg(target_arch = "wasm32")]
+        {
+            use crate::bindings::cordon::tool::bulk_read::ReadError as Wit;
+            self.host
+                .take(max)
+                .into_iter()
+                .map(|file| File {
+                    path: file.path,
+                    contents: file.contents.map_err(|e| match e {
+                        Wit::NotGranted => ReadError::NotGranted,
+                        Wit::NotFound => ReadError::NotFound,
+                        Wit::NotAFile => ReadError::NotAFile,
+                        Wit::TooLarge(size) => ReadError::TooLarge(size),
+                        Wit::Other(message) => ReadError::Other(message),
+                    }),
+                })
+                .collect()
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let n = (max as usize).min(self.pending.len());
+            self.pending
+                .drain(..n)
+                .map(|path| File {
+                    contents: read_native(&path, self.max_size),
+                    path,
+                })
+                .collect()
+        }
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn read_native(path: &str, max_size: u64) -> Result<Vec<u8>, ReadError> {
+    let io = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::NotFound => ReadError::NotFound,
+        _ => ReadError::Other(e.to_string()),
+    };
+    let metadata = std::fs::metadata(path).map_err(io)?;
+    if !metadata.is_file() {
+        return Err(ReadError::NotAFile);
+    }
+    if metadata.len() > max_size {
+        return Err(ReadError::TooLarge(metadata.len()));
+    }
+    std::fs::read(path).map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_come_back_in_the_order_queued_with_what_went_wrong() {
+        let dir = std::env::temp_dir().join(format!("cordon-sdk-bulk-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a"), "alpha").unwrap();
+        std::fs::write(dir.join("big"), "x".repeat(100)).unwrap();
+        let path = |name: &str| dir.join(name).to_str().unwrap().to_owned();
+        let mut reader = BulkReader::new(10);
+        for name in ["a", "missing", "big", ""] {
+            assert!(reader.add(&path(name)));
+        }
+        assert_eq!(reader.queued(), 4);
+        let first = reader.take(1);
+        assert_eq!(first[0].contents, Ok(b"alpha".to_vec()));
+        let rest: Vec<_> = reader.take(10).into_iter().map(|f| f.contents).collect();
+        assert_eq!(
+            rest,
+            [
+                Err(ReadError::NotFound),
+                Err(ReadError::TooLarge(100)),
+                Err(ReadError::NotAFile)
+            ]
+        );
+        assert!(reader.take(10).is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
