@@ -44,6 +44,37 @@ _LOG = "cordon:tool/log@0.1.1"
 _BULK_READ = "cordon:tool/bulk-read@0.1.1"
 _READER = 1  # the host resource type of bulk-read's `reader`
 _MAX_QUEUED = 4096
+_MAX_QUEUED_BYTES = 1 << 20
+_MAX_PATH = 4096
+_BATCH_BYTES = 8 << 20
+
+
+def _beneath(root: str, parts: list[str]) -> str | None:
+    """``parts`` resolved below ``root`` as the host's RESOLVE_BENEATH open does: symbolic
+    links are followed while they stay inside; an absolute link, or a ``..`` above ``root``
+    (also one that would come back in), gives None."""
+    below: list[str] = []
+    todo = list(parts)
+    hops = 0
+    while todo:
+        part = todo.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not below:
+                return None
+            below.pop()
+            continue
+        candidate = os.path.join(root, *below, part)
+        if os.path.islink(candidate):
+            hops += 1
+            target = os.readlink(candidate)
+            if hops > 40 or target.startswith("/"):
+                return None
+            todo = target.split("/") + todo
+            continue
+        below.append(part)
+    return os.path.join(root, *below)
 _ERRORS = {
     "invalid-arguments": cordon_sdk.InvalidArguments,
     "not-found": cordon_sdk.NotFound,
@@ -196,23 +227,37 @@ class ComponentHost:
     def _reader(self, store: Any, handle: Any) -> tuple[int, list[str]]:
         return self._readers[handle.to_host(store).rep]
 
-    def _reader_add(self, store: Any, handle: Any, path: str) -> bool:
+    def _reader_add(self, store: Any, handle: Any, path: str) -> Any:
         _, queued = self._reader(store, handle)
-        if len(queued) >= _MAX_QUEUED:
-            return False
+        if len(path.encode()) > _MAX_PATH:
+            return "path-too-long"
+        waiting = [p for _, q in self._readers.values() for p in q]
+        if len(waiting) >= _MAX_QUEUED or sum(len(p.encode()) for p in waiting) + len(
+            path.encode()
+        ) > _MAX_QUEUED_BYTES:
+            return "queue-full"
         queued.append(path)
-        return True
+        return None
 
     def _reader_queued(self, store: Any, handle: Any) -> int:
         return len(self._reader(store, handle)[1])
 
     def _reader_take(self, store: Any, handle: Any, count: int) -> list:
+        """Up to ``count`` files, by the host's rule: at most 8 MiB a batch, a larger file
+        alone."""
         max_size, queued = self._reader(store, handle)
-        taken, queued[:] = queued[: min(count, 64)], queued[min(count, 64) :]
-        return [
-            types.SimpleNamespace(path=path, contents=self._read_granted(path, max_size))
-            for path in taken
-        ]
+        files: list = []
+        total = 0
+        while queued and len(files) < min(count, 64):
+            contents = self._read_granted(queued[0], max_size)
+            size = len(contents) if isinstance(contents, bytes) else 0
+            if files and (size > _BATCH_BYTES or total + size > _BATCH_BYTES):
+                break
+            files.append(types.SimpleNamespace(path=queued.pop(0), contents=contents))
+            total += size
+            if size > _BATCH_BYTES:
+                break
+        return files
 
     def _read_granted(self, path: str, max_size: int) -> Any:
         """A file's bytes, or the read-error variant the host would answer with."""
@@ -227,18 +272,17 @@ class ComponentHost:
         if best is None:
             return _wc.Variant("not-granted", None)
         host_dir, guest = best
-        if len(parts) == len(guest) or path.endswith("/"):
+        if len(parts) == len(guest):
             return _wc.Variant("not-a-file", None)
-        root = os.path.realpath(host_dir)
-        full = os.path.realpath(os.path.join(host_dir, *parts[len(guest) :]))
-        if os.path.commonpath([root, full]) != root:
+        full = _beneath(os.path.realpath(host_dir), parts[len(guest) :])
+        if full is None:
             return _wc.Variant("not-granted", None)
-        try:
-            fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-        except FileNotFoundError:
+        if not os.path.lexists(full):
             return _wc.Variant("not-found", None)
-        except IsADirectoryError:
+        if path.endswith("/"):
             return _wc.Variant("not-a-file", None)
+        try:
+            fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW)
         except OSError as err:
             return _wc.Variant("other", str(err))
         info = os.fstat(fd)

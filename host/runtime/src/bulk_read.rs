@@ -12,34 +12,63 @@
 //! refuses `..`, absolute symlinks and any link that leaves the directory. Only regular files
 //! are read; FIFOs and devices are opened without blocking and refused.
 //!
-//! Memory outside the plugin's own limit is bounded: at most [`AHEAD_BYTES`] read ahead, plus
-//! one file of at most that size per worker; larger files (up to the reader's size limit, at
-//! most the call's memory limit) are read when the plugin takes them.
-//! Threads are bounded too: one call has at most one reader with worker threads; further readers
-//! of the same call read on the calling thread when taken from.
+//! Everything a plugin could make the host hold outside its own memory limit is bounded:
+//! - file contents: [`AHEAD_BYTES`] read ahead, plus one file of at most that size per worker;
+//!   a larger file (up to the reader's size limit, at most the call's memory limit) is read by
+//!   the `take` that hands it over, alone, and a `take` hands over at most [`AHEAD_BYTES`]
+//!   otherwise;
+//! - queued paths: [`MAX_QUEUED_PATHS`] and [`MAX_QUEUED_PATH_BYTES`] per call over all its
+//!   readers, none longer than [`MAX_PATH`], and [`MAX_READERS`] readers per call;
+//! - threads: one reader per call has workers (until they have all exited, not merely until it
+//!   is dropped), at most [`MAX_WORKERS`] of them, and [`MAX_PROCESS_WORKERS`] in the process;
+//!   other readers read on the calling thread when taken from. Each worker holds one file open
+//!   at a time.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::File as HostFile;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
 
 use wasmtime::component::Resource;
 use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemView};
 use wasmtime_wasi::p2::bindings::filesystem::preopens::Host as _;
 
-use crate::bindings::cordon::tool::bulk_read::{self, File, ReadError};
+use crate::bindings::cordon::tool::bulk_read::{self, AddError, File, ReadError};
 use crate::sandbox::HostState;
 
 /// Files read but not yet taken, at most, before the workers wait.
-pub(crate) const AHEAD_FILES: usize = 64;
-/// Bytes read but not yet taken, at most, before the workers wait.
+const AHEAD_FILES: usize = 64;
+/// Bytes read but not yet taken, at most, before the workers wait; also the most one `take`
+/// hands over, unless a single file is larger.
 const AHEAD_BYTES: u64 = 8 << 20;
-/// Paths queued and not yet taken, at most; `add` refuses more.
-pub(crate) const MAX_QUEUED: u64 = 4096;
+/// Paths queued and not yet taken by one call, over all its readers.
+const MAX_QUEUED_PATHS: u64 = 4096;
+/// Bytes of the paths queued and not yet taken by one call.
+const MAX_QUEUED_PATH_BYTES: u64 = 1 << 20;
+/// Longest path `add` takes (Linux's PATH_MAX; no file has a longer one).
+const MAX_PATH: usize = 4096;
+/// Readers one call may hold at once.
+const MAX_READERS: usize = 16;
 /// Worker threads of one reader, at most.
 const MAX_WORKERS: usize = 3;
+/// Worker threads in the whole process, at most; readers beyond it read inline.
+const MAX_PROCESS_WORKERS: usize = 64;
+
+/// Worker threads alive in the process.
+static LIVE_WORKERS: AtomicUsize = AtomicUsize::new(0);
+
+/// What bulk-read has queued in one call, kept in the call's store.
+#[derive(Default)]
+pub(crate) struct CallBudget {
+    readers: usize,
+    paths: u64,
+    path_bytes: u64,
+    /// Whether a reader of this call has worker threads; cleared when the last of them exits.
+    threaded: Arc<AtomicBool>,
+}
 
 /// A granted directory as the plugin sees it.
 #[derive(Clone)]
@@ -61,13 +90,17 @@ pub struct Reader {
     /// Sequence numbers: paths queued so far, and files taken so far.
     added: u64,
     taken: u64,
+    /// Bytes of the paths queued and not yet taken.
+    queued_path_bytes: u64,
+    /// When the call's time is up: an inline `take` stops reading more files then.
+    deadline: Instant,
     mode: Mode,
 }
 
 enum Mode {
     /// Read by worker threads.
     Threaded(Arc<Shared>),
-    /// Read on the calling thread when taken (a call's second reader, or no threads).
+    /// Read on the calling thread when taken (a call's other readers, or no threads).
     Inline(VecDeque<String>),
 }
 
@@ -77,24 +110,39 @@ struct Shared {
     work: Condvar,
     /// The plugin waits here for files.
     ready: tokio::sync::Notify,
-    /// Set once by whoever owns the threaded slot of the call, cleared when the reader goes.
+    /// The call's threaded-reader flag, cleared when the reader and all its workers are gone.
     slot: Arc<AtomicBool>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.slot.store(false, Ordering::Release);
+    }
 }
 
 /// A queued file the workers are done with.
 enum Slot {
     Read(File),
-    /// Larger than the read-ahead bound: read by `take` itself when its turn comes, so the
-    /// host never holds more than the bound of read-ahead data plus a bound-sized file per
-    /// worker.
+    /// Larger than [`AHEAD_BYTES`]: read by the `take` that hands it over.
     Later(String),
 }
 
 impl Slot {
+    /// Host memory the slot holds.
     fn bytes(&self) -> u64 {
         match self {
-            Slot::Read(file) => file.contents.as_ref().map_or(0, |c| c.len() as u64),
-            Slot::Later(_) => 0,
+            Slot::Read(file) => {
+                file.path.len() as u64 + file.contents.as_ref().map_or(0, |c| c.len() as u64)
+            }
+            Slot::Later(path) => path.len() as u64,
+        }
+    }
+
+    /// Bytes a `take` hands over for it (a later file counts as too many to share a batch).
+    fn handed_over(&self) -> u64 {
+        match self {
+            Slot::Read(_) => self.bytes(),
+            Slot::Later(_) => u64::MAX,
         }
     }
 }
@@ -113,17 +161,33 @@ struct Queue {
     closed: bool,
 }
 
+/// How many of the files at the front of the queue, all read and in a row (`ready`, each with
+/// the bytes it hands over), one `take` of `want` hands over now: `want` of them, or fewer when
+/// the next would pass [`AHEAD_BYTES`] (at least one: a large file comes alone), or as many as
+/// there are when nothing more will come (`no_more`: the workers wait at the read-ahead bound
+/// for this `take`). `None`: wait for more.
+fn batch(ready: impl Iterator<Item = u64>, want: usize, no_more: bool) -> Option<usize> {
+    let (mut n, mut bytes) = (0, 0u64);
+    for size in ready.take(want) {
+        if n > 0 && bytes.saturating_add(size) > AHEAD_BYTES {
+            return Some(n);
+        }
+        n += 1;
+        bytes = bytes.saturating_add(size);
+        if bytes > AHEAD_BYTES {
+            return Some(n);
+        }
+    }
+    (n == want || (n > 0 && no_more)).then_some(n)
+}
+
 impl Queue {
-    /// How many files from the front can be taken now by a `take` of `want`: all of them once
-    /// they are read, or as many as are read in a row when the workers have stopped at the
-    /// read-ahead bound (they wait for this `take`, so waiting for more would never end).
     fn takeable(&self, want: usize) -> Option<usize> {
-        let in_a_row = (self.next..)
-            .take(want)
-            .take_while(|seq| self.finished.contains_key(seq))
-            .count();
+        let ready = (self.next..)
+            .map_while(|seq| self.finished.get(&seq))
+            .map(Slot::handed_over);
         let at_bound = self.finished.len() >= AHEAD_FILES || self.finished_bytes >= AHEAD_BYTES;
-        (in_a_row == want || (in_a_row > 0 && at_bound)).then_some(in_a_row)
+        batch(ready, want, at_bound)
     }
 
     fn has_room(&self) -> bool {
@@ -137,7 +201,27 @@ fn lock(shared: &Shared) -> MutexGuard<'_, Queue> {
     shared.queue.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn worker(shared: Arc<Shared>, source: Arc<Source>) {
+/// Counts a worker in [`LIVE_WORKERS`] while it lives.
+struct WorkerPermit;
+
+impl WorkerPermit {
+    fn acquire() -> Option<WorkerPermit> {
+        LIVE_WORKERS
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_PROCESS_WORKERS).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| WorkerPermit)
+    }
+}
+
+impl Drop for WorkerPermit {
+    fn drop(&mut self) {
+        LIVE_WORKERS.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn worker(shared: Arc<Shared>, source: Arc<Source>, _permit: WorkerPermit) {
     loop {
         let (seq, path) = {
             let mut queue = lock(&shared);
@@ -178,17 +262,33 @@ fn worker(shared: Arc<Shared>, source: Arc<Source>) {
     }
 }
 
+/// Starts up to `workers` worker threads; returns how many started.
+fn start_workers(shared: &Arc<Shared>, source: &Arc<Source>, workers: usize) -> usize {
+    let mut started = 0;
+    for _ in 0..workers {
+        let Some(permit) = WorkerPermit::acquire() else {
+            break;
+        };
+        let (shared, source) = (shared.clone(), source.clone());
+        let spawned = std::thread::Builder::new()
+            .name("cordon-bulk-read".into())
+            .spawn(move || worker(shared, source, permit));
+        if spawned.is_ok() {
+            started += 1;
+        }
+    }
+    started
+}
+
 impl Reader {
     fn new(state: &mut HostState, max_size: u64) -> wasmtime::Result<Reader> {
         let source = Arc::new(Source {
             roots: roots(state)?,
             max_size: max_size.min(state.limiter.limit()),
         });
-        let slot = state.threaded_reader.clone();
-        let workers = std::thread::available_parallelism()
-            .map_or(1, |n| n.get().saturating_sub(1))
-            .clamp(1, MAX_WORKERS);
-        let mode = if slot
+        let slot = state.bulk_read.threaded.clone();
+        let mut mode = Mode::Inline(VecDeque::new());
+        if slot
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
@@ -198,38 +298,27 @@ impl Reader {
                 ready: tokio::sync::Notify::new(),
                 slot,
             });
-            let mut started = 0;
-            for _ in 0..workers {
-                let (shared, source) = (shared.clone(), source.clone());
-                let spawned = std::thread::Builder::new()
-                    .name("cordon-bulk-read".into())
-                    .spawn(move || worker(shared, source));
-                if spawned.is_ok() {
-                    started += 1;
-                }
+            let workers = std::thread::available_parallelism()
+                .map_or(1, |n| n.get().saturating_sub(1))
+                .clamp(1, MAX_WORKERS);
+            // With no worker (the process is at its limit) `shared` is dropped here, which
+            // frees the call's slot again, and this reader reads inline.
+            if start_workers(&shared, &source, workers) > 0 {
+                mode = Mode::Threaded(shared);
             }
-            if started > 0 {
-                Mode::Threaded(shared)
-            } else {
-                // No thread could be started (the process is at its limit): read inline.
-                drop(shared);
-                Mode::Inline(VecDeque::new())
-            }
-        } else {
-            Mode::Inline(VecDeque::new())
-        };
+        }
         Ok(Reader {
             source,
             added: 0,
             taken: 0,
+            queued_path_bytes: 0,
+            deadline: state.deadline,
             mode,
         })
     }
 
-    fn add(&mut self, path: String) -> bool {
-        if self.added - self.taken >= MAX_QUEUED {
-            return false;
-        }
+    fn add(&mut self, path: String) {
+        self.queued_path_bytes += path.len() as u64;
         match &mut self.mode {
             Mode::Threaded(shared) => {
                 let mut queue = lock(shared);
@@ -241,7 +330,6 @@ impl Reader {
             Mode::Inline(pending) => pending.push_back(path),
         }
         self.added += 1;
-        true
     }
 
     async fn take(&mut self, max: u32) -> Vec<File> {
@@ -250,14 +338,8 @@ impl Reader {
         if want == 0 {
             return Vec::new();
         }
-        let files: Vec<File> = match &mut self.mode {
-            Mode::Inline(pending) => pending
-                .drain(..want)
-                .map(|path| File {
-                    contents: read_file(&self.source, &path),
-                    path,
-                })
-                .collect(),
+        let files = match &mut self.mode {
+            Mode::Inline(pending) => take_inline(&self.source, pending, want, self.deadline),
             Mode::Threaded(shared) => {
                 let slots = loop {
                     let ready = shared.ready.notified();
@@ -296,18 +378,51 @@ impl Reader {
             }
         };
         self.taken += files.len() as u64;
+        self.queued_path_bytes -= files.iter().map(|f| f.path.len() as u64).sum::<u64>();
         files
     }
 }
 
-impl Drop for Reader {
-    fn drop(&mut self) {
-        if let Mode::Threaded(shared) = &self.mode {
-            lock(shared).closed = true;
-            shared.work.notify_all();
-            shared.slot.store(false, Ordering::Release);
+/// Reads the next files of an inline reader on the calling thread, as a threaded `take` would
+/// hand them over (by [`batch`]'s rule), stopping early once the call's time is up.
+fn take_inline(
+    source: &Source,
+    pending: &mut VecDeque<String>,
+    want: usize,
+    deadline: Instant,
+) -> Vec<File> {
+    let mut files: Vec<File> = Vec::new();
+    let mut bytes = 0u64;
+    while files.len() < want
+        && let Some(path) = pending.front()
+    {
+        if !files.is_empty() && Instant::now() >= deadline {
+            break;
+        }
+        let contents = match open_regular(source, path) {
+            Ok((file, size)) => {
+                let size_with_path = size.saturating_add(path.len() as u64);
+                let handed_over = if size > AHEAD_BYTES {
+                    u64::MAX
+                } else {
+                    size_with_path
+                };
+                if !files.is_empty() && bytes.saturating_add(handed_over) > AHEAD_BYTES {
+                    break;
+                }
+                bytes = bytes.saturating_add(handed_over);
+                read_contents(&file, size)
+            }
+            Err(e) => Err(e),
+        };
+        let path = pending.pop_front().expect("front checked");
+        bytes = bytes.saturating_add(path.len() as u64);
+        files.push(File { path, contents });
+        if bytes > AHEAD_BYTES {
+            break;
         }
     }
+    files
 }
 
 /// The call's preopened directories, the same handles wasmtime-wasi gives the plugin.
@@ -440,12 +555,35 @@ impl bulk_read::Host for HostState {}
 
 impl bulk_read::HostReader for HostState {
     fn new(&mut self, max_size: u64) -> wasmtime::Result<Resource<Reader>> {
+        if self.bulk_read.readers >= MAX_READERS {
+            wasmtime::bail!(
+                "the plugin holds {MAX_READERS} bulk-read readers at once, the most one call \
+                 may hold; it must drop one before creating another"
+            );
+        }
         let reader = Reader::new(self, max_size)?;
-        Ok(self.table.push(reader)?)
+        let reader = self.table.push(reader)?;
+        self.bulk_read.readers += 1;
+        Ok(reader)
     }
 
-    fn add(&mut self, reader: Resource<Reader>, path: String) -> wasmtime::Result<bool> {
-        Ok(self.table.get_mut(&reader)?.add(path))
+    fn add(
+        &mut self,
+        reader: Resource<Reader>,
+        path: String,
+    ) -> wasmtime::Result<Result<(), AddError>> {
+        if path.len() > MAX_PATH {
+            return Ok(Err(AddError::PathTooLong));
+        }
+        let budget = &mut self.bulk_read;
+        let len = path.len() as u64;
+        if budget.paths >= MAX_QUEUED_PATHS || budget.path_bytes + len > MAX_QUEUED_PATH_BYTES {
+            return Ok(Err(AddError::QueueFull));
+        }
+        self.table.get_mut(&reader)?.add(path);
+        budget.paths += 1;
+        budget.path_bytes += len;
+        Ok(Ok(()))
     }
 
     fn queued(&mut self, reader: Resource<Reader>) -> wasmtime::Result<u32> {
@@ -454,11 +592,51 @@ impl bulk_read::HostReader for HostState {
     }
 
     async fn take(&mut self, reader: Resource<Reader>, max: u32) -> wasmtime::Result<Vec<File>> {
-        Ok(self.table.get_mut(&reader)?.take(max).await)
+        let files = self.table.get_mut(&reader)?.take(max).await;
+        self.bulk_read.paths -= files.len() as u64;
+        self.bulk_read.path_bytes -= files.iter().map(|f| f.path.len() as u64).sum::<u64>();
+        Ok(files)
     }
 
     fn drop(&mut self, reader: Resource<Reader>) -> wasmtime::Result<()> {
-        self.table.delete(reader)?;
+        let reader = self.table.delete(reader)?;
+        self.bulk_read.readers -= 1;
+        self.bulk_read.paths -= reader.added - reader.taken;
+        self.bulk_read.path_bytes -= reader.queued_path_bytes;
         Ok(())
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        if let Mode::Threaded(shared) = &self.mode {
+            lock(shared).closed = true;
+            shared.work.notify_all();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn a_take_hands_over_what_is_read_in_a_row_up_to_the_byte_cap() {
+        // All wanted files read: all of them.
+        assert_eq!(batch([10, 10, 10].into_iter(), 3, false), Some(3));
+        // Fewer read than wanted: wait, unless nothing more comes before this take.
+        assert_eq!(batch([10, 10].into_iter(), 3, false), None);
+        assert_eq!(batch([10, 10].into_iter(), 3, true), Some(2));
+        assert_eq!(batch([].into_iter(), 3, true), None);
+        // The byte cap ends a batch early; a large file comes alone, also when it is first.
+        assert_eq!(
+            batch([3 * MIB, 3 * MIB, 3 * MIB].into_iter(), 3, false),
+            Some(2)
+        );
+        assert_eq!(batch([u64::MAX, 10].into_iter(), 2, false), Some(1));
+        assert_eq!(batch([10, u64::MAX].into_iter(), 2, false), Some(1));
+        assert_eq!(batch([9 * MIB, 10].into_iter(), 2, false), Some(1));
     }
 }

@@ -11,8 +11,9 @@
 //! `d_ino`: another `stat` per entry, a quarter of all system calls of a search. The listing
 //! already has the entry's inode number, so the `metadata-hash-at` for the entry a listing
 //! handed out last is answered from it, with the same hash wasmtime-wasi computes from a
-//! `stat`. That is what `d_ino` means natively too: the identity the listing saw (on Linux,
-//! for a mount point, the inode underneath it).
+//! `stat`. Only where the listing's identity is the one a `stat` reports: not for
+//! subdirectories (a mount point or a btrfs subvolume lists the inode underneath it, or the
+//! parent's device), and not on overlayfs (whose files may report another layer's device).
 //!
 //! What a guest can list is unchanged: the directory is a descriptor from the guest's own
 //! resource table, a preopen or one opened through wasmtime-wasi's sandboxed `open-at`, and a
@@ -41,9 +42,10 @@ use crate::sandbox::HostState;
 pub(crate) struct DirEntries {
     /// Each entry with its inode number.
     entries: std::vec::IntoIter<Result<(DirectoryEntry, u64), ErrorCode>>,
-    /// The listed directory: the descriptor's file, and the device it is on.
+    /// The listed directory: the descriptor's file, and the device it is on if a listed
+    /// file's identity is (device, inode number from the listing); `None` on overlayfs.
     dir: Weak<File>,
-    device: u64,
+    device: Option<u64>,
 }
 
 /// The entry a listing handed out last, for the `metadata-hash-at` that asks about it next.
@@ -75,13 +77,16 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     types.func_wrap(
         "[method]descriptor.read-directory",
         |mut store: StoreContextMut<'_, HostState>, (fd,): (Resource<Descriptor>,)| {
-            let table = &mut store.data_mut().table;
+            let state = store.data_mut();
+            let (table, overlay) = (&mut state.table, &mut state.overlay_devices);
             let listing = match table.get(&fd)? {
-                Descriptor::Dir(dir) => list(&dir.dir).map(|(entries, device)| DirEntries {
-                    entries: entries.into_iter(),
-                    dir: Arc::downgrade(&dir.dir),
-                    device,
-                }),
+                Descriptor::Dir(dir) => {
+                    list(&dir.dir, overlay).map(|(entries, device)| DirEntries {
+                        entries: entries.into_iter(),
+                        dir: Arc::downgrade(&dir.dir),
+                        device,
+                    })
+                }
                 Descriptor::File(_) => Err(ErrorCode::NotDirectory),
             };
             let stream = match listing {
@@ -97,12 +102,16 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
             let state = store.data_mut();
             let listing = state.table.get_mut(&stream)?;
             let next = listing.entries.next();
-            state.last_listed = match &next {
-                Some(Ok((entry, inode))) => Some(ListedEntry {
-                    dir: listing.dir.clone(),
-                    name: entry.name.clone(),
-                    identity: (listing.device, *inode),
-                }),
+            state.last_listed = match (&next, listing.device) {
+                (Some(Ok((entry, inode))), Some(device))
+                    if entry.type_ != DescriptorType::Directory =>
+                {
+                    Some(ListedEntry {
+                        dir: listing.dir.clone(),
+                        name: entry.name.clone(),
+                        identity: (device, *inode),
+                    })
+                }
                 _ => None,
             };
             Ok((next.map(|entry| entry.map(|(entry, _)| entry)).transpose(),))
@@ -158,11 +167,11 @@ type Listing = Vec<Result<(DirectoryEntry, u64), ErrorCode>>;
 /// starts at the beginning and works on descriptors opened only as paths (preopens). An entry
 /// whose name is not UTF-8, or whose type had to be looked up and could not be, becomes an
 /// error in its place; a failure while reading ends the listing with an error after the
-/// entries read so far. Also returns the device the directory is on.
-fn list(dir: &File) -> Result<(Listing, u64), ErrorCode> {
+/// entries read so far. Also returns the device the directory is on, unless it is on overlayfs.
+fn list(dir: &File, overlay: &mut Vec<(u64, bool)>) -> Result<(Listing, Option<u64>), ErrorCode> {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(dir, c".", flags, Mode::empty()).map_err(error_code)?;
-    let device = rustix::fs::fstat(&fd).map_err(error_code)?.st_dev;
+    let device = identity_device(&fd, overlay)?;
     let mut listing = Dir::new(fd).map_err(error_code)?;
     let mut entries = Vec::new();
     while let Some(entry) = listing.read() {
@@ -181,6 +190,37 @@ fn list(dir: &File) -> Result<(Listing, u64), ErrorCode> {
         entries.push(described.map(|described| (described, entry.ino())));
     }
     Ok((entries, device))
+}
+
+/// The device a listed file's identity is on: the directory's, except on overlayfs, where a
+/// file reports the device of the layer it lives in (so its identity needs a real `stat`).
+/// `overlay` remembers per device whether it is overlayfs, so a walk asks once per device.
+fn identity_device(
+    dir: &std::os::fd::OwnedFd,
+    overlay: &mut Vec<(u64, bool)>,
+) -> Result<Option<u64>, ErrorCode> {
+    let device = rustix::fs::fstat(dir).map_err(error_code)?.st_dev;
+    let is_overlay = match overlay.iter().find(|(d, _)| *d == device) {
+        Some(&(_, known)) => known,
+        None => {
+            let known = is_overlayfs(dir)?;
+            overlay.push((device, known));
+            known
+        }
+    };
+    Ok((!is_overlay).then_some(device))
+}
+
+#[cfg(target_os = "linux")]
+fn is_overlayfs(dir: &std::os::fd::OwnedFd) -> Result<bool, ErrorCode> {
+    const OVERLAYFS_SUPER_MAGIC: i64 = 0x794c_7630;
+    let filesystem = rustix::fs::fstatfs(dir).map_err(error_code)?;
+    Ok(filesystem.f_type as i64 == OVERLAYFS_SUPER_MAGIC)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn is_overlayfs(_: &std::os::fd::OwnedFd) -> Result<bool, ErrorCode> {
+    Ok(false)
 }
 
 fn describe(dir: BorrowedFd<'_>, name: &CStr, kind: FileType) -> Result<DirectoryEntry, ErrorCode> {

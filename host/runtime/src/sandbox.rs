@@ -107,8 +107,11 @@ pub(crate) struct HostState {
     pub(crate) open_files: crate::open_files::OpenFiles,
     #[cfg(unix)]
     pub(crate) last_listed: Option<crate::readdir::ListedEntry>,
-    /// Whether a `bulk-read` reader of this call has worker threads (one may).
-    pub(crate) threaded_reader: Arc<std::sync::atomic::AtomicBool>,
+    /// Devices this call listed directories on, and whether each is overlayfs.
+    #[cfg(unix)]
+    pub(crate) overlay_devices: Vec<(u64, bool)>,
+    /// What `bulk-read` readers of this call hold.
+    pub(crate) bulk_read: crate::bulk_read::CallBudget,
     http: WasiHttpCtx,
     hooks: HttpPolicy,
     pub(crate) limiter: Limiter,
@@ -229,7 +232,9 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
         open_files: Default::default(),
         #[cfg(unix)]
         last_listed: None,
-        threaded_reader: Default::default(),
+        #[cfg(unix)]
+        overlay_devices: Vec::new(),
+        bulk_read: Default::default(),
         http: WasiHttpCtx::new(),
         hooks: HttpPolicy {
             origins: sandbox.grants.http_origins().cloned().collect(),

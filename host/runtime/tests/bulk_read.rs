@@ -80,7 +80,7 @@ async fn files_come_back_whole_in_the_order_queued() {
                 paths.iter().collect::<Vec<_>>()
             );
         }
-        assert_eq!(out["refused"], json!(0));
+        assert_eq!(out["refused"], json!({}));
         assert_eq!(out["queued"], json!(0));
     }
 }
@@ -103,6 +103,8 @@ async fn only_regular_files_inside_the_grants_are_read() {
     );
     symlink("../outside/secret.txt", d.join("link_rel_out"));
     symlink("sub/../../outside", d.join("link_dir_out"));
+    // Leaves the directory and comes back in: refused like any link that leaves it.
+    symlink("../granted/a.txt", d.join("link_out_and_in"));
     // A hard link is the same file under a name inside the grant: wasi:filesystem reads it
     // too, so bulk-read must agree with it.
     std::fs::hard_link(outside.join("secret.txt"), d.join("hard")).unwrap();
@@ -134,6 +136,7 @@ async fn only_regular_files_inside_the_grants_are_read() {
         ("/d/link_abs_out", json!({"err": "not-granted"})),
         ("/d/link_rel_out", json!({"err": "not-granted"})),
         ("/d/link_dir_out/secret.txt", json!({"err": "not-granted"})),
+        ("/d/link_out_and_in", json!({"err": "not-granted"})),
         ("/d", json!({"err": "not-a-file"})),
         ("/d/sub", json!({"err": "not-a-file"})),
         ("/d/sub/", json!({"err": "not-a-file"})),
@@ -173,6 +176,8 @@ async fn sizes_and_queues_are_bounded() {
         .unwrap();
     let mut sb = sandbox(&[format!("fs:{}:/d:ro", d.display())]);
     sb.limits.memory = 48 << 20;
+    sb.limits.args = 4 << 20;
+    sb.limits.output = 4 << 20;
     let out = bulk(
         &sb,
         json!({"paths": ["/d/ten", "/d/ten", "/d/huge"], "max_size": 10}),
@@ -186,11 +191,74 @@ async fn sizes_and_queues_are_bounded() {
     // A size limit above the memory limit is lowered to it.
     let out = bulk(&sb, json!({"paths": ["/d/huge"]})).await;
     assert_eq!(results(&out)[0].1, json!({"err": "too-large:67108864"}));
-    // At most 4096 paths wait to be taken.
+    // At most 4096 paths (and 1 MiB of them) wait to be taken in one call, over all its
+    // readers; no path is longer than 4096 bytes.
     let many: Vec<String> = (0..5000).map(|i| format!("/d/missing{i}")).collect();
-    let out = bulk(&sb, json!({"paths": many})).await;
-    assert_eq!(out["refused"], json!(904));
-    assert_eq!(results(&out).len(), 4096);
+    for readers in [1, 2] {
+        let out = bulk(&sb, json!({"paths": many, "readers": readers})).await;
+        assert_eq!(out["refused"], json!({"queue-full": 904}));
+        assert_eq!(results(&out).len(), 4096);
+    }
+    let long: Vec<String> = (0..300)
+        .map(|i| format!("/d/{i:03}{}", "x".repeat(3994)))
+        .collect();
+    assert_eq!(long[0].len(), 4000);
+    let out = bulk(&sb, json!({"paths": long})).await;
+    assert_eq!(out["refused"], json!({"queue-full": 38}));
+    let out = bulk(
+        &sb,
+        json!({"paths": [format!("/d/{}", "x".repeat(4094)), "/d/ten"]}),
+    )
+    .await;
+    assert_eq!(out["refused"], json!({"path-too-long": 1}));
+    assert_eq!(
+        results(&out),
+        [("/d/ten".to_owned(), json!({"ok": "0123456789"}))]
+    );
+}
+
+#[tokio::test]
+async fn a_take_hands_over_at_most_8_mib_unless_one_file_is_larger() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = std::fs::canonicalize(tmp.path()).unwrap();
+    for i in 0..5 {
+        std::fs::write(d.join(format!("three{i}")), "3".repeat(3 << 20)).unwrap();
+    }
+    std::fs::write(d.join("nine"), "9".repeat(9 << 20)).unwrap();
+    std::fs::write(d.join("small"), "s").unwrap();
+    let sb = sandbox(&[format!("fs:{}:/d:ro", d.display())]);
+    let threes: Vec<String> = (0..5).map(|i| format!("/d/three{i}")).collect();
+    // With one reader, and with the paths on a threaded reader and an inline one (taken in
+    // turn: 3 and 2 of them), each batch by the same rule.
+    for (readers, batches) in [(1, json!([2, 2, 1])), (2, json!([2, 2, 1]))] {
+        let out = bulk(&sb, json!({"paths": threes, "take": 5, "readers": readers})).await;
+        assert_eq!(out["batches"], batches, "readers {readers}");
+    }
+    let out = bulk(
+        &sb,
+        json!({"paths": ["/d/small", "/d/small", "/d/nine", "/d/small"], "take": 10}),
+    )
+    .await;
+    assert_eq!(out["batches"], json!([2, 1, 1]));
+    assert_eq!(results(&out)[2].1["len"], json!(9 << 20));
+}
+
+#[tokio::test]
+async fn a_call_may_hold_16_readers() {
+    let sb = Sandbox::default();
+    let out = bulk(&sb, json!({"paths": [], "readers": 16})).await;
+    assert_eq!(out["files"], json!([]));
+    let err = call(
+        probe(),
+        &sb,
+        "bulk_read",
+        json!({"paths": [], "readers": 17}),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("16 bulk-read readers at once"), "{err}");
+    still_serves().await;
 }
 
 fn reader_threads() -> usize {

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::io;
 
 use cordon_sdk::ToolError;
-use cordon_sdk::bulk_read::{BulkReader, ReadError};
+use cordon_sdk::bulk_read::{AddError, BulkReader, ReadError};
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
 
@@ -245,10 +245,20 @@ pub fn run(fs_view: &GrantedDirs, args: SearchTextArgs) -> Result<String, ToolEr
                 shown: join(root, &rel),
                 path: entry.into_path(),
             };
-            // A path that is not UTF-8 (only possible natively) cannot be queued: search
-            // everything before it, then it, streamed.
-            let queueable = file.path.to_str().is_some_and(|p| reader.add(p));
-            if !queueable {
+            let mut added = match file.path.to_str() {
+                Some(p) => reader.add(p),
+                // Not UTF-8 (only possible natively): cannot be queued.
+                None => Err(AddError::PathTooLong),
+            };
+            // A full queue (not with READ_AHEAD below its size) only needs taking from.
+            while added == Err(AddError::QueueFull) && !queued.is_empty() {
+                if !search.take(&mut reader, &mut queued) {
+                    break 'roots;
+                }
+                added = reader.add(file.path.to_str().unwrap_or_default());
+            }
+            if added.is_err() {
+                // Search everything queued before it, then it, streamed.
                 while search.take(&mut reader, &mut queued) && !queued.is_empty() {}
                 if !search.full() {
                     search.file(file, Err(ReadError::TooLarge(0)));

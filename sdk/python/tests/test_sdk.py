@@ -390,6 +390,9 @@ class TestingHostBulkRead(unittest.TestCase):
         os.symlink("a.txt", os.path.join(granted, "link_in"))
         os.symlink(os.path.join(outside, "secret.txt"), os.path.join(granted, "link_out"))
         os.symlink("../outside/secret.txt", os.path.join(granted, "link_rel_out"))
+        # Leaves the directory and comes back in: refused as the host's open refuses it.
+        os.symlink("../granted/a.txt", os.path.join(granted, "link_out_and_in"))
+        os.symlink("../a.txt", os.path.join(granted, "sub", "link_up_in"))
         os.mkfifo(os.path.join(granted, "pipe"))
         self.host = cordon_testing.ComponentHost.__new__(cordon_testing.ComponentHost)
         self.host._preopens = [(granted, "/d", False)]
@@ -410,6 +413,8 @@ class TestingHostBulkRead(unittest.TestCase):
             "/d/link_in": "inside",
             "/d/link_out": "not-granted",
             "/d/link_rel_out": "not-granted",
+            "/d/link_out_and_in": "not-granted",
+            "/d/sub/link_up_in": "inside",
             "/d/../outside/secret.txt": "not-granted",
             "/outside/secret.txt": "not-granted",
             "d/a.txt": "not-granted",

@@ -11,7 +11,7 @@
 //!
 //! let mut reader = BulkReader::new(16 << 20);
 //! for path in ["/data/a.txt", "/data/b.txt"] {
-//!     reader.add(path);
+//!     reader.add(path).expect("two paths fit in the queue");
 //! }
 //! while reader.queued() > 0 {
 //!     for file in reader.take(32) {
@@ -56,6 +56,27 @@ impl fmt::Display for ReadError {
 
 impl std::error::Error for ReadError {}
 
+/// Why [`BulkReader::add`] did not queue a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddError {
+    /// 4096 paths (or 1 MiB of paths) are queued and not yet taken, over all readers of the
+    /// call: [`take`](BulkReader::take) some first.
+    QueueFull,
+    /// The path is longer than 4096 bytes, longer than any path a file can have.
+    PathTooLong,
+}
+
+impl fmt::Display for AddError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AddError::QueueFull => "the read queue is full; take files first",
+            AddError::PathTooLong => "the path is longer than 4096 bytes",
+        })
+    }
+}
+
+impl std::error::Error for AddError {}
+
 /// One queued file, read or not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct File {
@@ -65,7 +86,8 @@ pub struct File {
     pub contents: Result<Vec<u8>, ReadError>,
 }
 
-/// Paths queued for reading; see the [module](self) documentation.
+/// Paths queued for reading; see the [module](self) documentation. A call may hold at most 16
+/// readers at once.
 pub struct BulkReader {
     #[cfg(target_arch = "wasm32")]
     host: crate::bindings::cordon::tool::bulk_read::Reader,
@@ -89,20 +111,26 @@ impl BulkReader {
         }
     }
 
-    /// Queues `path` (a guest path such as `/data/notes.txt`). Returns false, queuing nothing,
-    /// while 4096 paths wait to be taken: [`take`](Self::take) some first.
-    pub fn add(&mut self, path: &str) -> bool {
+    /// Queues `path` (a guest path such as `/data/notes.txt`).
+    pub fn add(&mut self, path: &str) -> Result<(), AddError> {
         #[cfg(target_arch = "wasm32")]
         {
-            self.host.add(path)
+            use crate::bindings::cordon::tool::bulk_read::AddError as Wit;
+            self.host.add(path).map_err(|e| match e {
+                Wit::QueueFull => AddError::QueueFull,
+                Wit::PathTooLong => AddError::PathTooLong,
+            })
         }
         #[cfg(not(target_arch = "wasm32"))]
         {
+            if path.len() > 4096 {
+                return Err(AddError::PathTooLong);
+            }
             if self.pending.len() >= 4096 {
-                return false;
+                return Err(AddError::QueueFull);
             }
             self.pending.push_back(path.to_owned());
-            true
+            Ok(())
         }
     }
 
@@ -118,9 +146,9 @@ impl BulkReader {
         }
     }
 
-    /// The next `max` queued files (fewer if fewer are queued; the host may also hand over
-    /// fewer at a time), in the order they were queued, waiting until they are read. Empty
-    /// only when nothing is queued.
+    /// Up to `max` of the next queued files, in the order they were queued, waiting until they
+    /// are read: fewer when fewer are queued or when their contents would pass 8 MiB (a file
+    /// larger than that comes alone). Empty only when nothing is queued.
     pub fn take(&mut self, max: usize) -> Vec<File> {
         let max = u32::try_from(max).unwrap_or(u32::MAX);
         #[cfg(target_arch = "wasm32")]
@@ -184,8 +212,9 @@ mod tests {
         let path = |name: &str| dir.join(name).to_str().unwrap().to_owned();
         let mut reader = BulkReader::new(10);
         for name in ["a", "missing", "big", ""] {
-            assert!(reader.add(&path(name)));
+            reader.add(&path(name)).unwrap();
         }
+        assert_eq!(reader.add(&"x".repeat(4097)), Err(AddError::PathTooLong));
         assert_eq!(reader.queued(), 4);
         let first = reader.take(1);
         assert_eq!(first[0].contents, Ok(b"alpha".to_vec()));
