@@ -46,13 +46,18 @@ _READER = 1  # the host resource type of bulk-read's `reader`
 _MAX_QUEUED = 4096
 _MAX_QUEUED_BYTES = 1 << 20
 _MAX_PATH = 4096
+_MAX_READERS = 16
+_NOT_DIR = "not a directory"
+_LOOP = "too many levels of symbolic links"
 _BATCH_BYTES = 8 << 20
 
 
 def _beneath(root: str, parts: list[str]) -> str | None:
     """``parts`` resolved below ``root`` as the host's RESOLVE_BENEATH open does: symbolic
     links are followed while they stay inside; an absolute link, or a ``..`` above ``root``
-    (also one that would come back in), gives None."""
+    (also one that would come back in), gives None. A missing component on the way gives the
+    path of what is missing, a component on the way that is not a directory ``_NOT_DIR``, a
+    link loop ``_LOOP``."""
     below: list[str] = []
     todo = list(parts)
     hops = 0
@@ -66,15 +71,24 @@ def _beneath(root: str, parts: list[str]) -> str | None:
             below.pop()
             continue
         candidate = os.path.join(root, *below, part)
+        if not os.path.lexists(candidate):
+            return candidate
         if os.path.islink(candidate):
             hops += 1
+            if hops > 40:
+                return _LOOP
             target = os.readlink(candidate)
-            if hops > 40 or target.startswith("/"):
+            if target.startswith("/"):
                 return None
             todo = target.split("/") + todo
             continue
+        # Anything after it (another component, or a trailing slash) needs a directory.
+        if todo and not os.path.isdir(candidate):
+            return _NOT_DIR
         below.append(part)
     return os.path.join(root, *below)
+
+
 _ERRORS = {
     "invalid-arguments": cordon_sdk.InvalidArguments,
     "not-found": cordon_sdk.NotFound,
@@ -189,6 +203,7 @@ class ComponentHost:
     def _export(self, func_name, preopens, timeout_s, memory_bytes):
         store = wasmtime.Store(self._engine)
         self._preopens = list(preopens or ())
+        self._readers.clear()  # a call's readers end with it, even if it trapped
         self._memory_bytes = memory_bytes
         wasi = wasmtime.WasiConfig()
         for host_dir, guest_dir, writable in preopens or ():
@@ -217,6 +232,11 @@ class ComponentHost:
     # answers as the host, without its read-ahead threads.
 
     def _reader_new(self, _store: Any, max_size: int) -> Any:
+        if len(self._readers) >= _MAX_READERS:
+            raise RuntimeError(
+                f"the plugin holds {_MAX_READERS} bulk-read readers at once, the most one call "
+                "may hold; it must drop one before creating another"
+            )
         rep = next(self._reader_ids)
         self._readers[rep] = (min(max_size, self._memory_bytes), [])
         return _wc.ResourceHost.own(rep, _READER)
@@ -274,12 +294,20 @@ class ComponentHost:
         host_dir, guest = best
         if len(parts) == len(guest):
             return _wc.Variant("not-a-file", None)
-        full = _beneath(os.path.realpath(host_dir), parts[len(guest) :])
+        below = parts[len(guest) :]
+        # A trailing "/" or "/." names a directory, as the host keeps it for its open.
+        if path.endswith("/") or path.endswith("/."):
+            below.append("")
+        full = _beneath(os.path.realpath(host_dir), below)
         if full is None:
             return _wc.Variant("not-granted", None)
+        if full == _NOT_DIR:
+            return _wc.Variant("not-a-file", None)
+        if full == _LOOP:
+            return _wc.Variant("other", _LOOP)
         if not os.path.lexists(full):
             return _wc.Variant("not-found", None)
-        if path.endswith("/"):
+        if os.path.isdir(full):
             return _wc.Variant("not-a-file", None)
         try:
             fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW)

@@ -138,10 +138,11 @@ impl Slot {
         }
     }
 
-    /// Bytes a `take` hands over for it (a later file counts as too many to share a batch).
+    /// Bytes of contents a `take` hands over for it (a later file counts as too many to share
+    /// a batch).
     fn handed_over(&self) -> u64 {
         match self {
-            Slot::Read(_) => self.bytes(),
+            Slot::Read(file) => file.contents.as_ref().map_or(0, |c| c.len() as u64),
             Slot::Later(_) => u64::MAX,
         }
     }
@@ -158,6 +159,8 @@ struct Queue {
     want: Option<usize>,
     /// Workers waiting for paths or room (only they need waking: a wake is a system call).
     idle: usize,
+    /// Files being read by a worker right now.
+    in_flight: usize,
     closed: bool,
 }
 
@@ -186,8 +189,10 @@ impl Queue {
         let ready = (self.next..)
             .map_while(|seq| self.finished.get(&seq))
             .map(Slot::handed_over);
+        // Nothing more comes before this take when the workers wait at the read-ahead bound
+        // and none is still reading (a read in flight may fill a gap before the bound).
         let at_bound = self.finished.len() >= AHEAD_FILES || self.finished_bytes >= AHEAD_BYTES;
-        batch(ready, want, at_bound)
+        batch(ready, want, at_bound && self.in_flight == 0)
     }
 
     fn has_room(&self) -> bool {
@@ -232,6 +237,7 @@ fn worker(shared: Arc<Shared>, source: Arc<Source>, _permit: WorkerPermit) {
                 if queue.has_room()
                     && let Some(next) = queue.pending.pop_front()
                 {
+                    queue.in_flight += 1;
                     break next;
                 }
                 queue.idle += 1;
@@ -251,6 +257,10 @@ fn worker(shared: Arc<Shared>, source: Arc<Source>, _permit: WorkerPermit) {
             }),
         };
         let mut queue = lock(&shared);
+        queue.in_flight -= 1;
+        if queue.closed {
+            return;
+        }
         queue.finished_bytes += slot.bytes();
         queue.finished.insert(seq, slot);
         if let Some(want) = queue.want
@@ -401,12 +411,7 @@ fn take_inline(
         }
         let contents = match open_regular(source, path) {
             Ok((file, size)) => {
-                let size_with_path = size.saturating_add(path.len() as u64);
-                let handed_over = if size > AHEAD_BYTES {
-                    u64::MAX
-                } else {
-                    size_with_path
-                };
+                let handed_over = if size > AHEAD_BYTES { u64::MAX } else { size };
                 if !files.is_empty() && bytes.saturating_add(handed_over) > AHEAD_BYTES {
                     break;
                 }
@@ -416,7 +421,6 @@ fn take_inline(
             Err(e) => Err(e),
         };
         let path = pending.pop_front().expect("front checked");
-        bytes = bytes.saturating_add(path.len() as u64);
         files.push(File { path, contents });
         if bytes > AHEAD_BYTES {
             break;
@@ -610,7 +614,14 @@ impl bulk_read::HostReader for HostState {
 impl Drop for Reader {
     fn drop(&mut self) {
         if let Mode::Threaded(shared) = &self.mode {
-            lock(shared).closed = true;
+            // Free what was queued and read at once; a worker still reading keeps only its
+            // file until the read returns.
+            let mut queue = lock(shared);
+            queue.closed = true;
+            queue.pending.clear();
+            queue.finished.clear();
+            queue.finished_bytes = 0;
+            drop(queue);
             shared.work.notify_all();
         }
     }
@@ -638,5 +649,26 @@ mod tests {
         assert_eq!(batch([u64::MAX, 10].into_iter(), 2, false), Some(1));
         assert_eq!(batch([10, u64::MAX].into_iter(), 2, false), Some(1));
         assert_eq!(batch([9 * MIB, 10].into_iter(), 2, false), Some(1));
+    }
+
+    #[test]
+    fn a_take_waits_for_a_gap_still_being_read_even_at_the_bound() {
+        let small = |seq: u64| {
+            Slot::Read(File {
+                path: format!("/d/{seq}"),
+                contents: Ok(vec![0; 10]),
+            })
+        };
+        // File 1 is being read; 0 and 2..=64 are read, which fills the read-ahead bound.
+        let mut queue = Queue::default();
+        for seq in std::iter::once(0).chain(2..=AHEAD_FILES as u64) {
+            queue.finished.insert(seq, small(seq));
+        }
+        queue.in_flight = 1;
+        assert_eq!(queue.takeable(2), None);
+        queue.in_flight = 0;
+        assert_eq!(queue.takeable(2), Some(1));
+        queue.finished.insert(1, small(1));
+        assert_eq!(queue.takeable(2), Some(2));
     }
 }

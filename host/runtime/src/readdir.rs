@@ -13,7 +13,10 @@
 //! handed out last is answered from it, with the same hash wasmtime-wasi computes from a
 //! `stat`. Only where the listing's identity is the one a `stat` reports: not for
 //! subdirectories (a mount point or a btrfs subvolume lists the inode underneath it, or the
-//! parent's device), and not on overlayfs (whose files may report another layer's device).
+//! parent's device), and only on filesystems whose listings carry the real inode number
+//! (ext2/3/4, xfs, btrfs, tmpfs, f2fs; not overlayfs, FUSE or FAT, which may report another
+//! layer's device, one shared number or made-up ones). A regular file bind-mounted over another
+//! is listed with the inode underneath, as native `readdir` lists it too.
 //!
 //! What a guest can list is unchanged: the directory is a descriptor from the guest's own
 //! resource table, a preopen or one opened through wasmtime-wasi's sandboxed `open-at`, and a
@@ -43,7 +46,7 @@ pub(crate) struct DirEntries {
     /// Each entry with its inode number.
     entries: std::vec::IntoIter<Result<(DirectoryEntry, u64), ErrorCode>>,
     /// The listed directory: the descriptor's file, and the device it is on if a listed
-    /// file's identity is (device, inode number from the listing); `None` on overlayfs.
+    /// file's identity is (device, inode number from the listing).
     dir: Weak<File>,
     device: Option<u64>,
 }
@@ -78,10 +81,10 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         "[method]descriptor.read-directory",
         |mut store: StoreContextMut<'_, HostState>, (fd,): (Resource<Descriptor>,)| {
             let state = store.data_mut();
-            let (table, overlay) = (&mut state.table, &mut state.overlay_devices);
+            let (table, devices) = (&mut state.table, &mut state.listed_devices);
             let listing = match table.get(&fd)? {
                 Descriptor::Dir(dir) => {
-                    list(&dir.dir, overlay).map(|(entries, device)| DirEntries {
+                    list(&dir.dir, devices).map(|(entries, device)| DirEntries {
                         entries: entries.into_iter(),
                         dir: Arc::downgrade(&dir.dir),
                         device,
@@ -167,11 +170,12 @@ type Listing = Vec<Result<(DirectoryEntry, u64), ErrorCode>>;
 /// starts at the beginning and works on descriptors opened only as paths (preopens). An entry
 /// whose name is not UTF-8, or whose type had to be looked up and could not be, becomes an
 /// error in its place; a failure while reading ends the listing with an error after the
-/// entries read so far. Also returns the device the directory is on, unless it is on overlayfs.
-fn list(dir: &File, overlay: &mut Vec<(u64, bool)>) -> Result<(Listing, Option<u64>), ErrorCode> {
+/// entries read so far. Also returns the device the directory is on if the listing's inode
+/// numbers are the files' identities there (see [`identity_device`]).
+fn list(dir: &File, devices: &mut Vec<(u64, bool)>) -> Result<(Listing, Option<u64>), ErrorCode> {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(dir, c".", flags, Mode::empty()).map_err(error_code)?;
-    let device = identity_device(&fd, overlay)?;
+    let device = identity_device(&fd, devices)?;
     let mut listing = Dir::new(fd).map_err(error_code)?;
     let mut entries = Vec::new();
     while let Some(entry) = listing.read() {
@@ -192,34 +196,42 @@ fn list(dir: &File, overlay: &mut Vec<(u64, bool)>) -> Result<(Listing, Option<u
     Ok((entries, device))
 }
 
-/// The device a listed file's identity is on: the directory's, except on overlayfs, where a
-/// file reports the device of the layer it lives in (so its identity needs a real `stat`).
-/// `overlay` remembers per device whether it is overlayfs, so a walk asks once per device.
+/// The device a listed file's identity is on, if the directory's filesystem lists real inode
+/// numbers. `devices` remembers the answer per device, so a walk asks once per device.
 fn identity_device(
     dir: &std::os::fd::OwnedFd,
-    overlay: &mut Vec<(u64, bool)>,
+    devices: &mut Vec<(u64, bool)>,
 ) -> Result<Option<u64>, ErrorCode> {
     let device = rustix::fs::fstat(dir).map_err(error_code)?.st_dev;
-    let is_overlay = match overlay.iter().find(|(d, _)| *d == device) {
+    let trusted = match devices.iter().find(|(d, _)| *d == device) {
         Some(&(_, known)) => known,
         None => {
-            let known = is_overlayfs(dir)?;
-            overlay.push((device, known));
+            let known = lists_real_inodes(dir)?;
+            devices.push((device, known));
             known
         }
     };
-    Ok((!is_overlay).then_some(device))
+    Ok(trusted.then_some(device))
 }
 
+/// Whether the filesystem's listings carry each file's own inode number on its own device.
 #[cfg(target_os = "linux")]
-fn is_overlayfs(dir: &std::os::fd::OwnedFd) -> Result<bool, ErrorCode> {
-    const OVERLAYFS_SUPER_MAGIC: i64 = 0x794c_7630;
+fn lists_real_inodes(dir: &std::os::fd::OwnedFd) -> Result<bool, ErrorCode> {
+    const EXT_SUPER_MAGIC: i64 = 0xEF53;
+    const XFS_SUPER_MAGIC: i64 = 0x5846_5342;
+    const BTRFS_SUPER_MAGIC: i64 = 0x9123_683E;
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const F2FS_SUPER_MAGIC: i64 = 0xF2F5_2010;
     let filesystem = rustix::fs::fstatfs(dir).map_err(error_code)?;
-    Ok(filesystem.f_type as i64 == OVERLAYFS_SUPER_MAGIC)
+    Ok(matches!(
+        filesystem.f_type as i64,
+        EXT_SUPER_MAGIC | XFS_SUPER_MAGIC | BTRFS_SUPER_MAGIC | TMPFS_MAGIC | F2FS_SUPER_MAGIC
+    ))
 }
 
+/// Elsewhere every entry's identity comes from a real `stat`.
 #[cfg(not(target_os = "linux"))]
-fn is_overlayfs(_: &std::os::fd::OwnedFd) -> Result<bool, ErrorCode> {
+fn lists_real_inodes(_: &std::os::fd::OwnedFd) -> Result<bool, ErrorCode> {
     Ok(false)
 }
 

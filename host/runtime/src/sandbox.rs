@@ -107,9 +107,10 @@ pub(crate) struct HostState {
     pub(crate) open_files: crate::open_files::OpenFiles,
     #[cfg(unix)]
     pub(crate) last_listed: Option<crate::readdir::ListedEntry>,
-    /// Devices this call listed directories on, and whether each is overlayfs.
+    /// Devices this call listed directories on, and whether listings there carry real inode
+    /// numbers.
     #[cfg(unix)]
-    pub(crate) overlay_devices: Vec<(u64, bool)>,
+    pub(crate) listed_devices: Vec<(u64, bool)>,
     /// What `bulk-read` readers of this call hold.
     pub(crate) bulk_read: crate::bulk_read::CallBudget,
     http: WasiHttpCtx,
@@ -233,7 +234,7 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
         #[cfg(unix)]
         last_listed: None,
         #[cfg(unix)]
-        overlay_devices: Vec::new(),
+        listed_devices: Vec::new(),
         bulk_read: Default::default(),
         http: WasiHttpCtx::new(),
         hooks: HttpPolicy {

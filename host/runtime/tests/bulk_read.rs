@@ -105,6 +105,8 @@ async fn only_regular_files_inside_the_grants_are_read() {
     symlink("sub/../../outside", d.join("link_dir_out"));
     // Leaves the directory and comes back in: refused like any link that leaves it.
     symlink("../granted/a.txt", d.join("link_out_and_in"));
+    symlink("missing/../a.txt", d.join("link_via_missing"));
+    symlink("a.txt/", d.join("link_file_as_dir"));
     // A hard link is the same file under a name inside the grant: wasi:filesystem reads it
     // too, so bulk-read must agree with it.
     std::fs::hard_link(outside.join("secret.txt"), d.join("hard")).unwrap();
@@ -143,6 +145,11 @@ async fn only_regular_files_inside_the_grants_are_read() {
         ("/d/a.txt/", json!({"err": "not-a-file"})),
         ("/d/pipe", json!({"err": "not-a-file"})),
         ("/d/missing", json!({"err": "not-found"})),
+        ("/d/missing/", json!({"err": "not-found"})),
+        ("/d/a.txt/.", json!({"err": "not-a-file"})),
+        ("/d/a.txt/x", json!({"err": "not-a-file"})),
+        ("/d/link_via_missing", json!({"err": "not-found"})),
+        ("/d/link_file_as_dir", json!({"err": "not-a-file"})),
     ];
     let paths: Vec<&str> = cases.iter().map(|c| c.0).collect();
     let out = bulk(&sb, json!({"paths": paths})).await;

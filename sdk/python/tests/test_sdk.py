@@ -394,6 +394,10 @@ class TestingHostBulkRead(unittest.TestCase):
         os.symlink("../granted/a.txt", os.path.join(granted, "link_out_and_in"))
         os.symlink("../a.txt", os.path.join(granted, "sub", "link_up_in"))
         os.mkfifo(os.path.join(granted, "pipe"))
+        os.symlink("missing/../a.txt", os.path.join(granted, "link_via_missing"))
+        os.symlink("a.txt/", os.path.join(granted, "link_file_as_dir"))
+        os.symlink("loop_b", os.path.join(granted, "loop_a"))
+        os.symlink("loop_a", os.path.join(granted, "loop_b"))
         self.host = cordon_testing.ComponentHost.__new__(cordon_testing.ComponentHost)
         self.host._preopens = [(granted, "/d", False)]
 
@@ -423,6 +427,12 @@ class TestingHostBulkRead(unittest.TestCase):
             "/d/sub/": "not-a-file",
             "/d/pipe": "not-a-file",
             "/d/missing": "not-found",
+            "/d/missing/": "not-found",
+            "/d/a.txt/.": "not-a-file",
+            "/d/a.txt/x": "not-a-file",
+            "/d/link_via_missing": "not-found",
+            "/d/link_file_as_dir": "not-a-file",
+            "/d/loop_a": "other:too many levels of symbolic links",
         }
         for path, expected in cases.items():
             self.assertEqual(self.answer(path), expected, path)

@@ -171,17 +171,32 @@ impl BulkReader {
         }
         #[cfg(not(target_arch = "wasm32"))]
         {
-            let n = (max as usize).min(self.pending.len());
-            self.pending
-                .drain(..n)
-                .map(|path| File {
-                    contents: read_native(&path, self.max_size),
-                    path,
-                })
-                .collect()
+            // The host's rule: at most 64 files and 8 MiB of contents, a larger file alone.
+            let mut files: Vec<File> = Vec::new();
+            let mut bytes = 0u64;
+            while files.len() < (max as usize).min(64)
+                && let Some(path) = self.pending.front()
+            {
+                let contents = read_native(path, self.max_size);
+                let size = contents.as_ref().map_or(0, |c| c.len() as u64);
+                if !files.is_empty() && (size > BATCH_BYTES || bytes + size > BATCH_BYTES) {
+                    break;
+                }
+                bytes += size;
+                let path = self.pending.pop_front().expect("front checked");
+                files.push(File { path, contents });
+                if size > BATCH_BYTES {
+                    break;
+                }
+            }
+            files
         }
     }
 }
+
+/// Most contents one `take` hands over, unless a single file is larger.
+#[cfg(not(target_arch = "wasm32"))]
+const BATCH_BYTES: u64 = 8 << 20;
 
 #[cfg(not(target_arch = "wasm32"))]
 fn read_native(path: &str, max_size: u64) -> Result<Vec<u8>, ReadError> {
