@@ -13,11 +13,37 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpH
 
 use crate::http_send::{Resolver, checked_addresses, send_pinned};
 
-/// Allowed origins of one call, and the plugin name for log messages.
+/// Connections one call may have open at once. Each is a socket of the host process that
+/// would otherwise stay open as long as the plugin keeps its request or response (up to its
+/// time limit), so a plugin with a network grant could exhaust the host's descriptors.
+pub(crate) const MAX_CONNECTIONS_PER_CALL: usize = 32;
+
+/// Allowed origins of one call, the plugin name for log messages, and the call's connection
+/// budget.
 pub(crate) struct HttpPolicy {
     pub(crate) origins: Vec<HttpOrigin>,
     pub(crate) plugin: std::sync::Arc<str>,
     pub(crate) resolver: Resolver,
+    /// One permit per open connection, held from the request until the connection closes.
+    pub(crate) connections: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Whether the host log already says this call hit the connection cap.
+    pub(crate) warned: bool,
+}
+
+impl HttpPolicy {
+    pub(crate) fn new(
+        origins: Vec<HttpOrigin>,
+        plugin: std::sync::Arc<str>,
+        resolver: Resolver,
+    ) -> HttpPolicy {
+        HttpPolicy {
+            origins,
+            plugin,
+            resolver,
+            connections: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS_PER_CALL)),
+            warned: false,
+        }
+    }
 }
 
 /// Lower-cases a host and strips one trailing dot, the forms a grant stores.
@@ -116,6 +142,17 @@ impl WasiHttpHooks for HttpPolicy {
                 return Box::new(async { Err(HttpError::HttpRequestDenied) });
             }
         };
+        let Ok(permit) = self.connections.clone().try_acquire_owned() else {
+            if !std::mem::replace(&mut self.warned, true) {
+                tracing::warn!(
+                    target: "cordon::sandbox",
+                    plugin = %self.plugin,
+                    "refusing HTTP requests: the call has {MAX_CONNECTIONS_PER_CALL} connections \
+                     open, the most one call may have"
+                );
+            }
+            return Box::new(async { Err(HttpError::ConnectionLimitReached) });
+        };
         let resolver = self.resolver.clone();
         let plugin = self.plugin.clone();
         Box::new(async move {
@@ -126,7 +163,7 @@ impl WasiHttpHooks for HttpPolicy {
                     return Err(refusal);
                 }
             };
-            send_pinned(request, options, &host, addresses).await
+            send_pinned(request, options, &host, addresses, permit).await
         })
     }
 }
@@ -136,17 +173,17 @@ mod tests {
     use super::*;
 
     fn policy(grants: &[&str]) -> HttpPolicy {
-        HttpPolicy {
-            origins: grants
+        HttpPolicy::new(
+            grants
                 .iter()
                 .map(|g| match g.parse::<cordon_core::Grant>().unwrap() {
                     cordon_core::Grant::Http(o) => o,
                     other => panic!("{other:?}"),
                 })
                 .collect(),
-            plugin: "t".into(),
-            resolver: crate::http_send::system_resolver(),
-        }
+            "t".into(),
+            crate::http_send::system_resolver(),
+        )
     }
 
     fn req(uri: &str, host: Option<&str>) -> Request<()> {

@@ -222,12 +222,14 @@ type Sent = (
 );
 
 /// Sends `request` (already allowed by the policy) over a connection to one of `addresses`,
-/// with TLS for https verified against `host`.
+/// with TLS for https verified against `host`. `permit` (the call's connection budget) is held
+/// until the connection is closed.
 pub(crate) async fn send_pinned(
     mut request: Request<WasiBody>,
     options: Option<RequestOptions>,
     host: &str,
     addresses: Vec<SocketAddr>,
+    permit: tokio::sync::OwnedSemaphorePermit,
 ) -> Result<Sent, HttpError> {
     use http_body_util::BodyExt;
     let timeout = |pick: fn(&RequestOptions) -> Option<Duration>| {
@@ -290,6 +292,7 @@ pub(crate) async fn send_pinned(
         .boxed_unsync()
     });
     let done = async move {
+        let _permit = permit;
         let mut driver = driver;
         match (&mut driver.0).await {
             Ok(Ok(())) => Ok(()),

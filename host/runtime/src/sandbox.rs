@@ -237,11 +237,11 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
         listed_devices: Vec::new(),
         bulk_read: Default::default(),
         http: WasiHttpCtx::new(),
-        hooks: HttpPolicy {
-            origins: sandbox.grants.http_origins().cloned().collect(),
-            plugin: plugin.clone(),
-            resolver: crate::http_send::system_resolver(),
-        },
+        hooks: HttpPolicy::new(
+            sandbox.grants.http_origins().cloned().collect(),
+            plugin.clone(),
+            crate::http_send::system_resolver(),
+        ),
         limiter: Limiter {
             limit: limits.memory,
             used: 0,

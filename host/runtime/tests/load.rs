@@ -224,6 +224,7 @@ async fn tool_lists_and_ceilings() {
             "fs",
             "env",
             "http",
+            "http_many",
             "tcp",
             "log",
             "bulk_read",

@@ -241,6 +241,41 @@ async fn names_are_resolved_by_the_host_and_checked() {
 }
 
 #[tokio::test]
+async fn a_call_may_have_32_connections_open() {
+    let (a, _) = server().await;
+    let sb = sandbox(&[format!("net:http://127.0.0.1:{}", a.port())]);
+    // 40 requests to a server that never answers: 32 stay open, the rest are refused with
+    // wasi:http's connection-limit-reached; once they are dropped, a request goes through.
+    let out = call(
+        probe(),
+        &sb,
+        "http_many",
+        json!({
+            "url": format!("http://127.0.0.1:{}/hang", a.port()),
+            "count": 40,
+            "then_url": format!("http://127.0.0.1:{}/", a.port()),
+        }),
+    )
+    .await
+    .unwrap();
+    let out = json_of(&out)["ok"].clone();
+    assert_eq!(out["pending"], json!(32), "{out}");
+    assert_eq!(
+        out["failures"],
+        json!(vec!["ErrorCode::ConnectionLimitReached"; 8]),
+        "{out}"
+    );
+    assert_eq!(out["then"], json!(200), "{out}");
+    // The budget is per call.
+    let out = http(
+        &sb,
+        json!({"url": format!("http://127.0.0.1:{}/", a.port())}),
+    )
+    .await;
+    assert_eq!(out.unwrap()["status"], json!(200));
+}
+
+#[tokio::test]
 async fn a_hanging_server_is_cut_off_by_the_time_limit() {
     let (a, _) = server().await;
     let mut sb = sandbox(&[format!("net:http://127.0.0.1:{}", a.port())]);
