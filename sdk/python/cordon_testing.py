@@ -89,6 +89,15 @@ def _beneath(root: str, parts: list[str]) -> str | None:
     return os.path.join(root, *below)
 
 
+def _read_opened(opened: Any) -> Any:
+    """The contents of an ``(fd, size)`` from ``_open_granted`` (closing it), or its error."""
+    if not isinstance(opened, tuple):
+        return opened
+    fd, size = opened
+    with os.fdopen(fd, "rb") as file:
+        return file.read(size)
+
+
 _ERRORS = {
     "invalid-arguments": cordon_sdk.InvalidArguments,
     "not-found": cordon_sdk.NotFound,
@@ -269,10 +278,15 @@ class ComponentHost:
         files: list = []
         total = 0
         while queued and len(files) < min(count, 64):
-            contents = self._read_granted(queued[0], max_size)
-            size = len(contents) if isinstance(contents, bytes) else 0
+            # The size decides before the file is read, so one left for the next take is
+            # read only then.
+            opened = self._open_granted(queued[0], max_size)
+            size = opened[1] if isinstance(opened, tuple) else 0
             if files and (size > _BATCH_BYTES or total + size > _BATCH_BYTES):
+                if isinstance(opened, tuple):
+                    os.close(opened[0])
                 break
+            contents = _read_opened(opened)
             files.append(types.SimpleNamespace(path=queued.pop(0), contents=contents))
             total += size
             if size > _BATCH_BYTES:
@@ -281,6 +295,11 @@ class ComponentHost:
 
     def _read_granted(self, path: str, max_size: int) -> Any:
         """A file's bytes, or the read-error variant the host would answer with."""
+        return _read_opened(self._open_granted(path, max_size))
+
+    def _open_granted(self, path: str, max_size: int) -> Any:
+        """``(fd, size)`` of the regular file at guest ``path`` if it may be read whole, or the
+        read-error variant the host would answer with."""
         parts = [p for p in path.split("/") if p not in ("", ".")]
         if not path.startswith("/") or ".." in parts:
             return _wc.Variant("not-granted", None)
@@ -319,8 +338,7 @@ class ComponentHost:
             if not stat.S_ISREG(info.st_mode):
                 return _wc.Variant("not-a-file", None)
             return _wc.Variant("too-large", info.st_size)
-        with os.fdopen(fd, "rb") as file:
-            return file.read(info.st_size)
+        return fd, info.st_size
 
     def _tick(self) -> None:
         while not self._stop.wait(_TICK_S):

@@ -92,8 +92,6 @@ pub struct Reader {
     taken: u64,
     /// Bytes of the paths queued and not yet taken.
     queued_path_bytes: u64,
-    /// When the call's time is up: an inline `take` stops reading more files then.
-    deadline: Instant,
     mode: Mode,
 }
 
@@ -322,7 +320,6 @@ impl Reader {
             added: 0,
             taken: 0,
             queued_path_bytes: 0,
-            deadline: state.deadline,
             mode,
         })
     }
@@ -342,14 +339,16 @@ impl Reader {
         self.added += 1;
     }
 
-    async fn take(&mut self, max: u32) -> Vec<File> {
+    /// The next files (see the WIT); an inline reader stops reading more once `deadline`, the
+    /// call's, has passed.
+    async fn take(&mut self, max: u32, deadline: Instant) -> Vec<File> {
         let want = (max as u64).min(self.added - self.taken) as usize;
         let want = want.min(AHEAD_FILES);
         if want == 0 {
             return Vec::new();
         }
         let files = match &mut self.mode {
-            Mode::Inline(pending) => take_inline(&self.source, pending, want, self.deadline),
+            Mode::Inline(pending) => take_inline(&self.source, pending, want, deadline),
             Mode::Threaded(shared) => {
                 let slots = loop {
                     let ready = shared.ready.notified();
@@ -596,7 +595,8 @@ impl bulk_read::HostReader for HostState {
     }
 
     async fn take(&mut self, reader: Resource<Reader>, max: u32) -> wasmtime::Result<Vec<File>> {
-        let files = self.table.get_mut(&reader)?.take(max).await;
+        let deadline = self.deadline;
+        let files = self.table.get_mut(&reader)?.take(max, deadline).await;
         self.bulk_read.paths -= files.len() as u64;
         self.bulk_read.path_bytes -= files.iter().map(|f| f.path.len() as u64).sum::<u64>();
         Ok(files)

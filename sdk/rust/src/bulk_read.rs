@@ -177,13 +177,16 @@ impl BulkReader {
             while files.len() < (max as usize).min(64)
                 && let Some(path) = self.pending.front()
             {
-                let contents = read_native(path, self.max_size);
-                let size = contents.as_ref().map_or(0, |c| c.len() as u64);
+                // The size decides before the file is read, so a file left for the next take
+                // is read only then.
+                let checked = size_native(path, self.max_size);
+                let size = *checked.as_ref().unwrap_or(&0);
                 if !files.is_empty() && (size > BATCH_BYTES || bytes + size > BATCH_BYTES) {
                     break;
                 }
                 bytes += size;
                 let path = self.pending.pop_front().expect("front checked");
+                let contents = checked.and_then(|_| std::fs::read(&path).map_err(native_error));
                 files.push(File { path, contents });
                 if size > BATCH_BYTES {
                     break;
@@ -198,20 +201,25 @@ impl BulkReader {
 #[cfg(not(target_arch = "wasm32"))]
 const BATCH_BYTES: u64 = 8 << 20;
 
+/// The size of the regular file at `path` if it may be read whole, or why not.
 #[cfg(not(target_arch = "wasm32"))]
-fn read_native(path: &str, max_size: u64) -> Result<Vec<u8>, ReadError> {
-    let io = |e: std::io::Error| match e.kind() {
-        std::io::ErrorKind::NotFound => ReadError::NotFound,
-        _ => ReadError::Other(e.to_string()),
-    };
-    let metadata = std::fs::metadata(path).map_err(io)?;
+fn size_native(path: &str, max_size: u64) -> Result<u64, ReadError> {
+    let metadata = std::fs::metadata(path).map_err(native_error)?;
     if !metadata.is_file() {
         return Err(ReadError::NotAFile);
     }
     if metadata.len() > max_size {
         return Err(ReadError::TooLarge(metadata.len()));
     }
-    std::fs::read(path).map_err(io)
+    Ok(metadata.len())
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn native_error(e: std::io::Error) -> ReadError {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => ReadError::NotFound,
+        _ => ReadError::Other(e.to_string()),
+    }
 }
 
 #[cfg(test)]
