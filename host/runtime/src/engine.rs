@@ -200,11 +200,14 @@ impl Runtime {
         };
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(link)?;
         // Cordon's own pieces of wasi:filesystem over wasmtime-wasi's: listings typed from
-        // the listing itself instead of a stat per entry, and a cap on open descriptors.
+        // the listing itself instead of a stat per entry, lookups a fresh listing answers,
+        // and a cap on open descriptors.
         ensure_filesystem_version(&mut linker).map_err(RuntimeError::Engine)?;
         linker.allow_shadowing(true);
         #[cfg(unix)]
         crate::readdir::shadow(&mut linker).map_err(link)?;
+        #[cfg(unix)]
+        crate::fresh_listing::shadow(&mut linker).map_err(link)?;
         crate::open_files::shadow(&mut linker).map_err(link)?;
         linker.allow_shadowing(false);
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(link)?;

@@ -18,6 +18,8 @@ mod bulk_read;
 mod cache;
 mod engine;
 mod error;
+#[cfg(unix)]
+mod fresh_listing;
 mod http_policy;
 mod http_send;
 mod open_files;
@@ -32,3 +34,11 @@ pub use engine::{CompileEvent, DEFAULT_MAX_INSTANCES, Runtime, RuntimeConfig};
 pub use error::{CallError, RuntimeError};
 pub use plugin::{Plugin, ToolOutput};
 pub use sandbox::{EnvSource, Sandbox};
+
+/// How many lookups of names a directory listing had just shown absent were answered from
+/// that listing instead of the filesystem, in this process (see `fresh_listing`). For tests
+/// and diagnostics.
+#[cfg(unix)]
+pub fn lookups_answered_from_listings() -> u64 {
+    fresh_listing::answered()
+}

@@ -73,12 +73,22 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                     }
                     return Ok((Err(ErrorCode::InsufficientMemory),));
                 }
+                #[cfg(unix)]
+                if let Some(answer) =
+                    crate::fresh_listing::before_open(state, &dir, &path, open_flags, flags)?
+                {
+                    return Ok((Err(answer),));
+                }
+                #[cfg(unix)]
+                let (base, asked) = (Resource::<Descriptor>::new_borrow(dir.rep()), path.clone());
                 let mut fs = state.filesystem();
                 let opened =
                     HostDescriptor::open_at(&mut fs, dir, path_flags, path, open_flags, flags)
                         .await;
                 let result = match opened {
                     Ok(fd) => {
+                        #[cfg(unix)]
+                        crate::fresh_listing::after_open(state, &base, &asked, &fd)?;
                         let file = match state.table.get(&fd)? {
                             Descriptor::File(f) => Arc::downgrade(&f.file),
                             Descriptor::Dir(d) => Arc::downgrade(&d.dir),

@@ -83,13 +83,20 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
             let state = store.data_mut();
             let (table, devices) = (&mut state.table, &mut state.listed_devices);
             let listing = match table.get(&fd)? {
-                Descriptor::Dir(dir) => {
-                    list(&dir.dir, devices).map(|(entries, device)| DirEntries {
+                Descriptor::Dir(dir) => list(&dir.dir, devices).map(|(entries, device)| {
+                    let names = entries
+                        .iter()
+                        .map(|e| e.as_ref().map(|(e, _)| e).map_err(|_| ()));
+                    let now = std::time::Instant::now();
+                    state
+                        .fresh_listing
+                        .listed(&dir.dir, names, device.is_some(), now);
+                    DirEntries {
                         entries: entries.into_iter(),
                         dir: Arc::downgrade(&dir.dir),
                         device,
-                    })
-                }
+                    }
+                }),
                 Descriptor::File(_) => Err(ErrorCode::NotDirectory),
             };
             let stream = match listing {
@@ -133,6 +140,9 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                     && std::ptr::eq(Arc::as_ptr(&dir.dir), listed.dir.as_ptr())
                 {
                     return Ok((Ok(metadata_hash(listed.identity)),));
+                }
+                if crate::fresh_listing::absent_at(state, &fd, &path)? {
+                    return Ok((Err(ErrorCode::NoEntry),));
                 }
                 let mut fs = state.filesystem();
                 let result =

@@ -111,6 +111,9 @@ pub(crate) struct HostState {
     /// numbers.
     #[cfg(unix)]
     pub(crate) listed_devices: Vec<(u64, bool)>,
+    /// The last listing, while it may answer lookups of names it lacks.
+    #[cfg(unix)]
+    pub(crate) fresh_listing: crate::fresh_listing::FreshListing,
     /// What `bulk-read` readers of this call hold.
     pub(crate) bulk_read: crate::bulk_read::CallBudget,
     http: WasiHttpCtx,
@@ -173,7 +176,9 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
     // Nothing is inherited: no stdin, args or environment. stdout and stderr are captured.
     b.stdout(output.clone()).stderr(output.clone());
 
+    let mut all_read_only = true;
     for fs in sandbox.grants.fs() {
+        all_read_only &= fs.mode == FsMode::ReadOnly;
         let now = std::fs::canonicalize(&fs.host).map_err(|e| {
             CallError::Denied(format!(
                 "the granted directory `{}` cannot be opened ({e}); re-grant an existing directory",
@@ -235,6 +240,8 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
         last_listed: None,
         #[cfg(unix)]
         listed_devices: Vec::new(),
+        #[cfg(unix)]
+        fresh_listing: crate::fresh_listing::FreshListing::new(all_read_only),
         bulk_read: Default::default(),
         http: WasiHttpCtx::new(),
         hooks: HttpPolicy::new(
