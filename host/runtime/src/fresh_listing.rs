@@ -10,8 +10,11 @@
 //!
 //! Only where that answer is the one the system call would give:
 //! - the call's preopens are all read-only, so the guest itself cannot have created the name
-//!   since (anyone else doing so is a race the guest could lose natively too), and the listing
-//!   is used for at most [`WINDOW`] and only until the guest asks about another directory;
+//!   since (anyone else doing so is a race the guest could lose natively too); the directory
+//!   was listed within [`WINDOW`] of being opened (so the path still led to it, unless renamed
+//!   in that moment) and the listing answers for at most [`WINDOW`] after;
+//! - the listing could be taken, so the directory is searchable (listing reopens it as `.`):
+//!   where a lookup would fail for permission (`EACCES`), no listing is kept;
 //! - the listing was read whole without errors, names only ASCII, on a filesystem whose
 //!   listings are the truth (the set [`crate::readdir`] trusts for inode numbers); the name
 //!   asked for is ASCII and no listed name equals it ignoring ASCII case (xfs `ascii-ci`, and
@@ -43,7 +46,7 @@ use crate::sandbox::HostState;
 
 /// How long after it was taken a listing may answer lookups. A walker asks right after
 /// listing (microseconds); this only bounds how stale an answer can be if a guest waits.
-pub(crate) const WINDOW: Duration = Duration::from_millis(50);
+pub(crate) const WINDOW: Duration = Duration::from_millis(100);
 
 /// Lookups answered from a listing in this process (lets tests see it in use).
 static ANSWERED: AtomicU64 = AtomicU64::new(0);
@@ -78,6 +81,7 @@ struct OpenedDir {
     dir: Weak<File>,
     base: Weak<File>,
     path: String,
+    at: Instant,
 }
 
 /// The names of the directory listed last, and how the guest reached it.
@@ -98,9 +102,15 @@ impl FreshListing {
         }
     }
 
-    /// Notes that `path` opened from `base` is the directory `dir`.
-    fn opened(&mut self, base: &Arc<File>, path: &str, dir: &Arc<File>) {
-        if !self.enabled {
+    /// Whether a directory opened by `path` could have its listing answer lookups (the path is
+    /// kept only then).
+    pub(crate) fn wants(&self, path: &str) -> bool {
+        self.enabled && path.len() <= MAX_PATH
+    }
+
+    /// Notes that `path` opened from `base` at `now` is the directory `dir`.
+    fn opened(&mut self, base: &Arc<File>, path: &str, dir: &Arc<File>, now: Instant) {
+        if !self.wants(path) {
             return;
         }
         if self.opened.len() == REMEMBERED_OPENS {
@@ -110,6 +120,7 @@ impl FreshListing {
             dir: Arc::downgrade(dir),
             base: Arc::downgrade(base),
             path: path.to_owned(),
+            at: now,
         });
     }
 
@@ -131,6 +142,9 @@ impl FreshListing {
         else {
             return;
         };
+        if now.saturating_duration_since(origin.at) > WINDOW {
+            return;
+        }
         let mut names = HashSet::with_capacity(entries.len());
         for entry in entries {
             match entry {
@@ -220,11 +234,13 @@ pub(crate) fn after_open(
     path: &str,
     opened: &Resource<Descriptor>,
 ) -> wasmtime::Result<()> {
-    if !state.fresh_listing.enabled {
+    if !state.fresh_listing.wants(path) {
         return Ok(());
     }
     if let (Some(base), Some(dir)) = (dir_file(state, base)?, dir_file(state, opened)?) {
-        state.fresh_listing.opened(&base, path, &dir);
+        state
+            .fresh_listing
+            .opened(&base, path, &dir, Instant::now());
     }
     Ok(())
 }
@@ -293,7 +309,7 @@ mod tests {
     fn listing(base: &Arc<File>, path: &str, names: &[&str], at: Instant) -> FreshListing {
         let mut fresh = FreshListing::new(true);
         let dir = file();
-        fresh.opened(base, path, &dir);
+        fresh.opened(base, path, &dir, at);
         let entries: Vec<DirectoryEntry> = names.iter().map(|n| entry(n)).collect();
         fresh.listed(&dir, entries.iter().map(Ok), true, at);
         fresh
@@ -372,23 +388,23 @@ mod tests {
         let names = [entry("src")];
 
         let mut writable = FreshListing::new(false);
-        writable.opened(&base, "a", &dir);
+        writable.opened(&base, "a", &dir, now);
         writable.listed(&dir, names.iter().map(Ok), true, now);
         assert!(!writable.absent(&base, "a/.git", now), "a writable call");
 
         let mut fresh = FreshListing::new(true);
-        fresh.opened(&base, "a", &dir);
+        fresh.opened(&base, "a", &dir, now);
         fresh.listed(&dir, names.iter().map(Ok), false, now);
         assert!(!fresh.absent(&base, "a/.git", now), "untrusted filesystem");
 
         let mut fresh = FreshListing::new(true);
-        fresh.opened(&base, "a", &dir);
+        fresh.opened(&base, "a", &dir, now);
         let with_error = [Ok(&names[0]), Err(())];
         fresh.listed(&dir, with_error.into_iter(), true, now);
         assert!(!fresh.absent(&base, "a/.git", now), "listing with an error");
 
         let mut fresh = FreshListing::new(true);
-        fresh.opened(&base, "a", &dir);
+        fresh.opened(&base, "a", &dir, now);
         let unicode = [entry("caf\u{e9}")];
         fresh.listed(&dir, unicode.iter().map(Ok), true, now);
         assert!(!fresh.absent(&base, "a/.git", now), "a non-ASCII name");
@@ -401,10 +417,35 @@ mod tests {
         );
 
         let mut fresh = FreshListing::new(true);
-        fresh.opened(&base, "a", &dir);
+        fresh.opened(&base, "a", &dir, now);
         let many: Vec<DirectoryEntry> = (0..=MAX_ENTRIES).map(|i| entry(&i.to_string())).collect();
         fresh.listed(&dir, many.iter().map(Ok), true, now);
         assert!(!fresh.absent(&base, "a/.git", now), "too many entries");
+
+        // Listed long after it was opened: the path may lead elsewhere by now.
+        let mut fresh = FreshListing::new(true);
+        fresh.opened(&base, "a", &dir, now);
+        let later = now + WINDOW + Duration::from_millis(1);
+        fresh.listed(&dir, names.iter().map(Ok), true, later);
+        assert!(!fresh.absent(&base, "a/.git", later), "listed late");
+        fresh.opened(&base, "a", &dir, later);
+        fresh.listed(&dir, names.iter().map(Ok), true, later);
+        assert!(
+            fresh.absent(&base, "a/.git", later),
+            "listed right after opening"
+        );
+    }
+
+    #[test]
+    fn paths_too_long_to_answer_for_are_not_kept() {
+        let long = "d/".repeat(MAX_PATH / 2 + 1);
+        let fresh = FreshListing::new(true);
+        assert!(fresh.wants("a/b"));
+        assert!(!fresh.wants(&long));
+        assert!(!FreshListing::new(false).wants("a/b"));
+        let mut fresh = FreshListing::new(true);
+        fresh.opened(&file(), &long, &file(), Instant::now());
+        assert!(fresh.opened.is_empty());
     }
 
     #[test]

@@ -79,8 +79,12 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 {
                     return Ok((Err(answer),));
                 }
+                // Where an opened directory came from, if its listing may answer lookups.
                 #[cfg(unix)]
-                let (base, asked) = (Resource::<Descriptor>::new_borrow(dir.rep()), path.clone());
+                let origin = state
+                    .fresh_listing
+                    .wants(&path)
+                    .then(|| (Resource::<Descriptor>::new_borrow(dir.rep()), path.clone()));
                 let mut fs = state.filesystem();
                 let opened =
                     HostDescriptor::open_at(&mut fs, dir, path_flags, path, open_flags, flags)
@@ -88,7 +92,9 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 let result = match opened {
                     Ok(fd) => {
                         #[cfg(unix)]
-                        crate::fresh_listing::after_open(state, &base, &asked, &fd)?;
+                        if let Some((base, path)) = &origin {
+                            crate::fresh_listing::after_open(state, base, path, &fd)?;
+                        }
                         let file = match state.table.get(&fd)? {
                             Descriptor::File(f) => Arc::downgrade(&f.file),
                             Descriptor::Dir(d) => Arc::downgrade(&d.dir),

@@ -86,6 +86,11 @@ async fn answers_from_a_fresh_listing_are_the_filesystems_answers() {
     let from_filesystem = lookups(&ro, ask(false, true)).await;
     assert_eq!(cordon_runtime::lookups_answered_from_listings(), before);
     assert_eq!(from_filesystem.len(), names.len());
+    assert!(
+        from_filesystem
+            .iter()
+            .all(|r| r.as_array().unwrap().len() == 8)
+    );
     // A sample of what the filesystem says, so the comparison below compares something.
     let row = |name: &str| {
         from_filesystem
@@ -108,18 +113,35 @@ async fn answers_from_a_fresh_listing_are_the_filesystems_answers() {
     );
     assert_eq!(row(&long)[1], "name-too-long");
 
-    // After a listing: the same answers, some of them given by the listing.
-    let from_listing = lookups(&ro, ask(true, true)).await;
-    let answered = cordon_runtime::lookups_answered_from_listings() - before;
-    for (fs, listed) in from_filesystem.iter().zip(&from_listing) {
-        assert_eq!(fs, listed, "with a listing first");
+    // After a listing: the same answers, some of them given by the listing: `.ignore`,
+    // `missing`, `missing/`, `missing/x` and `missing/../Cargo.toml`, each asked the five ways
+    // that only look a name up (both hashes, stat, open to read, open as a directory). Answers
+    // come only within a moment of the listing, so a machine too busy to ask all of them in
+    // time gets another try.
+    let trusted = lists_the_truth(&root);
+    let mut answered = Vec::new();
+    for _ in 0..5 {
+        let before = cordon_runtime::lookups_answered_from_listings();
+        let from_listing = lookups(&ro, ask(true, true)).await;
+        answered.push(cordon_runtime::lookups_answered_from_listings() - before);
+        assert_eq!(from_listing, from_filesystem, "with a listing first");
+        if !trusted || answered.last() == Some(&25) {
+            break;
+        }
     }
-    // `.ignore`, `missing` and `missing/x`-style names, asked in the ways that only look up
-    // (both hashes, stat, open to read, open as a directory).
-    assert!(
-        answered >= 20,
-        "only {answered} lookups came from the listing"
-    );
+    if trusted {
+        assert_eq!(
+            answered.last(),
+            Some(&25),
+            "answered from the listing: {answered:?}"
+        );
+    } else {
+        eprintln!(
+            "{} is on a filesystem whose listings are not trusted; answers only compared",
+            root.display()
+        );
+        assert_eq!(answered, [0]);
+    }
 
     // A call that can write may have created the name since; it is looked up for real.
     let before = cordon_runtime::lookups_answered_from_listings();
@@ -138,6 +160,7 @@ async fn answers_from_a_fresh_listing_are_the_filesystems_answers() {
     // would create or write, which a writable call may do).
     for list in [false, true] {
         let rw_answers = lookups(&rw, ask(list, false)).await;
+        assert_eq!(rw_answers.len(), from_filesystem.len());
         for (fs, got) in from_filesystem.iter().zip(&rw_answers) {
             assert_eq!(
                 fs.as_array().unwrap()[..6],
@@ -146,4 +169,11 @@ async fn answers_from_a_fresh_listing_are_the_filesystems_answers() {
             );
         }
     }
+}
+
+/// Whether listings on the filesystem of `dir` are trusted to answer lookups (ext2/3/4, xfs,
+/// btrfs, tmpfs, f2fs), as the runtime decides.
+fn lists_the_truth(dir: &std::path::Path) -> bool {
+    let kind = rustix::fs::statfs(dir).unwrap().f_type as i64;
+    [0xEF53, 0x5846_5342, 0x9123_683E, 0x0102_1994, 0xF2F5_2010].contains(&kind)
 }
