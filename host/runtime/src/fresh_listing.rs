@@ -213,30 +213,18 @@ pub(crate) fn before_open(
     open_flags: OpenFlags,
     flags: DescriptorFlags,
 ) -> wasmtime::Result<Option<ErrorCode>> {
-    if state.fresh_listing.last.is_none() {
-        return Ok(None);
-    }
-    let Some(base) = dir_file(state, base)? else {
-        return Ok(None);
-    };
-    let answer = open_only_looks_up(open_flags, flags)
-        && state.fresh_listing.absent(&base, path, Instant::now());
-    if answer {
-        ANSWERED.fetch_add(1, Ordering::Relaxed);
-    }
+    let answer = open_only_looks_up(open_flags, flags) && absent_at(state, base, path)?;
     Ok(answer.then_some(ErrorCode::NoEntry))
 }
 
-/// After a successful `open-at`: remembers where an opened directory came from.
+/// After a successful `open-at` of a path the listing [`wants`](FreshListing::wants):
+/// remembers where an opened directory came from.
 pub(crate) fn after_open(
     state: &mut HostState,
     base: &Resource<Descriptor>,
     path: &str,
     opened: &Resource<Descriptor>,
 ) -> wasmtime::Result<()> {
-    if !state.fresh_listing.wants(path) {
-        return Ok(());
-    }
     if let (Some(base), Some(dir)) = (dir_file(state, base)?, dir_file(state, opened)?) {
         state
             .fresh_listing
