@@ -39,9 +39,9 @@ except ImportError:  # checked in ComponentHost so that importing this module ne
     wasmtime = None
 
 _TICK_S = 0.01
-_INTERFACE = "cordon:tool/tools@0.1.1"
-_LOG = "cordon:tool/log@0.1.1"
-_BULK_READ = "cordon:tool/bulk-read@0.1.1"
+_INTERFACE = "cordon:tool/tools@0.1.2"
+_LOG = "cordon:tool/log@0.1.2"
+_BULK_READ = "cordon:tool/bulk-read@0.1.2"
 _READER = 1  # the host resource type of bulk-read's `reader`
 _MAX_QUEUED = 4096
 _MAX_QUEUED_BYTES = 1 << 20
@@ -106,6 +106,24 @@ _ERRORS = {
 }
 
 
+#: Byte-order marks (UTF-8, UTF-16 LE, UTF-16 BE): a sifting reader hands such files over whole.
+_BOMS = (b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")
+
+
+def _needle_problem(needles: list[bytes]) -> str | None:
+    """What the host would refuse about a sifting reader's needles, or None."""
+    if len(needles) > 1024:
+        return f"{len(needles)} needles were given; a sifting reader takes at most 1024"
+    for i, needle in enumerate(needles):
+        if not needle:
+            return f"needle {i} is empty, and every file contains the empty string"
+        if len(needle) > 1024:
+            return f"needle {i} is longer than 1024 bytes"
+    if sum(len(n) for n in needles) > 64 << 10:
+        return "the needles have more than 64 KiB in all"
+    return None
+
+
 class ComponentTrap(Exception):
     """The instance trapped: deadline reached, memory limit, stack exhausted or a guest bug."""
 
@@ -140,8 +158,12 @@ class ComponentHost:
                 bulk.add_func("[method]reader.add", self._reader_add)
                 bulk.add_func("[method]reader.queued", self._reader_queued)
                 bulk.add_func("[method]reader.take", self._reader_take)
+                bulk.add_func("[static]reader.sifting", self._reader_sifting)
+                bulk.add_func("[method]reader.take-sifted", self._reader_take_sifted)
         # bulk-read readers of the running call: rep -> (size limit, queued paths).
         self._readers: dict[int, tuple[int, list[str]]] = {}
+        # The needles of the sifting ones among them.
+        self._needles: dict[int, list[bytes]] = {}
         self._reader_ids = itertools.count(1)
         self._preopens: list[tuple[str, str, bool]] = []
         self.timeout_s = timeout_s
@@ -250,8 +272,18 @@ class ComponentHost:
         self._readers[rep] = (min(max_size, self._memory_bytes), [])
         return _wc.ResourceHost.own(rep, _READER)
 
+    def _reader_sifting(self, store: Any, max_size: int, needles: list) -> Any:
+        needles = [bytes(n) for n in needles]
+        problem = _needle_problem(needles)
+        if problem is not None:
+            return problem
+        reader = self._reader_new(store, max_size)
+        self._needles[reader.rep] = needles
+        return reader
+
     def _reader_drop(self, _store: Any, rep: int) -> None:
         self._readers.pop(rep, None)
+        self._needles.pop(rep, None)
 
     def _reader(self, store: Any, handle: Any) -> tuple[int, list[str]]:
         return self._readers[handle.to_host(store).rep]
@@ -291,6 +323,25 @@ class ComponentHost:
             total += size
             if size > _BATCH_BYTES:
                 break
+        return files
+
+    def _reader_take_sifted(self, store: Any, handle: Any, count: int) -> list:
+        """``take``, with the files that contain none of the reader's needles (and begin with
+        no byte-order mark) passed over: their size and first NUL instead of their bytes."""
+        needles = self._needles.get(handle.to_host(store).rep, [])
+        files = self._reader_take(store, handle, count)
+        for file in files:
+            contents = file.contents
+            if isinstance(contents, _wc.Variant):
+                file.contents = _wc.Variant("err", contents)
+            elif not needles or contents.startswith(_BOMS) or any(n in contents for n in needles):
+                file.contents = _wc.Variant("ok", _wc.Variant("whole", contents))
+            else:
+                nul = contents.find(b"\0")
+                passed_over = types.SimpleNamespace(
+                    size=len(contents), first_nul=None if nul < 0 else nul
+                )
+                file.contents = _wc.Variant("ok", _wc.Variant("passed-over", passed_over))
         return files
 
     def _read_granted(self, path: str, max_size: int) -> Any:

@@ -479,3 +479,48 @@ fn escapes_out_of_the_grant_are_refused() {
         "{out}"
     );
 }
+
+#[test]
+fn search_text_counts_files_without_a_match_as_ripgrep_does() {
+    // The host passes over files that contain none of the pattern's literals; the answer must
+    // be the one searching them would give: binary only by a NUL in the first 64 KiB,
+    // byte-order-marked files decoded, Unicode case folding kept.
+    let home = home_with(PLUGINS);
+    let data = home.scratch("sift");
+    let write = |name: &str, bytes: &[u8]| std::fs::write(data.join(name), bytes).unwrap();
+    write("plain.txt", b"a needle\n");
+    let utf16: Vec<u8> = [0xFF, 0xFE]
+        .into_iter()
+        .chain(
+            "a needle, decoded\n"
+                .encode_utf16()
+                .flat_map(u16::to_le_bytes),
+        )
+        .collect();
+    write("utf16.txt", &utf16);
+    write("early_nul.bin", b"hay\0hay\n");
+    let mut late_nul = b"hay hay\n".repeat(9000);
+    late_nul.push(0);
+    write("late_nul.txt", &late_nul);
+    write("kelvin.txt", "\u{212A}ELVIN\n".as_bytes());
+    install(&home, "files", &[grant_fs(&data, "/data", "ro")], &[]);
+    let search = |args: Value| call(&home, "search_text", args).ok().stdout;
+
+    let out = search(json!({"pattern": "needle", "literal": true}));
+    assert_eq!(
+        out.trim_end(),
+        "/data/plain.txt:1:a needle\n/data/utf16.txt:1:a needle, decoded\n\n\
+         [2 matching line(s) in 2 file(s); 5 file(s) searched, 1 binary file(s) skipped]",
+    );
+    let out = search(json!({"pattern": "kelvin", "ignore_case": true}));
+    assert!(
+        out.starts_with("/data/kelvin.txt:1:\u{212A}ELVIN\n"),
+        "{out}"
+    );
+    // Nothing matches: every file is passed over (but the marked one) and still counted.
+    let out = search(json!({"pattern": "zzz", "literal": true}));
+    assert_eq!(
+        out.trim_end(),
+        "[no matches; 0 matching line(s) in 0 file(s); 5 file(s) searched, 1 binary file(s) skipped]"
+    );
+}

@@ -22,7 +22,15 @@
 //! - threads: one reader per call has workers (until they have all exited, not merely until it
 //!   is dropped), at most [`MAX_WORKERS`] of them, and [`MAX_PROCESS_WORKERS`] in the process;
 //!   other readers read on the calling thread when taken from. Each worker holds one file open
-//!   at a time.
+//!   at a time;
+//! - needles of a sifting reader: [`MAX_NEEDLES`], each at most [`MAX_NEEDLE_BYTES`], and
+//!   [`MAX_ALL_NEEDLE_BYTES`] in all.
+//!
+//! A sifting reader (0.1.2) also searches each file it reads for the plugin's needles, on the
+//! worker with native code, and keeps only the facts `take-sifted` hands over (size, first NUL)
+//! of a file with none of them. A search tool then copies into its memory, and scans with its
+//! slower WebAssembly code, only the files it can match in; which files those are is decided
+//! by the plugin's needles and the files it could read anyway, so nothing new is reachable.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::File as HostFile;
@@ -32,11 +40,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
+use aho_corasick::AhoCorasick;
 use wasmtime::component::Resource;
 use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemView};
 use wasmtime_wasi::p2::bindings::filesystem::preopens::Host as _;
 
-use crate::bindings::cordon::tool::bulk_read::{self, AddError, File, ReadError};
+use crate::bindings::cordon::tool::bulk_read::{
+    self, AddError, File, PassedOver, ReadError, Sifted, SiftedFile,
+};
 use crate::sandbox::HostState;
 
 /// Files read but not yet taken, at most, before the workers wait.
@@ -56,6 +67,12 @@ const MAX_READERS: usize = 16;
 const MAX_WORKERS: usize = 3;
 /// Worker threads in the whole process, at most; readers beyond it read inline.
 const MAX_PROCESS_WORKERS: usize = 64;
+/// Needles one sifting reader takes, at most.
+const MAX_NEEDLES: usize = 1024;
+/// Longest needle.
+const MAX_NEEDLE_BYTES: usize = 1024;
+/// Bytes of all needles of one reader.
+const MAX_ALL_NEEDLE_BYTES: usize = 64 << 10;
 
 /// Worker threads alive in the process.
 static LIVE_WORKERS: AtomicUsize = AtomicUsize::new(0);
@@ -82,6 +99,106 @@ struct Root {
 struct Source {
     roots: Vec<Root>,
     max_size: u64,
+    /// A sifting reader's needles.
+    sieve: Option<Sieve>,
+}
+
+/// The needles of a sifting reader, searched for in every file it reads.
+#[derive(Debug)]
+struct Sieve {
+    needles: AhoCorasick,
+}
+
+impl Sieve {
+    /// The sieve for `needles` (none for no needles), or what is wrong with them.
+    fn new(needles: &[Vec<u8>]) -> Result<Option<Sieve>, String> {
+        if needles.is_empty() {
+            return Ok(None);
+        }
+        if needles.len() > MAX_NEEDLES {
+            return Err(format!(
+                "{} needles were given; a sifting reader takes at most {MAX_NEEDLES}: pass \
+                 fewer, shorter ones (any one of which a match must contain), or none to take \
+                 every file whole",
+                needles.len()
+            ));
+        }
+        for (i, needle) in needles.iter().enumerate() {
+            if needle.is_empty() {
+                return Err(format!(
+                    "needle {i} is empty, and every file contains the empty string: pass no \
+                     needles to take every file whole"
+                ));
+            }
+            if needle.len() > MAX_NEEDLE_BYTES {
+                return Err(format!(
+                    "needle {i} is {} bytes; a needle may have at most {MAX_NEEDLE_BYTES} (a \
+                     prefix of it is a needle too)",
+                    needle.len()
+                ));
+            }
+        }
+        let all: usize = needles.iter().map(Vec::len).sum();
+        if all > MAX_ALL_NEEDLE_BYTES {
+            return Err(format!(
+                "the needles have {all} bytes in all; at most {MAX_ALL_NEEDLE_BYTES} are \
+                 allowed: pass fewer or shorter ones"
+            ));
+        }
+        let needles = AhoCorasick::new(needles)
+            .map_err(|e| format!("the needles cannot be searched for: {e}"))?;
+        Ok(Some(Sieve { needles }))
+    }
+
+    /// What `take-sifted` hands over instead of `contents`, if they contain no needle and do
+    /// not begin with a byte-order mark (a reader may decode such a file before matching, so
+    /// the needles, given as bytes of the decoded text, say nothing about its raw bytes).
+    fn passes_over(&self, contents: &[u8]) -> Option<PassedOver> {
+        if has_byte_order_mark(contents) || self.needles.is_match(contents) {
+            return None;
+        }
+        Some(PassedOver {
+            size: contents.len() as u64,
+            first_nul: memchr::memchr(0, contents).map(|at| at as u64),
+        })
+    }
+}
+
+/// Whether `contents` begin with a UTF-8, UTF-16 LE or UTF-16 BE byte-order mark.
+fn has_byte_order_mark(contents: &[u8]) -> bool {
+    contents.starts_with(&[0xEF, 0xBB, 0xBF])
+        || contents.starts_with(&[0xFF, 0xFE])
+        || contents.starts_with(&[0xFE, 0xFF])
+}
+
+/// A file as a take hands it over, before it becomes a WIT `file` or `sifted-file`.
+enum Taken {
+    Whole(String, Result<Vec<u8>, ReadError>),
+    PassedOver(String, PassedOver),
+}
+
+impl Taken {
+    fn path(&self) -> &str {
+        match self {
+            Taken::Whole(path, _) | Taken::PassedOver(path, _) => path,
+        }
+    }
+
+    /// `contents` of the file at `path` as handed over: sifted if `sifted` and the reader has
+    /// needles.
+    fn of(
+        source: &Source,
+        path: String,
+        contents: Result<Vec<u8>, ReadError>,
+        sifted: bool,
+    ) -> Taken {
+        if let (true, Some(sieve), Ok(bytes)) = (sifted, &source.sieve, &contents)
+            && let Some(passed_over) = sieve.passes_over(bytes)
+        {
+            return Taken::PassedOver(path, passed_over);
+        }
+        Taken::Whole(path, contents)
+    }
 }
 
 /// A reader as the plugin holds it.
@@ -123,6 +240,9 @@ enum Slot {
     Read(File),
     /// Larger than [`AHEAD_BYTES`]: read by the `take` that hands it over.
     Later(String),
+    /// Read, with none of a sifting reader's needles in it: only what `take-sifted` hands
+    /// over is kept (a plain `take` reads it again).
+    PassedOver(String, PassedOver),
 }
 
 impl Slot {
@@ -132,16 +252,33 @@ impl Slot {
             Slot::Read(file) => {
                 file.path.len() as u64 + file.contents.as_ref().map_or(0, |c| c.len() as u64)
             }
-            Slot::Later(path) => path.len() as u64,
+            Slot::Later(path) | Slot::PassedOver(path, _) => path.len() as u64,
         }
     }
 
-    /// Bytes of contents a `take` hands over for it (a later file counts as too many to share
-    /// a batch).
-    fn handed_over(&self) -> u64 {
+    /// Bytes of contents a `take` (`take-sifted` if `sifted`) hands over for it (a file read
+    /// only by the take counts as too many to share a batch if it is larger than the
+    /// read-ahead bound).
+    fn handed_over(&self, sifted: bool) -> u64 {
         match self {
             Slot::Read(file) => file.contents.as_ref().map_or(0, |c| c.len() as u64),
             Slot::Later(_) => u64::MAX,
+            Slot::PassedOver(_, _) if sifted => 0,
+            Slot::PassedOver(_, p) if p.size > AHEAD_BYTES => u64::MAX,
+            Slot::PassedOver(_, p) => p.size,
+        }
+    }
+
+    /// What the take hands over: a file read only now is read (and sifted) on the calling
+    /// thread.
+    fn into_taken(self, source: &Source, sifted: bool) -> Taken {
+        match self {
+            Slot::Read(File { path, contents }) => Taken::Whole(path, contents),
+            Slot::PassedOver(path, passed_over) if sifted => Taken::PassedOver(path, passed_over),
+            Slot::Later(path) | Slot::PassedOver(path, _) => {
+                let contents = read_file(source, &path);
+                Taken::of(source, path, contents, sifted)
+            }
         }
     }
 }
@@ -153,8 +290,8 @@ struct Queue {
     finished_bytes: u64,
     /// The next sequence number the plugin will take.
     next: u64,
-    /// How many files the waiting `take` wants, if one waits.
-    want: Option<usize>,
+    /// How many files the waiting `take` wants, and whether it is `take-sifted`, if one waits.
+    want: Option<(usize, bool)>,
     /// Workers waiting for paths or room (only they need waking: a wake is a system call).
     idle: usize,
     /// Files being read by a worker right now.
@@ -183,10 +320,10 @@ fn batch(ready: impl Iterator<Item = u64>, want: usize, no_more: bool) -> Option
 }
 
 impl Queue {
-    fn takeable(&self, want: usize) -> Option<usize> {
+    fn takeable(&self, want: usize, sifted: bool) -> Option<usize> {
         let ready = (self.next..)
             .map_while(|seq| self.finished.get(&seq))
-            .map(Slot::handed_over);
+            .map(|slot| slot.handed_over(sifted));
         // Nothing more comes before this take when the workers wait at the read-ahead bound
         // and none is still reading (a read in flight may fill a gap before the bound).
         let at_bound = self.finished.len() >= AHEAD_FILES || self.finished_bytes >= AHEAD_BYTES;
@@ -245,10 +382,14 @@ fn worker(shared: Arc<Shared>, source: Arc<Source>, _permit: WorkerPermit) {
         };
         let slot = match open_regular(&source, &path) {
             Ok((_, size)) if size > AHEAD_BYTES => Slot::Later(path),
-            Ok((file, size)) => Slot::Read(File {
-                contents: read_contents(&file, size),
-                path,
-            }),
+            Ok((file, size)) => {
+                let contents = read_contents(&file, size);
+                drop(file);
+                match Taken::of(&source, path, contents, true) {
+                    Taken::PassedOver(path, passed_over) => Slot::PassedOver(path, passed_over),
+                    Taken::Whole(path, contents) => Slot::Read(File { path, contents }),
+                }
+            }
             Err(e) => Slot::Read(File {
                 path,
                 contents: Err(e),
@@ -261,8 +402,8 @@ fn worker(shared: Arc<Shared>, source: Arc<Source>, _permit: WorkerPermit) {
         }
         queue.finished_bytes += slot.bytes();
         queue.finished.insert(seq, slot);
-        if let Some(want) = queue.want
-            && queue.takeable(want).is_some()
+        if let Some((want, sifted)) = queue.want
+            && queue.takeable(want, sifted).is_some()
         {
             queue.want = None;
             shared.ready.notify_one();
@@ -289,10 +430,11 @@ fn start_workers(shared: &Arc<Shared>, source: &Arc<Source>, workers: usize) -> 
 }
 
 impl Reader {
-    fn new(state: &mut HostState, max_size: u64) -> wasmtime::Result<Reader> {
+    fn new(state: &mut HostState, max_size: u64, sieve: Option<Sieve>) -> wasmtime::Result<Reader> {
         let source = Arc::new(Source {
             roots: roots(state)?,
             max_size: max_size.min(state.limiter.limit()),
+            sieve,
         });
         let slot = state.bulk_read.threaded.clone();
         let mut mode = Mode::Inline(VecDeque::new());
@@ -339,22 +481,22 @@ impl Reader {
         self.added += 1;
     }
 
-    /// The next files (see the WIT); an inline reader stops reading more once `deadline`, the
-    /// call's, has passed.
-    async fn take(&mut self, max: u32, deadline: Instant) -> Vec<File> {
+    /// The next files (see the WIT), sifted for `take-sifted`; an inline reader stops reading
+    /// more once `deadline`, the call's, has passed.
+    async fn take(&mut self, max: u32, deadline: Instant, sifted: bool) -> Vec<Taken> {
         let want = (max as u64).min(self.added - self.taken) as usize;
         let want = want.min(AHEAD_FILES);
         if want == 0 {
             return Vec::new();
         }
         let files = match &mut self.mode {
-            Mode::Inline(pending) => take_inline(&self.source, pending, want, deadline),
+            Mode::Inline(pending) => take_inline(&self.source, pending, want, deadline, sifted),
             Mode::Threaded(shared) => {
                 let slots = loop {
                     let ready = shared.ready.notified();
                     {
                         let mut queue = lock(shared);
-                        if let Some(n) = queue.takeable(want) {
+                        if let Some(n) = queue.takeable(want, sifted) {
                             let mut slots = Vec::with_capacity(n);
                             for _ in 0..n {
                                 let seq = queue.next;
@@ -370,24 +512,18 @@ impl Reader {
                             }
                             break slots;
                         }
-                        queue.want = Some(want);
+                        queue.want = Some((want, sifted));
                     }
                     ready.await;
                 };
                 slots
                     .into_iter()
-                    .map(|slot| match slot {
-                        Slot::Read(file) => file,
-                        Slot::Later(path) => File {
-                            contents: read_file(&self.source, &path),
-                            path,
-                        },
-                    })
+                    .map(|slot| slot.into_taken(&self.source, sifted))
                     .collect()
             }
         };
         self.taken += files.len() as u64;
-        self.queued_path_bytes -= files.iter().map(|f| f.path.len() as u64).sum::<u64>();
+        self.queued_path_bytes -= files.iter().map(|f| f.path().len() as u64).sum::<u64>();
         files
     }
 }
@@ -399,8 +535,9 @@ fn take_inline(
     pending: &mut VecDeque<String>,
     want: usize,
     deadline: Instant,
-) -> Vec<File> {
-    let mut files: Vec<File> = Vec::new();
+    sifted: bool,
+) -> Vec<Taken> {
+    let mut files: Vec<Taken> = Vec::new();
     let mut bytes = 0u64;
     while files.len() < want
         && let Some(path) = pending.front()
@@ -420,7 +557,7 @@ fn take_inline(
             Err(e) => Err(e),
         };
         let path = pending.pop_front().expect("front checked");
-        files.push(File { path, contents });
+        files.push(Taken::of(source, path, contents, sifted));
         if bytes > AHEAD_BYTES {
             break;
         }
@@ -556,18 +693,56 @@ fn read_error(e: io::Error) -> ReadError {
 
 impl bulk_read::Host for HostState {}
 
-impl bulk_read::HostReader for HostState {
-    fn new(&mut self, max_size: u64) -> wasmtime::Result<Resource<Reader>> {
+impl HostState {
+    fn push_reader(
+        &mut self,
+        max_size: u64,
+        sieve: Option<Sieve>,
+    ) -> wasmtime::Result<Resource<Reader>> {
         if self.bulk_read.readers >= MAX_READERS {
             wasmtime::bail!(
                 "the plugin holds {MAX_READERS} bulk-read readers at once, the most one call \
                  may hold; it must drop one before creating another"
             );
         }
-        let reader = Reader::new(self, max_size)?;
+        let reader = Reader::new(self, max_size, sieve)?;
         let reader = self.table.push(reader)?;
         self.bulk_read.readers += 1;
         Ok(reader)
+    }
+
+    async fn take_files(
+        &mut self,
+        reader: Resource<Reader>,
+        max: u32,
+        sifted: bool,
+    ) -> wasmtime::Result<Vec<Taken>> {
+        let deadline = self.deadline;
+        let files = self
+            .table
+            .get_mut(&reader)?
+            .take(max, deadline, sifted)
+            .await;
+        self.bulk_read.paths -= files.len() as u64;
+        self.bulk_read.path_bytes -= files.iter().map(|f| f.path().len() as u64).sum::<u64>();
+        Ok(files)
+    }
+}
+
+impl bulk_read::HostReader for HostState {
+    fn new(&mut self, max_size: u64) -> wasmtime::Result<Resource<Reader>> {
+        self.push_reader(max_size, None)
+    }
+
+    fn sifting(
+        &mut self,
+        max_size: u64,
+        needles: Vec<Vec<u8>>,
+    ) -> wasmtime::Result<Result<Resource<Reader>, String>> {
+        match Sieve::new(&needles) {
+            Ok(sieve) => Ok(Ok(self.push_reader(max_size, sieve)?)),
+            Err(why) => Ok(Err(why)),
+        }
     }
 
     fn add(
@@ -595,11 +770,40 @@ impl bulk_read::HostReader for HostState {
     }
 
     async fn take(&mut self, reader: Resource<Reader>, max: u32) -> wasmtime::Result<Vec<File>> {
-        let deadline = self.deadline;
-        let files = self.table.get_mut(&reader)?.take(max, deadline).await;
-        self.bulk_read.paths -= files.len() as u64;
-        self.bulk_read.path_bytes -= files.iter().map(|f| f.path.len() as u64).sum::<u64>();
-        Ok(files)
+        let source = self.table.get(&reader)?.source.clone();
+        let files = self.take_files(reader, max, false).await?;
+        Ok(files
+            .into_iter()
+            .map(|taken| match taken {
+                Taken::Whole(path, contents) => File { path, contents },
+                // A plain take sifts nothing; were a file passed over, it is read again.
+                Taken::PassedOver(path, _) => File {
+                    contents: read_file(&source, &path),
+                    path,
+                },
+            })
+            .collect())
+    }
+
+    async fn take_sifted(
+        &mut self,
+        reader: Resource<Reader>,
+        max: u32,
+    ) -> wasmtime::Result<Vec<SiftedFile>> {
+        let files = self.take_files(reader, max, true).await?;
+        Ok(files
+            .into_iter()
+            .map(|taken| match taken {
+                Taken::Whole(path, contents) => SiftedFile {
+                    path,
+                    contents: contents.map(Sifted::Whole),
+                },
+                Taken::PassedOver(path, passed_over) => SiftedFile {
+                    path,
+                    contents: Ok(Sifted::PassedOver(passed_over)),
+                },
+            })
+            .collect())
     }
 
     fn drop(&mut self, reader: Resource<Reader>) -> wasmtime::Result<()> {
@@ -665,10 +869,61 @@ mod tests {
             queue.finished.insert(seq, small(seq));
         }
         queue.in_flight = 1;
-        assert_eq!(queue.takeable(2), None);
+        assert_eq!(queue.takeable(2, false), None);
         queue.in_flight = 0;
-        assert_eq!(queue.takeable(2), Some(1));
+        assert_eq!(queue.takeable(2, false), Some(1));
         queue.finished.insert(1, small(1));
-        assert_eq!(queue.takeable(2), Some(2));
+        assert_eq!(queue.takeable(2, false), Some(2));
+    }
+
+    #[test]
+    fn a_file_passed_over_hands_over_no_bytes_to_take_sifted() {
+        let passed_over = |size| {
+            Slot::PassedOver(
+                "/d/f".into(),
+                PassedOver {
+                    size,
+                    first_nul: None,
+                },
+            )
+        };
+        let mut queue = Queue::default();
+        for seq in 0..3 {
+            queue.finished.insert(seq, passed_over(5 * MIB));
+        }
+        // take-sifted gets all three; a plain take reads them again, so at most 8 MiB.
+        assert_eq!(queue.takeable(3, true), Some(3));
+        assert_eq!(queue.takeable(3, false), Some(1));
+        // A plain take reads one larger than the read-ahead bound alone.
+        queue.finished.insert(0, passed_over(9 * MIB));
+        assert_eq!(queue.takeable(3, false), Some(1));
+        assert_eq!(queue.finished[&0].handed_over(false), u64::MAX);
+        assert_eq!(queue.finished[&0].handed_over(true), 0);
+    }
+
+    #[test]
+    fn needles_are_bounded_and_bytes() {
+        let sieve =
+            |needles: &[&[u8]]| Sieve::new(&needles.iter().map(|n| n.to_vec()).collect::<Vec<_>>());
+        assert!(sieve(&[]).unwrap().is_none());
+        let some = sieve(&[b"needle", b"\xff\x00"]).unwrap().unwrap();
+        assert!(some.passes_over(b"a needle").is_none());
+        assert!(some.passes_over(b"bin \xff\x00").is_none());
+        // No case folding: bytes as given.
+        let p = some.passes_over(b"NEEDLE\x00").unwrap();
+        assert_eq!((p.size, p.first_nul), (7, Some(6)));
+        for marked in [&b"\xEF\xBB\xBFx"[..], b"\xFF\xFEx", b"\xFE\xFFx"] {
+            assert!(some.passes_over(marked).is_none());
+        }
+        assert!(some.passes_over(b"\xFEx\xFF").is_some());
+        assert!(sieve(&[b""]).unwrap_err().contains("needle 0 is empty"));
+        let long = vec![b'n'; MAX_NEEDLE_BYTES + 1];
+        assert!(
+            sieve(&[&long])
+                .unwrap_err()
+                .contains("needle 0 is 1025 bytes")
+        );
+        let many = vec![&b"n"[..]; MAX_NEEDLES + 1];
+        assert!(sieve(&many).unwrap_err().contains("1025 needles"));
     }
 }

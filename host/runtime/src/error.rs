@@ -17,7 +17,7 @@ pub enum RuntimeError {
     /// The component imports interfaces Cordon does not provide.
     #[error(
         "the component imports {} that Cordon does not provide: {}; Cordon provides wasi:cli, wasi:clocks, \
-         wasi:filesystem, wasi:io, wasi:random, wasi:sockets, wasi:http (types, outgoing-handler) and cordon:tool/log",
+         wasi:filesystem, wasi:io, wasi:random, wasi:sockets, wasi:http (types, outgoing-handler), cordon:tool/log and cordon:tool/bulk-read (0.1.2: sifting readers)",
         if .imports.len() == 1 { "an interface" } else { "interfaces" },
         .imports.join(", ")
     )]

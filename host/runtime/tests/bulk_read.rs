@@ -301,3 +301,122 @@ async fn a_call_that_stops_taking_leaves_no_reader_behind() {
     }
     still_serves().await;
 }
+
+#[tokio::test]
+async fn a_sifting_reader_hands_over_only_files_with_a_needle() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = std::fs::canonicalize(tmp.path()).unwrap();
+    let mut no_needle_large = b"x".repeat(9 << 20);
+    no_needle_large[5 << 20] = 0;
+    let mut needle_large = b"y".repeat(9 << 20);
+    needle_large[(9 << 20) - 6..].copy_from_slice(b"needle");
+    let files: Vec<(&str, Vec<u8>, Value)> = vec![
+        (
+            "hit",
+            b"a needle in it".to_vec(),
+            json!({"ok": "a needle in it"}),
+        ),
+        // Needles are bytes: no case folding, and no match across a NUL.
+        (
+            "other_case",
+            b"a NEEDLE\0".to_vec(),
+            json!({"passed_over": 9, "first_nul": 8}),
+        ),
+        (
+            "split",
+            b"nee\0dle".to_vec(),
+            json!({"passed_over": 7, "first_nul": 3}),
+        ),
+        (
+            "second",
+            b"only a pin".to_vec(),
+            json!({"ok": "only a pin"}),
+        ),
+        (
+            "empty",
+            Vec::new(),
+            json!({"passed_over": 0, "first_nul": null}),
+        ),
+        // A byte-order mark: decoded text may match where the raw bytes do not.
+        (
+            "utf16",
+            b"\xff\xfen\0e\0e\0d\0l\0e\0".to_vec(),
+            json!({"ok": "\u{fffd}\u{fffd}n\0e\0e\0d\0l\0e\0"}),
+        ),
+        (
+            "utf8_marked",
+            b"\xef\xbb\xbfnothing".to_vec(),
+            json!({"ok": "\u{feff}nothing"}),
+        ),
+        // Larger than the read-ahead bound: read when taken, sifted all the same.
+        (
+            "large",
+            no_needle_large,
+            json!({"passed_over": 9 << 20, "first_nul": 5 << 20}),
+        ),
+        (
+            "large_hit",
+            needle_large,
+            json!({"ok": "y".repeat(100), "len": 9 << 20}),
+        ),
+    ];
+    for (name, body, _) in &files {
+        std::fs::write(d.join(name), body).unwrap();
+    }
+    let mut paths: Vec<String> = files.iter().map(|f| format!("/d/{}", f.0)).collect();
+    paths.push("/d/missing".into());
+    let sb = sandbox(&[format!("fs:{}:/d:ro", d.display())]);
+    // One reader reads on worker threads; with three, the second and third read inline.
+    for readers in [1, 3] {
+        let needles = json!(["needle", "pin"]);
+        let sifted = bulk(
+            &sb,
+            json!({"paths": paths, "take": 4, "readers": readers, "needles": needles,
+                "sifted": true}),
+        )
+        .await;
+        let got = results(&sifted);
+        assert_eq!(got.len(), paths.len());
+        for (path, result) in &got {
+            let name = path.trim_start_matches("/d/");
+            let expected = match files.iter().find(|f| f.0 == name) {
+                Some(f) => f.2.clone(),
+                None => json!({"err": "not-found"}),
+            };
+            assert_eq!(result, &expected, "{path}, {readers} reader(s)");
+        }
+        // A plain take on a sifting reader, and take-sifted on a plain one, hand everything
+        // over whole.
+        for args in [
+            json!({"paths": paths, "take": 4, "readers": readers, "needles": needles}),
+            json!({"paths": paths, "take": 4, "readers": readers, "sifted": true}),
+        ] {
+            let whole = bulk(&sb, args.clone()).await;
+            for (path, result) in results(&whole) {
+                assert!(
+                    result.get("passed_over").is_none(),
+                    "{path}: {result} ({args})"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_sifting_reader_refuses_needles_it_cannot_use() {
+    let sb = sandbox(&[]);
+    let cases = [
+        (json!(["ok", ""]), "needle 1 is empty"),
+        (json!(["n".repeat(1025)]), "needle 0 is 1025 bytes"),
+        (json!(vec!["n"; 1025]), "1025 needles were given"),
+        (json!(vec!["n".repeat(1000); 66]), "66000 bytes in all"),
+    ];
+    for (needles, why) in cases {
+        let out = bulk(&sb, json!({"paths": [], "needles": needles})).await;
+        let error = out["sifting_error"].as_str().unwrap_or_default();
+        assert!(error.contains(why), "{why:?} not in {out}");
+    }
+    // No needles: a reader that sifts nothing.
+    let out = bulk(&sb, json!({"paths": [], "needles": [], "sifted": true})).await;
+    assert_eq!(out["files"], json!([]));
+}

@@ -186,7 +186,7 @@ fn unsupported_import_is_named() {
 #[tokio::test]
 async fn plugins_built_against_0_1_0_still_run() {
     // The fixture keeps the 0.1.0 contract as it was published: the host serves it through
-    // the semver-compatible 0.1.1 interfaces.
+    // the semver-compatible 0.1.2 interfaces.
     let plugin = load("abi010");
     assert!(
         plugin
@@ -296,4 +296,36 @@ async fn bundled_plugins_load_if_built() {
             plugin.ceiling()
         );
     }
+}
+
+#[tokio::test]
+async fn plugins_built_against_0_1_1_still_read_in_bulk() {
+    // The fixture keeps the 0.1.1 contract, whose bulk-read reader has no sifting: the host
+    // serves it through the semver-compatible 0.1.2 interface.
+    let plugin = load("abi011");
+    assert!(
+        plugin
+            .imports()
+            .iter()
+            .any(|i| i == "cordon:tool/bulk-read@0.1.1"),
+        "{:?}",
+        plugin.imports()
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("a.txt"), "alpha").unwrap();
+    let sandbox = sandbox(&[format!("fs:{}:/d:ro", tmp.path().display())]);
+    let out = call(
+        &plugin,
+        &sandbox,
+        "read",
+        serde_json::json!({"paths": ["/d/a.txt", "/d/missing"]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        out.content,
+        [cordon_core::Content::Text(
+            "/d/a.txt: alpha\n/d/missing: ReadError::NotFound".into()
+        )]
+    );
 }

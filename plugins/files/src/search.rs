@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::io;
 
 use cordon_sdk::ToolError;
-use cordon_sdk::bulk_read::{AddError, BulkReader, ReadError};
+use cordon_sdk::bulk_read::{AddError, BulkReader, ReadError, Sifted};
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
 
@@ -78,6 +78,41 @@ const READ_WHOLE: u64 = 16 * 1024 * 1024;
 const READ_AHEAD: usize = 256;
 /// Files taken from the reader at a time.
 const TAKE: usize = 32;
+/// How far into a file without a match grep-searcher looks for a NUL byte to call it binary
+/// (its `DEFAULT_BUFFER_CAPACITY`, which it does not export; after that it checks only
+/// matches). `the_binary_rule_for_files_passed_over_is_grep_searchers` pins it.
+const BINARY_SNIFF_BYTES: u64 = 64 << 10;
+
+/// Byte strings of which every match of `pattern` must contain one (each match begins with
+/// one), for the host to sift files by; none when no such short, finite set is known, and
+/// then every file is searched. Parsed as grep-regex parses it; where grep-regex narrows the
+/// regex further (no line terminator in classes) it matches less, never more, so the literals
+/// still cover every match.
+pub fn needles(pattern: &str, literal: bool, ignore_case: bool) -> Vec<Vec<u8>> {
+    let escaped;
+    let pattern = if literal {
+        escaped = regex_syntax::escape(pattern);
+        &escaped
+    } else {
+        pattern
+    };
+    let Ok(hir) = regex_syntax::ParserBuilder::new()
+        .case_insensitive(ignore_case)
+        .utf8(false)
+        .build()
+        .parse(pattern)
+    else {
+        return Vec::new();
+    };
+    let prefixes = regex_syntax::hir::literal::Extractor::new().extract(&hir);
+    match prefixes.literals() {
+        Some(literals) if literals.iter().all(|l| !l.as_bytes().is_empty()) => {
+            literals.iter().map(|l| l.as_bytes().to_vec()).collect()
+        }
+        // Infinite, or a match may begin with anything (an empty literal).
+        _ => Vec::new(),
+    }
+}
 
 /// A file queued for reading: the path printed and the path to stream it from if it is large.
 struct Queued {
@@ -147,17 +182,30 @@ impl Search<'_> {
         self.out.extend(sink.lines);
     }
 
+    /// Counts a file the host passed over (none of the needles in it) as searching it would
+    /// have: searched, without matches, and binary if grep-searcher would have seen a NUL.
+    fn passed_over(&mut self, first_nul: Option<u64>) {
+        self.files_searched += 1;
+        if first_nul.is_some_and(|at| at < BINARY_SNIFF_BYTES) {
+            self.binary_skipped += 1;
+        }
+    }
+
     /// Searches the next files the reader has read, in the order they were queued. Returns
     /// false once the match cap is reached.
     fn take(&mut self, reader: &mut BulkReader, queued: &mut VecDeque<Queued>) -> bool {
-        for read in reader.take(TAKE) {
+        for read in reader.take_sifted(TAKE) {
             if self.full() {
                 return false;
             }
             let Some(file) = queued.pop_front() else {
                 break;
             };
-            self.file(file, read.contents);
+            match read.contents {
+                Ok(Sifted::PassedOver { first_nul, .. }) => self.passed_over(first_nul),
+                Ok(Sifted::Whole(bytes)) => self.file(file, Ok(bytes)),
+                Err(e) => self.file(file, Err(e)),
+            }
         }
         !self.full()
     }
@@ -218,7 +266,10 @@ pub fn run(fs_view: &GrantedDirs, args: SearchTextArgs) -> Result<String, ToolEr
 
     // The walk queues files with the host's reader and searches them as they arrive, in the
     // walk's order, so reading and searching overlap.
-    let mut reader = BulkReader::new(READ_WHOLE);
+    let needles = needles(&args.pattern, args.literal, args.ignore_case);
+    // Needles are checked by the host as they are here; a refusal only costs the sifting.
+    let mut reader =
+        BulkReader::sifting(READ_WHOLE, &needles).unwrap_or_else(|_| BulkReader::new(READ_WHOLE));
     let mut queued: VecDeque<Queued> = VecDeque::new();
     let mut more_files = false;
     'roots: for root in &roots {
@@ -308,4 +359,136 @@ pub fn run(fs_view: &GrantedDirs, args: SearchTextArgs) -> Result<String, ToolEr
     out.push(String::new());
     out.push(format!("[{summary}]"));
     Ok(out.join("\n").trim_start().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn matcher(pattern: &str, literal: bool, ignore_case: bool) -> grep_regex::RegexMatcher {
+        RegexMatcherBuilder::new()
+            .case_insensitive(ignore_case)
+            .fixed_strings(literal)
+            .line_terminator(Some(b'\n'))
+            .build(pattern)
+            .unwrap()
+    }
+
+    /// Whether searching `haystack` as `run` does finds a match, and whether it calls the
+    /// file binary.
+    fn search(m: &grep_regex::RegexMatcher, haystack: &[u8]) -> (bool, bool) {
+        let mut sink = FileSink {
+            path: "f",
+            lines: Vec::new(),
+            matches: 0,
+            per_file: 1,
+            remaining: 1,
+            binary: false,
+        };
+        SearcherBuilder::new()
+            .line_number(true)
+            .binary_detection(BinaryDetection::quit(0))
+            .build()
+            .search_slice(m, haystack, &mut sink)
+            .unwrap();
+        (sink.matches > 0, sink.binary)
+    }
+
+    #[test]
+    fn the_binary_rule_for_files_passed_over_is_grep_searchers() {
+        let m = matcher("needle", true, false);
+        let window = BINARY_SNIFF_BYTES as usize;
+        for (size, nul) in [
+            (10, Some(0)),
+            (10, Some(9)),
+            (10, None),
+            (window + 10, Some(window - 1)),
+            (window + 10, Some(window)),
+            (3 * window, Some(2 * window)),
+            (window, Some(window - 1)),
+        ] {
+            let mut haystack = b"line of text\n".repeat(size / 13 + 1);
+            haystack.truncate(size);
+            if let Some(at) = nul {
+                haystack[at] = 0;
+            }
+            let (matched, binary) = search(&m, &haystack);
+            assert!(!matched);
+            let mut counted = Search {
+                matcher: &m,
+                searcher: Searcher::new(),
+                context: 0,
+                per_file: 1,
+                max_total: 1,
+                out: Vec::new(),
+                total: 0,
+                files_matched: 0,
+                files_searched: 0,
+                binary_skipped: 0,
+                capped_files: 0,
+                unreadable: 0,
+            };
+            counted.passed_over(nul.map(|at| at as u64));
+            assert_eq!(counted.files_searched, 1);
+            assert_eq!(
+                counted.binary_skipped == 1,
+                binary,
+                "size {size}, NUL at {nul:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_match_contains_a_needle() {
+        let haystacks: Vec<&[u8]> = vec![
+            b"unsafe impl Send for X {}",
+            b"UNSAFE IMPL SEND FOR",
+            "unsafe impl \u{212A}end".as_bytes(),
+            "the \u{212A}elvin sign folds to k".as_bytes(),
+            "stra\u{df}e STRASSE".as_bytes(),
+            b"fn main() { foo_bar(1); }",
+            b"abc\nxyz",
+            b"",
+            b"\xff\xfe invalid utf-8 kk",
+        ];
+        let cases: &[(&str, bool, bool)] = &[
+            ("unsafe impl Send for", true, false),
+            ("unsafe impl Send for", true, true),
+            ("kelvin", true, true),
+            ("k", false, true),
+            ("stra\u{df}e", false, true),
+            ("foo_(bar|baz)\\(\\d\\)", false, false),
+            ("[a-c]bc|xyz", false, false),
+            ("a.c", false, false),
+            ("(?i)main\\(\\)", false, false),
+            ("x*", false, false),
+            ("\\bfn\\b", false, false),
+            ("\\w+", false, false),
+            ("(?-u:\\xff)", false, false),
+        ];
+        for &(pattern, literal, ignore_case) in cases {
+            let m = matcher(pattern, literal, ignore_case);
+            let needles = needles(pattern, literal, ignore_case);
+            for haystack in &haystacks {
+                let (matched, _) = search(&m, haystack);
+                let contains = needles.is_empty()
+                    || needles
+                        .iter()
+                        .any(|n| haystack.windows(n.len()).any(|w| w == n.as_slice()));
+                assert!(
+                    !matched || contains,
+                    "{pattern:?} matches {:?} but none of {needles:?} is in it",
+                    String::from_utf8_lossy(haystack)
+                );
+            }
+        }
+        // The sifting does something for the searches it is for.
+        assert_eq!(
+            needles("unsafe impl", true, false),
+            [b"unsafe impl".to_vec()]
+        );
+        assert!(!needles("unsafe impl", true, true).is_empty());
+        assert!(needles("x*", false, false).is_empty());
+        assert!(needles("\\w+", false, false).is_empty());
+    }
 }

@@ -438,6 +438,51 @@ class TestingHostBulkRead(unittest.TestCase):
             self.assertEqual(self.answer(path), expected, path)
         self.assertEqual(self.answer("/d/a.txt", max_size=3), "too-large:6")
 
+    def test_take_sifted_passes_over_files_without_a_needle(self):
+        import itertools
+        import types
+
+        granted = self.host._preopens[0][0]
+        for name, body in [
+            ("hit.txt", b"a needle"),
+            ("miss.bin", b"hay\0hay"),
+            ("marked.txt", b"\xff\xfeh\0a\0y\0"),
+            ("empty.txt", b""),
+        ]:
+            with open(os.path.join(granted, name), "wb") as f:
+                f.write(body)
+        host = self.host
+        host._readers, host._needles, host._reader_ids = {}, {}, itertools.count(1)
+        host._memory_bytes = 1 << 20
+        self.assertEqual(
+            host._reader_sifting(None, 100, [b"ok", b""]),
+            "needle 1 is empty, and every file contains the empty string",
+        )
+        reader = host._reader_sifting(None, 100, [b"needle", b"pin"])
+        handle = types.SimpleNamespace(to_host=lambda _store: reader)
+        for name in ["hit.txt", "miss.bin", "marked.txt", "empty.txt", "missing"]:
+            self.assertIsNone(host._reader_add(None, handle, f"/d/{name}"))
+        got = []
+        for file in host._reader_take_sifted(None, handle, 10):
+            outer = file.contents
+            inner = outer.payload
+            if outer.tag == "err":
+                got.append(("err", inner.tag))
+            elif inner.tag == "whole":
+                got.append(("whole", inner.payload))
+            else:
+                got.append(("passed-over", inner.payload.size, inner.payload.first_nul))
+        self.assertEqual(
+            got,
+            [
+                ("whole", b"a needle"),
+                ("passed-over", 7, 3),
+                ("whole", b"\xff\xfeh\0a\0y\0"),
+                ("passed-over", 0, None),
+                ("err", "not-found"),
+            ],
+        )
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -23,6 +23,13 @@
 //! }
 //! ```
 //!
+//! A search can go further: a [sifting](BulkReader::sifting) reader is given byte strings
+//! ("needles") of which every match must contain one, and the host looks for them in each file
+//! as it reads it, with native code on its own threads. [`take_sifted`](BulkReader::take_sifted)
+//! then hands over only the files that contain one (or begin with a byte-order mark); of the
+//! others it says only how large they are and where their first NUL byte is, which is all a
+//! text search needs to count them as searched or binary.
+//!
 //! Compiled natively (a plugin's unit tests) the files are read with `std::fs` when taken.
 
 use std::fmt;
@@ -86,6 +93,30 @@ pub struct File {
     pub contents: Result<Vec<u8>, ReadError>,
 }
 
+/// A file as [`BulkReader::take_sifted`] hands it over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sifted {
+    /// The whole contents: the file contains a needle, begins with a Unicode byte-order mark
+    /// (UTF-8, UTF-16 LE or BE), or the reader has no needles.
+    Whole(Vec<u8>),
+    /// The file contains none of the needles.
+    PassedOver {
+        /// Its size in bytes when it was read.
+        size: u64,
+        /// The offset of its first NUL byte, if any.
+        first_nul: Option<u64>,
+    },
+}
+
+/// One file taken with [`BulkReader::take_sifted`], or why it was not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SiftedFile {
+    /// The path as it was queued.
+    pub path: String,
+    /// What was read.
+    pub contents: Result<Sifted, ReadError>,
+}
+
 /// Paths queued for reading; see the [module](self) documentation. A call may hold at most 16
 /// readers at once.
 pub struct BulkReader {
@@ -95,6 +126,8 @@ pub struct BulkReader {
     pending: std::collections::VecDeque<String>,
     #[cfg(not(target_arch = "wasm32"))]
     max_size: u64,
+    #[cfg(not(target_arch = "wasm32"))]
+    needles: Vec<Vec<u8>>,
 }
 
 impl BulkReader {
@@ -108,6 +141,30 @@ impl BulkReader {
             pending: Default::default(),
             #[cfg(not(target_arch = "wasm32"))]
             max_size,
+            #[cfg(not(target_arch = "wasm32"))]
+            needles: Vec::new(),
+        }
+    }
+
+    /// A reader like [`new`](Self::new) whose [`take_sifted`](Self::take_sifted) hands over
+    /// only the files containing at least one of `needles` (see the [module](self)
+    /// documentation): at most 1024 needles of 1 to 1024 bytes, 64 KiB in all. No needles: every
+    /// file whole. The error says what is wrong with the needles.
+    pub fn sifting(max_size: u64, needles: &[Vec<u8>]) -> Result<BulkReader, String> {
+        #[cfg(target_arch = "wasm32")]
+        {
+            use crate::bindings::cordon::tool::bulk_read::Reader;
+            Ok(BulkReader {
+                host: Reader::sifting(max_size, needles)?,
+            })
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            check_needles(needles)?;
+            Ok(BulkReader {
+                needles: needles.to_vec(),
+                ..BulkReader::new(max_size)
+            })
         }
     }
 
@@ -153,19 +210,12 @@ impl BulkReader {
         let max = u32::try_from(max).unwrap_or(u32::MAX);
         #[cfg(target_arch = "wasm32")]
         {
-            use crate::bindings::cordon::tool::bulk_read::ReadError as Wit;
             self.host
                 .take(max)
                 .into_iter()
                 .map(|file| File {
                     path: file.path,
-                    contents: file.contents.map_err(|e| match e {
-                        Wit::NotGranted => ReadError::NotGranted,
-                        Wit::NotFound => ReadError::NotFound,
-                        Wit::NotAFile => ReadError::NotAFile,
-                        Wit::TooLarge(size) => ReadError::TooLarge(size),
-                        Wit::Other(message) => ReadError::Other(message),
-                    }),
+                    contents: file.contents.map_err(read_error),
                 })
                 .collect()
         }
@@ -194,6 +244,97 @@ impl BulkReader {
             }
             files
         }
+    }
+}
+
+impl BulkReader {
+    /// Like [`take`](Self::take), but a file with none of a sifting reader's needles comes as
+    /// [`Sifted::PassedOver`], without its contents.
+    pub fn take_sifted(&mut self, max: usize) -> Vec<SiftedFile> {
+        #[cfg(target_arch = "wasm32")]
+        {
+            use crate::bindings::cordon::tool::bulk_read::Sifted as Wit;
+            let max = u32::try_from(max).unwrap_or(u32::MAX);
+            self.host
+                .take_sifted(max)
+                .into_iter()
+                .map(|file| SiftedFile {
+                    path: file.path,
+                    contents: file
+                        .contents
+                        .map(|sifted| match sifted {
+                            Wit::Whole(bytes) => Sifted::Whole(bytes),
+                            Wit::PassedOver(p) => Sifted::PassedOver {
+                                size: p.size,
+                                first_nul: p.first_nul,
+                            },
+                        })
+                        .map_err(read_error),
+                })
+                .collect()
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            // The host's batches may be larger (files passed over hand over no bytes); the
+            // order and the contents are the same.
+            self.take(max)
+                .into_iter()
+                .map(|file| SiftedFile {
+                    contents: file.contents.map(|bytes| self.sift_native(bytes)),
+                    path: file.path,
+                })
+                .collect()
+        }
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    fn sift_native(&self, bytes: Vec<u8>) -> Sifted {
+        let marked = [&[0xEF, 0xBB, 0xBF][..], &[0xFF, 0xFE], &[0xFE, 0xFF]]
+            .iter()
+            .any(|bom| bytes.starts_with(bom));
+        let contains = |needle: &Vec<u8>| bytes.windows(needle.len()).any(|w| w == needle);
+        if self.needles.is_empty() || marked || self.needles.iter().any(contains) {
+            return Sifted::Whole(bytes);
+        }
+        Sifted::PassedOver {
+            size: bytes.len() as u64,
+            first_nul: bytes.iter().position(|&b| b == 0).map(|at| at as u64),
+        }
+    }
+}
+
+/// The host's rules for needles.
+#[cfg(not(target_arch = "wasm32"))]
+fn check_needles(needles: &[Vec<u8>]) -> Result<(), String> {
+    if needles.len() > 1024 {
+        return Err(format!(
+            "{} needles were given; a sifting reader takes at most 1024",
+            needles.len()
+        ));
+    }
+    if let Some(i) = needles.iter().position(Vec::is_empty) {
+        return Err(format!(
+            "needle {i} is empty, and every file contains the empty string"
+        ));
+    }
+    if let Some(i) = needles.iter().position(|n| n.len() > 1024) {
+        return Err(format!("needle {i} is longer than 1024 bytes"));
+    }
+    if needles.iter().map(Vec::len).sum::<usize>() > 64 << 10 {
+        return Err("the needles have more than 64 KiB in all".to_owned());
+    }
+    Ok(())
+}
+
+#[cfg(target_arch = "wasm32")]
+fn read_error(e: crate::bindings::cordon::tool::bulk_read::ReadError) -> ReadError {
+    use crate::bindings::cordon::tool::bulk_read::ReadError as Wit;
+    match e {
+        Wit::NotGranted => ReadError::NotGranted,
+        Wit::NotFound => ReadError::NotFound,
+        Wit::NotAFile => ReadError::NotAFile,
+        Wit::TooLarge(size) => ReadError::TooLarge(size),
+        Wit::Other(message) => ReadError::Other(message),
     }
 }
 
@@ -251,6 +392,48 @@ mod tests {
             ]
         );
         assert!(reader.take(10).is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_sifting_reader_passes_over_files_without_a_needle() {
+        let dir = std::env::temp_dir().join(format!("cordon-sdk-sift-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let files: [(&str, &[u8]); 4] = [
+            ("hit", b"one needle here"),
+            ("miss", b"nothing\0here"),
+            ("marked", b"\xEF\xBB\xBFnothing"),
+            ("empty", b""),
+        ];
+        for (name, body) in files {
+            std::fs::write(dir.join(name), body).unwrap();
+        }
+        let mut reader = BulkReader::sifting(1 << 20, &[b"needle".to_vec()]).unwrap();
+        for (name, _) in files {
+            reader.add(dir.join(name).to_str().unwrap()).unwrap();
+        }
+        let got: Vec<_> = reader
+            .take_sifted(10)
+            .into_iter()
+            .map(|f| f.contents)
+            .collect();
+        assert_eq!(
+            got,
+            [
+                Ok(Sifted::Whole(b"one needle here".to_vec())),
+                Ok(Sifted::PassedOver {
+                    size: 12,
+                    first_nul: Some(7)
+                }),
+                Ok(Sifted::Whole(b"\xEF\xBB\xBFnothing".to_vec())),
+                Ok(Sifted::PassedOver {
+                    size: 0,
+                    first_nul: None
+                }),
+            ]
+        );
+        let empty = BulkReader::sifting(1, &[Vec::new()]).err().unwrap();
+        assert!(empty.contains("needle 0 is empty"), "{empty}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
