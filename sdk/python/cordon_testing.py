@@ -111,16 +111,30 @@ _BOMS = (b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")
 
 
 def _needle_problem(needles: list[bytes]) -> str | None:
-    """What the host would refuse about a sifting reader's needles, or None."""
+    """What the host would refuse about a sifting reader's needles (its message), or None."""
     if len(needles) > 1024:
-        return f"{len(needles)} needles were given; a sifting reader takes at most 1024"
+        return (
+            f"{len(needles)} needles were given; a sifting reader takes at most 1024: pass "
+            "fewer, shorter ones (any one of which a match must contain), or none to take every "
+            "file whole"
+        )
     for i, needle in enumerate(needles):
         if not needle:
-            return f"needle {i} is empty, and every file contains the empty string"
+            return (
+                f"needle {i} is empty, and every file contains the empty string: pass no "
+                "needles to take every file whole"
+            )
         if len(needle) > 1024:
-            return f"needle {i} is longer than 1024 bytes"
-    if sum(len(n) for n in needles) > 64 << 10:
-        return "the needles have more than 64 KiB in all"
+            return (
+                f"needle {i} is {len(needle)} bytes; a needle may have at most 1024 (a prefix "
+                "of it is a needle too)"
+            )
+    total = sum(len(n) for n in needles)
+    if total > 64 << 10:
+        return (
+            f"the needles have {total} bytes in all; at most 65536 are allowed: pass fewer or "
+            "shorter ones"
+        )
     return None
 
 
@@ -272,8 +286,15 @@ class ComponentHost:
         self._readers[rep] = (min(max_size, self._memory_bytes), [])
         return _wc.ResourceHost.own(rep, _READER)
 
-    def _reader_sifting(self, store: Any, max_size: int, needles: list) -> Any:
-        needles = [bytes(n) for n in needles]
+    def _reader_sifting(self, store: Any, max_size: int, flat: bytes, lengths: list) -> Any:
+        flat = bytes(flat)
+        if len(lengths) <= 1024 and sum(lengths) != len(flat):
+            return (
+                f"the needle lengths add up to {sum(lengths)} bytes but {len(flat)} were given: "
+                "pass the needles one after another and the length of each"
+            )
+        offsets = list(itertools.accumulate(lengths, initial=0))
+        needles = [flat[a:b] for a, b in zip(offsets, offsets[1:])]
         problem = _needle_problem(needles)
         if problem is not None:
             return problem

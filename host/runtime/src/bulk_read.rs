@@ -24,7 +24,9 @@
 //!   other readers read on the calling thread when taken from. Each worker holds one file open
 //!   at a time;
 //! - needles of a sifting reader: [`MAX_NEEDLES`], each at most [`MAX_NEEDLE_BYTES`], and
-//!   [`MAX_ALL_NEEDLE_BYTES`] in all.
+//!   [`MAX_ALL_NEEDLE_BYTES`] in all, passed as one flat list (so lifting the argument copies
+//!   no more than the plugin's memory holds), searched for by a contiguous NFA of at most
+//!   [`MAX_SIEVE_MEMORY`].
 //!
 //! A sifting reader (0.1.2) also searches each file it reads for the plugin's needles, on the
 //! worker with native code, and keeps only the facts `take-sifted` hands over (size, first NUL)
@@ -40,7 +42,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
-use aho_corasick::AhoCorasick;
+use aho_corasick::{AhoCorasick, AhoCorasickKind};
 use wasmtime::component::Resource;
 use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemView};
 use wasmtime_wasi::p2::bindings::filesystem::preopens::Host as _;
@@ -73,6 +75,9 @@ const MAX_NEEDLES: usize = 1024;
 const MAX_NEEDLE_BYTES: usize = 1024;
 /// Bytes of all needles of one reader.
 const MAX_ALL_NEEDLE_BYTES: usize = 64 << 10;
+/// Host memory one reader's needle automaton may take (a contiguous NFA of 64 KiB of needles
+/// takes a few MiB at most; a DFA could take 64 MiB, so none is built).
+const MAX_SIEVE_MEMORY: usize = 16 << 20;
 
 /// Worker threads alive in the process.
 static LIVE_WORKERS: AtomicUsize = AtomicUsize::new(0);
@@ -110,18 +115,34 @@ struct Sieve {
 }
 
 impl Sieve {
-    /// The sieve for `needles` (none for no needles), or what is wrong with them.
-    fn new(needles: &[Vec<u8>]) -> Result<Option<Sieve>, String> {
-        if needles.is_empty() {
-            return Ok(None);
-        }
-        if needles.len() > MAX_NEEDLES {
+    /// The sieve for the needles in `flat` of `lengths` (none for no needles), or what is
+    /// wrong with them.
+    fn new(flat: &[u8], lengths: &[u32]) -> Result<Option<Sieve>, String> {
+        if lengths.len() > MAX_NEEDLES {
             return Err(format!(
                 "{} needles were given; a sifting reader takes at most {MAX_NEEDLES}: pass \
                  fewer, shorter ones (any one of which a match must contain), or none to take \
                  every file whole",
-                needles.len()
+                lengths.len()
             ));
+        }
+        let total: u64 = lengths.iter().map(|&n| u64::from(n)).sum();
+        if total != flat.len() as u64 {
+            return Err(format!(
+                "the needle lengths add up to {total} bytes but {} were given: pass the needles \
+                 one after another and the length of each",
+                flat.len()
+            ));
+        }
+        let mut needles = Vec::with_capacity(lengths.len());
+        let mut rest = flat;
+        for &n in lengths {
+            let (needle, after) = rest.split_at(n as usize);
+            needles.push(needle);
+            rest = after;
+        }
+        if needles.is_empty() {
+            return Ok(None);
         }
         for (i, needle) in needles.iter().enumerate() {
             if needle.is_empty() {
@@ -138,15 +159,24 @@ impl Sieve {
                 ));
             }
         }
-        let all: usize = needles.iter().map(Vec::len).sum();
-        if all > MAX_ALL_NEEDLE_BYTES {
+        if flat.len() > MAX_ALL_NEEDLE_BYTES {
             return Err(format!(
-                "the needles have {all} bytes in all; at most {MAX_ALL_NEEDLE_BYTES} are \
-                 allowed: pass fewer or shorter ones"
+                "the needles have {} bytes in all; at most {MAX_ALL_NEEDLE_BYTES} are \
+                 allowed: pass fewer or shorter ones",
+                flat.len()
             ));
         }
-        let needles = AhoCorasick::new(needles)
+        let needles = AhoCorasick::builder()
+            .kind(Some(AhoCorasickKind::ContiguousNFA))
+            .build(needles)
             .map_err(|e| format!("the needles cannot be searched for: {e}"))?;
+        if needles.memory_usage() > MAX_SIEVE_MEMORY {
+            return Err(format!(
+                "searching for these needles would take {} bytes of host memory, more than \
+                 {MAX_SIEVE_MEMORY}: pass fewer or shorter ones",
+                needles.memory_usage()
+            ));
+        }
         Ok(Some(Sieve { needles }))
     }
 
@@ -256,16 +286,13 @@ impl Slot {
         }
     }
 
-    /// Bytes of contents a `take` (`take-sifted` if `sifted`) hands over for it (a file read
-    /// only by the take counts as too many to share a batch if it is larger than the
-    /// read-ahead bound).
+    /// Bytes of contents a `take` (`take-sifted` if `sifted`) hands over for it. A file the
+    /// take itself reads counts as too many to share a batch: it may have grown since.
     fn handed_over(&self, sifted: bool) -> u64 {
         match self {
             Slot::Read(file) => file.contents.as_ref().map_or(0, |c| c.len() as u64),
-            Slot::Later(_) => u64::MAX,
             Slot::PassedOver(_, _) if sifted => 0,
-            Slot::PassedOver(_, p) if p.size > AHEAD_BYTES => u64::MAX,
-            Slot::PassedOver(_, p) => p.size,
+            Slot::Later(_) | Slot::PassedOver(_, _) => u64::MAX,
         }
     }
 
@@ -737,9 +764,10 @@ impl bulk_read::HostReader for HostState {
     fn sifting(
         &mut self,
         max_size: u64,
-        needles: Vec<Vec<u8>>,
+        needles: Vec<u8>,
+        lengths: Vec<u32>,
     ) -> wasmtime::Result<Result<Resource<Reader>, String>> {
-        match Sieve::new(&needles) {
+        match Sieve::new(&needles, &lengths) {
             Ok(sieve) => Ok(Ok(self.push_reader(max_size, sieve)?)),
             Err(why) => Ok(Err(why)),
         }
@@ -891,11 +919,9 @@ mod tests {
         for seq in 0..3 {
             queue.finished.insert(seq, passed_over(5 * MIB));
         }
-        // take-sifted gets all three; a plain take reads them again, so at most 8 MiB.
+        // take-sifted gets all three; a plain take reads each again, alone (it may have
+        // grown past the batch bound since).
         assert_eq!(queue.takeable(3, true), Some(3));
-        assert_eq!(queue.takeable(3, false), Some(1));
-        // A plain take reads one larger than the read-ahead bound alone.
-        queue.finished.insert(0, passed_over(9 * MIB));
         assert_eq!(queue.takeable(3, false), Some(1));
         assert_eq!(queue.finished[&0].handed_over(false), u64::MAX);
         assert_eq!(queue.finished[&0].handed_over(true), 0);
@@ -903,8 +929,10 @@ mod tests {
 
     #[test]
     fn needles_are_bounded_and_bytes() {
-        let sieve =
-            |needles: &[&[u8]]| Sieve::new(&needles.iter().map(|n| n.to_vec()).collect::<Vec<_>>());
+        let sieve = |needles: &[&[u8]]| {
+            let lengths: Vec<u32> = needles.iter().map(|n| n.len() as u32).collect();
+            Sieve::new(&needles.concat(), &lengths)
+        };
         assert!(sieve(&[]).unwrap().is_none());
         let some = sieve(&[b"needle", b"\xff\x00"]).unwrap().unwrap();
         assert!(some.passes_over(b"a needle").is_none());
@@ -925,5 +953,26 @@ mod tests {
         );
         let many = vec![&b"n"[..]; MAX_NEEDLES + 1];
         assert!(sieve(&many).unwrap_err().contains("1025 needles"));
+        let wide = vec![&[b'n'; 1000][..]; 66];
+        assert!(sieve(&wide).unwrap_err().contains("66000 bytes in all"));
+        // Lengths must cover the bytes exactly.
+        assert!(
+            Sieve::new(b"abc", &[2])
+                .unwrap_err()
+                .contains("add up to 2 bytes but 3")
+        );
+        assert!(
+            Sieve::new(b"abc", &[2, 2])
+                .unwrap_err()
+                .contains("add up to 4")
+        );
+        assert!(Sieve::new(b"ab", &[u32::MAX, u32::MAX]).is_err());
+        // The largest needle set allowed stays far below the memory bound.
+        let random: Vec<u8> = (0..MAX_ALL_NEEDLE_BYTES as u64)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        let lengths = vec![(MAX_ALL_NEEDLE_BYTES / 64) as u32; 64];
+        let largest = Sieve::new(&random, &lengths).unwrap().unwrap();
+        assert!(largest.needles.memory_usage() < MAX_SIEVE_MEMORY / 2);
     }
 }

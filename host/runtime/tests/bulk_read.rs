@@ -392,11 +392,19 @@ async fn a_sifting_reader_hands_over_only_files_with_a_needle() {
             json!({"paths": paths, "take": 4, "readers": readers, "sifted": true}),
         ] {
             let whole = bulk(&sb, args.clone()).await;
-            for (path, result) in results(&whole) {
-                assert!(
-                    result.get("passed_over").is_none(),
-                    "{path}: {result} ({args})"
-                );
+            let got = results(&whole);
+            assert_eq!(got.len(), paths.len());
+            for (path, result) in got {
+                let name = path.trim_start_matches("/d/");
+                let expected = match files.iter().find(|f| f.0 == name) {
+                    Some((_, body, _)) if body.len() > 100 => json!({
+                        "ok": String::from_utf8_lossy(&body[..100]),
+                        "len": body.len(),
+                    }),
+                    Some((_, body, _)) => json!({"ok": String::from_utf8_lossy(body)}),
+                    None => json!({"err": "not-found"}),
+                };
+                assert_eq!(result, expected, "{path} ({args})");
             }
         }
     }

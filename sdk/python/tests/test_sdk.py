@@ -454,11 +454,12 @@ class TestingHostBulkRead(unittest.TestCase):
         host = self.host
         host._readers, host._needles, host._reader_ids = {}, {}, itertools.count(1)
         host._memory_bytes = 1 << 20
-        self.assertEqual(
-            host._reader_sifting(None, 100, [b"ok", b""]),
+        self.assertIn(
             "needle 1 is empty, and every file contains the empty string",
+            host._reader_sifting(None, 100, b"ok", [2, 0]),
         )
-        reader = host._reader_sifting(None, 100, [b"needle", b"pin"])
+        self.assertIn("add up to 3 bytes but 2", host._reader_sifting(None, 100, b"ok", [3]))
+        reader = host._reader_sifting(None, 100, b"needlepin", [6, 3])
         handle = types.SimpleNamespace(to_host=lambda _store: reader)
         for name in ["hit.txt", "miss.bin", "marked.txt", "empty.txt", "missing"]:
             self.assertIsNone(host._reader_add(None, handle, f"/d/{name}"))

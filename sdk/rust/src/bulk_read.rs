@@ -154,8 +154,12 @@ impl BulkReader {
         #[cfg(target_arch = "wasm32")]
         {
             use crate::bindings::cordon::tool::bulk_read::Reader;
+            let lengths: Vec<u32> = needles
+                .iter()
+                .map(|n| u32::try_from(n.len()).unwrap_or(u32::MAX))
+                .collect();
             Ok(BulkReader {
-                host: Reader::sifting(max_size, needles)?,
+                host: Reader::sifting(max_size, &needles.concat(), &lengths)?,
             })
         }
         #[cfg(not(target_arch = "wasm32"))]
@@ -303,25 +307,37 @@ impl BulkReader {
     }
 }
 
-/// The host's rules for needles.
+/// The host's rules for needles, checked in the host's order with its messages.
 #[cfg(not(target_arch = "wasm32"))]
 fn check_needles(needles: &[Vec<u8>]) -> Result<(), String> {
     if needles.len() > 1024 {
         return Err(format!(
-            "{} needles were given; a sifting reader takes at most 1024",
+            "{} needles were given; a sifting reader takes at most 1024: pass fewer, shorter \
+             ones (any one of which a match must contain), or none to take every file whole",
             needles.len()
         ));
     }
-    if let Some(i) = needles.iter().position(Vec::is_empty) {
+    for (i, needle) in needles.iter().enumerate() {
+        if needle.is_empty() {
+            return Err(format!(
+                "needle {i} is empty, and every file contains the empty string: pass no \
+                 needles to take every file whole"
+            ));
+        }
+        if needle.len() > 1024 {
+            return Err(format!(
+                "needle {i} is {} bytes; a needle may have at most 1024 (a prefix of it is a \
+                 needle too)",
+                needle.len()
+            ));
+        }
+    }
+    let all: usize = needles.iter().map(Vec::len).sum();
+    if all > 64 << 10 {
         return Err(format!(
-            "needle {i} is empty, and every file contains the empty string"
+            "the needles have {all} bytes in all; at most 65536 are allowed: pass fewer or \
+             shorter ones"
         ));
-    }
-    if let Some(i) = needles.iter().position(|n| n.len() > 1024) {
-        return Err(format!("needle {i} is longer than 1024 bytes"));
-    }
-    if needles.iter().map(Vec::len).sum::<usize>() > 64 << 10 {
-        return Err("the needles have more than 64 KiB in all".to_owned());
     }
     Ok(())
 }
