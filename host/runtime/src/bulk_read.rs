@@ -3,8 +3,9 @@
 //! A component runs on one thread, so a plugin that reads thousands of files through
 //! `wasi:filesystem` spends most of its time waiting for one system call after another (open,
 //! stat, read, close per file). A reader takes the paths the plugin queues and reads them on
-//! threads of its own, in order, at most [`AHEAD_FILES`] files or [`AHEAD_BYTES`] ahead of what
-//! the plugin has taken, so the plugin's own work and the reading overlap.
+//! threads of its own, in order, at most [`AHEAD_FILES`] files or [`AHEAD_BYTES`] of contents
+//! ahead of what the plugin has taken (files held without contents, such as those a sifting
+//! reader passed over, do not count), so the plugin's own work and the reading overlap.
 //!
 //! What a reader can reach is what the call's preopened directories reach, through the very
 //! same directory handles: a guest path is matched to a preopen and opened below it with
@@ -52,7 +53,9 @@ use crate::bindings::cordon::tool::bulk_read::{
 };
 use crate::sandbox::HostState;
 
-/// Files read but not yet taken, at most, before the workers wait.
+/// Files read whole but not yet taken, at most, before the workers wait. (Files a sifting
+/// reader passed over, and files left for the take to read, hold only their paths, which the
+/// queue's own bounds already count: the workers may run ahead over any number of them.)
 const AHEAD_FILES: usize = 64;
 /// Bytes read but not yet taken, at most, before the workers wait; also the most one `take`
 /// hands over, unless a single file is larger.
@@ -315,6 +318,8 @@ struct Queue {
     pending: VecDeque<(u64, String)>,
     finished: BTreeMap<u64, Slot>,
     finished_bytes: u64,
+    /// How many of `finished` hold contents (are [`Slot::Read`]).
+    finished_read: usize,
     /// The next sequence number the plugin will take.
     next: u64,
     /// How many files the waiting `take` wants, and whether it is `take-sifted`, if one waits.
@@ -353,12 +358,12 @@ impl Queue {
             .map(|slot| slot.handed_over(sifted));
         // Nothing more comes before this take when the workers wait at the read-ahead bound
         // and none is still reading (a read in flight may fill a gap before the bound).
-        let at_bound = self.finished.len() >= AHEAD_FILES || self.finished_bytes >= AHEAD_BYTES;
+        let at_bound = !self.has_room();
         batch(ready, want, at_bound && self.in_flight == 0)
     }
 
     fn has_room(&self) -> bool {
-        self.finished.len() < AHEAD_FILES && self.finished_bytes < AHEAD_BYTES
+        self.finished_read < AHEAD_FILES && self.finished_bytes < AHEAD_BYTES
     }
 }
 
@@ -428,6 +433,7 @@ fn worker(shared: Arc<Shared>, source: Arc<Source>, _permit: WorkerPermit) {
             return;
         }
         queue.finished_bytes += slot.bytes();
+        queue.finished_read += usize::from(matches!(slot, Slot::Read(_)));
         queue.finished.insert(seq, slot);
         if let Some((want, sifted)) = queue.want
             && queue.takeable(want, sifted).is_some()
@@ -530,6 +536,7 @@ impl Reader {
                                 let slot =
                                     queue.finished.remove(&seq).expect("takeable checked it");
                                 queue.finished_bytes -= slot.bytes();
+                                queue.finished_read -= usize::from(matches!(slot, Slot::Read(_)));
                                 queue.next += 1;
                                 slots.push(slot);
                             }
@@ -853,6 +860,7 @@ impl Drop for Reader {
             queue.pending.clear();
             queue.finished.clear();
             queue.finished_bytes = 0;
+            queue.finished_read = 0;
             drop(queue);
             shared.work.notify_all();
         }
@@ -896,6 +904,7 @@ mod tests {
         for seq in std::iter::once(0).chain(2..=AHEAD_FILES as u64) {
             queue.finished.insert(seq, small(seq));
         }
+        queue.finished_read = AHEAD_FILES;
         queue.in_flight = 1;
         assert_eq!(queue.takeable(2, false), None);
         queue.in_flight = 0;
@@ -925,6 +934,13 @@ mod tests {
         assert_eq!(queue.takeable(3, false), Some(1));
         assert_eq!(queue.finished[&0].handed_over(false), u64::MAX);
         assert_eq!(queue.finished[&0].handed_over(true), 0);
+        // Holding only paths, any number of them leaves the workers room to read on.
+        for seq in 3..10 * AHEAD_FILES as u64 {
+            queue.finished.insert(seq, passed_over(1));
+        }
+        assert!(queue.has_room());
+        queue.finished_read = AHEAD_FILES;
+        assert!(!queue.has_room());
     }
 
     #[test]
