@@ -40,7 +40,9 @@ from __future__ import annotations
 import errno
 import json
 import math
+import os
 import re
+import stat
 import sys
 import traceback
 from collections.abc import Callable
@@ -48,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "BulkReader",
     "Denied",
     "Failed",
     "Hints",
@@ -55,6 +58,9 @@ __all__ = [
     "Json",
     "NotFound",
     "Plugin",
+    "QueueFull",
+    "ReadError",
+    "ReadFile",
     "Text",
     "ToolDefinitionError",
     "ToolDescriptor",
@@ -671,3 +677,247 @@ class _Log:
 
 #: The plugin's logger; see :class:`_Log`.
 log = _Log()
+
+
+# --------------------------------------------------------------------------------------------
+# Reading many files at once (cordon:tool/bulk-read)
+
+
+class ReadError(Exception):
+    """Why one queued file was not read.
+
+    ``kind`` is ``"not-granted"`` (not inside a granted directory, not absolute, or with
+    ``..``), ``"not-found"``, ``"not-a-file"`` (a directory, device, FIFO or socket),
+    ``"too-large"`` (``size`` is its size: read it in pieces with ``open`` instead) or
+    ``"other"`` (the system's message).
+    """
+
+    def __init__(self, kind: str, message: str = "", size: int | None = None) -> None:
+        super().__init__(message or _READ_ERROR_TEXT.get(kind, kind))
+        self.kind = kind
+        self.size = size
+
+
+_READ_ERROR_TEXT = {
+    "not-granted": "not inside a granted directory",
+    "not-found": "not found",
+    "not-a-file": "not a regular file",
+}
+
+
+class QueueFull(Exception):
+    """4096 paths (or 1 MiB of paths) are queued and not yet taken over all the call's readers:
+    take some files first."""
+
+
+@dataclass
+class ReadFile:
+    """One queued file as a take hands it over.
+
+    ``contents`` holds its bytes, or ``error`` says why it was not read. From
+    :meth:`BulkReader.take_sifted`, a file with none of the reader's needles has
+    ``passed_over`` set and only ``size`` and ``first_nul`` (the offset of its first NUL byte,
+    if any) instead of its bytes.
+    """
+
+    path: str
+    contents: bytes | None = None
+    error: ReadError | None = None
+    passed_over: bool = False
+    size: int | None = None
+    first_nul: int | None = None
+
+
+_BYTE_ORDER_MARKS = (b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")
+
+
+class BulkReader:
+    """Reads many whole files on the host's threads while the tool works.
+
+    A component has one thread, and reading thousands of files with ``open`` costs several
+    calls out of the sandbox each, one after another. Queue their paths (guest paths inside
+    granted directories) with :meth:`add`; :meth:`take` hands them back in the order queued,
+    read ahead by the host. It reaches exactly what the granted directories reach, and only
+    regular files.
+
+    With ``needles`` (byte strings of which every match of a search must contain one) the host
+    also looks for them in each file as it reads it, with native code, and
+    :meth:`take_sifted` hands over only the files that contain one (or begin with a byte-order
+    mark); of the others just their size and first NUL. At most 1024 needles of 1 to 1024
+    bytes, 64 KiB in all; anything else raises ``ValueError`` naming what was wrong.
+
+    A call may hold at most 16 readers; :meth:`close` (or ``with``) releases one. Outside a
+    component (plain Python, tests) the files are read with ``open`` when taken.
+    """
+
+    def __init__(self, max_size: int, needles: list[bytes] | None = None) -> None:
+        self._needles = [bytes(n) for n in needles or []]
+        self._max_size = max_size
+        self._pending: list[str] = []
+        self._host: Any = None
+        try:
+            from wit_world.imports import bulk_read as wit
+        except ImportError:
+            problem = _needle_problem(self._needles)
+            if problem is not None:
+                raise ValueError(problem) from None
+            return
+        if needles is None:
+            self._host = wit.Reader(max_size)
+            return
+        from componentize_py_types import Err
+
+        lengths = [len(n) for n in self._needles]
+        try:
+            self._host = wit.Reader.sifting(max_size, b"".join(self._needles), lengths)
+        except Err as err:
+            raise ValueError(err.value) from None
+
+    def add(self, path: str) -> None:
+        """Queues ``path``; raises :class:`QueueFull`, or ``ValueError`` for a path longer
+        than 4096 bytes (no file has one)."""
+        if self._host is None:
+            if len(path.encode()) > 4096:
+                raise ValueError("the path is longer than 4096 bytes")
+            if len(self._pending) >= 4096:
+                raise QueueFull("the read queue is full; take files first")
+            self._pending.append(path)
+            return
+        from componentize_py_types import Err
+        from wit_world.imports import bulk_read as wit
+
+        try:
+            self._host.add(path)
+        except Err as err:
+            if err.value == wit.AddError.QUEUE_FULL:
+                raise QueueFull("the read queue is full; take files first") from None
+            raise ValueError("the path is longer than 4096 bytes") from None
+
+    def queued(self) -> int:
+        """How many queued files have not been taken yet."""
+        return len(self._pending) if self._host is None else self._host.queued()
+
+    def take(self, max_files: int) -> list[ReadFile]:
+        """Up to ``max_files`` of the next queued files, in the order queued, waiting until
+        they are read: fewer when their contents would pass 8 MiB (a larger file comes
+        alone). Empty only when nothing is queued."""
+        if self._host is None:
+            return [self._read_native(path) for path in self._take_native(max_files)]
+        from componentize_py_types import Ok
+
+        taken = []
+        for file in self._host.take(max_files):
+            if isinstance(file.contents, Ok):
+                taken.append(ReadFile(file.path, contents=file.contents.value))
+            else:
+                taken.append(ReadFile(file.path, error=_read_error(file.contents.value)))
+        return taken
+
+    def take_sifted(self, max_files: int) -> list[ReadFile]:
+        """Like :meth:`take`, but a file with none of the needles comes with ``passed_over``
+        set, its ``size`` and ``first_nul``, and no contents."""
+        if self._host is None:
+            return [self._sift(self._read_native(p)) for p in self._take_native(max_files)]
+        from componentize_py_types import Ok
+        from wit_world.imports import bulk_read as wit
+
+        taken = []
+        for file in self._host.take_sifted(max_files):
+            if not isinstance(file.contents, Ok):
+                taken.append(ReadFile(file.path, error=_read_error(file.contents.value)))
+            elif isinstance(file.contents.value, wit.Sifted_Whole):
+                taken.append(ReadFile(file.path, contents=file.contents.value.value))
+            else:
+                facts = file.contents.value.value
+                taken.append(
+                    ReadFile(
+                        file.path, passed_over=True, size=facts.size, first_nul=facts.first_nul
+                    )
+                )
+        return taken
+
+    def close(self) -> None:
+        """Releases the reader (and what the host still holds for it)."""
+        if self._host is not None:
+            self._host.__exit__(None, None, None)
+            self._host = None
+        self._pending = []
+
+    def __enter__(self) -> BulkReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _take_native(self, max_files: int) -> list[str]:
+        taken, self._pending = self._pending[:max_files], self._pending[max_files:]
+        return taken
+
+    def _read_native(self, path: str) -> ReadFile:
+        try:
+            info = os.stat(path)
+            if not stat.S_ISREG(info.st_mode):
+                return ReadFile(path, error=ReadError("not-a-file"))
+            if info.st_size > self._max_size:
+                size = info.st_size
+                message = f"too large to read whole ({size} bytes)"
+                return ReadFile(path, error=ReadError("too-large", message, size=size))
+            with open(path, "rb") as handle:
+                return ReadFile(path, contents=handle.read())
+        except FileNotFoundError:
+            return ReadFile(path, error=ReadError("not-found"))
+        except NotADirectoryError:
+            return ReadFile(path, error=ReadError("not-a-file"))
+        except OSError as err:
+            return ReadFile(path, error=ReadError("other", str(err)))
+
+    def _sift(self, file: ReadFile) -> ReadFile:
+        data = file.contents
+        if data is None or not self._needles or data.startswith(_BYTE_ORDER_MARKS):
+            return file
+        if any(n in data for n in self._needles):
+            return file
+        nul = data.find(b"\0")
+        return ReadFile(
+            file.path, passed_over=True, size=len(data), first_nul=None if nul < 0 else nul
+        )
+
+
+def _read_error(wit_error: Any) -> ReadError:
+    """The SDK's :class:`ReadError` for a WIT ``read-error``."""
+    kind = type(wit_error).__name__.removeprefix("ReadError_")
+    kind = re.sub(r"(?<!^)(?=[A-Z])", "-", kind).lower()
+    value = getattr(wit_error, "value", None)
+    if kind == "too-large":
+        return ReadError(kind, f"too large to read whole ({value} bytes)", size=value)
+    if kind == "other":
+        return ReadError(kind, str(value))
+    return ReadError(kind)
+
+
+def _needle_problem(needles: list[bytes]) -> str | None:
+    """What the host would refuse about a sifting reader's needles (its message), or None."""
+    if len(needles) > 1024:
+        return (
+            f"{len(needles)} needles were given; a sifting reader takes at most 1024: pass "
+            "fewer, shorter ones (any one of which a match must contain), or none to take every "
+            "file whole"
+        )
+    for i, needle in enumerate(needles):
+        if not needle:
+            return (
+                f"needle {i} is empty, and every file contains the empty string: pass no "
+                "needles to take every file whole"
+            )
+        if len(needle) > 1024:
+            return (
+                f"needle {i} is {len(needle)} bytes; a needle may have at most 1024 (a prefix "
+                "of it is a needle too)"
+            )
+    total = sum(len(n) for n in needles)
+    if total > 64 << 10:
+        return (
+            f"the needles have {total} bytes in all; at most 65536 are allowed: pass fewer or "
+            "shorter ones"
+        )
+    return None

@@ -110,34 +110,6 @@ _ERRORS = {
 _BOMS = (b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")
 
 
-def _needle_problem(needles: list[bytes]) -> str | None:
-    """What the host would refuse about a sifting reader's needles (its message), or None."""
-    if len(needles) > 1024:
-        return (
-            f"{len(needles)} needles were given; a sifting reader takes at most 1024: pass "
-            "fewer, shorter ones (any one of which a match must contain), or none to take every "
-            "file whole"
-        )
-    for i, needle in enumerate(needles):
-        if not needle:
-            return (
-                f"needle {i} is empty, and every file contains the empty string: pass no "
-                "needles to take every file whole"
-            )
-        if len(needle) > 1024:
-            return (
-                f"needle {i} is {len(needle)} bytes; a needle may have at most 1024 (a prefix "
-                "of it is a needle too)"
-            )
-    total = sum(len(n) for n in needles)
-    if total > 64 << 10:
-        return (
-            f"the needles have {total} bytes in all; at most 65536 are allowed: pass fewer or "
-            "shorter ones"
-        )
-    return None
-
-
 class ComponentTrap(Exception):
     """The instance trapped: deadline reached, memory limit, stack exhausted or a guest bug."""
 
@@ -294,8 +266,8 @@ class ComponentHost:
                 "pass the needles one after another and the length of each"
             )
         offsets = list(itertools.accumulate(lengths, initial=0))
-        needles = [flat[a:b] for a, b in zip(offsets, offsets[1:])]
-        problem = _needle_problem(needles)
+        needles = [flat[a:b] for a, b in itertools.pairwise(offsets)]
+        problem = cordon_sdk._needle_problem(needles)
         if problem is not None:
             return problem
         reader = self._reader_new(store, max_size)
@@ -314,9 +286,10 @@ class ComponentHost:
         if len(path.encode()) > _MAX_PATH:
             return "path-too-long"
         waiting = [p for _, q in self._readers.values() for p in q]
-        if len(waiting) >= _MAX_QUEUED or sum(len(p.encode()) for p in waiting) + len(
-            path.encode()
-        ) > _MAX_QUEUED_BYTES:
+        if (
+            len(waiting) >= _MAX_QUEUED
+            or sum(len(p.encode()) for p in waiting) + len(path.encode()) > _MAX_QUEUED_BYTES
+        ):
             return "queue-full"
         queued.append(path)
         return None
@@ -325,9 +298,12 @@ class ComponentHost:
         return len(self._reader(store, handle)[1])
 
     def _reader_take(self, store: Any, handle: Any, count: int) -> list:
-        """Up to ``count`` files, by the host's rule: at most 8 MiB a batch, a larger file
-        alone."""
-        max_size, queued = self._reader(store, handle)
+        return self._take(handle.to_host(store).rep, count)
+
+    def _take(self, rep: int, count: int) -> list:
+        """Up to ``count`` files of reader ``rep``, by the host's rule: at most 8 MiB a batch,
+        a larger file alone."""
+        max_size, queued = self._readers[rep]
         files: list = []
         total = 0
         while queued and len(files) < min(count, 64):
@@ -348,21 +324,28 @@ class ComponentHost:
 
     def _reader_take_sifted(self, store: Any, handle: Any, count: int) -> list:
         """``take``, with the files that contain none of the reader's needles (and begin with
-        no byte-order mark) passed over: their size and first NUL instead of their bytes."""
-        needles = self._needles.get(handle.to_host(store).rep, [])
-        files = self._reader_take(store, handle, count)
+        no byte-order mark) passed over: their size and first NUL instead of their bytes.
+
+        wasmtime-py lowers a variant whose cases it can tell apart by Python type without a
+        tag: ``result<sifted, read-error>`` takes the bytes (``whole``), a ``Record``
+        (``passed-over``) or the read-error ``Variant`` as they are.
+        """
+        # A borrowed handle converts once per call.
+        rep = handle.to_host(store).rep
+        needles = self._needles.get(rep, [])
+        files = self._take(rep, count)
         for file in files:
             contents = file.contents
             if isinstance(contents, _wc.Variant):
-                file.contents = _wc.Variant("err", contents)
-            elif not needles or contents.startswith(_BOMS) or any(n in contents for n in needles):
-                file.contents = _wc.Variant("ok", _wc.Variant("whole", contents))
-            else:
-                nul = contents.find(b"\0")
-                passed_over = types.SimpleNamespace(
-                    size=len(contents), first_nul=None if nul < 0 else nul
-                )
-                file.contents = _wc.Variant("ok", _wc.Variant("passed-over", passed_over))
+                continue
+            if not needles or contents.startswith(_BOMS) or any(n in contents for n in needles):
+                continue
+            nul = contents.find(b"\0")
+            passed_over = _wc.Record()
+            passed_over.size = len(contents)
+            # Record fields go by their WIT names.
+            setattr(passed_over, "first-nul", None if nul < 0 else nul)
+            file.contents = passed_over
         return files
 
     def _read_granted(self, path: str, max_size: int) -> Any:

@@ -8,6 +8,8 @@ Copy this directory to start a plugin. It shows the parts every plugin has:
 * handlers that raise ``InvalidArguments`` / ``NotFound`` / ``Denied`` / ``Failed`` for
   failures the model should act on (``FileNotFoundError`` and ``PermissionError`` are mapped
   for you);
+* ``BulkReader`` when a tool reads many files: the host reads them on its own threads (and,
+  given the text searched for, passes over the files without it) while the tool works;
 * ``Tools = plugin.exports()`` at the end, which is what componentize-py looks for.
 """
 
@@ -16,7 +18,7 @@ import collections
 import heapq  # noqa: F401
 import re
 
-from cordon_sdk import Hints, InvalidArguments, Json, Plugin, log
+from cordon_sdk import BulkReader, Hints, InvalidArguments, Json, Plugin, log
 
 plugin = Plugin()
 
@@ -73,6 +75,52 @@ def text_stats(args: dict) -> Json:
             "most_common": collections.Counter(words).most_common(args.get("top", 5)),
         }
     )
+
+
+@plugin.tool(
+    name="find_text",
+    description=(
+        "Counts the lines containing `text` (exact, case-sensitive) in each of `paths`, files "
+        "inside directories the user has granted to this tool. Lists only the files with at "
+        "least one such line, and the paths that could not be read with the reason."
+    ),
+    input_schema={
+        "type": "object",
+        "properties": {
+            "text": {"type": "string", "minLength": 1, "description": "The text to look for."},
+            "paths": {
+                "type": "array",
+                "items": {"type": "string"},
+                "maxItems": 1000,
+                "description": "Paths of the files to look in, inside granted directories.",
+            },
+        },
+        "required": ["text", "paths"],
+        "additionalProperties": False,
+    },
+    hints=Hints(read_only=True, destructive=False, idempotent=True, open_world=False),
+)
+def find_text(args: dict) -> Json:
+    """Reads the files through the host in one go; only those containing the text come back
+    whole, so a thousand files cost little more than the few that match."""
+    needle = args["text"].encode()
+    counts, unreadable = {}, {}
+    try:
+        reader = BulkReader(16 << 20, needles=[needle])
+    except ValueError as err:  # e.g. a text longer than 1024 bytes
+        raise InvalidArguments(f"`text` cannot be searched for: {err}") from None
+    with reader:
+        for path in args["paths"]:
+            reader.add(path)
+        while reader.queued():
+            for file in reader.take_sifted(64):
+                if file.error is not None:
+                    unreadable[file.path] = str(file.error)
+                elif not file.passed_over:
+                    lines = sum(needle in line for line in file.contents.splitlines())
+                    if lines:
+                        counts[file.path] = lines
+    return Json({"lines_with_text": counts, "unreadable": unreadable})
 
 
 Tools = plugin.exports()

@@ -359,6 +359,62 @@ class Exports(unittest.TestCase):
         self.assertEqual(json.loads(doc.value), {"s": "\ufffd"})
 
 
+class BulkReaderOutsideAComponent(unittest.TestCase):
+    """Under plain Python the reader reads with ``open`` when taken, with the host's answers."""
+
+    def test_take_and_take_sifted(self):
+        from cordon_sdk import BulkReader, QueueFull
+
+        with tempfile.TemporaryDirectory() as directory:
+            files = {
+                "hit": b"a needle",
+                "miss": b"hay\0hay",
+                "marked": b"\xff\xfehay",
+                "big": b"x" * 50,
+            }
+            for name, body in files.items():
+                with open(os.path.join(directory, name), "wb") as handle:
+                    handle.write(body)
+            paths = [os.path.join(directory, n) for n in [*files, "missing"]] + [directory]
+            with BulkReader(20, needles=[b"needle"]) as reader:
+                for path in paths:
+                    reader.add(path)
+                self.assertEqual(reader.queued(), 6)
+                got = reader.take_sifted(10)
+            self.assertEqual(got[0].contents, b"a needle")
+            self.assertEqual((got[1].passed_over, got[1].size, got[1].first_nul), (True, 7, 3))
+            self.assertEqual(got[2].contents, b"\xff\xfehay")
+            self.assertEqual((got[3].error.kind, got[3].error.size), ("too-large", 50))
+            self.assertEqual([f.error.kind for f in got[4:]], ["not-found", "not-a-file"])
+            # A plain take hands everything whole; a reader without needles sifts nothing.
+            for reader, take in [
+                (BulkReader(100, needles=[b"needle"]), "take"),
+                (BulkReader(100), "take_sifted"),
+            ]:
+                reader.add(paths[1])
+                (file,) = getattr(reader, take)(1)
+                self.assertEqual(file.contents, b"hay\0hay")
+            reader = BulkReader(1)
+            for _ in range(4096):
+                reader.add("/x")
+            with self.assertRaises(QueueFull):
+                reader.add("/x")
+            with self.assertRaises(ValueError):
+                reader.add("/" + "x" * 4096)
+
+    def test_needles_are_checked_as_the_host_checks_them(self):
+        from cordon_sdk import BulkReader
+
+        for needles, problem in [
+            ([b"ok", b""], "needle 1 is empty"),
+            ([b"n" * 1025], "needle 0 is 1025 bytes"),
+            ([b"n"] * 1025, "1025 needles"),
+            ([b"n" * 1000] * 66, "66000 bytes in all"),
+        ]:
+            with self.assertRaisesRegex(ValueError, problem):
+                BulkReader(1, needles=needles)
+
+
 def _has_wasmtime():
     try:
         import wasmtime  # noqa: F401
@@ -442,6 +498,8 @@ class TestingHostBulkRead(unittest.TestCase):
         import itertools
         import types
 
+        import cordon_testing
+
         granted = self.host._preopens[0][0]
         for name, body in [
             ("hit.txt", b"a needle"),
@@ -460,19 +518,28 @@ class TestingHostBulkRead(unittest.TestCase):
         )
         self.assertIn("add up to 3 bytes but 2", host._reader_sifting(None, 100, b"ok", [3]))
         reader = host._reader_sifting(None, 100, b"needlepin", [6, 3])
-        handle = types.SimpleNamespace(to_host=lambda _store: reader)
+        # Like a borrowed handle, it converts once per call.
+        conversions = []
+
+        def to_host(_store):
+            conversions.append(1)
+            return reader
+
+        handle = types.SimpleNamespace(to_host=to_host)
         for name in ["hit.txt", "miss.bin", "marked.txt", "empty.txt", "missing"]:
             self.assertIsNone(host._reader_add(None, handle, f"/d/{name}"))
         got = []
-        for file in host._reader_take_sifted(None, handle, 10):
-            outer = file.contents
-            inner = outer.payload
-            if outer.tag == "err":
-                got.append(("err", inner.tag))
-            elif inner.tag == "whole":
-                got.append(("whole", inner.payload))
+        conversions.clear()
+        taken = host._reader_take_sifted(None, handle, 10)
+        self.assertEqual(len(conversions), 1)
+        for file in taken:
+            contents = file.contents
+            if isinstance(contents, cordon_testing._wc.Variant):
+                got.append(("err", contents.tag))
+            elif isinstance(contents, bytes):
+                got.append(("whole", contents))
             else:
-                got.append(("passed-over", inner.payload.size, inner.payload.first_nul))
+                got.append(("passed-over", contents.size, getattr(contents, "first-nul")))
         self.assertEqual(
             got,
             [

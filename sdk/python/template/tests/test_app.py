@@ -22,6 +22,25 @@ def call(arguments: dict) -> dict:
     return json.loads(content.to_json())
 
 
+class FindText(unittest.TestCase):
+    def test_counts_lines_with_the_text_and_reports_unreadable_paths(self):
+        with tempfile.TemporaryDirectory() as directory:
+            a, b = os.path.join(directory, "a.txt"), os.path.join(directory, "b.txt")
+            for path, body in [(a, "needle\nneedle needle\nhay\n"), (b, "hay")]:
+                with open(path, "w", encoding="utf-8") as handle:
+                    handle.write(body)
+            missing = os.path.join(directory, "missing")
+            (content,) = app.plugin.call(
+                "find_text", json.dumps({"text": "needle", "paths": [a, b, missing, directory]})
+            )
+            result = json.loads(content.to_json())
+        self.assertEqual(result["lines_with_text"], {a: 2})
+        self.assertEqual(
+            result["unreadable"],
+            {missing: "not found", directory: "not a regular file"},
+        )
+
+
 class TextStats(unittest.TestCase):
     def test_counts_text(self):
         result = call({"text": "The cat saw the dog.\nThe end", "top": 1})

@@ -31,9 +31,32 @@ class Component(unittest.TestCase):
         cls.host.close()
 
     def test_descriptor(self):
-        (tool,) = self.host.list_tools()
-        self.assertEqual(tool.name, "text_stats")
-        self.assertTrue(tool.hints.read_only)
+        tools = self.host.list_tools()
+        self.assertEqual([t.name for t in tools], ["text_stats", "find_text"])
+        self.assertTrue(all(t.hints.read_only for t in tools))
+
+    def test_finds_text_through_the_hosts_bulk_reader(self):
+        with tempfile.TemporaryDirectory() as directory:
+            for name, body in [("a.txt", "x needle\nno\nneedle y\n"), ("b.txt", "nothing")]:
+                with open(os.path.join(directory, name), "w", encoding="utf-8") as handle:
+                    handle.write(body)
+            os.mkdir(os.path.join(directory, "sub"))
+            grant = [(directory, "/data", False)]
+            paths = ["/data/a.txt", "/data/b.txt", "/data/missing", "/data/sub", "/elsewhere"]
+            (content,) = self.host.call(
+                "find_text", {"text": "needle", "paths": paths}, preopens=grant
+            )
+            self.assertEqual(content.value["lines_with_text"], {"/data/a.txt": 2})
+            self.assertEqual(
+                sorted(content.value["unreadable"].items()),
+                [
+                    ("/data/missing", "not found"),
+                    ("/data/sub", "not a regular file"),
+                    ("/elsewhere", "not inside a granted directory"),
+                ],
+            )
+            with self.assertRaisesRegex(InvalidArguments, "at most 1024"):
+                self.host.call("find_text", {"text": "n" * 1025, "paths": []}, preopens=grant)
 
     def test_counts_text(self):
         (content,) = self.host.call("text_stats", {"text": "b a b", "top": 1})
