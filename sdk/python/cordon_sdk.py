@@ -751,35 +751,44 @@ class BulkReader:
     """
 
     def __init__(self, max_size: int, needles: list[bytes] | None = None) -> None:
+        if isinstance(needles, (bytes, bytearray, str)) or not all(
+            isinstance(n, (bytes, bytearray)) for n in needles or []
+        ):
+            raise TypeError('`needles` must be a list of byte strings, e.g. [b"text"]')
         self._needles = [bytes(n) for n in needles or []]
         self._max_size = max_size
         self._pending: list[str] = []
         self._host: Any = None
+        self._closed = False
         try:
             from wit_world.imports import bulk_read as wit
-        except ImportError:
+
+            if needles is None:
+                self._host = wit.Reader(max_size)
+                return
+            from componentize_py_types import Err
+
+            lengths = [len(n) for n in self._needles]
+            try:
+                self._host = wit.Reader.sifting(max_size, b"".join(self._needles), lengths)
+            except Err as err:
+                raise ValueError(err.value) from None
+        except (ImportError, NotImplementedError):
+            # Plain Python (or generated stub bindings): read with open when taken.
             problem = _needle_problem(self._needles)
             if problem is not None:
                 raise ValueError(problem) from None
-            return
-        if needles is None:
-            self._host = wit.Reader(max_size)
-            return
-        from componentize_py_types import Err
-
-        lengths = [len(n) for n in self._needles]
-        try:
-            self._host = wit.Reader.sifting(max_size, b"".join(self._needles), lengths)
-        except Err as err:
-            raise ValueError(err.value) from None
 
     def add(self, path: str) -> None:
-        """Queues ``path``; raises :class:`QueueFull`, or ``ValueError`` for a path longer
-        than 4096 bytes (no file has one)."""
+        """Queues ``path``; raises :class:`QueueFull` (4096 paths, or 1 MiB of them, queued
+        over the call's readers), or ``ValueError`` for a path longer than 4096 bytes (no file
+        has one)."""
+        self._check_open()
         if self._host is None:
             if len(path.encode()) > 4096:
                 raise ValueError("the path is longer than 4096 bytes")
-            if len(self._pending) >= 4096:
+            queued_bytes = sum(len(p.encode()) for p in self._pending)
+            if len(self._pending) >= 4096 or queued_bytes + len(path.encode()) > 1 << 20:
                 raise QueueFull("the read queue is full; take files first")
             self._pending.append(path)
             return
@@ -795,12 +804,14 @@ class BulkReader:
 
     def queued(self) -> int:
         """How many queued files have not been taken yet."""
+        self._check_open()
         return len(self._pending) if self._host is None else self._host.queued()
 
     def take(self, max_files: int) -> list[ReadFile]:
         """Up to ``max_files`` of the next queued files, in the order queued, waiting until
         they are read: fewer when their contents would pass 8 MiB (a larger file comes
         alone). Empty only when nothing is queued."""
+        self._check_open()
         if self._host is None:
             return [self._read_native(path) for path in self._take_native(max_files)]
         from componentize_py_types import Ok
@@ -816,6 +827,7 @@ class BulkReader:
     def take_sifted(self, max_files: int) -> list[ReadFile]:
         """Like :meth:`take`, but a file with none of the needles comes with ``passed_over``
         set, its ``size`` and ``first_nul``, and no contents."""
+        self._check_open()
         if self._host is None:
             return [self._sift(self._read_native(p)) for p in self._take_native(max_files)]
         from componentize_py_types import Ok
@@ -842,6 +854,11 @@ class BulkReader:
             self._host.__exit__(None, None, None)
             self._host = None
         self._pending = []
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("the bulk reader is closed")
 
     def __enter__(self) -> BulkReader:
         return self
@@ -854,6 +871,9 @@ class BulkReader:
         return taken
 
     def _read_native(self, path: str) -> ReadFile:
+        # The host's rule for what a path may be; grants themselves exist only in a component.
+        if not path.startswith("/") or ".." in path.split("/"):
+            return ReadFile(path, error=ReadError("not-granted"))
         try:
             info = os.stat(path)
             if not stat.S_ISREG(info.st_mode):
@@ -868,7 +888,7 @@ class BulkReader:
             return ReadFile(path, error=ReadError("not-found"))
         except NotADirectoryError:
             return ReadFile(path, error=ReadError("not-a-file"))
-        except OSError as err:
+        except (OSError, ValueError) as err:  # ValueError: a NUL in the path
             return ReadFile(path, error=ReadError("other", str(err)))
 
     def _sift(self, file: ReadFile) -> ReadFile:

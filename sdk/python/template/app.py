@@ -18,7 +18,7 @@ import collections
 import heapq  # noqa: F401
 import re
 
-from cordon_sdk import BulkReader, Hints, InvalidArguments, Json, Plugin, log
+from cordon_sdk import BulkReader, Hints, InvalidArguments, Json, Plugin, QueueFull, log
 
 plugin = Plugin()
 
@@ -109,18 +109,43 @@ def find_text(args: dict) -> Json:
         reader = BulkReader(16 << 20, needles=[needle])
     except ValueError as err:  # e.g. a text longer than 1024 bytes
         raise InvalidArguments(f"`text` cannot be searched for: {err}") from None
+
+    def take_some() -> None:
+        for file in reader.take_sifted(64):
+            if file.error is not None:
+                unreadable[file.path] = str(file.error)
+            elif not file.passed_over:
+                lines = lines_containing(file.contents, needle)
+                if lines:
+                    counts[file.path] = lines
+
     with reader:
         for path in args["paths"]:
-            reader.add(path)
+            while True:
+                try:
+                    reader.add(path)
+                    break
+                except QueueFull:  # many long paths: take what is queued first
+                    take_some()
+                except ValueError as err:  # longer than any path can be
+                    unreadable[path] = str(err)
+                    break
         while reader.queued():
-            for file in reader.take_sifted(64):
-                if file.error is not None:
-                    unreadable[file.path] = str(file.error)
-                elif not file.passed_over:
-                    lines = sum(needle in line for line in file.contents.splitlines())
-                    if lines:
-                        counts[file.path] = lines
+            take_some()
     return Json({"lines_with_text": counts, "unreadable": unreadable})
+
+
+def lines_containing(data: bytes, needle: bytes) -> int:
+    """How many newline-separated lines of ``data`` contain ``needle``, without splitting a
+    large file into a list of lines first."""
+    count, at = 0, data.find(needle)
+    while at >= 0:
+        count += 1
+        end = data.find(b"\n", at + len(needle))
+        if end < 0:
+            break
+        at = data.find(needle, end + 1)
+    return count
 
 
 Tools = plugin.exports()

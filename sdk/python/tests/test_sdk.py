@@ -402,6 +402,21 @@ class BulkReaderOutsideAComponent(unittest.TestCase):
             with self.assertRaises(ValueError):
                 reader.add("/" + "x" * 4096)
 
+    def test_paths_the_host_refuses_and_a_closed_reader(self):
+        from cordon_sdk import BulkReader
+
+        with BulkReader(10) as reader:
+            for path in ["relative.txt", "/tmp/../etc/hostname", "/nul\0byte"]:
+                reader.add(path)
+            kinds = [f.error.kind for f in reader.take(3)]
+        self.assertEqual(kinds, ["not-granted", "not-granted", "other"])
+        with self.assertRaisesRegex(ValueError, "closed"):
+            reader.add("/x")
+        with self.assertRaisesRegex(TypeError, "list of byte strings"):
+            BulkReader(1, needles=b"text")
+        with self.assertRaisesRegex(TypeError, "list of byte strings"):
+            BulkReader(1, needles=["text"])
+
     def test_needles_are_checked_as_the_host_checks_them(self):
         from cordon_sdk import BulkReader
 

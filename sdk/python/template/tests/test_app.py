@@ -40,6 +40,17 @@ class FindText(unittest.TestCase):
             {missing: "not found", directory: "not a regular file"},
         )
 
+    def test_a_path_no_file_can_have_is_reported_not_raised(self):
+        long_path = "/" + "x" * 5000
+        (content,) = app.plugin.call("find_text", json.dumps({"text": "a", "paths": [long_path]}))
+        result = json.loads(content.to_json())
+        self.assertEqual(result["unreadable"], {long_path: "the path is longer than 4096 bytes"})
+
+    def test_lines_are_counted_once_however_often_they_hold_the_text(self):
+        self.assertEqual(app.lines_containing(b"a a\nb\na\n\na", b"a"), 3)
+        self.assertEqual(app.lines_containing(b"", b"a"), 0)
+        self.assertEqual(app.lines_containing(b"xx\nxxx", b"xx"), 2)
+
 
 class TextStats(unittest.TestCase):
     def test_counts_text(self):
