@@ -892,15 +892,20 @@ class BulkReader:
             return ReadFile(path, error=ReadError("other", str(err)))
 
     def _sift(self, file: ReadFile) -> ReadFile:
-        data = file.contents
-        if data is None or not self._needles or data.startswith(_BYTE_ORDER_MARKS):
+        facts = None if file.contents is None else _passed_over(file.contents, self._needles)
+        if facts is None:
             return file
-        if any(n in data for n in self._needles):
-            return file
-        nul = data.find(b"\0")
-        return ReadFile(
-            file.path, passed_over=True, size=len(data), first_nul=None if nul < 0 else nul
-        )
+        size, first_nul = facts
+        return ReadFile(file.path, passed_over=True, size=size, first_nul=first_nul)
+
+
+def _passed_over(data: bytes, needles: list[bytes]) -> tuple[int, int | None] | None:
+    """``(size, first NUL)`` the host hands over instead of ``data`` when it contains none of
+    ``needles`` and begins with no byte-order mark; None when it hands ``data`` over whole."""
+    if not needles or data.startswith(_BYTE_ORDER_MARKS) or any(n in data for n in needles):
+        return None
+    nul = data.find(b"\0")
+    return len(data), None if nul < 0 else nul
 
 
 def _read_error(wit_error: Any) -> ReadError:

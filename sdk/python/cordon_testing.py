@@ -106,10 +106,6 @@ _ERRORS = {
 }
 
 
-#: Byte-order marks (UTF-8, UTF-16 LE, UTF-16 BE): a sifting reader hands such files over whole.
-_BOMS = (b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")
-
-
 class ComponentTrap(Exception):
     """The instance trapped: deadline reached, memory limit, stack exhausted or a guest bug."""
 
@@ -335,16 +331,15 @@ class ComponentHost:
         needles = self._needles.get(rep, [])
         files = self._take(rep, count)
         for file in files:
-            contents = file.contents
-            if isinstance(contents, _wc.Variant):
+            if isinstance(file.contents, _wc.Variant):
                 continue
-            if not needles or contents.startswith(_BOMS) or any(n in contents for n in needles):
+            facts = cordon_sdk._passed_over(file.contents, needles)
+            if facts is None:
                 continue
-            nul = contents.find(b"\0")
             passed_over = _wc.Record()
-            passed_over.size = len(contents)
             # Record fields go by their WIT names.
-            setattr(passed_over, "first-nul", None if nul < 0 else nul)
+            passed_over.size, first_nul = facts
+            setattr(passed_over, "first-nul", first_nul)
             file.contents = passed_over
         return files
 

@@ -289,6 +289,11 @@ impl Slot {
         }
     }
 
+    /// Whether it holds a file's contents (counted by the [`AHEAD_FILES`] bound).
+    fn holds_contents(&self) -> bool {
+        matches!(self, Slot::Read(_))
+    }
+
     /// Bytes of contents a `take` (`take-sifted` if `sifted`) hands over for it. A file the
     /// take itself reads counts as too many to share a batch: it may have grown since.
     fn handed_over(&self, sifted: bool) -> u64 {
@@ -318,7 +323,7 @@ struct Queue {
     pending: VecDeque<(u64, String)>,
     finished: BTreeMap<u64, Slot>,
     finished_bytes: u64,
-    /// How many of `finished` hold contents (are [`Slot::Read`]).
+    /// How many of `finished` hold contents ([`Slot::holds_contents`]).
     finished_read: usize,
     /// The next sequence number the plugin will take.
     next: u64,
@@ -433,7 +438,7 @@ fn worker(shared: Arc<Shared>, source: Arc<Source>, _permit: WorkerPermit) {
             return;
         }
         queue.finished_bytes += slot.bytes();
-        queue.finished_read += usize::from(matches!(slot, Slot::Read(_)));
+        queue.finished_read += usize::from(slot.holds_contents());
         queue.finished.insert(seq, slot);
         if let Some((want, sifted)) = queue.want
             && queue.takeable(want, sifted).is_some()
@@ -536,7 +541,7 @@ impl Reader {
                                 let slot =
                                     queue.finished.remove(&seq).expect("takeable checked it");
                                 queue.finished_bytes -= slot.bytes();
-                                queue.finished_read -= usize::from(matches!(slot, Slot::Read(_)));
+                                queue.finished_read -= usize::from(slot.holds_contents());
                                 queue.next += 1;
                                 slots.push(slot);
                             }

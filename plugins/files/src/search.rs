@@ -114,6 +114,19 @@ pub fn needles(pattern: &str, literal: bool, ignore_case: bool) -> Vec<Vec<u8>> 
     }
 }
 
+/// The matcher for a search, as `run` and the tests of its sifting build it.
+fn build_matcher(
+    pattern: &str,
+    literal: bool,
+    ignore_case: bool,
+) -> Result<grep_regex::RegexMatcher, grep_regex::Error> {
+    RegexMatcherBuilder::new()
+        .case_insensitive(ignore_case)
+        .fixed_strings(literal)
+        .line_terminator(Some(b'\n'))
+        .build(pattern)
+}
+
 /// A file queued for reading: the path printed and the path to stream it from if it is large.
 struct Queued {
     shown: String,
@@ -136,7 +149,35 @@ struct Search<'m> {
     unreadable: usize,
 }
 
-impl Search<'_> {
+impl<'m> Search<'m> {
+    /// A search with nothing counted yet, printing `context` lines around each match.
+    fn new(
+        matcher: &'m grep_regex::RegexMatcher,
+        context: usize,
+        per_file: usize,
+        max_total: usize,
+    ) -> Search<'m> {
+        Search {
+            matcher,
+            searcher: SearcherBuilder::new()
+                .line_number(true)
+                .binary_detection(BinaryDetection::quit(0))
+                .before_context(context)
+                .after_context(context)
+                .build(),
+            context,
+            per_file,
+            max_total,
+            out: Vec::new(),
+            total: 0,
+            files_matched: 0,
+            files_searched: 0,
+            binary_skipped: 0,
+            capped_files: 0,
+            unreadable: 0,
+        }
+    }
+
     fn full(&self) -> bool {
         self.total >= self.max_total
     }
@@ -228,12 +269,7 @@ pub fn run(fs_view: &GrantedDirs, args: SearchTextArgs) -> Result<String, ToolEr
             "`pattern` is empty; pass the text or regex to find",
         ));
     }
-    let matcher = RegexMatcherBuilder::new()
-        .case_insensitive(args.ignore_case)
-        .fixed_strings(args.literal)
-        .line_terminator(Some(b'\n'))
-        .build(&args.pattern)
-        .map_err(|e| {
+    let matcher = build_matcher(&args.pattern, args.literal, args.ignore_case).map_err(|e| {
             ToolError::invalid(format!(
                 "`pattern` is not a valid regular expression ({e}); fix it, or pass \"literal\": true to search for the text as is"
             ))
@@ -244,25 +280,7 @@ pub fn run(fs_view: &GrantedDirs, args: SearchTextArgs) -> Result<String, ToolEr
         .map(|g| PathGlob::new(g, "glob"))
         .transpose()?;
     let roots = fs_view.resolve_or_roots(args.path.as_deref(), "path")?;
-    let mut search = Search {
-        matcher: &matcher,
-        searcher: SearcherBuilder::new()
-            .line_number(true)
-            .binary_detection(BinaryDetection::quit(0))
-            .before_context(context)
-            .after_context(context)
-            .build(),
-        context,
-        per_file,
-        max_total,
-        out: Vec::new(),
-        total: 0,
-        files_matched: 0,
-        files_searched: 0,
-        binary_skipped: 0,
-        capped_files: 0,
-        unreadable: 0,
-    };
+    let mut search = Search::new(&matcher, context, per_file, max_total);
 
     // The walk queues files with the host's reader and searches them as they arrive, in the
     // walk's order, so reading and searching overlap.
@@ -366,12 +384,7 @@ mod tests {
     use super::*;
 
     fn matcher(pattern: &str, literal: bool, ignore_case: bool) -> grep_regex::RegexMatcher {
-        RegexMatcherBuilder::new()
-            .case_insensitive(ignore_case)
-            .fixed_strings(literal)
-            .line_terminator(Some(b'\n'))
-            .build(pattern)
-            .unwrap()
+        build_matcher(pattern, literal, ignore_case).unwrap()
     }
 
     /// Whether searching `haystack` as `run` does finds a match, and whether it calls the
@@ -385,10 +398,8 @@ mod tests {
             remaining: 1,
             binary: false,
         };
-        SearcherBuilder::new()
-            .line_number(true)
-            .binary_detection(BinaryDetection::quit(0))
-            .build()
+        Search::new(m, 0, 1, 1)
+            .searcher
             .search_slice(m, haystack, &mut sink)
             .unwrap();
         (sink.matches > 0, sink.binary)
@@ -414,20 +425,7 @@ mod tests {
             }
             let (matched, binary) = search(&m, &haystack);
             assert!(!matched);
-            let mut counted = Search {
-                matcher: &m,
-                searcher: Searcher::new(),
-                context: 0,
-                per_file: 1,
-                max_total: 1,
-                out: Vec::new(),
-                total: 0,
-                files_matched: 0,
-                files_searched: 0,
-                binary_skipped: 0,
-                capped_files: 0,
-                unreadable: 0,
-            };
+            let mut counted = Search::new(&m, 0, 1, 1);
             counted.passed_over(nul.map(|at| at as u64));
             assert_eq!(counted.files_searched, 1);
             assert_eq!(
