@@ -27,6 +27,10 @@ pub const DEFAULT_MAX_INSTANCES: u32 = 64;
 /// are served by it); Cordon's own pieces of that interface are linked under the same name.
 pub(crate) const WASI_FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";
 
+/// The `wasi:sockets/tcp-create-socket` version wasmtime-wasi 48 defines; Cordon's
+/// `create-tcp-socket` is linked under the same name.
+pub(crate) const WASI_SOCKETS_TCP_CREATE_SOCKET: &str = "wasi:sockets/tcp-create-socket@0.2.12";
+
 /// Call stack a guest may use. Deep recursion traps here (reported as running out of call
 /// stack) instead of taking the host's own stack.
 pub(crate) const MAX_WASM_STACK: usize = 1 << 20;
@@ -120,26 +124,28 @@ fn engine_config(max_instances: u32) -> Config {
     cfg
 }
 
-/// Fails unless wasmtime-wasi already defines `wasi:filesystem/types` under
-/// [`WASI_FILESYSTEM_TYPES`]: Cordon's own pieces of that interface must replace wasmtime-wasi's
-/// functions, not sit beside them under another version that guests would never be given.
-fn ensure_filesystem_version(linker: &mut Linker<HostState>) -> Result<(), String> {
+/// Fails unless wasmtime-wasi already defines `func` in `instance`: Cordon's own pieces of
+/// WASI must replace wasmtime-wasi's functions, not sit beside them under another version that
+/// guests would never be given.
+fn ensure_defined(
+    linker: &mut Linker<HostState>,
+    instance: &str,
+    func: &str,
+) -> Result<(), String> {
     linker.allow_shadowing(false);
     // Defining a function wasmtime-wasi defines fails without shadowing; success means the
     // name is new here (this linker is then discarded with the error).
-    let defined = linker
-        .instance(WASI_FILESYSTEM_TYPES)
-        .and_then(|mut types| {
-            types.func_wrap(
-                "[method]descriptor.open-at",
-                |_: wasmtime::StoreContextMut<'_, HostState>, (): ()| Ok(()),
-            )
-        });
+    let defined = linker.instance(instance).and_then(|mut types| {
+        types.func_wrap(
+            func,
+            |_: wasmtime::StoreContextMut<'_, HostState>, (): ()| Ok(()),
+        )
+    });
     match defined {
         Err(_) => Ok(()),
         Ok(()) => Err(format!(
-            "wasmtime-wasi does not define {WASI_FILESYSTEM_TYPES}; set WASI_FILESYSTEM_TYPES \
-             to the wasi:filesystem version it links"
+            "wasmtime-wasi does not define `{func}` in {instance}; set the version in \
+             engine.rs to the one it links"
         )),
     }
 }
@@ -201,14 +207,26 @@ impl Runtime {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(link)?;
         // Cordon's own pieces of wasi:filesystem over wasmtime-wasi's: listings typed from
         // the listing itself instead of a stat per entry, lookups a fresh listing answers,
-        // and a cap on open descriptors.
-        ensure_filesystem_version(&mut linker).map_err(RuntimeError::Engine)?;
+        // and a cap on open descriptors; and of wasi:sockets, a cap on TCP sockets.
+        ensure_defined(
+            &mut linker,
+            WASI_FILESYSTEM_TYPES,
+            "[method]descriptor.open-at",
+        )
+        .map_err(RuntimeError::Engine)?;
+        ensure_defined(
+            &mut linker,
+            WASI_SOCKETS_TCP_CREATE_SOCKET,
+            "create-tcp-socket",
+        )
+        .map_err(RuntimeError::Engine)?;
         linker.allow_shadowing(true);
         #[cfg(unix)]
         crate::readdir::shadow(&mut linker).map_err(link)?;
         #[cfg(unix)]
         crate::fresh_listing::shadow(&mut linker).map_err(link)?;
         crate::open_files::shadow(&mut linker).map_err(link)?;
+        crate::tcp_sockets::shadow(&mut linker).map_err(link)?;
         linker.allow_shadowing(false);
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(link)?;
         bindings::Plugin::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(

@@ -28,6 +28,7 @@ mod plugin;
 #[cfg(unix)]
 mod readdir;
 mod sandbox;
+mod tcp_sockets;
 
 pub use cordon_core::{Ceiling, Content, Grants, LimitKind, Limits, ToolDescriptor, ToolError};
 pub use engine::{CompileEvent, DEFAULT_MAX_INSTANCES, Runtime, RuntimeConfig};

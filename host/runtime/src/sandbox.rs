@@ -105,6 +105,7 @@ pub(crate) struct HostState {
     wasi: WasiCtx,
     pub(crate) table: ResourceTable,
     pub(crate) open_files: crate::open_files::OpenFiles,
+    pub(crate) tcp_sockets: crate::tcp_sockets::TcpSockets,
     #[cfg(unix)]
     pub(crate) last_listed: Option<crate::readdir::ListedEntry>,
     /// Devices this call listed directories on, and whether listings there carry real inode
@@ -236,6 +237,7 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
         wasi: b.build(),
         table: ResourceTable::new(),
         open_files: Default::default(),
+        tcp_sockets: Default::default(),
         #[cfg(unix)]
         last_listed: None,
         #[cfg(unix)]

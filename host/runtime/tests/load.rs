@@ -226,6 +226,8 @@ async fn tool_lists_and_ceilings() {
             "http",
             "http_many",
             "tcp",
+            "tcp_many",
+            "tcp_listen",
             "log",
             "bulk_read",
             "noop",

@@ -348,3 +348,77 @@ async fn tcp_connects_only_to_granted_addresses() {
     assert_eq!(d_hits.load(Ordering::SeqCst), 0);
     still_serves().await;
 }
+
+/// A server that accepts connections and holds them open until the peer closes.
+async fn holding_tcp_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = [0u8; 64];
+                while matches!(sock.read(&mut buf).await, Ok(n) if n > 0) {}
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_call_may_hold_32_tcp_sockets() {
+    let a = holding_tcp_server().await;
+    let sb = sandbox(&[format!("net:tcp://{a}")]);
+    // Every socket is a descriptor of the host process: 40 held at once would be 40, and a
+    // loop of them would run the host out. 32 connect; the rest are refused with
+    // new-socket-limit; once they are closed, the call connects again.
+    let out = call(
+        probe(),
+        &sb,
+        "tcp_many",
+        json!({"addr": a.to_string(), "count": 40}),
+    )
+    .await
+    .unwrap();
+    let out = json_of(&out)["ok"].clone();
+    assert_eq!(out["connected"], json!(32), "{out}");
+    let failures = out["failures"].as_array().unwrap();
+    assert_eq!(failures.len(), 8, "{out}");
+    // wasi-libc renders new-socket-limit as "No file descriptors available".
+    assert!(
+        failures
+            .iter()
+            .all(|f| f.as_str().unwrap().contains("file descriptors")),
+        "{out}"
+    );
+    assert_eq!(out["again"], json!(true), "{out}");
+    // The budget is per call.
+    let out = call(
+        probe(),
+        &sb,
+        "tcp_many",
+        json!({"addr": a.to_string(), "count": 32}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(json_of(&out)["ok"]["connected"], json!(32));
+    still_serves().await;
+}
+
+#[tokio::test]
+async fn a_tcp_grant_does_not_let_a_plugin_listen() {
+    let a = holding_tcp_server().await;
+    let sb = sandbox(&[format!("net:tcp://{a}")]);
+    // Connecting binds to the unspecified address and port 0 first, so that bind is allowed;
+    // listening on it (or on any address) would take inbound connections, which no grant
+    // gives.
+    for addr in ["0.0.0.0:0", "127.0.0.1:0", &a.to_string()] {
+        match call(probe(), &sb, "tcp_listen", json!({"addr": addr})).await {
+            Err(CallError::Tool(e)) => assert!(e.message.contains("listen"), "{e:?}"),
+            other => panic!("listening on {addr}: {other:?}"),
+        }
+    }
+    still_serves().await;
+}

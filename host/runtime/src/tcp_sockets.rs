@@ -1,0 +1,88 @@
+//! A per-call cap on the TCP sockets a plugin holds.
+//!
+//! Every socket is a file descriptor of the host process, and wasmtime-wasi sets no bound: a
+//! plugin granted one TCP address could connect (and never close) until the process ran out
+//! of descriptors, and every other call, and the host itself, would fail to open anything for
+//! the rest of its time limit. Cordon links `create-tcp-socket` over wasmtime-wasi's: the
+//! socket is still wasmtime-wasi's (the grant is checked when it binds or connects), but a
+//! call already holding [`MAX_TCP_SOCKETS_PER_CALL`] sockets gets `new-socket-limit` until it
+//! drops one. HTTP requests have their own cap (`http_policy`); listening is never granted,
+//! so no socket arrives by `accept`.
+//!
+//! A socket counts while its resource is in the call's table. Its streams are the socket's
+//! children there, so the socket cannot be dropped before them: a connection counts as long
+//! as anything of it is still in the guest's hands.
+
+use wasmtime::StoreContextMut;
+use wasmtime::component::{Linker, Resource};
+use wasmtime_wasi::p2::TcpSocket;
+use wasmtime_wasi::p2::bindings::sockets::network::{ErrorCode, Host as _, IpAddressFamily};
+use wasmtime_wasi::p2::bindings::sockets::tcp_create_socket::Host as _;
+use wasmtime_wasi::sockets::WasiSocketsView;
+
+use crate::engine::WASI_SOCKETS_TCP_CREATE_SOCKET;
+use crate::sandbox::HostState;
+
+/// TCP sockets one call may hold at once. With the default pool of 64 concurrent calls that
+/// is 2,048 at most, beside the open-files cap's 16,384.
+pub(crate) const MAX_TCP_SOCKETS_PER_CALL: usize = 32;
+
+/// The sockets a call created, as resource handles into its table (some may be gone).
+#[derive(Default)]
+pub(crate) struct TcpSockets {
+    reps: Vec<u32>,
+    /// Whether the host log already says this call hit the cap (once per call).
+    warned: bool,
+}
+
+/// Whether the call's table still holds a TCP socket under `rep`.
+fn alive(state: &HostState, rep: u32) -> bool {
+    state
+        .table
+        .get(&Resource::<TcpSocket>::new_borrow(rep))
+        .is_ok()
+}
+
+/// Whether the call may create another socket, forgetting sockets it dropped meanwhile.
+fn has_room(state: &mut HostState) -> bool {
+    if state.tcp_sockets.reps.len() >= MAX_TCP_SOCKETS_PER_CALL {
+        let mut reps = std::mem::take(&mut state.tcp_sockets.reps);
+        reps.retain(|&rep| alive(state, rep));
+        state.tcp_sockets.reps = reps;
+    }
+    state.tcp_sockets.reps.len() < MAX_TCP_SOCKETS_PER_CALL
+}
+
+/// Replaces wasmtime-wasi's `create-tcp-socket` in `linker`; shadowing must be allowed by the
+/// caller.
+pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    let mut create = linker.instance(WASI_SOCKETS_TCP_CREATE_SOCKET)?;
+    create.func_wrap(
+        "create-tcp-socket",
+        |mut store: StoreContextMut<'_, HostState>, (family,): (IpAddressFamily,)| {
+            let state = store.data_mut();
+            if !has_room(state) {
+                if !std::mem::replace(&mut state.tcp_sockets.warned, true) {
+                    tracing::warn!(
+                        plugin = %state.log.plugin,
+                        "refusing to create more TCP sockets: the call holds \
+                         {MAX_TCP_SOCKETS_PER_CALL}, the most one call may hold"
+                    );
+                }
+                return Ok((Err(ErrorCode::NewSocketLimit),));
+            }
+            let mut sockets = state.sockets();
+            let created = match sockets.create_tcp_socket(family) {
+                Ok(socket) => socket,
+                Err(e) => return Ok((Err(sockets.convert_error_code(e)?),)),
+            };
+            // A handle of a socket dropped earlier may be reused: count the new one once.
+            let rep = created.rep();
+            if !state.tcp_sockets.reps.contains(&rep) {
+                state.tcp_sockets.reps.push(rep);
+            }
+            Ok((Ok(created),))
+        },
+    )?;
+    Ok(())
+}
