@@ -207,7 +207,8 @@ impl Runtime {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(link)?;
         // Cordon's own pieces of wasi:filesystem over wasmtime-wasi's: listings typed from
         // the listing itself instead of a stat per entry, lookups a fresh listing answers,
-        // and a cap on open descriptors; and of wasi:sockets, a cap on TCP sockets.
+        // and caps on open descriptors and file streams; and of wasi:sockets, a cap on TCP
+        // sockets.
         ensure_defined(
             &mut linker,
             WASI_FILESYSTEM_TYPES,
@@ -226,6 +227,7 @@ impl Runtime {
         #[cfg(unix)]
         crate::fresh_listing::shadow(&mut linker).map_err(link)?;
         crate::open_files::shadow(&mut linker).map_err(link)?;
+        crate::file_streams::shadow(&mut linker).map_err(link)?;
         crate::tcp_sockets::shadow(&mut linker).map_err(link)?;
         linker.allow_shadowing(false);
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(link)?;

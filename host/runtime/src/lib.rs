@@ -18,10 +18,12 @@ mod bulk_read;
 mod cache;
 mod engine;
 mod error;
+mod file_streams;
 #[cfg(unix)]
 mod fresh_listing;
 mod http_policy;
 mod http_send;
+mod live_handles;
 mod open_files;
 mod output;
 mod plugin;

@@ -259,6 +259,7 @@ impl Plugin {
         let state = build_state(sandbox, self.name.clone())?;
         let mut store = Store::new(&self.inner.runtime.engine, state);
         store.limiter(|s| &mut s.limiter);
+        store.set_max_component_handles(crate::sandbox::MAX_HANDLES_PER_CALL);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|mut ctx| {
             if Instant::now() >= ctx.data().deadline {
@@ -321,6 +322,12 @@ impl Plugin {
                         format_bytes(crate::engine::MAX_WASM_STACK as u64)
                     ),
                     Some(trap) => trap.to_string(),
+                    None if held_too_many_handles(&e) => format!(
+                        "it held more than {} handles at once (open files, streams, sockets, \
+                         pollables, HTTP requests and fields …), the most one call may hold; \
+                         drop what it no longer uses",
+                        crate::sandbox::MAX_HANDLES_PER_CALL
+                    ),
                     None => format!("{e:#}"),
                 };
                 // A panic message is the most useful part of a crash report.
@@ -328,4 +335,15 @@ impl Plugin {
             }
         }
     }
+}
+
+/// Whether `e` is the guest running out of handles: wasmtime's cap on live handles in the
+/// store, or the host's resource table being full.
+fn held_too_many_handles(e: &wasmtime::Error) -> bool {
+    e.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<wasmtime::component::ResourceTableError>(),
+            Some(wasmtime::component::ResourceTableError::Full)
+        ) || cause.to_string().contains("store handle limit exceeded")
+    })
 }

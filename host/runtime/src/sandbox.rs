@@ -100,12 +100,19 @@ impl wasmtime::ResourceLimiter for Limiter {
     }
 }
 
+/// Handles (of files, streams, sockets, HTTP requests, pollables …) a call's guest may hold at
+/// once; one more traps. Each stands for host memory outside the guest's memory limit, and
+/// wasmtime's default of 100,000 let a guest hold gigabytes. Resource types a guest can hold
+/// many of, or large ones of, have tighter caps of their own.
+pub(crate) const MAX_HANDLES_PER_CALL: usize = 4096;
+
 /// The data of one call's `Store`.
 pub(crate) struct HostState {
     wasi: WasiCtx,
     pub(crate) table: ResourceTable,
     pub(crate) open_files: crate::open_files::OpenFiles,
     pub(crate) tcp_sockets: crate::tcp_sockets::TcpSockets,
+    pub(crate) file_streams: crate::file_streams::FileStreams,
     #[cfg(unix)]
     pub(crate) last_listed: Option<crate::readdir::ListedEntry>,
     /// Devices this call listed directories on, and whether listings there carry real inode
@@ -235,9 +242,16 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
 
     Ok(HostState {
         wasi: b.build(),
-        table: ResourceTable::new(),
+        table: {
+            let mut table = ResourceTable::new();
+            // The host's table also holds entries the guest has no handle to (a connection's
+            // streams are its children): room for as many again.
+            table.set_max_capacity(2 * MAX_HANDLES_PER_CALL);
+            table
+        },
         open_files: Default::default(),
         tcp_sockets: Default::default(),
+        file_streams: Default::default(),
         #[cfg(unix)]
         last_listed: None,
         #[cfg(unix)]

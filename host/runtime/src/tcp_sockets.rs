@@ -14,43 +14,33 @@
 //! as anything of it is still in the guest's hands.
 
 use wasmtime::StoreContextMut;
-use wasmtime::component::{Linker, Resource};
+use wasmtime::component::Linker;
 use wasmtime_wasi::p2::TcpSocket;
 use wasmtime_wasi::p2::bindings::sockets::network::{ErrorCode, Host as _, IpAddressFamily};
 use wasmtime_wasi::p2::bindings::sockets::tcp_create_socket::Host as _;
 use wasmtime_wasi::sockets::WasiSocketsView;
 
 use crate::engine::WASI_SOCKETS_TCP_CREATE_SOCKET;
+use crate::live_handles::Created;
 use crate::sandbox::HostState;
 
 /// TCP sockets one call may hold at once. With the default pool of 64 concurrent calls that
 /// is 2,048 at most, beside the open-files cap's 16,384.
 pub(crate) const MAX_TCP_SOCKETS_PER_CALL: usize = 32;
 
-/// The sockets a call created, as resource handles into its table (some may be gone).
+/// The sockets a call created.
 #[derive(Default)]
 pub(crate) struct TcpSockets {
-    reps: Vec<u32>,
+    created: Created<TcpSocket>,
     /// Whether the host log already says this call hit the cap (once per call).
     warned: bool,
 }
 
-/// Whether the call's table still holds a TCP socket under `rep`.
-fn alive(state: &HostState, rep: u32) -> bool {
-    state
-        .table
-        .get(&Resource::<TcpSocket>::new_borrow(rep))
-        .is_ok()
-}
-
-/// Whether the call may create another socket, forgetting sockets it dropped meanwhile.
+/// Whether the call may create another socket.
 fn has_room(state: &mut HostState) -> bool {
-    if state.tcp_sockets.reps.len() >= MAX_TCP_SOCKETS_PER_CALL {
-        let mut reps = std::mem::take(&mut state.tcp_sockets.reps);
-        reps.retain(|&rep| alive(state, rep));
-        state.tcp_sockets.reps = reps;
-    }
-    state.tcp_sockets.reps.len() < MAX_TCP_SOCKETS_PER_CALL
+    let sockets = &mut state.tcp_sockets.created;
+    sockets.recorded() < MAX_TCP_SOCKETS_PER_CALL
+        || sockets.live(&state.table) < MAX_TCP_SOCKETS_PER_CALL
 }
 
 /// Replaces wasmtime-wasi's `create-tcp-socket` in `linker`; shadowing must be allowed by the
@@ -76,11 +66,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 Ok(socket) => socket,
                 Err(e) => return Ok((Err(sockets.convert_error_code(e)?),)),
             };
-            // A handle of a socket dropped earlier may be reused: count the new one once.
-            let rep = created.rep();
-            if !state.tcp_sockets.reps.contains(&rep) {
-                state.tcp_sockets.reps.push(rep);
-            }
+            state.tcp_sockets.created.record(&created);
             Ok((Ok(created),))
         },
     )?;

@@ -156,6 +156,21 @@ async fn a_call_cannot_hold_more_than_its_share_of_open_files() {
         .await
         .unwrap();
     assert_eq!(out["opened"], json!(256), "{out}");
+    // Streams of one file share its descriptor, but each holds host memory (a read fills a
+    // 64 KiB buffer on a host thread): they count too, and what is dropped can be taken again.
+    std::fs::write(d.join("big.bin"), vec![7u8; 1 << 20]).unwrap();
+    let out = fs(&sb, "streams_of_one_file", "/d/big.bin", Some("3000"))
+        .await
+        .unwrap();
+    assert_eq!(out["taken"], json!(256), "{out}");
+    assert!(
+        out["error"]
+            .as_str()
+            .unwrap()
+            .contains("insufficient-memory"),
+        "{out}"
+    );
+    assert_eq!(out["again"], json!(3000), "{out}");
     // The next call starts with none open.
     let out = fs(&sb, "hold_open", "/d/file.txt", Some("200"))
         .await

@@ -227,6 +227,7 @@ async fn tool_lists_and_ceilings() {
             "http_many",
             "tcp",
             "tcp_many",
+            "pollables",
             "tcp_listen",
             "log",
             "bulk_read",

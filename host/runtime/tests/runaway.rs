@@ -303,3 +303,29 @@ async fn no_state_survives_a_call() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_call_may_hold_4096_handles() {
+    // Each handle stands for host memory outside the guest's memory limit; holding more than
+    // 4096 at once traps the call instead of growing the host.
+    let out = call(
+        probe(),
+        &Sandbox::default(),
+        "pollables",
+        json!({"count": 4000}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(json_of(&out)["ok"]["held"], json!(4000));
+    let e = call(
+        probe(),
+        &Sandbox::default(),
+        "pollables",
+        json!({"count": 5000}),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(e, CallError::Trapped(_)), "{e}");
+    assert!(e.to_string().contains("more than 4096 handles"), "{e}");
+    still_serves().await;
+}

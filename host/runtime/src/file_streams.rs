@@ -1,0 +1,110 @@
+//! A per-call cap on the streams a plugin holds over files.
+//!
+//! Every stream a guest takes of a file holds host memory of its own: reading one starts a
+//! blocking task on the host that fills a 64 KiB buffer, whatever the guest asked for. Streams
+//! of one file share its descriptor, so the open-files cap counts them once: a plugin with a
+//! read-only grant could take 100,000 streams of one file and hold gigabytes of host memory
+//! and hundreds of the host's blocking threads. Cordon links `read-via-stream`,
+//! `write-via-stream` and `append-via-stream` over wasmtime-wasi's; a call already holding
+//! [`MAX_FILE_STREAMS_PER_CALL`] streams is refused another until it drops one.
+
+use wasmtime::StoreContextMut;
+use wasmtime::component::{Linker, Resource};
+use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemView};
+use wasmtime_wasi::p2::bindings::filesystem::types::{ErrorCode, Filesize, Host, HostDescriptor};
+use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, FsResult};
+
+use crate::engine::WASI_FILESYSTEM_TYPES;
+use crate::live_handles::Created;
+use crate::sandbox::HostState;
+
+/// File streams (read, write and append together) one call may hold at once: one for each
+/// file it may hold open.
+pub(crate) const MAX_FILE_STREAMS_PER_CALL: usize = crate::open_files::MAX_OPEN_PER_CALL;
+
+/// The file streams a call took.
+#[derive(Default)]
+pub(crate) struct FileStreams {
+    input: Created<DynInputStream>,
+    output: Created<DynOutputStream>,
+    /// Whether the host log already says this call hit the cap (once per call).
+    warned: bool,
+}
+
+/// Whether the call may take another stream; if not, logs it once per call.
+fn has_room(state: &mut HostState) -> bool {
+    let streams = &mut state.file_streams;
+    let room = streams.input.recorded() + streams.output.recorded() < MAX_FILE_STREAMS_PER_CALL
+        || streams.input.live(&state.table) + streams.output.live(&state.table)
+            < MAX_FILE_STREAMS_PER_CALL;
+    if !room && !std::mem::replace(&mut streams.warned, true) {
+        tracing::warn!(
+            plugin = %state.log.plugin,
+            "refusing to open more file streams: the call holds {MAX_FILE_STREAMS_PER_CALL}, \
+             the most one call may hold"
+        );
+    }
+    room
+}
+
+/// Replaces wasmtime-wasi's file stream constructors in `linker`; shadowing must be allowed by
+/// the caller.
+pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    let mut types = linker.instance(WASI_FILESYSTEM_TYPES)?;
+    types.func_wrap(
+        "[method]descriptor.read-via-stream",
+        |mut store: StoreContextMut<'_, HostState>,
+         (fd, offset): (Resource<Descriptor>, Filesize)| {
+            let state = store.data_mut();
+            if !has_room(state) {
+                return Ok((Err(ErrorCode::InsufficientMemory),));
+            }
+            let taken = HostDescriptor::read_via_stream(&mut state.filesystem(), fd, offset);
+            Ok((match taken {
+                Ok(stream) => {
+                    state.file_streams.input.record(&stream);
+                    Ok(stream)
+                }
+                Err(e) => Err(Host::convert_error_code(&mut state.filesystem(), e)?),
+            },))
+        },
+    )?;
+    types.func_wrap(
+        "[method]descriptor.write-via-stream",
+        |mut store: StoreContextMut<'_, HostState>,
+         (fd, offset): (Resource<Descriptor>, Filesize)| {
+            let state = store.data_mut();
+            if !has_room(state) {
+                return Ok((Err(ErrorCode::InsufficientMemory),));
+            }
+            let taken = HostDescriptor::write_via_stream(&mut state.filesystem(), fd, offset);
+            Ok((record_output(state, taken)?,))
+        },
+    )?;
+    types.func_wrap(
+        "[method]descriptor.append-via-stream",
+        |mut store: StoreContextMut<'_, HostState>, (fd,): (Resource<Descriptor>,)| {
+            let state = store.data_mut();
+            if !has_room(state) {
+                return Ok((Err(ErrorCode::InsufficientMemory),));
+            }
+            let taken = HostDescriptor::append_via_stream(&mut state.filesystem(), fd);
+            Ok((record_output(state, taken)?,))
+        },
+    )?;
+    Ok(())
+}
+
+/// Counts a write or append stream that was taken, or turns the failure into its error code.
+fn record_output(
+    state: &mut HostState,
+    taken: FsResult<Resource<DynOutputStream>>,
+) -> wasmtime::Result<Result<Resource<DynOutputStream>, ErrorCode>> {
+    Ok(match taken {
+        Ok(stream) => {
+            state.file_streams.output.record(&stream);
+            Ok(stream)
+        }
+        Err(e) => Err(Host::convert_error_code(&mut state.filesystem(), e)?),
+    })
+}
