@@ -24,7 +24,7 @@ fn install_list_inspect_remove() {
             "imports:",
             "wasi:filesystem",
             &format!("fs:{}:/data:ro", canonical.display()),
-            "tools:   fs, env, http, http_many, tcp, tcp_many, pollables, tcp_listen, log, bulk_read, noop, counter, echo",
+            "tools:   fs, env, http, http_many, tcp, tcp_many, pollables, http_objects, tcp_listen, log, bulk_read, noop, counter, echo",
             "Installed plugin `probe`",
         ]);
     // What it imports and what it is granted is shown before the final confirmation line.
@@ -41,7 +41,7 @@ fn install_list_inspect_remove() {
 
     home.cordon(&["plugin", "list"])
         .ok()
-        .stdout_has(&["probe", &hex[..12], "13  fs:", "/data:ro"]);
+        .stdout_has(&["probe", &hex[..12], "14  fs:", "/data:ro"]);
 
     home.cordon(&["plugin", "inspect", "probe"])
         .ok()

@@ -31,6 +31,10 @@ pub(crate) const WASI_FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";
 /// `create-tcp-socket` is linked under the same name.
 pub(crate) const WASI_SOCKETS_TCP_CREATE_SOCKET: &str = "wasi:sockets/tcp-create-socket@0.2.12";
 
+/// The `wasi:http/types` version wasmtime-wasi-http 48 defines; Cordon's caps on what a call
+/// builds of it are linked under the same name.
+pub(crate) const WASI_HTTP_TYPES: &str = "wasi:http/types@0.2.12";
+
 /// Call stack a guest may use. Deep recursion traps here (reported as running out of call
 /// stack) instead of taking the host's own stack.
 pub(crate) const MAX_WASM_STACK: usize = 1 << 20;
@@ -231,6 +235,11 @@ impl Runtime {
         crate::tcp_sockets::shadow(&mut linker).map_err(link)?;
         linker.allow_shadowing(false);
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(link)?;
+        ensure_defined(&mut linker, WASI_HTTP_TYPES, "[constructor]fields")
+            .map_err(RuntimeError::Engine)?;
+        linker.allow_shadowing(true);
+        crate::http_limits::shadow(&mut linker).map_err(link)?;
+        linker.allow_shadowing(false);
         bindings::Plugin::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
             &mut linker,
             |s| s,

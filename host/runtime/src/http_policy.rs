@@ -18,6 +18,9 @@ use crate::http_send::{Resolver, checked_addresses, send_pinned};
 /// time limit), so a plugin with a network grant could exhaust the host's descriptors.
 pub(crate) const MAX_CONNECTIONS_PER_CALL: usize = 32;
 
+/// Largest write an outgoing HTTP body takes at once.
+const OUTGOING_BODY_CHUNK_SIZE: usize = 256 << 10;
+
 /// Allowed origins of one call, the plugin name for log messages, and the call's connection
 /// budget.
 pub(crate) struct HttpPolicy {
@@ -165,6 +168,13 @@ impl WasiHttpHooks for HttpPolicy {
             };
             send_pinned(request, options, &host, addresses, permit).await
         })
+    }
+
+    /// What one outgoing body buffers on the host before it is sent: a request built and
+    /// never sent keeps it for the rest of the call (the default, 1 MiB chunks, let 64 such
+    /// requests hold 128 MiB).
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        OUTGOING_BODY_CHUNK_SIZE
     }
 }
 

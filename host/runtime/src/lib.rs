@@ -21,6 +21,7 @@ mod error;
 mod file_streams;
 #[cfg(unix)]
 mod fresh_listing;
+mod http_limits;
 mod http_policy;
 mod http_send;
 mod live_handles;

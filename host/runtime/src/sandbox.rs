@@ -113,6 +113,7 @@ pub(crate) struct HostState {
     pub(crate) open_files: crate::open_files::OpenFiles,
     pub(crate) tcp_sockets: crate::tcp_sockets::TcpSockets,
     pub(crate) file_streams: crate::file_streams::FileStreams,
+    pub(crate) http_objects: crate::http_limits::HttpObjects,
     #[cfg(unix)]
     pub(crate) last_listed: Option<crate::readdir::ListedEntry>,
     /// Devices this call listed directories on, and whether listings there carry real inode
@@ -252,6 +253,7 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
         open_files: Default::default(),
         tcp_sockets: Default::default(),
         file_streams: Default::default(),
+        http_objects: Default::default(),
         #[cfg(unix)]
         last_listed: None,
         #[cfg(unix)]
@@ -259,7 +261,11 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
         #[cfg(unix)]
         fresh_listing: crate::fresh_listing::FreshListing::new(all_read_only),
         bulk_read: Default::default(),
-        http: WasiHttpCtx::new(),
+        http: {
+            let mut http = WasiHttpCtx::new();
+            http.set_field_size_limit(crate::http_limits::FIELD_SIZE_LIMIT);
+            http
+        },
         hooks: HttpPolicy::new(
             sandbox.grants.http_origins().cloned().collect(),
             plugin.clone(),

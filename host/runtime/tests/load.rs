@@ -228,6 +228,7 @@ async fn tool_lists_and_ceilings() {
             "tcp",
             "tcp_many",
             "pollables",
+            "http_objects",
             "tcp_listen",
             "log",
             "bulk_read",

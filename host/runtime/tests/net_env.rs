@@ -422,3 +422,49 @@ async fn a_tcp_grant_does_not_let_a_plugin_listen() {
     }
     still_serves().await;
 }
+
+#[tokio::test]
+async fn http_objects_a_call_builds_are_bounded() {
+    // No grant is needed to build requests and header maps (only to send them), and
+    // whatever is built lives in host memory: lengths and counts are capped.
+    let sb = Sandbox::default();
+    let out = call(probe(), &sb, "http_objects", json!({"what": "strings"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        json_of(&out)["ok"],
+        json!({
+            "method": true, "long_method": false,
+            "scheme": true, "long_scheme": false,
+            "authority": true, "long_authority": false,
+            "path": true, "long_path": false,
+        })
+    );
+    for (what, fits, over, cap) in [
+        ("requests", 60, 65, "64 outgoing requests and responses"),
+        ("fields", 250, 257, "256 header maps"),
+    ] {
+        let out = call(
+            probe(),
+            &sb,
+            "http_objects",
+            json!({"what": what, "count": fits}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(json_of(&out)["ok"]["held"], json!(fits));
+        let e = call(
+            probe(),
+            &sb,
+            "http_objects",
+            json!({"what": what, "count": over}),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(&e, CallError::Trapped(m) if m.contains(&format!("the call holds {cap}"))),
+            "{what}: {e}"
+        );
+    }
+    still_serves().await;
+}

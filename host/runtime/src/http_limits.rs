@@ -1,0 +1,191 @@
+//! Caps on the HTTP objects a call builds in host memory.
+//!
+//! `wasi:http/types` is linked for every plugin (an HTTP grant is checked when a request is
+//! sent), and wasmtime-wasi-http keeps whatever a guest builds in host memory, outside its
+//! memory limit: a review filled gigabytes with request methods of 64 MiB each, bodies written
+//! to requests never sent, and header maps cloned from a full one. Cordon links the
+//! constructors and setters of those objects over wasmtime-wasi-http's:
+//! - a call holds at most [`MAX_MESSAGES_PER_CALL`] outgoing requests and responses, and
+//!   [`MAX_FIELDS_PER_CALL`] header maps of its own making (over that, the constructor traps:
+//!   it has no error to return);
+//! - a method or scheme is at most [`MAX_TOKEN`] bytes, an authority [`MAX_AUTHORITY`], a path
+//!   with query [`MAX_PATH_WITH_QUERY`] (over that, the setter answers its usual "invalid").
+//!
+//! Each header map is also bounded (`FIELD_SIZE_LIMIT`), and so is what a request or response
+//! body buffers (`http_policy`), so what a call can build is bounded as a whole.
+
+use wasmtime::StoreContextMut;
+use wasmtime::component::{Linker, Resource};
+use wasmtime_wasi_http::FieldMap;
+use wasmtime_wasi_http::WasiHttpView;
+use wasmtime_wasi_http::p2::bindings::http::types::{
+    Host, HostFields, HostOutgoingRequest as RequestMethods,
+    HostOutgoingResponse as ResponseMethods, Method, Scheme,
+};
+use wasmtime_wasi_http::p2::types::{HostOutgoingRequest, HostOutgoingResponse};
+
+use crate::engine::WASI_HTTP_TYPES;
+use crate::live_handles::Created;
+use crate::sandbox::HostState;
+
+/// Outgoing requests and responses (together) one call may hold at once.
+pub(crate) const MAX_MESSAGES_PER_CALL: usize = 64;
+/// Header maps one call may hold at once, besides those of the messages themselves.
+pub(crate) const MAX_FIELDS_PER_CALL: usize = 256;
+/// Bytes of all names and values in one header map (wasmtime-wasi-http's default is 128 KiB).
+pub(crate) const FIELD_SIZE_LIMIT: usize = 64 << 10;
+/// Longest method or scheme name.
+pub(crate) const MAX_TOKEN: usize = 64;
+/// Longest authority (`user@host:port`).
+pub(crate) const MAX_AUTHORITY: usize = 1024;
+/// Longest path with query.
+pub(crate) const MAX_PATH_WITH_QUERY: usize = 64 << 10;
+
+/// The HTTP objects a call built.
+#[derive(Default)]
+pub(crate) struct HttpObjects {
+    requests: Created<HostOutgoingRequest>,
+    responses: Created<HostOutgoingResponse>,
+    fields: Created<FieldMap>,
+}
+
+/// Whether the call may build another request or response.
+fn message_room(state: &mut HostState) -> bool {
+    let made = &mut state.http_objects;
+    made.requests.recorded() + made.responses.recorded() < MAX_MESSAGES_PER_CALL
+        || made.requests.live(&state.table) + made.responses.live(&state.table)
+            < MAX_MESSAGES_PER_CALL
+}
+
+/// Whether the call may build another header map.
+fn fields_room(state: &mut HostState) -> bool {
+    let made = &mut state.http_objects.fields;
+    made.recorded() < MAX_FIELDS_PER_CALL || made.live(&state.table) < MAX_FIELDS_PER_CALL
+}
+
+fn too_many(what: &str, max: usize) -> wasmtime::Error {
+    wasmtime::format_err!("the call holds {max} {what}, the most one call may hold")
+}
+
+/// Replaces wasmtime-wasi-http's constructors and setters named above in `linker`; shadowing
+/// must be allowed by the caller.
+pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    let mut types = linker.instance(WASI_HTTP_TYPES)?;
+    types.func_wrap(
+        "[constructor]fields",
+        |mut store: StoreContextMut<'_, HostState>, (): ()| {
+            let state = store.data_mut();
+            if !fields_room(state) {
+                return Err(too_many("header maps", MAX_FIELDS_PER_CALL));
+            }
+            let made = HostFields::new(&mut state.http())?;
+            state.http_objects.fields.record(&made);
+            Ok((made,))
+        },
+    )?;
+    types.func_wrap(
+        "[static]fields.from-list",
+        |mut store: StoreContextMut<'_, HostState>, (entries,): (Vec<(String, Vec<u8>)>,)| {
+            let state = store.data_mut();
+            if !fields_room(state) {
+                return Err(too_many("header maps", MAX_FIELDS_PER_CALL));
+            }
+            let mut http = state.http();
+            let made = match HostFields::from_list(&mut http, entries) {
+                Ok(made) => made,
+                Err(e) => return Ok((Err(http.convert_header_error(e)?),)),
+            };
+            state.http_objects.fields.record(&made);
+            Ok((Ok(made),))
+        },
+    )?;
+    types.func_wrap(
+        "[method]fields.clone",
+        |mut store: StoreContextMut<'_, HostState>, (fields,): (Resource<FieldMap>,)| {
+            let state = store.data_mut();
+            if !fields_room(state) {
+                return Err(too_many("header maps", MAX_FIELDS_PER_CALL));
+            }
+            let made = HostFields::clone(&mut state.http(), fields)?;
+            state.http_objects.fields.record(&made);
+            Ok((made,))
+        },
+    )?;
+    types.func_wrap(
+        "[constructor]outgoing-request",
+        |mut store: StoreContextMut<'_, HostState>, (headers,): (Resource<FieldMap>,)| {
+            let state = store.data_mut();
+            if !message_room(state) {
+                return Err(too_many(
+                    "outgoing requests and responses",
+                    MAX_MESSAGES_PER_CALL,
+                ));
+            }
+            let made = RequestMethods::new(&mut state.http(), headers)?;
+            state.http_objects.requests.record(&made);
+            Ok((made,))
+        },
+    )?;
+    types.func_wrap(
+        "[constructor]outgoing-response",
+        |mut store: StoreContextMut<'_, HostState>, (headers,): (Resource<FieldMap>,)| {
+            let state = store.data_mut();
+            if !message_room(state) {
+                return Err(too_many(
+                    "outgoing requests and responses",
+                    MAX_MESSAGES_PER_CALL,
+                ));
+            }
+            let made = ResponseMethods::new(&mut state.http(), headers)?;
+            state.http_objects.responses.record(&made);
+            Ok((made,))
+        },
+    )?;
+    types.func_wrap(
+        "[method]outgoing-request.set-method",
+        |mut store: StoreContextMut<'_, HostState>,
+         (request, method): (Resource<HostOutgoingRequest>, Method)| {
+            if matches!(&method, Method::Other(name) if name.len() > MAX_TOKEN) {
+                return Ok((Err(()),));
+            }
+            let set = RequestMethods::set_method(&mut store.data_mut().http(), request, method)?;
+            Ok((set,))
+        },
+    )?;
+    types.func_wrap(
+        "[method]outgoing-request.set-scheme",
+        |mut store: StoreContextMut<'_, HostState>,
+         (request, scheme): (Resource<HostOutgoingRequest>, Option<Scheme>)| {
+            if matches!(&scheme, Some(Scheme::Other(name)) if name.len() > MAX_TOKEN) {
+                return Ok((Err(()),));
+            }
+            let set = RequestMethods::set_scheme(&mut store.data_mut().http(), request, scheme)?;
+            Ok((set,))
+        },
+    )?;
+    types.func_wrap(
+        "[method]outgoing-request.set-authority",
+        |mut store: StoreContextMut<'_, HostState>,
+         (request, authority): (Resource<HostOutgoingRequest>, Option<String>)| {
+            if authority.as_ref().is_some_and(|a| a.len() > MAX_AUTHORITY) {
+                return Ok((Err(()),));
+            }
+            let set =
+                RequestMethods::set_authority(&mut store.data_mut().http(), request, authority)?;
+            Ok((set,))
+        },
+    )?;
+    types.func_wrap(
+        "[method]outgoing-request.set-path-with-query",
+        |mut store: StoreContextMut<'_, HostState>,
+         (request, path): (Resource<HostOutgoingRequest>, Option<String>)| {
+            if path.as_ref().is_some_and(|p| p.len() > MAX_PATH_WITH_QUERY) {
+                return Ok((Err(()),));
+            }
+            let set =
+                RequestMethods::set_path_with_query(&mut store.data_mut().http(), request, path)?;
+            Ok((set,))
+        },
+    )?;
+    Ok(())
+}
