@@ -19,7 +19,7 @@ use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemView};
 use wasmtime_wasi::p2::bindings::filesystem::types::{
-    DescriptorFlags, ErrorCode, Host, HostDescriptor, OpenFlags, PathFlags,
+    DescriptorFlags, DescriptorType, ErrorCode, Host, HostDescriptor, OpenFlags, PathFlags,
 };
 
 use crate::engine::WASI_FILESYSTEM_TYPES;
@@ -46,6 +46,35 @@ impl OpenFiles {
         }
         self.files.len() < MAX_OPEN_PER_CALL
     }
+}
+
+/// Whether `path` names a named pipe (FIFO) that `open-at` would open. Opening one blocks the
+/// opening thread until a writer (or reader) shows up, in a system call that neither the
+/// epoch deadline nor the call's timeout can interrupt: the call would hang past its time
+/// limit, holding a host thread and an instance slot, and a one-shot `cordon call` would
+/// never return. wasmtime-wasi opens without `O_NONBLOCK`, so the host looks first. Opening
+/// as a directory, or creating exclusively, fails on a FIFO without blocking.
+async fn opens_a_fifo(
+    state: &mut HostState,
+    dir: &Resource<Descriptor>,
+    path_flags: PathFlags,
+    path: &str,
+    open_flags: OpenFlags,
+) -> bool {
+    if open_flags.contains(OpenFlags::DIRECTORY)
+        || open_flags.contains(OpenFlags::CREATE | OpenFlags::EXCLUSIVE)
+    {
+        return false;
+    }
+    let base = Resource::<Descriptor>::new_borrow(dir.rep());
+    let stat =
+        HostDescriptor::stat_at(&mut state.filesystem(), base, path_flags, path.to_string()).await;
+    // wasmtime-wasi reports a FIFO as `unknown`, as it does a socket (which no open reaches).
+    // Anything stat cannot see is left to the open, which reports it.
+    matches!(
+        stat,
+        Ok(stat) if matches!(stat.type_, DescriptorType::Fifo | DescriptorType::Unknown)
+    )
 }
 
 /// Replaces wasmtime-wasi's `open-at` in `linker`; shadowing must be allowed by the caller.
@@ -78,6 +107,15 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                     crate::fresh_listing::before_open(state, &dir, &path, open_flags, flags)?
                 {
                     return Ok((Err(answer),));
+                }
+                if opens_a_fifo(state, &dir, path_flags, &path, open_flags).await {
+                    tracing::warn!(
+                        plugin = %state.log.plugin,
+                        %path,
+                        "refusing to open a named pipe: opening one waits for the other end, \
+                         where no time limit can stop it"
+                    );
+                    return Ok((Err(ErrorCode::Unsupported),));
                 }
                 // Where an opened directory came from, if its listing may answer lookups.
                 #[cfg(unix)]

@@ -329,3 +329,30 @@ async fn a_call_may_hold_4096_handles() {
     assert!(e.to_string().contains("more than 4096 handles"), "{e}");
     still_serves().await;
 }
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_pipe_in_a_grant_is_refused_not_waited_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = std::fs::canonicalize(tmp.path()).unwrap();
+    let pipe = d.join("pipe");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&pipe)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let mut sb = sandbox(&[format!("fs:{}:/d:ro", d.display())]);
+    sb.limits = Limits::default().with_overrides(["time=2s"]).unwrap();
+    // Opening a FIFO waits in the kernel for a writer, where no time limit reaches: the host
+    // must refuse it rather than hang past the limit.
+    // On a worker thread, so that this test can tell a hang and end it.
+    let read = tokio::spawn(async move { fs(&sb, "read", "/d/pipe", None).await });
+    let Ok(read) = tokio::time::timeout(Duration::from_secs(20), read).await else {
+        // Release the blocked open so the test can end, then fail.
+        let _ = std::fs::OpenOptions::new().write(true).open(&pipe);
+        panic!("opening a named pipe hung past the time limit");
+    };
+    let e = read.unwrap().unwrap_err();
+    assert!(e.contains("Unsupported"), "{e}");
+    still_serves().await;
+}
