@@ -31,6 +31,20 @@ impl<T: 'static> Created<T> {
         self.reps.len()
     }
 
+    /// The sum of `size` over those still in `table`, forgetting the rest.
+    pub(crate) fn live_sum(&mut self, table: &ResourceTable, size: impl Fn(&T) -> usize) -> usize {
+        let mut sum = 0;
+        self.reps
+            .retain(|&rep| match table.get(&Resource::<T>::new_borrow(rep)) {
+                Ok(live) => {
+                    sum += size(live);
+                    true
+                }
+                Err(_) => false,
+            });
+        sum
+    }
+
     /// How many were recorded; at least [`Created::live`], and cheap.
     pub(crate) fn recorded(&self) -> usize {
         self.reps.len()

@@ -114,6 +114,11 @@ pub(crate) struct HostState {
     pub(crate) tcp_sockets: crate::tcp_sockets::TcpSockets,
     pub(crate) file_streams: crate::file_streams::FileStreams,
     pub(crate) http_objects: crate::http_limits::HttpObjects,
+    /// The directory listings this call took, and whether the log already says it hit their cap.
+    #[cfg(unix)]
+    pub(crate) listings: crate::live_handles::Created<crate::readdir::DirEntries>,
+    #[cfg(unix)]
+    pub(crate) listings_warned: bool,
     #[cfg(unix)]
     pub(crate) last_listed: Option<crate::readdir::ListedEntry>,
     /// Devices this call listed directories on, and whether listings there carry real inode
@@ -254,6 +259,10 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
         tcp_sockets: Default::default(),
         file_streams: Default::default(),
         http_objects: Default::default(),
+        #[cfg(unix)]
+        listings: Default::default(),
+        #[cfg(unix)]
+        listings_warned: false,
         #[cfg(unix)]
         last_listed: None,
         #[cfg(unix)]

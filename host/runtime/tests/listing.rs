@@ -178,3 +178,31 @@ async fn a_call_cannot_hold_more_than_its_share_of_open_files() {
     assert_eq!(out, json!({"opened": 200, "error": null, "reopened": 200}));
     still_serves().await;
 }
+
+#[tokio::test]
+async fn listings_a_call_holds_are_bounded() {
+    // A listing is collected whole in host memory and kept while the guest holds it: a call
+    // holds at most 64 MiB of them. 10,000 entries with 240-byte names take ~2.8 MB each.
+    let tmp = tempfile::tempdir().unwrap();
+    let d = std::fs::canonicalize(tmp.path()).unwrap();
+    let big = d.join("big");
+    std::fs::create_dir(&big).unwrap();
+    for i in 0..10_000 {
+        std::fs::write(big.join(format!("{i:05}{}", "x".repeat(235))), "").unwrap();
+    }
+    let sb = sandbox(&[format!("fs:{}:/d:ro", d.display())]);
+    let out = fs(&sb, "hold_listings", "/d/big", Some("100"))
+        .await
+        .unwrap();
+    let held = out["held"].as_u64().unwrap();
+    assert!((15..=30).contains(&held), "{out}");
+    assert!(
+        out["error"]
+            .as_str()
+            .unwrap()
+            .contains("insufficient-memory"),
+        "{out}"
+    );
+    assert_eq!(out["again"], json!(100), "{out}");
+    still_serves().await;
+}
