@@ -14,6 +14,10 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 /// How much of the most recent output is kept for reporting a call that was stopped.
 const TAIL_BYTES: usize = 1024;
 
+/// What a log record costs of the log budget besides its text: about what its line in the host
+/// log takes (time, level, plugin name).
+const LOG_RECORD_OVERHEAD: usize = 64;
+
 #[derive(Debug)]
 struct Buf {
     /// The first `cap` bytes written.
@@ -197,7 +201,11 @@ impl LogSink {
         message: &str,
         fields: &[(String, String)],
     ) {
-        let size = message.len() + fields.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        // Every record costs at least its line's overhead, so empty records cannot flood the
+        // host log for free.
+        let size = LOG_RECORD_OVERHEAD
+            + message.len()
+            + fields.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
         if size > self.remaining {
             if self.dropped == 0 {
                 tracing::warn!(target: "cordon::plugin", plugin = %self.plugin, "plugin log reached the log limit; further records are dropped");
@@ -278,12 +286,23 @@ mod tests {
 
     #[test]
     fn log_budget_drops_excess() {
-        let mut l = LogSink::new(10, Arc::from("t"));
+        let mut l = LogSink::new(LOG_RECORD_OVERHEAD + 10, Arc::from("t"));
         l.write(tracing::Level::INFO, "12345", &[]);
         assert_eq!(l.dropped(), 0);
         l.write(tracing::Level::INFO, "123", &[("k".into(), "vv".into())]);
         assert_eq!(l.dropped(), 1);
         l.write(tracing::Level::INFO, "1", &[]);
         assert_eq!(l.dropped(), 2, "once full, everything is dropped");
+    }
+
+    #[test]
+    fn empty_log_records_are_not_free() {
+        let mut l = LogSink::new(10 * LOG_RECORD_OVERHEAD, Arc::from("t"));
+        for _ in 0..10 {
+            l.write(tracing::Level::INFO, "", &[]);
+        }
+        assert_eq!(l.dropped(), 0);
+        l.write(tracing::Level::INFO, "", &[]);
+        assert_eq!(l.dropped(), 1);
     }
 }

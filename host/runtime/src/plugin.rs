@@ -21,6 +21,10 @@ pub(crate) struct PluginInner {
     pub(crate) imports: Vec<String>,
 }
 
+/// Content pieces one result may have. Pieces are counted apart from the output limit's bytes:
+/// four million empty pieces are no bytes of text, but over 100 MB of host memory and JSON.
+const MAX_CONTENT_PIECES: usize = 1024;
+
 /// A compiled, linked plugin, ready to be instantiated for calls. Cheap to clone.
 #[derive(Clone)]
 pub struct Plugin {
@@ -196,6 +200,15 @@ impl Plugin {
             };
             CallError::Tool(ToolError { kind, message })
         })?;
+        if pieces.len() > MAX_CONTENT_PIECES {
+            return Err(CallError::LimitExceeded {
+                limit: LimitKind::Output,
+                detail: format!(
+                    "the result has {} content pieces; at most {MAX_CONTENT_PIECES} are accepted",
+                    pieces.len()
+                ),
+            });
+        }
         let total: u64 = pieces
             .iter()
             .map(|p| match p {

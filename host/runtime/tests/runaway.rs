@@ -121,6 +121,21 @@ async fn output_flood_is_refused() {
     .await
     .unwrap();
     assert_eq!(out.content, vec![Content::Text("a".repeat(1024))]);
+    // Empty pieces are no bytes of text, but each is host memory and a JSON object: a result
+    // has at most 1024 of them.
+    let e = call(runaway(), &Sandbox::default(), "pieces", json!({}))
+        .await
+        .unwrap_err();
+    assert_limit(&e, LimitKind::Output, "4000000 content pieces");
+    let out = call(
+        runaway(),
+        &Sandbox::default(),
+        "pieces",
+        json!({"bytes": 1024}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.content.len(), 1024);
     still_serves().await;
 }
 
