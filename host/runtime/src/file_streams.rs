@@ -60,13 +60,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 return Ok((Err(ErrorCode::InsufficientMemory),));
             }
             let taken = HostDescriptor::read_via_stream(&mut state.filesystem(), fd, offset);
-            Ok((match taken {
-                Ok(stream) => {
-                    state.file_streams.input.record(&stream);
-                    Ok(stream)
-                }
-                Err(e) => Err(Host::convert_error_code(&mut state.filesystem(), e)?),
-            },))
+            Ok((record(state, taken, |s| &mut s.input)?,))
         },
     )?;
     types.func_wrap(
@@ -78,7 +72,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 return Ok((Err(ErrorCode::InsufficientMemory),));
             }
             let taken = HostDescriptor::write_via_stream(&mut state.filesystem(), fd, offset);
-            Ok((record_output(state, taken)?,))
+            Ok((record(state, taken, |s| &mut s.output)?,))
         },
     )?;
     types.func_wrap(
@@ -89,20 +83,22 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 return Ok((Err(ErrorCode::InsufficientMemory),));
             }
             let taken = HostDescriptor::append_via_stream(&mut state.filesystem(), fd);
-            Ok((record_output(state, taken)?,))
+            Ok((record(state, taken, |s| &mut s.output)?,))
         },
     )?;
     Ok(())
 }
 
-/// Counts a write or append stream that was taken, or turns the failure into its error code.
-fn record_output(
+/// Counts a stream that was taken among those `kind` picks, or turns the failure into its
+/// error code.
+fn record<T: 'static>(
     state: &mut HostState,
-    taken: FsResult<Resource<DynOutputStream>>,
-) -> wasmtime::Result<Result<Resource<DynOutputStream>, ErrorCode>> {
+    taken: FsResult<Resource<T>>,
+    kind: fn(&mut FileStreams) -> &mut Created<T>,
+) -> wasmtime::Result<Result<Resource<T>, ErrorCode>> {
     Ok(match taken {
         Ok(stream) => {
-            state.file_streams.output.record(&stream);
+            kind(&mut state.file_streams).record(&stream);
             Ok(stream)
         }
         Err(e) => Err(Host::convert_error_code(&mut state.filesystem(), e)?),

@@ -49,22 +49,32 @@ pub(crate) struct HttpObjects {
     fields: Created<FieldMap>,
 }
 
-/// Whether the call may build another request or response.
-fn message_room(state: &mut HostState) -> bool {
+/// Fails (a trap: the constructors have no error to return) unless the call may build another
+/// request or response.
+fn room_for_message(state: &mut HostState) -> wasmtime::Result<()> {
     let made = &mut state.http_objects;
-    made.requests.recorded() + made.responses.recorded() < MAX_MESSAGES_PER_CALL
+    let room = made.requests.recorded() + made.responses.recorded() < MAX_MESSAGES_PER_CALL
         || made.requests.live(&state.table) + made.responses.live(&state.table)
-            < MAX_MESSAGES_PER_CALL
+            < MAX_MESSAGES_PER_CALL;
+    room.then_some(()).ok_or_else(|| {
+        wasmtime::format_err!(
+            "the call holds {MAX_MESSAGES_PER_CALL} outgoing requests and responses, the most \
+             one call may hold"
+        )
+    })
 }
 
-/// Whether the call may build another header map.
-fn fields_room(state: &mut HostState) -> bool {
-    let made = &mut state.http_objects.fields;
-    made.recorded() < MAX_FIELDS_PER_CALL || made.live(&state.table) < MAX_FIELDS_PER_CALL
-}
-
-fn too_many(what: &str, max: usize) -> wasmtime::Error {
-    wasmtime::format_err!("the call holds {max} {what}, the most one call may hold")
+/// Fails (a trap) unless the call may build another header map.
+fn room_for_fields(state: &mut HostState) -> wasmtime::Result<()> {
+    let room = state
+        .http_objects
+        .fields
+        .has_room(&state.table, MAX_FIELDS_PER_CALL);
+    room.then_some(()).ok_or_else(|| {
+        wasmtime::format_err!(
+            "the call holds {MAX_FIELDS_PER_CALL} header maps, the most one call may hold"
+        )
+    })
 }
 
 /// Replaces wasmtime-wasi-http's constructors and setters named above in `linker`; shadowing
@@ -75,9 +85,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         "[constructor]fields",
         |mut store: StoreContextMut<'_, HostState>, (): ()| {
             let state = store.data_mut();
-            if !fields_room(state) {
-                return Err(too_many("header maps", MAX_FIELDS_PER_CALL));
-            }
+            room_for_fields(state)?;
             let made = HostFields::new(&mut state.http())?;
             state.http_objects.fields.record(&made);
             Ok((made,))
@@ -87,9 +95,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         "[static]fields.from-list",
         |mut store: StoreContextMut<'_, HostState>, (entries,): (Vec<(String, Vec<u8>)>,)| {
             let state = store.data_mut();
-            if !fields_room(state) {
-                return Err(too_many("header maps", MAX_FIELDS_PER_CALL));
-            }
+            room_for_fields(state)?;
             let mut http = state.http();
             let made = match HostFields::from_list(&mut http, entries) {
                 Ok(made) => made,
@@ -103,9 +109,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         "[method]fields.clone",
         |mut store: StoreContextMut<'_, HostState>, (fields,): (Resource<FieldMap>,)| {
             let state = store.data_mut();
-            if !fields_room(state) {
-                return Err(too_many("header maps", MAX_FIELDS_PER_CALL));
-            }
+            room_for_fields(state)?;
             let made = HostFields::clone(&mut state.http(), fields)?;
             state.http_objects.fields.record(&made);
             Ok((made,))
@@ -115,12 +119,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         "[constructor]outgoing-request",
         |mut store: StoreContextMut<'_, HostState>, (headers,): (Resource<FieldMap>,)| {
             let state = store.data_mut();
-            if !message_room(state) {
-                return Err(too_many(
-                    "outgoing requests and responses",
-                    MAX_MESSAGES_PER_CALL,
-                ));
-            }
+            room_for_message(state)?;
             let made = RequestMethods::new(&mut state.http(), headers)?;
             state.http_objects.requests.record(&made);
             Ok((made,))
@@ -130,12 +129,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         "[constructor]outgoing-response",
         |mut store: StoreContextMut<'_, HostState>, (headers,): (Resource<FieldMap>,)| {
             let state = store.data_mut();
-            if !message_room(state) {
-                return Err(too_many(
-                    "outgoing requests and responses",
-                    MAX_MESSAGES_PER_CALL,
-                ));
-            }
+            room_for_message(state)?;
             let made = ResponseMethods::new(&mut state.http(), headers)?;
             state.http_objects.responses.record(&made);
             Ok((made,))

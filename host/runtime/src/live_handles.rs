@@ -31,6 +31,12 @@ impl<T: 'static> Created<T> {
         self.reps.len()
     }
 
+    /// Whether fewer than `max` of them are still in `table`; looks at the table only once
+    /// `max` were recorded.
+    pub(crate) fn has_room(&mut self, table: &ResourceTable, max: usize) -> bool {
+        self.recorded() < max || self.live(table) < max
+    }
+
     /// The sum of `size` over those still in `table`, forgetting the rest.
     pub(crate) fn live_sum(&mut self, table: &ResourceTable, size: impl Fn(&T) -> usize) -> usize {
         let mut sum = 0;

@@ -38,9 +38,10 @@ pub(crate) struct TcpSockets {
 
 /// Whether the call may create another socket.
 fn has_room(state: &mut HostState) -> bool {
-    let sockets = &mut state.tcp_sockets.created;
-    sockets.recorded() < MAX_TCP_SOCKETS_PER_CALL
-        || sockets.live(&state.table) < MAX_TCP_SOCKETS_PER_CALL
+    state
+        .tcp_sockets
+        .created
+        .has_room(&state.table, MAX_TCP_SOCKETS_PER_CALL)
 }
 
 /// Replaces wasmtime-wasi's `create-tcp-socket` in `linker`; shadowing must be allowed by the
