@@ -9,6 +9,16 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use crate::args::{Params, Scalar};
 
+/// The page cache of a read connection, in KiB (SQLite's negative `cache_size`), which is also
+/// the size of the sorted runs SQLite's external sorter writes for `GROUP BY`/`ORDER BY` (the
+/// sorter takes the larger of this and `SQLITE_SORTER_PMASZ`, set to 256 KiB in
+/// `plugins/.cargo/config.toml`). SQLite's default, 2 MiB, sorts each run as a linked list that
+/// no longer fits the CPU's caches: with 512 KiB runs a `GROUP BY` over 200k rows takes ~15%
+/// less time, as WebAssembly and natively alike, and a join of 40k index lookups is unchanged.
+/// A read connection lives for one call, so its cache only serves pages revisited in one
+/// statement.
+const READ_CACHE_KIB: i64 = 512;
+
 /// How long a writer waits for another writer's lock before reporting "locked".
 const BUSY_TIMEOUT_MS: u64 = 2_000;
 
@@ -83,6 +93,8 @@ pub fn open_read(database: &str) -> Result<Connection, ToolError> {
         .map_err(|e| sqlite_error(database, &e))?;
     configure(&conn)?;
     conn.pragma_update(None, "query_only", true)
+        .map_err(|e| sqlite_error(database, &e))?;
+    conn.pragma_update(None, "cache_size", -READ_CACHE_KIB)
         .map_err(|e| sqlite_error(database, &e))?;
     // Reading the schema makes "file is not a database" appear here, not mid-query.
     conn.query_row("SELECT count(*) FROM sqlite_schema", [], |_| Ok(()))
@@ -379,6 +391,21 @@ mod tests {
             .query_row("SELECT sum(x) FROM t", [], |r| r.get(0))
             .unwrap();
         assert_eq!(sum, 3);
+        let cache: i64 = conn
+            .query_row("PRAGMA cache_size", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(cache, -READ_CACHE_KIB, "sorted runs of READ_CACHE_KIB");
+        let min_run: bool = conn
+            .query_row(
+                "SELECT sqlite_compileoption_used('SORTER_PMASZ=64')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(
+            min_run,
+            "LIBSQLITE3_FLAGS in plugins/.cargo/config.toml sets SORTER_PMASZ"
+        );
         for sql in [
             "DELETE FROM t",
             "CREATE TABLE u (y)",
