@@ -13,8 +13,9 @@ use crate::args::{Params, Scalar};
 /// the size of the sorted runs SQLite's external sorter writes for `GROUP BY`/`ORDER BY` (the
 /// sorter takes the larger of this and `SQLITE_SORTER_PMASZ`, set to 256 KiB in
 /// `plugins/.cargo/config.toml`). SQLite's default, 2 MiB, sorts each run as a linked list that
-/// no longer fits the CPU's caches: with 512 KiB runs a `GROUP BY` over 200k rows takes ~15%
-/// less time, as WebAssembly and natively alike, and a join of 40k index lookups is unchanged.
+/// no longer fits the CPU's caches: with 512 KiB runs a `GROUP BY` over 200k rows took ~20% less
+/// time when the caches were contended (as WebAssembly and natively alike) and 0-4% less
+/// otherwise; a join of 40k index lookups is unchanged.
 /// A read connection lives for one call, so its cache only serves pages revisited in one
 /// statement.
 const READ_CACHE_KIB: i64 = 512;
