@@ -11,7 +11,12 @@ VENV        := $(TARGET)/venv
 CORDON      := $(TARGET)/debug/cordon
 # clang 14 does not know the wasip2 triple; the later --target wins (see shared notes).
 # -msimd128: C code in components (SQLite) may use 128-bit SIMD, which wasmtime runs natively.
-export CFLAGS_wasm32_wasip2 := --target=wasm32-wasi -msimd128
+# -mbulk-memory: memory.copy/fill instructions, as Rust's own wasm code already uses.
+# -include: lets SQLite inline the `sql` tool's memcmp/memcpy (active only in SQLite's build;
+# see plugins/sql/c/sqlite_mem.h). cc splits these flags on spaces, so the checkout's path
+# must not contain any.
+export CFLAGS_wasm32_wasip2 := --target=wasm32-wasi -msimd128 -mbulk-memory \
+  -include $(ROOT)/plugins/sql/c/sqlite_mem.h
 
 .PHONY: build toolchain host plugins rust-plugins python-plugin fixtures test lint demo bench bench-tools clean
 

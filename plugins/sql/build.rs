@@ -1,13 +1,21 @@
-//! Compiles the component's word-at-a-time `memcmp` (see `c/memcmp.c`). In the wasm build it
-//! replaces wasi-libc's byte loop for SQLite and Rust alike; natively it is only
-//! `cordon_memcmp`, which the unit tests compare against slice ordering.
+//! Compiles the component's own `memcmp` and `memcpy` (see `c/memcmp.c`). In the wasm build
+//! they replace wasi-libc's loops for Rust and for SQLite (whose own calls inline the same
+//! bodies, see `c/sqlite_mem.h`); natively they are only `cordon_memcmp` and `cordon_memcpy`,
+//! which the unit tests check against Rust's own.
 
 fn main() {
-    println!("cargo:rerun-if-changed=c/memcmp.c");
-    cc::Build::new()
+    for file in ["c/memcmp.c", "c/mem.h", "c/sqlite_mem.h"] {
+        println!("cargo:rerun-if-changed={file}");
+    }
+    let mut build = cc::Build::new();
+    build
         .file("c/memcmp.c")
         .opt_level(3)
         .flag("-fno-builtin")
-        .warnings(true)
-        .compile("cordon_memcmp");
+        .warnings(true);
+    if std::env::var("CARGO_CFG_TARGET_ARCH").is_ok_and(|arch| arch.starts_with("wasm")) {
+        // Large copies become the `memory.copy` instruction (see the C file).
+        build.flag("-mbulk-memory");
+    }
+    build.compile("cordon_memcmp");
 }
