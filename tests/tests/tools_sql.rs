@@ -2,7 +2,8 @@
 //! `cordon call`, against SQLite databases the tests create with python3's sqlite3 module:
 //! schema and filter, parameters, row and byte caps, read-only refusals (SQLite's own check
 //! and the read-only grant), writes under a read-write grant, SQLite's error messages, paths
-//! outside the grants, and a WAL database with changes not yet checkpointed.
+//! outside the grants, a WAL database with changes not yet checkpointed, and blobs that must
+//! sort and group in byte order (SQLite in the component uses the tool's own memcmp/memcpy).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -234,6 +235,98 @@ fn large_sorts_work_in_the_sandbox_under_a_read_only_grant() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(names, ["big.db"]);
+}
+
+/// SQLite in the component compares and moves keys with the `sql` tool's own `memcmp` and
+/// `memcpy` (inlined at SQLite's call sites, with separate paths for 1-3, 4-7, 8-16 and
+/// longer lengths). Blobs of every length up to 40 bytes, sharing long prefixes and using
+/// bytes with the high bit set, must sort and group exactly as Rust orders byte strings (which
+/// is SQLite's blob order: bytes compared unsigned, then the shorter first).
+#[test]
+fn sorting_and_grouping_blobs_of_every_length_match_byte_order() {
+    // A fixed pseudo-random sequence: keys drawn from few byte values share prefixes, so
+    // comparisons reach every position of the longer keys.
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) as usize
+    };
+    let alphabet = [0x00u8, 0x01, 0x61, 0x7f, 0x80, 0xfe, 0xff];
+    let mut keys: Vec<Vec<u8>> = (0..3000)
+        .map(|i| {
+            let len = i % 41;
+            (0..len)
+                .map(|at| {
+                    // Mostly one byte per position, so keys agree for long stretches.
+                    if next() % 5 == 0 {
+                        alphabet[next() % alphabet.len()]
+                    } else {
+                        alphabet[at % alphabet.len()]
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let hex = |key: &[u8]| key.iter().map(|b| format!("{b:02X}")).collect::<String>();
+    let inserts: String = keys
+        .iter()
+        .map(|key| format!("INSERT INTO keys VALUES (x'{}');\n", hex(key)))
+        .collect();
+    let home = home_with(PLUGINS);
+    let data = home.scratch("data");
+    support::sqlite(
+        &data.join("keys.db"),
+        &format!("CREATE TABLE keys(k BLOB);\n{inserts}"),
+    );
+    install(&home, "sql", &[grant_fs(&data, "/data", "ro")], &[]);
+    let query = |sql: &str| {
+        let out = json_of(
+            &call(
+                &home,
+                "sql_query",
+                json!({"database": "/data/keys.db", "sql": sql, "max_rows": 10_000}),
+            )
+            .ok(),
+        );
+        assert_eq!(out["truncated"], json!(false), "{out:#}");
+        out["rows"].as_array().unwrap().clone()
+    };
+
+    keys.sort();
+    let sorted: Vec<String> = query("SELECT hex(k) FROM keys ORDER BY k")
+        .iter()
+        .map(|row| row[0].as_str().unwrap().to_string())
+        .collect();
+    let expected: Vec<String> = keys.iter().map(|key| hex(key)).collect();
+    assert_eq!(sorted.len(), expected.len());
+    if let Some(at) = sorted.iter().zip(&expected).position(|(a, b)| a != b) {
+        panic!(
+            "ORDER BY differs from byte order at row {at}: {} where {} belongs",
+            sorted[at], expected[at]
+        );
+    }
+
+    let mut counts: Vec<(String, i64)> = Vec::new();
+    for key in &expected {
+        match counts.last_mut() {
+            Some((last, n)) if last == key => *n += 1,
+            _ => counts.push((key.clone(), 1)),
+        }
+    }
+    let grouped: Vec<(String, i64)> =
+        query("SELECT hex(k), count(*) FROM keys GROUP BY k ORDER BY k DESC")
+            .iter()
+            .map(|row| {
+                (
+                    row[0].as_str().unwrap().to_string(),
+                    row[1].as_i64().unwrap(),
+                )
+            })
+            .collect();
+    counts.reverse();
+    assert_eq!(grouped, counts);
 }
 
 #[test]
