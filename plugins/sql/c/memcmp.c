@@ -3,16 +3,18 @@
  *
  * wasi-libc's are musl's C loops. Compiled to WebAssembly and run by wasmtime, every loop
  * iteration pays an epoch (time-limit) check, and the short lengths SQLite mostly passes
- * (sort keys and record fields of a few bytes) never reach the word loops. SQLite's sorter and
- * b-tree compare keys with memcmp and move records with memcpy: a GROUP BY over 200k rows
- * calls memcmp 3.6 million times and memcpy 1.4 million times, at ~70 and ~80 instructions a
- * call (valgrind --tool=callgrind on `cordon call`).
+ * (sort keys and record fields of a few bytes) never reach word-sized steps. SQLite's sorter
+ * and b-tree compare keys with memcmp and move records with memcpy: a GROUP BY over 200k rows
+ * calls memcmp 3.6 million times and memcpy 1.4 million times, which took ~70 and ~80
+ * instructions a call with this tool's earlier word-loop memcmp and wasi-libc's memcpy
+ * (valgrind --tool=callgrind on `cordon call`).
  *
- * Here no length up to 16 bytes loops at all: 4 to 16 bytes are two overlapping word loads
- * from each end, 1 to 3 bytes are three byte loads (first, middle, last); longer runs go a
- * word at a time and finish with one overlapping word. Words are loaded little-endian (unaligned loads
- * are fine in wasm), so the lowest set bit of `a ^ b` lies in the first differing byte. Large
- * copies use the `memory.copy` instruction (bulk memory), one host call however long.
+ * Here no length below 16 bytes loops at all: from 4 bytes on, two overlapping word loads from
+ * each end (compares take 16 bytes that way too); 1 to 3 bytes are three byte loads (first,
+ * middle, last). Longer runs go a word at a time and finish with one overlapping word. Words
+ * are loaded little-endian (unaligned loads are fine in wasm), so the lowest set bit of
+ * `a ^ b` lies in the first differing byte. Large copies use the `memory.copy` instruction
+ * (bulk memory), one host call however long.
  *
  * Built with -fno-builtin so the compiler never turns these bodies back into calls to
  * themselves. The C standard only promises memcmp's sign, and that is all this one keeps.
@@ -20,7 +22,7 @@
 #include <stddef.h>
 
 #if defined(__wasm__) && !defined(__wasm_bulk_memory__)
-#error "build with -mbulk-memory: memcpy's large-copy path must become memory.copy, not a call to memcpy"
+#error "build with -mbulk-memory: large copies must be memory.copy, not a call to memcpy"
 #endif
 
 #include "mem.h"
