@@ -14,8 +14,8 @@ fn compare(left: &[u8], right: &[u8]) -> std::cmp::Ordering {
 
 #[test]
 fn agrees_with_slice_ordering_for_every_length_and_difference_position() {
-    // Every length from 0 to 40 (covering the 1-3, 4-7, 8-byte and word-loop paths), with the first
-    // difference at every position, in both directions, and with bytes whose high bit is set
+    // Every length from 0 to 40 (covering the 1-3, 4-7, 8-16 and word-loop paths), with the
+    // first difference at every position, in both directions, and with bytes whose high bit is set
     // (memcmp compares unsigned bytes).
     for len in 0..=40usize {
         let base: Vec<u8> = (0..len).map(|i| (i * 37 % 251) as u8).collect();
