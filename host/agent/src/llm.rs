@@ -133,6 +133,9 @@ impl LlmClient {
             }
             None => None,
         };
+        // reqwest is built without a TLS crypto provider of its own (see the workspace Cargo.toml):
+        // make ring the process default unless one is already installed.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(config.connect_timeout_secs))
             .read_timeout(Duration::from_secs(config.read_timeout_secs))

@@ -184,6 +184,9 @@ async fn download(url: &Url) -> Result<Vec<u8>, HomeError> {
             attempt.error("redirect to a plain http:// URL refused")
         }
     });
+    // reqwest is built without a TLS crypto provider of its own (see the workspace Cargo.toml):
+    // make ring the process default unless one is already installed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::builder()
         .redirect(policy)
         .connect_timeout(Duration::from_secs(15))

@@ -4,6 +4,8 @@ use cordon_scripted_llm::{Script, ScriptedCall, ScriptedServer, Step};
 use serde_json::{Value, json};
 
 async fn post(url: &str, body: Value) -> reqwest::Response {
+    // reqwest is built without a TLS crypto provider of its own (see the workspace Cargo.toml).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::new()
         .post(format!("{url}/chat/completions"))
         .bearer_auth("k")
