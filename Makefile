@@ -12,14 +12,17 @@ CORDON      := $(TARGET)/debug/cordon
 # clang 14 does not know the wasip2 triple; the later --target wins (see shared notes).
 # -msimd128: C code in components (SQLite) may use 128-bit SIMD, which wasmtime runs natively.
 # -mbulk-memory: memory.copy/fill instructions, as Rust's own wasm code already uses.
-# -include: lets SQLite inline the `sql` tool's memcmp/memcpy (active only in SQLite's build;
-# see plugins/sql/c/sqlite_mem.h). cc splits these flags on spaces, so the checkout's path
-# must not contain any. Cargo cannot see that SQLite's build reads those headers; their digest
-# in the flags makes an edit to them rebuild SQLite (cc reruns when its CFLAGS change).
-SQLITE_MEM_HEADERS := $(ROOT)/plugins/sql/c/sqlite_mem.h $(ROOT)/plugins/sql/c/mem.h
-SQLITE_MEM_DIGEST  := $(firstword $(shell cat $(SQLITE_MEM_HEADERS) | sha256sum))
+# -include: SQLite's build is tuned for WebAssembly by two headers that act only there (gated by
+# flags in LIBSQLITE3_FLAGS, plugins/.cargo/config.toml): sqlite_mem.h inlines the `sql` tool's
+# memcmp/memcpy at SQLite's call sites, sqlite_sorter.h calls the sorter's usual comparators
+# directly. cc splits these flags on spaces, so the checkout's path must not contain any. Cargo
+# cannot see that SQLite's build reads those headers; their digest in the flags makes an edit to
+# them rebuild SQLite (cc reruns when its CFLAGS change).
+SQLITE_HEADERS := $(addprefix $(ROOT)/plugins/sql/c/,sqlite_mem.h mem.h sqlite_sorter.h)
+SQLITE_HEADERS_DIGEST := $(firstword $(shell cat $(SQLITE_HEADERS) | sha256sum))
 export CFLAGS_wasm32_wasip2 := --target=wasm32-wasi -msimd128 -mbulk-memory \
-  -include $(ROOT)/plugins/sql/c/sqlite_mem.h -DCORDON_MEM_DIGEST=$(SQLITE_MEM_DIGEST)
+  -include $(ROOT)/plugins/sql/c/sqlite_mem.h -include $(ROOT)/plugins/sql/c/sqlite_sorter.h \
+  -DCORDON_HEADERS_DIGEST=$(SQLITE_HEADERS_DIGEST)
 
 .PHONY: build toolchain host plugins rust-plugins python-plugin fixtures test lint demo bench bench-tools clean
 

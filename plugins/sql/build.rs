@@ -4,7 +4,8 @@
 //! which the unit tests check against Rust's own.
 
 fn main() {
-    // sqlite_mem.h is SQLite's to include; the Makefile rebuilds SQLite when it changes.
+    // sqlite_mem.h and sqlite_sorter.h are SQLite's to include; the Makefile rebuilds SQLite when
+    // they change.
     for file in ["c/memcmp.c", "c/mem.h"] {
         println!("cargo:rerun-if-changed={file}");
     }

@@ -2,9 +2,11 @@
 //! `cordon call`, against SQLite databases the tests create with python3's sqlite3 module:
 //! schema and filter, parameters, row and byte caps, read-only refusals (SQLite's own check
 //! and the read-only grant), writes under a read-write grant, SQLite's error messages, paths
-//! outside the grants, a WAL database with changes not yet checkpointed, and blobs that must
-//! sort and group in byte order (SQLite in the component uses the tool's own memcmp/memcpy).
+//! outside the grants, a WAL database with changes not yet checkpointed, and blobs, texts and
+//! integers that must sort and group in Rust's order (SQLite in the component uses the tool's
+//! own memcmp/memcpy and calls its sorter's usual comparators directly).
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -327,6 +329,140 @@ fn sorting_and_grouping_blobs_of_every_length_match_byte_order() {
             .collect();
     counts.reverse();
     assert_eq!(grouped, counts);
+}
+
+/// SQLite in the component calls the sorter's text and integer comparators directly, inlined
+/// where the sorter merges (`c/sqlite_sorter.h`); every other key goes through its function
+/// pointer. Sorts of single-column text and integer keys, ascending and descending, and of a
+/// text key with a second column (ties in the first field go on to the rest of the record),
+/// large enough to spill into several sorted runs and merge them, must group and order exactly
+/// as Rust orders the same values: text by its UTF-8 bytes, integers of every stored width.
+#[test]
+fn grouping_text_and_integer_keys_in_large_sorts_matches_rust_order() {
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        state >> 11
+    };
+    // Texts of 1 to 40 bytes from a few characters (one of them two bytes in UTF-8), so keys
+    // share long prefixes and reach every length class of the tool's memcmp.
+    let alphabet = ['a', 'b', 'z', 'A', '0', '~', 'é'];
+    let texts: Vec<String> = (0..1500)
+        .map(|i| {
+            (0..1 + i % 40)
+                .map(|at| {
+                    if next() % 6 == 0 {
+                        alphabet[next() as usize % alphabet.len()]
+                    } else {
+                        alphabet[at % 3]
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    // Integers stored in each of SQLite's widths (the constants 0 and 1, 1 to 8 bytes), both
+    // signs, and the extremes.
+    let mut integers: Vec<i64> = vec![
+        0,
+        1,
+        -1,
+        i64::MAX,
+        i64::MIN,
+        127,
+        -128,
+        128,
+        32_767,
+        -32_768,
+    ];
+    integers.extend((0..1200).map(|_| {
+        let random = (next() << 11) ^ next();
+        let value = (random >> (next() % 64)) as i64;
+        if next() % 2 == 0 {
+            value
+        } else {
+            value.wrapping_neg()
+        }
+    }));
+    let rows: Vec<(&str, i64, i64)> = (0..100_000)
+        .map(|n| {
+            let text = &texts[next() as usize % texts.len()];
+            (text.as_str(), integers[next() as usize % integers.len()], n)
+        })
+        .collect();
+    let mut script = String::from("CREATE TABLE s(t TEXT, i INTEGER, n INTEGER);\n");
+    for chunk in rows.chunks(500) {
+        let values: Vec<String> = chunk
+            .iter()
+            .map(|(t, i, n)| format!("('{t}', {i}, {n})"))
+            .collect();
+        script += &format!("INSERT INTO s VALUES {};\n", values.join(","));
+    }
+    let home = home_with(PLUGINS);
+    let data = home.scratch("data");
+    support::sqlite(&data.join("sort.db"), &script);
+    install(&home, "sql", &[grant_fs(&data, "/data", "ro")], &[]);
+    let query = |sql: &str| {
+        let out = json_of(
+            &call(
+                &home,
+                "sql_query",
+                json!({"database": "/data/sort.db", "sql": sql,
+                       "max_rows": 10_000, "max_bytes": 4 << 20}),
+            )
+            .ok(),
+        );
+        assert_eq!(out["truncated"], json!(false), "{sql}");
+        out["rows"].as_array().unwrap().clone()
+    };
+    // Compares the first rows that differ, so a failure shows where the order broke.
+    let check = |sql: &str, expected: Vec<Value>| {
+        let got = query(sql);
+        if let Some(at) = got.iter().zip(&expected).position(|(a, b)| a != b) {
+            panic!(
+                "{sql}: row {at} is {} where {} belongs",
+                got[at], expected[at]
+            );
+        }
+        assert_eq!(got.len(), expected.len(), "{sql}");
+    };
+
+    let mut by_text: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
+    let mut by_integer: BTreeMap<i64, i64> = BTreeMap::new();
+    let mut by_text_and_rest: BTreeMap<(&str, i64), i64> = BTreeMap::new();
+    for &(t, i, n) in &rows {
+        let group = by_text.entry(t).or_default();
+        group.0 += 1;
+        group.1 += n;
+        *by_integer.entry(i).or_default() += 1;
+        *by_text_and_rest.entry((t, n % 3)).or_default() += 1;
+    }
+    let text_rows: Vec<Value> = by_text.iter().map(|(t, (c, s))| json!([t, c, s])).collect();
+    check(
+        "SELECT t, count(*), sum(n) FROM s GROUP BY t ORDER BY t",
+        text_rows.clone(),
+    );
+    check(
+        "SELECT t, count(*), sum(n) FROM s GROUP BY t ORDER BY t DESC",
+        text_rows.into_iter().rev().collect(),
+    );
+    let integer_rows: Vec<Value> = by_integer.iter().map(|(i, c)| json!([i, c])).collect();
+    check(
+        "SELECT i, count(*) FROM s GROUP BY i ORDER BY i",
+        integer_rows.clone(),
+    );
+    check(
+        "SELECT i, count(*) FROM s GROUP BY i ORDER BY i DESC",
+        integer_rows.into_iter().rev().collect(),
+    );
+    check(
+        "SELECT t, n % 3, count(*) FROM s GROUP BY t, n % 3 ORDER BY t, n % 3",
+        by_text_and_rest
+            .iter()
+            .map(|((t, r), c)| json!([t, r, c]))
+            .collect(),
+    );
 }
 
 #[test]
