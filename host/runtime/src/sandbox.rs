@@ -106,6 +106,11 @@ impl wasmtime::ResourceLimiter for Limiter {
 /// many of, or large ones of, have tighter caps of their own.
 pub(crate) const MAX_HANDLES_PER_CALL: usize = 4096;
 
+/// Whether WASI's filesystem calls run on the calling thread instead of being handed to a
+/// blocking pool (see where the context is built). Descriptors Cordon opens itself
+/// (`open_files`) must be made the same way as wasmtime-wasi's.
+pub(crate) const ALLOW_BLOCKING_CURRENT_THREAD: bool = true;
+
 /// The data of one call's `Store`.
 pub(crate) struct HostState {
     wasi: WasiCtx,
@@ -182,7 +187,7 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
     // walk makes hundreds of thousands of them, and the hand-off per call cost 5x in the files
     // tool (measured: find_files 5.5 s -> 1.0 s over 24k files). Each call is short, and the
     // epoch deadline still bounds how long a guest holds the thread.
-    b.allow_blocking_current_thread(true);
+    b.allow_blocking_current_thread(ALLOW_BLOCKING_CURRENT_THREAD);
     let output = CappedPipe::new(
         usize::try_from(limits.log).unwrap_or(usize::MAX),
         plugin.clone(),
