@@ -372,89 +372,13 @@ async fn a_named_pipe_in_a_grant_is_refused_not_waited_on() {
     still_serves().await;
 }
 
-/// Someone who can write a granted directory swaps a named pipe and a regular file at one
-/// path as fast as they can while the guest opens it over and over. A check before the open
-/// loses this race sooner or later (measured: the `stat`-then-open this replaced hung within
-/// the first call); an open that cannot wait never hangs, whichever it finds.
+/// A named pipe is refused however it is reached: through a symbolic link, for writing under
+/// a read-write grant (where no reader is waiting, so a blocking open would wait for one), for
+/// appending. Devices still open and read as usual. (Pipes swapped in after the look:
+/// `pipe_race.rs`.)
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn swapping_a_pipe_in_under_the_open_cannot_make_it_wait() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    let tmp = tempfile::tempdir().unwrap();
-    let d = std::fs::canonicalize(tmp.path()).unwrap();
-    let (pipe, regular, swap, target) = (
-        d.join("pipe"),
-        d.join("regular"),
-        d.join("swap"),
-        d.join("target"),
-    );
-    let made = std::process::Command::new("mkfifo")
-        .arg(&pipe)
-        .status()
-        .unwrap();
-    assert!(made.success());
-    std::fs::write(&regular, "x").unwrap();
-    std::fs::hard_link(&regular, &target).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let swaps = Arc::new(AtomicU64::new(0));
-    let swapper = std::thread::spawn({
-        let (stop, swaps) = (stop.clone(), swaps.clone());
-        let (pipe, regular, swap, target) =
-            (pipe.clone(), regular.clone(), swap.clone(), target.clone());
-        move || {
-            while !stop.load(Ordering::Relaxed) {
-                for source in [&pipe, &regular] {
-                    std::fs::hard_link(source, &swap).unwrap();
-                    std::fs::rename(&swap, &target).unwrap();
-                    swaps.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
-    });
-    let mut sb = sandbox(&[format!("fs:{}:/d:ro", d.display())]);
-    sb.limits = Limits::default().with_overrides(["time=5s"]).unwrap();
-    let opens = tokio::spawn({
-        let swaps = swaps.clone();
-        async move {
-            // Calls of 200 opens kept, then 200 opened and closed one by one, for as long as
-            // it takes the swapper to swap 10,000 times (at least 5 calls).
-            let mut outcomes = Vec::new();
-            while outcomes.len() < 5 || swaps.load(Ordering::Relaxed) < 10_000 {
-                outcomes.push(fs(&sb, "hold_open", "/d/target", Some("200")).await);
-            }
-            outcomes
-        }
-    });
-    let finished = tokio::time::timeout(Duration::from_secs(60), opens).await;
-    stop.store(true, Ordering::Relaxed);
-    swapper.join().unwrap();
-    let Ok(outcomes) = finished else {
-        // Release the open waiting for a writer, then fail.
-        let _ = std::fs::OpenOptions::new().write(true).open(&pipe);
-        panic!("an open waited on a named pipe swapped in under it");
-    };
-    // Each call opened until it found the pipe (refused), or all 200 times.
-    let mut refused = 0;
-    for outcome in outcomes.unwrap() {
-        let outcome = outcome.unwrap();
-        if let Some(error) = outcome["error"].as_str() {
-            assert!(error.contains("Not supported"), "{outcome}");
-            refused += 1;
-        }
-    }
-    assert!(refused > 0, "no open ever found the pipe");
-    still_serves().await;
-}
-
-/// The open that refuses a pipe is the open itself (non-blocking, then a look at what it
-/// opened), so nothing can swap a pipe in after a check: the same holds through a symbolic
-/// link, for writing under a read-write grant (where no reader is waiting, so a blocking open
-/// would wait for one), and for appending. Devices still open and read as usual, in blocking
-/// mode again.
-#[cfg(unix)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pipes_are_refused_by_the_open_itself_for_every_way_in() {
+async fn pipes_are_refused_for_every_way_in() {
     let tmp = tempfile::tempdir().unwrap();
     let d = std::fs::canonicalize(tmp.path()).unwrap();
     let pipe = d.join("pipe");
@@ -494,17 +418,9 @@ async fn pipes_are_refused_by_the_open_itself_for_every_way_in() {
         panic!("opening a named pipe hung past the time limit");
     };
     let (errors, null) = attempts.unwrap();
-    // Read or written, through the link or not: refused before any byte moves. Reading is
-    // refused once opened; writing, with nobody reading, already fails in the open, as the
-    // system's "no such device or address".
-    let expected = [
-        "kind Unsupported",
-        "No such device or address",
-        "No such device or address",
-        "No such device or address",
-    ];
-    for (e, expected) in errors.iter().zip(expected) {
-        assert!(e.contains(expected), "{e}");
+    // Read or written, through the link or not: refused before any byte moves.
+    for e in &errors {
+        assert!(e.contains("kind Unsupported"), "{e}");
     }
     assert_eq!(null, json!(""));
     still_serves().await;

@@ -1,0 +1,86 @@
+//! A named pipe swapped in under `open-at` (see `open_files` in the runtime).
+//!
+//! In its own test binary: its swapper keeps a core busy, which would disturb the timing of
+//! tests running beside it.
+#![cfg(unix)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use cordon_core::Limits;
+
+/// Someone who can write a granted directory swaps a named pipe and a regular file at one
+/// path as fast as they can while the guest opens it over and over. A look before a blocking
+/// open loses this race sooner or later (measured: Cordon's earlier `stat`-then-open hung
+/// within the first call); the non-blocking open after the look finds what the look missed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swapping_a_pipe_in_under_the_open_cannot_make_it_wait() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let tmp = tempfile::tempdir().unwrap();
+    let d = std::fs::canonicalize(tmp.path()).unwrap();
+    let (pipe, regular, swap, target) = (
+        d.join("pipe"),
+        d.join("regular"),
+        d.join("swap"),
+        d.join("target"),
+    );
+    let made = std::process::Command::new("mkfifo")
+        .arg(&pipe)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    std::fs::write(&regular, "x").unwrap();
+    std::fs::hard_link(&regular, &target).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicU64::new(0));
+    let swapper = std::thread::spawn({
+        let (stop, swaps) = (stop.clone(), swaps.clone());
+        let (pipe, regular, swap, target) =
+            (pipe.clone(), regular.clone(), swap.clone(), target.clone());
+        move || {
+            while !stop.load(Ordering::Relaxed) {
+                for source in [&pipe, &regular] {
+                    std::fs::hard_link(source, &swap).unwrap();
+                    std::fs::rename(&swap, &target).unwrap();
+                    swaps.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    });
+    let mut sb = sandbox(&[format!("fs:{}:/d:ro", d.display())]);
+    sb.limits = Limits::default().with_overrides(["time=5s"]).unwrap();
+    let opens = tokio::spawn({
+        let swaps = swaps.clone();
+        async move {
+            // Calls of 200 opens kept, then 200 opened and closed one by one, for as long as
+            // it takes the swapper to swap 10,000 times (at least 5 calls).
+            let mut outcomes = Vec::new();
+            while outcomes.len() < 5 || swaps.load(Ordering::Relaxed) < 10_000 {
+                outcomes.push(fs(&sb, "hold_open", "/d/target", Some("200")).await);
+            }
+            outcomes
+        }
+    });
+    let finished = tokio::time::timeout(Duration::from_secs(60), opens).await;
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    let Ok(outcomes) = finished else {
+        // Release the open waiting for a writer, then fail.
+        let _ = std::fs::OpenOptions::new().write(true).open(&pipe);
+        panic!("an open waited on a named pipe swapped in under it");
+    };
+    // Each call opened until it found the pipe (refused), or all 200 times.
+    let mut refused = 0;
+    for outcome in outcomes.unwrap() {
+        let outcome = outcome.unwrap();
+        if let Some(error) = outcome["error"].as_str() {
+            assert!(error.contains("Not supported"), "{outcome}");
+            refused += 1;
+        }
+    }
+    assert!(refused > 0, "no open ever found the pipe");
+    still_serves().await;
+}
