@@ -58,6 +58,33 @@ fn call(home: &TestHome, tool: &str, args: Value) -> Run {
     run
 }
 
+/// Every row `sql` returns from `database` (up to the tool's upper bounds), which must not be
+/// truncated.
+fn all_rows(home: &TestHome, database: &str, sql: &str) -> Vec<Value> {
+    let out = json_of(
+        &call(
+            home,
+            "sql_query",
+            json!({"database": database, "sql": sql, "max_rows": 10_000, "max_bytes": 4 << 20}),
+        )
+        .ok(),
+    );
+    assert_eq!(out["truncated"], json!(false), "{sql}");
+    out["rows"].as_array().unwrap().clone()
+}
+
+/// A fixed pseudo-random sequence (a 64-bit linear congruential generator's states) for test
+/// data that is the same on every run.
+fn pseudo_random(seed: u64) -> impl FnMut() -> u64 {
+    let mut state = seed;
+    move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        state
+    }
+}
+
 fn names(tables: &Value) -> Vec<&str> {
     tables
         .as_array()
@@ -248,13 +275,8 @@ fn large_sorts_work_in_the_sandbox_under_a_read_only_grant() {
 fn sorting_and_grouping_blobs_of_every_length_match_byte_order() {
     // A fixed pseudo-random sequence: keys drawn from few byte values share prefixes, so
     // comparisons reach every position of the longer keys.
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = move || {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (state >> 33) as usize
-    };
+    let mut random = pseudo_random(0x9e37_79b9_7f4a_7c15);
+    let mut next = move || (random() >> 33) as usize;
     let alphabet = [0x00u8, 0x01, 0x61, 0x7f, 0x80, 0xfe, 0xff];
     let mut keys: Vec<Vec<u8>> = (0..3000)
         .map(|i| {
@@ -283,18 +305,7 @@ fn sorting_and_grouping_blobs_of_every_length_match_byte_order() {
         &format!("CREATE TABLE keys(k BLOB);\n{inserts}"),
     );
     install(&home, "sql", &[grant_fs(&data, "/data", "ro")], &[]);
-    let query = |sql: &str| {
-        let out = json_of(
-            &call(
-                &home,
-                "sql_query",
-                json!({"database": "/data/keys.db", "sql": sql, "max_rows": 10_000}),
-            )
-            .ok(),
-        );
-        assert_eq!(out["truncated"], json!(false), "{out:#}");
-        out["rows"].as_array().unwrap().clone()
-    };
+    let query = |sql: &str| all_rows(&home, "/data/keys.db", sql);
 
     keys.sort();
     let sorted: Vec<String> = query("SELECT hex(k) FROM keys ORDER BY k")
@@ -339,13 +350,8 @@ fn sorting_and_grouping_blobs_of_every_length_match_byte_order() {
 /// as Rust orders the same values: text by its UTF-8 bytes, integers of every stored width.
 #[test]
 fn grouping_text_and_integer_keys_in_large_sorts_matches_rust_order() {
-    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
-    let mut next = move || {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        state >> 11
-    };
+    let mut random = pseudo_random(0x2545_f491_4f6c_dd1d);
+    let mut next = move || random() >> 11;
     // Texts of 1 to 40 bytes from a few characters (one of them two bytes in UTF-8), so keys
     // share long prefixes and reach every length class of the tool's memcmp.
     let alphabet = ['a', 'b', 'z', 'A', '0', '~', 'é'];
@@ -403,19 +409,7 @@ fn grouping_text_and_integer_keys_in_large_sorts_matches_rust_order() {
     let data = home.scratch("data");
     support::sqlite(&data.join("sort.db"), &script);
     install(&home, "sql", &[grant_fs(&data, "/data", "ro")], &[]);
-    let query = |sql: &str| {
-        let out = json_of(
-            &call(
-                &home,
-                "sql_query",
-                json!({"database": "/data/sort.db", "sql": sql,
-                       "max_rows": 10_000, "max_bytes": 4 << 20}),
-            )
-            .ok(),
-        );
-        assert_eq!(out["truncated"], json!(false), "{sql}");
-        out["rows"].as_array().unwrap().clone()
-    };
+    let query = |sql: &str| all_rows(&home, "/data/sort.db", sql);
     // Compares the first rows that differ, so a failure shows where the order broke.
     let check = |sql: &str, expected: Vec<Value>| {
         let got = query(sql);

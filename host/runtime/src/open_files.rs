@@ -95,7 +95,6 @@ async fn names_a_pipe(
 
 /// Opens `path` beneath `dir` for the guest: a new descriptor in the call's table, or the
 /// error the guest gets. `Ok(Err(_))` is the guest's answer; `Err` traps.
-#[cfg(unix)]
 async fn open(
     state: &mut HostState,
     dir: &Resource<Descriptor>,
@@ -104,18 +103,40 @@ async fn open(
     open_flags: OpenFlags,
     flags: DescriptorFlags,
 ) -> wasmtime::Result<Result<Resource<Descriptor>, ErrorCode>> {
-    let parent = match state.table.get(dir)? {
-        Descriptor::Dir(parent) => parent.clone(),
-        Descriptor::File(_) => return Ok(Err(ErrorCode::NotDirectory)),
-    };
     if !names_a_pipe(state, dir, path_flags, path, open_flags).await {
-        match nonblocking::open(&parent, path_flags, path, open_flags, flags) {
-            Ok(nonblocking::Opened::Descriptor(opened)) => {
-                return Ok(Ok(state.table.push(opened)?));
+        #[cfg(unix)]
+        {
+            let parent = match state.table.get(dir)? {
+                Descriptor::Dir(parent) => parent.clone(),
+                Descriptor::File(_) => return Ok(Err(ErrorCode::NotDirectory)),
+            };
+            match nonblocking::open(&parent, path_flags, path, open_flags, flags) {
+                Ok(nonblocking::Opened::Descriptor(opened)) => {
+                    return Ok(Ok(state.table.push(opened)?));
+                }
+                // Swapped in since the look.
+                Ok(nonblocking::Opened::Pipe) => {}
+                Err(code) => return Ok(Err(code)),
             }
-            // Swapped in since the look.
-            Ok(nonblocking::Opened::Pipe) => {}
-            Err(code) => return Ok(Err(code)),
+        }
+        // Elsewhere the open is wasmtime-wasi's own.
+        #[cfg(not(unix))]
+        {
+            use wasmtime_wasi::p2::bindings::filesystem::types::Host;
+            let base = Resource::<Descriptor>::new_borrow(dir.rep());
+            let opened = HostDescriptor::open_at(
+                &mut state.filesystem(),
+                base,
+                path_flags,
+                path.to_string(),
+                open_flags,
+                flags,
+            )
+            .await;
+            return match opened {
+                Ok(fd) => Ok(Ok(fd)),
+                Err(e) => Ok(Err(Host::convert_error_code(&mut state.filesystem(), e)?)),
+            };
         }
     }
     if !std::mem::replace(&mut state.open_files.pipe_warned, true) {
@@ -127,36 +148,6 @@ async fn open(
         );
     }
     Ok(Err(ErrorCode::Unsupported))
-}
-
-/// Elsewhere the open is wasmtime-wasi's own, after the same look for a pipe.
-#[cfg(not(unix))]
-async fn open(
-    state: &mut HostState,
-    dir: &Resource<Descriptor>,
-    path_flags: PathFlags,
-    path: &str,
-    open_flags: OpenFlags,
-    flags: DescriptorFlags,
-) -> wasmtime::Result<Result<Resource<Descriptor>, ErrorCode>> {
-    use wasmtime_wasi::p2::bindings::filesystem::types::Host;
-    if names_a_pipe(state, dir, path_flags, path, open_flags).await {
-        return Ok(Err(ErrorCode::Unsupported));
-    }
-    let base = Resource::<Descriptor>::new_borrow(dir.rep());
-    let opened = HostDescriptor::open_at(
-        &mut state.filesystem(),
-        base,
-        path_flags,
-        path.to_string(),
-        open_flags,
-        flags,
-    )
-    .await;
-    match opened {
-        Ok(fd) => Ok(Ok(fd)),
-        Err(e) => Ok(Err(Host::convert_error_code(&mut state.filesystem(), e)?)),
-    }
 }
 
 /// Replaces wasmtime-wasi's `open-at` in `linker`; shadowing must be allowed by the caller.

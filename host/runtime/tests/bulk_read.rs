@@ -110,11 +110,7 @@ async fn only_regular_files_inside_the_grants_are_read() {
     // A hard link is the same file under a name inside the grant: wasi:filesystem reads it
     // too, so bulk-read must agree with it.
     std::fs::hard_link(outside.join("secret.txt"), d.join("hard")).unwrap();
-    let fifo = std::process::Command::new("mkfifo")
-        .arg(d.join("pipe"))
-        .status()
-        .unwrap();
-    assert!(fifo.success());
+    mkfifo(&d.join("pipe"));
     let sb = sandbox(&[format!("fs:{}:/d:ro", d.display())]);
     let secret_host_path = outside.join("secret.txt");
     let cases = [

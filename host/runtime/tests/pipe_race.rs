@@ -27,11 +27,7 @@ async fn swapping_a_pipe_in_under_the_open_cannot_make_it_wait() {
         d.join("swap"),
         d.join("target"),
     );
-    let made = std::process::Command::new("mkfifo")
-        .arg(&pipe)
-        .status()
-        .unwrap();
-    assert!(made.success());
+    mkfifo(&pipe);
     std::fs::write(&regular, "x").unwrap();
     std::fs::hard_link(&regular, &target).unwrap();
     let stop = Arc::new(AtomicBool::new(false));

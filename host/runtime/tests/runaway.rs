@@ -351,11 +351,7 @@ async fn a_named_pipe_in_a_grant_is_refused_not_waited_on() {
     let tmp = tempfile::tempdir().unwrap();
     let d = std::fs::canonicalize(tmp.path()).unwrap();
     let pipe = d.join("pipe");
-    let made = std::process::Command::new("mkfifo")
-        .arg(&pipe)
-        .status()
-        .unwrap();
-    assert!(made.success());
+    mkfifo(&pipe);
     let mut sb = sandbox(&[format!("fs:{}:/d:ro", d.display())]);
     sb.limits = Limits::default().with_overrides(["time=2s"]).unwrap();
     // Opening a FIFO waits in the kernel for a writer, where no time limit reaches: the host
@@ -382,11 +378,7 @@ async fn pipes_are_refused_for_every_way_in() {
     let tmp = tempfile::tempdir().unwrap();
     let d = std::fs::canonicalize(tmp.path()).unwrap();
     let pipe = d.join("pipe");
-    let made = std::process::Command::new("mkfifo")
-        .arg(&pipe)
-        .status()
-        .unwrap();
-    assert!(made.success());
+    mkfifo(&pipe);
     std::os::unix::fs::symlink("pipe", d.join("to-pipe")).unwrap();
     let mut sb = sandbox(&[
         format!("fs:{}:/d:rw", d.display()),

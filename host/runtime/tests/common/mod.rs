@@ -12,6 +12,15 @@ pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// Makes a named pipe (FIFO) at `path`.
+pub fn mkfifo(path: &std::path::Path) {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success(), "mkfifo {}", path.display());
+}
+
 /// The bytes of `target/fixtures/<name>.wasm`, or a panic telling how to build it.
 pub fn fixture_bytes(name: &str) -> Vec<u8> {
     let path = workspace_root()
