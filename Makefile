@@ -92,8 +92,8 @@ bench-tools:
 bench: toolchain plugins bench-tools
 	cargo run --release -p cordon-runtime --example bench
 	cargo build --release -p cordon
-	cargo build --release -p cordon-runtime --example host_calls
-	CORDON=target/release/cordon HOST_CALLS=target/release/examples/host_calls PLUGINS=$(PLUGIN_OUT) \
+	cargo build --release -p cordon-runtime --example host_calls --example bare_call
+	CORDON=target/release/cordon HOST_CALLS=target/release/examples/host_calls BARE_CALL=target/release/examples/bare_call PLUGINS=$(PLUGIN_OUT) \
 	  bash tests/bench/tools.sh
 
 clean:
