@@ -2,8 +2,11 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
+# Make splits words on spaces, so its own targets and variables are relative to the checkout;
+# recipes quote "$(ROOT)/…" wherever a command runs elsewhere or needs an absolute path, so a
+# checkout whose path has spaces builds too.
 ROOT        := $(CURDIR)
-TARGET      := $(ROOT)/target
+TARGET      := target
 WASM_TARGET := $(TARGET)/wasm
 PLUGIN_OUT  := $(TARGET)/plugins
 FIXTURE_OUT := $(TARGET)/fixtures
@@ -15,13 +18,15 @@ CORDON      := $(TARGET)/debug/cordon
 # -include: SQLite's build is tuned for WebAssembly by two headers that act only there (gated by
 # flags in LIBSQLITE3_FLAGS, plugins/.cargo/config.toml): sqlite_mem.h inlines the `sql` tool's
 # memcmp/memcpy at SQLite's call sites, sqlite_sorter.h calls the sorter's usual comparators
-# directly. cc splits these flags on spaces, so the checkout's path must not contain any. Cargo
-# cannot see that SQLite's build reads those headers; their digest in the flags makes an edit to
-# them rebuild SQLite (cc reruns when its CFLAGS change).
-SQLITE_HEADERS := $(addprefix $(ROOT)/plugins/sql/c/,sqlite_mem.h mem.h sqlite_sorter.h)
+# directly. Their paths are quoted and cc told to split these flags as a shell would
+# (CC_SHELL_ESCAPED_FLAGS), so a checkout path with spaces stays one argument. Cargo cannot see
+# that SQLite's build reads those headers; their digest in the flags makes an edit to them
+# rebuild SQLite (cc reruns when its CFLAGS change).
+SQLITE_HEADERS := $(addprefix plugins/sql/c/,sqlite_mem.h mem.h sqlite_sorter.h)
 SQLITE_HEADERS_DIGEST := $(firstword $(shell cat $(SQLITE_HEADERS) | sha256sum))
+export CC_SHELL_ESCAPED_FLAGS := 1
 export CFLAGS_wasm32_wasip2 := --target=wasm32-wasi -msimd128 -mbulk-memory \
-  -include $(ROOT)/plugins/sql/c/sqlite_mem.h -include $(ROOT)/plugins/sql/c/sqlite_sorter.h \
+  -include '$(ROOT)/plugins/sql/c/sqlite_mem.h' -include '$(ROOT)/plugins/sql/c/sqlite_sorter.h' \
   -DCORDON_HEADERS_DIGEST=$(SQLITE_HEADERS_DIGEST)
 
 .PHONY: build toolchain host plugins rust-plugins python-plugin fixtures test lint demo bench bench-tools clean
@@ -40,7 +45,7 @@ $(TARGET)/.toolchain:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends clang wasi-libc; \
 	fi
 	@[ -x $(VENV)/bin/pip ] || python3 -m venv $(VENV)
-	@$(VENV)/bin/python -c 'import componentize_py, wasmtime' 2>/dev/null || $(VENV)/bin/pip install -q componentize-py==0.25.1 wasmtime==50.0.1
+	@$(VENV)/bin/python -c 'import componentize_py, wasmtime' 2>/dev/null || $(VENV)/bin/python -m pip install -q componentize-py==0.25.1 wasmtime==50.0.1
 	@touch $@
 
 # Build every host target at once (binaries, tests, examples) so that features unify the same way
@@ -53,7 +58,7 @@ host: toolchain
 plugins: rust-plugins python-plugin
 
 rust-plugins: toolchain
-	cd plugins && CARGO_TARGET_DIR=$(WASM_TARGET) cargo build --release --target wasm32-wasip2
+	cd plugins && CARGO_TARGET_DIR="$(ROOT)/$(WASM_TARGET)" cargo build --release --target wasm32-wasip2
 	@mkdir -p $(PLUGIN_OUT) $(FIXTURE_OUT)
 	cp $(WASM_TARGET)/wasm32-wasip2/release/cordon_plugin_sql.wasm $(PLUGIN_OUT)/sql.wasm
 	cp $(WASM_TARGET)/wasm32-wasip2/release/cordon_plugin_files.wasm $(PLUGIN_OUT)/files.wasm
@@ -62,18 +67,18 @@ rust-plugins: toolchain
 	done
 
 python-plugin: toolchain
-	$(MAKE) -C plugins/python OUT=$(PLUGIN_OUT)/python.wasm COMPONENTIZE=$(VENV)/bin/componentize-py WIT=$(ROOT)/wit
+	$(MAKE) -C plugins/python
 
 lint: toolchain
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
-	cd plugins && cargo fmt --all --check && CARGO_TARGET_DIR=$(WASM_TARGET) cargo clippy --target wasm32-wasip2 --release --all-targets -- -D warnings
+	cd plugins && cargo fmt --all --check && CARGO_TARGET_DIR="$(ROOT)/$(WASM_TARGET)" cargo clippy --target wasm32-wasip2 --release --all-targets -- -D warnings
 
 test: host plugins
 	cargo test --workspace
-	cd sdk/rust && CARGO_TARGET_DIR=$(TARGET)/sdk cargo test
-	cd plugins && CARGO_TARGET_DIR=$(WASM_TARGET) cargo test
-	$(MAKE) -C plugins/python test PYTHON=$(VENV)/bin/python
+	cd sdk/rust && CARGO_TARGET_DIR="$(ROOT)/$(TARGET)/sdk" cargo test
+	cd plugins && CARGO_TARGET_DIR="$(ROOT)/$(WASM_TARGET)" cargo test
+	$(MAKE) -C plugins/python test
 
 demo: host plugins
 	bash tests/demo.sh
