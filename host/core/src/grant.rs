@@ -36,6 +36,9 @@ pub enum GrantError {
         /// What is wrong with it and what to do.
         reason: String,
     },
+    /// The directory overlaps Cordon's own state (the home or the config file in use).
+    #[error("cannot grant {0}")]
+    Reserved(crate::reserved::ReservedOverlap),
 }
 
 fn syntax(input: &str, reason: impl Into<String>) -> GrantError {

@@ -11,6 +11,7 @@
 mod ceiling;
 mod grant;
 mod limits;
+mod reserved;
 mod stamp;
 mod tool;
 
@@ -20,5 +21,9 @@ pub use limits::{
     LimitError, LimitKind, Limits, format_bytes, format_bytes_rounded, format_duration,
     parse_bytes, parse_duration,
 };
-pub use stamp::{BadStamp, DigestCheck, DigestRecord, FileStamp, replace_file, verify_file_digest};
+pub use reserved::{FileId, Relation, ReservedKind, ReservedOverlap, ReservedPaths};
+pub use stamp::{
+    BadStamp, CompiledPin, DigestCheck, DigestRecord, FileStamp, replace_file,
+    replace_file_stamped, verify_file_digest,
+};
 pub use tool::{Content, ToolDescriptor, ToolError, ToolErrorKind, ToolHints, tools_hash};

@@ -25,25 +25,46 @@ impl FileStamp {
     /// The stamp of the file at `path` as it is now (symlinks followed).
     #[cfg(unix)]
     pub fn of(path: &Path) -> std::io::Result<FileStamp> {
+        std::fs::metadata(path).map(|m| FileStamp::from_metadata(&m))
+    }
+
+    /// The stamp of an open file as it is now.
+    #[cfg(unix)]
+    pub fn of_file(file: &std::fs::File) -> std::io::Result<FileStamp> {
+        file.metadata().map(|m| FileStamp::from_metadata(&m))
+    }
+
+    #[cfg(unix)]
+    fn from_metadata(m: &std::fs::Metadata) -> FileStamp {
         use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(path)?;
         let ns = |secs: i64, nanos: i64| i128::from(secs) * 1_000_000_000 + i128::from(nanos);
-        Ok(FileStamp {
+        FileStamp {
             len: m.len(),
             device: m.dev(),
             inode: m.ino(),
             modified_ns: ns(m.mtime(), m.mtime_nsec()),
             changed_ns: ns(m.ctime(), m.ctime_nsec()),
-        })
+        }
     }
 
     /// Without a change time the stamp cannot be trusted, so off Unix every check hashes.
     #[cfg(not(unix))]
     pub fn of(_path: &Path) -> std::io::Result<FileStamp> {
-        Err(std::io::Error::new(
-            std::io::ErrorKind::Unsupported,
-            "file stamps need Unix metadata",
-        ))
+        Err(unsupported())
+    }
+
+    /// Without a change time the stamp cannot be trusted, so off Unix every check hashes.
+    #[cfg(not(unix))]
+    pub fn of_file(_file: &std::fs::File) -> std::io::Result<FileStamp> {
+        Err(unsupported())
+    }
+
+    /// The file's identity (device and inode).
+    pub fn id(&self) -> crate::FileId {
+        crate::FileId {
+            device: self.device,
+            inode: self.inode,
+        }
     }
 
     /// The file's size in bytes.
@@ -65,6 +86,27 @@ impl fmt::Display for FileStamp {
             "len={} dev={} ino={} mtime={} ctime={}",
             self.len, self.device, self.inode, self.modified_ns, self.changed_ns
         )
+    }
+}
+
+#[cfg(not(unix))]
+fn unsupported() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        "file stamps need Unix metadata",
+    )
+}
+
+impl serde::Serialize for FileStamp {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for FileStamp {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        s.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -138,10 +180,41 @@ impl DigestRecord {
     }
 }
 
+/// The compiled code of a component as the host recorded it when it wrote it to the compile
+/// cache: which engine it is for, the sha256 of the file, and the file's stamp when that digest
+/// was taken.
+///
+/// Loading compiled code maps machine code into the host, and wasmtime documents that
+/// deserializing untrusted bytes is unsafe; so the cache itself vouches for nothing. This pin is
+/// kept where only the host writes (the lock file entry of the plugin) and the cache file must
+/// match it — by its stamp, or else by its digest — before it is loaded. A file that matches
+/// neither is not loaded: the component is compiled again from its own pinned bytes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompiledPin {
+    /// The engine's compatibility hash the code was compiled for (code for another engine,
+    /// say another Cordon version, is compiled again).
+    pub engine: String,
+    /// Lower-case hex sha256 of the compiled file.
+    pub sha256: String,
+    /// The file's stamp when it was written or last hashed.
+    pub stamp: FileStamp,
+}
+
 /// Replaces `path` with `bytes` through a temporary file in the same directory and a rename,
 /// so readers see the old file or the whole new one, never a part; `durable` flushes the data
 /// to disk before the rename. The temporary file is removed again on failure.
 pub fn replace_file(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
+    replace_file_with(path, bytes, durable, &|_| Ok(()))
+}
+
+/// [`replace_file`], calling `written` with the temporary file once its bytes are in it.
+fn replace_file_with(
+    path: &Path,
+    bytes: &[u8],
+    durable: bool,
+    written: &dyn Fn(&std::fs::File) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     use std::io::Write;
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -151,17 +224,40 @@ pub fn replace_file(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result
         .unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.{}-{seq}.tmp", std::process::id()));
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
         f.write_all(bytes)?;
         if durable {
             f.sync_all()?;
         }
+        written(&f)?;
         std::fs::rename(&tmp, path)
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// Like [`replace_file`] (always durable), and returns the stamp of the file now at `path`,
+/// which is checked to be the very file written (same inode as the temporary file): a record of
+/// it vouches for these bytes and no others.
+pub fn replace_file_stamped(path: &Path, bytes: &[u8]) -> std::io::Result<FileStamp> {
+    let written = std::cell::Cell::new(None);
+    replace_file_with(path, bytes, true, &|file| {
+        written.set(Some(FileStamp::of_file(file)?.id()));
+        Ok(())
+    })?;
+    let stamp = FileStamp::of(path)?;
+    if written.get() != Some(stamp.id()) {
+        return Err(std::io::Error::other(format!(
+            "{} was replaced by another file while it was written",
+            path.display()
+        )));
+    }
+    Ok(stamp)
 }
 
 /// The lower-case hex sha256 of a file, read in chunks.
