@@ -136,7 +136,7 @@ async fn main() -> Result<()> {
     let mut compile = Vec::new();
     for _ in 0..5 {
         let start = Instant::now();
-        rt_nocache.load(&wasm, &|_| {})?;
+        rt_nocache.load(&wasm, None, &|_| {})?;
         compile.push(start.elapsed());
     }
 
@@ -146,16 +146,17 @@ async fn main() -> Result<()> {
         cache_dir: Some(cache.path().into()),
         ..RuntimeConfig::default()
     })?;
-    rt.load(&wasm, &|_| {})?;
+    // The first load compiles; later ones find the entry its pin describes.
+    let pin = rt.load(&wasm, None, &|_| {})?.compiled_pin().cloned();
     let mut cached = Vec::new();
     for _ in 0..50 {
         let start = Instant::now();
-        let p = rt.load(&wasm, &|_| {})?;
+        let p = rt.load(&wasm, pin.as_ref(), &|_| {})?;
         cached.push(start.elapsed());
         drop(p);
     }
 
-    let plugin = rt.load(&wasm, &|_| {})?.named("noop");
+    let plugin = rt.load(&wasm, pin.as_ref(), &|_| {})?.named("noop");
     let limits = Limits::default();
     let sandbox = Sandbox::default();
     let n = 5000;
@@ -179,7 +180,7 @@ async fn main() -> Result<()> {
     }
     // The same no-op in the probe fixture, which imports every WASI interface (filesystem,
     // HTTP, sockets, clocks): instantiation links each import, used or not.
-    let probe = rt.load(&fixture("probe")?, &|_| {})?.named("probe");
+    let probe = rt.load(&fixture("probe")?, None, &|_| {})?.named("probe");
     let mut probe_noop = Vec::with_capacity(n);
     for i in 0..n + 200 {
         let start = Instant::now();
@@ -253,12 +254,15 @@ fn bundled_loads(cache: &tempfile::TempDir) -> Result<()> {
         };
         let sha = hex::encode(sha2::Sha256::digest(&bytes));
         let read = || Ok(bytes.clone());
-        rt.load_digest(&sha, &read, &|_| {})?;
+        let pin = rt
+            .load_digest(&sha, None, &read, &|_| {})?
+            .compiled_pin()
+            .cloned();
         let compiled_again = std::cell::Cell::new(false);
         let mut loads = Vec::new();
         for _ in 0..20 {
             let start = Instant::now();
-            let plugin = rt.load_digest(&sha, &read, &|e| {
+            let plugin = rt.load_digest(&sha, pin.as_ref(), &read, &|e| {
                 if !matches!(e, cordon_runtime::CompileEvent::CacheHit) {
                     compiled_again.set(true);
                 }

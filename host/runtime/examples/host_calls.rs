@@ -82,7 +82,7 @@ fn load(rt: &Runtime, dir: &Path, name: &str) -> Result<Plugin> {
     let path = dir.join(format!("{name}.wasm"));
     let wasm = std::fs::read(&path)
         .with_context(|| format!("cannot read {} (run `make plugins`)", path.display()))?;
-    Ok(rt.load(&wasm, &|_| {})?.named(name))
+    Ok(rt.load(&wasm, None, &|_| {})?.named(name))
 }
 
 fn run_native(argv: &[String]) -> Result<()> {

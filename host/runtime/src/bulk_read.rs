@@ -45,8 +45,6 @@ use std::time::Instant;
 
 use aho_corasick::{AhoCorasick, AhoCorasickKind};
 use wasmtime::component::Resource;
-use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemView};
-use wasmtime_wasi::p2::bindings::filesystem::preopens::Host as _;
 
 use crate::bindings::cordon::tool::bulk_read::{
     self, AddError, File, PassedOver, ReadError, Sifted, SiftedFile,
@@ -470,7 +468,7 @@ fn start_workers(shared: &Arc<Shared>, source: &Arc<Source>, workers: usize) -> 
 impl Reader {
     fn new(state: &mut HostState, max_size: u64, sieve: Option<Sieve>) -> wasmtime::Result<Reader> {
         let source = Arc::new(Source {
-            roots: roots(state)?,
+            roots: roots(state),
             max_size: max_size.min(state.limiter.limit()),
             sieve,
         });
@@ -604,20 +602,16 @@ fn take_inline(
     files
 }
 
-/// The call's preopened directories, the same handles wasmtime-wasi gives the plugin.
-fn roots(state: &mut HostState) -> wasmtime::Result<Vec<Root>> {
-    let preopens = state.filesystem().get_directories()?;
-    let mut roots = Vec::with_capacity(preopens.len());
-    for (descriptor, guest) in preopens {
-        let descriptor: Resource<Descriptor> = descriptor;
-        if let Descriptor::Dir(dir) = state.table.delete(descriptor)? {
-            roots.push(Root {
-                guest: components(&guest).map(str::to_owned).collect(),
-                dir: dir.dir.clone(),
-            });
-        }
-    }
-    Ok(roots)
+/// The call's granted directories, the same handles the plugin's preopens wrap.
+fn roots(state: &HostState) -> Vec<Root> {
+    state
+        .preopens
+        .iter()
+        .map(|p| Root {
+            guest: components(&p.guest_path).map(str::to_owned).collect(),
+            dir: p.dir.dir.clone(),
+        })
+        .collect()
 }
 
 /// The non-empty, non-`.` components of a path.

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use cordon_core::CompiledPin;
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker, types::ComponentItem};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -26,6 +27,10 @@ pub const DEFAULT_MAX_INSTANCES: u32 = 64;
 /// The `wasi:filesystem/types` version wasmtime-wasi 48 defines (guests importing any 0.2.x
 /// are served by it); Cordon's own pieces of that interface are linked under the same name.
 pub(crate) const WASI_FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";
+
+/// The `wasi:filesystem/preopens` version wasmtime-wasi 48 defines; Cordon's `get-directories`
+/// is linked under the same name.
+pub(crate) const WASI_FILESYSTEM_PREOPENS: &str = "wasi:filesystem/preopens@0.2.12";
 
 /// The `wasi:sockets/tcp-create-socket` version wasmtime-wasi 48 defines; Cordon's
 /// `create-tcp-socket` is linked under the same name.
@@ -209,9 +214,10 @@ impl Runtime {
             RuntimeError::Engine(format!("cannot set up host interfaces: {e:#}"))
         };
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(link)?;
-        // Cordon's own pieces of wasi:filesystem over wasmtime-wasi's: listings typed from
-        // the listing itself instead of a stat per entry, lookups a fresh listing answers,
-        // and caps on open descriptors and file streams; and of wasi:sockets, a cap on TCP
+        // Cordon's own pieces of wasi:filesystem over wasmtime-wasi's: the granted
+        // directories opened by the host without following links, listings typed from the
+        // listing itself instead of a stat per entry, lookups a fresh listing answers, and
+        // caps on open descriptors and file streams; and of wasi:sockets, a cap on TCP
         // sockets.
         ensure_defined(
             &mut linker,
@@ -219,6 +225,8 @@ impl Runtime {
             "[method]descriptor.open-at",
         )
         .map_err(RuntimeError::Engine)?;
+        ensure_defined(&mut linker, WASI_FILESYSTEM_PREOPENS, "get-directories")
+            .map_err(RuntimeError::Engine)?;
         ensure_defined(
             &mut linker,
             WASI_SOCKETS_TCP_CREATE_SOCKET,
@@ -230,6 +238,7 @@ impl Runtime {
         crate::readdir::shadow(&mut linker).map_err(link)?;
         #[cfg(unix)]
         crate::fresh_listing::shadow(&mut linker).map_err(link)?;
+        crate::preopens::shadow(&mut linker).map_err(link)?;
         crate::open_files::shadow(&mut linker).map_err(link)?;
         crate::file_streams::shadow(&mut linker).map_err(link)?;
         crate::tcp_sockets::shadow(&mut linker).map_err(link)?;
@@ -258,23 +267,28 @@ impl Runtime {
     /// Validates a component, checks its imports, compiles it (or loads the compiled code from
     /// the cache) and prepares it for instantiation. `progress` hears about real compiles so a
     /// CLI can show a spinner for large components.
+    ///
+    /// Compiled code in the cache is used only when it matches `pin`, what the caller recorded
+    /// of it (see [`Plugin::compiled_pin`]); without a pin the component is compiled.
     pub fn load(
         &self,
         wasm: &[u8],
+        pin: Option<&CompiledPin>,
         progress: &dyn Fn(CompileEvent),
     ) -> Result<Plugin, RuntimeError> {
         check_header(wasm)?;
         let sha = hex::encode(Sha256::digest(wasm));
-        self.load_or_compile(sha, || Ok(Cow::Borrowed(wasm)), progress)
+        self.load_or_compile(sha, pin, || Ok(Cow::Borrowed(wasm)), progress)
     }
 
     /// Like [`Runtime::load`] for a caller that already knows the component's sha256 (lower-case
     /// hex), typically because it checked the stored file against a lock file. When the cache
-    /// holds compiled code for that digest the component's bytes are never read; otherwise
-    /// `read` supplies them, and they must have that digest.
+    /// holds compiled code for that digest matching `pin` the component's bytes are never read;
+    /// otherwise `read` supplies them, and they must have that digest.
     pub fn load_digest(
         &self,
         sha256_hex: &str,
+        pin: Option<&CompiledPin>,
         read: &dyn Fn() -> std::io::Result<Vec<u8>>,
         progress: &dyn Fn(CompileEvent),
     ) -> Result<Plugin, RuntimeError> {
@@ -292,7 +306,7 @@ impl Runtime {
             }
             Ok(Cow::Owned(wasm))
         };
-        self.load_or_compile(sha.clone(), bytes, progress)
+        self.load_or_compile(sha.clone(), pin, bytes, progress)
     }
 
     /// Takes the compiled code for `sha` from the cache, or compiles the bytes `wasm` supplies
@@ -300,30 +314,32 @@ impl Runtime {
     fn load_or_compile<'a>(
         &self,
         sha: String,
+        pin: Option<&CompiledPin>,
         wasm: impl FnOnce() -> Result<Cow<'a, [u8]>, RuntimeError>,
         progress: &dyn Fn(CompileEvent),
     ) -> Result<Plugin, RuntimeError> {
-        let component = match self.cached(&sha) {
-            Some(component) => {
+        let cached = match (&self.inner.cache, pin) {
+            (Some(cache), Some(pin)) => cache.get(&self.inner.engine, &sha, pin),
+            _ => None,
+        };
+        let (component, pin) = match cached {
+            Some((component, pin)) => {
                 progress(CompileEvent::CacheHit);
-                component
+                (component, Some(pin))
             }
             None => self.compile(&sha, &wasm()?, progress)?,
         };
-        self.prepare(component, sha)
+        self.prepare(component, sha, pin)
     }
 
-    fn cached(&self, sha: &str) -> Option<Component> {
-        let cache = self.inner.cache.as_ref()?;
-        cache.get(&self.inner.engine, sha)
-    }
-
+    /// Compiles a component and stores it in the cache, if there is one; returns the pin of
+    /// what was stored.
     fn compile(
         &self,
         sha: &str,
         wasm: &[u8],
         progress: &dyn Fn(CompileEvent),
-    ) -> Result<Component, RuntimeError> {
+    ) -> Result<(Component, Option<CompiledPin>), RuntimeError> {
         progress(CompileEvent::Started { bytes: wasm.len() });
         let start = Instant::now();
         let component = Component::new(&self.inner.engine, wasm)
@@ -331,14 +347,21 @@ impl Runtime {
         let elapsed = start.elapsed();
         progress(CompileEvent::Finished { elapsed });
         tracing::debug!(bytes = wasm.len(), ?elapsed, "compiled component");
-        if let Some(cache) = &self.inner.cache {
-            cache.put(sha, &component);
-        }
-        Ok(component)
+        let pin = self
+            .inner
+            .cache
+            .as_ref()
+            .and_then(|cache| cache.put(sha, &component));
+        Ok((component, pin))
     }
 
     /// Checks the imports and exports of a compiled component and links it.
-    fn prepare(&self, component: Component, sha: String) -> Result<Plugin, RuntimeError> {
+    fn prepare(
+        &self,
+        component: Component,
+        sha: String,
+        compiled: Option<CompiledPin>,
+    ) -> Result<Plugin, RuntimeError> {
         let engine = &self.inner.engine;
         let ty = component.component_type();
         let mut imports = Vec::new();
@@ -382,6 +405,7 @@ impl Runtime {
             pre,
             digest: format!("sha256:{sha}"),
             imports,
+            compiled,
         }))
     }
 }

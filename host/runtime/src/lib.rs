@@ -6,7 +6,8 @@
 //!   epoch interruption driven by one ticker thread and the pooling allocator, so a call costs
 //!   tens of microseconds rather than milliseconds.
 //! - Compiled code is cached on disk keyed by the component's sha256 and the engine's
-//!   compatibility hash, so only the first start pays for compilation.
+//!   compatibility hash, so only the first start pays for compilation; an entry is loaded only
+//!   when it matches the [`CompiledPin`] its caller recorded where only the host writes.
 //! - Every call gets a new `Store` built from the cached `InstancePre`; nothing survives a call,
 //!   and a trapped instance is simply dropped.
 //! - The only way a call reaches the outside is through the grants in its [`Sandbox`], turned
@@ -28,12 +29,17 @@ mod live_handles;
 mod open_files;
 mod output;
 mod plugin;
+mod preopens;
 #[cfg(unix)]
 mod readdir;
 mod sandbox;
 mod tcp_sockets;
 
-pub use cordon_core::{Ceiling, Content, Grants, LimitKind, Limits, ToolDescriptor, ToolError};
+pub use cache::compiled_file_name;
+pub use cordon_core::{
+    Ceiling, CompiledPin, Content, Grants, LimitKind, Limits, ReservedPaths, ToolDescriptor,
+    ToolError,
+};
 pub use engine::{CompileEvent, DEFAULT_MAX_INSTANCES, Runtime, RuntimeConfig};
 pub use error::{CallError, RuntimeError};
 pub use plugin::{Plugin, ToolOutput};

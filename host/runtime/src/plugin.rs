@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cordon_core::{
-    Ceiling, Content, LimitKind, Limits, ToolDescriptor, ToolError, ToolErrorKind, ToolHints,
-    format_bytes, format_bytes_rounded,
+    Ceiling, CompiledPin, Content, LimitKind, Limits, ToolDescriptor, ToolError, ToolErrorKind,
+    ToolHints, format_bytes, format_bytes_rounded,
 };
 use wasmtime::{Store, UpdateDeadline};
 
@@ -19,6 +19,7 @@ pub(crate) struct PluginInner {
     pub(crate) pre: bindings::PluginPre<HostState>,
     pub(crate) digest: String,
     pub(crate) imports: Vec<String>,
+    pub(crate) compiled: Option<CompiledPin>,
 }
 
 /// Content pieces one result may have. Pieces are counted apart from the output limit's bytes:
@@ -78,6 +79,14 @@ impl Plugin {
     /// The interfaces the component imports, e.g. `wasi:filesystem/types@0.2.6`.
     pub fn imports(&self) -> &[String] {
         &self.inner.imports
+    }
+
+    /// The compiled code this plugin was loaded from or compiled into, as it is in the cache
+    /// now: what a caller records where only the host writes and passes to the next
+    /// [`Runtime::load`](crate::Runtime::load) so that the cache entry is used. `None` when the
+    /// runtime has no cache or could not write to it.
+    pub fn compiled_pin(&self) -> Option<&CompiledPin> {
+        self.inner.compiled.as_ref()
     }
 
     /// What the component could use at all, judged from its imports.

@@ -8,10 +8,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cordon_core::{FsMode, Grants, Limits};
+use cordon_core::{FsMode, Grants, Limits, ReservedPaths};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::sockets::SocketAddrUse;
-use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::bindings::cordon::tool::log;
@@ -48,6 +48,9 @@ pub struct Sandbox {
     pub limits: Limits,
     /// Where granted environment variables' values come from.
     pub env: EnvSource,
+    /// Cordon's own state, which no directory grant may overlap; checked again on every call
+    /// (see [`ReservedPaths`]).
+    pub reserved: ReservedPaths,
 }
 
 /// Memory accounting across all memories of an instance; a denied growth traps and is
@@ -114,6 +117,8 @@ pub(crate) const ALLOW_BLOCKING_CURRENT_THREAD: bool = true;
 /// The data of one call's `Store`.
 pub(crate) struct HostState {
     wasi: WasiCtx,
+    /// The granted directories, opened for this call (`wasi:filesystem/preopens`).
+    pub(crate) preopens: Vec<crate::preopens::Preopen>,
     pub(crate) table: ResourceTable,
     pub(crate) open_files: crate::open_files::OpenFiles,
     pub(crate) tcp_sockets: crate::tcp_sockets::TcpSockets,
@@ -179,7 +184,8 @@ impl log::Host for HostState {
 impl crate::bindings::cordon::tool::types::Host for HostState {}
 
 /// Builds the store data for one call from the sandbox. Refuses (as `Denied`) a directory grant
-/// whose host directory vanished or now resolves elsewhere (e.g. replaced by a symlink).
+/// whose host directory vanished, now resolves elsewhere (e.g. replaced by a symlink) or
+/// overlaps Cordon's own state (see `preopens::open_granted`).
 pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostState, CallError> {
     let limits = &sandbox.limits;
     let mut b = WasiCtxBuilder::new();
@@ -196,32 +202,10 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
     b.stdout(output.clone()).stderr(output.clone());
 
     let mut all_read_only = true;
+    let mut preopens = Vec::new();
     for fs in sandbox.grants.fs() {
         all_read_only &= fs.mode == FsMode::ReadOnly;
-        let now = std::fs::canonicalize(&fs.host).map_err(|e| {
-            CallError::Denied(format!(
-                "the granted directory `{}` cannot be opened ({e}); re-grant an existing directory",
-                fs.host.display()
-            ))
-        })?;
-        if now != fs.host {
-            return Err(CallError::Denied(format!(
-                "the granted directory `{}` now resolves to `{}`; it was changed after the grant, re-grant it if that is intended",
-                fs.host.display(),
-                now.display()
-            )));
-        }
-        let perms = match fs.mode {
-            FsMode::ReadOnly => FsPerms::ReadOnly,
-            FsMode::ReadWrite => FsPerms::ReadWrite,
-        };
-        b.preopened_dir(&fs.host, fs.guest_path(), perms)
-            .map_err(|e| {
-                CallError::Denied(format!(
-                    "the granted directory `{}` cannot be opened: {e:#}",
-                    fs.host.display()
-                ))
-            })?;
+        preopens.push(crate::preopens::open_granted(fs, &sandbox.reserved)?);
     }
 
     for name in sandbox.grants.env_names() {
@@ -253,6 +237,7 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
 
     Ok(HostState {
         wasi: b.build(),
+        preopens,
         table: {
             let mut table = ResourceTable::new();
             // The host's table also holds entries the guest has no handle to (a connection's

@@ -8,88 +8,157 @@ use common::*;
 use cordon_core::{Ceiling, Limits};
 use cordon_runtime::{CompileEvent, Runtime, RuntimeConfig, RuntimeError};
 
+fn cache_runtime(dir: &std::path::Path) -> Runtime {
+    Runtime::new(RuntimeConfig {
+        cache_dir: Some(dir.into()),
+        ..RuntimeConfig::default()
+    })
+    .unwrap()
+}
+
 #[test]
-fn second_runtime_on_same_cache_does_not_recompile() {
+fn cached_code_is_loaded_only_as_pinned() {
     let dir = tempfile::tempdir().unwrap();
     let bytes = fixture_bytes("probe");
     let events = RefCell::new(Vec::new());
     let record = |e: CompileEvent| events.borrow_mut().push(e);
+    let compiled = |events: &RefCell<Vec<CompileEvent>>| {
+        let first = events.borrow().first().copied();
+        events.borrow_mut().clear();
+        match first {
+            Some(CompileEvent::Started { .. }) => true,
+            Some(CompileEvent::CacheHit) => false,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
 
-    let rt = Runtime::new(RuntimeConfig {
-        cache_dir: Some(dir.path().into()),
-        ..RuntimeConfig::default()
-    })
-    .unwrap();
-    let first = rt.load(&bytes, &record).unwrap();
+    let rt = cache_runtime(dir.path());
+    let first = rt.load(&bytes, None, &record).unwrap();
     assert!(matches!(events.borrow()[0], CompileEvent::Started { bytes: n } if n == bytes.len()));
     assert!(matches!(events.borrow()[1], CompileEvent::Finished { .. }));
+    events.borrow_mut().clear();
+    let pin = first
+        .compiled_pin()
+        .cloned()
+        .expect("a runtime with a cache pins what it wrote");
     let entries: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
     assert_eq!(
         entries.len(),
-        2,
-        "one cache entry and its digest record, no temp files left: {entries:?}"
+        1,
+        "one cache entry, no temp files left: {entries:?}"
     );
-    let entry = entries
-        .iter()
-        .find(|p| p.extension().is_some_and(|e| e == "cwasm"))
-        .unwrap()
-        .clone();
-    let sum = entry.with_extension("sum");
-    assert!(sum.exists(), "{entries:?}");
+    let entry = entries[0].clone();
+    assert_eq!(
+        entry.file_name().unwrap().to_str().unwrap(),
+        cordon_runtime::compiled_file_name(&first.digest()["sha256:".len()..], &pin)
+    );
 
-    events.borrow_mut().clear();
-    let rt2 = Runtime::new(RuntimeConfig {
-        cache_dir: Some(dir.path().into()),
-        ..RuntimeConfig::default()
-    })
-    .unwrap();
-    let second = rt2.load(&bytes, &record).unwrap();
-    assert_eq!(*events.borrow(), vec![CompileEvent::CacheHit]);
+    // Another runtime on the same cache, given the pin, loads instead of compiling.
+    let rt2 = cache_runtime(dir.path());
+    let second = rt2.load(&bytes, Some(&pin), &record).unwrap();
+    assert!(!compiled(&events));
+    assert_eq!(second.compiled_pin(), Some(&pin));
     assert_eq!(first.digest(), second.digest());
     assert!(first.digest().starts_with("sha256:") && first.digest().len() == 71);
-
-    // A corrupt entry is recompiled, not fatal.
-    let entry = &entry;
-    let mut data = std::fs::read(entry).unwrap();
-    let mid = data.len() / 2;
-    data[mid] ^= 0xff;
-    std::fs::write(entry, &data).unwrap();
+    // Without a pin the cache vouches for nothing.
+    rt2.load(&bytes, None, &record).unwrap();
+    assert!(compiled(&events));
+    let pin = rt2
+        .load(&bytes, None, &record)
+        .unwrap()
+        .compiled_pin()
+        .cloned()
+        .unwrap();
     events.borrow_mut().clear();
-    rt2.load(&bytes, &record).unwrap();
+
+    // The same bytes under a new stamp (copied, touched) are hashed once and pinned anew.
+    let data = std::fs::read(&entry).unwrap();
+    std::fs::remove_file(&entry).unwrap();
+    std::fs::write(&entry, &data).unwrap();
+    let restamped = rt2.load(&bytes, Some(&pin), &record).unwrap();
+    assert!(!compiled(&events));
+    let new_pin = restamped.compiled_pin().cloned().unwrap();
+    assert_eq!(new_pin.sha256, pin.sha256);
+    assert_ne!(new_pin.stamp, pin.stamp);
+    let pin = new_pin;
+
+    // A corrupt entry is compiled again, not loaded and not fatal; the new pin loads.
+    let mut corrupt = data.clone();
+    let mid = corrupt.len() / 2;
+    corrupt[mid] ^= 0xff;
+    std::fs::write(&entry, &corrupt).unwrap();
+    let again = rt2.load(&bytes, Some(&pin), &record).unwrap();
+    assert!(compiled(&events));
+    let pin = again.compiled_pin().cloned().unwrap();
+    rt2.load(&bytes, Some(&pin), &record).unwrap();
+    assert!(!compiled(&events));
+
+    // Truncated: same.
+    std::fs::write(&entry, &data[..100]).unwrap();
+    let again = rt2.load(&bytes, Some(&pin), &record).unwrap();
+    assert!(compiled(&events));
+    let pin = again.compiled_pin().cloned().unwrap();
+
+    // Code compiled for another engine is not used.
+    let mut other_engine = pin.clone();
+    other_engine.engine = "0".repeat(16);
+    rt2.load(&bytes, Some(&other_engine), &record).unwrap();
+    assert!(compiled(&events));
+}
+
+/// The attack: whoever can write the cache puts valid compiled code of another component (here
+/// the `runaway` fixture, i.e. machine code of their choosing) in the entry of a pinned one.
+/// It is not loaded: the pinned component is compiled again and runs as itself.
+#[tokio::test]
+async fn planted_compiled_code_is_never_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = cache_runtime(dir.path());
+    let probe = rt.load(&fixture_bytes("probe"), None, &|_| {}).unwrap();
+    let pin = probe.compiled_pin().cloned().unwrap();
+    let other_dir = tempfile::tempdir().unwrap();
+    cache_runtime(other_dir.path())
+        .load(&fixture_bytes("runaway"), None, &|_| {})
+        .unwrap();
+    let planted = std::fs::read_dir(other_dir.path())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let entry = dir.path().join(cordon_runtime::compiled_file_name(
+        &probe.digest()["sha256:".len()..],
+        &pin,
+    ));
+    std::fs::copy(&planted, &entry).unwrap();
+
+    let compiled = std::cell::Cell::new(false);
+    let loaded = cache_runtime(dir.path())
+        .load(&fixture_bytes("probe"), Some(&pin), &|e| {
+            compiled.set(compiled.get() || matches!(e, CompileEvent::Started { .. }))
+        })
+        .unwrap();
     assert!(
-        matches!(events.borrow()[0], CompileEvent::Started { .. }),
-        "{:?}",
-        events.borrow()
+        compiled.get(),
+        "the planted entry must be compiled over, not loaded"
     );
-    // ... and rewritten, so the next load hits again.
-    events.borrow_mut().clear();
-    rt2.load(&bytes, &record).unwrap();
-    assert_eq!(*events.borrow(), vec![CompileEvent::CacheHit]);
-
-    // Truncated entry: same.
-    std::fs::write(entry, &data[..100]).unwrap();
-    events.borrow_mut().clear();
-    rt2.load(&bytes, &record).unwrap();
-    assert!(matches!(events.borrow()[0], CompileEvent::Started { .. }));
-
-    // An entry without its digest record (an older Cordon, a half-finished write) is not
-    // trusted: it is compiled again and the pair rewritten.
-    std::fs::remove_file(&sum).unwrap();
-    events.borrow_mut().clear();
-    rt2.load(&bytes, &record).unwrap();
-    assert!(matches!(events.borrow()[0], CompileEvent::Started { .. }));
-    assert!(sum.exists());
-
-    // A forged record that vouches for the corrupted bytes under an old stamp is ignored.
-    let good = std::fs::read_to_string(&sum).unwrap();
-    std::fs::write(entry, &data).unwrap();
-    std::fs::write(&sum, &good).unwrap();
-    events.borrow_mut().clear();
-    rt2.load(&bytes, &record).unwrap();
-    assert!(matches!(events.borrow()[0], CompileEvent::Started { .. }));
+    let tools: Vec<String> = loaded
+        .list_tools(&Limits::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert!(
+        tools.contains(&"fs".to_string()),
+        "the probe's own tools: {tools:?}"
+    );
+    assert_ne!(
+        std::fs::read(&entry).unwrap(),
+        std::fs::read(&planted).unwrap()
+    );
 }
 
 #[test]
@@ -110,21 +179,23 @@ fn loading_by_digest_reads_the_component_only_to_compile_it() {
         reads.set(reads.get() + 1);
         Ok(bytes.clone())
     };
-    let first = rt.load_digest(&sha, &read, &|_| {}).unwrap();
+    let first = rt.load_digest(&sha, None, &read, &|_| {}).unwrap();
+    let pin = first.compiled_pin().cloned();
     assert_eq!(
         reads.get(),
         1,
         "a cache miss reads the bytes to compile them"
     );
     assert_eq!(first.digest(), format!("sha256:{sha}"));
-    rt.load_digest(&sha.to_uppercase(), &read, &|_| {}).unwrap();
+    rt.load_digest(&sha.to_uppercase(), pin.as_ref(), &read, &|_| {})
+        .unwrap();
     assert_eq!(reads.get(), 1, "a cache hit does not read the component");
 
     // Bytes that are not the promised ones are refused, not compiled into the cache.
     let other = fixture_bytes("runaway");
     let wrong = "0".repeat(64);
     let e = rt
-        .load_digest(&wrong, &|| Ok(other.clone()), &|_| {})
+        .load_digest(&wrong, None, &|| Ok(other.clone()), &|_| {})
         .err()
         .expect("wrong digest must fail")
         .to_string();
@@ -132,6 +203,7 @@ fn loading_by_digest_reads_the_component_only_to_compile_it() {
     let e = rt
         .load_digest(
             &wrong,
+            None,
             &|| Err(std::io::ErrorKind::NotFound.into()),
             &|_| {},
         )
@@ -151,7 +223,7 @@ fn loading_by_digest_reads_the_component_only_to_compile_it() {
 fn malformed_components_are_refused_clearly() {
     let rt = runtime();
     let err = |bytes: &[u8]| {
-        rt.load(bytes, &|_| {})
+        rt.load(bytes, None, &|_| {})
             .err()
             .expect("must fail")
             .to_string()
@@ -170,7 +242,7 @@ fn malformed_components_are_refused_clearly() {
 #[test]
 fn unsupported_import_is_named() {
     let e = runtime()
-        .load(&fixture_bytes("badimport"), &|_| {})
+        .load(&fixture_bytes("badimport"), None, &|_| {})
         .err()
         .expect("must fail");
     match &e {
@@ -286,7 +358,7 @@ async fn bundled_plugins_load_if_built() {
             continue;
         };
         let plugin = runtime()
-            .load(&bytes, &|e| eprintln!("{name}: {e:?}"))
+            .load(&bytes, None, &|e| eprintln!("{name}: {e:?}"))
             .unwrap_or_else(|e| panic!("{name}: {e}"))
             .named(name);
         let tools = plugin

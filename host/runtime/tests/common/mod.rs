@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use cordon_core::{Content, Grant, Grants, Limits};
+use cordon_core::{CompiledPin, Content, Grant, Grants, Limits};
 use cordon_runtime::{CallError, EnvSource, Plugin, Runtime, RuntimeConfig, Sandbox, ToolOutput};
 use serde_json::Value;
 
@@ -47,11 +47,26 @@ pub fn runtime() -> &'static Runtime {
     })
 }
 
+/// Loads a fixture through the test cache. The pin of its compiled code is kept beside the
+/// cache (a host keeps it in its lock file), so later test runs load instead of compiling.
 pub fn load(name: &str) -> Plugin {
-    runtime()
-        .load(&fixture_bytes(name), &|_| {})
+    let pin_path = workspace_root().join(format!("target/test-cache/runtime/{name}.pin.json"));
+    let pin: Option<CompiledPin> = std::fs::read(&pin_path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    let plugin = runtime()
+        .load(&fixture_bytes(name), pin.as_ref(), &|_| {})
         .unwrap_or_else(|e| panic!("load {name}: {e}"))
-        .named(name)
+        .named(name);
+    if let Some(now) = plugin.compiled_pin()
+        && Some(now) != pin.as_ref()
+    {
+        let _ = std::fs::write(
+            &pin_path,
+            serde_json::to_vec(now).expect("a pin serialises"),
+        );
+    }
+    plugin
 }
 
 pub fn probe() -> &'static Plugin {
@@ -80,6 +95,7 @@ pub fn sandbox(list: &[String]) -> Sandbox {
         grants: grants(list),
         limits: Limits::default(),
         env: EnvSource::Host,
+        reserved: Default::default(),
     }
 }
 
