@@ -185,8 +185,28 @@ impl TestHome {
         self.cordon_full(args, "", env)
     }
 
+    /// Like [`TestHome::cordon`], run in the directory `cwd` (where `./cordon.toml` is looked
+    /// for).
+    pub fn cordon_in(&self, cwd: &Path, args: &[&str]) -> Run {
+        self.cordon_spawn(args, "", &[], Some(cwd))
+    }
+
     fn cordon_full(&self, args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Run {
-        let mut child = Command::new(cordon_bin())
+        self.cordon_spawn(args, stdin, env, None)
+    }
+
+    fn cordon_spawn(
+        &self,
+        args: &[&str],
+        stdin: &str,
+        env: &[(&str, &str)],
+        cwd: Option<&Path>,
+    ) -> Run {
+        let mut command = Command::new(cordon_bin());
+        if let Some(cwd) = cwd {
+            command.current_dir(cwd);
+        }
+        let mut child = command
             .args(args)
             .envs(env.iter().copied())
             .env("CORDON_HOME", self.path())

@@ -186,3 +186,139 @@ fn concurrent_changes_are_serialised_not_lost() {
         .collect();
     assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
 }
+
+/// The directory holding the test home (and its scratch directories).
+fn home_parent(home: &TestHome) -> std::path::PathBuf {
+    home.path().parent().unwrap().to_path_buf()
+}
+
+#[test]
+fn grants_that_reach_the_home_or_the_config_are_refused() {
+    let home = installed();
+    let parent = home_parent(&home);
+    // Containing the home, being it, lying inside it: refused at `grant`, with the reason.
+    for (dir, says) in [
+        (parent.clone(), "contains the Cordon home"),
+        (home.path(), "is the Cordon home"),
+        (
+            home.path().join("components"),
+            "lies inside the Cordon home",
+        ),
+    ] {
+        for mode in ["ro", "rw"] {
+            let grant = format!("fs:{}:/x:{mode}", dir.display());
+            let run = home.fails_unchanged(&["grant", "probe", &grant], 2);
+            assert!(run.stderr.contains(says), "{grant}: {}", run.stderr);
+            assert!(run.stderr.contains("CORDON_HOME"), "{}", run.stderr);
+        }
+    }
+    // The same through a symlink to the home's parent.
+    let link = home.scratch("elsewhere").join("link");
+    std::os::unix::fs::symlink(&parent, &link).unwrap();
+    home.fails_unchanged(
+        &["grant", "probe", &format!("fs:{}:/x:ro", link.display())],
+        2,
+    );
+    // At install, too.
+    let other = TestHome::new();
+    let run = other
+        .cordon(&[
+            "plugin",
+            "install",
+            fixture("probe").to_str().unwrap(),
+            "--grant",
+            &format!("fs:{}:/x:rw", home_parent(&other).display()),
+        ])
+        .code(2);
+    assert!(
+        run.stderr.contains("contains the Cordon home"),
+        "{}",
+        run.stderr
+    );
+    assert!(!other.path().join("plugins.toml").exists());
+
+    // The config file in use (./cordon.toml) may not be inside a grant either.
+    let project = home.scratch("project");
+    std::fs::write(
+        project.join("cordon.toml"),
+        "[approval.tools]\nfs = \"ask\"\n",
+    )
+    .unwrap();
+    let grant = format!("fs:{}:/p:rw", project.display());
+    let run = home
+        .cordon_in(&project, &["grant", "probe", &grant])
+        .code(2);
+    assert!(run.stderr.contains("config file"), "{}", run.stderr);
+    // Elsewhere (no cordon.toml there) the same directory may be granted.
+    home.cordon(&["grant", "probe", &grant]).ok();
+}
+
+/// The review's attack: a plugin whose grant contains the home rewrites `plugins.toml` to widen
+/// its own grants. A grant recorded before this check existed (or a home moved under a grant
+/// since) must make the call fail, never run it.
+#[test]
+fn a_recorded_grant_over_the_home_refuses_the_call() {
+    let home = installed();
+    let lock = home.path().join("plugins.toml");
+    let text = std::fs::read_to_string(&lock).unwrap();
+    let widened = format!(
+        "fs:{}:/host:rw",
+        std::fs::canonicalize(home_parent(&home)).unwrap().display()
+    );
+    let planted = text.replace("grants = []", &format!("grants = [\"{widened}\"]"));
+    assert_ne!(
+        planted, text,
+        "the lock file should list the probe's grants:\n{text}"
+    );
+    std::fs::write(&lock, &planted).unwrap();
+
+    let forged = planted.replace(
+        &format!("\"{widened}\""),
+        "\"env:HOME\", \"net:tcp://127.0.0.1:22\"",
+    );
+    let write = serde_json::json!({
+        "op": "write",
+        "path": "/host/home/plugins.toml",
+        "content": forged,
+    })
+    .to_string();
+    let run = home.cordon(&["call", "fs", &write]).code(1);
+    assert!(
+        run.stderr.contains("contains the Cordon home"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(&lock).unwrap(),
+        planted,
+        "the lock file was rewritten"
+    );
+
+    // A home moved inside a directory granted earlier: the grant was fine when given.
+    let home2 = installed();
+    let data = home2.scratch("data");
+    home2
+        .cordon(&["grant", "probe", &format!("fs:{}:/data:rw", data.display())])
+        .ok();
+    let moved = data.join("home");
+    std::fs::rename(home2.path(), &moved).unwrap();
+    let run = home2
+        .cordon(&[
+            "--home",
+            moved.to_str().unwrap(),
+            "call",
+            "fs",
+            r#"{"op":"write","path":"/data/home/plugins.toml","content":"version = 1"}"#,
+        ])
+        .code(1);
+    assert!(
+        run.stderr.contains("contains the Cordon home"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        std::fs::read_to_string(moved.join("plugins.toml"))
+            .unwrap()
+            .contains("[plugins.probe]")
+    );
+}

@@ -220,3 +220,77 @@ fn clashing_tool_names_must_be_qualified() {
     home.cordon(&["plugin", "remove", "probe"]).ok();
     home.cordon(&["call", "echo", "{}"]).ok();
 }
+
+/// The review's attack on the compile cache: whoever can write files in the home's `cache/`
+/// replaces a plugin's compiled code with machine code of their choosing (here: the compiled
+/// code of another component) together with the digest record that used to vouch for it. The
+/// host must not load it: the compiled code's digest is pinned in the lock file, so the
+/// component is compiled again from its own pinned bytes, with a warning.
+#[test]
+fn planted_compiled_code_is_compiled_over_not_run() {
+    use std::os::unix::fs::MetadataExt;
+    let home = TestHome::new();
+    home.cordon(&["plugin", "install", &probe()]).ok();
+    home.cordon(&["plugin", "install", fixture("runaway").to_str().unwrap()])
+        .ok();
+    let lock = std::fs::read_to_string(home.path().join("plugins.toml")).unwrap();
+    assert!(lock.contains("[plugins.probe.compiled]"), "{lock}");
+    let hex = |name: &str| {
+        let digest = file_digest(&fixture(name));
+        digest["sha256:".len()..].to_string()
+    };
+    let entry_of = |name: &str| {
+        let prefix = hex(name);
+        std::fs::read_dir(home.path().join("cache"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                p.extension().is_some_and(|e| e == "cwasm")
+                    && p.file_name()
+                        .unwrap()
+                        .to_str()
+                        .unwrap()
+                        .starts_with(&prefix)
+            })
+            .unwrap_or_else(|| panic!("no cache entry for {name}"))
+    };
+    let (target, planted) = (entry_of("probe"), entry_of("runaway"));
+    std::fs::copy(&planted, &target).unwrap();
+    // The record a cache-only check would have trusted: digest and stamp of the planted file.
+    let bytes = std::fs::read(&target).unwrap();
+    let m = std::fs::metadata(&target).unwrap();
+    let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+    std::fs::write(
+        target.with_extension("sum"),
+        format!(
+            "sha256={} len={} dev={} ino={} mtime={} ctime={}\n",
+            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes)),
+            m.len(),
+            m.dev(),
+            m.ino(),
+            ns(m.mtime(), m.mtime_nsec()),
+            ns(m.ctime(), m.ctime_nsec())
+        ),
+    )
+    .unwrap();
+
+    let run = home.cordon(&["call", "echo", r#"{"planted":false}"#]).ok();
+    assert!(
+        run.stdout.contains(r#"{"planted":false}"#),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stderr.contains("not what Cordon compiled"),
+        "the mismatch must be reported: {}",
+        run.stderr
+    );
+    assert_ne!(
+        std::fs::read(&target).unwrap(),
+        bytes,
+        "the planted code was replaced"
+    );
+    // Recompiled once: the next call loads the new entry without a warning.
+    let run = home.cordon(&["call", "echo", "{}"]).ok();
+    assert!(!run.stderr.contains("compiled"), "{}", run.stderr);
+}

@@ -104,8 +104,30 @@ impl Command {
 /// Instances a one-shot command may need at once: one call, or one check at install.
 const ONE_SHOT_INSTANCES: u32 = 4;
 
+/// The config files a command uses or a conversation would use: `--config`, `$CORDON_CONFIG`,
+/// and `./cordon.toml` when it exists. They hold the approval rules, so no grant may reach them.
+fn configs_in_use(command: &Command) -> Vec<PathBuf> {
+    let explicit = match command {
+        Command::Chat(args) => args.model.config.clone(),
+        Command::Run(args) => args.model.config.clone(),
+        _ => None,
+    };
+    let from_env = std::env::var_os("CORDON_CONFIG")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    let default = PathBuf::from("cordon.toml");
+    explicit
+        .into_iter()
+        .chain(from_env)
+        .chain(default.exists().then_some(default))
+        .collect()
+}
+
 async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
     let mut home = Home::locate(cli.home)?;
+    for config in configs_in_use(&cli.command) {
+        home = home.protecting_config(config);
+    }
     if one_shot {
         home = home.with_max_instances(ONE_SHOT_INSTANCES);
     }

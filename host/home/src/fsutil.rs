@@ -102,33 +102,6 @@ impl HomeLock {
     }
 }
 
-/// Copies every regular file under `from` into the same relative place under `to`, atomically
-/// per file, skipping files that already exist there. Used to move freshly compiled code from
-/// an install's private cache into the home's cache only once the install is committed.
-pub(crate) fn merge_tree(from: &Path, to: &Path) -> Result<(), HomeError> {
-    let entries = match fs::read_dir(from) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(io_err("read directory", from)(e)),
-    };
-    for entry in entries {
-        let entry = entry.map_err(io_err("read directory", from))?;
-        let kind = entry
-            .file_type()
-            .map_err(io_err("inspect", &entry.path()))?;
-        let target = to.join(entry.file_name());
-        if kind.is_dir() {
-            ensure_dir(&target)?;
-            merge_tree(&entry.path(), &target)?;
-        } else if kind.is_file() && !target.exists() {
-            ensure_dir(to)?;
-            let bytes = fs::read(entry.path()).map_err(io_err("read", &entry.path()))?;
-            atomic_write(&target, &bytes)?;
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,20 +126,6 @@ mod tests {
         let home = dir.path().join("home");
         assert!(HomeLock::shared(&home).unwrap().is_none());
         assert!(!home.exists());
-    }
-
-    #[test]
-    fn merge_tree_copies_nested_files_without_overwriting() {
-        let dir = tempfile::tempdir().unwrap();
-        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
-        fs::create_dir_all(a.join("x")).unwrap();
-        fs::write(a.join("x/one"), b"new").unwrap();
-        fs::write(a.join("two"), b"new").unwrap();
-        fs::create_dir_all(&b).unwrap();
-        fs::write(b.join("two"), b"old").unwrap();
-        merge_tree(&a, &b).unwrap();
-        assert_eq!(fs::read(b.join("x/one")).unwrap(), b"new");
-        assert_eq!(fs::read(b.join("two")).unwrap(), b"old");
     }
 
     #[test]

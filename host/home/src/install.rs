@@ -5,14 +5,15 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
+use cordon_core::replace_file_stamped;
 use cordon_core::{Capability, Ceiling, Grant, Grants, Limits, ToolDescriptor, tools_hash};
-use cordon_runtime::{CompileEvent, Plugin, Runtime, RuntimeConfig};
+use cordon_runtime::{CompileEvent, Plugin, Runtime, RuntimeConfig, compiled_file_name};
 
 use crate::error::HomeError;
-use crate::fsutil::{HomeLock, atomic_write, ensure_dir, io_err, merge_tree, sha256_digest};
+use crate::fsutil::{HomeLock, atomic_write, ensure_dir, io_err, sha256_digest};
 use crate::lockfile::{LockFile, PluginRecord};
 use crate::source::InstallSource;
-use crate::{Home, parse_grants, validate_plugin_name, with_grants};
+use crate::{Home, digest_hex, validate_plugin_name, with_grants};
 
 /// What the user asked to install.
 #[derive(Debug, Clone)]
@@ -152,7 +153,7 @@ impl Home {
         };
         validate_plugin_name(&name)?;
         // Cheap checks of the user's input first, before downloading or compiling anything.
-        let new_grants = parse_grants(&request.grants)?;
+        let new_grants = self.parse_grants(&request.grants)?;
         Limits::default().with_overrides(request.limits.iter().map(String::as_str))?;
 
         let bytes = request.source.fetch().await?;
@@ -161,10 +162,13 @@ impl Home {
         // A component already installed is compiled in the home's cache; anything new is
         // compiled into a private cache that joins the home's only on commit, so a failed
         // install leaves the home untouched.
-        let known = LockFile::load(&self.lock_path())
-            .map(|l| l.plugins.values().any(|r| r.digest == digest))
-            .unwrap_or(false);
-        let (runtime, staging) = if known {
+        let known_pin = LockFile::load(&self.lock_path()).ok().and_then(|l| {
+            l.plugins
+                .into_values()
+                .find(|r| r.digest == digest)
+                .map(|r| r.compiled)
+        });
+        let (runtime, staging) = if known_pin.is_some() {
             (self.runtime()?, None)
         } else {
             let staging = tempfile::Builder::new()
@@ -182,7 +186,7 @@ impl Home {
             (runtime, Some(staging))
         };
         let plugin = runtime
-            .load(&bytes, progress)
+            .load(&bytes, known_pin.flatten().as_ref(), progress)
             .map_err(|source| HomeError::Load {
                 source_name: source_name.clone(),
                 source,
@@ -224,6 +228,7 @@ impl Home {
             tools_hash: tools_hash(&tools),
             grants: with_grants(base_grants, &new_grants),
             limits: base_limits,
+            compiled: plugin.compiled_pin().cloned(),
         };
         record.set_limits(request.limits.iter().map(String::as_str))?;
 
@@ -426,8 +431,18 @@ impl PreparedInstall {
                 created.push(tool_list.clone());
             }
             atomic_write(&tool_list, &list)?;
-            if let Some(staging) = &self.staging {
-                merge_tree(&staging.path().join("cache"), &home.cache_dir())?;
+            if let (Some(staging), Some(pin)) = (&self.staging, self.record.compiled.as_mut()) {
+                // The compiled code moves from the install's private cache into the home's,
+                // replacing whatever is there, and is recorded with the stamp it has there.
+                let name = compiled_file_name(digest_hex(&self.record.digest), pin);
+                let from = staging.path().join("cache").join(&name);
+                let to = home.cache_dir().join(&name);
+                let bytes = std::fs::read(&from).map_err(io_err("read", &from))?;
+                ensure_dir(&home.cache_dir())?;
+                if !to.exists() {
+                    created.push(to.clone());
+                }
+                pin.stamp = replace_file_stamped(&to, &bytes).map_err(io_err("write", &to))?;
             }
             self.lock
                 .plugins

@@ -24,7 +24,7 @@ mod toolbox;
 
 use std::path::{Path, PathBuf};
 
-use cordon_core::{Grant, Grants, Limits};
+use cordon_core::{Grant, Grants, Limits, ReservedKind, ReservedPaths};
 use cordon_runtime::{Runtime, RuntimeConfig};
 
 pub use error::HomeError;
@@ -79,6 +79,8 @@ pub(crate) fn digest_hex(digest: &str) -> &str {
 pub struct Home {
     root: PathBuf,
     max_instances: u32,
+    /// What no grant may overlap: this home, and the config file in use if any.
+    reserved: ReservedPaths,
 }
 
 /// What `grant` changed, so the CLI can say it.
@@ -93,10 +95,25 @@ pub struct GrantChange {
 impl Home {
     /// A home at `root`. Nothing is created until something is installed.
     pub fn at(root: impl Into<PathBuf>) -> Home {
+        let root = root.into();
         Home {
-            root: root.into(),
+            reserved: ReservedPaths::none().with(&root, ReservedKind::Home),
+            root,
             max_instances: cordon_runtime::DEFAULT_MAX_INSTANCES,
         }
+    }
+
+    /// The same home, also keeping every grant clear of the config file at `path` (the
+    /// `cordon.toml` in use): its approval rules must not be writable by a plugin either.
+    pub fn protecting_config(mut self, path: impl Into<PathBuf>) -> Home {
+        self.reserved = self.reserved.with(path, ReservedKind::Config);
+        self
+    }
+
+    /// The paths no directory grant may overlap (see [`ReservedPaths`]): checked when a grant
+    /// is given and again by every call.
+    pub fn reserved(&self) -> &ReservedPaths {
+        &self.reserved
     }
 
     /// The same home, with runtimes sized for at most `n` instances at once: a one-shot
@@ -193,7 +210,7 @@ impl Home {
     /// Gives `plugin` more capabilities. Each grant is parsed, its directory checked and made
     /// canonical, and checked against the plugin's ceiling; if any is refused none is added.
     pub fn grant(&self, plugin: &str, grants: &[String]) -> Result<Vec<GrantChange>, HomeError> {
-        let parsed = parse_grants(grants)?;
+        let parsed = self.parse_grants(grants)?;
         self.update(|lock| {
             let record = lock.plugin_mut(plugin)?;
             let ceiling = record.ceiling();
@@ -272,12 +289,21 @@ impl Home {
     }
 }
 
-/// Parses and resolves grants given on the command line.
-pub(crate) fn parse_grants(grants: &[String]) -> Result<Vec<Grant>, HomeError> {
-    grants
-        .iter()
-        .map(|g| Ok(g.parse::<Grant>()?.resolve()?))
-        .collect()
+impl Home {
+    /// Parses and resolves grants given on the command line; a directory that overlaps
+    /// Cordon's own state is refused.
+    pub(crate) fn parse_grants(&self, grants: &[String]) -> Result<Vec<Grant>, HomeError> {
+        grants
+            .iter()
+            .map(|g| {
+                let grant = g.parse::<Grant>()?.resolve()?;
+                if let Grant::Fs(fs) = &grant {
+                    self.reserved.check_dir(&fs.host)?;
+                }
+                Ok(grant)
+            })
+            .collect()
+    }
 }
 
 /// The grants of a record after adding `extra`, for callers that build records.

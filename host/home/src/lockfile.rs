@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use cordon_core::{Ceiling, Grants, LimitKind, Limits};
+use cordon_core::{Ceiling, CompiledPin, Grants, LimitKind, Limits};
 use serde::{Deserialize, Serialize};
 
 use crate::error::HomeError;
@@ -15,7 +15,8 @@ pub const LOCK_VERSION: u32 = 1;
 const HEADER: &str = "\
 # Cordon lock and grants file. Cordon rewrites it atomically; edit with care.
 # Each plugin is pinned by the sha256 digest of its component and the hash of its tool list;
-# a component whose bytes or tools differ from what is recorded here is refused.
+# a component whose bytes or tools differ from what is recorded here is refused, and compiled
+# code in the cache is used only if it matches the `compiled` record kept here.
 # Grants are deny-by-default: a plugin reaches only what is listed under `grants`.
 
 ";
@@ -53,6 +54,11 @@ pub struct PluginRecord {
     /// Limit overrides by key (`memory`, `time`, `output`, `args`, `log`); the rest default.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub limits: BTreeMap<String, String>,
+    /// The component's compiled code in the home's cache, as the host recorded it when it
+    /// compiled it: the cache entry is loaded only if it still matches. Kept here, where only
+    /// the host writes, because the compiled code runs natively in the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compiled: Option<CompiledPin>,
 }
 
 impl PluginRecord {
@@ -226,6 +232,7 @@ mod tests {
             tools_hash: "sha256:00".into(),
             grants: Grants::new(),
             limits: BTreeMap::new(),
+            compiled: None,
         }
     }
 

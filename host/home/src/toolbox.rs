@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use cordon_core::{
-    DigestCheck, Grants, LimitKind, Limits, ToolDescriptor, tools_hash, verify_file_digest,
+    CompiledPin, DigestCheck, Grants, LimitKind, Limits, ReservedPaths, ToolDescriptor, tools_hash,
+    verify_file_digest,
 };
 use cordon_runtime::{CallError, Plugin, Runtime, Sandbox, ToolOutput};
 use serde_json::Value;
@@ -128,6 +129,8 @@ pub struct Toolbox {
     by_name: BTreeMap<String, usize>,
     unavailable: BTreeMap<String, Arc<HomeError>>,
     lock: LockFile,
+    /// What no grant may overlap, checked again by every call.
+    reserved: ReservedPaths,
 }
 
 impl std::fmt::Debug for Toolbox {
@@ -161,22 +164,32 @@ impl Toolbox {
     }
 
     async fn load_plugins(home: &Home, only: Option<&str>) -> Result<Toolbox, HomeError> {
-        let _guard = HomeLock::shared(home.root())?;
+        let guard = HomeLock::shared(home.root())?;
         let lock = LockFile::load(&home.lock_path())?;
         let runtime = home.runtime()?;
         let mut tools = Vec::new();
         let mut unavailable = BTreeMap::new();
+        let mut compiled = Vec::new();
         for (name, record) in &lock.plugins {
             if only.is_some_and(|o| o != name) {
                 continue;
             }
             match load_plugin(home, &runtime, &lock, name, record).await {
-                Ok(mut entries) => tools.append(&mut entries),
+                Ok((mut entries, pin)) => {
+                    tools.append(&mut entries);
+                    if pin.is_some() && pin != record.compiled {
+                        compiled.push((name.clone(), record.digest.clone(), pin));
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(plugin = %name, "plugin unavailable: {e}");
                     unavailable.insert(name.clone(), Arc::new(e));
                 }
             }
+        }
+        drop(guard);
+        if !compiled.is_empty() {
+            record_compiled(home, compiled);
         }
         let by_name = tools
             .iter()
@@ -194,6 +207,7 @@ impl Toolbox {
             by_name,
             unavailable,
             lock,
+            reserved: home.reserved().clone(),
         })
     }
 
@@ -266,6 +280,7 @@ impl Toolbox {
             grants: tool.grants.clone(),
             limits: tool.limits,
             env: Default::default(),
+            reserved: self.reserved.clone(),
         };
         tool.component
             .call_tool(&sandbox, &tool.descriptor.name, &arguments.to_string())
@@ -277,13 +292,35 @@ impl Toolbox {
     }
 }
 
+/// Records in the lock file the compiled code plugins were just compiled into (or found under a
+/// new stamp), so the next start loads it. Under the exclusive lock, and only for records that
+/// still pin the same component; failing costs only a recompile next time.
+fn record_compiled(home: &Home, compiled: Vec<(String, String, Option<CompiledPin>)>) {
+    let result = home.update(|lock| {
+        for (name, digest, pin) in &compiled {
+            if let Some(record) = lock.plugins.get_mut(name)
+                && record.digest == *digest
+            {
+                record.compiled = pin.clone();
+            }
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        tracing::warn!(
+            "cannot record compiled code in the lock file (it will be compiled again next time): {e}"
+        );
+    }
+}
+
+/// Loads one plugin's tools; also returns the pin of its compiled code as it is now.
 async fn load_plugin(
     home: &Home,
     runtime: &Runtime,
     lock: &LockFile,
     name: &str,
     record: &PluginRecord,
-) -> Result<Vec<ToolEntry>, HomeError> {
+) -> Result<(Vec<ToolEntry>, Option<CompiledPin>), HomeError> {
     let tampered = |reason: String| HomeError::Tampered {
         plugin: name.to_string(),
         reason,
@@ -309,7 +346,12 @@ async fn load_plugin(
         }
     }
     let component = runtime
-        .load_digest(hex, &|| std::fs::read(&path), &|_| {})
+        .load_digest(
+            hex,
+            record.compiled.as_ref(),
+            &|| std::fs::read(&path),
+            &|_| {},
+        )
         .map_err(|source| HomeError::Load {
             source_name: format!("plugin `{name}`"),
             source,
@@ -338,7 +380,8 @@ async fn load_plugin(
         }
     };
     let can_change_anything = record.grants.can_change_anything();
-    Ok(descriptors
+    let pin = component.compiled_pin().cloned();
+    let entries = descriptors
         .into_iter()
         .map(|descriptor| {
             let call_name = if lock.owners_of(&descriptor.name).len() > 1 {
@@ -357,7 +400,8 @@ async fn load_plugin(
                 component: component.clone(),
             }
         })
-        .collect())
+        .collect();
+    Ok((entries, pin))
 }
 
 /// The tool list saved beside the component at install, if it is still there and still the
