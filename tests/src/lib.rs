@@ -185,8 +185,27 @@ impl TestHome {
         self.cordon_full(args, "", env)
     }
 
+    /// Like [`TestHome::cordon`], run from `cwd` (where Cordon looks for `cordon.toml`).
+    pub fn cordon_in(&self, cwd: &Path, args: &[&str]) -> Run {
+        self.cordon_at(Some(cwd), args, "", &[])
+    }
+
     fn cordon_full(&self, args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Run {
-        let mut child = Command::new(cordon_bin())
+        self.cordon_at(None, args, stdin, env)
+    }
+
+    fn cordon_at(
+        &self,
+        cwd: Option<&Path>,
+        args: &[&str],
+        stdin: &str,
+        env: &[(&str, &str)],
+    ) -> Run {
+        let mut command = Command::new(cordon_bin());
+        if let Some(dir) = cwd {
+            command.current_dir(dir);
+        }
+        let mut child = command
             .args(args)
             .envs(env.iter().copied())
             .env("CORDON_HOME", self.path())

@@ -52,11 +52,7 @@ impl Model {
 }
 
 fn call(id: &str, name: &str, arguments: Value) -> ScriptedCall {
-    ScriptedCall {
-        id: Some(id.to_string()),
-        name: name.to_string(),
-        arguments,
-    }
+    ScriptedCall::with_id(id, name, arguments)
 }
 
 /// Runs `cordon run <args>` against `model` in `home` (no terminal, empty stdin), from `cwd`
