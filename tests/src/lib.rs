@@ -185,26 +185,25 @@ impl TestHome {
         self.cordon_full(args, "", env)
     }
 
-    /// Like [`TestHome::cordon`], run in the directory `cwd` (where `./cordon.toml` is looked
-    /// for).
+    /// Like [`TestHome::cordon`], run from `cwd` (where Cordon looks for `cordon.toml`).
     pub fn cordon_in(&self, cwd: &Path, args: &[&str]) -> Run {
-        self.cordon_spawn(args, "", &[], Some(cwd))
+        self.cordon_at(Some(cwd), args, "", &[])
     }
 
     fn cordon_full(&self, args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Run {
-        self.cordon_spawn(args, stdin, env, None)
+        self.cordon_at(None, args, stdin, env)
     }
 
-    fn cordon_spawn(
+    fn cordon_at(
         &self,
+        cwd: Option<&Path>,
         args: &[&str],
         stdin: &str,
         env: &[(&str, &str)],
-        cwd: Option<&Path>,
     ) -> Run {
         let mut command = Command::new(cordon_bin());
-        if let Some(cwd) = cwd {
-            command.current_dir(cwd);
+        if let Some(dir) = cwd {
+            command.current_dir(dir);
         }
         let mut child = command
             .args(args)

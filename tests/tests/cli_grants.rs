@@ -45,7 +45,7 @@ fn grant_then_revoke_controls_access() {
         .stdout_has(&["replaces"]);
     home.cordon(&["plugin", "inspect", "probe"])
         .ok()
-        .stdout_has(&[":/data:rw", "calls need approval"]);
+        .stdout_has(&[":/data:rw", "its grants let it change or send things"]);
     home.cordon(&[
         "call",
         "fs",
@@ -91,7 +91,10 @@ fn env_grants_pass_only_named_variables() {
     assert!(!other.stdout.contains("hidden"), "{}", other.stdout);
     home.cordon(&["plugin", "inspect", "probe"])
         .ok()
-        .stdout_has(&["env:CORDON_TEST_VISIBLE", "calls need approval"]);
+        .stdout_has(&[
+            "env:CORDON_TEST_VISIBLE",
+            "its grants let it change or send things",
+        ]);
 }
 
 #[test]

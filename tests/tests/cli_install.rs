@@ -294,3 +294,71 @@ fn planted_compiled_code_is_compiled_over_not_run() {
     let run = home.cordon(&["call", "echo", "{}"]).ok();
     assert!(!run.stderr.contains("compiled"), "{}", run.stderr);
 }
+
+/// The approval line `plugin inspect` prints under a tool's name.
+fn approval_line<'a>(stdout: &'a str, tool: &str) -> &'a str {
+    let header = format!("  {tool}");
+    let mut lines = stdout.lines().skip_while(|l| *l != header);
+    assert!(lines.next().is_some(), "no tool `{tool}` in:\n{stdout}");
+    lines
+        .next()
+        .filter(|l| l.starts_with("    approval: "))
+        .unwrap_or_else(|| panic!("no approval line under `{tool}` in:\n{stdout}"))
+}
+
+#[test]
+fn inspect_shows_per_tool_what_a_conversation_will_do() {
+    let home = TestHome::new();
+    home.cordon(&["plugin", "install", &probe()]).ok();
+    let cwd = home.scratch("cwd");
+    // The probe's grants cannot change anything, but every tool of it declares itself
+    // destructive, so a conversation asks before each call.
+    let r = home.cordon_in(&cwd, &["plugin", "inspect", "probe"]).ok();
+    for tool in ["fs", "echo", "noop"] {
+        let line = approval_line(&r.stdout, tool);
+        assert!(
+            line.contains("ask") && line.contains("declares itself destructive"),
+            "{line}"
+        );
+    }
+    assert!(
+        !r.stdout.contains("may run without approval"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("no ./cordon.toml"), "{}", r.stdout);
+
+    // The rules of ./cordon.toml apply, as in `cordon chat`/`run`, and the file is named.
+    std::fs::write(
+        cwd.join("cordon.toml"),
+        "[approval.tools]\n\"probe.echo\" = \"deny\"\nnoop = \"auto\"\n",
+    )
+    .unwrap();
+    let r = home.cordon_in(&cwd, &["plugin", "inspect", "probe"]).ok();
+    assert!(r.stdout.contains("rules of ./cordon.toml"), "{}", r.stdout);
+    let echo = approval_line(&r.stdout, "echo");
+    assert!(
+        echo.contains("deny") && echo.contains("cordon.toml denies `probe.echo`"),
+        "{echo}"
+    );
+    let noop = approval_line(&r.stdout, "noop");
+    assert!(
+        noop.contains("auto") && noop.contains("cordon.toml sets `auto` for the tool `noop`"),
+        "{noop}"
+    );
+    assert!(approval_line(&r.stdout, "fs").contains("ask"));
+
+    // A broken cordon.toml is an error naming it, as in a conversation.
+    std::fs::write(
+        cwd.join("cordon.toml"),
+        "[approval.tools]\nnoop = \"maybe\"\n",
+    )
+    .unwrap();
+    let r = home.cordon_in(&cwd, &["plugin", "inspect", "probe"]);
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains("cordon.toml") && r.stderr.contains("maybe"),
+        "{}",
+        r.stderr
+    );
+}

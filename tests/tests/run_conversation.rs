@@ -52,11 +52,7 @@ impl Model {
 }
 
 fn call(id: &str, name: &str, arguments: Value) -> ScriptedCall {
-    ScriptedCall {
-        id: Some(id.to_string()),
-        name: name.to_string(),
-        arguments,
-    }
+    ScriptedCall::with_id(id, name, arguments)
 }
 
 /// Runs `cordon run <args>` against `model` in `home` (no terminal, empty stdin), from `cwd`
@@ -77,6 +73,41 @@ fn run(home: &TestHome, model: &Model, args: &[&str]) -> Run {
         .stdin(Stdio::null())
         .output()
         .expect("run cordon");
+    Run {
+        command: format!("cordon {}", full.join(" ")),
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Runs `cordon chat <args>` against `model` in `home` from `cwd`, feeding `stdin` (messages
+/// and answers to approval questions, one a line; not a terminal).
+fn chat_in(home: &TestHome, model: &Model, cwd: &Path, stdin: &str, args: &[&str]) -> Run {
+    use std::io::Write;
+    let mut full = vec!["chat"];
+    full.extend_from_slice(args);
+    let mut child = Command::new(cordon_bin())
+        .args(&full)
+        .current_dir(cwd)
+        .env("CORDON_HOME", home.path())
+        .env("CORDON_LLM_URL", model.url())
+        .env("CORDON_MODEL", "scripted")
+        .env_remove("CORDON_CONFIG")
+        .env_remove("RUST_LOG")
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start cordon chat");
+    child
+        .stdin
+        .take()
+        .expect("stdin is piped")
+        .write_all(stdin.as_bytes())
+        .expect("write stdin");
+    let out = child.wait_with_output().expect("wait for cordon chat");
     Run {
         command: format!("cordon {}", full.join(" ")),
         code: out.status.code().unwrap_or(-1),
@@ -226,6 +257,12 @@ fn ask_without_a_terminal_declines_and_the_model_is_told() {
     ]);
     let r = run(&home, &model, &["Delete everything", "--approve", "ask"]).ok();
     assert!(r.stderr.contains("no terminal"), "{}", r.stderr);
+    assert_eq!(
+        r.stderr.matches("✗ sql_execute").count(),
+        1,
+        "the refusal is printed once: {}",
+        r.stderr
+    );
     let tools = model.tool_messages(1);
     assert_eq!(tools[0]["tool_call_id"], "w1");
     assert!(
@@ -277,7 +314,7 @@ fn config_deny_rule_wins_over_approve_all() {
         )]),
         Step::text("Not allowed."),
     ]);
-    run(
+    let r = run(
         &home,
         &model,
         &[
@@ -300,9 +337,17 @@ fn config_deny_rule_wins_over_approve_all() {
     assert!(reqs[0].tool_names().contains(&"sql_query".to_string()));
     let tools = model.tool_messages(1);
     assert_eq!(tools[0]["tool_call_id"], "w1");
+    let result = tools[0]["content"].as_str().unwrap();
     assert!(
-        !tools[0]["content"].to_string().contains("changes"),
-        "{tools:?}"
+        result.contains("cordon.toml denies the tool `sql_execute`")
+            && !result.contains("declined"),
+        "{result}"
+    );
+    assert_eq!(
+        r.stderr.matches("✗ sql_execute").count(),
+        1,
+        "the refusal is printed once: {}",
+        r.stderr
     );
 }
 
@@ -694,5 +739,193 @@ fn chat_fork_continues_on_a_branch_without_the_later_turns() {
     assert!(
         !second.contains("first question") && !second.contains("answer one"),
         "the fork kept the dropped turn: {second}"
+    );
+}
+
+const NOTE: &str = "the original note";
+
+/// A home where `files` can read and `probe` can write one directory, seen as /data, which
+/// holds note.txt. With a read-write grant every call asks for approval.
+fn read_and_write_home() -> (TestHome, PathBuf) {
+    let home = home_with(&["files"]);
+    let data = home.scratch("data");
+    std::fs::write(data.join("note.txt"), NOTE).unwrap();
+    let grant = grant_fs(&data, "/data", "rw");
+    install(&home, "files", std::slice::from_ref(&grant), &[]);
+    let probe = cordon_tests::fixture("probe");
+    home.cordon(&[
+        "plugin",
+        "install",
+        probe.to_str().unwrap(),
+        "--yes",
+        "--grant",
+        &grant,
+    ])
+    .ok();
+    (home, data)
+}
+
+/// The model reads note.txt, then overwrites it, in one response with the ids the test gives;
+/// the user answers `y` to the first question and `n` to the second. The write must not
+/// happen, and each call must get its own result on the wire.
+fn one_answer_per_call(read: ScriptedCall, write: ScriptedCall) {
+    let (home, data) = read_and_write_home();
+    let model = Model::new(vec![
+        Step::tool_calls(vec![read, write]),
+        Step::text("done"),
+    ]);
+    let cwd = home.scratch("cwd");
+    let r = chat_in(&home, &model, &cwd, "read then write the note\ny\nn\n", &[]).ok();
+    assert_eq!(
+        std::fs::read_to_string(data.join("note.txt")).unwrap(),
+        NOTE,
+        "a call the user declined overwrote the note\n{}",
+        r.stderr
+    );
+    assert_eq!(
+        r.stderr.matches("wants to run with").count(),
+        2,
+        "one question per call: {}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("Tool `read_file`") && r.stderr.contains("Tool `fs`"),
+        "{}",
+        r.stderr
+    );
+    let reqs = model.server.requests();
+    assert_eq!(reqs.len(), 2, "the `n` answer was taken as a new message");
+    let msgs = reqs[1].messages();
+    let assistant = msgs
+        .iter()
+        .find(|m| m["role"] == "assistant")
+        .expect("the assistant message with the calls");
+    let ids: Vec<&str> = assistant["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2);
+    assert!(
+        ids[0] != ids[1] && !ids[0].is_empty() && !ids[1].is_empty(),
+        "{ids:?}"
+    );
+    let tools = model.tool_messages(1);
+    let answered: Vec<&str> = tools
+        .iter()
+        .map(|m| m["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(answered, ids, "each result answers its own call");
+    let read_result = tools[0]["content"].as_str().unwrap();
+    let write_result = tools[1]["content"].as_str().unwrap();
+    assert!(read_result.contains(NOTE), "{read_result}");
+    assert!(
+        write_result.contains("declined") && !write_result.contains(NOTE),
+        "{write_result}"
+    );
+}
+
+#[test]
+fn calls_sharing_an_id_are_approved_one_by_one() {
+    one_answer_per_call(
+        call("dup", "read_file", json!({"path": "/data/note.txt"})),
+        call(
+            "dup",
+            "fs",
+            json!({"op": "write", "path": "/data/note.txt", "content": "overwritten"}),
+        ),
+    );
+}
+
+#[test]
+fn a_missing_id_does_not_merge_with_a_model_id_like_the_parsers_fallback() {
+    // Without an id the stream parser used to name the first call `call_0`, the id the model
+    // gave the second.
+    one_answer_per_call(
+        ScriptedCall::without_id("read_file", json!({"path": "/data/note.txt"})),
+        call(
+            "call_0",
+            "fs",
+            json!({"op": "write", "path": "/data/note.txt", "content": "overwritten"}),
+        ),
+    );
+}
+
+#[test]
+fn a_deny_rule_still_applies_when_two_plugins_offer_the_tool() {
+    let home = home_with(&["files"]);
+    let data = home.scratch("data");
+    std::fs::write(data.join("secret.txt"), "TOP-SECRET-CONTENT").unwrap();
+    let grant = grant_fs(&data, "/data", "ro");
+    install(&home, "files", std::slice::from_ref(&grant), &[]);
+    let files = cordon_tests::support::plugin_wasm("files");
+    let second = home
+        .cordon(&[
+            "plugin",
+            "install",
+            files.to_str().unwrap(),
+            "--name",
+            "files2",
+            "--yes",
+            "--grant",
+            &grant,
+        ])
+        .ok();
+    let cwd = home.scratch("cwd");
+    std::fs::write(
+        cwd.join("cordon.toml"),
+        "[approval.tools]\nread_file = \"deny\"\n",
+    )
+    .unwrap();
+    let model = Model::new(vec![
+        Step::tool_calls(vec![call(
+            "r1",
+            "files__read_file",
+            json!({"path": "/data/secret.txt"}),
+        )]),
+        Step::text("I may not read it."),
+    ]);
+    let r = run(&home, &model, &["read the secret", "--approve", "auto"]).ok();
+    let reqs = model.server.requests();
+    for (i, req) in reqs.iter().enumerate() {
+        let body = req.body.to_string();
+        assert!(
+            !body.contains("TOP-SECRET"),
+            "request {i} carries the denied file: {body}"
+        );
+    }
+    for req in &reqs {
+        let offered = req.tool_names();
+        assert!(
+            !offered.iter().any(|n| n.ends_with("read_file")),
+            "a denied tool was offered: {offered:?}"
+        );
+    }
+    let tools = model.tool_messages(1);
+    assert_eq!(tools[0]["tool_call_id"], "r1");
+    let result = tools[0]["content"].as_str().unwrap();
+    assert!(
+        result.contains("cordon.toml denies the tool `read_file`") && !result.contains("declined"),
+        "{result}"
+    );
+    // The collision is reported at the start with the names the model sees; the refusal is
+    // printed once.
+    assert!(
+        r.stderr.contains("`files__read_file`") && r.stderr.contains("`files2__read_file`"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        r.stderr.matches("denies the tool `read_file`").count(),
+        1,
+        "{}",
+        r.stderr
+    );
+    assert!(
+        second.stdout.contains("`files__read_file`")
+            && second.stdout.contains("`files2__read_file`"),
+        "the install does not say what the model now sees: {}",
+        second.stdout
     );
 }

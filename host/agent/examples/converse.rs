@@ -27,6 +27,7 @@ impl ToolHost for DemoTools {
     fn tools(&self) -> Vec<ToolSpec> {
         let spec = |name: &str, description: &str, schema: Value, can_change: bool| ToolSpec {
             name: name.into(),
+            tool: name.into(),
             description: description.into(),
             input_schema: schema,
             hints: ToolHints::default(),

@@ -1,8 +1,10 @@
 //! Who decides whether a tool call runs: the user's policy, then the tool's real capabilities.
 //!
 //! A plugin's `read_only` hint is never consulted: a tool runs without asking only when the
-//! host says its effective grants cannot change anything (or the user said so). `deny` from the
-//! config always wins.
+//! host says its effective grants cannot change anything (or the user said so). Rules bind to a
+//! tool's identity (its plugin and its own name), never to the name the model sees, which
+//! changes when two plugins offer a tool of the same name. Of the rules that apply, the most
+//! restrictive wins, and `deny` from the config always wins.
 
 use std::collections::BTreeMap;
 
@@ -22,18 +24,40 @@ pub enum Policy {
     Deny,
 }
 
+impl Policy {
+    /// How restrictive the policy is, for picking the strictest of several rules.
+    fn strictness(self) -> u8 {
+        match self {
+            Policy::Auto => 0,
+            Policy::Ask => 1,
+            Policy::Deny => 2,
+        }
+    }
+
+    /// The word used in `cordon.toml`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::Ask => "ask",
+            Policy::Auto => "auto",
+            Policy::Deny => "deny",
+        }
+    }
+}
+
 /// Policy rules from `cordon.toml`:
 ///
 /// ```toml
 /// [approval.tools]
-/// sql_query = "auto"
+/// sql_query = "auto"          # the tool `sql_query` of every plugin
+/// "files.read_file" = "deny"  # only the `read_file` of the plugin `files`
 /// [approval.plugins]
 /// files = "ask"
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalConfig {
-    /// Rules by tool name.
+    /// Rules by tool: a bare tool name applies to that tool in every plugin, `plugin.tool` to
+    /// one plugin's tool.
     #[serde(default)]
     pub tools: BTreeMap<String, Policy>,
     /// Rules by plugin name.
@@ -41,8 +65,45 @@ pub struct ApprovalConfig {
     pub plugins: BTreeMap<String, Policy>,
 }
 
+impl ApprovalConfig {
+    /// The rules that name no tool or plugin among `tools`, each with what to write instead.
+    /// A rule that silently matches nothing (say, one written with the name the model sees,
+    /// `files__read_file`) protects nothing, so interfaces warn about it.
+    pub fn unmatched_rules(&self, tools: &[ToolSpec]) -> Vec<String> {
+        let mut out = Vec::new();
+        for (key, policy) in &self.tools {
+            let matches = tools.iter().any(|t| t.tool == *key || t.identity() == *key);
+            if matches {
+                continue;
+            }
+            let hint = match tools.iter().find(|t| t.name == *key) {
+                Some(t) => format!(
+                    "`{key}` is the name the model sees for `{}`; write `{}` (that plugin only) or `{}` (every plugin)",
+                    t.identity(),
+                    t.identity(),
+                    t.tool
+                ),
+                None => "name a tool as `tool` (in every plugin) or `plugin.tool`".to_string(),
+            };
+            out.push(format!(
+                "the rule `[approval.tools] {key} = \"{}\"` matches no installed tool; {hint}",
+                policy.as_str()
+            ));
+        }
+        for (key, policy) in &self.plugins {
+            if !tools.iter().any(|t| t.plugin == *key) {
+                out.push(format!(
+                    "the rule `[approval.plugins] {key} = \"{}\"` matches no installed plugin",
+                    policy.as_str()
+                ));
+            }
+        }
+        out
+    }
+}
+
 /// A user's answer to an approval question.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalAnswer {
     /// Run this call.
@@ -53,6 +114,13 @@ pub enum ApprovalAnswer {
     Always,
     /// Refuse this call and every later call of this tool in the conversation.
     Never,
+    /// Do not run this call, and nobody was asked: the interface cannot ask (no terminal) or
+    /// was told not to (`cordon run --approve auto`). The model is told this reason rather
+    /// than that the user declined.
+    Refused {
+        /// Why, for the model and the user.
+        reason: String,
+    },
 }
 
 /// A decision with the reason shown to the user.
@@ -64,30 +132,46 @@ pub struct Decision {
     pub reason: String,
 }
 
-/// Decides the policy for a tool: config `deny` (tool or plugin) wins; then the user's answers
-/// in this conversation (`always`/`never`); then config rules (tool before plugin); then the
-/// default — `ask` for tools that declare themselves destructive, `auto` for tools whose
-/// effective capabilities cannot change anything, `ask` for everything else.
+/// Decides the policy for a tool. The config rules that apply to it are the `[approval.tools]`
+/// rule for its bare name, the one for `plugin.tool` and the `[approval.plugins]` rule for its
+/// plugin; the strictest of them counts (deny > ask > auto). A config `deny` wins over
+/// everything; then come the user's answers in this conversation (`always`/`never`, keyed by
+/// the tool's identity); then the strictest config rule; then the default — `ask` for tools that
+/// declare themselves destructive, `auto` for tools whose effective capabilities cannot change
+/// anything, `ask` for everything else.
 pub fn decide(
     config: &ApprovalConfig,
     session: &BTreeMap<String, Policy>,
     spec: &ToolSpec,
 ) -> Decision {
-    let tool_rule = config.tools.get(&spec.name).copied();
-    let plugin_rule = config.plugins.get(&spec.plugin).copied();
-    if tool_rule == Some(Policy::Deny) {
+    let identity = spec.identity();
+    // Most specific first: on equal strictness the reason names the most specific rule.
+    let candidates = [
+        (config.tools.get(&identity), format!("`{identity}`")),
+        (
+            config.tools.get(&spec.tool),
+            format!("the tool `{}`", spec.tool),
+        ),
+        (
+            config.plugins.get(&spec.plugin),
+            format!("the plugin `{}`", spec.plugin),
+        ),
+    ];
+    let mut strictest: Option<(Policy, &String)> = None;
+    for (policy, subject) in &candidates {
+        if let Some(&p) = *policy
+            && strictest.is_none_or(|(s, _)| p.strictness() > s.strictness())
+        {
+            strictest = Some((p, subject));
+        }
+    }
+    if let Some((Policy::Deny, subject)) = strictest {
         return Decision {
             policy: Policy::Deny,
-            reason: format!("cordon.toml denies the tool `{}`", spec.name),
+            reason: format!("cordon.toml denies {subject}"),
         };
     }
-    if plugin_rule == Some(Policy::Deny) {
-        return Decision {
-            policy: Policy::Deny,
-            reason: format!("cordon.toml denies the plugin `{}`", spec.plugin),
-        };
-    }
-    if let Some(p) = session.get(&spec.name) {
+    if let Some(p) = session.get(&identity) {
         let reason = match p {
             Policy::Deny => "you answered `never` for this tool in this conversation",
             Policy::Auto => "you answered `always` for this tool in this conversation",
@@ -98,24 +182,10 @@ pub fn decide(
             reason: reason.to_string(),
         };
     }
-    if let Some(p) = tool_rule {
+    if let Some((p, subject)) = strictest {
         return Decision {
             policy: p,
-            reason: format!(
-                "cordon.toml sets `{}` for the tool `{}`",
-                name(p),
-                spec.name
-            ),
-        };
-    }
-    if let Some(p) = plugin_rule {
-        return Decision {
-            policy: p,
-            reason: format!(
-                "cordon.toml sets `{}` for the plugin `{}`",
-                name(p),
-                spec.plugin
-            ),
+            reason: format!("cordon.toml sets `{}` for {subject}", p.as_str()),
         };
     }
     if spec.hints.destructive {
@@ -137,14 +207,6 @@ pub fn decide(
     }
 }
 
-fn name(p: Policy) -> &'static str {
-    match p {
-        Policy::Ask => "ask",
-        Policy::Auto => "auto",
-        Policy::Deny => "deny",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +221,7 @@ mod tests {
     ) -> ToolSpec {
         ToolSpec {
             name: name.into(),
+            tool: name.into(),
             description: String::new(),
             input_schema: serde_json::json!({"type": "object"}),
             hints: ToolHints {
@@ -170,6 +233,15 @@ mod tests {
             grants: vec![],
             can_change_anything: can_change,
         }
+    }
+
+    /// The same tool offered by two plugins: the model sees qualified names.
+    fn clashing() -> (ToolSpec, ToolSpec) {
+        let mut one = spec("read_file", "files", false, true, false);
+        one.name = "files__read_file".into();
+        let mut two = spec("read_file", "files2", false, true, false);
+        two.name = "files2__read_file".into();
+        (one, two)
     }
 
     #[test]
@@ -198,30 +270,158 @@ mod tests {
         c.tools.insert("a".into(), Policy::Auto);
         c.plugins.insert("p".into(), Policy::Deny);
         let mut s = BTreeMap::new();
-        s.insert("a".to_string(), Policy::Auto);
+        s.insert("p.a".to_string(), Policy::Auto);
         assert_eq!(
             decide(&c, &s, &spec("a", "p", true, false, false)).policy,
             Policy::Deny
         );
-        c.plugins.insert("p".into(), Policy::Ask);
+        // A config rule sets the policy even against the default for destructive tools.
+        c.plugins.clear();
         assert_eq!(
             decide(&c, &BTreeMap::new(), &spec("a", "p", true, false, true)).policy,
             Policy::Auto
         );
+        c.plugins.insert("p".into(), Policy::Ask);
         assert_eq!(
             decide(&c, &BTreeMap::new(), &spec("b", "p", false, false, false)).policy,
             Policy::Ask
         );
-        s.insert("b".to_string(), Policy::Deny);
+        s.insert("p.b".to_string(), Policy::Deny);
         assert_eq!(
             decide(&c, &s, &spec("b", "p", false, false, false)).policy,
             Policy::Deny
         );
+        // A session `always` does not lift a config `deny`.
         c.tools.insert("b".into(), Policy::Deny);
-        s.insert("b".to_string(), Policy::Auto);
+        s.insert("p.b".to_string(), Policy::Auto);
+        let d = decide(&c, &s, &spec("b", "p", false, false, false));
+        assert_eq!(d.policy, Policy::Deny);
+        assert_eq!(d.reason, "cordon.toml denies the tool `b`");
+    }
+
+    #[test]
+    fn a_bare_tool_rule_applies_to_the_tool_in_every_plugin_whatever_the_model_calls_it() {
+        let (one, two) = clashing();
+        let mut c = ApprovalConfig::default();
+        c.tools.insert("read_file".into(), Policy::Deny);
+        for t in [&one, &two] {
+            let d = decide(&c, &BTreeMap::new(), t);
+            assert_eq!(d.policy, Policy::Deny, "{}", t.name);
+            assert_eq!(d.reason, "cordon.toml denies the tool `read_file`");
+        }
+        assert!(c.unmatched_rules(&[one, two]).is_empty());
+    }
+
+    #[test]
+    fn a_qualified_rule_applies_to_one_plugins_tool() {
+        let (one, two) = clashing();
+        let mut c = ApprovalConfig::default();
+        c.tools.insert("files.read_file".into(), Policy::Deny);
+        let d = decide(&c, &BTreeMap::new(), &one);
+        assert_eq!(d.policy, Policy::Deny);
+        assert_eq!(d.reason, "cordon.toml denies `files.read_file`");
+        assert_eq!(decide(&c, &BTreeMap::new(), &two).policy, Policy::Auto);
+    }
+
+    #[test]
+    fn the_strictest_applicable_rule_wins() {
+        let (one, _) = clashing();
+        let none = BTreeMap::new();
+        let rules = |tools: &[(&str, Policy)], plugins: &[(&str, Policy)]| ApprovalConfig {
+            tools: tools.iter().map(|(k, p)| (k.to_string(), *p)).collect(),
+            plugins: plugins.iter().map(|(k, p)| (k.to_string(), *p)).collect(),
+        };
+        // A permissive tool rule does not lift a stricter plugin rule, nor the reverse.
+        let c = rules(&[("read_file", Policy::Auto)], &[("files", Policy::Ask)]);
+        let d = decide(&c, &none, &one);
+        assert_eq!(d.policy, Policy::Ask);
+        assert_eq!(d.reason, "cordon.toml sets `ask` for the plugin `files`");
+        let c = rules(&[("read_file", Policy::Ask)], &[("files", Policy::Auto)]);
+        assert_eq!(decide(&c, &none, &one).policy, Policy::Ask);
+        // A qualified `auto` does not lift a bare `deny`.
+        let c = rules(
+            &[
+                ("files.read_file", Policy::Auto),
+                ("read_file", Policy::Deny),
+            ],
+            &[],
+        );
+        assert_eq!(decide(&c, &none, &one).policy, Policy::Deny);
+        // A plugin `deny` beats a qualified `auto` and a session `always`.
+        let c = rules(
+            &[("files.read_file", Policy::Auto)],
+            &[("files", Policy::Deny)],
+        );
+        let always = BTreeMap::from([("files.read_file".to_string(), Policy::Auto)]);
+        let d = decide(&c, &always, &one);
+        assert_eq!(d.policy, Policy::Deny);
+        assert_eq!(d.reason, "cordon.toml denies the plugin `files`");
+        // Equal strictness: the reason names the most specific rule.
+        let c = rules(
+            &[("files.read_file", Policy::Ask), ("read_file", Policy::Ask)],
+            &[("files", Policy::Ask)],
+        );
         assert_eq!(
-            decide(&c, &s, &spec("b", "p", false, false, false)).policy,
-            Policy::Deny
+            decide(&c, &none, &one).reason,
+            "cordon.toml sets `ask` for `files.read_file`"
+        );
+        // A session `always` still answers a config `ask`.
+        let c = rules(&[("read_file", Policy::Ask)], &[]);
+        assert_eq!(decide(&c, &always, &one).policy, Policy::Auto);
+    }
+
+    #[test]
+    fn session_answers_bind_to_the_tool_identity() {
+        let (one, two) = clashing();
+        let c = ApprovalConfig::default();
+        let never = BTreeMap::from([("files.read_file".to_string(), Policy::Deny)]);
+        assert_eq!(decide(&c, &never, &one).policy, Policy::Deny);
+        assert_eq!(decide(&c, &never, &two).policy, Policy::Auto);
+        // A key that is only a model-facing name binds to nothing.
+        let by_name = BTreeMap::from([("files2__read_file".to_string(), Policy::Deny)]);
+        assert_eq!(decide(&c, &by_name, &two).policy, Policy::Auto);
+    }
+
+    #[test]
+    fn rules_that_match_nothing_are_reported_with_what_to_write() {
+        let (one, two) = clashing();
+        let mut c = ApprovalConfig::default();
+        c.tools.insert("files__read_file".into(), Policy::Deny);
+        c.tools.insert("nope".into(), Policy::Ask);
+        c.tools.insert("files2.read_file".into(), Policy::Ask);
+        c.plugins.insert("gone".into(), Policy::Deny);
+        c.plugins.insert("files".into(), Policy::Ask);
+        // The model-facing name does not deny anything...
+        assert_eq!(decide(&c, &BTreeMap::new(), &one).policy, Policy::Ask);
+        // ...and says so.
+        let notes = c.unmatched_rules(&[one, two]);
+        assert_eq!(notes.len(), 3, "{notes:?}");
+        assert!(
+            notes[0].contains("files__read_file = \"deny\"")
+                && notes[0].contains("the name the model sees for `files.read_file`")
+                && notes[0].contains("`read_file` (every plugin)"),
+            "{}",
+            notes[0]
+        );
+        assert!(notes[1].contains("`[approval.tools] nope"), "{}", notes[1]);
+        assert!(
+            notes[2].contains("`[approval.plugins] gone"),
+            "{}",
+            notes[2]
+        );
+    }
+
+    #[test]
+    fn refused_answers_carry_their_reason_through_serde() {
+        let a = ApprovalAnswer::Refused {
+            reason: "no terminal".into(),
+        };
+        let text = serde_json::to_string(&a).unwrap();
+        assert_eq!(text, r#"{"refused":{"reason":"no terminal"}}"#);
+        assert_eq!(serde_json::from_str::<ApprovalAnswer>(&text).unwrap(), a);
+        assert_eq!(
+            serde_json::to_string(&ApprovalAnswer::Always).unwrap(),
+            "\"always\""
         );
     }
 }

@@ -110,8 +110,11 @@ pub struct Conversation {
     pub state: State,
     /// Counters of the running turn.
     pub progress: Progress,
-    /// The user's `always`/`never` answers, by tool name.
+    /// The user's `always`/`never` answers, by tool identity (`plugin.tool`).
     pub session_approvals: BTreeMap<String, Policy>,
+    /// Tool calls identified so far: the number in Cordon's id of the last call (`c7` → 7).
+    #[serde(default)]
+    pub next_call: u64,
     /// Transcript notes.
     pub notes: Vec<Note>,
     /// Total usage reported by the server.
@@ -137,6 +140,7 @@ impl Conversation {
             state: State::Idle,
             progress: Progress::default(),
             session_approvals: BTreeMap::new(),
+            next_call: 0,
             notes: Vec::new(),
             usage: Usage::default(),
             summary: None,
@@ -157,7 +161,10 @@ impl Conversation {
         if found != FORMAT_VERSION {
             return Err(ConversationError::Version { found });
         }
-        serde_json::from_value(v).map_err(|e| ConversationError::Parse(e.to_string()))
+        let mut conv: Self =
+            serde_json::from_value(v).map_err(|e| ConversationError::Parse(e.to_string()))?;
+        crate::machine::identify_saved_calls(&mut conv);
+        Ok(conv)
     }
 
     /// Turns that have an outcome.

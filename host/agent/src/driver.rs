@@ -19,6 +19,7 @@ use crate::hermes;
 use crate::llm::{CallError, ChatRequest, LlmClient, LlmSetupError};
 use crate::machine::{
     self, Action, AgentEvent, ApprovalRequest, Catalog, Env, Event, Limits, StepError, ToolOutcome,
+    ToolRun,
 };
 use crate::tools::{ToolHost, ToolSpec, render_result};
 use crate::types::Message;
@@ -120,21 +121,21 @@ impl Agent {
     /// The tools the model would be offered now in `conv` (installed, enabled, not denied).
     pub fn offered_tools(&self, conv: &Conversation) -> Vec<ToolSpec> {
         let catalog = self.catalog();
-        catalog
-            .offered(&conv.session_approvals)
-            .into_iter()
-            .cloned()
-            .collect()
+        let mut session = conv.session_approvals.clone();
+        catalog.upgrade_session(&mut session);
+        catalog.offered(&session).into_iter().cloned().collect()
     }
 
     /// The approval policy that applies to each installed tool in `conv`, for `/tools`.
     pub fn tool_policies(&self, conv: &Conversation) -> Vec<(ToolSpec, crate::approval::Decision)> {
         let catalog = self.catalog();
+        let mut session = conv.session_approvals.clone();
+        catalog.upgrade_session(&mut session);
         self.tools
             .tools()
             .into_iter()
             .map(|s| {
-                let d = catalog.decision(&s, &conv.session_approvals);
+                let d = catalog.decision(&s, &session);
                 (s, d)
             })
             .collect()
@@ -187,6 +188,9 @@ if a call is refused or declined, tell the user instead of trying to get around 
         cancel: &CancellationToken,
     ) -> Result<TurnOutcome, AgentError> {
         let mut catalog = self.catalog();
+        // Answers saved under model-facing names move to identities; same meaning, so the
+        // conversation counts as unchanged even if the turn is then refused.
+        catalog.upgrade_session(&mut conv.session_approvals);
         let first = {
             let env = Env {
                 catalog: &catalog,
@@ -258,20 +262,16 @@ if a call is refused or declined, tell the user instead of trying to get around 
             }))
     }
 
-    async fn run_tools(
-        &self,
-        calls: Vec<(crate::types::ToolCall, Value)>,
-        cancel: &CancellationToken,
-    ) -> Event {
+    async fn run_tools(&self, calls: Vec<ToolRun>, cancel: &CancellationToken) -> Event {
         let child = cancel.child_token();
         let tools = self.tools.clone();
-        let futs = calls.into_iter().map(|(call, args)| {
+        let futs = calls.into_iter().map(|run| {
             let token = child.clone();
             let tools = tools.clone();
             async move {
-                let r = tools.call(&call.name, args, token).await;
+                let r = tools.call(&run.tool, run.arguments, token).await;
                 ToolOutcome {
-                    call_id: call.id,
+                    call_id: run.call_id,
                     content: render_result(&r),
                     is_error: r.is_err(),
                 }

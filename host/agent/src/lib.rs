@@ -42,7 +42,9 @@ pub use config::{
 };
 pub use conversation::{Conversation, ConversationError, TurnOutcome};
 pub use driver::{Agent, AgentError, Frontend, TurnHandle, TurnInput};
-pub use machine::{Action, AgentEvent, ApprovalRequest, Event, State};
+pub use machine::{
+    Action, AgentEvent, ApprovalRequest, Event, RequestedCall, State, ToolOutcome, ToolRun,
+};
 pub use tokio_util::sync::CancellationToken;
 pub use tools::{Content, ToolFailure, ToolFailureKind, ToolHints, ToolHost, ToolSpec};
 pub use types::{Message, ModelResponse, ToolCall, Usage};

@@ -405,13 +405,11 @@ impl Assembly {
             content: self.content,
             tool_calls: self
                 .calls
-                .into_iter()
-                .map(|(i, c)| ToolCall {
-                    id: if c.id.is_empty() {
-                        format!("call_{i}")
-                    } else {
-                        c.id
-                    },
+                .into_values()
+                .map(|c| ToolCall {
+                    // A missing id stays empty: the engine names the call, making sure the
+                    // name is not one the model gave another call.
+                    id: c.id,
                     name: c.name,
                     arguments: c.arguments,
                 })
@@ -457,12 +455,9 @@ pub(crate) fn parse_full(text: &str) -> Result<ModelResponse, LlmFailure> {
         .map(|calls| {
             calls
                 .iter()
-                .enumerate()
-                .map(|(i, c)| ToolCall {
-                    id: c["id"]
-                        .as_str()
-                        .map(str::to_string)
-                        .unwrap_or_else(|| format!("call_{i}")),
+                .map(|c| ToolCall {
+                    // A missing id stays empty: the engine names the call.
+                    id: c["id"].as_str().map(str::to_string).unwrap_or_default(),
                     name: c["function"]["name"]
                         .as_str()
                         .unwrap_or_default()
@@ -576,6 +571,20 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec!["a", "b"]
         );
+    }
+
+    /// A call without an id is left for the engine to name: an id made up here (`call_0`)
+    /// could be one the model gave another call of the same answer.
+    #[test]
+    fn missing_ids_stay_empty_instead_of_guessing() {
+        let mut a = Assembly::default();
+        a.apply(&json!({"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"a","arguments":"{}"}}]}}]}));
+        a.apply(&json!({"choices":[{"delta":{"tool_calls":[{"index":1,"id":"call_0","function":{"name":"b","arguments":"{}"}}]}}]}));
+        let ids: Vec<String> = a.finish().tool_calls.into_iter().map(|c| c.id).collect();
+        assert_eq!(ids, vec!["".to_string(), "call_0".to_string()]);
+        let r = parse_full(r#"{"choices":[{"message":{"content":"","tool_calls":[{"function":{"name":"a","arguments":"{}"}},{"id":"call_0","function":{"name":"b","arguments":"{}"}}]}}]}"#).unwrap();
+        let ids: Vec<&str> = r.tool_calls.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, vec!["", "call_0"]);
     }
 
     #[test]

@@ -20,8 +20,14 @@
 //! | any state but Idle/Failed | Cancel            | Idle (partial answer kept and marked; pending calls answered as cancelled) |
 //!
 //! Every other pair is rejected with a [`StepError`] and leaves the conversation unchanged.
+//!
+//! Every tool call gets an identity of Cordon's own (`c1`, `c2`, … per conversation) when the
+//! model's answer is processed: approvals, runs, results and events address a call by it. The
+//! model's id is kept only for the wire, after making it unique within the answer (a missing
+//! or repeated id is replaced), so one answer never stands for two calls and each `role: tool`
+//! result answers exactly one call.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -131,7 +137,12 @@ pub enum CallStatus {
 /// One tool call of an answer with its parsed arguments and status.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlannedCall {
-    /// The call as the model made it.
+    /// Cordon's identity for the call (`c1`, `c2`, …, unique in the conversation): approvals,
+    /// runs and results address the call by it, never by the model's id, which may repeat.
+    /// Empty only in conversations saved before calls had one; loading gives them one.
+    #[serde(default)]
+    pub id: String,
+    /// The call as the model made it, with its wire id made unique within the answer.
     pub call: ToolCall,
     /// The arguments, when they parsed.
     pub arguments: Option<Value>,
@@ -142,9 +153,9 @@ pub struct PlannedCall {
 /// What the user is asked about a call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalRequest {
-    /// The call id (answer with it).
+    /// Cordon's id of the call (answer with it).
     pub call_id: String,
-    /// The tool.
+    /// The tool, by the name the model used.
     pub tool: String,
     /// The plugin that provides it.
     pub plugin: String,
@@ -159,7 +170,7 @@ pub struct ApprovalRequest {
 /// The result of one call, from the driver.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolOutcome {
-    /// The call id.
+    /// Cordon's id of the call, from [`ToolRun::call_id`].
     pub call_id: String,
     /// The text for the model (a rendered result or failure).
     pub content: String,
@@ -194,7 +205,7 @@ pub enum Event {
     Proceed,
     /// The user's answer for one pending call.
     ApprovalGiven {
-        /// The call.
+        /// Cordon's id of the call, from [`ApprovalRequest::call_id`].
         call_id: String,
         /// The answer.
         answer: ApprovalAnswer,
@@ -229,7 +240,7 @@ pub enum Action {
     /// Run these calls concurrently; answer with `ToolsFinished` or `Cancel`.
     RunTools {
         /// The approved calls, in order, with validated arguments.
-        calls: Vec<(ToolCall, Value)>,
+        calls: Vec<ToolRun>,
     },
     /// Wait, then answer with `RetryTimerFired` (or `Cancel`).
     ScheduleRetry {
@@ -248,7 +259,29 @@ pub enum Action {
     Persist,
 }
 
+/// One approved call for the driver to run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolRun {
+    /// Cordon's id of the call; the [`ToolOutcome`] carries it back.
+    pub call_id: String,
+    /// The tool, by the name the model used (the host's model-facing name).
+    pub tool: String,
+    /// The validated arguments.
+    pub arguments: Value,
+}
+
+/// One call of a model's answer, as [`AgentEvent::ToolCallsRequested`] shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestedCall {
+    /// Cordon's id of the call, which every later event about it carries.
+    pub call_id: String,
+    /// The call as stored for the wire (the model's id, made unique within the answer).
+    #[serde(flatten)]
+    pub call: ToolCall,
+}
+
 /// What a user interface or script sees; `cordon run --json` prints these as JSON lines.
+/// Events about one call carry Cordon's id of it (`call_id`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum AgentEvent {
@@ -285,7 +318,7 @@ pub enum AgentEvent {
     /// The model asked for tool calls.
     ToolCallsRequested {
         /// The calls, in order.
-        calls: Vec<ToolCall>,
+        calls: Vec<RequestedCall>,
     },
     /// A call was refused before running (unknown tool, bad arguments, policy, user).
     ToolCallRejected {
@@ -435,13 +468,13 @@ impl Catalog {
             .collect()
     }
 
-    /// Checks a call: the tool must be offered and the arguments valid. Returns the parsed
-    /// arguments, the spec and the decision, or the message for the model.
+    /// Checks a call: the tool must exist, policy must not deny it and the arguments must be
+    /// valid. Returns the parsed arguments, the spec and the decision, or what stands in the way.
     fn check(
         &self,
         call: &ToolCall,
         session: &BTreeMap<String, Policy>,
-    ) -> Result<(Value, &ToolSpec, Decision), (Option<Value>, String)> {
+    ) -> Result<(Value, &ToolSpec, Decision), Refusal> {
         let offered: Vec<&str> = self
             .offered(session)
             .iter()
@@ -453,7 +486,7 @@ impl Catalog {
             format!("the available tools are: {}", offered.join(", "))
         };
         if call.name.is_empty() {
-            return Err((
+            return Err(Refusal::Invalid(
                 None,
                 format!(
                     "the tool call has no tool name (got `{}`); {available}",
@@ -462,20 +495,17 @@ impl Catalog {
             ));
         }
         let Some((spec, validator)) = self.tools.get(&call.name) else {
-            return Err((
+            return Err(Refusal::Invalid(
                 None,
                 format!("there is no tool named `{}`; {available}", call.name),
             ));
         };
         let decision = self.decision(spec, session);
         if decision.policy == Policy::Deny {
-            return Err((
-                None,
-                format!(
-                    "the tool `{}` is not available: {}; {available}",
-                    call.name, decision.reason
-                ),
-            ));
+            return Err(Refusal::Denied(format!(
+                "refused by policy: {}; do not try to get around it, tell the user if you need it",
+                decision.reason
+            )));
         }
         let text = if call.arguments.trim().is_empty() {
             "{}"
@@ -483,7 +513,7 @@ impl Catalog {
             call.arguments.as_str()
         };
         let args: Value = serde_json::from_str(text).map_err(|e| {
-            (
+            Refusal::Invalid(
                 None,
                 format!(
                     "the arguments for `{}` are not valid JSON ({e}); send a JSON object matching its schema: {}",
@@ -492,7 +522,7 @@ impl Catalog {
             )
         })?;
         let validator = validator.as_ref().map_err(|e| {
-            (
+            Refusal::Invalid(
                 Some(args.clone()),
                 format!(
                     "the tool `{}` cannot be called: its own input schema is invalid ({e})",
@@ -513,7 +543,7 @@ impl Catalog {
             })
             .collect();
         if !problems.is_empty() {
-            return Err((
+            return Err(Refusal::Invalid(
                 Some(args),
                 format!(
                     "the arguments for `{}` do not match its schema: {}; the schema is {}",
@@ -529,6 +559,33 @@ impl Catalog {
     fn spec(&self, name: &str) -> Option<&ToolSpec> {
         self.tools.get(name).map(|(s, _)| s)
     }
+
+    /// Rewrites `always`/`never` answers saved under a tool's model-facing name (as
+    /// conversations saved before answers bound to identities did) to the tool's identity, so
+    /// they keep applying. Identities contain a `.`, model-facing names never do.
+    pub fn upgrade_session(&self, session: &mut BTreeMap<String, Policy>) {
+        let legacy: Vec<String> = session
+            .keys()
+            .filter(|k| !k.contains('.'))
+            .cloned()
+            .collect();
+        for key in legacy {
+            if let Some(spec) = self.spec(&key)
+                && let Some(policy) = session.remove(&key)
+            {
+                session.entry(spec.identity()).or_insert(policy);
+            }
+        }
+    }
+}
+
+/// Why a call is not run before anyone is asked.
+enum Refusal {
+    /// The call is malformed (unknown tool, bad arguments): the arguments when they parsed,
+    /// and the message for the model.
+    Invalid(Option<Value>, String),
+    /// Policy denies the tool: the message for the model, naming the rule.
+    Denied(String),
 }
 
 /// What the machine needs besides the conversation.
@@ -675,37 +732,45 @@ pub fn step(conv: &mut Conversation, event: Event, env: Env<'_>) -> Result<Vec<A
         (State::AwaitingApproval { mut batch }, Event::ApprovalGiven { call_id, answer }) => {
             out.push(Action::Emit(AgentEvent::ApprovalGiven {
                 call_id: call_id.clone(),
-                answer,
+                answer: answer.clone(),
             }));
-            let tool = batch
+            // `always`/`never` bind to the tool's identity (plugin and tool), and also settle
+            // the other pending calls of the same tool in this answer.
+            let identity = batch
                 .iter()
-                .find(|p| p.call.id == call_id)
-                .map(|p| p.call.name.clone())
-                .unwrap_or_default();
-            match answer {
-                ApprovalAnswer::Always => {
-                    conv.session_approvals.insert(tool.clone(), Policy::Auto);
-                }
-                ApprovalAnswer::Never => {
-                    conv.session_approvals.insert(tool.clone(), Policy::Deny);
-                }
-                _ => {}
+                .find(|p| p.id == call_id)
+                .and_then(|p| env.catalog.spec(&p.call.name))
+                .map(ToolSpec::identity);
+            let remembered = match answer {
+                ApprovalAnswer::Always => Some(Policy::Auto),
+                ApprovalAnswer::Never => Some(Policy::Deny),
+                _ => None,
+            };
+            if let (Some(identity), Some(policy)) = (&identity, remembered) {
+                conv.session_approvals.insert(identity.clone(), policy);
             }
             for p in batch.iter_mut().filter(|p| p.status == CallStatus::Pending) {
-                let applies = p.call.id == call_id
-                    || (p.call.name == tool
-                        && matches!(answer, ApprovalAnswer::Always | ApprovalAnswer::Never));
-                if !applies {
+                let same_tool = remembered.is_some()
+                    && identity.is_some()
+                    && env.catalog.spec(&p.call.name).map(ToolSpec::identity) == identity;
+                if p.id != call_id && !same_tool {
                     continue;
                 }
-                p.status = match answer {
-                    ApprovalAnswer::Yes | ApprovalAnswer::Always => CallStatus::Approved,
-                    ApprovalAnswer::No | ApprovalAnswer::Never => {
-                        let message =
-                            "the user declined this call; do not retry it unless the user asks"
-                                .to_string();
+                let declined = match &answer {
+                    ApprovalAnswer::Yes | ApprovalAnswer::Always => None,
+                    ApprovalAnswer::No | ApprovalAnswer::Never => Some(
+                        "the user declined this call; do not retry it unless the user asks"
+                            .to_string(),
+                    ),
+                    ApprovalAnswer::Refused { reason } => Some(format!(
+                        "not run, and no one was asked: {reason}; do not retry it unless the user asks"
+                    )),
+                };
+                p.status = match declined {
+                    None => CallStatus::Approved,
+                    Some(message) => {
                         out.push(Action::Emit(AgentEvent::ToolCallRejected {
-                            call_id: p.call.id.clone(),
+                            call_id: p.id.clone(),
                             tool: p.call.name.clone(),
                             reason: message.clone(),
                         }));
@@ -720,7 +785,7 @@ pub fn step(conv: &mut Conversation, event: Event, env: Env<'_>) -> Result<Vec<A
                 .iter_mut()
                 .filter(|p| p.status == CallStatus::Approved)
             {
-                let r = results.iter().find(|r| r.call_id == p.call.id);
+                let r = results.iter().find(|r| r.call_id == p.id);
                 p.status = match r {
                     Some(r) => CallStatus::Done {
                         content: r.content.clone(),
@@ -784,14 +849,14 @@ fn validate(conv: &Conversation, event: &Event) -> Result<(), StepError> {
         (State::AwaitingApproval { batch }, Event::ApprovalGiven { call_id, .. }) => {
             if batch
                 .iter()
-                .any(|p| &p.call.id == call_id && p.status == CallStatus::Pending)
+                .any(|p| &p.id == call_id && p.status == CallStatus::Pending)
             {
                 true
             } else {
                 let pending: Vec<&str> = batch
                     .iter()
                     .filter(|p| p.status == CallStatus::Pending)
-                    .map(|p| p.call.id.as_str())
+                    .map(|p| p.id.as_str())
                     .collect();
                 return Err(reject(
                     s,
@@ -898,9 +963,10 @@ fn process_response(
         finish(conv, outcome, out);
         return;
     }
+    let calls = identify_calls(&mut conv.next_call, response.tool_calls);
     conv.messages.push(Message::Assistant {
         content: response.content.clone(),
-        tool_calls: response.tool_calls.clone(),
+        tool_calls: calls.iter().map(|(_, c)| c.clone()).collect(),
         partial: false,
     });
     if !response.content.is_empty() {
@@ -910,12 +976,18 @@ fn process_response(
         }));
     }
     out.push(Action::Emit(AgentEvent::ToolCallsRequested {
-        calls: response.tool_calls.clone(),
+        calls: calls
+            .iter()
+            .map(|(id, call)| RequestedCall {
+                call_id: id.clone(),
+                call: call.clone(),
+            })
+            .collect(),
     }));
     // No progress: the same call asked for more often than allowed.
     let mut seen = conv.progress.calls_seen.clone();
     let mut repeated: Option<&ToolCall> = None;
-    for c in &response.tool_calls {
+    for (_, c) in &calls {
         let n = seen.entry(signature(c)).or_insert(0);
         *n += 1;
         if *n > env.limits.max_repeats && repeated.is_none() {
@@ -929,10 +1001,10 @@ fn process_response(
             c.name,
             env.limits.max_repeats + 1
         );
-        for call in &response.tool_calls {
+        for (id, call) in &calls {
             let content = "Not run: the same call was already made in this turn; the loop was stopped for lack of progress.".to_string();
             out.push(Action::Emit(AgentEvent::ToolResult {
-                call_id: call.id.clone(),
+                call_id: id.clone(),
                 tool: call.name.clone(),
                 content: content.clone(),
                 is_error: true,
@@ -951,22 +1023,40 @@ fn process_response(
         finish(conv, TurnOutcome::NoProgress { explanation }, out);
         return;
     }
-    let mut batch = Vec::with_capacity(response.tool_calls.len());
-    for call in response.tool_calls {
+    let mut batch = Vec::with_capacity(calls.len());
+    for (id, call) in calls {
         let planned = match env.catalog.check(&call, &conv.session_approvals) {
-            Err((arguments, message)) => {
+            Err(refusal) => {
+                let (arguments, status, message) = match refusal {
+                    Refusal::Invalid(arguments, message) => (
+                        arguments,
+                        CallStatus::Invalid {
+                            message: message.clone(),
+                        },
+                        message,
+                    ),
+                    Refusal::Denied(message) => (
+                        None,
+                        CallStatus::Denied {
+                            message: message.clone(),
+                        },
+                        message,
+                    ),
+                };
                 out.push(Action::Emit(AgentEvent::ToolCallRejected {
-                    call_id: call.id.clone(),
+                    call_id: id.clone(),
                     tool: call.name.clone(),
-                    reason: message.clone(),
+                    reason: message,
                 }));
                 PlannedCall {
+                    id,
                     call,
                     arguments,
-                    status: CallStatus::Invalid { message },
+                    status,
                 }
             }
             Ok((args, _, decision)) => PlannedCall {
+                id,
                 call,
                 arguments: Some(args),
                 status: match decision.policy {
@@ -983,6 +1073,68 @@ fn process_response(
     }
     out.push(Action::Persist);
     after_approval(conv, batch, env, out);
+}
+
+/// Gives each call of an answer Cordon's id (counting on from `next_call`) and makes the
+/// answer's wire ids unique: a call whose id is missing or repeats an earlier call's gets a
+/// fresh one (`cordon_c7`) that no call of the answer uses. An id the model sent once is kept,
+/// since some servers accept only ids in their own format.
+fn identify_calls(next_call: &mut u64, calls: Vec<ToolCall>) -> Vec<(String, ToolCall)> {
+    let sent: BTreeSet<String> = calls.iter().map(|c| c.id.clone()).collect();
+    let mut used = BTreeSet::new();
+    calls
+        .into_iter()
+        .map(|mut call| {
+            *next_call += 1;
+            let id = format!("c{next_call}");
+            if call.id.is_empty() || used.contains(&call.id) {
+                let mut wire = format!("cordon_{id}");
+                let mut n = 1;
+                while sent.contains(&wire) || used.contains(&wire) {
+                    n += 1;
+                    wire = format!("cordon_{id}_{n}");
+                }
+                call.id = wire;
+            }
+            used.insert(call.id.clone());
+            (id, call)
+        })
+        .collect()
+}
+
+/// Conversations saved before calls had Cordon's ids may hold a pending batch without them:
+/// gives those calls ids, and makes their wire ids unique in the batch and in the stored
+/// assistant message, as a new answer gets. Run when a conversation is loaded.
+pub(crate) fn identify_saved_calls(conv: &mut Conversation) {
+    let (State::AwaitingApproval { batch } | State::ExecutingTools { batch }) = &mut conv.state
+    else {
+        return;
+    };
+    if batch.iter().all(|p| !p.id.is_empty()) {
+        return;
+    }
+    let calls = batch.iter().map(|p| p.call.clone()).collect();
+    let identified = identify_calls(&mut conv.next_call, calls);
+    let stored = conv.messages.iter_mut().rev().find_map(|m| match m {
+        Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => Some(tool_calls),
+        _ => None,
+    });
+    let same_calls = stored.as_ref().is_some_and(|stored| {
+        stored.len() == batch.len()
+            && stored
+                .iter()
+                .zip(batch.iter())
+                .all(|(s, p)| s.name == p.call.name && s.arguments == p.call.arguments)
+    });
+    if let Some(stored) = stored.filter(|_| same_calls) {
+        for (s, (_, call)) in stored.iter_mut().zip(&identified) {
+            s.id = call.id.clone();
+        }
+    }
+    for (p, (id, call)) in batch.iter_mut().zip(identified) {
+        p.id = id;
+        p.call = call;
+    }
 }
 
 fn after_approval(
@@ -1004,11 +1156,11 @@ fn after_approval(
     if approved.is_empty() {
         finish_batch(conv, batch, env, out);
     } else {
-        for (c, a) in &approved {
+        for run in &approved {
             out.push(Action::Emit(AgentEvent::ToolStarted {
-                call_id: c.id.clone(),
-                tool: c.name.clone(),
-                arguments: a.clone(),
+                call_id: run.call_id.clone(),
+                tool: run.tool.clone(),
+                arguments: run.arguments.clone(),
             }));
         }
         out.push(Action::RunTools { calls: approved });
@@ -1017,18 +1169,22 @@ fn after_approval(
 }
 
 /// The approved calls of a batch with their arguments, as the driver runs them.
-fn approved_calls(batch: &[PlannedCall]) -> Vec<(ToolCall, Value)> {
+fn approved_calls(batch: &[PlannedCall]) -> Vec<ToolRun> {
     batch
         .iter()
         .filter(|p| p.status == CallStatus::Approved)
-        .map(|p| (p.call.clone(), p.arguments.clone().unwrap_or(Value::Null)))
+        .map(|p| ToolRun {
+            call_id: p.id.clone(),
+            tool: p.call.name.clone(),
+            arguments: p.arguments.clone().unwrap_or(Value::Null),
+        })
         .collect()
 }
 
 fn approval_request(conv: &Conversation, p: &PlannedCall, catalog: &Catalog) -> ApprovalRequest {
     let spec = catalog.spec(&p.call.name);
     ApprovalRequest {
-        call_id: p.call.id.clone(),
+        call_id: p.id.clone(),
         tool: p.call.name.clone(),
         plugin: spec.map(|s| s.plugin.clone()).unwrap_or_default(),
         arguments: p.arguments.clone().unwrap_or(Value::Null),
@@ -1070,7 +1226,7 @@ fn push_results(
             errors.push(format!("{}: {}", p.call.name, content));
         }
         out.push(Action::Emit(AgentEvent::ToolResult {
-            call_id: p.call.id.clone(),
+            call_id: p.id.clone(),
             tool: p.call.name.clone(),
             content: content.clone(),
             is_error,
@@ -1220,7 +1376,7 @@ fn resume_running(conv: &mut Conversation, catalog: &Catalog) -> Vec<Action> {
                        not have taken effect. It was not repeated, because this tool \
                        can change things: check its effect before calling it again";
         out.push(Action::Emit(AgentEvent::ToolCallRejected {
-            call_id: p.call.id.clone(),
+            call_id: p.id.clone(),
             tool: p.call.name.clone(),
             reason: message.to_string(),
         }));
@@ -1245,6 +1401,7 @@ mod tests {
     fn spec(name: &str, can_change: bool) -> ToolSpec {
         ToolSpec {
             name: name.into(),
+            tool: name.into(),
             description: format!("{name} tool"),
             input_schema: json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"], "additionalProperties": false}),
             hints: ToolHints::default(),
@@ -1437,19 +1594,19 @@ mod tests {
             panic!("{a:?}")
         };
         assert_eq!(
-            calls.iter().map(|(c, _)| c.id.as_str()).collect::<Vec<_>>(),
-            vec!["1", "2"]
+            calls.iter().map(|c| c.call_id.as_str()).collect::<Vec<_>>(),
+            vec!["c1", "c2"]
         );
         // Results arrive out of order; history keeps call order.
         let a = t.step(Event::ToolsFinished {
             results: vec![
                 ToolOutcome {
-                    call_id: "2".into(),
+                    call_id: "c2".into(),
                     content: "B".into(),
                     is_error: false,
                 },
                 ToolOutcome {
-                    call_id: "1".into(),
+                    call_id: "c1".into(),
                     content: "A".into(),
                     is_error: false,
                 },
@@ -1472,7 +1629,7 @@ mod tests {
         t.respond("", &[("1", "read", json!({"q": "a"}))]);
         let a = t.step(Event::ToolsFinished {
             results: vec![ToolOutcome {
-                call_id: "1".into(),
+                call_id: "c1".into(),
                 content: "Error (failed): x".into(),
                 is_error: true,
             }],
@@ -1525,7 +1682,9 @@ mod tests {
             msgs[2].1
         );
         assert!(
-            msgs[3].1.contains("denies the tool `banned`"),
+            msgs[3].1.starts_with(
+                "Error (not run): refused by policy: cordon.toml denies the tool `banned`"
+            ),
             "{}",
             msgs[3].1
         );
@@ -1552,7 +1711,7 @@ mod tests {
         else {
             panic!("{a:?}")
         };
-        assert_eq!(request.call_id, "1");
+        assert_eq!(request.call_id, "c1");
         assert_eq!(request.grants, vec!["write grant".to_string()]);
         assert!(
             request.reason.contains("grants allow changing"),
@@ -1560,21 +1719,21 @@ mod tests {
             request.reason
         );
         let e = t.err(Event::ApprovalGiven {
-            call_id: "2".into(),
+            call_id: "c2".into(),
             answer: ApprovalAnswer::Yes,
         });
-        assert!(e.message.contains("1, 3"), "{e}");
+        assert!(e.message.contains("c1, c3"), "{e}");
         let a = t.step(Event::ApprovalGiven {
-            call_id: "1".into(),
+            call_id: "c1".into(),
             answer: ApprovalAnswer::Yes,
         });
         assert!(matches!(&t.conv.state, State::AwaitingApproval { .. }));
         assert!(has(
             &a,
-            |a| matches!(a, Action::RequestApproval { request } if request.call_id == "3")
+            |a| matches!(a, Action::RequestApproval { request } if request.call_id == "c3")
         ));
         let a = t.step(Event::ApprovalGiven {
-            call_id: "3".into(),
+            call_id: "c3".into(),
             answer: ApprovalAnswer::No,
         });
         let Some(Action::RunTools { calls }) =
@@ -1583,18 +1742,18 @@ mod tests {
             panic!("{a:?}")
         };
         assert_eq!(
-            calls.iter().map(|(c, _)| c.id.as_str()).collect::<Vec<_>>(),
-            vec!["1", "2"]
+            calls.iter().map(|c| c.call_id.as_str()).collect::<Vec<_>>(),
+            vec!["c1", "c2"]
         );
         t.step(Event::ToolsFinished {
             results: vec![
                 ToolOutcome {
-                    call_id: "1".into(),
+                    call_id: "c1".into(),
                     content: "W".into(),
                     is_error: false,
                 },
                 ToolOutcome {
-                    call_id: "2".into(),
+                    call_id: "c2".into(),
                     content: "R".into(),
                     is_error: false,
                 },
@@ -1605,6 +1764,277 @@ mod tests {
         assert_eq!(msgs[1].1, "R");
         assert!(msgs[2].1.contains("user declined"), "{}", msgs[2].1);
         assert!(matches!(t.conv.state, State::HandlingToolError { .. }));
+    }
+
+    fn approval_of(actions: &[Action]) -> Option<ApprovalRequest> {
+        actions.iter().find_map(|a| match a {
+            Action::RequestApproval { request } => Some(request.clone()),
+            _ => None,
+        })
+    }
+
+    /// The attack of issue #20: two calls share the id `dup`; the answer about the first must
+    /// not approve the second, and each result must answer its own call.
+    #[test]
+    fn calls_sharing_an_id_are_approved_run_and_answered_one_by_one() {
+        let mut t = T::new().started();
+        let a = t.respond(
+            "",
+            &[
+                ("dup", "write", json!({"q": "harmless"})),
+                ("dup", "write", json!({"q": "harmful"})),
+            ],
+        );
+        let first = approval_of(&a).expect("asked about the first call");
+        assert_eq!(first.arguments, json!({"q": "harmless"}));
+        let a = t.step(Event::ApprovalGiven {
+            call_id: first.call_id.clone(),
+            answer: ApprovalAnswer::Yes,
+        });
+        let second = approval_of(&a).expect("the second call is asked about on its own");
+        assert_ne!(second.call_id, first.call_id);
+        assert_eq!(second.arguments, json!({"q": "harmful"}));
+        let a = t.step(Event::ApprovalGiven {
+            call_id: second.call_id.clone(),
+            answer: ApprovalAnswer::No,
+        });
+        let Some(Action::RunTools { calls }) =
+            a.iter().find(|a| matches!(a, Action::RunTools { .. }))
+        else {
+            panic!("{a:?}")
+        };
+        assert_eq!(calls.len(), 1, "only the approved call runs: {calls:?}");
+        t.step(Event::ToolsFinished {
+            results: vec![ToolOutcome {
+                call_id: first.call_id.clone(),
+                content: "harmless result".into(),
+                is_error: false,
+            }],
+        });
+        // On the wire, each result answers exactly one call.
+        let Message::Assistant { tool_calls, .. } = &t.conv.messages[1] else {
+            panic!("{:?}", t.conv.messages)
+        };
+        let wire: Vec<&str> = tool_calls.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(wire[0], "dup", "a unique first id is kept");
+        assert_ne!(wire[1], "dup", "{wire:?}");
+        let results = tool_messages(&t.conv);
+        assert_eq!(results.len(), 2);
+        assert_eq!(
+            (results[0].0.as_str(), results[0].1.as_str()),
+            (wire[0], "harmless result")
+        );
+        assert_eq!(results[1].0, wire[1]);
+        assert!(results[1].1.contains("declined"), "{}", results[1].1);
+    }
+
+    #[test]
+    fn missing_and_repeated_wire_ids_are_replaced_and_unique_ones_kept() {
+        let mut t = T::new().started();
+        let a = t.respond(
+            "",
+            &[
+                ("", "read", json!({"q": "a"})),
+                ("cordon_c1", "read", json!({"q": "b"})),
+                ("x", "read", json!({"q": "c"})),
+                ("x", "read", json!({"q": "d"})),
+                ("", "read", json!({"q": "e"})),
+            ],
+        );
+        let Message::Assistant { tool_calls, .. } = &t.conv.messages[1] else {
+            panic!("{:?}", t.conv.messages)
+        };
+        let wire: Vec<String> = tool_calls.iter().map(|c| c.id.clone()).collect();
+        let wire: Vec<&str> = wire.iter().map(String::as_str).collect();
+        // The model's own unique ids stay; the generated ones avoid them.
+        assert_eq!(wire[1], "cordon_c1");
+        assert_eq!(wire[2], "x");
+        let unique: BTreeSet<&str> = wire.iter().copied().collect();
+        assert_eq!(unique.len(), 5, "{wire:?}");
+        assert!(wire.iter().all(|w| !w.is_empty()), "{wire:?}");
+        // Events carry Cordon's ids beside the wire ids.
+        let Some(Action::Emit(AgentEvent::ToolCallsRequested { calls })) = a
+            .iter()
+            .find(|a| matches!(a, Action::Emit(AgentEvent::ToolCallsRequested { .. })))
+        else {
+            panic!("{a:?}")
+        };
+        let ids: Vec<(&str, &str)> = calls
+            .iter()
+            .map(|c| (c.call_id.as_str(), c.call.id.as_str()))
+            .collect();
+        assert_eq!(
+            ids,
+            vec![
+                ("c1", wire[0]),
+                ("c2", "cordon_c1"),
+                ("c3", "x"),
+                ("c4", wire[3]),
+                ("c5", wire[4])
+            ]
+        );
+        let results = ["A", "B", "C", "D", "E"];
+        t.step(Event::ToolsFinished {
+            results: results
+                .iter()
+                .enumerate()
+                .map(|(i, r)| ToolOutcome {
+                    call_id: format!("c{}", i + 1),
+                    content: r.to_string(),
+                    is_error: false,
+                })
+                .collect(),
+        });
+        let answered: Vec<(String, String)> = tool_messages(&t.conv)
+            .into_iter()
+            .map(|(id, content, _)| (id, content))
+            .collect();
+        let expected: Vec<(String, String)> = wire
+            .iter()
+            .zip(results)
+            .map(|(w, r)| (w.to_string(), r.to_string()))
+            .collect();
+        assert_eq!(answered, expected);
+        // Ids keep counting through the conversation.
+        t.respond("", &[("y", "read", json!({"q": "f"}))]);
+        let State::ExecutingTools { batch } = &t.conv.state else {
+            panic!("{:?}", t.conv.state)
+        };
+        assert_eq!(batch[0].id, "c6");
+    }
+
+    #[test]
+    fn a_policy_denial_names_the_rule_and_a_refusal_its_reason() {
+        let mut t = T::new().started();
+        t.respond(
+            "",
+            &[
+                ("1", "banned", json!({"q": "a"})),
+                ("2", "write", json!({"q": "b"})),
+            ],
+        );
+        let a = t.step(Event::ApprovalGiven {
+            call_id: "c2".into(),
+            answer: ApprovalAnswer::Refused {
+                reason: "this run approves nothing it would have to ask about".into(),
+            },
+        });
+        let rejected: Vec<&str> = a
+            .iter()
+            .filter_map(|a| match a {
+                Action::Emit(AgentEvent::ToolCallRejected { reason, .. }) => Some(reason.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(rejected.len(), 1, "{rejected:?}");
+        let msgs = tool_messages(&t.conv);
+        assert!(
+            msgs[0].1.starts_with(
+                "Error (not run): refused by policy: cordon.toml denies the tool `banned`"
+            ),
+            "{}",
+            msgs[0].1
+        );
+        assert!(
+            msgs[1]
+                .1
+                .contains("no one was asked: this run approves nothing")
+                && !msgs[1].1.contains("declined"),
+            "{}",
+            msgs[1].1
+        );
+    }
+
+    #[test]
+    fn always_binds_to_the_tool_identity_not_its_name() {
+        // Two plugins offer `read_file`; the model sees qualified names.
+        let clash = |plugin: &str| ToolSpec {
+            name: format!("{plugin}__read_file"),
+            tool: "read_file".into(),
+            plugin: plugin.into(),
+            ..spec("read_file", true)
+        };
+        let mut t = T::new();
+        t.cat = Catalog::new(
+            vec![clash("files"), clash("files2")],
+            ApprovalConfig::default(),
+        );
+        t = t.started();
+        t.respond(
+            "",
+            &[
+                ("1", "files__read_file", json!({"q": "a"})),
+                ("2", "files2__read_file", json!({"q": "b"})),
+            ],
+        );
+        let a = t.step(Event::ApprovalGiven {
+            call_id: "c1".into(),
+            answer: ApprovalAnswer::Always,
+        });
+        assert_eq!(
+            t.conv.session_approvals,
+            BTreeMap::from([("files.read_file".to_string(), Policy::Auto)])
+        );
+        let request = approval_of(&a).expect("the other plugin's tool is still asked about");
+        assert_eq!(request.call_id, "c2");
+        // Answers saved under a model-facing name move to the identity.
+        let mut legacy = BTreeMap::from([
+            ("files2__read_file".to_string(), Policy::Deny),
+            ("gone".to_string(), Policy::Auto),
+            ("files.read_file".to_string(), Policy::Auto),
+        ]);
+        t.cat.upgrade_session(&mut legacy);
+        assert_eq!(
+            legacy,
+            BTreeMap::from([
+                ("files.read_file".to_string(), Policy::Auto),
+                ("files2.read_file".to_string(), Policy::Deny),
+                ("gone".to_string(), Policy::Auto),
+            ])
+        );
+    }
+
+    #[test]
+    fn a_batch_saved_without_call_ids_gets_them_when_loaded() {
+        let mut t = T::new().started();
+        t.respond(
+            "",
+            &[
+                ("dup", "write", json!({"q": "a"})),
+                ("dup", "write", json!({"q": "b"})),
+            ],
+        );
+        // The layout of an older save: no Cordon ids, the model's repeated id everywhere.
+        let mut old: Value = serde_json::from_str(&t.conv.to_json()).unwrap();
+        old.as_object_mut().unwrap().remove("next_call");
+        for p in old["state"]["batch"].as_array_mut().unwrap() {
+            p.as_object_mut().unwrap().remove("id");
+            p["call"]["id"] = json!("dup");
+        }
+        for c in old["messages"][1]["tool_calls"].as_array_mut().unwrap() {
+            c["id"] = json!("dup");
+        }
+        let mut loaded = Conversation::from_json(&old.to_string()).unwrap();
+        let State::AwaitingApproval { batch } = &loaded.state else {
+            panic!("{:?}", loaded.state)
+        };
+        let ids: Vec<&str> = batch.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(ids, vec!["c1", "c2"]);
+        let wire: Vec<String> = batch.iter().map(|p| p.call.id.clone()).collect();
+        assert_eq!(wire[0], "dup");
+        assert_ne!(wire[1], "dup");
+        let Message::Assistant { tool_calls, .. } = &loaded.messages[1] else {
+            panic!()
+        };
+        assert_eq!(
+            tool_calls.iter().map(|c| c.id.clone()).collect::<Vec<_>>(),
+            wire
+        );
+        let actions = resume(&mut loaded, &t.cat).unwrap();
+        assert!(
+            matches!(&actions[0], Action::RequestApproval { request } if request.call_id == "c1"),
+            "{actions:?}"
+        );
     }
 
     #[test]
@@ -1618,14 +2048,14 @@ mod tests {
             ],
         );
         let a = t.step(Event::ApprovalGiven {
-            call_id: "1".into(),
+            call_id: "c1".into(),
             answer: ApprovalAnswer::Always,
         });
         assert!(has(
             &a,
             |a| matches!(a, Action::RunTools { calls } if calls.len() == 2)
         ));
-        assert_eq!(t.conv.session_approvals["write"], Policy::Auto);
+        assert_eq!(t.conv.session_approvals["p.write"], Policy::Auto);
         t.step(Event::ToolsFinished { results: vec![] });
         t.step(Event::Proceed);
         // Next answer: `write` now runs without asking.
@@ -1634,10 +2064,10 @@ mod tests {
         let mut t = T::new().started();
         t.respond("", &[("1", "write", json!({"q": "a"}))]);
         t.step(Event::ApprovalGiven {
-            call_id: "1".into(),
+            call_id: "c1".into(),
             answer: ApprovalAnswer::Never,
         });
-        assert_eq!(t.conv.session_approvals["write"], Policy::Deny);
+        assert_eq!(t.conv.session_approvals["p.write"], Policy::Deny);
         assert!(matches!(t.conv.state, State::HandlingToolError { .. }));
     }
 
@@ -1678,7 +2108,7 @@ mod tests {
         t.respond("", &[("1", "read", json!({"q": "a"}))]);
         let a = t.step(Event::ToolsFinished {
             results: vec![ToolOutcome {
-                call_id: "1".into(),
+                call_id: "c1".into(),
                 content: "ok".into(),
                 is_error: false,
             }],
@@ -1952,13 +2382,13 @@ mod tests {
             Action::RequestApproval { request } if request.grants == vec!["write grant".to_string()]
         ));
         t.step(Event::ApprovalGiven {
-            call_id: "1".into(),
+            call_id: "c1".into(),
             answer: ApprovalAnswer::Yes,
         });
         // `write` can change things: after a stop mid-run it is not repeated.
         let actions = resume(&mut t.conv, &t.cat).unwrap();
         assert!(
-            matches!(&actions[0], Action::Emit(AgentEvent::ToolCallRejected { call_id, .. }) if call_id == "1")
+            matches!(&actions[0], Action::Emit(AgentEvent::ToolCallRejected { call_id, .. }) if call_id == "c1")
         );
         assert!(matches!(&actions[1], Action::RunTools { calls } if calls.is_empty()));
         // Save and load in the middle of the turn, then continue.
@@ -2002,7 +2432,7 @@ mod tests {
             ],
         );
         t.step(Event::ApprovalGiven {
-            call_id: "2".into(),
+            call_id: "c2".into(),
             answer: ApprovalAnswer::Yes,
         });
         assert!(matches!(t.conv.state, State::ExecutingTools { .. }));
@@ -2013,17 +2443,17 @@ mod tests {
             .iter()
             .find_map(|a| match a {
                 Action::RunTools { calls } => {
-                    Some(calls.iter().map(|(c, _)| c.id.as_str()).collect())
+                    Some(calls.iter().map(|c| c.call_id.as_str()).collect())
                 }
                 _ => None,
             })
             .unwrap();
-        assert_eq!(run, vec!["1"], "only the read-only call runs again");
+        assert_eq!(run, vec!["c1"], "only the read-only call runs again");
         step(
             &mut loaded,
             Event::ToolsFinished {
                 results: vec![ToolOutcome {
-                    call_id: "1".into(),
+                    call_id: "c1".into(),
                     content: "read again".into(),
                     is_error: false,
                 }],

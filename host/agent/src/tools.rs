@@ -19,8 +19,14 @@ pub use cordon_core::Content;
 /// approval.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolSpec {
-    /// The name the model uses; unique across the host.
+    /// The name the model uses; unique across the host. It may differ from `tool` (qualified
+    /// as `plugin__tool` when several plugins offer the same tool), so it is only an address
+    /// for the model, never what approval rules match.
     pub name: String,
+    /// The tool's own name in its plugin. With `plugin` it is the tool's identity, which
+    /// approval rules and the user's `always`/`never` answers bind to, so a rule keeps
+    /// applying however the model-facing `name` changes.
+    pub tool: String,
     /// What the tool does, written for a model.
     pub description: String,
     /// JSON Schema the arguments must satisfy.
@@ -90,6 +96,12 @@ impl From<cordon_core::ToolError> for ToolFailure {
 }
 
 impl ToolSpec {
+    /// The tool's identity, `plugin.tool`: the key of `plugin.tool` approval rules and of the
+    /// user's `always`/`never` answers.
+    pub fn identity(&self) -> String {
+        format!("{}.{}", self.plugin, self.tool)
+    }
+
     /// Builds the engine's view of a plugin's tool from its descriptor and what the host
     /// computed from the grants and imports.
     pub fn from_descriptor(
@@ -99,7 +111,8 @@ impl ToolSpec {
         can_change_anything: bool,
     ) -> Self {
         Self {
-            name: descriptor.name,
+            name: descriptor.name.clone(),
+            tool: descriptor.name,
             description: descriptor.description,
             input_schema: descriptor.input_schema,
             hints: descriptor.hints,
@@ -190,6 +203,8 @@ mod tests {
             false,
         );
         assert!(spec.hints.destructive && spec.plugin == "p" && !spec.can_change_anything);
+        assert_eq!((spec.name.as_str(), spec.tool.as_str()), ("t", "t"));
+        assert_eq!(spec.identity(), "p.t");
         let ok = Ok(vec![
             Content::Text("a".into()),
             Content::Json(serde_json::json!({"b": 1})),

@@ -8,8 +8,10 @@ use serde::{Deserialize, Serialize};
 /// One tool call the model asked for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCall {
-    /// The id the model gave (or one the host generated for text-format calls); tool results
-    /// refer to it.
+    /// The wire id: the one the model gave (or one the host generated for text-format calls),
+    /// which `role: tool` results refer to. Empty in a [`ModelResponse`] when the model sent
+    /// none; the engine makes the ids of an answer unique before storing it. Cordon addresses
+    /// a call by its own id (see [`crate::machine::PlannedCall::id`]), never by this one.
     pub id: String,
     /// The tool name exactly as the model wrote it; it may not exist.
     pub name: String,

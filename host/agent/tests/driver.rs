@@ -24,6 +24,7 @@ struct FakeTools {
 fn spec(name: &str, can_change: bool, schema: Value) -> ToolSpec {
     ToolSpec {
         name: name.into(),
+        tool: name.into(),
         description: format!("The {name} tool."),
         input_schema: schema,
         hints: ToolHints {
@@ -131,7 +132,7 @@ impl Frontend for Recorder {
         self.asked.push(request.clone());
         self.answers
             .get(&request.tool)
-            .copied()
+            .cloned()
             .unwrap_or(ApprovalAnswer::No)
     }
     fn persist(&mut self, _c: &Conversation) {
@@ -178,7 +179,10 @@ async fn run(
 ) -> Run {
     let mut conv = conv;
     let mut rec = Recorder {
-        answers: answers.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        answers: answers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect(),
         ..Recorder::default()
     };
     let outcome = agent

@@ -106,6 +106,13 @@ fn load_config(args: &ModelArgs) -> anyhow::Result<AgentConfig> {
     Ok(config)
 }
 
+/// Approval rules that name no installed tool protect nothing; say so before the model runs.
+fn warn_unmatched_rules(config: &AgentConfig, tools: &dyn ToolHost) {
+    for warning in config.approval.unmatched_rules(&tools.tools()) {
+        eprintln!("warning: {warning}");
+    }
+}
+
 fn load_conversation(args: &ModelArgs) -> anyhow::Result<Conversation> {
     match &args.load {
         Some(path) => {
@@ -174,6 +181,8 @@ struct Terminal {
     interactive: bool,
     save: Option<PathBuf>,
     at_line_start: bool,
+    /// Calls refused before they ran, whose rejection is already on the screen.
+    rejected: std::collections::HashSet<String>,
 }
 
 impl Terminal {
@@ -207,11 +216,14 @@ impl Frontend for Terminal {
             AgentEvent::ToolStarted { tool, arguments, .. } => {
                 self.note(&format!("  ⚙ {tool} {}", one_line(&arguments.to_string(), 120)));
             }
+            // A call refused before it ran was printed when it was rejected.
+            AgentEvent::ToolResult { call_id, .. } if self.rejected.contains(call_id) => {}
             AgentEvent::ToolResult { tool, content, is_error, .. } => {
                 let mark = if *is_error { "✗" } else { "→" };
                 self.note(&format!("    {mark} {tool}: {}", one_line(content, 160)));
             }
-            AgentEvent::ToolCallRejected { tool, reason, .. } => {
+            AgentEvent::ToolCallRejected { call_id, tool, reason } => {
+                self.rejected.insert(call_id.clone());
                 self.note(&format!("  ✗ {tool}: {}", one_line(reason, 160)));
             }
             AgentEvent::Retrying { retry, max_retries, delay_ms, cause } => self.note(&format!(
@@ -244,28 +256,25 @@ impl Frontend for Terminal {
     async fn approve(&mut self, request: &ApprovalRequest) -> ApprovalAnswer {
         match self.mode {
             ApproveMode::All => return ApprovalAnswer::Yes,
+            // Refused without asking: the machine tells the model why and reports the call
+            // as rejected, which is printed once.
             ApproveMode::Auto | ApproveMode::None => {
-                if !self.json {
-                    self.note(&format!(
-                        "  ✗ {} not approved (--approve {}); use --approve all or ask to allow it",
-                        request.tool,
-                        if self.mode == ApproveMode::Auto {
-                            "auto"
-                        } else {
-                            "none"
-                        }
-                    ));
-                }
-                return ApprovalAnswer::No;
+                let mode = if self.mode == ApproveMode::Auto {
+                    "auto"
+                } else {
+                    "none"
+                };
+                return ApprovalAnswer::Refused {
+                    reason: format!(
+                        "it needs approval and this run uses --approve {mode}, which allows only tools that need none (--approve all or ask would allow it)"
+                    ),
+                };
             }
             ApproveMode::Ask if !self.interactive => {
-                if !self.json {
-                    self.note(&format!(
-                        "  ✗ {} needs approval and there is no terminal to ask: denied",
-                        request.tool
-                    ));
-                }
-                return ApprovalAnswer::No;
+                return ApprovalAnswer::Refused {
+                    reason: "it needs approval and there is no terminal to ask, so it was declined"
+                        .to_string(),
+                };
             }
             ApproveMode::Ask => {}
         }
@@ -340,9 +349,10 @@ pub async fn run(args: RunArgs, tools: Arc<dyn ToolHost>) -> anyhow::Result<i32>
         );
     }
     let mut config = load_config(&args.model)?;
+    warn_unmatched_rules(&config, tools.as_ref());
     if args.approve == ApproveMode::None {
         for t in tools.tools() {
-            config.approval.tools.insert(t.name, Policy::Deny);
+            config.approval.plugins.insert(t.plugin, Policy::Deny);
         }
     }
     let agent = Agent::new(config, tools)?;
@@ -355,6 +365,7 @@ pub async fn run(args: RunArgs, tools: Arc<dyn ToolHost>) -> anyhow::Result<i32>
         interactive: std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
         save: args.model.save.clone(),
         at_line_start: true,
+        rejected: Default::default(),
     };
     let current = Arc::new(Mutex::new(None));
     let (quit_tx, _quit_rx) = mpsc::unbounded_channel();
@@ -437,6 +448,7 @@ fn print_history(conv: &Conversation) {
 /// `cordon chat`: the interactive REPL.
 pub async fn chat(args: ChatArgs, tools: Arc<dyn ToolHost>) -> anyhow::Result<()> {
     let config = load_config(&args.model)?;
+    warn_unmatched_rules(&config, tools.as_ref());
     let url = config.llm.url.clone();
     let model = config.llm.model.clone();
     let agent = Agent::new(config, tools)?;
@@ -451,6 +463,7 @@ pub async fn chat(args: ChatArgs, tools: Arc<dyn ToolHost>) -> anyhow::Result<()
         interactive: true,
         save: args.model.save.clone(),
         at_line_start: true,
+        rejected: Default::default(),
     };
     let current: Arc<Mutex<Option<CancellationToken>>> = Arc::new(Mutex::new(None));
     let (quit_tx, mut quit_rx) = mpsc::unbounded_channel();

@@ -157,6 +157,9 @@ async fn conversation_tools(
     for (plugin, reason) in tools.unavailable() {
         eprintln!("warning: plugin `{plugin}` is not offered: {reason}");
     }
+    for notice in tools.notices() {
+        eprintln!("note: {notice}");
+    }
     Ok(std::sync::Arc::new(tools))
 }
 

@@ -1,13 +1,18 @@
 //! `cordon plugin install | list | inspect | remove`.
 
+use std::path::{Path, PathBuf};
+
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use cordon_agent::approval::{self, ApprovalConfig, Decision, Policy};
+use cordon_agent::{AgentConfig, ToolSpec};
 use cordon_core::{Capability, Ceiling, Grants, LimitKind, ToolDescriptor};
 use cordon_home::{
     Home, HomeError, InstallRequest, InstallSource, PluginRecord, PreparedInstall, ToolChange,
     Toolbox, UpgradeDiff,
 };
 
+use crate::sandbox_tools::{model_name, spec_for};
 use crate::ui::{CompileSpinner, confirm, short_digest};
 
 #[derive(Debug, Subcommand)]
@@ -16,10 +21,15 @@ pub enum PluginCommand {
     Install(InstallArgs),
     /// List installed plugins.
     List,
-    /// Show a plugin's tools and schemas, imports, ceiling, grants and limits.
+    /// Show a plugin's tools and schemas, imports, ceiling, grants and limits, and whether a
+    /// conversation would ask before each of its tools runs.
     Inspect {
         /// The plugin name.
         name: String,
+        /// The config whose approval rules apply, as for `cordon chat`/`run` (default:
+        /// ./cordon.toml when it exists).
+        #[arg(long, env = "CORDON_CONFIG")]
+        config: Option<PathBuf>,
     },
     /// Uninstall a plugin and forget its grants.
     Remove {
@@ -54,7 +64,7 @@ pub async fn run(home: &Home, command: PluginCommand) -> anyhow::Result<()> {
     match command {
         PluginCommand::Install(args) => install(home, args).await,
         PluginCommand::List => list(home),
-        PluginCommand::Inspect { name } => inspect(home, &name).await,
+        PluginCommand::Inspect { name, config } => inspect(home, &name, config.as_deref()).await,
         PluginCommand::Remove { name } => {
             let record = home.remove(&name)?;
             println!(
@@ -125,16 +135,86 @@ fn describe_install(p: &PreparedInstall) {
     print_ceiling(p.ceiling());
     println!("  tools:   {}", r.tools.join(", "));
     print_grants(&r.grants);
+    print_install_approval(p);
     for (tool, others) in p.shadowed_tools() {
+        let seen: Vec<String> = others
+            .iter()
+            .map(String::as_str)
+            .chain([p.name()])
+            .map(|plugin| format!("`{}`", model_name(&format!("{plugin}.{tool}"))))
+            .collect();
         println!(
-            "  note: tool `{tool}` is also offered by {}; call it as `{}.{tool}`",
+            "  note: tool `{tool}` is also offered by {}; call it as `{}.{tool}`. The model \
+             now sees {}; an approval rule for `{tool}` applies to all of them, one for \
+             `{}.{tool}` to this plugin's only.",
             others
                 .iter()
                 .map(|o| format!("`{o}`"))
                 .collect::<Vec<_>>()
                 .join(", "),
+            p.name(),
+            seen.join(", "),
             p.name()
         );
+    }
+}
+
+/// The approval rules a conversation started here applies: those of `config`, else of
+/// ./cordon.toml when it exists (as `cordon chat`/`run` load them), with words saying which.
+fn approval_rules(config: Option<&Path>) -> anyhow::Result<(ApprovalConfig, String)> {
+    let default = Path::new("cordon.toml");
+    let (path, shown) = match config {
+        Some(path) => (path, path.display().to_string()),
+        None if default.is_file() => (default, "./cordon.toml".to_string()),
+        None => {
+            return Ok((
+                ApprovalConfig::default(),
+                "no ./cordon.toml here, so only the built-in rules".to_string(),
+            ));
+        }
+    };
+    let config = AgentConfig::load(path, true)?;
+    Ok((config.approval, format!("the rules of {shown}")))
+}
+
+/// What a conversation does with calls of the tool: the policy in words, and why.
+fn describe_decision(d: &Decision) -> String {
+    let meaning = match d.policy {
+        Policy::Ask => "asks before each call",
+        Policy::Auto => "runs without asking",
+        Policy::Deny => "never runs",
+    };
+    format!("{} ({meaning}): {}", d.policy.as_str(), d.reason)
+}
+
+/// The decision for one tool as `cordon chat`/`run` make it (no answers given yet).
+fn decision(rules: &ApprovalConfig, spec: &ToolSpec) -> Decision {
+    approval::decide(rules, &Default::default(), spec)
+}
+
+/// At install, tools grouped by what a conversation will do with their calls.
+fn print_install_approval(p: &PreparedInstall) {
+    let (rules, source) = match approval_rules(None) {
+        Ok(found) => found,
+        Err(e) => (
+            ApprovalConfig::default(),
+            format!("the built-in rules only, since ./cordon.toml cannot be used: {e:#}"),
+        ),
+    };
+    let grants: Vec<String> = p.record().grants.iter().map(|g| g.to_string()).collect();
+    let can_change = p.record().grants.can_change_anything();
+    let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
+    for tool in p.tools() {
+        let spec = ToolSpec::from_descriptor(tool.clone(), p.name(), grants.clone(), can_change);
+        let line = describe_decision(&decision(&rules, &spec));
+        match groups.iter_mut().find(|(l, _)| *l == line) {
+            Some((_, tools)) => tools.push(&tool.name),
+            None => groups.push((line, vec![&tool.name])),
+        }
+    }
+    println!("  approval (in a conversation, with {source}):");
+    for (line, tools) in groups {
+        println!("    {}: {line}", tools.join(", "));
     }
 }
 
@@ -209,12 +289,14 @@ fn print_grants(grants: &Grants) {
             println!("    {g}");
         }
     }
+    // What the grants allow; whether a call asks is decided per tool (see the approval
+    // lines), since a tool that declares itself destructive asks whatever its grants.
     println!(
         "  effect:  {}",
         if grants.can_change_anything() {
-            "its grants let it change or send things; calls need approval"
+            "its grants let it change or send things"
         } else {
-            "its grants cannot change anything; calls may run without approval"
+            "its grants cannot change anything"
         }
     );
 }
@@ -316,7 +398,8 @@ fn list(home: &Home) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn inspect(home: &Home, name: &str) -> anyhow::Result<()> {
+async fn inspect(home: &Home, name: &str, config: Option<&Path>) -> anyhow::Result<()> {
+    let (rules, source) = approval_rules(config)?;
     let lock = home.read()?;
     let record: &PluginRecord = lock.plugin(name)?;
     println!("Plugin `{name}`");
@@ -348,14 +431,21 @@ async fn inspect(home: &Home, name: &str) -> anyhow::Result<()> {
             .with_context(|| format!("plugin `{name}` cannot be used"));
     }
     println!("tools:");
+    println!("  (approval: what `cordon chat`/`run` here would do, with {source})");
     for entry in toolbox.tools() {
-        print_tool(&entry.call_name, &entry.descriptor);
+        let spec = spec_for(entry, model_name(&entry.call_name));
+        print_tool(
+            &entry.call_name,
+            &entry.descriptor,
+            &describe_decision(&decision(&rules, &spec)),
+        );
     }
     Ok(())
 }
 
-fn print_tool(call_name: &str, tool: &ToolDescriptor) {
+fn print_tool(call_name: &str, tool: &ToolDescriptor, approval: &str) {
     println!("  {call_name}");
+    println!("    approval: {approval}");
     for line in tool.description.lines() {
         println!("    {line}");
     }

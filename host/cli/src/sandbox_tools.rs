@@ -7,30 +7,47 @@ use std::collections::BTreeMap;
 use cordon_agent::{
     CancellationToken, Content, ToolFailure, ToolFailureKind, ToolHost, ToolSpec, async_trait,
 };
-use cordon_home::{HomeError, Toolbox};
+use cordon_home::{HomeError, ToolEntry, Toolbox};
 use cordon_runtime::CallError;
 use serde_json::Value;
 
 /// Installed tools offered to a model.
 pub struct SandboxTools {
     toolbox: Toolbox,
-    /// Model-facing name → the toolbox's call name. They differ only for `plugin.tool`, because
-    /// OpenAI-style function names allow just letters, digits, `_` and `-`.
+    /// The name the model sees for each tool of the toolbox, in the same order; `None` for a
+    /// tool that is not offered because its name could not be told apart from another's.
+    names: Vec<Option<String>>,
+    /// Model-facing name → the tool's identity `plugin.tool`, which the toolbox resolves to
+    /// exactly that plugin's tool whatever the tool is called elsewhere.
     call_names: BTreeMap<String, String>,
+    /// What the user should know about the names (collisions, renames, tools left out).
+    notices: Vec<String>,
 }
 
 impl SandboxTools {
     /// Wraps a loaded toolbox; tools whose plugin failed its checks are simply not offered
     /// (the CLI reports them separately).
     pub fn new(toolbox: Toolbox) -> Self {
-        let call_names = toolbox
+        let tools: Vec<ToolName> = toolbox
             .tools()
             .iter()
-            .map(|entry| (model_name(&entry.call_name), entry.call_name.clone()))
+            .map(|entry| ToolName {
+                plugin: entry.plugin.clone(),
+                tool: entry.descriptor.name.clone(),
+                call_name: entry.call_name.clone(),
+            })
+            .collect();
+        let (names, notices) = model_names(&tools);
+        let call_names = names
+            .iter()
+            .zip(&tools)
+            .filter_map(|(name, t)| Some((name.clone()?, format!("{}.{}", t.plugin, t.tool))))
             .collect();
         Self {
             toolbox,
+            names,
             call_names,
+            notices,
         }
     }
 
@@ -41,11 +58,107 @@ impl SandboxTools {
             .map(|(plugin, error)| (plugin.to_string(), error.to_string()))
             .collect()
     }
+
+    /// What the user should know about the names the model sees: tools several plugins
+    /// offer (and the qualified names the model gets for them, which approval rules do not
+    /// need), and tools renamed or left out because their names would collide.
+    pub fn notices(&self) -> &[String] {
+        &self.notices
+    }
+}
+
+/// The engine's view of one toolbox entry, for approval decisions: `name` is the name the model
+/// sees, `tool` and `plugin` the identity rules bind to.
+pub fn spec_for(entry: &ToolEntry, name: String) -> ToolSpec {
+    let mut spec = ToolSpec::from_descriptor(
+        entry.descriptor.clone(),
+        entry.plugin.clone(),
+        entry.grants.iter().map(|g| g.to_string()).collect(),
+        entry.can_change_anything,
+    );
+    spec.name = name;
+    spec
 }
 
 /// A name the chat APIs accept for a toolbox call name (`plugin.tool` → `plugin__tool`).
-fn model_name(call_name: &str) -> String {
+pub fn model_name(call_name: &str) -> String {
     call_name.replace('.', "__")
+}
+
+/// What names one tool: its plugin, its own name and the toolbox's call name (the bare name,
+/// or `plugin.tool` when several plugins offer the tool).
+#[derive(Debug, Clone)]
+struct ToolName {
+    plugin: String,
+    tool: String,
+    call_name: String,
+}
+
+/// The name the model sees for each tool, and notes for the user. `plugin.tool` becomes
+/// `plugin__tool`, which is not one-to-one by itself: a tool may be called `files__read_file`
+/// outright, and plugin and tool names may both contain `__`. So the names are made unique:
+/// a bare name that another tool's qualified name also gives yields and is qualified in turn
+/// (`evil__files__read_file`), and tools whose names still coincide are not offered at all, so
+/// a call can never reach a tool other than the one the model was told about.
+fn model_names(tools: &[ToolName]) -> (Vec<Option<String>>, Vec<String>) {
+    let mut notices = Vec::new();
+    let mut names: Vec<String> = tools.iter().map(|t| model_name(&t.call_name)).collect();
+    let holders = |names: &[String], name: &str| names.iter().filter(|n| *n == name).count();
+    let shared: Vec<usize> = (0..tools.len())
+        .filter(|&i| holders(&names, &names[i]) > 1)
+        .collect();
+    for i in shared {
+        let t = &tools[i];
+        if t.call_name.contains('.') {
+            continue;
+        }
+        let qualified = model_name(&format!("{}.{}", t.plugin, t.tool));
+        notices.push(format!(
+            "tool `{}` of plugin `{}` would be called `{}` by the model, like another plugin's \
+             tool; the model sees it as `{qualified}`",
+            t.tool, t.plugin, names[i]
+        ));
+        names[i] = qualified;
+    }
+    let mut offered: Vec<Option<String>> = names.iter().cloned().map(Some).collect();
+    let mut refused: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (i, name) in names.iter().enumerate() {
+        if holders(&names, name) > 1 {
+            offered[i] = None;
+            refused
+                .entry(name)
+                .or_default()
+                .push(format!("`{}.{}`", tools[i].plugin, tools[i].tool));
+        }
+    }
+    for (name, which) in refused {
+        notices.push(format!(
+            "the tools {} would all be called `{name}` by the model, so none of them is offered; \
+             reinstall one of their plugins under another name (cordon plugin install <file> --name <new>)",
+            which.join(", ")
+        ));
+    }
+    // Tools several plugins offer: say what the model sees and how rules name them.
+    let mut by_tool: BTreeMap<&str, Vec<(&str, &str)>> = BTreeMap::new();
+    for (t, name) in tools.iter().zip(&offered) {
+        if let Some(name) = name
+            && t.call_name.contains('.')
+        {
+            by_tool.entry(&t.tool).or_default().push((&t.plugin, name));
+        }
+    }
+    for (tool, offers) in by_tool {
+        let plugins: Vec<String> = offers.iter().map(|(p, _)| format!("`{p}`")).collect();
+        let seen: Vec<String> = offers.iter().map(|(_, n)| format!("`{n}`")).collect();
+        notices.push(format!(
+            "tool `{tool}` is offered by the plugins {}; the model sees it as {}. An approval \
+             rule for `{tool}` applies to all of them, one for `{}.{tool}` to one plugin.",
+            plugins.join(", "),
+            seen.join(", "),
+            offers[0].0
+        ));
+    }
+    (offered, notices)
 }
 
 #[async_trait]
@@ -54,16 +167,8 @@ impl ToolHost for SandboxTools {
         self.toolbox
             .tools()
             .iter()
-            .map(|entry| {
-                let mut spec = ToolSpec::from_descriptor(
-                    entry.descriptor.clone(),
-                    entry.plugin.clone(),
-                    entry.grants.iter().map(|g| g.to_string()).collect(),
-                    entry.can_change_anything,
-                );
-                spec.name = model_name(&entry.call_name);
-                spec
-            })
+            .zip(&self.names)
+            .filter_map(|(entry, name)| Some(spec_for(entry, name.clone()?)))
             .collect()
     }
 
@@ -73,7 +178,7 @@ impl ToolHost for SandboxTools {
         arguments: Value,
         cancel: CancellationToken,
     ) -> Result<Vec<Content>, ToolFailure> {
-        let Some(call_name) = self.call_names.get(name) else {
+        let Some(identity) = self.call_names.get(name) else {
             return Err(ToolFailure::new(
                 ToolFailureKind::NotFound,
                 format!(
@@ -92,7 +197,7 @@ impl ToolHost for SandboxTools {
                 ToolFailureKind::Cancelled,
                 format!("the call to `{name}` was cancelled by the user"),
             )),
-            result = self.toolbox.call_value(call_name, &arguments) => match result {
+            result = self.toolbox.call_value(identity, &arguments) => match result {
                 Ok(output) => Ok(output.content),
                 Err(error) => Err(failure(error)),
             },
@@ -128,6 +233,92 @@ mod tests {
     fn qualified_names_become_function_names() {
         assert_eq!(model_name("sql_query"), "sql_query");
         assert_eq!(model_name("db.sql_query"), "db__sql_query");
+    }
+
+    fn named(plugin: &str, tool: &str, qualified: bool) -> ToolName {
+        ToolName {
+            plugin: plugin.into(),
+            tool: tool.into(),
+            call_name: if qualified {
+                format!("{plugin}.{tool}")
+            } else {
+                tool.into()
+            },
+        }
+    }
+
+    #[test]
+    fn a_shared_tool_name_is_reported_with_the_names_the_model_sees() {
+        let (names, notices) = model_names(&[
+            named("files", "read_file", true),
+            named("files2", "read_file", true),
+            named("sql", "sql_query", false),
+        ]);
+        assert_eq!(
+            names,
+            vec![
+                Some("files__read_file".to_string()),
+                Some("files2__read_file".to_string()),
+                Some("sql_query".to_string())
+            ]
+        );
+        assert_eq!(notices.len(), 1, "{notices:?}");
+        assert!(
+            notices[0].contains("`files__read_file`, `files2__read_file`")
+                && notices[0].contains("rule for `read_file` applies to all of them"),
+            "{}",
+            notices[0]
+        );
+    }
+
+    #[test]
+    fn a_tool_named_like_another_plugins_qualified_tool_is_renamed() {
+        // `evil` offers a tool literally called `files__read_file`.
+        let (names, notices) = model_names(&[
+            named("evil", "files__read_file", false),
+            named("files", "read_file", true),
+            named("files2", "read_file", true),
+        ]);
+        assert_eq!(
+            names,
+            vec![
+                Some("evil__files__read_file".to_string()),
+                Some("files__read_file".to_string()),
+                Some("files2__read_file".to_string())
+            ]
+        );
+        assert!(
+            notices[0].contains("plugin `evil`") && notices[0].contains("`evil__files__read_file`"),
+            "{notices:?}"
+        );
+    }
+
+    #[test]
+    fn names_that_still_coincide_are_not_offered() {
+        // `a.b__c` and `a__b.c` both read `a__b__c`.
+        let (names, notices) = model_names(&[
+            named("a", "b__c", true),
+            named("x", "b__c", true),
+            named("a__b", "c", true),
+            named("y", "c", true),
+        ]);
+        assert_eq!(
+            names,
+            vec![
+                None,
+                Some("x__b__c".to_string()),
+                None,
+                Some("y__c".to_string())
+            ]
+        );
+        assert!(
+            notices
+                .iter()
+                .any(|n| n.contains("`a.b__c`, `a__b.c`") && n.contains("none of them is offered")),
+            "{notices:?}"
+        );
+        let unique: std::collections::BTreeSet<_> = names.iter().flatten().collect();
+        assert_eq!(unique.len(), names.iter().flatten().count());
     }
 
     #[test]

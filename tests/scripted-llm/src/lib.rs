@@ -96,9 +96,13 @@ pub struct Usage {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptedCall {
-    /// The call id; `call_<n>` when omitted.
+    /// The call id; `call_<n>_<i>` when omitted.
     #[serde(default)]
     pub id: Option<String>,
+    /// Send the call without any id, as some servers do, so the client has to tell calls
+    /// apart itself.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_id: bool,
     /// The tool name, exactly as the model would write it (may be wrong on purpose).
     pub name: String,
     /// The arguments: a JSON value is serialised; a string is sent verbatim (so tests can send
@@ -111,8 +115,25 @@ impl ScriptedCall {
     pub fn new(name: &str, arguments: Value) -> Self {
         Self {
             id: None,
+            no_id: false,
             name: name.to_string(),
             arguments,
+        }
+    }
+
+    /// A call with a given id (which may repeat another call's, on purpose).
+    pub fn with_id(id: &str, name: &str, arguments: Value) -> Self {
+        Self {
+            id: Some(id.to_string()),
+            ..Self::new(name, arguments)
+        }
+    }
+
+    /// A call sent without any id.
+    pub fn without_id(name: &str, arguments: Value) -> Self {
+        Self {
+            no_id: true,
+            ..Self::new(name, arguments)
         }
     }
 
@@ -578,10 +599,12 @@ fn respond(step: Step, stream: bool, model: &str, n: usize) -> Response {
             interleave,
             usage,
         } => {
-            let ids: Vec<String> = calls
+            let ids: Vec<Option<String>> = calls
                 .iter()
                 .enumerate()
-                .map(|(i, c)| c.id.clone().unwrap_or_else(|| format!("call_{n}_{i}")))
+                .map(|(i, c)| {
+                    (!c.no_id).then(|| c.id.clone().unwrap_or_else(|| format!("call_{n}_{i}")))
+                })
                 .collect();
             if !stream {
                 return full_response(&id, model, content, &calls, &ids, usage);
@@ -604,8 +627,12 @@ fn respond(step: Step, stream: bool, model: &str, n: usize) -> Response {
             for (i, call) in calls.iter().enumerate() {
                 let name: Vec<char> = call.name.chars().collect();
                 let (a, b) = name.split_at(name.len() / 2);
-                let mut deltas = vec![json!({"index": i, "id": ids[i], "type": "function",
-                    "function": {"name": a.iter().collect::<String>(), "arguments": ""}})];
+                let mut first = json!({"index": i, "type": "function",
+                    "function": {"name": a.iter().collect::<String>(), "arguments": ""}});
+                if let Some(id) = &ids[i] {
+                    first["id"] = json!(id);
+                }
+                let mut deltas = vec![first];
                 if !b.is_empty() {
                     deltas.push(
                         json!({"index": i, "function": {"name": b.iter().collect::<String>()}}),
@@ -645,15 +672,19 @@ fn full_response(
     model: &str,
     content: Option<String>,
     calls: &[ScriptedCall],
-    ids: &[String],
+    ids: &[Option<String>],
     usage: Option<Usage>,
 ) -> Response {
     let tool_calls: Vec<Value> = calls
         .iter()
         .zip(ids)
         .map(|(c, call_id)| {
-            json!({"id": call_id, "type": "function",
-                "function": {"name": c.name, "arguments": c.arguments_text()}})
+            let mut call = json!({"type": "function",
+                "function": {"name": c.name, "arguments": c.arguments_text()}});
+            if let Some(id) = call_id {
+                call["id"] = json!(id);
+            }
+            call
         })
         .collect();
     let mut message = json!({"role": "assistant", "content": content});

@@ -74,17 +74,67 @@ async fn serves_steps_in_order_and_records_requests() {
     assert_eq!(server.remaining(), 0);
 }
 
+#[tokio::test]
+async fn calls_can_share_an_id_or_have_none() {
+    let calls = || {
+        vec![
+            ScriptedCall::with_id("dup", "a", json!({})),
+            ScriptedCall::with_id("dup", "b", json!({})),
+            ScriptedCall::without_id("c", json!({})),
+        ]
+    };
+    let server = ScriptedServer::start(Script::new([
+        Step::tool_calls(calls()),
+        Step::tool_calls(calls()),
+    ]))
+    .await
+    .unwrap();
+    let url = server.base_url();
+    let text = post(&url, json!({"stream": true}))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let first_deltas: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["tool_calls"][0]
+                .as_object()
+                .cloned()
+        })
+        .filter(|d| d.contains_key("type"))
+        .map(Value::Object)
+        .collect();
+    assert_eq!(first_deltas.len(), 3, "{text}");
+    assert_eq!(first_deltas[0]["id"], "dup");
+    assert_eq!(first_deltas[1]["id"], "dup");
+    assert!(first_deltas[2].get("id").is_none(), "{}", first_deltas[2]);
+    let body: Value = post(&url, json!({"stream": false}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let sent = &body["choices"][0]["message"]["tool_calls"];
+    assert_eq!(
+        (&sent[0]["id"], &sent[1]["id"]),
+        (&json!("dup"), &json!("dup"))
+    );
+    assert!(sent[2].get("id").is_none(), "{sent}");
+}
+
 #[test]
 fn script_files_parse_with_clear_errors() {
     let dir = tempfile_dir();
     let good = dir.join("good.json");
-    std::fs::write(&good, r#"{"steps": [{"kind": "text", "text": "x"}, {"kind": "hermes", "calls": [{"name": "a", "arguments": {}}]}]}"#).unwrap();
+    std::fs::write(&good, r#"{"steps": [{"kind": "text", "text": "x"}, {"kind": "hermes", "calls": [{"name": "a", "arguments": {}}]}, {"kind": "tool_calls", "calls": [{"name": "a", "arguments": {}, "no_id": true}]}]}"#).unwrap();
     assert_eq!(
         Script::from_file(good.to_str().unwrap())
             .unwrap()
             .steps
             .len(),
-        2
+        3
     );
     let bad = dir.join("bad.json");
     std::fs::write(&bad, r#"{"steps": [{"kind": "txt", "text": "x"}]}"#).unwrap();
