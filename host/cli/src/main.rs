@@ -3,11 +3,16 @@
 //! This file only parses the command line, sets up logging and maps errors to exit codes;
 //! each command group lives in its own module.
 
+// Everything printed goes through `term`'s macros, which keep text Cordon did not write from
+// acting on a terminal; a plain `println!` would bypass them.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 mod call;
 mod converse;
 mod grants;
 mod plugin;
 mod sandbox_tools;
+mod term;
 mod ui;
 
 use std::path::PathBuf;
@@ -16,6 +21,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use cordon_home::{Home, HomeError};
+
+use crate::term::errln;
 
 /// Runs language-model tool calls in WebAssembly sandboxes with deny-by-default grants.
 #[derive(Debug, Parser)]
@@ -133,7 +140,7 @@ async fn conversation_tools(
     let toolbox = cordon_home::Toolbox::load(home).await?;
     let tools = sandbox_tools::SandboxTools::new(toolbox);
     for (plugin, reason) in tools.unavailable() {
-        eprintln!("warning: plugin `{plugin}` is not offered: {reason}");
+        errln!("warning: plugin `{plugin}` is not offered: {reason}");
     }
     Ok(std::sync::Arc::new(tools))
 }
@@ -187,7 +194,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", render_error(&e));
+            errln!("error: {}", render_error(&e));
             ExitCode::from(exit_code(&e))
         }
     }
