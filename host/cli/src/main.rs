@@ -10,6 +10,7 @@
 mod call;
 mod converse;
 mod grants;
+mod log_format;
 mod plugin;
 mod sandbox_tools;
 mod term;
@@ -22,7 +23,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use cordon_home::{Home, HomeError};
 
-use crate::term::errln;
+use crate::term::{Stream, errln};
 
 /// Runs language-model tool calls in WebAssembly sandboxes with deny-by-default grants.
 #[derive(Debug, Parser)]
@@ -93,10 +94,16 @@ fn init_logging(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Colours are escape sequences too: only for a terminal, and not when NO_COLOR asks so.
+    let colour =
+        Stream::Stderr.is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(verbose >= 2)
+        .with_ansi(colour)
+        // Plugin log records and stderr, model and server text: every field neutralised.
+        .fmt_fields(log_format::LogFields)
         .init();
 }
 
