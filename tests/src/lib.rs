@@ -557,3 +557,218 @@ pub mod support {
         }
     }
 }
+
+/// Running `cordon` on a pseudo-terminal: its stdin, stdout and stderr are all the terminal, as
+/// for a person typing at one, so it takes every decision it takes for a terminal (what it
+/// escapes, whether it asks for approval). Everything it writes is captured byte for byte.
+pub mod terminal {
+    use std::fs::File;
+    use std::io::{Read, Write};
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use crate::TestHome;
+
+    /// Text that acts on a terminal when written raw, the same as the `escapes` fixture's: OSC 0
+    /// (window title), OSC 52 (clipboard), `ESC[8m` (hidden text), a C1 CSI, a bare carriage
+    /// return and a right-to-left override.
+    pub const HOSTILE: &str = "\u{1b}]0;pwned-title\u{7}\u{1b}]52;c;cHduZWQ=\u{7}\u{1b}[8mhidden\u{1b}[0m\u{9b}31mred\rback\u{202e}desrever";
+
+    /// [`HOSTILE`] as Cordon shows it on a terminal: every control as a visible escape.
+    pub const HOSTILE_SHOWN: &str = r"\x1b]0;pwned-title\x07\x1b]52;c;cHduZWQ=\x07\x1b[8mhidden\x1b[0m\u{9b}31mred\x0dback\u{202e}desrever";
+
+    /// How long a command on a terminal may take before the test gives up on it.
+    const TIMEOUT: Duration = Duration::from_secs(120);
+
+    /// What a command run on a terminal wrote: stdout and stderr interleaved as the person saw
+    /// them.
+    #[derive(Debug)]
+    pub struct TerminalRun {
+        /// The command line, for messages.
+        pub command: String,
+        /// The exit code (-1 if killed by a signal).
+        pub code: i32,
+        /// Everything written to the terminal (lossy UTF-8; the terminal does not translate
+        /// newlines, so these are the bytes the program wrote).
+        pub output: String,
+    }
+
+    impl TerminalRun {
+        /// Asserts the exit code.
+        #[track_caller]
+        pub fn code(self, expected: i32) -> TerminalRun {
+            assert_eq!(
+                self.code, expected,
+                "`{}` on a terminal exited {} (expected {expected})\n--- terminal\n{}",
+                self.command, self.code, self.output
+            );
+            self
+        }
+
+        /// Asserts exit code 0.
+        #[track_caller]
+        pub fn ok(self) -> TerminalRun {
+            self.code(0)
+        }
+
+        /// Asserts the terminal shows every needle.
+        #[track_caller]
+        pub fn shows(self, needles: &[&str]) -> TerminalRun {
+            for n in needles {
+                assert!(
+                    self.output.contains(n),
+                    "the terminal of `{}` lacks {n:?}\n--- terminal\n{}",
+                    self.command,
+                    self.output
+                );
+            }
+            self
+        }
+
+        /// Asserts nothing reached the terminal that a terminal acts on rather than shows,
+        /// except the attribute reset Cordon writes itself before a question (`ESC[0m`): no
+        /// other ESC, no C0 control but newline and tab, no DEL, no C1 control, no Unicode bidi
+        /// control or line/paragraph separator.
+        #[track_caller]
+        pub fn shows_only_text(self) -> TerminalRun {
+            let found = raw_controls(&self.output);
+            assert!(
+                found.is_empty(),
+                "`{}` let terminal controls through raw: {found:?}\n--- terminal (Rust-escaped)\n{}",
+                self.command,
+                self.output.escape_debug()
+            );
+            self
+        }
+    }
+
+    /// Characters of `output` a terminal would act on (with their byte offsets), skipping the
+    /// `ESC[0m` resets Cordon writes itself.
+    pub fn raw_controls(output: &str) -> Vec<(usize, char)> {
+        const RESET: &str = "\u{1b}[0m";
+        let mut found = Vec::new();
+        let mut at = 0;
+        while let Some(ch) = output[at..].chars().next() {
+            if output[at..].starts_with(RESET) {
+                at += RESET.len();
+                continue;
+            }
+            let acts = match ch {
+                '\n' | '\t' => false,
+                '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' => true,
+                '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' => true,
+                '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}' => true,
+                _ => false,
+            };
+            if acts {
+                found.push((at, ch));
+            }
+            at += ch.len_utf8();
+        }
+        found
+    }
+
+    /// Opens a pseudo-terminal that neither echoes input nor translates output (so the output
+    /// holds exactly the bytes written); returns (master, slave).
+    fn open() -> (OwnedFd, OwnedFd) {
+        let (mut master, mut slave) = (-1, -1);
+        // SAFETY: openpty writes two descriptors into the integers it is given; the null
+        // pointers ask for no name, default attributes and default size.
+        let rc = unsafe {
+            libc::openpty(
+                &mut master,
+                &mut slave,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(rc, 0, "openpty failed: {}", std::io::Error::last_os_error());
+        // SAFETY: both descriptors were just opened by openpty and are owned by nobody else.
+        let (master, slave) =
+            unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+        use std::os::fd::AsRawFd;
+        // SAFETY: termios is plain data; tcgetattr fills it for the slave just opened.
+        let mut attrs: libc::termios = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::tcgetattr(slave.as_raw_fd(), &mut attrs) }, 0);
+        attrs.c_lflag &= !(libc::ECHO | libc::ECHONL);
+        attrs.c_oflag &= !libc::OPOST;
+        // SAFETY: sets attributes of the slave we own from a termios tcgetattr filled.
+        assert_eq!(
+            unsafe { libc::tcsetattr(slave.as_raw_fd(), libc::TCSANOW, &attrs) },
+            0
+        );
+        (master, slave)
+    }
+
+    /// Runs `command` with a new pseudo-terminal as stdin, stdout and stderr, types `input`
+    /// into it (lines, as a person would) and returns everything the command wrote.
+    pub fn run(mut command: Command, input: &[u8]) -> TerminalRun {
+        let description = format!("{command:?}");
+        let (master, slave) = open();
+        let side = || Stdio::from(slave.try_clone().expect("duplicate the terminal"));
+        command.stdin(side()).stdout(side()).stderr(side());
+        let mut child = command.spawn().expect("start the command on a terminal");
+        // The child holds the terminal now; once it exits, reading the master side ends.
+        drop(command);
+        drop(slave);
+        let mut reader = File::from(master.try_clone().expect("duplicate the master"));
+        let collector = std::thread::spawn(move || {
+            let mut output = Vec::new();
+            let mut buf = [0u8; 8192];
+            // Linux reports EIO once no process holds the terminal any more.
+            while let Ok(n @ 1..) = reader.read(&mut buf) {
+                output.extend_from_slice(&buf[..n]);
+            }
+            output
+        });
+        let mut writer = File::from(master);
+        writer.write_all(input).expect("type into the terminal");
+        let deadline = Instant::now() + TIMEOUT;
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait for the command") {
+                break Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        drop(writer);
+        let output =
+            String::from_utf8_lossy(&collector.join().expect("collector thread")).into_owned();
+        let Some(status) = status else {
+            panic!("`{description}` did not finish within {TIMEOUT:?}\n--- terminal\n{output}");
+        };
+        TerminalRun {
+            command: description,
+            code: status.code().unwrap_or(-1),
+            output,
+        }
+    }
+
+    impl TestHome {
+        /// `cordon <args>` with this home and a clean environment for Cordon's own variables
+        /// and colours (NO_COLOR, so the only escape sequences Cordon may write are its own
+        /// attribute resets).
+        pub fn command(&self, args: &[&str]) -> Command {
+            let mut command = Command::new(crate::cordon_bin());
+            command
+                .args(args)
+                .env("CORDON_HOME", self.path())
+                .env_remove("RUST_LOG")
+                .env_remove("CORDON_CONFIG")
+                .env("RUST_BACKTRACE", "0")
+                .env("NO_COLOR", "1");
+            command
+        }
+
+        /// Runs `cordon <args>` on a terminal (see [`run`]), typing nothing.
+        pub fn cordon_on_terminal(&self, args: &[&str]) -> TerminalRun {
+            run(self.command(args), b"")
+        }
+    }
+}

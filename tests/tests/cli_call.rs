@@ -152,3 +152,65 @@ fn a_reader_that_goes_away_ends_commands_quietly() {
         );
     }
 }
+
+/// A file whose text carries terminal controls, read by the bundled `files` plugin: on a
+/// terminal the result is shown with every control visible and inert; through a pipe the
+/// reader gets the file's exact bytes.
+#[test]
+fn file_contents_reach_a_terminal_escaped_and_a_pipe_exact() {
+    use cordon_tests::support::{grant_fs, home_with, install};
+    use cordon_tests::terminal::{HOSTILE, HOSTILE_SHOWN};
+
+    let home = home_with(&["files"]);
+    let data = home.scratch("data");
+    std::fs::write(data.join("evil.txt"), format!("{HOSTILE}\n")).unwrap();
+    install(&home, "files", &[grant_fs(&data, "/data", "ro")], &[]);
+    let args = r#"{"path":"/data/evil.txt"}"#;
+
+    home.cordon_on_terminal(&["call", "read_file", args])
+        .ok()
+        .shows_only_text()
+        .shows(&[HOSTILE_SHOWN, "\"total_lines\": 1"]);
+
+    let piped = home.cordon(&["call", "read_file", args]).ok();
+    assert!(
+        piped.stdout.starts_with(&format!("{HOSTILE}\n")),
+        "a pipe did not get the file's exact text: {:?}",
+        piped.stdout
+    );
+}
+
+/// A plugin's result, log records, stderr and error message all carry terminal controls; on a
+/// terminal none of them acts, through a pipe the result is exact.
+#[test]
+fn a_hostile_plugin_cannot_drive_the_terminal() {
+    use cordon_tests::terminal::{HOSTILE, HOSTILE_SHOWN};
+
+    let home = TestHome::new();
+    home.cordon(&["plugin", "install", fixture("escapes").to_str().unwrap()])
+        .ok();
+
+    let shown = home
+        .cordon_on_terminal(&["call", "shout", "{}"])
+        .ok()
+        .shows_only_text()
+        .shows(&[
+            &format!("result {HOSTILE_SHOWN}"),
+            &format!("log {HOSTILE_SHOWN}"),
+        ]);
+    assert!(shown.output.contains("WARN"), "{}", shown.output);
+
+    // With -v the plugin's own stderr is logged too (as the pieces it was written in).
+    home.cordon_on_terminal(&["-v", "call", "shout", "{}"])
+        .ok()
+        .shows_only_text()
+        .shows(&["INFO stderr", &format!("INFO {HOSTILE_SHOWN}")]);
+
+    home.cordon_on_terminal(&["call", "shout", r#"{"fail": true}"#])
+        .code(1)
+        .shows_only_text()
+        .shows(&["error: ", &format!("error {HOSTILE_SHOWN}")]);
+
+    let piped = home.cordon(&["call", "shout", "{}"]).ok();
+    assert_eq!(piped.stdout, format!("result {HOSTILE}\n"));
+}

@@ -362,3 +362,56 @@ fn inspect_shows_per_tool_what_a_conversation_will_do() {
         r.stderr
     );
 }
+
+/// A tool description and input schema carrying terminal controls (the `escapes` fixture), an
+/// install source whose path carries them, and a lock file that does: `plugin install`,
+/// `inspect`, `list` and the errors quoting them show every control visibly and inertly on a
+/// terminal.
+#[test]
+fn author_text_and_install_sources_cannot_drive_the_terminal() {
+    use cordon_tests::terminal::{HOSTILE, HOSTILE_SHOWN};
+
+    let home = TestHome::new();
+    let dir = home.scratch("downloads");
+    let hostile_path = dir.join(format!("evil{HOSTILE}.wasm"));
+    std::fs::copy(fixture("escapes"), &hostile_path).unwrap();
+    let source = hostile_path.to_str().unwrap();
+
+    // The file name is not a plugin name; the refusal quotes it.
+    home.cordon_on_terminal(&["plugin", "install", source])
+        .code(2)
+        .shows_only_text()
+        .shows(&["error: ", HOSTILE_SHOWN]);
+    home.cordon_on_terminal(&["plugin", "install", source, "--name", "escapes"])
+        .ok()
+        .shows_only_text()
+        .shows(&[
+            &format!("source:  {}", dir.display()),
+            HOSTILE_SHOWN,
+            "shout",
+        ]);
+    home.cordon_on_terminal(&["plugin", "list"])
+        .ok()
+        .shows_only_text()
+        .shows(&["escapes"]);
+    home.cordon_on_terminal(&["plugin", "inspect", "escapes"])
+        .ok()
+        .shows_only_text()
+        .shows(&[
+            &format!("Returns hostile text. {HOSTILE_SHOWN}"),
+            // The schema keeps JSON's own escapes; what JSON leaves raw is made visible.
+            "Fail instead. \\u001b]0;pwned-title",
+            "\\u009b31mred\\rback\\u202edesrever",
+        ]);
+
+    let lock = home.path().join("plugins.toml");
+    std::fs::write(&lock, format!("this is = = not toml {HOSTILE}")).unwrap();
+    home.cordon_on_terminal(&["plugin", "list"])
+        .code(1)
+        .shows_only_text()
+        .shows(&[
+            "error: ",
+            "not a valid Cordon lock file",
+            "not toml \\x1b]0;pwned-title\\x07",
+        ]);
+}

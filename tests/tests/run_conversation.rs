@@ -929,3 +929,122 @@ fn a_deny_rule_still_applies_when_two_plugins_offer_the_tool() {
         second.stdout
     );
 }
+
+/// What Cordon's real approval question starts with.
+const REAL_QUESTION: &str = "Allow? [y]es / [n]o / [a]lways for this tool / ne[v]er: ";
+
+/// A model that streams terminal controls (window title, clipboard, hidden text) and a fake
+/// approval question, then calls a tool that needs approval, a plugin whose result and log
+/// carry controls, and a tool whose name does. On a terminal none of it acts, everything is
+/// shown visibly, the real question is asked on a clean line and the model gets exact data.
+#[test]
+fn chat_on_a_terminal_shows_model_and_tool_text_inert_and_asks_on_a_clean_line() {
+    use cordon_tests::terminal::{HOSTILE, HOSTILE_SHOWN, run as on_terminal};
+
+    let home = TestHome::new();
+    let data = home.scratch("data");
+    let rw = format!("fs:{}:/data:rw", data.display());
+    let probe = cordon_tests::fixture("probe");
+    home.cordon(&["plugin", "install", probe.to_str().unwrap(), "--grant", &rw])
+        .ok();
+    install_fixture(&home, "escapes", &[]);
+    let bogus = format!("nope{HOSTILE}");
+    let model = Model::new(vec![
+        Step::ToolCalls {
+            // The fake question is "hidden" from here on by ESC[8m and never ends its line.
+            content: Some(format!("{HOSTILE}\n\u{1b}[8m{REAL_QUESTION}")),
+            calls: vec![
+                call("c1", "echo", json!({"text": HOSTILE})),
+                call("c2", "shout", json!({})),
+                call("c3", &bogus, json!({})),
+            ],
+            chunk: None,
+            interleave: false,
+            usage: None,
+        },
+        Step::text(&format!("done {HOSTILE}")),
+    ]);
+    let mut chat = home.command(&["chat"]);
+    chat.current_dir(home.scratch("cwd"))
+        .env("CORDON_LLM_URL", model.url())
+        .env("CORDON_MODEL", "scripted");
+    let shown = on_terminal(chat, b"go\ny\n/quit\n")
+        .ok()
+        .shows_only_text()
+        .shows(&[
+            // Streamed text, the fake question included, visible and inert.
+            &format!("{HOSTILE_SHOWN}\n\\x1b[8m{REAL_QUESTION}"),
+            // The plugin's log record and the rejected tool name.
+            &format!("log {HOSTILE_SHOWN}"),
+            "nope\\x1b]0;pwned-title\\x07",
+            &format!("done {HOSTILE_SHOWN}"),
+            "Tool `echo`",
+            "wants to run",
+        ])
+        .output;
+
+    // The real question comes after the tool's description, at the start of a line.
+    let described = shown.find("Tool `echo`").unwrap();
+    let asked = described
+        + shown[described..]
+            .find(REAL_QUESTION)
+            .unwrap_or_else(|| panic!("the real question is missing:\n{shown}"));
+    let before = &shown[..asked];
+    assert!(
+        before.ends_with('\n') || before.ends_with("\n\u{1b}[0m"),
+        "the real question does not start a line: {:?}",
+        &before[before.len().saturating_sub(80)..]
+    );
+
+    // The tools ran (echo after "y") and the model got their exact results.
+    let tools = model.tool_messages(1);
+    let content = |id: &str| {
+        tools
+            .iter()
+            .find(|m| m["tool_call_id"] == id)
+            .unwrap_or_else(|| panic!("no result for {id}: {tools:?}"))["content"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        content("c2").contains(&format!("result {HOSTILE}")),
+        "{tools:?}"
+    );
+    let echoed = content("c1");
+    assert!(!echoed.contains("declined"), "{echoed}");
+    assert!(echoed.contains("\\u001b]0;pwned-title"), "{echoed}");
+}
+
+/// `cordon run --json` on a terminal prints JSON that decodes to the exact streamed text yet
+/// holds nothing a terminal acts on; without --json a pipe gets the text as is.
+#[test]
+fn run_on_a_terminal_keeps_json_exact_and_a_pipe_gets_raw_text() {
+    use cordon_tests::terminal::{HOSTILE, run as on_terminal};
+
+    let home = TestHome::new();
+    let model = Model::new(vec![Step::text(HOSTILE), Step::text(HOSTILE)]);
+    let mut json_run = home.command(&["run", "go", "--json"]);
+    json_run
+        .current_dir(home.scratch("cwd"))
+        .env("CORDON_LLM_URL", model.url())
+        .env("CORDON_MODEL", "scripted");
+    let shown = on_terminal(json_run, b"").ok().shows_only_text().output;
+    let streamed: String = shown
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l)
+                .unwrap_or_else(|e| panic!("not a JSON event line ({e}): {l:?}"))
+        })
+        .filter(|e| e["type"] == "text_delta")
+        .map(|e| e["text"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(streamed, HOSTILE);
+
+    let piped = run(&home, &model, &["go"]).ok();
+    assert!(
+        piped.stdout.starts_with(HOSTILE),
+        "a pipe did not get the exact text: {:?}",
+        piped.stdout
+    );
+}

@@ -11,6 +11,11 @@ use serde_json::{Value, json};
 
 #[path = "../../cli/src/converse.rs"]
 mod converse;
+// How the CLI prints (text Cordon did not write is neutralised on a terminal); the example uses
+// only the part `converse` needs.
+#[path = "../../cli/src/term.rs"]
+#[allow(dead_code)]
+mod term;
 
 #[derive(Parser)]
 enum Cli {

@@ -6,6 +6,8 @@ use clap::Args;
 use cordon_core::Content;
 use cordon_home::{Home, Toolbox};
 
+use crate::term::{Stream, json_for_terminal, shown_on};
+
 #[derive(Debug, Args)]
 pub struct CallArgs {
     /// The tool name, or `plugin.tool` when several plugins offer one by that name.
@@ -15,28 +17,35 @@ pub struct CallArgs {
     arguments: String,
 }
 
-/// Prints text content as is and JSON content pretty-printed, each on its own lines.
+/// Prints text content and JSON content pretty-printed, each on its own lines: exact for a pipe
+/// or file, neutralised for a terminal (see [`crate::term`]).
 pub async fn run(home: &Home, args: CallArgs) -> anyhow::Result<()> {
     let toolbox = Toolbox::load_for_tool(home, &args.tool).await?;
     let output = toolbox.call(&args.tool, &args.arguments).await?;
     // Stdout is line-buffered: pretty JSON written through it directly costs a write per line
     // (30,000 for a 5,000-row query).
     let mut out = std::io::BufWriter::with_capacity(64 << 10, std::io::stdout().lock());
-    match print_content(&mut out, &output.content) {
+    match print_content(&mut out, &output.content, Stream::Stdout.is_terminal()) {
         // A reader that stopped early (`| head`) is not an error of the call.
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => Ok(other?),
     }
 }
 
-fn print_content(out: &mut impl Write, content: &[Content]) -> std::io::Result<()> {
+/// Writes a call's content to `out`; `terminal` says whether `out` is one.
+fn print_content(out: &mut impl Write, content: &[Content], terminal: bool) -> std::io::Result<()> {
     for part in content {
         match part {
             Content::Text(text) => {
-                out.write_all(text.as_bytes())?;
+                out.write_all(shown_on(terminal, text).as_bytes())?;
                 if !text.ends_with('\n') {
                     out.write_all(b"\n")?;
                 }
+            }
+            Content::Json(value) if terminal => {
+                let json = serde_json::to_string_pretty(value)?;
+                out.write_all(json_for_terminal(&json).as_bytes())?;
+                out.write_all(b"\n")?;
             }
             Content::Json(value) => {
                 serde_json::to_writer_pretty(&mut *out, value)?;
@@ -45,4 +54,44 @@ fn print_content(out: &mut impl Write, content: &[Content]) -> std::io::Result<(
         }
     }
     out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOSTILE: &str = "\u{1b}]0;title\u{7}\u{9b}8m\rover\u{202e}";
+
+    fn printed(content: &[Content], terminal: bool) -> String {
+        let mut out = Vec::new();
+        print_content(&mut out, content, terminal).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_pipe_gets_exact_text_and_a_terminal_inert_text() {
+        let content = [Content::Text(HOSTILE.to_string())];
+        assert_eq!(printed(&content, false), format!("{HOSTILE}\n"));
+        assert_eq!(
+            printed(&content, true),
+            "\\x1b]0;title\\x07\\u{9b}8m\\x0dover\\u{202e}\n"
+        );
+    }
+
+    #[test]
+    fn json_keeps_its_data_on_a_terminal() {
+        let value = serde_json::json!({"text": HOSTILE});
+        let content = [Content::Json(value.clone())];
+        let piped = printed(&content, false);
+        let shown = printed(&content, true);
+        assert!(shown.contains(r"\u009b8m\rover\u202e"), "{shown}");
+        assert!(
+            !shown.contains(['\u{1b}', '\u{9b}', '\r', '\u{202e}']),
+            "{shown}"
+        );
+        for text in [piped, shown] {
+            let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(back, value);
+        }
+    }
 }

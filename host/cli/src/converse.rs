@@ -16,6 +16,8 @@ use cordon_agent::{
 };
 use tokio::sync::mpsc;
 
+use crate::term::{Stream, err, errln, outln};
+
 /// Settings shared by `chat` and `run`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
@@ -109,7 +111,7 @@ fn load_config(args: &ModelArgs) -> anyhow::Result<AgentConfig> {
 /// Approval rules that name no installed tool protect nothing; say so before the model runs.
 fn warn_unmatched_rules(config: &AgentConfig, tools: &dyn ToolHost) {
     for warning in config.approval.unmatched_rules(&tools.tools()) {
-        eprintln!("warning: {warning}");
+        errln!("warning: {warning}");
     }
 }
 
@@ -132,7 +134,7 @@ fn save(path: &Option<PathBuf>, conv: &Conversation) {
         let tmp = path.with_extension("json.tmp");
         let result = std::fs::write(&tmp, conv.to_json()).and_then(|_| std::fs::rename(&tmp, path));
         if let Err(e) = result {
-            eprintln!(
+            errln!(
                 "warning: cannot save the conversation to {}: {e}",
                 path.display()
             );
@@ -173,7 +175,8 @@ fn one_line(text: &str, max: usize) -> String {
     }
 }
 
-/// A terminal front end: prints events, asks approval questions, saves.
+/// A terminal front end: prints events, asks approval questions, saves. Text from the model
+/// and tools is neutralised on whichever stream is a terminal (see [`crate::term`]).
 struct Terminal {
     json: bool,
     mode: ApproveMode,
@@ -188,7 +191,7 @@ struct Terminal {
 impl Terminal {
     fn out(&mut self, text: &str) {
         let mut stdout = std::io::stdout();
-        let _ = stdout.write_all(text.as_bytes());
+        let _ = stdout.write_all(Stream::Stdout.show(text).as_bytes());
         let _ = stdout.flush();
         self.at_line_start = text.ends_with('\n');
     }
@@ -197,7 +200,7 @@ impl Terminal {
         if !self.at_line_start {
             self.out("\n");
         }
-        eprintln!("{text}");
+        errln!("{text}");
     }
 }
 
@@ -206,7 +209,7 @@ impl Frontend for Terminal {
     fn event(&mut self, event: &AgentEvent) {
         if self.json {
             if let Ok(line) = serde_json::to_string(event) {
-                println!("{line}");
+                crate::term::print_json_line(&line);
             }
             return;
         }
@@ -279,6 +282,7 @@ impl Frontend for Terminal {
             ApproveMode::Ask => {}
         }
         let args = serde_json::to_string_pretty(&request.arguments).unwrap_or_default();
+        let args = Stream::Stderr.show_json(&args);
         let mut text = format!(
             "\nTool `{}` (plugin {}) wants to run with:\n{args}\n",
             request.tool, request.plugin
@@ -292,13 +296,14 @@ impl Frontend for Terminal {
             }
         }
         text.push_str(&format!("Asked because {}.\n", request.reason));
+        // On a clean line (`note`), in plain attributes whatever was printed before.
+        Stream::Stderr.reset_attributes();
         self.note(&text);
         loop {
-            eprint!("Allow? [y]es / [n]o / [a]lways for this tool / ne[v]er: ");
-            let _ = std::io::stderr().flush();
+            crate::term::ask("Allow? [y]es / [n]o / [a]lways for this tool / ne[v]er: ");
             let line = self.lines.lock().await.recv().await;
             let Some(line) = line else {
-                eprintln!("\n(no more input: denied)");
+                errln!("\n(no more input: denied)");
                 return ApprovalAnswer::No;
             };
             match line.trim().to_lowercase().as_str() {
@@ -306,7 +311,7 @@ impl Frontend for Terminal {
                 "n" | "no" => return ApprovalAnswer::No,
                 "a" | "always" => return ApprovalAnswer::Always,
                 "v" | "never" => return ApprovalAnswer::Never,
-                other => eprintln!("`{other}` is not an answer; type y, n, a or v."),
+                other => errln!("`{other}` is not an answer; type y, n, a or v."),
             }
         }
     }
@@ -404,12 +409,12 @@ fn print_history(conv: &Conversation) {
     let mut turn = 0;
     for (i, m) in conv.messages.iter().enumerate() {
         for n in conv.notes.iter().filter(|n| n.at_message == i) {
-            println!("    ({})", n.text);
+            outln!("    ({})", n.text);
         }
         match m {
             Message::User { content } => {
                 turn += 1;
-                println!("[{turn}] you: {}", one_line(content, 200));
+                outln!("[{turn}] you: {}", one_line(content, 200));
             }
             Message::Assistant {
                 content,
@@ -418,10 +423,10 @@ fn print_history(conv: &Conversation) {
             } => {
                 if !content.is_empty() {
                     let mark = if *partial { " [partial]" } else { "" };
-                    println!("    model{mark}: {}", one_line(content, 200));
+                    outln!("    model{mark}: {}", one_line(content, 200));
                 }
                 for c in tool_calls {
-                    println!("    ⚙ {} {}", c.name, one_line(&c.arguments, 120));
+                    outln!("    ⚙ {} {}", c.name, one_line(&c.arguments, 120));
                 }
             }
             Message::Tool {
@@ -431,9 +436,9 @@ fn print_history(conv: &Conversation) {
                 ..
             } => {
                 let mark = if *is_error { "✗" } else { "→" };
-                println!("      {mark} {name}: {}", one_line(content, 160));
+                outln!("      {mark} {name}: {}", one_line(content, 160));
             }
-            Message::System { content } => println!("    (system: {})", one_line(content, 160)),
+            Message::System { content } => outln!("    (system: {})", one_line(content, 160)),
         }
     }
     for n in conv
@@ -441,7 +446,7 @@ fn print_history(conv: &Conversation) {
         .iter()
         .filter(|n| n.at_message >= conv.messages.len())
     {
-        println!("    ({})", n.text);
+        outln!("    ({})", n.text);
     }
 }
 
@@ -468,13 +473,13 @@ pub async fn chat(args: ChatArgs, tools: Arc<dyn ToolHost>) -> anyhow::Result<()
     let current: Arc<Mutex<Option<CancellationToken>>> = Arc::new(Mutex::new(None));
     let (quit_tx, mut quit_rx) = mpsc::unbounded_channel();
     watch_ctrl_c(current.clone(), quit_tx);
-    eprintln!(
+    errln!(
         "cordon chat — {model} at {url}; {} tool(s). /help for commands, Ctrl-D to leave.",
         agent.offered_tools(&branches[active]).len()
     );
     loop {
         if interactive {
-            eprint!("> ");
+            err!("> ");
             let _ = std::io::stderr().flush();
         }
         let line = tokio::select! {
@@ -493,14 +498,14 @@ pub async fn chat(args: ChatArgs, tools: Arc<dyn ToolHost>) -> anyhow::Result<()
             let arg = parts.next().map(str::trim).unwrap_or_default();
             match name {
                 "help" | "h" | "?" => {
-                    println!("{HELP}");
+                    outln!("{HELP}");
                     continue;
                 }
                 "quit" | "exit" | "q" => break,
                 "tools" => {
                     let policies = agent.tool_policies(conv);
                     if policies.is_empty() {
-                        println!("No tools are installed and enabled.");
+                        outln!("No tools are installed and enabled.");
                     }
                     for (spec, d) in policies {
                         let p = match d.policy {
@@ -508,7 +513,7 @@ pub async fn chat(args: ChatArgs, tools: Arc<dyn ToolHost>) -> anyhow::Result<()
                             Policy::Auto => "auto",
                             Policy::Deny => "deny",
                         };
-                        println!(
+                        outln!(
                             "{:<20} {:<5} ({}) — {}",
                             spec.name,
                             p,
@@ -516,7 +521,7 @@ pub async fn chat(args: ChatArgs, tools: Arc<dyn ToolHost>) -> anyhow::Result<()
                             one_line(&spec.description, 80)
                         );
                         for g in &spec.grants {
-                            println!("{:<27}{g}", "");
+                            outln!("{:<27}{g}", "");
                         }
                     }
                     continue;
@@ -527,17 +532,17 @@ pub async fn chat(args: ChatArgs, tools: Arc<dyn ToolHost>) -> anyhow::Result<()
                 }
                 "clear" => {
                     *conv = Conversation::new();
-                    println!("Started a new, empty conversation.");
+                    outln!("Started a new, empty conversation.");
                     continue;
                 }
                 "save" => {
                     if arg.is_empty() {
-                        println!("usage: /save PATH");
+                        outln!("usage: /save PATH");
                     } else {
                         let path = PathBuf::from(arg);
                         match std::fs::write(&path, conv.to_json()) {
-                            Ok(()) => println!("Saved to {}.", path.display()),
-                            Err(e) => println!("cannot save to {}: {e}", path.display()),
+                            Ok(()) => outln!("Saved to {}.", path.display()),
+                            Err(e) => outln!("cannot save to {}: {e}", path.display()),
                         }
                     }
                     continue;
@@ -549,16 +554,16 @@ pub async fn chat(args: ChatArgs, tools: Arc<dyn ToolHost>) -> anyhow::Result<()
                         arg.parse::<usize>()
                     };
                     match keep {
-                        Err(_) => println!("usage: /fork N (N = turns to keep)"),
+                        Err(_) => outln!("usage: /fork N (N = turns to keep)"),
                         Ok(n) => match conv.fork(n) {
                             Ok(copy) => {
                                 branches.push(copy);
                                 active = branches.len() - 1;
-                                println!(
+                                outln!(
                                     "Now on branch {active}, a copy keeping the first {n} turn(s). /branch lists branches."
                                 );
                             }
-                            Err(e) => println!("{e}"),
+                            Err(e) => outln!("{e}"),
                         },
                     }
                     continue;
@@ -567,22 +572,22 @@ pub async fn chat(args: ChatArgs, tools: Arc<dyn ToolHost>) -> anyhow::Result<()
                     if arg.is_empty() {
                         for (i, b) in branches.iter().enumerate() {
                             let mark = if i == active { "*" } else { " " };
-                            println!("{mark} {i}: {} turn(s)", b.turns.len());
+                            outln!("{mark} {i}: {} turn(s)", b.turns.len());
                         }
                     } else {
                         match arg.parse::<usize>() {
                             Ok(k) if k < branches.len() => {
                                 active = k;
-                                println!("Now on branch {k}.");
+                                outln!("Now on branch {k}.");
                             }
-                            _ => println!("no branch `{arg}`; /branch lists them"),
+                            _ => outln!("no branch `{arg}`; /branch lists them"),
                         }
                     }
                     continue;
                 }
                 "retry" => TurnInput::Retry,
                 other => {
-                    println!("unknown command /{other}; /help lists the commands");
+                    outln!("unknown command /{other}; /help lists the commands");
                     continue;
                 }
             }
@@ -595,7 +600,7 @@ pub async fn chat(args: ChatArgs, tools: Arc<dyn ToolHost>) -> anyhow::Result<()
         }
         let conv = &mut branches[active];
         if let Err(e) = agent.run_turn(conv, input, &mut frontend, &token).await {
-            println!("{e}");
+            outln!("{e}");
         }
         if let Ok(mut g) = current.lock() {
             *g = None;

@@ -4,6 +4,8 @@ use clap::Args;
 use cordon_core::LimitKind;
 use cordon_home::Home;
 
+use crate::term::outln;
+
 #[derive(Debug, Args)]
 pub struct GrantArgs {
     /// The plugin name.
@@ -35,11 +37,12 @@ pub struct LimitArgs {
 pub fn grant(home: &Home, args: GrantArgs) -> anyhow::Result<()> {
     for change in home.grant(&args.plugin, &args.grants)? {
         match change.replaced {
-            Some(old) => println!(
+            Some(old) => outln!(
                 "Granted {} to `{}` (replaces {old}).",
-                change.granted, args.plugin
+                change.granted,
+                args.plugin
             ),
-            None => println!("Granted {} to `{}`.", change.granted, args.plugin),
+            None => outln!("Granted {} to `{}`.", change.granted, args.plugin),
         }
     }
     Ok(())
@@ -47,7 +50,7 @@ pub fn grant(home: &Home, args: GrantArgs) -> anyhow::Result<()> {
 
 pub fn revoke(home: &Home, args: RevokeArgs) -> anyhow::Result<()> {
     for g in home.revoke(&args.plugin, &args.grants)? {
-        println!("Revoked {g} from `{}`.", args.plugin);
+        outln!("Revoked {g} from `{}`.", args.plugin);
     }
     Ok(())
 }
@@ -58,6 +61,6 @@ pub fn limit(home: &Home, args: LimitArgs) -> anyhow::Result<()> {
         .into_iter()
         .map(|k| format!("{}={}", k.key(), limits.describe(k)))
         .collect();
-    println!("Limits of `{}`: {}", args.plugin, shown.join(" "));
+    outln!("Limits of `{}`: {}", args.plugin, shown.join(" "));
     Ok(())
 }

@@ -3,11 +3,17 @@
 //! This file only parses the command line, sets up logging and maps errors to exit codes;
 //! each command group lives in its own module.
 
+// Everything printed goes through `term`'s macros, which keep text Cordon did not write from
+// acting on a terminal; a plain `println!` would bypass them.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 mod call;
 mod converse;
 mod grants;
+mod log_format;
 mod plugin;
 mod sandbox_tools;
+mod term;
 mod ui;
 
 use std::path::PathBuf;
@@ -16,6 +22,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use cordon_home::{Home, HomeError};
+
+use crate::term::{Stream, errln};
 
 /// Runs language-model tool calls in WebAssembly sandboxes with deny-by-default grants.
 #[derive(Debug, Parser)]
@@ -86,10 +94,16 @@ fn init_logging(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Colours are escape sequences too: only for a terminal, and not when NO_COLOR asks so.
+    let colour =
+        Stream::Stderr.is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(verbose >= 2)
+        .with_ansi(colour)
+        // Plugin log records and stderr, model and server text: every field neutralised.
+        .fmt_fields(log_format::LogFields)
         .init();
 }
 
@@ -155,10 +169,10 @@ async fn conversation_tools(
     let toolbox = cordon_home::Toolbox::load(home).await?;
     let tools = sandbox_tools::SandboxTools::new(toolbox);
     for (plugin, reason) in tools.unavailable() {
-        eprintln!("warning: plugin `{plugin}` is not offered: {reason}");
+        errln!("warning: plugin `{plugin}` is not offered: {reason}");
     }
     for notice in tools.notices() {
-        eprintln!("note: {notice}");
+        errln!("note: {notice}");
     }
     Ok(std::sync::Arc::new(tools))
 }
@@ -212,7 +226,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", render_error(&e));
+            errln!("error: {}", render_error(&e));
             ExitCode::from(exit_code(&e))
         }
     }

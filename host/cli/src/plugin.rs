@@ -13,6 +13,7 @@ use cordon_home::{
 };
 
 use crate::sandbox_tools::{model_name, spec_for};
+use crate::term::{Stream, outln};
 use crate::ui::{CompileSpinner, confirm, short_digest};
 
 #[derive(Debug, Subcommand)]
@@ -67,7 +68,7 @@ pub async fn run(home: &Home, command: PluginCommand) -> anyhow::Result<()> {
         PluginCommand::Inspect { name, config } => inspect(home, &name, config.as_deref()).await,
         PluginCommand::Remove { name } => {
             let record = home.remove(&name)?;
-            println!(
+            outln!(
                 "Removed plugin `{name}` ({}); its grants are gone.",
                 short_digest(&record.digest)
             );
@@ -119,7 +120,7 @@ async fn install(home: &Home, args: InstallArgs) -> anyhow::Result<()> {
         Some(old) if old.digest == report.record.digest => "Reinstalled",
         Some(_) => "Upgraded",
     };
-    println!(
+    outln!(
         "{verb} plugin `{}` in {}.",
         report.name,
         home.root().display()
@@ -129,11 +130,11 @@ async fn install(home: &Home, args: InstallArgs) -> anyhow::Result<()> {
 
 fn describe_install(p: &PreparedInstall) {
     let r = p.record();
-    println!("Plugin `{}` ({})", p.name(), r.digest);
-    println!("  source:  {}", r.source);
+    outln!("Plugin `{}` ({})", p.name(), r.digest);
+    outln!("  source:  {}", r.source);
     print_imports(&r.imports);
     print_ceiling(p.ceiling());
-    println!("  tools:   {}", r.tools.join(", "));
+    outln!("  tools:   {}", r.tools.join(", "));
     print_grants(&r.grants);
     print_install_approval(p);
     for (tool, others) in p.shadowed_tools() {
@@ -143,7 +144,7 @@ fn describe_install(p: &PreparedInstall) {
             .chain([p.name()])
             .map(|plugin| format!("`{}`", model_name(&format!("{plugin}.{tool}"))))
             .collect();
-        println!(
+        outln!(
             "  note: tool `{tool}` is also offered by {}; call it as `{}.{tool}`. The model \
              now sees {}; an approval rule for `{tool}` applies to all of them, one for \
              `{}.{tool}` to this plugin's only.",
@@ -212,20 +213,20 @@ fn print_install_approval(p: &PreparedInstall) {
             None => groups.push((line, vec![&tool.name])),
         }
     }
-    println!("  approval (in a conversation, with {source}):");
+    outln!("  approval (in a conversation, with {source}):");
     for (line, tools) in groups {
-        println!("    {}: {line}", tools.join(", "));
+        outln!("    {}: {line}", tools.join(", "));
     }
 }
 
 fn print_imports(imports: &[String]) {
     if imports.is_empty() {
-        println!("  imports: nothing");
+        outln!("  imports: nothing");
         return;
     }
-    println!("  imports:");
+    outln!("  imports:");
     for line in group_imports(imports) {
-        println!("    {line}");
+        outln!("    {line}");
     }
 }
 
@@ -273,25 +274,25 @@ fn capability_label(c: Capability) -> &'static str {
 fn print_ceiling(ceiling: &Ceiling) {
     let caps = ceiling.capabilities();
     if caps.is_empty() {
-        println!("  ceiling: nothing can be granted; it only sees its arguments");
+        outln!("  ceiling: nothing can be granted; it only sees its arguments");
     } else {
         let labels: Vec<&str> = caps.into_iter().map(capability_label).collect();
-        println!("  ceiling: may be granted {}", labels.join(", "));
+        outln!("  ceiling: may be granted {}", labels.join(", "));
     }
 }
 
 fn print_grants(grants: &Grants) {
     if grants.is_empty() {
-        println!("  grants:  none (it can reach nothing but its arguments)");
+        outln!("  grants:  none (it can reach nothing but its arguments)");
     } else {
-        println!("  grants:");
+        outln!("  grants:");
         for g in grants.iter() {
-            println!("    {g}");
+            outln!("    {g}");
         }
     }
     // What the grants allow; whether a call asks is decided per tool (see the approval
     // lines), since a tool that declares itself destructive asks whatever its grants.
-    println!(
+    outln!(
         "  effect:  {}",
         if grants.can_change_anything() {
             "its grants let it change or send things"
@@ -302,15 +303,15 @@ fn print_grants(grants: &Grants) {
 }
 
 fn print_upgrade(name: &str, diff: &UpgradeDiff) {
-    println!();
-    println!(
+    outln!();
+    outln!(
         "`{name}` is installed with a different component: {} -> {}",
         short_digest(&diff.old_digest),
         short_digest(&diff.new_digest)
     );
     if !diff.capabilities_added.is_empty() {
         for c in &diff.capabilities_added {
-            println!(
+            outln!(
                 "  !!! WARNING: the new component can use {} ({}); the installed one could not.",
                 capability_label(*c),
                 c.interface()
@@ -318,15 +319,15 @@ fn print_upgrade(name: &str, diff: &UpgradeDiff) {
         }
     }
     for i in &diff.imports_added {
-        println!("  + import  {i}");
+        outln!("  + import  {i}");
     }
     for i in &diff.imports_removed {
-        println!("  - import  {i}");
+        outln!("  - import  {i}");
     }
     for change in &diff.tools.changes {
         match change {
-            ToolChange::Added(t) => println!("  + tool    {t}"),
-            ToolChange::Removed(t) => println!("  - tool    {t}"),
+            ToolChange::Added(t) => outln!("  + tool    {t}"),
+            ToolChange::Removed(t) => outln!("  - tool    {t}"),
             ToolChange::Changed {
                 name,
                 description,
@@ -341,28 +342,28 @@ fn print_upgrade(name: &str, diff: &UpgradeDiff) {
                 .into_iter()
                 .filter_map(|(b, s)| b.then_some(s))
                 .collect();
-                println!("  ~ tool    {name}: {} changed", what.join(", "));
+                outln!("  ~ tool    {name}: {} changed", what.join(", "));
             }
         }
     }
     if !diff.tools.exact {
-        println!("  (only tool names were compared: the installed tool list was not available)");
+        outln!("  (only tool names were compared: the installed tool list was not available)");
     }
     for g in &diff.grants_kept {
-        println!("  = grant   {g} (kept)");
+        outln!("  = grant   {g} (kept)");
     }
     for g in &diff.grants_dropped {
-        println!("  - grant   {g} (dropped: the new component cannot use it)");
+        outln!("  - grant   {g} (dropped: the new component cannot use it)");
     }
     if diff.is_empty() {
-        println!("  (same imports, tools and grants)");
+        outln!("  (same imports, tools and grants)");
     }
 }
 
 fn list(home: &Home) -> anyhow::Result<()> {
     let lock = home.read()?;
     if lock.plugins.is_empty() {
-        println!(
+        outln!(
             "No plugins installed in {}. Install one with `cordon plugin install <file.wasm>`.",
             home.root().display()
         );
@@ -375,9 +376,11 @@ fn list(home: &Home) -> anyhow::Result<()> {
         .max()
         .unwrap_or(4)
         .max(6);
-    println!(
+    outln!(
         "{:width$}  {:12}  {:>5}  GRANTS",
-        "PLUGIN", "DIGEST", "TOOLS"
+        "PLUGIN",
+        "DIGEST",
+        "TOOLS"
     );
     for (name, r) in &lock.plugins {
         let grants = if r.grants.is_empty() {
@@ -389,7 +392,7 @@ fn list(home: &Home) -> anyhow::Result<()> {
                 .collect::<Vec<_>>()
                 .join(" ")
         };
-        println!(
+        outln!(
             "{name:width$}  {:12}  {:>5}  {grants}",
             short_digest(&r.digest),
             r.tools.len()
@@ -402,10 +405,10 @@ async fn inspect(home: &Home, name: &str, config: Option<&Path>) -> anyhow::Resu
     let (rules, source) = approval_rules(config)?;
     let lock = home.read()?;
     let record: &PluginRecord = lock.plugin(name)?;
-    println!("Plugin `{name}`");
-    println!("  digest:  {}", record.digest);
-    println!("  source:  {}", record.source);
-    println!("  installed: {}", record.installed_at);
+    outln!("Plugin `{name}`");
+    outln!("  digest:  {}", record.digest);
+    outln!("  source:  {}", record.source);
+    outln!("  installed: {}", record.installed_at);
     print_imports(&record.imports);
     print_ceiling(&record.ceiling());
     print_grants(&record.grants);
@@ -421,7 +424,7 @@ async fn inspect(home: &Home, name: &str, config: Option<&Path>) -> anyhow::Resu
             format!("{}={}{mark}", k.key(), limits.describe(k))
         })
         .collect();
-    println!("  limits:  {}", shown.join("  "));
+    outln!("  limits:  {}", shown.join("  "));
 
     let toolbox = Toolbox::load_plugin(home, name)
         .await
@@ -430,8 +433,8 @@ async fn inspect(home: &Home, name: &str, config: Option<&Path>) -> anyhow::Resu
         return Err(anyhow::anyhow!("{error}"))
             .with_context(|| format!("plugin `{name}` cannot be used"));
     }
-    println!("tools:");
-    println!("  (approval: what `cordon chat`/`run` here would do, with {source})");
+    outln!("tools:");
+    outln!("  (approval: what `cordon chat`/`run` here would do, with {source})");
     for entry in toolbox.tools() {
         let spec = spec_for(entry, model_name(&entry.call_name));
         print_tool(
@@ -444,10 +447,10 @@ async fn inspect(home: &Home, name: &str, config: Option<&Path>) -> anyhow::Resu
 }
 
 fn print_tool(call_name: &str, tool: &ToolDescriptor, approval: &str) {
-    println!("  {call_name}");
-    println!("    approval: {approval}");
+    outln!("  {call_name}");
+    outln!("    approval: {approval}");
     for line in tool.description.lines() {
-        println!("    {line}");
+        outln!("    {line}");
     }
     let h = &tool.hints;
     let hints: Vec<&str> = [
@@ -460,12 +463,14 @@ fn print_tool(call_name: &str, tool: &ToolDescriptor, approval: &str) {
     .filter_map(|(b, s)| b.then_some(s))
     .collect();
     if !hints.is_empty() {
-        println!("    hints (the author's claims): {}", hints.join(", "));
+        outln!("    hints (the author's claims): {}", hints.join(", "));
     }
     let schema =
         serde_json::to_string_pretty(&tool.input_schema).unwrap_or_else(|_| "?".to_string());
-    println!("    input schema:");
+    // Still valid JSON on a terminal: what JSON leaves raw is written as \u escapes.
+    let schema = Stream::Stdout.show_json(&schema);
+    outln!("    input schema:");
     for line in schema.lines() {
-        println!("      {line}");
+        outln!("      {line}");
     }
 }

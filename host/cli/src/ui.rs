@@ -1,11 +1,13 @@
 //! Terminal interaction: the compile spinner and yes/no confirmation.
 
 use std::cell::RefCell;
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal};
 use std::time::Duration;
 
 use cordon_runtime::CompileEvent;
 use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::term::{Stream, ask};
 
 /// Components at least this big take long enough to compile that silence would look like a
 /// hang (a CPython component takes 15–20 s the first time).
@@ -68,8 +70,9 @@ pub fn confirm(question: &str) -> Option<bool> {
     if !std::io::stdin().is_terminal() {
         return None;
     }
-    eprint!("{question} [y/N] ");
-    let _ = std::io::stderr().flush();
+    // Shown plainly whatever attributes earlier output left set.
+    Stream::Stderr.reset_attributes();
+    ask(&format!("{question} [y/N] "));
     let mut answer = String::new();
     if std::io::stdin().lock().read_line(&mut answer).is_err() {
         return Some(false);
