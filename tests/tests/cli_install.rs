@@ -141,6 +141,16 @@ fn refused_installs_leave_the_home_unchanged() {
     )
     .stderr_has(&["evil:thing"]);
 
+    // A 4 MiB description would be sent to the model with every request.
+    home.fails_unchanged(
+        &["plugin", "install", fixture("oversized").to_str().unwrap()],
+        1,
+    )
+    .stderr_has(&[
+        "description of tool `long_description` is 4.3MiB long",
+        "at most 4KiB",
+    ]);
+
     let data = home.scratch("data");
     for bad in [
         "fs".to_string(),

@@ -26,4 +26,7 @@ pub use stamp::{
     BadStamp, CompiledPin, DigestCheck, DigestRecord, FileStamp, replace_file,
     replace_file_stamped, verify_file_digest,
 };
-pub use tool::{Content, ToolDescriptor, ToolError, ToolErrorKind, ToolHints, tools_hash};
+pub use tool::{
+    Content, MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOL_NAME_BYTES, ToolDescriptor,
+    ToolError, ToolErrorKind, ToolHints, tools_hash,
+};

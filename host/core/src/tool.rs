@@ -35,14 +35,55 @@ pub struct ToolDescriptor {
     pub hints: ToolHints,
 }
 
+/// Longest tool name accepted, in bytes (what chat APIs accept for a function name).
+pub const MAX_TOOL_NAME_BYTES: usize = 64;
+/// Longest tool description accepted, in bytes. Descriptions are author text sent to the model
+/// with every request; a few paragraphs are plenty, megabytes are a prompt-injection payload
+/// and a cost on every turn.
+pub const MAX_DESCRIPTION_BYTES: usize = 4 << 10;
+/// Largest input schema accepted, in bytes of compact JSON; also sent with every request.
+pub const MAX_SCHEMA_BYTES: usize = 64 << 10;
+
 impl ToolDescriptor {
+    /// Checks the size of what the model will read of this tool on every request: its
+    /// description and input schema (see [`MAX_DESCRIPTION_BYTES`], [`MAX_SCHEMA_BYTES`]).
+    pub fn check_sizes(&self) -> Result<(), String> {
+        let description = self.description.len();
+        if description > MAX_DESCRIPTION_BYTES {
+            return Err(format!(
+                "the description of tool `{}` is {} long; at most {} is accepted, since it is \
+                 sent to the model with every request",
+                self.name,
+                crate::format_bytes_rounded(description as u64),
+                crate::format_bytes(MAX_DESCRIPTION_BYTES as u64)
+            ));
+        }
+        let schema = self.input_schema.to_string().len();
+        if schema > MAX_SCHEMA_BYTES {
+            return Err(format!(
+                "the input schema of tool `{}` is {} long as JSON; at most {} is accepted, since \
+                 it is sent to the model with every request",
+                self.name,
+                crate::format_bytes_rounded(schema as u64),
+                crate::format_bytes(MAX_SCHEMA_BYTES as u64)
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks the name rule of the WIT contract (lowercase letters, digits and `_`, starting with
     /// a letter), because names end up in model prompts and in `plugin.tool` references.
     pub fn check_name(name: &str) -> Result<(), String> {
         let mut chars = name.chars();
         let ok = matches!(chars.next(), Some(c) if c.is_ascii_lowercase())
             && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-        if ok {
+        if ok && name.len() > MAX_TOOL_NAME_BYTES {
+            Err(format!(
+                "tool name `{}…` is {} bytes long; at most {MAX_TOOL_NAME_BYTES} are accepted",
+                &name[..MAX_TOOL_NAME_BYTES],
+                name.len()
+            ))
+        } else if ok {
             Ok(())
         } else {
             Err(format!(
@@ -169,6 +210,43 @@ pub fn tools_hash(tools: &[ToolDescriptor]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sized(description: usize, schema_padding: usize) -> ToolDescriptor {
+        ToolDescriptor {
+            name: "t".into(),
+            description: "d".repeat(description),
+            input_schema: serde_json::json!({"type": "object", "description": "p".repeat(schema_padding)}),
+            hints: ToolHints::default(),
+        }
+    }
+
+    #[test]
+    fn author_text_is_capped_where_the_model_reads_it() {
+        sized(MAX_DESCRIPTION_BYTES, 0).check_sizes().unwrap();
+        let e = sized(MAX_DESCRIPTION_BYTES + 1, 0)
+            .check_sizes()
+            .unwrap_err();
+        assert!(
+            e.contains("description of tool `t`") && e.contains("at most 4KiB"),
+            "{e}"
+        );
+        let e = sized(4 << 20, 0).check_sizes().unwrap_err();
+        assert!(e.contains("is 4MiB long"), "{e}");
+        // The schema counts as compact JSON text: 40 bytes of wrapping around the padding.
+        sized(0, MAX_SCHEMA_BYTES - 100).check_sizes().unwrap();
+        let e = sized(0, MAX_SCHEMA_BYTES).check_sizes().unwrap_err();
+        assert!(
+            e.contains("input schema of tool `t`") && e.contains("at most 64KiB"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn tool_names_are_short() {
+        ToolDescriptor::check_name(&"a".repeat(MAX_TOOL_NAME_BYTES)).unwrap();
+        let e = ToolDescriptor::check_name(&"a".repeat(MAX_TOOL_NAME_BYTES + 1)).unwrap_err();
+        assert!(e.contains("65 bytes long"), "{e}");
+    }
     use serde_json::json;
 
     fn tool(name: &str, schema: serde_json::Value) -> ToolDescriptor {

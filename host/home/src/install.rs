@@ -338,8 +338,9 @@ impl Home {
     }
 }
 
-/// Checks the tool list against the contract in `wit/tool.wit`: valid, unique names and input
-/// schemas that are valid JSON Schemas describing an object.
+/// Checks the tool list against the contract in `wit/tool.wit`: valid, unique names, input
+/// schemas that are valid JSON Schemas describing an object, and descriptions and schemas of a
+/// size a model can be sent on every request.
 fn check_tool_list(source_name: &str, tools: &[ToolDescriptor]) -> Result<(), HomeError> {
     let bad = |reason: String| HomeError::BadToolList {
         source_name: source_name.to_string(),
@@ -351,6 +352,7 @@ fn check_tool_list(source_name: &str, tools: &[ToolDescriptor]) -> Result<(), Ho
     let mut seen = BTreeSet::new();
     for tool in tools {
         ToolDescriptor::check_name(&tool.name).map_err(bad)?;
+        tool.check_sizes().map_err(bad)?;
         if !seen.insert(tool.name.as_str()) {
             return Err(bad(format!("the tool name `{}` appears twice", tool.name)));
         }
