@@ -43,28 +43,55 @@ pub(crate) fn system_resolver() -> Resolver {
 }
 
 /// Whether `ip` belongs to the public internet rather than to this machine, a private or
-/// carrier network, or a special-purpose range.
+/// carrier network, or a special-purpose range. An IPv6 address that carries an IPv4 address
+/// (mapped, compatible, translated, NAT64, 6to4, Teredo, ISATAP) is judged by the IPv4 address
+/// it carries: the network delivers it there, so `::7f00:1` or `2002:7f00:1::` is this machine.
 pub(crate) fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_public_v4(v4),
         IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_public_v4(v4);
+            let embedded = embedded_ipv4(v6);
+            if !embedded.is_empty() {
+                return embedded.into_iter().all(is_public_v4);
             }
             let s = v6.segments();
-            // NAT64 (64:ff9b::/96) reaches the embedded IPv4 address.
-            if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-                let [a, b] = s[6].to_be_bytes();
-                let [c, d] = s[7].to_be_bytes();
-                return is_public_v4(Ipv4Addr::new(a, b, c, d));
-            }
             !(v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
                 || v6.is_unique_local()
                 || v6.is_unicast_link_local()
+                || (s[0] & 0xffc0) == 0xfec0 // site-local (deprecated, still routed inside sites)
+                || (s[0] == 0x0100 && s[1..4] == [0, 0, 0]) // discard-only
+                || (s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1) // local-use NAT64, any embedding
                 || (s[0] == 0x2001 && s[1] == 0x0db8)) // documentation
         }
+    }
+}
+
+/// The IPv4 addresses an IPv6 address carries, by the forms that deliver to them.
+fn embedded_ipv4(v6: std::net::Ipv6Addr) -> Vec<Ipv4Addr> {
+    let s = v6.segments();
+    let v4 = |hi: u16, lo: u16| {
+        let [a, b] = hi.to_be_bytes();
+        let [c, d] = lo.to_be_bytes();
+        Ipv4Addr::new(a, b, c, d)
+    };
+    match s {
+        // IPv4-mapped ::ffff:a.b.c.d and IPv4-translated ::ffff:0:a.b.c.d.
+        [0, 0, 0, 0, 0, 0xffff, hi, lo] | [0, 0, 0, 0, 0xffff, 0, hi, lo] => vec![v4(hi, lo)],
+        // IPv4-compatible ::a.b.c.d (deprecated); `::` and `::1` are IPv6's own.
+        [0, 0, 0, 0, 0, 0, hi, lo] if (hi, lo) != (0, 0) && (hi, lo) != (0, 1) => vec![v4(hi, lo)],
+        // NAT64 well-known prefix 64:ff9b::/96.
+        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => vec![v4(hi, lo)],
+        // 6to4: 2002:AABB:CCDD::/48.
+        [0x2002, hi, lo, ..] => vec![v4(hi, lo)],
+        // Teredo 2001::/32: the server's address, and the client's, stored inverted.
+        [0x2001, 0, server_hi, server_lo, _, _, client_hi, client_lo] => {
+            vec![v4(server_hi, server_lo), v4(!client_hi, !client_lo)]
+        }
+        // ISATAP interface identifiers (any prefix): ::0:5efe:a.b.c.d and ::200:5efe:a.b.c.d.
+        [_, _, _, _, u, 0x5efe, hi, lo] if u & 0xfdff == 0 => vec![v4(hi, lo)],
+        _ => Vec::new(),
     }
 }
 
@@ -346,6 +373,22 @@ mod tests {
             "::ffff:10.0.0.1",
             "64:ff9b::a00:1",
             "2001:db8::1",
+            // IPv4-compatible, translated, 6to4, Teredo, ISATAP forms of internal addresses.
+            "::127.0.0.1",
+            "::7f00:1",
+            "::10.0.0.1",
+            "::169.254.169.254",
+            "::ffff:0:127.0.0.1",
+            "2002:7f00:1::",
+            "2002:a00:1:1::1",
+            "2002:a9fe:a9fe::1",
+            "2001:0:a00:1:0:0:f5ff:fffe",   // Teredo, server 10.0.0.1
+            "2001:0:101:101:0:0:80ff:fffe", // Teredo, client 127.0.0.1
+            "2001:db9::5efe:7f00:1",        // ISATAP carrying 127.0.0.1
+            "fe80::200:5efe:a00:1",
+            "64:ff9b:1::a00:1",
+            "fec0::1",
+            "100::1",
         ] {
             assert!(!is_public(ip.parse().unwrap()), "{ip}");
         }
@@ -354,6 +397,9 @@ mod tests {
             "1.1.1.1",
             "2606:4700::1111",
             "64:ff9b::101:101",
+            "::1.1.1.1",
+            "2002:101:101::1",
+            "2001:db9::5efe:101:101",
         ] {
             assert!(is_public(ip.parse().unwrap()), "{ip}");
         }
@@ -364,13 +410,20 @@ mod tests {
         let dns = fake_dns(&[
             ("rebind.example", "127.0.0.1"),
             ("metadata.example", "169.254.169.254"),
+            ("compat.example", "::127.0.0.1"),
+            ("sixtofour.example", "2002:a9fe:a9fe::1"),
             ("mixed.example", "10.0.0.7"),
             ("mixed.example", "93.184.216.34"),
             ("public.example", "93.184.216.34"),
             ("localhost", "127.0.0.1"),
             ("localhost", "93.184.216.34"),
         ]);
-        for host in ["rebind.example", "metadata.example"] {
+        for host in [
+            "rebind.example",
+            "metadata.example",
+            "compat.example",
+            "sixtofour.example",
+        ] {
             let (guest, e) = checked_addresses(host, 80, &dns).await.unwrap_err();
             assert!(
                 matches!(guest, HttpError::DestinationIpProhibited),
