@@ -94,10 +94,17 @@ impl FileId {
 
 /// The paths no directory grant may overlap: the home and the config file in use.
 ///
-/// Cheap to clone; built once per process and handed to every sandbox.
+/// Cheap to clone; built once per process and handed to every sandbox. The paths are resolved
+/// again by every check: a home moved or a link changed since is seen.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReservedPaths {
-    entries: Vec<(PathBuf, ReservedKind)>,
+    entries: Vec<Reserved>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Reserved {
+    path: PathBuf,
+    kind: ReservedKind,
 }
 
 impl ReservedPaths {
@@ -117,15 +124,19 @@ impl ReservedPaths {
         } else {
             path
         };
-        if !self.entries.iter().any(|(p, k)| *p == path && *k == kind) {
-            self.entries.push((path, kind));
+        if !self
+            .entries
+            .iter()
+            .any(|r| r.path == path && r.kind == kind)
+        {
+            self.entries.push(Reserved { path, kind });
         }
         self
     }
 
     /// The reserved paths, as given.
     pub fn iter(&self) -> impl Iterator<Item = (&Path, ReservedKind)> {
-        self.entries.iter().map(|(p, k)| (p.as_path(), *k))
+        self.entries.iter().map(|r| (r.path.as_path(), r.kind))
     }
 
     /// Checks a directory about to be granted, by its path (resolved now).
@@ -150,8 +161,9 @@ impl ReservedPaths {
         }
         // Every directory above the granted one.
         let granted_chain = ancestors_ids(dir.parent());
-        for (reserved, kind) in &self.entries {
-            let found = Resolved::of(reserved);
+        for reserved in &self.entries {
+            let kind = &reserved.kind;
+            let found = Resolved::of(&reserved.path);
             let relation = if found.id == Some(id) {
                 Relation::Is
             } else if found.ancestors.contains(&id) {
@@ -365,6 +377,21 @@ mod tests {
         assert!(o.to_string().contains("config file"), "{o}");
         // Beside the config file, not containing it: allowed.
         r.check_dir(&root.join("project/src")).unwrap();
+    }
+
+    #[test]
+    fn a_home_moved_since_the_last_check_is_found_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        let (home, data) = (root.join("home"), root.join("data"));
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&data).unwrap();
+        let r = reserved_home(&home);
+        r.check_dir(&data).unwrap();
+        // The home moves under the granted directory, and a link takes its old place.
+        std::fs::rename(&home, data.join("home")).unwrap();
+        std::os::unix::fs::symlink(data.join("home"), &home).unwrap();
+        assert_eq!(refusal(&r.clone(), &data).relation, Relation::Contains);
     }
 
     #[test]

@@ -180,16 +180,38 @@ async fn main() -> Result<()> {
     }
     // The same no-op in the probe fixture, which imports every WASI interface (filesystem,
     // HTTP, sockets, clocks): instantiation links each import, used or not.
+    // Interleaved with it, the same no-op with one read-only directory grant and a home to
+    // keep it clear of, as a call from a home makes it: what opening the granted directory by
+    // identity and checking it against Cordon's own state cost per call.
     let probe = rt.load(&fixture("probe")?, None, &|_| {})?.named("probe");
+    let granted_dir = tempfile::tempdir()?;
+    let home_dir = tempfile::tempdir()?;
+    let granted = Sandbox {
+        grants: [format!("fs:{}:/data:ro", granted_dir.path().display())
+            .parse::<cordon_core::Grant>()?
+            .resolve()?]
+        .into_iter()
+        .collect(),
+        reserved: cordon_core::ReservedPaths::none().with(
+            home_dir.path().join("cordon"),
+            cordon_core::ReservedKind::Home,
+        ),
+        ..Sandbox::default()
+    };
     let mut probe_noop = Vec::with_capacity(n);
+    let mut probe_granted = Vec::with_capacity(n);
     for i in 0..n + 200 {
         let start = Instant::now();
         probe.call_tool(&sandbox, "noop", "{}").await?;
+        let between = Instant::now();
+        probe.call_tool(&granted, "noop", "{}").await?;
         if i >= 200 {
-            probe_noop.push(start.elapsed());
+            probe_noop.push(between - start);
+            probe_granted.push(between.elapsed());
         }
     }
     let probe_noop = median(probe_noop);
+    let probe_granted = median(probe_granted);
     let compile = median(compile);
     let cached = median(cached);
     let inst = median(inst);
@@ -210,6 +232,11 @@ async fn main() -> Result<()> {
     println!(
         "no-op, probe fixture          {:>10}   (imports every WASI interface)",
         fmt(probe_noop)
+    );
+    println!(
+        "no-op, probe, one fs grant    {:>10}   (+{} for the grant: opened by identity, kept off the home)",
+        fmt(probe_granted),
+        fmt(probe_granted.saturating_sub(probe_noop))
     );
     println!(
         "no-op via MCP stdio (rmcp)    {:>10}   (warm server process)",

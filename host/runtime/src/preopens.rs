@@ -5,11 +5,11 @@
 //! resolved when it was granted and is resolved again per call, but between that resolution and
 //! an open by path, whoever can write a parent of the directory can swap in a symbolic link (a
 //! review read outside the grant in 2 of 300 calls with only sandboxed plugins racing). Here the
-//! directory is opened with no symbolic link allowed anywhere in its path (`openat2` with
-//! `RESOLVE_NO_SYMLINKS`, else one `O_NOFOLLOW` step per component), its device and inode are
-//! compared with those the resolution just found, and that same handle is what the guest's
-//! descriptor wraps; nothing opens the path again. The identity is also what the check against
-//! Cordon's own state (the home, the config file) is made on.
+//! directory is opened with no symbolic link allowed anywhere in its (canonical) path (`openat2`
+//! with `RESOLVE_NO_SYMLINKS`, else one `O_NOFOLLOW` step per component), so resolving the path
+//! and opening it are one step; the handle's device and inode are what the check against
+//! Cordon's own state (the home, the config file) is made on, and that same handle is what the
+//! guest's descriptor wraps; nothing opens the path again.
 
 use std::fs::File;
 use std::path::Path;
@@ -34,7 +34,8 @@ pub(crate) struct Preopen {
 }
 
 /// Opens the directory of `grant` for one call; refuses (as `Denied`) one that vanished, now
-/// resolves elsewhere, was swapped while it was opened, or overlaps Cordon's own state.
+/// resolves elsewhere (a symbolic link put in its path since it was granted), or overlaps
+/// Cordon's own state.
 pub(crate) fn open_granted(
     grant: &FsGrant,
     reserved: &ReservedPaths,
@@ -43,40 +44,22 @@ pub(crate) fn open_granted(
     let denied = |why: String| {
         CallError::Denied(format!("the granted directory `{}` {why}", host.display()))
     };
-    let resolved = std::fs::canonicalize(host).map_err(|e| {
-        denied(format!(
-            "cannot be opened ({e}); re-grant an existing directory"
-        ))
-    })?;
-    if resolved != *host {
-        return Err(denied(format!(
+    // The grant's path is canonical, so opening it with no link allowed anywhere is its
+    // resolution and its open in one step: what opens is what the path names at that instant.
+    let file = open_dir_without_links(host).map_err(|e| match std::fs::canonicalize(host) {
+        Ok(now) if now != *host => denied(format!(
             "now resolves to `{}`; it was changed after the grant, re-grant it if that is intended",
-            resolved.display()
-        )));
-    }
-    let expected = FileId::of(host).map_err(|e| {
-        denied(format!(
+            now.display()
+        )),
+        _ if is_link_refusal(&e) => denied(
+            "had a symbolic link in its path while the call started; it was not opened".to_string(),
+        ),
+        _ => denied(format!(
             "cannot be opened ({e}); re-grant an existing directory"
-        ))
-    })?;
-    let file = open_dir_without_links(host).map_err(|e| {
-        if is_link_refusal(&e) {
-            denied(
-                "was replaced by a symbolic link while the call started; it was not opened"
-                    .to_string(),
-            )
-        } else {
-            denied(format!("cannot be opened ({e})"))
-        }
+        )),
     })?;
     let opened =
         FileId::of_file(&file).map_err(|e| denied(format!("cannot be inspected ({e})")))?;
-    if opened != expected {
-        return Err(denied(
-            "was replaced by another directory while the call started; it was not opened"
-                .to_string(),
-        ));
-    }
     reserved
         .check_opened_dir(host, opened)
         .map_err(|e| CallError::Denied(format!("{e}; the call was refused")))?;
@@ -134,10 +117,15 @@ fn is_link_refusal(e: &std::io::Error) -> bool {
     e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
 }
 
-/// Elsewhere the directory is opened by path; its identity is still compared with the one the
-/// resolution found.
+/// Elsewhere the directory is opened by path after checking that the path still resolves to
+/// itself (a check, then an open: not free of races as on Linux).
 #[cfg(not(target_os = "linux"))]
 fn open_dir_without_links(path: &Path) -> std::io::Result<File> {
+    if std::fs::canonicalize(path)? != path {
+        return Err(std::io::Error::other(
+            "the path resolves through a symbolic link",
+        ));
+    }
     File::open(path)
 }
 
