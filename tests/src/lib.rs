@@ -194,7 +194,10 @@ impl TestHome {
         self.cordon_at(None, args, stdin, env)
     }
 
-    fn cordon_at(
+    /// Runs `cordon <args>` with this home from `cwd` (else the test's directory), feeding
+    /// `stdin` (not a terminal), with extra environment variables; the variables that would
+    /// make Cordon read the developer's own settings are removed.
+    pub fn cordon_at(
         &self,
         cwd: Option<&Path>,
         args: &[&str],
@@ -209,6 +212,7 @@ impl TestHome {
             .args(args)
             .envs(env.iter().copied())
             .env("CORDON_HOME", self.path())
+            .env_remove("CORDON_CONFIG")
             .env_remove("RUST_LOG")
             .env("RUST_BACKTRACE", "0")
             .stdin(Stdio::piped())

@@ -59,61 +59,35 @@ fn call(id: &str, name: &str, arguments: Value) -> ScriptedCall {
 /// so no stray `cordon.toml` is picked up.
 fn run(home: &TestHome, model: &Model, args: &[&str]) -> Run {
     let cwd = home.scratch("cwd");
-    let mut full = vec!["run"];
-    full.extend_from_slice(args);
-    let out = Command::new(cordon_bin())
-        .args(&full)
-        .current_dir(&cwd)
-        .env("CORDON_HOME", home.path())
-        .env("CORDON_LLM_URL", model.url())
-        .env("CORDON_MODEL", "scripted")
-        .env_remove("CORDON_CONFIG")
-        .env_remove("RUST_LOG")
-        .env("RUST_BACKTRACE", "0")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run cordon");
-    Run {
-        command: format!("cordon {}", full.join(" ")),
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    run_in(home, model, &cwd, "run", "", args)
 }
 
 /// Runs `cordon chat <args>` against `model` in `home` from `cwd`, feeding `stdin` (messages
 /// and answers to approval questions, one a line; not a terminal).
 fn chat_in(home: &TestHome, model: &Model, cwd: &Path, stdin: &str, args: &[&str]) -> Run {
-    use std::io::Write;
-    let mut full = vec!["chat"];
+    run_in(home, model, cwd, "chat", stdin, args)
+}
+
+/// Runs `cordon <command> <args>` against the scripted `model`.
+fn run_in(
+    home: &TestHome,
+    model: &Model,
+    cwd: &Path,
+    command: &str,
+    stdin: &str,
+    args: &[&str],
+) -> Run {
+    let mut full = vec![command];
     full.extend_from_slice(args);
-    let mut child = Command::new(cordon_bin())
-        .args(&full)
-        .current_dir(cwd)
-        .env("CORDON_HOME", home.path())
-        .env("CORDON_LLM_URL", model.url())
-        .env("CORDON_MODEL", "scripted")
-        .env_remove("CORDON_CONFIG")
-        .env_remove("RUST_LOG")
-        .env("RUST_BACKTRACE", "0")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start cordon chat");
-    child
-        .stdin
-        .take()
-        .expect("stdin is piped")
-        .write_all(stdin.as_bytes())
-        .expect("write stdin");
-    let out = child.wait_with_output().expect("wait for cordon chat");
-    Run {
-        command: format!("cordon {}", full.join(" ")),
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    home.cordon_at(
+        Some(cwd),
+        &full,
+        stdin,
+        &[
+            ("CORDON_LLM_URL", &model.url()),
+            ("CORDON_MODEL", "scripted"),
+        ],
+    )
 }
 
 /// The --json events printed by a run.
