@@ -13,6 +13,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use crate::GrantError;
 
@@ -94,17 +95,45 @@ impl FileId {
 
 /// The paths no directory grant may overlap: the home and the config file in use.
 ///
-/// Cheap to clone; built once per process and handed to every sandbox. The paths are resolved
-/// again by every check: a home moved or a link changed since is seen.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Cheap to clone; built once per process and handed to every sandbox. Clones share how each
+/// path resolved; a check reuses that only while the resolved path still names the same file
+/// and is no symbolic link (one `lstat`), and resolves again otherwise (a home moved or
+/// replaced by a link since), so a call pays for the chain of its granted directory only.
+#[derive(Debug, Clone, Default)]
 pub struct ReservedPaths {
     entries: Vec<Reserved>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+impl PartialEq for ReservedPaths {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for ReservedPaths {}
+
+#[derive(Debug, Clone)]
 struct Reserved {
     path: PathBuf,
     kind: ReservedKind,
+    resolved: Arc<Mutex<Option<Resolved>>>,
+}
+
+impl Reserved {
+    /// How the path resolves now: the last resolution while its path is still the same file
+    /// and not a link, else a new one.
+    fn resolved(&self) -> Resolved {
+        let mut known = self.resolved.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(last) = known.as_ref()
+            && let Some(id) = last.id
+            && is_still(&last.path, id)
+        {
+            return last.clone();
+        }
+        let fresh = Resolved::of(&self.path);
+        *known = Some(fresh.clone());
+        fresh
+    }
 }
 
 impl ReservedPaths {
@@ -129,7 +158,11 @@ impl ReservedPaths {
             .iter()
             .any(|r| r.path == path && r.kind == kind)
         {
-            self.entries.push(Reserved { path, kind });
+            self.entries.push(Reserved {
+                path,
+                kind,
+                resolved: Arc::default(),
+            });
         }
         self
     }
@@ -163,7 +196,7 @@ impl ReservedPaths {
         let granted_chain = ancestors_ids(dir.parent());
         for reserved in &self.entries {
             let kind = &reserved.kind;
-            let found = Resolved::of(&reserved.path);
+            let found = reserved.resolved();
             let relation = if found.id == Some(id) {
                 Relation::Is
             } else if found.ancestors.contains(&id) {
@@ -230,8 +263,21 @@ impl fmt::Display for ReservedOverlap {
     }
 }
 
+/// Whether `path` still names the file `id` itself, not through a final symbolic link.
+#[cfg(unix)]
+fn is_still(path: &Path, id: FileId) -> bool {
+    std::fs::symlink_metadata(path)
+        .is_ok_and(|m| !m.file_type().is_symlink() && FileId::from_metadata(&m) == id)
+}
+
+#[cfg(not(unix))]
+fn is_still(_path: &Path, _id: FileId) -> bool {
+    false
+}
+
 /// A reserved path resolved as far as it exists: a home not created yet is protected by its
 /// future parents.
+#[derive(Debug, Clone)]
 struct Resolved {
     /// The canonical path of its deepest existing part, with the missing rest appended.
     path: PathBuf,

@@ -186,6 +186,7 @@ async fn main() -> Result<()> {
     let probe = rt.load(&fixture("probe")?, None, &|_| {})?.named("probe");
     let granted_dir = tempfile::tempdir()?;
     let home_dir = tempfile::tempdir()?;
+    std::fs::create_dir(home_dir.path().join("cordon"))?;
     let granted = Sandbox {
         grants: [format!("fs:{}:/data:ro", granted_dir.path().display())
             .parse::<cordon_core::Grant>()?
