@@ -65,6 +65,8 @@ if grep -q hunter2 <<<"$out"; then
   exit 1
 fi
 say "refused, as it should be: DEMO_SECRET is set on the host, the plugin sees no such variable"
+say "e) be granted the directory that holds Cordon's own home (its grants, its compiled code)"
+refused "granting the home's parent" grant probe "fs:$WORK:/work:rw"
 
 step "5. Part 1 done: the host file is unchanged and the secret never left $WORK/private"
 cat "$WORK/project/notes.txt"

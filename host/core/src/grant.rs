@@ -37,7 +37,7 @@ pub enum GrantError {
         reason: String,
     },
     /// The directory overlaps Cordon's own state (the home or the config file in use).
-    #[error("cannot grant {0}")]
+    #[error("cannot grant `{granted}`: {overlap}", granted = .0.granted.display(), overlap = .0)]
     Reserved(crate::reserved::ReservedOverlap),
 }
 

@@ -253,9 +253,8 @@ impl fmt::Display for ReservedOverlap {
         };
         write!(
             f,
-            "`{}` {relation} {} at {}; a plugin that can reach it could change its own grants \
+            "it {relation} {} at {}; a plugin that can reach it could change its own grants \
              and approval or plant code that runs in the host, so no grant may overlap it: {}",
-            self.granted.display(),
             self.kind.describe(),
             self.reserved.display(),
             self.kind.remedy()

@@ -62,7 +62,12 @@ pub(crate) fn open_granted(
         FileId::of_file(&file).map_err(|e| denied(format!("cannot be inspected ({e})")))?;
     reserved
         .check_opened_dir(host, opened)
-        .map_err(|e| CallError::Denied(format!("{e}; the call was refused")))?;
+        .map_err(|e| match e {
+            cordon_core::GrantError::Reserved(overlap) => denied(format!(
+                "cannot be used: {overlap}. The call was refused; revoke this grant"
+            )),
+            other => CallError::Denied(format!("{other}; the call was refused")),
+        })?;
     let (perms, mode) = match grant.mode {
         FsMode::ReadOnly => (FsPerms::ReadOnly, OpenMode::READ),
         FsMode::ReadWrite => (FsPerms::ReadWrite, OpenMode::READ | OpenMode::WRITE),
