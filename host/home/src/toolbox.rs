@@ -177,7 +177,9 @@ impl Toolbox {
             match load_plugin(home, &runtime, &lock, name, record).await {
                 Ok((mut entries, pin)) => {
                     tools.append(&mut entries);
-                    if pin.is_some() && pin != record.compiled {
+                    if let Some(pin) = pin
+                        && record.compiled.as_ref() != Some(&pin)
+                    {
                         compiled.push((name.clone(), record.digest.clone(), pin));
                     }
                 }
@@ -295,13 +297,13 @@ impl Toolbox {
 /// Records in the lock file the compiled code plugins were just compiled into (or found under a
 /// new stamp), so the next start loads it. Under the exclusive lock, and only for records that
 /// still pin the same component; failing costs only a recompile next time.
-fn record_compiled(home: &Home, compiled: Vec<(String, String, Option<CompiledPin>)>) {
+fn record_compiled(home: &Home, compiled: Vec<(String, String, CompiledPin)>) {
     let result = home.update(|lock| {
         for (name, digest, pin) in &compiled {
             if let Some(record) = lock.plugins.get_mut(name)
                 && record.digest == *digest
             {
-                record.compiled = pin.clone();
+                record.compiled = Some(pin.clone());
             }
         }
         Ok(())

@@ -175,18 +175,11 @@ fn open_entry(path: &Path) -> std::io::Result<std::fs::File> {
 
 /// The lower-case hex sha256 of an open file's bytes, from its start.
 fn sha256_of(file: &std::fs::File) -> std::io::Result<String> {
-    use std::io::{Read, Seek};
+    use std::io::Seek;
     let mut reader = file;
     reader.rewind()?;
     let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = reader.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
+    std::io::copy(&mut reader, &mut hasher)?;
     Ok(hex::encode(hasher.finalize()))
 }
 
