@@ -84,11 +84,21 @@ pub struct RunArgs {
     pub model: ModelArgs,
 }
 
+/// The config file a conversation started here uses: `explicit` (`--config`,
+/// `$CORDON_CONFIG`), else `./cordon.toml` when it exists. Also what no grant may reach, and
+/// whose approval rules `plugin inspect` shows.
+pub fn config_in_use(explicit: Option<&Path>) -> Option<PathBuf> {
+    let default = Path::new("cordon.toml");
+    explicit
+        .map(Path::to_path_buf)
+        .or_else(|| default.exists().then(|| default.to_path_buf()))
+}
+
 /// Loads cordon.toml and applies flag/env overrides.
 fn load_config(args: &ModelArgs) -> anyhow::Result<AgentConfig> {
-    let mut config = match &args.config {
-        Some(path) => AgentConfig::load(path, true)?,
-        None => AgentConfig::load(Path::new("cordon.toml"), false)?,
+    let mut config = match config_in_use(args.config.as_deref()) {
+        Some(path) => AgentConfig::load(&path, true)?,
+        None => AgentConfig::default(),
     };
     if let Some(url) = &args.llm_url {
         config.llm.url = url.clone();

@@ -129,11 +129,10 @@ fn configs_in_use(command: &Command) -> Vec<PathBuf> {
     let from_env = std::env::var_os("CORDON_CONFIG")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from);
-    let default = PathBuf::from("cordon.toml");
     explicit
         .into_iter()
         .chain(from_env)
-        .chain(default.exists().then_some(default))
+        .chain(converse::config_in_use(None))
         .collect()
 }
 

@@ -163,18 +163,18 @@ fn describe_install(p: &PreparedInstall) {
 /// The approval rules a conversation started here applies: those of `config`, else of
 /// ./cordon.toml when it exists (as `cordon chat`/`run` load them), with words saying which.
 fn approval_rules(config: Option<&Path>) -> anyhow::Result<(ApprovalConfig, String)> {
-    let default = Path::new("cordon.toml");
-    let (path, shown) = match config {
-        Some(path) => (path, path.display().to_string()),
-        None if default.is_file() => (default, "./cordon.toml".to_string()),
-        None => {
-            return Ok((
-                ApprovalConfig::default(),
-                "no ./cordon.toml here, so only the built-in rules".to_string(),
-            ));
-        }
+    let Some(path) = crate::converse::config_in_use(config) else {
+        return Ok((
+            ApprovalConfig::default(),
+            "no ./cordon.toml here, so only the built-in rules".to_string(),
+        ));
     };
-    let config = AgentConfig::load(path, true)?;
+    let shown = if config.is_some() {
+        path.display().to_string()
+    } else {
+        format!("./{}", path.display())
+    };
+    let config = AgentConfig::load(&path, true)?;
     Ok((config.approval, format!("the rules of {shown}")))
 }
 
