@@ -1,0 +1,11 @@
+//! End-to-end tests of the built `cordon` binary, in one test binary (one link, one process
+//! pool), one module per command or bundled tool.
+
+mod cli_call;
+mod cli_grants;
+mod cli_install;
+mod cli_upgrade;
+mod run_conversation;
+mod tools_files;
+mod tools_python;
+mod tools_sql;
