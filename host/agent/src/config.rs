@@ -18,7 +18,7 @@ pub enum ConfigError {
     Read {
         /// The file.
         path: String,
-        /// Why.
+        /// The I/O error.
         source: std::io::Error,
     },
     /// The file is not valid TOML for the config.
@@ -382,5 +382,51 @@ mod tests {
             .to_string();
         assert!(e.contains("/nonexistent/cordon.toml"), "{e}");
         assert!(AgentConfig::load(Path::new("/nonexistent/cordon.toml"), false).is_ok());
+    }
+
+    /// The README's `cordon.toml` reference is the one users copy from: as written it must be
+    /// the defaults, every commented example must be a real key, and every key must be there.
+    #[test]
+    fn readme_reference_is_the_defaults_and_names_every_key() {
+        let readme = include_str!("../../../README.md");
+        let section = &readme[readme.find("## `cordon.toml`").expect("section")..];
+        let start = section.find("```toml\n").expect("toml block") + "```toml\n".len();
+        let block = &section[start..start + section[start..].find("```").expect("block end")];
+        assert_eq!(
+            AgentConfig::from_toml(block, "README").unwrap(),
+            AgentConfig::default()
+        );
+        let examples: String = block
+            .lines()
+            .map(|l| {
+                let example = l.strip_prefix("# ").filter(|r| r.contains(" = "));
+                format!("{}\n", example.unwrap_or(l))
+            })
+            .collect();
+        let all = AgentConfig::from_toml(&examples, "README examples").unwrap();
+        assert!(all.llm.api_key_env.is_some() && all.llm.temperature.is_some());
+        assert!(all.llm.max_tokens.is_some() && all.agent.system_prompt.is_some());
+        assert!(!all.approval.tools.is_empty() && !all.approval.plugins.is_empty());
+        fn keys(prefix: &str, v: &toml::Value, out: &mut Vec<String>) {
+            if let toml::Value::Table(t) = v {
+                for (k, v) in t {
+                    out.push(format!("{prefix}{k}"));
+                    keys(&format!("{prefix}{k}."), v, out);
+                }
+            }
+        }
+        let mut every = Vec::new();
+        keys("", &toml::Value::try_from(&all).unwrap(), &mut every);
+        for key in every {
+            let leaf = key.rsplit('.').next().unwrap();
+            let is_rule =
+                key.starts_with("approval.tools.") || key.starts_with("approval.plugins.");
+            assert!(
+                is_rule
+                    || block.contains(&format!("{leaf} = "))
+                    || block.contains(&format!("[{key}")),
+                "README's cordon.toml reference lacks `{key}`"
+            );
+        }
     }
 }

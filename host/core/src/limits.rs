@@ -428,4 +428,19 @@ mod tests {
         assert_eq!(partial.memory, Limits::default().memory);
         assert!(serde_json::from_str::<Limits>(r#"{"cpu":"1"}"#).is_err());
     }
+
+    /// The README's limits table is what users read: one row per limit, with the default.
+    #[test]
+    fn readme_table_shows_every_default() {
+        let readme = include_str!("../../../README.md");
+        let section = &readme[readme.find("## Limits").expect("section")..];
+        let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+        let defaults = Limits::default();
+        for kind in LimitKind::ALL {
+            let row = format!("| `{}` | `{}` |", kind.key(), defaults.describe(kind));
+            assert!(section.contains(&row), "README's limits table lacks {row}");
+        }
+        let rows = section.lines().filter(|l| l.starts_with("| `")).count();
+        assert_eq!(rows, LimitKind::ALL.len(), "one row per limit");
+    }
 }

@@ -109,7 +109,7 @@ pub enum HomeError {
     ListTools {
         /// The file, URL or plugin name.
         source_name: String,
-        /// Why.
+        /// The call's error.
         #[source]
         source: CallError,
     },
@@ -209,7 +209,7 @@ pub enum HomeError {
     InvalidArguments {
         /// The tool.
         tool: String,
-        /// Why.
+        /// What is wrong with them, e.g. the schema rule broken and where.
         reason: String,
     },
     /// The arguments do not satisfy the tool's input schema.
@@ -233,7 +233,7 @@ pub enum HomeError {
     Call {
         /// The tool.
         tool: String,
-        /// Why.
+        /// The sandbox's error for the call.
         #[source]
         source: CallError,
     },
