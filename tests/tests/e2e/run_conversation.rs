@@ -31,6 +31,14 @@ impl Model {
         Model { server, _rt: rt }
     }
 
+    /// A model that asks for one tool call, then answers with `answer`.
+    fn one_call(id: &str, tool: &str, arguments: Value, answer: &str) -> Model {
+        Model::new(vec![
+            Step::tool_calls(vec![call(id, tool, arguments)]),
+            Step::text(answer),
+        ])
+    }
+
     fn url(&self) -> String {
         self.server.base_url()
     }
@@ -149,14 +157,12 @@ fn text_answer_without_tools() {
 #[test]
 fn one_sql_query_reaches_the_model() {
     let (home, _) = sql_home("ro");
-    let model = Model::new(vec![
-        Step::tool_calls(vec![call(
-            "call_q",
-            "sql_query",
-            json!({"database": "/data/shop.db", "sql": "SELECT name FROM products ORDER BY sku"}),
-        )]),
-        Step::text("There are three products."),
-    ]);
+    let model = Model::one_call(
+        "call_q",
+        "sql_query",
+        json!({"database": "/data/shop.db", "sql": "SELECT name FROM products ORDER BY sku"}),
+        "There are three products.",
+    );
     let r = run(&home, &model, &["What do we sell?", "--approve", "auto"]).ok();
     assert!(
         r.stdout.contains("There are three products."),
@@ -221,14 +227,12 @@ fn several_calls_in_one_response_each_get_their_result() {
 #[test]
 fn ask_without_a_terminal_declines_and_the_model_is_told() {
     let (home, data) = sql_home("rw");
-    let model = Model::new(vec![
-        Step::tool_calls(vec![call(
-            "w1",
-            "sql_execute",
-            json!({"database": "/data/shop.db", "sql": "DELETE FROM products"}),
-        )]),
-        Step::text("I could not delete them."),
-    ]);
+    let model = Model::one_call(
+        "w1",
+        "sql_execute",
+        json!({"database": "/data/shop.db", "sql": "DELETE FROM products"}),
+        "I could not delete them.",
+    );
     let r = run(&home, &model, &["Delete everything", "--approve", "ask"]).ok();
     assert!(r.stderr.contains("no terminal"), "{}", r.stderr);
     assert_eq!(
@@ -253,14 +257,12 @@ fn ask_without_a_terminal_declines_and_the_model_is_told() {
 #[test]
 fn approve_all_runs_a_read_write_tool() {
     let (home, data) = sql_home("rw");
-    let model = Model::new(vec![
-        Step::tool_calls(vec![call(
-            "w1",
-            "sql_execute",
-            json!({"database": "/data/shop.db", "sql": "INSERT INTO products VALUES ('D4','drill',5000)"}),
-        )]),
-        Step::text("Added the drill."),
-    ]);
+    let model = Model::one_call(
+        "w1",
+        "sql_execute",
+        json!({"database": "/data/shop.db", "sql": "INSERT INTO products VALUES ('D4','drill',5000)"}),
+        "Added the drill.",
+    );
     run(&home, &model, &["Add a drill", "--approve", "all"]).ok();
     assert_eq!(
         host_count(&data.join("shop.db")),
@@ -280,14 +282,12 @@ fn config_deny_rule_wins_over_approve_all() {
     let (home, data) = sql_home("rw");
     let cfg = home.scratch("cfg").join("cordon.toml");
     std::fs::write(&cfg, "[approval.tools]\nsql_execute = \"deny\"\n").unwrap();
-    let model = Model::new(vec![
-        Step::tool_calls(vec![call(
-            "w1",
-            "sql_execute",
-            json!({"database": "/data/shop.db", "sql": "DELETE FROM products"}),
-        )]),
-        Step::text("Not allowed."),
-    ]);
+    let model = Model::one_call(
+        "w1",
+        "sql_execute",
+        json!({"database": "/data/shop.db", "sql": "DELETE FROM products"}),
+        "Not allowed.",
+    );
     let r = run(
         &home,
         &model,
@@ -354,14 +354,12 @@ fn unknown_tool_and_invalid_arguments_go_back_as_errors() {
 #[test]
 fn sandbox_refusal_goes_back_as_a_tool_error() {
     let (home, _) = sql_home("ro");
-    let model = Model::new(vec![
-        Step::tool_calls(vec![call(
-            "x1",
-            "sql_query",
-            json!({"database": "/etc/passwd.db", "sql": "SELECT 1"}),
-        )]),
-        Step::text("That is outside what I may read."),
-    ]);
+    let model = Model::one_call(
+        "x1",
+        "sql_query",
+        json!({"database": "/etc/passwd.db", "sql": "SELECT 1"}),
+        "That is outside what I may read.",
+    );
     let r = run(&home, &model, &["q", "--approve", "auto", "--json"]).ok();
     let ev = events(&r);
     assert!(
@@ -852,14 +850,12 @@ fn a_deny_rule_still_applies_when_two_plugins_offer_the_tool() {
         "[approval.tools]\nread_file = \"deny\"\n",
     )
     .unwrap();
-    let model = Model::new(vec![
-        Step::tool_calls(vec![call(
-            "r1",
-            "files__read_file",
-            json!({"path": "/data/secret.txt"}),
-        )]),
-        Step::text("I may not read it."),
-    ]);
+    let model = Model::one_call(
+        "r1",
+        "files__read_file",
+        json!({"path": "/data/secret.txt"}),
+        "I may not read it.",
+    );
     let r = run(&home, &model, &["read the secret", "--approve", "auto"]).ok();
     let reqs = model.server.requests();
     for (i, req) in reqs.iter().enumerate() {
