@@ -44,7 +44,7 @@ pick_tree() {
 }
 
 # compare NAME NATIVE_CMD CORDON_CMD [BARE_CMD]: hyperfine the commands in alternating rounds
-# (this VM's speed drifts by tens of percent within a minute; rounds spread the drift over all
+# (a shared machine's speed can drift by tens of percent within a minute; rounds spread the drift over all
 # sides), record medians of all runs. BARE_CMD is the same call through bare_call, the least a
 # WebAssembly host can do per process (see host/runtime/examples/bare_call.rs).
 compare() {
