@@ -106,7 +106,7 @@ fn schema_is_a_flat_object_with_descriptions() {
         "https://json-schema.org/draft/2020-12/schema"
     );
     assert!(schema.get("title").is_none(), "{schema}");
-    assert_eq!(schema["description"], "Arguments of the test query tool.");
+    assert!(schema.get("description").is_none(), "{schema}");
     assert_eq!(
         schema["properties"]["sql"]["description"],
         "The SQL text to run."
@@ -118,6 +118,26 @@ fn schema_is_a_flat_object_with_descriptions() {
     assert!(schema.get("$defs").is_none());
     let format = &schema["properties"]["format"];
     assert!(format.to_string().contains("objects"), "{format}");
+}
+
+#[test]
+fn the_argument_struct_doc_is_not_the_tool_description() {
+    // The tool's description is given to `Plugin::tool`; the struct's doc comment is for
+    // Rust readers and must not reach the model as a second description of the tool.
+    for schema in [
+        input_schema::<Query>().unwrap(),
+        serde_json::from_str(&plugin().descriptors()[0].input_schema).unwrap(),
+    ] {
+        assert!(schema.get("description").is_none(), "{schema}");
+        assert!(schema.get("title").is_none(), "{schema}");
+        assert!(!schema.to_string().contains("Arguments of"), "{schema}");
+    }
+    // Field and nested type docs stay.
+    let schema = input_schema::<Awkward>().unwrap();
+    assert!(
+        schema["properties"]["mode"]["description"].is_string(),
+        "{schema}"
+    );
 }
 
 #[test]
