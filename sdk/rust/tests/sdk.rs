@@ -329,6 +329,31 @@ fn io_errors_map_to_actionable_variants() {
 }
 
 #[test]
+fn a_write_under_a_read_only_grant_says_the_grant_is_read_only() {
+    use cordon_sdk::paths::GrantedDirs;
+    use std::io::{Error, ErrorKind};
+    // What wasmtime answers to a write under a read-only preopen: "not permitted".
+    let refused = Error::from(ErrorKind::PermissionDenied);
+    let dirs = GrantedDirs::with_roots(&["/data", "/out"]).with_read_only("/data");
+    let e = dirs.io_error("/data/new.txt", &refused);
+    assert!(
+        matches!(&e, ToolError::Denied(m) if m.contains("/data is granted read-only")),
+        "{e:?}"
+    );
+    // Under a writable grant the same refusal can only be a link leading outside.
+    let e = dirs.io_error("/out/new.txt", &refused);
+    assert!(
+        matches!(&e, ToolError::Denied(m) if m.contains("link") && !m.contains("read-only")),
+        "{e:?}"
+    );
+    assert!(dirs.is_read_only("/data/a/b") && !dirs.is_read_only("/out/a"));
+    // Nested grants: the innermost decides.
+    let nested = GrantedDirs::with_roots(&["/data", "/data/drop"]).with_read_only("/data");
+    assert_eq!(nested.grant_of("/data/drop/x"), Some("/data/drop"));
+    assert!(!nested.is_read_only("/data/drop/x") && nested.is_read_only("/data/x"));
+}
+
+#[test]
 fn hints_builders() {
     let none = Hints::default();
     assert_eq!(
