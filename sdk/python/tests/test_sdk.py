@@ -280,7 +280,7 @@ class Exports(unittest.TestCase):
             [
                 _componentize_py(),
                 "-d",
-                os.path.join(ROOT, "wit"),
+                os.path.join(HERE, "..", "wit"),
                 "-w",
                 "plugin",
                 "bindings",
