@@ -336,6 +336,7 @@ class Plugin:
             """The ``cordon:tool/tools`` export, backed by a :class:`Plugin`."""
 
             def list_tools(self) -> list:
+                """The declared tools as WIT ``tool-descriptor`` records."""
                 from wit_world.imports import types as wit
 
                 return [
@@ -354,6 +355,7 @@ class Plugin:
                 ]
 
             def call_tool(self, name: str, arguments: str) -> list:
+                """Runs a tool; every failure becomes a WIT ``tool-error`` (``Err``)."""
                 from componentize_py_types import Err
                 from wit_world.imports import types as wit
 
@@ -850,18 +852,23 @@ class _Log:
     """
 
     def trace(self, message: str, **fields: Any) -> None:
+        """Logs very detailed tracing."""
         self.write("trace", message, **fields)
 
     def debug(self, message: str, **fields: Any) -> None:
+        """Logs information useful when debugging the plugin."""
         self.write("debug", message, **fields)
 
     def info(self, message: str, **fields: Any) -> None:
+        """Logs normal operation worth recording."""
         self.write("info", message, **fields)
 
     def warn(self, message: str, **fields: Any) -> None:
+        """Logs something unexpected that the plugin worked around."""
         self.write("warn", message, **fields)
 
     def error(self, message: str, **fields: Any) -> None:
+        """Logs a failure."""
         self.write("error", message, **fields)
 
     def write(self, level: str, message: str, **fields: Any) -> None:

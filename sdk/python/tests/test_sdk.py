@@ -331,6 +331,36 @@ class GrantedDirsLikeRust(unittest.TestCase):
         self.assertIsInstance(dirs.os_error("/data/x", OSError(5, "I/O error")), Failed)
 
 
+class Documentation(unittest.TestCase):
+    """`pydoc cordon_sdk` documents every public name: hints, errors, contents, paths, the bulk
+    reader and the logger, with their public methods."""
+
+    def test_every_public_item_has_a_docstring(self):
+        import inspect
+
+        import cordon_testing
+
+        items = [(f"cordon_sdk.{n}", getattr(cordon_sdk, n)) for n in cordon_sdk.__all__]
+        items += [("cordon_sdk.Plugin().exports()", Plugin().exports())]
+        items += [("cordon_testing.ComponentHost", cordon_testing.ComponentHost)]
+        items += [("cordon_testing.ComponentTrap", cordon_testing.ComponentTrap)]
+        missing = []
+        for label, obj in items:
+            target = obj if inspect.isclass(obj) or inspect.isfunction(obj) else type(obj)
+            if not inspect.getdoc(target):
+                missing.append(label)
+            if not inspect.isclass(target):
+                continue
+            for name, member in vars(target).items():
+                if name.startswith("_"):
+                    continue
+                function = member.fget if isinstance(member, property) else member
+                function = getattr(function, "__func__", function)
+                if inspect.isfunction(function) and not function.__doc__:
+                    missing.append(f"{label}.{name}")
+        self.assertEqual(missing, [])
+
+
 class Validation(unittest.TestCase):
     def check(self, schema, value):
         validate(schema, value)

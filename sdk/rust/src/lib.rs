@@ -60,7 +60,7 @@
 //! Build it as a `cdylib` with `cargo build --release --target wasm32-wasip2`; the `.wasm`
 //! is already a component. The same plugin is in `examples/two_tools.rs`.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 extern crate self as cordon_sdk;
 
