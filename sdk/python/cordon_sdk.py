@@ -815,11 +815,16 @@ class GrantedDirs:
             reason = err.strerror or type(err).__name__
             if absolute is not None and self.is_read_only(absolute):
                 grant = self.grant_of(absolute)
+                or_link = (
+                    f" (if this was a read, {path} leads outside the granted directories "
+                    "through a link)"
+                    if _may_be_a_link(absolute)
+                    else ""
+                )
                 return Denied(
                     f"{path}: access refused ({reason}): {grant} is granted read-only, so "
                     "nothing in it can be created, changed or deleted; ask the user for a "
-                    f"read-write grant to write there (if this was a read, {path} leads "
-                    "outside the granted directories through a link)"
+                    f"read-write grant to write there{or_link}"
                 )
             if absolute is not None and not self.is_granted(absolute):
                 return self._outside(path)
@@ -835,6 +840,20 @@ class GrantedDirs:
         if self._roots is None:
             return ""
         return f" (granted directories: {', '.join(self._roots) or 'none'})"
+
+
+def _may_be_a_link(path: str) -> bool:
+    """Whether a refusal on ``path`` may have come from a link leading outside the grants.
+
+    A path that is missing or a plain entry cannot lead outside, so a refusal there was a
+    write; one that is a link, or whose parents cannot be followed, may have been a read.
+    """
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return True
 
 
 # --------------------------------------------------------------------------------------------

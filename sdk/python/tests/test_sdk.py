@@ -312,9 +312,16 @@ class GrantedDirsLikeRust(unittest.TestCase):
         err = dirs.os_error("/data/new.txt", refused)
         self.assertIsInstance(err, Denied)
         self.assertIn("/data is granted read-only", err.message)
+        self.assertNotIn("link", err.message)  # nothing there: it was a write
         err = dirs.os_error("/out/new.txt", refused)
         self.assertIn("link", err.message)
         self.assertNotIn("read-only", err.message)
+        with tempfile.TemporaryDirectory() as grant:
+            os.symlink("/elsewhere", os.path.join(grant, "link"))
+            dirs = GrantedDirs.with_roots([grant], read_only=[grant])
+            err = dirs.os_error(os.path.join(grant, "link"), refused)
+            self.assertIn("granted read-only", err.message)
+            self.assertIn("leads outside the granted directories through a link", err.message)
         nested = GrantedDirs.with_roots(["/data", "/data/drop"], read_only=["/data"])
         self.assertEqual(nested.grant_of("/data/drop/x"), "/data/drop")
         self.assertFalse(nested.is_read_only("/data/drop/x"))

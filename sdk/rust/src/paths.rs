@@ -197,11 +197,24 @@ impl GrantedDirs {
                 if self.is_read_only(path) =>
             {
                 let grant = self.grant_of(path).unwrap_or("/");
+                // A path that is missing or a plain entry cannot lead outside: then the
+                // refusal was a write. Otherwise it may have been a read through a link.
+                let link = match std::fs::symlink_metadata(path) {
+                    Ok(meta) => meta.file_type().is_symlink(),
+                    Err(e) => e.kind() != io::ErrorKind::NotFound,
+                };
+                let or_link = if link {
+                    format!(
+                        " (if this was a read, {path} leads outside the granted directories \
+                         through a link)"
+                    )
+                } else {
+                    String::new()
+                };
                 ToolError::denied(format!(
                     "{path}: access refused ({err}): {grant} is granted read-only, so nothing \
                      in it can be created, changed or deleted; ask the user for a read-write \
-                     grant to write there (if this was a read, {path} leads outside the granted \
-                     directories through a link)"
+                     grant to write there{or_link}"
                 ))
             }
             io::ErrorKind::PermissionDenied => ToolError::denied(format!(

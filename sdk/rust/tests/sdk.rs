@@ -340,6 +340,28 @@ fn a_write_under_a_read_only_grant_says_the_grant_is_read_only() {
         matches!(&e, ToolError::Denied(m) if m.contains("/data is granted read-only")),
         "{e:?}"
     );
+    assert!(
+        !e.message().contains("link"),
+        "nothing there, so a write: {e:?}"
+    );
+    // A link under a read-only grant: the refusal may have been a read through it.
+    #[cfg(unix)]
+    {
+        let grant = std::env::temp_dir().join(format!("cordon-sdk-ro-{}", std::process::id()));
+        std::fs::create_dir_all(&grant).unwrap();
+        let link = grant.join("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("/elsewhere", &link).unwrap();
+        let root = grant.to_str().unwrap();
+        let e = GrantedDirs::with_roots(&[root])
+            .with_read_only(root)
+            .io_error(link.to_str().unwrap(), &refused);
+        std::fs::remove_dir_all(&grant).unwrap();
+        assert!(
+            e.message().contains("granted read-only") && e.message().contains("through a link"),
+            "{e:?}"
+        );
+    }
     // Under a writable grant the same refusal can only be a link leading outside.
     let e = dirs.io_error("/out/new.txt", &refused);
     assert!(
