@@ -815,16 +815,16 @@ class GrantedDirs:
             reason = err.strerror or type(err).__name__
             if absolute is not None and self.is_read_only(absolute):
                 grant = self.grant_of(absolute)
-                or_link = (
-                    f" (if this was a read, {path} leads outside the granted directories "
-                    "through a link)"
-                    if _may_be_a_link(absolute)
-                    else ""
-                )
+                if _may_be_a_link(absolute):
+                    return Denied(
+                        f"{path}: access refused ({reason}); it may be a link leading outside "
+                        f"the granted directories, and {grant} is granted read-only, so "
+                        "nothing in it can be created, changed or deleted"
+                    )
                 return Denied(
                     f"{path}: access refused ({reason}): {grant} is granted read-only, so "
                     "nothing in it can be created, changed or deleted; ask the user for a "
-                    f"read-write grant to write there{or_link}"
+                    "read-write grant to write there"
                 )
             if absolute is not None and not self.is_granted(absolute):
                 return self._outside(path)
@@ -846,7 +846,8 @@ def _may_be_a_link(path: str) -> bool:
     """Whether a refusal on ``path`` may have come from a link leading outside the grants.
 
     A path that is missing or a plain entry cannot lead outside, so a refusal there was a
-    write; one that is a link, or whose parents cannot be followed, may have been a read.
+    write; through a link (or parents that cannot be followed) it may have been a read, which
+    a read-write grant would not fix.
     """
     try:
         return stat.S_ISLNK(os.lstat(path).st_mode)

@@ -197,25 +197,26 @@ impl GrantedDirs {
                 if self.is_read_only(path) =>
             {
                 let grant = self.grant_of(path).unwrap_or("/");
-                // A path that is missing or a plain entry cannot lead outside: then the
-                // refusal was a write. Otherwise it may have been a read through a link.
-                let link = match std::fs::symlink_metadata(path) {
+                // A path that is missing or a plain entry cannot lead outside, so the refusal
+                // was a write; through a link it may have been a read, which a read-write
+                // grant would not fix.
+                let may_be_link = match std::fs::symlink_metadata(path) {
                     Ok(meta) => meta.file_type().is_symlink(),
                     Err(e) => e.kind() != io::ErrorKind::NotFound,
                 };
-                let or_link = if link {
-                    format!(
-                        " (if this was a read, {path} leads outside the granted directories \
-                         through a link)"
-                    )
+                if may_be_link {
+                    ToolError::denied(format!(
+                        "{path}: access refused ({err}); it may be a link leading outside the \
+                         granted directories, and {grant} is granted read-only, so nothing in \
+                         it can be created, changed or deleted"
+                    ))
                 } else {
-                    String::new()
-                };
-                ToolError::denied(format!(
-                    "{path}: access refused ({err}): {grant} is granted read-only, so nothing \
-                     in it can be created, changed or deleted; ask the user for a read-write \
-                     grant to write there{or_link}"
-                ))
+                    ToolError::denied(format!(
+                        "{path}: access refused ({err}): {grant} is granted read-only, so \
+                         nothing in it can be created, changed or deleted; ask the user for a \
+                         read-write grant to write there"
+                    ))
+                }
             }
             io::ErrorKind::PermissionDenied => ToolError::denied(format!(
                 "{path}: access refused ({err}); it may be a link leading outside the granted directories"
