@@ -727,13 +727,14 @@ class GrantedDirs:
         if self._roots is not None:
             inside = [r for r in self._roots if within(path, r)]
             return max(inside, key=len) if inside else None
-        prefix = ""
-        for part in ["", *(p for p in path.split("/") if p)]:
-            prefix = f"{prefix}/{part}" if part else "/"
-            prefix = normalize(prefix)
+        if not path.startswith("/"):
+            return None
+        parts = [p for p in normalize(path).split("/") if p]
+        for i in range(len(parts) + 1):
+            prefix = "/" + "/".join(parts[:i])
             try:
                 os.stat(prefix)
-                return prefix
+                return normalize(prefix)
             except (OSError, ValueError):
                 continue
         return None
