@@ -53,6 +53,7 @@ __all__ = [
     "BulkReader",
     "Denied",
     "Failed",
+    "GrantedDirs",
     "Hints",
     "InvalidArguments",
     "Json",
@@ -66,7 +67,9 @@ __all__ = [
     "ToolDescriptor",
     "ToolError",
     "log",
+    "normalize",
     "validate",
+    "within",
 ]
 
 #: The WIT world every Cordon plugin targets; pass it to ``componentize-py -w``.
@@ -333,6 +336,7 @@ class Plugin:
             """The ``cordon:tool/tools`` export, backed by a :class:`Plugin`."""
 
             def list_tools(self) -> list:
+                """The declared tools as WIT ``tool-descriptor`` records."""
                 from wit_world.imports import types as wit
 
                 return [
@@ -351,6 +355,7 @@ class Plugin:
                 ]
 
             def call_tool(self, name: str, arguments: str) -> list:
+                """Runs a tool; every failure becomes a WIT ``tool-error`` (``Err``)."""
                 from componentize_py_types import Err
                 from wit_world.imports import types as wit
 
@@ -577,7 +582,17 @@ def _to_contents(tool: str, value: Any) -> list[Content]:
 
 
 def _map_unexpected(tool: str, err: BaseException) -> ToolError:
-    """Maps an exception the author did not turn into a ToolError; logs the traceback."""
+    """Maps an exception the author did not turn into a ToolError.
+
+    A missing or refused path is an expected outcome of a tool that takes paths: it is
+    logged as one line. Anything else is a bug in the tool, logged with its traceback.
+    """
+    filename = getattr(err, "filename", None)
+    if isinstance(err, OSError) and isinstance(filename, str):
+        mapped = GrantedDirs.from_env().os_error(filename, err)
+        if not isinstance(mapped, Failed):
+            log.info(f"tool {tool!r}: {mapped.message}")
+            return mapped
     log.error(
         f"tool {tool!r} raised {type(err).__name__}",
         traceback="".join(traceback.format_exception(type(err), err, err.__traceback__)),
@@ -585,15 +600,17 @@ def _map_unexpected(tool: str, err: BaseException) -> ToolError:
     detail = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
     if isinstance(err, FileNotFoundError):
         return NotFound(f"{detail}; check the path and that it lies inside a granted directory")
-    not_capable = getattr(errno, "ENOTCAPABLE", None)
-    if isinstance(err, PermissionError) or (
-        isinstance(err, OSError) and not_capable is not None and err.errno == not_capable
-    ):
+    if isinstance(err, PermissionError) or _is_not_capable(err):
         return Denied(
             f"{detail}; the path is outside the directories granted to this tool, "
             "or the grant is read-only"
         )
     return Failed(f"tool {tool!r} failed unexpectedly: {detail}")
+
+
+def _is_not_capable(err: BaseException) -> bool:
+    not_capable = getattr(errno, "ENOTCAPABLE", None)
+    return isinstance(err, OSError) and not_capable is not None and err.errno == not_capable
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -629,6 +646,219 @@ def _to_wit_error(wit: Any, err: ToolError) -> Any:
 
 
 # --------------------------------------------------------------------------------------------
+# Granted directories and path arguments
+
+
+def normalize(path: str) -> str:
+    """Lexically normalises a guest path: no ``.``, no ``..``, no repeated or trailing ``/``.
+
+    ``..`` is resolved textually, so ``/data/../etc`` is ``/etc`` (and then refused as
+    outside the grants) rather than being left for the filesystem to interpret. Unlike
+    ``os.path.normpath`` a leading ``//`` is not kept.
+    """
+    absolute = path.startswith("/")
+    parts: list[str] = []
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if parts and parts[-1] != "..":
+                parts.pop()
+            elif not absolute:
+                parts.append("..")
+            continue
+        parts.append(part)
+    joined = "/".join(parts)
+    if absolute:
+        return "/" + joined
+    return joined or "."
+
+
+def within(path: str, root: str) -> bool:
+    """Whether ``path`` is ``root`` or below it (both normalised)."""
+    return root == "/" or path == root or (path.startswith(root) and path[len(root)] == "/")
+
+
+class GrantedDirs:
+    """The directories this instance may reach (its WASI preopens), as guest paths.
+
+    The sandbox is what confines a plugin; this class exists to give errors a model can act
+    on (a path outside the grants is ``denied``, a write under a read-only grant says so),
+    to resolve relative path arguments inside a grant, and to keep every path in the guest's
+    terms. It behaves as the Rust SDK's ``cordon_sdk::paths::GrantedDirs``.
+
+    Build it with :meth:`from_env` in a tool, or :meth:`with_roots` in a test. In a component
+    Python cannot list the preopens, so :meth:`from_env` finds the grant of each path it is
+    asked about (the shortest leading part of the path that exists, since nothing outside
+    the preopens does) and its mode with ``os.access``; natively (unit tests) there is no
+    sandbox and the one grant is ``/``, writable, as in the Rust SDK.
+    """
+
+    def __init__(self, roots: list[str] | None, read_only: list[str] | tuple[str, ...] = ()):
+        """``roots`` are the granted directories, or None to discover them path by path."""
+        self._roots = None if roots is None else [normalize(r) for r in roots]
+        self._read_only = {normalize(r) for r in read_only}
+
+    @classmethod
+    def from_env(cls) -> GrantedDirs:
+        """The granted directories of this instance (``/`` outside a component)."""
+        return cls(None) if sys.platform == "wasi" else cls(["/"])
+
+    @classmethod
+    def with_roots(
+        cls, roots: list[str], read_only: list[str] | tuple[str, ...] = ()
+    ) -> GrantedDirs:
+        """A view with the given roots, those in ``read_only`` granted read-only, for tests."""
+        return cls(list(roots), read_only)
+
+    @property
+    def roots(self) -> list[str] | None:
+        """The granted directories, or None in a component, where they cannot be listed."""
+        return None if self._roots is None else list(self._roots)
+
+    def _roots_text(self) -> str:
+        if self._roots is None:
+            return ""
+        return f" ({', '.join(self._roots) or 'none'})"
+
+    def grant_of(self, path: str) -> str | None:
+        """The granted directory that the normalised absolute ``path`` lies in (the innermost
+        one when grants nest), or None when it is outside every grant."""
+        if self._roots is not None:
+            inside = [r for r in self._roots if within(path, r)]
+            return max(inside, key=len) if inside else None
+        if not path.startswith("/"):
+            return None
+        parts = [p for p in normalize(path).split("/") if p]
+        for i in range(len(parts) + 1):
+            prefix = "/" + "/".join(parts[:i])
+            try:
+                os.stat(prefix)
+                return normalize(prefix)
+            except (OSError, ValueError):
+                continue
+        return None
+
+    def is_granted(self, path: str) -> bool:
+        """Whether the normalised absolute ``path`` lies inside a granted directory."""
+        return self.grant_of(path) is not None
+
+    def is_read_only(self, path: str) -> bool:
+        """Whether ``path`` lies in a directory granted read-only."""
+        grant = self.grant_of(path)
+        if grant is None:
+            return False
+        if self._roots is not None:
+            return grant in self._read_only
+        return not os.access(grant, os.W_OK)
+
+    def resolve(self, arg: str, field: str = "path") -> str:
+        """Resolves a path argument to a normalised guest path inside a grant.
+
+        A relative path is taken relative to the granted directory that contains it: the
+        only one, or the first where it exists. A path outside every grant is
+        :class:`Denied`, naming the grants where they are known. In a component, where the
+        grants cannot be listed, a relative path is :class:`InvalidArguments` asking for an
+        absolute one, and a directory above the grants (such as ``/``) is :class:`Denied`.
+        """
+        if not isinstance(arg, str) or not arg.strip():
+            raise InvalidArguments(
+                f"`{field}` is empty; pass a path inside a granted directory{self._roots_text()}"
+            )
+        if "\0" in arg:
+            raise InvalidArguments(f"`{field}` contains a NUL character")
+        if arg.startswith("/"):
+            path = normalize(arg)
+            if self.is_granted(path) or self._is_above_grants(path):
+                return path
+            raise self._outside(arg)
+        if self._roots is None:
+            raise InvalidArguments(
+                f"`{field}` is relative ({arg}); pass an absolute path inside a granted directory"
+            )
+        candidates = [
+            p for p in (normalize(f"{r}/{arg}") for r in self._roots) if self.is_granted(p)
+        ]
+        for candidate in candidates:
+            if os.path.exists(candidate):
+                return candidate
+        if len(candidates) == 1:
+            return candidates[0]
+        if not candidates:
+            raise self._outside(arg)
+        raise NotFound(f"{arg} does not exist in any granted directory{self._roots_text()}")
+
+    def _is_above_grants(self, path: str) -> bool:
+        return self._roots is not None and any(within(r, path) and r != path for r in self._roots)
+
+    def _outside(self, arg: str) -> Denied:
+        return Denied(
+            f"{arg} is outside the directories granted to this tool{self._roots_text()}; "
+            "use a path inside one of them"
+        )
+
+    def os_error(self, path: str, err: OSError) -> ToolError:
+        """Maps an ``OSError`` on ``path`` to the error a model can act on, as the Rust SDK's
+        ``GrantedDirs::io_error`` does: ``not-found`` inside a grant, ``denied`` outside every
+        grant or under a read-only one, ``invalid-arguments`` for a directory where a file
+        was expected (or the reverse), and ``failed`` otherwise."""
+        absolute = normalize(path) if path.startswith("/") else None
+        if isinstance(err, FileNotFoundError):
+            if absolute is not None and not self.is_granted(absolute):
+                return self._outside(path)
+            if absolute is None and self._roots is None:
+                return NotFound(
+                    f"{path} does not exist; relative paths are not inside any grant here, "
+                    "pass an absolute path inside a granted directory"
+                )
+            return NotFound(f"{path} does not exist{self._granted_text()}")
+        if isinstance(err, PermissionError) or _is_not_capable(err):
+            reason = err.strerror or type(err).__name__
+            if absolute is not None and self.is_read_only(absolute):
+                grant = self.grant_of(absolute)
+                if _may_be_a_link(absolute):
+                    return Denied(
+                        f"{path}: access refused ({reason}); it may be a link leading outside "
+                        f"the granted directories, and {grant} is granted read-only, so "
+                        "nothing in it can be created, changed or deleted"
+                    )
+                return Denied(
+                    f"{path}: access refused ({reason}): {grant} is granted read-only, so "
+                    "nothing in it can be created, changed or deleted; ask the user for a "
+                    "read-write grant to write there"
+                )
+            if absolute is not None and not self.is_granted(absolute):
+                return self._outside(path)
+            return Denied(
+                f"{path}: access refused ({reason}); it may be a link leading outside the "
+                "granted directories"
+            )
+        if isinstance(err, (IsADirectoryError, NotADirectoryError)):
+            return InvalidArguments(f"{path}: {err.strerror or err}")
+        return Failed(f"{path}: {err.strerror or err}")
+
+    def _granted_text(self) -> str:
+        if self._roots is None:
+            return ""
+        return f" (granted directories: {', '.join(self._roots) or 'none'})"
+
+
+def _may_be_a_link(path: str) -> bool:
+    """Whether a refusal on ``path`` may have come from a link leading outside the grants.
+
+    A path that is missing or a plain entry cannot lead outside, so a refusal there was a
+    write; through a link (or parents that cannot be followed) it may have been a read, which
+    a read-write grant would not fix.
+    """
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return True
+
+
+# --------------------------------------------------------------------------------------------
 # Logging
 
 
@@ -643,18 +873,23 @@ class _Log:
     """
 
     def trace(self, message: str, **fields: Any) -> None:
+        """Logs very detailed tracing."""
         self.write("trace", message, **fields)
 
     def debug(self, message: str, **fields: Any) -> None:
+        """Logs information useful when debugging the plugin."""
         self.write("debug", message, **fields)
 
     def info(self, message: str, **fields: Any) -> None:
+        """Logs normal operation worth recording."""
         self.write("info", message, **fields)
 
     def warn(self, message: str, **fields: Any) -> None:
+        """Logs something unexpected that the plugin worked around."""
         self.write("warn", message, **fields)
 
     def error(self, message: str, **fields: Any) -> None:
+        """Logs a failure."""
         self.write("error", message, **fields)
 
     def write(self, level: str, message: str, **fields: Any) -> None:
@@ -672,7 +907,22 @@ class _Log:
         stream = sys.stderr
         if stream is not None:
             extra = "".join(f" {k}={v}" for k, v in pairs)
-            print(f"[{level}] {message}{extra}", file=stream)
+            line = f"[{level}] {message}{extra}"
+            if not _is_terminal(stream):
+                # Colour codes (from a library's message, or a traceback coloured by a newer
+                # Python) are noise in a log file or a captured test output.
+                line = _ANSI.sub("", line)
+            print(line, file=stream)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 #: The plugin's logger; see :class:`_Log`.

@@ -7,7 +7,7 @@ Copy this directory to start a plugin. It shows the parts every plugin has:
 * a ``Plugin`` with tools declared by name, description, JSON Schema and hints;
 * handlers that raise ``InvalidArguments`` / ``NotFound`` / ``Denied`` / ``Failed`` for
   failures the model should act on (``FileNotFoundError`` and ``PermissionError`` are mapped
-  for you);
+  for you), and ``GrantedDirs`` to check a path argument against the grants;
 * ``BulkReader`` when a tool reads many files: the host reads them on its own threads (and,
   given the text searched for, passes over the files without it) while the tool works;
 * ``Tools = plugin.exports()`` at the end, which is what componentize-py looks for.
@@ -18,7 +18,16 @@ import collections
 import heapq  # noqa: F401
 import re
 
-from cordon_sdk import BulkReader, Hints, InvalidArguments, Json, Plugin, QueueFull, log
+from cordon_sdk import (
+    BulkReader,
+    GrantedDirs,
+    Hints,
+    InvalidArguments,
+    Json,
+    Plugin,
+    QueueFull,
+    log,
+)
 
 plugin = Plugin()
 
@@ -59,9 +68,10 @@ def text_stats(args: dict) -> Json:
     if ("text" in args) == ("path" in args):
         raise InvalidArguments("give exactly one of `text` or `path`")
     if "path" in args:
-        # A missing file becomes a not-found error and a path outside the grants a denied
-        # error, with a hint for the model; no try/except needed here.
-        with open(args["path"], encoding="utf-8", errors="replace") as handle:
+        # A path outside the grants is denied here; a missing file becomes not-found when
+        # open raises, with no try/except needed.
+        path = GrantedDirs.from_env().resolve(args["path"])
+        with open(path, encoding="utf-8", errors="replace") as handle:
             text = handle.read()
     else:
         text = args["text"]

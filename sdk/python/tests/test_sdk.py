@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
@@ -23,6 +24,7 @@ import cordon_sdk
 from cordon_sdk import (
     Denied,
     Failed,
+    GrantedDirs,
     Hints,
     InvalidArguments,
     Json,
@@ -30,6 +32,7 @@ from cordon_sdk import (
     Plugin,
     Text,
     ToolDefinitionError,
+    normalize,
     validate,
 )
 
@@ -179,8 +182,8 @@ class Dispatch(unittest.TestCase):
 
     def test_unexpected_exceptions_are_mapped(self):
         cases = [
-            (FileNotFoundError(2, "No such file or directory", "/x"), NotFound, "inside a granted"),
-            (PermissionError(13, "Permission denied", "/x"), Denied, "outside the directories"),
+            (FileNotFoundError(2, "No such file or directory"), NotFound, "inside a granted"),
+            (PermissionError(13, "Permission denied"), Denied, "outside the directories"),
             (ZeroDivisionError("division by zero"), Failed, "ZeroDivisionError: division by zero"),
             (SystemExit(3), Failed, "SystemExit"),
         ]
@@ -195,6 +198,175 @@ class Dispatch(unittest.TestCase):
                 plugin.call("t", "{}")
             self.assertIn(fragment, caught.exception.message)
             self.assertIn("Traceback", log.getvalue())  # the traceback goes to the log
+
+
+class ExpectedPathErrors(unittest.TestCase):
+    """A missing or refused path is an outcome, not a bug in the tool: mapped as the Rust SDK
+    maps it, and logged as one line."""
+
+    def call(self, exc):
+        plugin = Plugin()
+
+        def handler(args):
+            raise exc
+
+        plugin.add_tool(handler, name="t", description="d", input_schema=OBJECT)
+        stderr = io.StringIO()  # not a terminal
+        with contextlib.redirect_stderr(stderr), self.assertRaises(cordon_sdk.ToolError) as caught:
+            plugin.call("t", "{}")
+        return caught.exception, stderr.getvalue()
+
+    def test_not_found_is_logged_without_a_traceback(self):
+        err, logged = self.call(FileNotFoundError(2, "No such file or directory", "/d/x.txt"))
+        self.assertIsInstance(err, NotFound)
+        self.assertIn("/d/x.txt does not exist", err.message)
+        self.assertNotIn("Traceback", logged)
+        self.assertEqual(len(logged.splitlines()), 1, logged)
+
+    def test_no_colour_codes_when_stderr_is_not_a_terminal(self):
+        _, logged = self.call(ValueError("\x1b[31mboom\x1b[0m"))
+        self.assertIn("ValueError: boom", logged)
+        self.assertNotIn("\x1b", logged)
+        with quiet() as err:
+            cordon_sdk.log.warn("\x1b[1;31mred\x1b[0m", field="\x1b[32mgreen\x1b[0m")
+        self.assertEqual(err.getvalue(), "[warn] red field=green\n")
+
+    def test_in_a_component_a_path_outside_the_grants_is_denied(self):
+        # Simulates the component: Python cannot list the preopens, and nothing outside them
+        # exists; /data is granted read-only, /out read-write.
+        grants = {"/data": False, "/out": True}
+
+        def fake_stat(path):
+            if not any(path == g or path.startswith(g + "/") for g in grants):
+                raise FileNotFoundError(44, "No such file or directory", path)
+            return os.stat_result((0o40755, 0, 0, 1, 0, 0, 0, 0, 0, 0))
+
+        def fake_access(path, mode):
+            return grants.get(path, False) or mode != os.W_OK
+
+        with (
+            mock.patch.object(cordon_sdk.sys, "platform", "wasi"),
+            mock.patch.object(cordon_sdk.os, "stat", fake_stat),
+            mock.patch.object(cordon_sdk.os, "access", fake_access),
+        ):
+            err, logged = self.call(FileNotFoundError(44, "No such file", "/etc/passwd"))
+            self.assertIsInstance(err, Denied)
+            self.assertIn("/etc/passwd is outside the directories granted", err.message)
+            self.assertNotIn("Traceback", logged)
+            err, _ = self.call(FileNotFoundError(44, "No such file", "/data/../etc/passwd"))
+            self.assertIsInstance(err, Denied)
+            err, _ = self.call(FileNotFoundError(44, "No such file", "/data/missing.txt"))
+            self.assertIsInstance(err, NotFound)
+            # A write under the read-only grant: WASI says "not permitted".
+            err, _ = self.call(PermissionError(63, "Operation not permitted", "/data/new.txt"))
+            self.assertIsInstance(err, Denied)
+            self.assertIn("/data is granted read-only", err.message)
+            err, _ = self.call(PermissionError(63, "Operation not permitted", "/out/link"))
+            self.assertIn("link leading outside", err.message)
+            self.assertNotIn("read-only", err.message)
+            dirs = GrantedDirs.from_env()
+            self.assertIsNone(dirs.roots)
+            self.assertEqual(dirs.resolve("/data/a/../b.txt"), "/data/b.txt")
+            with self.assertRaisesRegex(Denied, "outside the directories granted"):
+                dirs.resolve("/etc/passwd")
+            with self.assertRaisesRegex(InvalidArguments, "absolute path"):
+                dirs.resolve("b.txt")
+
+
+class GrantedDirsLikeRust(unittest.TestCase):
+    """The cases of the Rust SDK's `paths` tests, with the same answers."""
+
+    def test_normalize_resolves_dots_textually(self):
+        self.assertEqual(normalize("/data/./a//b/"), "/data/a/b")
+        self.assertEqual(normalize("/data/../etc/passwd"), "/etc/passwd")
+        self.assertEqual(normalize("/../../x"), "/x")
+        self.assertEqual(normalize("/"), "/")
+        self.assertEqual(normalize("a/../.."), "..")
+        self.assertEqual(normalize("//data"), "/data")
+
+    def test_resolve_keeps_paths_inside_grants(self):
+        dirs = GrantedDirs.with_roots(["/data", "/src/"])
+        self.assertEqual(dirs.resolve("/data/x/../y"), "/data/y")
+        self.assertEqual(dirs.resolve("/"), "/")
+        for bad in ("/etc/passwd", "/data/../etc", "/database", "../etc"):
+            with self.assertRaises(Denied, msg=bad) as caught:
+                dirs.resolve(bad)
+            self.assertIn("/data, /src", caught.exception.message)
+        with self.assertRaises(InvalidArguments):
+            dirs.resolve("")
+        with self.assertRaises(NotFound):
+            dirs.resolve("nowhere.txt")
+        one = GrantedDirs.with_roots(["/data"])
+        self.assertEqual(one.resolve("a/b.txt"), "/data/a/b.txt")
+
+    def test_relative_paths_take_the_grant_where_they_exist(self):
+        with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+            with open(os.path.join(b, "here.txt"), "w") as handle:
+                handle.write("x")
+            dirs = GrantedDirs.with_roots([a, b])
+            self.assertEqual(dirs.resolve("here.txt"), normalize(os.path.join(b, "here.txt")))
+
+    def test_a_write_under_a_read_only_grant_says_the_grant_is_read_only(self):
+        refused = PermissionError(63, "Operation not permitted")
+        dirs = GrantedDirs.with_roots(["/data", "/out"], read_only=["/data"])
+        err = dirs.os_error("/data/new.txt", refused)
+        self.assertIsInstance(err, Denied)
+        self.assertIn("/data is granted read-only", err.message)
+        self.assertNotIn("link", err.message)  # nothing there: it was a write
+        err = dirs.os_error("/out/new.txt", refused)
+        self.assertIn("link", err.message)
+        self.assertNotIn("read-only", err.message)
+        with tempfile.TemporaryDirectory() as grant:
+            os.symlink("/elsewhere", os.path.join(grant, "link"))
+            dirs = GrantedDirs.with_roots([grant], read_only=[grant])
+            err = dirs.os_error(os.path.join(grant, "link"), refused)
+            self.assertIn("may be a link leading outside", err.message)
+            self.assertIn("granted read-only", err.message)
+            self.assertNotIn("ask the user for a read-write grant", err.message)
+        nested = GrantedDirs.with_roots(["/data", "/data/drop"], read_only=["/data"])
+        self.assertEqual(nested.grant_of("/data/drop/x"), "/data/drop")
+        self.assertFalse(nested.is_read_only("/data/drop/x"))
+        self.assertTrue(nested.is_read_only("/data/x"))
+
+    def test_os_errors_map_like_rust(self):
+        dirs = GrantedDirs.with_roots(["/data"])
+        err = dirs.os_error("/data/x", FileNotFoundError(2, "No such file or directory"))
+        self.assertEqual(err.message, "/data/x does not exist (granted directories: /data)")
+        self.assertIsInstance(dirs.os_error("/etc/x", FileNotFoundError(2, "gone")), Denied)
+        self.assertIsInstance(
+            dirs.os_error("/data/d", IsADirectoryError(21, "Is a directory")), InvalidArguments
+        )
+        self.assertIsInstance(dirs.os_error("/data/x", OSError(5, "I/O error")), Failed)
+
+
+class Documentation(unittest.TestCase):
+    """`pydoc cordon_sdk` documents every public name: hints, errors, contents, paths, the bulk
+    reader and the logger, with their public methods."""
+
+    def test_every_public_item_has_a_docstring(self):
+        import inspect
+
+        import cordon_testing
+
+        items = [(f"cordon_sdk.{n}", getattr(cordon_sdk, n)) for n in cordon_sdk.__all__]
+        items += [("cordon_sdk.Plugin().exports()", Plugin().exports())]
+        items += [("cordon_testing.ComponentHost", cordon_testing.ComponentHost)]
+        items += [("cordon_testing.ComponentTrap", cordon_testing.ComponentTrap)]
+        missing = []
+        for label, obj in items:
+            target = obj if inspect.isclass(obj) or inspect.isfunction(obj) else type(obj)
+            if not inspect.getdoc(target):
+                missing.append(label)
+            if not inspect.isclass(target):
+                continue
+            for name, member in vars(target).items():
+                if name.startswith("_"):
+                    continue
+                function = member.fget if isinstance(member, property) else member
+                function = getattr(function, "__func__", function)
+                if inspect.isfunction(function) and not function.__doc__:
+                    missing.append(f"{label}.{name}")
+        self.assertEqual(missing, [])
 
 
 class Validation(unittest.TestCase):
@@ -280,7 +452,7 @@ class Exports(unittest.TestCase):
             [
                 _componentize_py(),
                 "-d",
-                os.path.join(ROOT, "wit"),
+                os.path.join(HERE, "..", "wit"),
                 "-w",
                 "plugin",
                 "bindings",

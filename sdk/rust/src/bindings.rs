@@ -1,11 +1,14 @@
 //! Bindings generated from `wit/tool.wit` (world `plugin`).
 //!
+//! The WIT is this crate's own copy (`sdk/rust/wit`), so the SDK builds wherever it is copied;
+//! `tests/wit_sync.rs` fails when it differs from the contract in the repository's `wit/`.
+//!
 //! Public so the `export_plugin!` macro can reach them from the plugin's crate; plugin
 //! authors normally never touch this module.
 #![allow(missing_docs, clippy::all)]
 
 wit_bindgen::generate!({
-    path: "../../wit",
+    path: "wit",
     world: "plugin",
     pub_export_macro: true,
     export_macro_name: "export",

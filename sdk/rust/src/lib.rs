@@ -4,7 +4,8 @@
 //! `wit/tool.wit`. This crate hides the WIT glue: you declare each tool as a function taking
 //! a `Deserialize + JsonSchema` argument struct, and the SDK
 //!
-//! - derives the tool's input schema from the struct (doc comments become descriptions),
+//! - derives the tool's input schema from the struct (field doc comments become descriptions;
+//!   the struct's own doc comment does not, the tool's description says what it is for),
 //! - parses the host's JSON arguments into it, turning serde errors into `invalid-arguments`
 //!   that name the offending field,
 //! - maps your error type to the WIT `tool-error` variants (through [`ToolError`]),
@@ -60,7 +61,7 @@
 //! Build it as a `cdylib` with `cargo build --release --target wasm32-wasip2`; the `.wasm`
 //! is already a component. The same plugin is in `examples/two_tools.rs`.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 extern crate self as cordon_sdk;
 

@@ -18,27 +18,49 @@ use crate::ToolError;
 #[derive(Debug, Clone)]
 pub struct GrantedDirs {
     roots: Vec<String>,
+    /// Per root: granted read-only. A write there fails with the same "not permitted" as an
+    /// escape through a link, so only this tells the two apart in an error message.
+    read_only: Vec<bool>,
 }
 
 impl GrantedDirs {
-    /// The granted directories: the component's preopens (`wasi:filesystem/preopens`). A
-    /// native build (unit tests) has no sandbox and is given `/`.
+    /// The granted directories: the component's preopens (`wasi:filesystem/preopens`), each
+    /// read-only unless its descriptor may mutate the directory. A native build (unit tests)
+    /// has no sandbox and is given `/`, writable.
     pub fn from_env() -> Self {
         #[cfg(target_arch = "wasm32")]
-        let roots = wasip2::filesystem::preopens::get_directories()
+        let (roots, read_only) = wasip2::filesystem::preopens::get_directories()
             .into_iter()
-            .map(|(_, path)| normalize(&path))
-            .collect();
+            .map(|(dir, path)| {
+                use wasip2::filesystem::types::DescriptorFlags;
+                let writable = dir
+                    .get_flags()
+                    .is_ok_and(|f| f.contains(DescriptorFlags::MUTATE_DIRECTORY));
+                (normalize(&path), !writable)
+            })
+            .unzip();
         #[cfg(not(target_arch = "wasm32"))]
-        let roots = vec!["/".to_owned()];
-        Self { roots }
+        let (roots, read_only) = (vec!["/".to_owned()], vec![false]);
+        Self { roots, read_only }
     }
 
-    /// A view with the given roots, for tests of grant handling.
+    /// A view with the given roots, all writable, for tests of grant handling.
     pub fn with_roots(roots: &[&str]) -> Self {
         Self {
             roots: roots.iter().map(|r| normalize(r)).collect(),
+            read_only: vec![false; roots.len()],
         }
+    }
+
+    /// The same view with `root` marked as granted read-only, for tests of error messages.
+    pub fn with_read_only(mut self, root: &str) -> Self {
+        let root = normalize(root);
+        for (r, ro) in self.roots.iter().zip(self.read_only.iter_mut()) {
+            if *r == root {
+                *ro = true;
+            }
+        }
+        self
     }
 
     /// The granted directories.
@@ -57,6 +79,25 @@ impl GrantedDirs {
     /// Whether `path` (normalised, absolute) lies inside a granted directory.
     pub fn is_granted(&self, path: &str) -> bool {
         self.roots.iter().any(|r| within(path, r))
+    }
+
+    /// The granted directory `path` (normalised, absolute) lies in: the innermost one when
+    /// grants nest.
+    pub fn grant_of(&self, path: &str) -> Option<&str> {
+        self.roots
+            .iter()
+            .filter(|r| within(path, r))
+            .max_by_key(|r| r.len())
+            .map(String::as_str)
+    }
+
+    /// Whether `path` lies in a directory granted read-only.
+    pub fn is_read_only(&self, path: &str) -> bool {
+        let grant = self.grant_of(path);
+        self.roots
+            .iter()
+            .zip(&self.read_only)
+            .any(|(r, ro)| *ro && Some(r.as_str()) == grant)
     }
 
     /// Whether `path` is an ancestor of some granted directory (e.g. `/` above `/data`).
@@ -142,12 +183,41 @@ impl GrantedDirs {
     }
 
     /// Maps an I/O error on `path` to a tool error that names the grants where useful.
+    ///
+    /// The sandbox refuses a write under a read-only grant and a path that leaves the grants
+    /// through a symbolic link with the same error, so the message says which is likely from
+    /// the grant's mode.
     pub fn io_error(&self, path: &str, err: &io::Error) -> ToolError {
         match err.kind() {
             io::ErrorKind::NotFound => ToolError::not_found(format!(
                 "{path} does not exist (granted directories: {})",
                 self.roots_text()
             )),
+            io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem
+                if self.is_read_only(path) =>
+            {
+                let grant = self.grant_of(path).unwrap_or("/");
+                // A path that is missing or a plain entry cannot lead outside, so the refusal
+                // was a write; through a link it may have been a read, which a read-write
+                // grant would not fix.
+                let may_be_link = match std::fs::symlink_metadata(path) {
+                    Ok(meta) => meta.file_type().is_symlink(),
+                    Err(e) => e.kind() != io::ErrorKind::NotFound,
+                };
+                if may_be_link {
+                    ToolError::denied(format!(
+                        "{path}: access refused ({err}); it may be a link leading outside the \
+                         granted directories, and {grant} is granted read-only, so nothing in \
+                         it can be created, changed or deleted"
+                    ))
+                } else {
+                    ToolError::denied(format!(
+                        "{path}: access refused ({err}): {grant} is granted read-only, so \
+                         nothing in it can be created, changed or deleted; ask the user for a \
+                         read-write grant to write there"
+                    ))
+                }
+            }
             io::ErrorKind::PermissionDenied => ToolError::denied(format!(
                 "{path}: access refused ({err}); it may be a link leading outside the granted directories"
             )),

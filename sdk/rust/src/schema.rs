@@ -7,9 +7,11 @@ use serde_json::Value;
 /// Builds the input schema for argument type `A`, shaped for a model to follow.
 ///
 /// The schema is draft 2020-12 (what the host validates with), with every sub-schema
-/// inlined: models follow a flat schema far more reliably than one full of `$ref`s. The
-/// Rust type name is dropped from the top-level `title` since it means nothing to a model;
-/// doc comments on the type and its fields become `description`s.
+/// inlined: models follow a flat schema far more reliably than one full of `$ref`s. Doc
+/// comments on fields (and on the types of fields) become `description`s. The argument
+/// type's own `title` (its Rust name) and doc comment are dropped from the top level: the
+/// tool's description is what tells the model what the tool is for, and a line such as
+/// "Arguments of `greet`." sent beside it would only repeat or contradict it.
 ///
 /// The schema is also tidied for models: wrapped doc-comment lines are joined into one line
 /// per paragraph, `"default": null` and Rust-only formats (`uint32`, `double`, …) are
@@ -30,6 +32,7 @@ pub fn input_schema<A: JsonSchema>() -> Result<Value, String> {
         ));
     };
     object.remove("title");
+    object.remove("description");
     if object.get("type").and_then(Value::as_str) != Some("object") {
         return Err(format!(
             "the argument type `{}` must be a struct with named fields (its schema must have \

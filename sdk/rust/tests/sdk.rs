@@ -106,7 +106,7 @@ fn schema_is_a_flat_object_with_descriptions() {
         "https://json-schema.org/draft/2020-12/schema"
     );
     assert!(schema.get("title").is_none(), "{schema}");
-    assert_eq!(schema["description"], "Arguments of the test query tool.");
+    assert!(schema.get("description").is_none(), "{schema}");
     assert_eq!(
         schema["properties"]["sql"]["description"],
         "The SQL text to run."
@@ -118,6 +118,26 @@ fn schema_is_a_flat_object_with_descriptions() {
     assert!(schema.get("$defs").is_none());
     let format = &schema["properties"]["format"];
     assert!(format.to_string().contains("objects"), "{format}");
+}
+
+#[test]
+fn the_argument_struct_doc_is_not_the_tool_description() {
+    // The tool's description is given to `Plugin::tool`; the struct's doc comment is for
+    // Rust readers and must not reach the model as a second description of the tool.
+    for schema in [
+        input_schema::<Query>().unwrap(),
+        serde_json::from_str(&plugin().descriptors()[0].input_schema).unwrap(),
+    ] {
+        assert!(schema.get("description").is_none(), "{schema}");
+        assert!(schema.get("title").is_none(), "{schema}");
+        assert!(!schema.to_string().contains("Arguments of"), "{schema}");
+    }
+    // Field and nested type docs stay.
+    let schema = input_schema::<Awkward>().unwrap();
+    assert!(
+        schema["properties"]["mode"]["description"].is_string(),
+        "{schema}"
+    );
 }
 
 #[test]
@@ -306,6 +326,55 @@ fn io_errors_map_to_actionable_variants() {
     let e: ToolError = Error::other("boom").into();
     assert!(matches!(&e, ToolError::Failed(m) if m.contains("boom")));
     assert_eq!(ToolError::denied("no").message(), "no");
+}
+
+#[test]
+fn a_write_under_a_read_only_grant_says_the_grant_is_read_only() {
+    use cordon_sdk::paths::GrantedDirs;
+    use std::io::{Error, ErrorKind};
+    // What wasmtime answers to a write under a read-only preopen: "not permitted".
+    let refused = Error::from(ErrorKind::PermissionDenied);
+    let dirs = GrantedDirs::with_roots(&["/data", "/out"]).with_read_only("/data");
+    let e = dirs.io_error("/data/new.txt", &refused);
+    assert!(
+        matches!(&e, ToolError::Denied(m) if m.contains("/data is granted read-only")),
+        "{e:?}"
+    );
+    assert!(
+        !e.message().contains("link"),
+        "nothing there, so a write: {e:?}"
+    );
+    // A link under a read-only grant: the refusal may have been a read through it.
+    #[cfg(unix)]
+    {
+        let grant = std::env::temp_dir().join(format!("cordon-sdk-ro-{}", std::process::id()));
+        std::fs::create_dir_all(&grant).unwrap();
+        let link = grant.join("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("/elsewhere", &link).unwrap();
+        let root = grant.to_str().unwrap();
+        let e = GrantedDirs::with_roots(&[root])
+            .with_read_only(root)
+            .io_error(link.to_str().unwrap(), &refused);
+        std::fs::remove_dir_all(&grant).unwrap();
+        assert!(
+            e.message().contains("may be a link leading outside")
+                && e.message().contains("granted read-only")
+                && !e.message().contains("ask the user for a read-write grant"),
+            "{e:?}"
+        );
+    }
+    // Under a writable grant the same refusal can only be a link leading outside.
+    let e = dirs.io_error("/out/new.txt", &refused);
+    assert!(
+        matches!(&e, ToolError::Denied(m) if m.contains("link") && !m.contains("read-only")),
+        "{e:?}"
+    );
+    assert!(dirs.is_read_only("/data/a/b") && !dirs.is_read_only("/out/a"));
+    // Nested grants: the innermost decides.
+    let nested = GrantedDirs::with_roots(&["/data", "/data/drop"]).with_read_only("/data");
+    assert_eq!(nested.grant_of("/data/drop/x"), Some("/data/drop"));
+    assert!(!nested.is_read_only("/data/drop/x") && nested.is_read_only("/data/x"));
 }
 
 #[test]

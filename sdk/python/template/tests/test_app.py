@@ -73,10 +73,10 @@ class TextStats(unittest.TestCase):
                 app.plugin.call("text_stats", json.dumps(arguments))
 
     def test_missing_file_is_not_found(self):
-        # The SDK logs the unexpected exception's traceback (to stderr outside a component).
+        # The SDK logs the expected error as one line (to stderr outside a component).
         with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(NotFound) as caught:
             app.plugin.call("text_stats", '{"path": "/no/such/file.txt"}')
-        self.assertIn("granted directory", caught.exception.message)
+        self.assertIn("/no/such/file.txt does not exist", caught.exception.message)
 
     def test_top_is_checked_against_the_schema(self):
         with self.assertRaisesRegex(InvalidArguments, "`top` must be at most 100"):

@@ -64,6 +64,7 @@ class Component(unittest.TestCase):
         self.assertIn(("debug", "counted words", [("words", "3")]), self.host.logs)
 
     def test_reads_only_granted_files(self):
+        logged_before = len(self.host.logs)
         with tempfile.TemporaryDirectory() as directory:
             with open(os.path.join(directory, "t.txt"), "w", encoding="utf-8") as handle:
                 handle.write("one two two")
@@ -72,8 +73,15 @@ class Component(unittest.TestCase):
             self.assertEqual(content.value["words"], 3)
             with self.assertRaises(NotFound):
                 self.host.call("text_stats", {"path": "/data/missing.txt"}, preopens=grant)
-            with self.assertRaises((NotFound, Denied)):
+            # A host path is outside the grants (here there are none): denied, as in Rust.
+            with self.assertRaisesRegex(Denied, "outside the directories granted"):
                 self.host.call("text_stats", {"path": os.path.join(directory, "t.txt")})
+            with self.assertRaisesRegex(Denied, "outside the directories granted"):
+                self.host.call("text_stats", {"path": "/etc/passwd"}, preopens=grant)
+            # The expected errors are logged as one line each, without a traceback.
+            logged = self.host.logs[logged_before:]
+            self.assertTrue(logged)
+            self.assertFalse([r for r in logged if "Traceback" in str(r)], logged)
 
     def test_argument_errors(self):
         with self.assertRaisesRegex(InvalidArguments, "exactly one of"):
