@@ -73,6 +73,10 @@ lint: toolchain
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cd plugins && cargo fmt --all --check && CARGO_TARGET_DIR="$(ROOT)/$(WASM_TARGET)" cargo clippy --target wasm32-wasip2 --release --all-targets -- -D warnings
+	cd sdk/rust && cargo fmt --check && CARGO_TARGET_DIR="$(ROOT)/$(TARGET)/sdk" cargo clippy --all-targets -- -D warnings
+	@$(VENV)/bin/python -c 'import ruff' 2>/dev/null || $(VENV)/bin/python -m pip install -q ruff==0.17.5
+	cd sdk/python && "$(ROOT)/$(VENV)/bin/ruff" format --check . && "$(ROOT)/$(VENV)/bin/ruff" check .
+	cd plugins/python && "$(ROOT)/$(VENV)/bin/ruff" format --check . && "$(ROOT)/$(VENV)/bin/ruff" check .
 
 test: host plugins
 	cargo test --workspace
