@@ -29,6 +29,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use cordon_core::{InputSchema, SchemaError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -431,7 +432,7 @@ impl Default for Limits {
 
 /// The tools known to the turn, with compiled schemas and the user's approval rules.
 pub struct Catalog {
-    tools: BTreeMap<String, (ToolSpec, Result<jsonschema::Validator, String>)>,
+    tools: BTreeMap<String, (ToolSpec, Result<InputSchema, SchemaError>)>,
     approval: ApprovalConfig,
 }
 
@@ -447,7 +448,7 @@ impl Catalog {
         let tools = specs
             .into_iter()
             .map(|s| {
-                let v = jsonschema::validator_for(&s.input_schema).map_err(|e| e.to_string());
+                let v = InputSchema::compile(&s.input_schema);
                 (s.name.clone(), (s, v))
             })
             .collect();
@@ -494,7 +495,7 @@ impl Catalog {
                 ),
             ));
         }
-        let Some((spec, validator)) = self.tools.get(&call.name) else {
+        let Some((spec, schema)) = self.tools.get(&call.name) else {
             return Err(Refusal::Invalid(
                 None,
                 format!("there is no tool named `{}`; {available}", call.name),
@@ -521,7 +522,7 @@ impl Catalog {
                 ),
             )
         })?;
-        let validator = validator.as_ref().map_err(|e| {
+        let schema = schema.as_ref().map_err(|e| {
             Refusal::Invalid(
                 Some(args.clone()),
                 format!(
@@ -530,19 +531,9 @@ impl Catalog {
                 ),
             )
         })?;
-        let problems: Vec<String> = validator
-            .iter_errors(&args)
-            .take(5)
-            .map(|e| {
-                let path = e.instance_path().to_string();
-                if path.is_empty() {
-                    e.to_string()
-                } else {
-                    format!("at {path}: {e}")
-                }
-            })
-            .collect();
-        if !problems.is_empty() {
+        if let Err(e) = schema.check(&args) {
+            // The model reads at most five violations; more would bury the schema after them.
+            let problems: Vec<&str> = e.violations().iter().take(5).map(String::as_str).collect();
             return Err(Refusal::Invalid(
                 Some(args),
                 format!(
