@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::approval::Policy;
 use crate::machine::State;
-use crate::types::{Message, Usage};
+use crate::messages::{Message, Usage};
 
 /// The save format version; bumped when the layout changes incompatibly.
 pub const FORMAT_VERSION: u32 = 1;

@@ -36,8 +36,8 @@ use serde_json::Value;
 use crate::approval::{self, ApprovalAnswer, ApprovalConfig, Decision, Policy};
 use crate::config::RetryConfig;
 use crate::conversation::{Conversation, Note, Turn, TurnOutcome};
+use crate::messages::{Message, ModelResponse, ToolCall, Usage};
 use crate::tools::{ToolFailure, ToolFailureKind, ToolSpec, render_failure};
-use crate::types::{Message, ModelResponse, ToolCall, Usage};
 
 /// Where a conversation stands.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -409,9 +409,9 @@ pub enum AgentEvent {
     },
 }
 
-/// Limits the machine enforces.
+/// The limits of one turn that the machine enforces.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Limits {
+pub struct TurnLimits {
     /// Model answers with tools per turn before the final-answer pass.
     pub max_iterations: u32,
     /// Times the same call may be requested in a turn before the loop stops.
@@ -420,7 +420,7 @@ pub struct Limits {
     pub retry: RetryConfig,
 }
 
-impl Default for Limits {
+impl Default for TurnLimits {
     fn default() -> Self {
         Self {
             max_iterations: 8,
@@ -431,18 +431,18 @@ impl Default for Limits {
 }
 
 /// The tools known to the turn, with compiled schemas and the user's approval rules.
-pub struct Catalog {
+pub struct ToolCatalog {
     tools: BTreeMap<String, (ToolSpec, Result<InputSchema, SchemaError>)>,
     approval: ApprovalConfig,
 }
 
-impl std::fmt::Debug for Catalog {
+impl std::fmt::Debug for ToolCatalog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list().entries(self.tools.keys()).finish()
     }
 }
 
-impl Catalog {
+impl ToolCatalog {
     /// Compiles the schemas of the installed tools.
     pub fn new(specs: Vec<ToolSpec>, approval: ApprovalConfig) -> Self {
         let tools = specs
@@ -583,9 +583,9 @@ enum Refusal {
 #[derive(Debug, Clone, Copy)]
 pub struct Env<'a> {
     /// The tools.
-    pub catalog: &'a Catalog,
+    pub catalog: &'a ToolCatalog,
     /// The limits.
-    pub limits: &'a Limits,
+    pub limits: &'a TurnLimits,
 }
 
 /// An event that does not fit the state.
@@ -1172,7 +1172,11 @@ fn approved_calls(batch: &[PlannedCall]) -> Vec<ToolRun> {
         .collect()
 }
 
-fn approval_request(conv: &Conversation, p: &PlannedCall, catalog: &Catalog) -> ApprovalRequest {
+fn approval_request(
+    conv: &Conversation,
+    p: &PlannedCall,
+    catalog: &ToolCatalog,
+) -> ApprovalRequest {
     let spec = catalog.spec(&p.call.name);
     ApprovalRequest {
         call_id: p.id.clone(),
@@ -1312,7 +1316,7 @@ fn cancel(conv: &mut Conversation, state: State, partial: String, out: &mut Vec<
 /// something (a write, a message sent) is never repeated behind the user's back: it is
 /// closed with an error telling the model it may or may not have taken effect, so the model
 /// can check before asking for it again.
-pub fn resume(conv: &mut Conversation, catalog: &Catalog) -> Result<Vec<Action>, StepError> {
+pub fn resume(conv: &mut Conversation, catalog: &ToolCatalog) -> Result<Vec<Action>, StepError> {
     Ok(match &conv.state {
         State::Idle | State::Failed { .. } => {
             return Err(reject(
@@ -1348,7 +1352,7 @@ pub fn resume(conv: &mut Conversation, catalog: &Catalog) -> Result<Vec<Action>,
 
 /// Resumes a batch that was running: calls that cannot change anything run again; the others
 /// are closed with an error, since they may or may not have taken effect.
-fn resume_running(conv: &mut Conversation, catalog: &Catalog) -> Vec<Action> {
+fn resume_running(conv: &mut Conversation, catalog: &ToolCatalog) -> Vec<Action> {
     let State::ExecutingTools { batch } = &mut conv.state else {
         return Vec::new();
     };
@@ -1402,10 +1406,10 @@ mod tests {
         }
     }
 
-    fn catalog() -> Catalog {
+    fn catalog() -> ToolCatalog {
         let mut approval = ApprovalConfig::default();
         approval.tools.insert("banned".into(), Policy::Deny);
-        Catalog::new(
+        ToolCatalog::new(
             vec![
                 spec("read", false),
                 spec("write", true),
@@ -1415,8 +1419,8 @@ mod tests {
         )
     }
 
-    fn limits() -> Limits {
-        Limits {
+    fn limits() -> TurnLimits {
+        TurnLimits {
             max_iterations: 3,
             max_repeats: 2,
             retry: RetryConfig {
@@ -1430,8 +1434,8 @@ mod tests {
 
     struct T {
         conv: Conversation,
-        cat: Catalog,
-        lim: Limits,
+        cat: ToolCatalog,
+        lim: TurnLimits,
     }
 
     impl T {
@@ -1946,7 +1950,7 @@ mod tests {
             ..spec("read_file", true)
         };
         let mut t = T::new();
-        t.cat = Catalog::new(
+        t.cat = ToolCatalog::new(
             vec![clash("files"), clash("files2")],
             ApprovalConfig::default(),
         );
