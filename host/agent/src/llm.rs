@@ -7,46 +7,12 @@ use std::time::Duration;
 
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::LlmConfig;
-use crate::messages::{ModelResponse, ToolCall, Usage};
-
-/// Why a request to the model failed; serialisable so it can sit in a saved state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-#[error("{message}")]
-pub struct LlmFailure {
-    /// Whether retrying may help (connect errors, 429, 5xx, cut streams).
-    pub transient: bool,
-    /// What happened and what to do.
-    pub message: String,
-    /// The HTTP status, when there was one.
-    pub status: Option<u16>,
-    /// The server's `Retry-After`, in milliseconds.
-    pub retry_after_ms: Option<u64>,
-}
-
-impl LlmFailure {
-    fn transient(message: String) -> Self {
-        Self {
-            transient: true,
-            message,
-            status: None,
-            retry_after_ms: None,
-        }
-    }
-
-    fn fatal(message: String) -> Self {
-        Self {
-            transient: false,
-            message,
-            status: None,
-            retry_after_ms: None,
-        }
-    }
-}
+pub use crate::messages::LlmFailure;
+use crate::messages::{ModelResponse, ToolCall, Usage, snippet};
 
 /// Why a request to the model produced no answer: it failed, or the caller cancelled it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,15 +79,6 @@ fn chain(e: &dyn std::error::Error) -> String {
         src = inner.source();
     }
     s
-}
-
-pub(crate) fn snippet(text: &str) -> String {
-    let t: String = text.chars().take(200).collect();
-    if t.len() < text.len() {
-        format!("{t}…")
-    } else {
-        t
-    }
 }
 
 impl LlmClient {
