@@ -125,11 +125,11 @@ pub enum AgentEvent {
     },
     /// A call was refused before running (unknown tool, bad arguments, policy, user).
     ToolCallRejected {
-        /// The call.
+        /// Cordon's id of the call.
         call_id: String,
         /// The tool name as the model wrote it.
         tool: String,
-        /// Why.
+        /// The refusal, as the model reads it.
         reason: String,
     },
     /// The user is asked.
@@ -139,25 +139,25 @@ pub enum AgentEvent {
     },
     /// The user answered.
     ApprovalGiven {
-        /// The call.
+        /// Cordon's id of the call.
         call_id: String,
         /// The answer.
         answer: ApprovalAnswer,
     },
     /// A tool starts running.
     ToolStarted {
-        /// The call.
+        /// Cordon's id of the call.
         call_id: String,
-        /// The tool.
+        /// The tool, by the name the model used.
         tool: String,
         /// The arguments.
         arguments: Value,
     },
     /// A tool call's result (as the model will read it).
     ToolResult {
-        /// The call.
+        /// Cordon's id of the call.
         call_id: String,
-        /// The tool.
+        /// The tool, by the name the model used.
         tool: String,
         /// The text.
         content: String,
@@ -172,7 +172,7 @@ pub enum AgentEvent {
         max_retries: u32,
         /// Delay before it (before jitter), in milliseconds.
         delay_ms: u64,
-        /// Why.
+        /// What failed in the last attempt.
         cause: String,
     },
     /// Older messages were left out of the request to fit the context window.

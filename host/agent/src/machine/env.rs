@@ -8,9 +8,9 @@ use crate::config::RetryConfig;
 /// What the machine needs besides the conversation.
 #[derive(Debug, Clone, Copy)]
 pub struct Env<'a> {
-    /// The tools.
+    /// The tools of the turn and the user's approval rules.
     pub catalog: &'a ToolCatalog,
-    /// The limits.
+    /// How far the turn may go.
     pub limits: &'a TurnLimits,
 }
 

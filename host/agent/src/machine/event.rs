@@ -34,7 +34,7 @@ pub enum Event {
     },
     /// The request failed.
     ModelFailed {
-        /// Why.
+        /// What failed, and whether retrying may help.
         failure: LlmFailure,
     },
     /// The retry delay passed.
