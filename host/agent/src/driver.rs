@@ -22,7 +22,8 @@ use crate::machine::{
 };
 use crate::messages::Message;
 use crate::text_tool_calls;
-use crate::tools::{ToolHost, ToolSpec, render_result};
+use crate::tool_host::ToolHost;
+use crate::tools::{ToolSpec, render_result};
 
 /// Errors that stop a turn before or outside the model's control.
 #[derive(Debug, thiserror::Error)]

@@ -51,6 +51,7 @@ pub mod llm;
 pub mod machine;
 pub mod messages;
 pub mod text_tool_calls;
+pub mod tool_host;
 pub mod tools;
 
 pub use approval::{ApprovalAnswer, ApprovalConfig, Decision, Policy};
@@ -66,4 +67,5 @@ pub use machine::{
 };
 pub use messages::{Message, ModelResponse, ToolCall, Usage};
 pub use tokio_util::sync::CancellationToken;
-pub use tools::{Content, ToolFailure, ToolFailureKind, ToolHints, ToolHost, ToolSpec};
+pub use tool_host::ToolHost;
+pub use tools::{Content, ToolFailure, ToolFailureKind, ToolHints, ToolSpec};
