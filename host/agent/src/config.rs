@@ -18,7 +18,7 @@ pub enum ConfigError {
     Read {
         /// The file.
         path: String,
-        /// The I/O error.
+        /// The error reading it.
         source: std::io::Error,
     },
     /// The file is not valid TOML for the config.

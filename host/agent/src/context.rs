@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::{ContextConfig, PruneStrategy};
-use crate::types::Message;
+use crate::messages::Message;
 
 /// Counts tokens with the model's tokenizer when it is known, or estimates.
 #[derive(Clone)]
@@ -227,7 +227,7 @@ pub fn prune(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::ToolCall;
+    use crate::messages::ToolCall;
 
     fn history(turns: usize) -> Vec<Message> {
         let mut h = Vec::new();

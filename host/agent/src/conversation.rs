@@ -1,14 +1,15 @@
 //! A conversation: its history, its turns, where its state machine stands, and what the user
 //! decided along the way. Everything here is plain data so it can be saved as JSON at any
-//! moment and resumed, continued or forked later.
+//! moment and resumed, continued or forked later. The state machine ([`crate::machine`]) acts
+//! on a conversation; nothing here depends on it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::approval::Policy;
-use crate::machine::State;
-use crate::types::{Message, Usage};
+use crate::messages::{Message, ModelResponse, ToolCall, Usage};
 
 /// The save format version; bumped when the layout changes incompatibly.
 pub const FORMAT_VERSION: u32 = 1;
@@ -97,6 +98,118 @@ pub struct Summary {
     pub text: String,
 }
 
+/// Where a conversation stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum State {
+    /// No turn is running; the last one (if any) finished.
+    Idle,
+    /// A request to the model is in flight (streaming). `final_pass`: the last request of a
+    /// turn, without tools, asking for the final answer.
+    AwaitingModel {
+        /// Whether this is the final-answer pass.
+        final_pass: bool,
+    },
+    /// A complete answer arrived and is about to be acted on.
+    ProcessingModelResponse {
+        /// The answer.
+        response: ModelResponse,
+        /// Whether it answers the final-answer pass.
+        final_pass: bool,
+    },
+    /// Some tool calls wait for the user's decision.
+    AwaitingApproval {
+        /// The calls of the answer, in order.
+        batch: Vec<PlannedCall>,
+    },
+    /// Approved tool calls are running.
+    ExecutingTools {
+        /// The calls of the answer, in order.
+        batch: Vec<PlannedCall>,
+    },
+    /// Some calls failed (invalid, refused, errored); their errors were returned to the model,
+    /// which gets another request to correct itself.
+    HandlingToolError {
+        /// One line per failed call.
+        errors: Vec<String>,
+    },
+    /// The request failed in a way that may pass; waiting before retry number `retry`.
+    TransientFailure {
+        /// The retry about to happen (1-based).
+        retry: u32,
+        /// Why the last attempt failed.
+        cause: String,
+        /// Whether the failed request was the final-answer pass.
+        final_pass: bool,
+    },
+    /// The turn failed. A new message or `Retry` continues.
+    Failed {
+        /// The error shown to the user.
+        error: String,
+        /// Whether the failed request was the final-answer pass (for `Retry`).
+        final_pass: bool,
+    },
+}
+
+impl State {
+    /// A short name for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            State::Idle => "idle",
+            State::AwaitingModel { .. } => "waiting for the model",
+            State::ProcessingModelResponse { .. } => "processing the model's answer",
+            State::AwaitingApproval { .. } => "waiting for approval",
+            State::ExecutingTools { .. } => "running tools",
+            State::HandlingToolError { .. } => "returning tool errors to the model",
+            State::TransientFailure { .. } => "waiting to retry",
+            State::Failed { .. } => "failed",
+        }
+    }
+}
+
+/// Where one tool call of an answer stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum CallStatus {
+    /// Rejected before running (unknown tool, bad arguments); the message tells the model why.
+    Invalid {
+        /// The error for the model.
+        message: String,
+    },
+    /// Not run because of policy or the user's answer.
+    Denied {
+        /// The reason for the model.
+        message: String,
+    },
+    /// Waiting for the user.
+    Pending,
+    /// Will run / is running.
+    Approved,
+    /// Ran (successfully or not).
+    Done {
+        /// The text returned to the model.
+        content: String,
+        /// Whether the tool failed.
+        is_error: bool,
+    },
+}
+
+/// One tool call of an answer with its parsed arguments and status.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlannedCall {
+    /// Cordon's identity for the call (`c1`, `c2`, …, unique in the conversation): approvals,
+    /// runs and results address the call by it, never by the model's id, which may repeat.
+    /// Empty only in conversations saved before calls had one; loading gives them one.
+    #[serde(default)]
+    pub id: String,
+    /// The call as the model made it, with its wire id made unique within the answer.
+    pub call: ToolCall,
+    /// The arguments, when they parsed.
+    pub arguments: Option<Value>,
+    /// Where it stands.
+    pub status: CallStatus,
+}
+
 /// A conversation; see the module docs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Conversation {
@@ -163,7 +276,7 @@ impl Conversation {
         }
         let mut conv: Self =
             serde_json::from_value(v).map_err(|e| ConversationError::Parse(e.to_string()))?;
-        crate::machine::identify_saved_calls(&mut conv);
+        identify_saved_calls(&mut conv);
         Ok(conv)
     }
 
@@ -219,5 +332,67 @@ impl Conversation {
             Message::Assistant { content, .. } if !content.is_empty() => Some(content.as_str()),
             _ => None,
         })
+    }
+}
+
+/// Gives each call of an answer Cordon's id (counting on from `next_call`) and makes the
+/// answer's wire ids unique: a call whose id is missing or repeats an earlier call's gets a
+/// fresh one (`cordon_c7`) that no call of the answer uses. An id the model sent once is kept,
+/// since some servers accept only ids in their own format.
+pub(crate) fn identify_calls(next_call: &mut u64, calls: Vec<ToolCall>) -> Vec<(String, ToolCall)> {
+    let sent: BTreeSet<String> = calls.iter().map(|c| c.id.clone()).collect();
+    let mut used = BTreeSet::new();
+    calls
+        .into_iter()
+        .map(|mut call| {
+            *next_call += 1;
+            let id = format!("c{next_call}");
+            if call.id.is_empty() || used.contains(&call.id) {
+                let mut wire = format!("cordon_{id}");
+                let mut n = 1;
+                while sent.contains(&wire) || used.contains(&wire) {
+                    n += 1;
+                    wire = format!("cordon_{id}_{n}");
+                }
+                call.id = wire;
+            }
+            used.insert(call.id.clone());
+            (id, call)
+        })
+        .collect()
+}
+
+/// Conversations saved before calls had Cordon's ids may hold a pending batch without them:
+/// gives those calls ids, and makes their wire ids unique in the batch and in the stored
+/// assistant message, as a new answer gets. Run when a conversation is loaded.
+fn identify_saved_calls(conv: &mut Conversation) {
+    let (State::AwaitingApproval { batch } | State::ExecutingTools { batch }) = &mut conv.state
+    else {
+        return;
+    };
+    if batch.iter().all(|p| !p.id.is_empty()) {
+        return;
+    }
+    let calls = batch.iter().map(|p| p.call.clone()).collect();
+    let identified = identify_calls(&mut conv.next_call, calls);
+    let stored = conv.messages.iter_mut().rev().find_map(|m| match m {
+        Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => Some(tool_calls),
+        _ => None,
+    });
+    let same_calls = stored.as_ref().is_some_and(|stored| {
+        stored.len() == batch.len()
+            && stored
+                .iter()
+                .zip(batch.iter())
+                .all(|(s, p)| s.name == p.call.name && s.arguments == p.call.arguments)
+    });
+    if let Some(stored) = stored.filter(|_| same_calls) {
+        for (s, (_, call)) in stored.iter_mut().zip(&identified) {
+            s.id = call.id.clone();
+        }
+    }
+    for (p, (id, call)) in batch.iter_mut().zip(identified) {
+        p.id = id;
+        p.call = call;
     }
 }

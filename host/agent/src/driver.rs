@@ -15,14 +15,15 @@ use crate::approval::ApprovalAnswer;
 use crate::config::{AgentConfig, ConfigError, PruneStrategy, ToolFormat};
 use crate::context::{self, Tokenizer};
 use crate::conversation::{Conversation, ConversationError, Note, Summary, TurnOutcome};
-use crate::hermes;
-use crate::llm::{CallError, ChatRequest, LlmClient, LlmSetupError};
+use crate::llm::{ChatRequest, LlmClient, LlmError, LlmSetupError};
 use crate::machine::{
-    self, Action, AgentEvent, ApprovalRequest, Catalog, Env, Event, Limits, StepError, ToolOutcome,
-    ToolRun,
+    self, Action, AgentEvent, ApprovalRequest, Env, Event, StepError, ToolCatalog, ToolOutcome,
+    ToolRun, TurnLimits,
 };
-use crate::tools::{ToolHost, ToolSpec, render_result};
-use crate::types::Message;
+use crate::messages::Message;
+use crate::text_tool_calls;
+use crate::tool_host::ToolHost;
+use crate::tools::{ToolSpec, render_result};
 
 /// Errors that stop a turn before or outside the model's control.
 #[derive(Debug, thiserror::Error)]
@@ -84,7 +85,7 @@ pub struct Agent {
     llm: LlmClient,
     tools: Arc<dyn ToolHost>,
     tokenizer: Tokenizer,
-    limits: Limits,
+    limits: TurnLimits,
 }
 
 impl std::fmt::Debug for Agent {
@@ -99,7 +100,7 @@ impl Agent {
         config.validate()?;
         let llm = LlmClient::new(&config.llm)?;
         let tokenizer = Tokenizer::new(&config.context.tokenizer, &config.llm.model);
-        let limits = Limits {
+        let limits = TurnLimits {
             max_iterations: config.agent.max_iterations,
             max_repeats: config.agent.max_repeats,
             retry: config.llm.retry,
@@ -141,8 +142,8 @@ impl Agent {
             .collect()
     }
 
-    fn catalog(&self) -> Catalog {
-        Catalog::new(self.tools.tools(), self.config.approval.clone())
+    fn catalog(&self) -> ToolCatalog {
+        ToolCatalog::new(self.tools.tools(), self.config.approval.clone())
     }
 
     /// The system prompt: the base prompt plus what is actually available.
@@ -169,7 +170,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
             }
             if self.config.llm.tool_format == ToolFormat::Hermes {
                 p.push('\n');
-                p.push_str(&hermes::tools_section(
+                p.push_str(&text_tool_calls::tools_section(
                     &tools.iter().map(|t| (*t).clone()).collect::<Vec<_>>(),
                 ));
             }
@@ -291,7 +292,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
 
     fn wire(&self, messages: &[Message]) -> Vec<Value> {
         if self.config.llm.tool_format == ToolFormat::Hermes {
-            return hermes::render(messages);
+            return text_tool_calls::render(messages);
         }
         messages
             .iter()
@@ -323,7 +324,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
     async fn build_request(
         &self,
         conv: &mut Conversation,
-        catalog: &Catalog,
+        catalog: &ToolCatalog,
         final_pass: bool,
         frontend: &mut dyn Frontend,
         cancel: &CancellationToken,
@@ -455,7 +456,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
     async fn call_model(
         &self,
         conv: &mut Conversation,
-        catalog: &Catalog,
+        catalog: &ToolCatalog,
         final_pass: bool,
         frontend: &mut dyn Frontend,
         cancel: &CancellationToken,
@@ -470,7 +471,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
             tools: request.tools.len(),
         });
         let hermes = self.config.llm.tool_format == ToolFormat::Hermes && !final_pass;
-        let mut filter = hermes::StreamFilter::default();
+        let mut filter = text_tool_calls::StreamFilter::default();
         let result = {
             let mut on_text = |t: &str| {
                 let shown = if hermes {
@@ -493,7 +494,8 @@ if a call is refused or declined, tell the user instead of trying to get around 
         match result {
             Ok(mut response) => {
                 if self.config.llm.tool_format == ToolFormat::Hermes && !final_pass {
-                    let (text, calls) = hermes::parse(&response.content, conv.messages.len());
+                    let (text, calls) =
+                        text_tool_calls::parse(&response.content, conv.messages.len());
                     if !calls.is_empty() {
                         response.content = text;
                         response.tool_calls = calls;
@@ -501,8 +503,8 @@ if a call is refused or declined, tell the user instead of trying to get around 
                 }
                 Event::ModelResponded { response }
             }
-            Err(CallError::Failed(failure)) => Event::ModelFailed { failure },
-            Err(CallError::Cancelled { partial }) => Event::Cancel { partial },
+            Err(LlmError::Failed(failure)) => Event::ModelFailed { failure },
+            Err(LlmError::Cancelled { partial }) => Event::Cancel { partial },
         }
     }
 

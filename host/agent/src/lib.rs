@@ -5,6 +5,25 @@
 //! sans-IO state machine ([`machine`]) driven by a tokio [`Agent`]; the crate does not depend
 //! on the sandbox runtime, so it builds and tests without wasmtime.
 //!
+//! Vocabulary, used with one meaning throughout:
+//!
+//! - **tool**: one function exported by a plugin (a sandboxed WebAssembly component); its
+//!   identity is `plugin.tool`, which approval rules and `always`/`never` answers bind to.
+//! - **tool spec** ([`ToolSpec`]): what the engine knows of a tool: the name the model calls
+//!   it by, its description, input schema and grants, and whether it can change anything.
+//! - **tool host** ([`ToolHost`]): the interface the engine lists and calls tools through. The
+//!   CLI implements it over the home's *toolbox* (`cordon_home::Toolbox`, the installed tools
+//!   verified against the lock file); tests implement it in memory.
+//! - **tool catalog** ([`machine::ToolCatalog`]): the tool specs of one turn with their
+//!   compiled input schemas and the user's approval rules; it decides which tools the model is
+//!   offered and whether a call may run, and with whose approval.
+//! - **tool call** ([`ToolCall`]): one call as the model wrote it. Cordon gives each its own id
+//!   (`c1`, `c2`, …) and addresses it by that, never by the model's id.
+//! - **text tool calls** ([`text_tool_calls`]): calls a model writes into its answer text (the
+//!   Hermes format) instead of sending them as native tool calls.
+//! - **turn limits** ([`machine::TurnLimits`]): how many model answers, repeated calls and
+//!   retries one turn may take; unrelated to a sandbox's resource limits (`cordon_core::Limits`).
+//!
 //! Embedding:
 //!
 //! ```no_run
@@ -28,11 +47,12 @@ pub mod config;
 pub mod context;
 pub mod conversation;
 pub mod driver;
-pub mod hermes;
 pub mod llm;
 pub mod machine;
+pub mod messages;
+pub mod text_tool_calls;
+pub mod tool_host;
 pub mod tools;
-pub mod types;
 
 pub use approval::{ApprovalAnswer, ApprovalConfig, Decision, Policy};
 pub use async_trait::async_trait;
@@ -45,6 +65,7 @@ pub use driver::{Agent, AgentError, Frontend, TurnHandle, TurnInput};
 pub use machine::{
     Action, AgentEvent, ApprovalRequest, Event, RequestedCall, State, ToolOutcome, ToolRun,
 };
+pub use messages::{Message, ModelResponse, ToolCall, Usage};
 pub use tokio_util::sync::CancellationToken;
-pub use tools::{Content, ToolFailure, ToolFailureKind, ToolHints, ToolHost, ToolSpec};
-pub use types::{Message, ModelResponse, ToolCall, Usage};
+pub use tool_host::ToolHost;
+pub use tools::{Content, ToolFailure, ToolFailureKind, ToolHints, ToolSpec};

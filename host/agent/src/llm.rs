@@ -7,50 +7,16 @@ use std::time::Duration;
 
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::LlmConfig;
-use crate::types::{ModelResponse, ToolCall, Usage};
+pub use crate::messages::LlmFailure;
+use crate::messages::{ModelResponse, ToolCall, Usage, snippet};
 
-/// Why a request to the model failed; serialisable so it can sit in a saved state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-#[error("{message}")]
-pub struct LlmFailure {
-    /// Whether retrying may help (connect errors, 429, 5xx, cut streams).
-    pub transient: bool,
-    /// What happened and what to do.
-    pub message: String,
-    /// The HTTP status, when there was one.
-    pub status: Option<u16>,
-    /// The server's `Retry-After`, in milliseconds.
-    pub retry_after_ms: Option<u64>,
-}
-
-impl LlmFailure {
-    fn transient(message: String) -> Self {
-        Self {
-            transient: true,
-            message,
-            status: None,
-            retry_after_ms: None,
-        }
-    }
-
-    fn fatal(message: String) -> Self {
-        Self {
-            transient: false,
-            message,
-            status: None,
-            retry_after_ms: None,
-        }
-    }
-}
-
-/// The outcome of a call that did not produce a response.
+/// Why a request to the model produced no answer: it failed, or the caller cancelled it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CallError {
+pub enum LlmError {
     /// The request failed.
     Failed(LlmFailure),
     /// The caller cancelled; `partial` is the text streamed so far.
@@ -115,15 +81,6 @@ fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-pub(crate) fn snippet(text: &str) -> String {
-    let t: String = text.chars().take(200).collect();
-    if t.len() < text.len() {
-        format!("{t}…")
-    } else {
-        t
-    }
-}
-
 impl LlmClient {
     /// Creates a client; reads the API key from the environment variable the config names.
     pub fn new(config: &LlmConfig) -> Result<Self, LlmSetupError> {
@@ -184,14 +141,14 @@ impl LlmClient {
         stream: bool,
         on_text: &mut (dyn FnMut(&str) + Send),
         cancel: &CancellationToken,
-    ) -> Result<ModelResponse, CallError> {
+    ) -> Result<ModelResponse, LlmError> {
         let mut builder = self.http.post(&self.endpoint).json(&self.body(req, stream));
         if let Some(key) = &self.api_key {
             builder = builder.bearer_auth(key);
         }
         let response = tokio::select! {
             r = builder.send() => r,
-            _ = cancel.cancelled() => return Err(CallError::Cancelled { partial: String::new() }),
+            _ = cancel.cancelled() => return Err(LlmError::Cancelled { partial: String::new() }),
         };
         let response = response.map_err(|e| {
             let what = if e.is_timeout() {
@@ -199,7 +156,7 @@ impl LlmClient {
             } else {
                 "cannot reach"
             };
-            CallError::Failed(LlmFailure::transient(format!(
+            LlmError::Failed(LlmFailure::transient(format!(
                 "{what} the model server at {}: {}",
                 self.endpoint,
                 chain(&e)
@@ -214,7 +171,7 @@ impl LlmClient {
                 .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
             let text = tokio::select! {
                 t = response.text() => t.unwrap_or_default(),
-                _ = cancel.cancelled() => return Err(CallError::Cancelled { partial: String::new() }),
+                _ = cancel.cancelled() => return Err(LlmError::Cancelled { partial: String::new() }),
             };
             let message = serde_json::from_str::<Value>(&text)
                 .ok()
@@ -235,7 +192,7 @@ impl LlmClient {
             } else {
                 "rejected the request"
             };
-            return Err(CallError::Failed(LlmFailure {
+            return Err(LlmError::Failed(LlmFailure {
                 transient,
                 message: format!("the model server {kind} (HTTP {code}): {message}"),
                 status: Some(code),
@@ -251,11 +208,11 @@ impl LlmClient {
             self.read_stream(response, on_text, cancel).await
         } else {
             let text = tokio::select! {
-                t = response.text() => t.map_err(|e| CallError::Failed(LlmFailure::transient(format!(
+                t = response.text() => t.map_err(|e| LlmError::Failed(LlmFailure::transient(format!(
                     "the connection to {} broke while reading the answer: {}", self.endpoint, chain(&e)))))?,
-                _ = cancel.cancelled() => return Err(CallError::Cancelled { partial: String::new() }),
+                _ = cancel.cancelled() => return Err(LlmError::Cancelled { partial: String::new() }),
             };
-            let response = parse_full(&text).map_err(CallError::Failed)?;
+            let response = parse_full(&text).map_err(LlmError::Failed)?;
             if !response.content.is_empty() {
                 on_text(&response.content);
             }
@@ -268,7 +225,7 @@ impl LlmClient {
         response: reqwest::Response,
         on_text: &mut (dyn FnMut(&str) + Send),
         cancel: &CancellationToken,
-    ) -> Result<ModelResponse, CallError> {
+    ) -> Result<ModelResponse, LlmError> {
         let mut raw_head = Vec::<u8>::new();
         let bytes = response.bytes_stream().inspect(|chunk| {
             if let Ok(b) = chunk
@@ -284,13 +241,13 @@ impl LlmClient {
         loop {
             let next = tokio::select! {
                 n = events.next() => n,
-                _ = cancel.cancelled() => return Err(CallError::Cancelled { partial: asm.content }),
+                _ = cancel.cancelled() => return Err(LlmError::Cancelled { partial: asm.content }),
             };
             let Some(event) = next else { break };
             let event = match event {
                 Ok(e) => e,
                 Err(e) => {
-                    return Err(CallError::Failed(LlmFailure::transient(format!(
+                    return Err(LlmError::Failed(LlmFailure::transient(format!(
                         "the stream from {} broke: {e}",
                         self.endpoint
                     ))));
@@ -306,7 +263,7 @@ impl LlmClient {
                 continue;
             }
             let chunk: Value = serde_json::from_str(data).map_err(|_| {
-                CallError::Failed(LlmFailure::fatal(format!(
+                LlmError::Failed(LlmFailure::fatal(format!(
                     "the model server sent a stream chunk that is not JSON: {}; check that llm.url points at an OpenAI-compatible /v1 endpoint",
                     snippet(data)
                 )))
@@ -316,7 +273,7 @@ impl LlmClient {
                     .as_str()
                     .map(str::to_string)
                     .unwrap_or_else(|| err.to_string());
-                return Err(CallError::Failed(LlmFailure::fatal(format!(
+                return Err(LlmError::Failed(LlmFailure::fatal(format!(
                     "the model server reported an error in the stream: {msg}"
                 ))));
             }
@@ -327,12 +284,12 @@ impl LlmClient {
         drop(events);
         if !done {
             if seen == 0 && !raw_head.is_empty() {
-                return Err(CallError::Failed(LlmFailure::fatal(format!(
+                return Err(LlmError::Failed(LlmFailure::fatal(format!(
                     "the model server answered with something that is not a chat completion stream: {}; check that llm.url points at an OpenAI-compatible /v1 endpoint",
                     snippet(&String::from_utf8_lossy(&raw_head))
                 ))));
             }
-            return Err(CallError::Failed(LlmFailure::transient(format!(
+            return Err(LlmError::Failed(LlmFailure::transient(format!(
                 "the stream from {} ended before [DONE] (after {} events); the answer was incomplete",
                 self.endpoint, seen
             ))));

@@ -1,12 +1,9 @@
-//! How the engine reaches tools: the [`ToolHost`] trait and the data that crosses it.
-//!
-//! The engine never links the sandbox: the host application implements [`ToolHost`] over its
-//! runtime, so this crate builds and tests without wasmtime.
+//! The data that crosses the [`ToolHost`](crate::tool_host::ToolHost) boundary: tool specs,
+//! failures, and the text the model reads for a result. Plain data, so the state machine can
+//! use it without the async interface.
 
-use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 /// The plugin author's behaviour claims (shared with the runtime). Shown to users and models,
 /// never trusted for approval except `destructive`, which can only make approval stricter.
@@ -121,22 +118,6 @@ impl ToolSpec {
             can_change_anything,
         }
     }
-}
-
-/// The tools available to a conversation.
-#[async_trait]
-pub trait ToolHost: Send + Sync {
-    /// The tools that are installed and enabled now.
-    fn tools(&self) -> Vec<ToolSpec>;
-
-    /// Runs tool `name` with arguments that already passed schema validation. Must return soon
-    /// after `cancel` fires, with a [`ToolFailureKind::Cancelled`] failure.
-    async fn call(
-        &self,
-        name: &str,
-        arguments: Value,
-        cancel: CancellationToken,
-    ) -> Result<Vec<Content>, ToolFailure>;
 }
 
 /// Renders a tool result as the text the model reads.

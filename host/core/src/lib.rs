@@ -8,6 +8,7 @@
 //! Cordon targets Unix hosts: paths are handled with Unix semantics (`/` separators, symlinks),
 //! and Windows drive letters or UNC paths are not given any meaning.
 
+mod arguments;
 mod ceiling;
 mod grant;
 mod limits;
@@ -15,6 +16,7 @@ mod reserved;
 mod stamp;
 mod tool;
 
+pub use arguments::{ArgumentError, InputSchema, SchemaError};
 pub use ceiling::{Capability, Ceiling, CeilingError};
 pub use grant::{FsGrant, FsMode, Grant, GrantError, Grants, HttpOrigin, HttpScheme};
 pub use limits::{

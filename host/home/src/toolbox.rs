@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use cordon_core::{
-    CompiledPin, DigestCheck, Grants, LimitKind, Limits, ReservedPaths, ToolDescriptor, tools_hash,
-    verify_file_digest,
+    CompiledPin, DigestCheck, Grants, InputSchema, LimitKind, Limits, ReservedPaths,
+    ToolDescriptor, tools_hash, verify_file_digest,
 };
 use cordon_runtime::{CallError, Plugin, Runtime, Sandbox, ToolOutput};
 use serde_json::Value;
@@ -16,7 +16,7 @@ use crate::lockfile::{LockFile, PluginRecord};
 use crate::{Home, digest_hex};
 
 /// Compiles a tool's input schema; the error text says what is wrong with the schema.
-pub(crate) fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
+pub(crate) fn compile_schema(schema: &Value) -> Result<InputSchema, String> {
     let Some(object) = schema.as_object() else {
         return Err("its input schema must be a JSON object".into());
     };
@@ -27,7 +27,7 @@ pub(crate) fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, St
             "its input schema must describe a JSON object (`\"type\": \"object\"`), not {ty}"
         ));
     }
-    jsonschema::validator_for(schema).map_err(|e| format!("its input schema is invalid: {e}"))
+    InputSchema::compile(schema).map_err(|e| format!("its input schema is invalid: {e}"))
 }
 
 /// One callable tool with everything needed to decide about and run a call.
@@ -51,7 +51,7 @@ pub struct ToolEntry {
     pub can_change_anything: bool,
     /// Compiled on first use: a one-shot call validates one tool, and compiling every schema
     /// of a plugin up front costs more than the call. The schemas were checked at install.
-    validator: Arc<OnceLock<Result<jsonschema::Validator, String>>>,
+    schema: Arc<OnceLock<Result<InputSchema, String>>>,
     component: Plugin,
 }
 
@@ -79,34 +79,21 @@ impl ToolEntry {
                 ),
             });
         }
-        let validator = self
-            .validator
+        let schema = self
+            .schema
             .get_or_init(|| compile_schema(&self.descriptor.input_schema))
             .as_ref()
             .map_err(|reason| HomeError::BadToolList {
                 source_name: format!("plugin `{}`", self.plugin),
                 reason: format!("tool `{}`: {reason}", self.descriptor.name),
             })?;
-        let errors: Vec<String> = validator
-            .iter_errors(arguments)
-            .map(|e| {
-                let at = e.instance_path().to_string();
-                if at.is_empty() {
-                    e.to_string()
-                } else {
-                    format!("at {at}: {e}")
-                }
-            })
-            .collect();
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(HomeError::SchemaViolation {
+        schema
+            .check(arguments)
+            .map_err(|e| HomeError::SchemaViolation {
                 tool: self.call_name.clone(),
                 plugin: self.plugin.clone(),
-                errors,
+                errors: e.violations().to_vec(),
             })
-        }
     }
 }
 
@@ -398,7 +385,7 @@ async fn load_plugin(
                 grants: record.grants.clone(),
                 limits,
                 can_change_anything,
-                validator: Arc::new(OnceLock::new()),
+                schema: Arc::new(OnceLock::new()),
                 component: component.clone(),
             }
         })

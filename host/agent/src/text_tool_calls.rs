@@ -1,11 +1,12 @@
-//! The Hermes text format for models without native tool calling: tools listed in the system
-//! prompt inside `<tools>`, calls written as `<tool_call>{"name": …, "arguments": {…}}</tool_call>`
-//! in the answer, results returned in a user message as `<tool_response>` blocks.
+//! Tool calls written in the answer text, in the Hermes format, for models without native
+//! tool calling: tools listed in the system prompt inside `<tools>`, calls written as
+//! `<tool_call>{"name": …, "arguments": {…}}</tool_call>` in the answer, results returned in a
+//! user message as `<tool_response>` blocks.
 
 use serde_json::{Value, json};
 
+use crate::messages::{Message, ToolCall};
 use crate::tools::ToolSpec;
-use crate::types::{Message, ToolCall};
 
 const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";

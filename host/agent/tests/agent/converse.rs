@@ -10,7 +10,7 @@ use cordon_scripted_llm::{Script, ScriptedCall, ScriptedServer, Step};
 use serde_json::{Value, json};
 
 fn example() -> PathBuf {
-    // target/debug/deps/converse-… → target/debug/examples/converse
+    // target/debug/deps/agent-… → target/debug/examples/converse
     let exe = std::env::current_exe().unwrap();
     let path = exe
         .parent()

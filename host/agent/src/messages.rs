@@ -11,7 +11,7 @@ pub struct ToolCall {
     /// The wire id: the one the model gave (or one the host generated for text-format calls),
     /// which `role: tool` results refer to. Empty in a [`ModelResponse`] when the model sent
     /// none; the engine makes the ids of an answer unique before storing it. Cordon addresses
-    /// a call by its own id (see [`crate::machine::PlannedCall::id`]), never by this one.
+    /// a call by its own id (see [`crate::conversation::PlannedCall::id`]), never by this one.
     pub id: String,
     /// The tool name exactly as the model wrote it; it may not exist.
     pub name: String,
@@ -128,4 +128,49 @@ pub struct ModelResponse {
     /// The server's finish reason (`stop`, `tool_calls`, `length`, …).
     #[serde(default)]
     pub finish_reason: Option<String>,
+}
+
+/// Why a request to the model failed. Plain data: the client produces it and the state machine
+/// decides on it (retry or give up) without knowing about HTTP.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct LlmFailure {
+    /// Whether retrying may help (connect errors, 429, 5xx, cut streams).
+    pub transient: bool,
+    /// What happened and what to do.
+    pub message: String,
+    /// The HTTP status, when there was one.
+    pub status: Option<u16>,
+    /// The server's `Retry-After`, in milliseconds.
+    pub retry_after_ms: Option<u64>,
+}
+
+impl LlmFailure {
+    pub(crate) fn transient(message: String) -> Self {
+        Self {
+            transient: true,
+            message,
+            status: None,
+            retry_after_ms: None,
+        }
+    }
+
+    pub(crate) fn fatal(message: String) -> Self {
+        Self {
+            transient: false,
+            message,
+            status: None,
+            retry_after_ms: None,
+        }
+    }
+}
+
+/// The first 200 characters of a text the model or server sent, for quoting in a message.
+pub(crate) fn snippet(text: &str) -> String {
+    let t: String = text.chars().take(200).collect();
+    if t.len() < text.len() {
+        format!("{t}…")
+    } else {
+        t
+    }
 }

@@ -1,0 +1,61 @@
+//! What the driver feeds the machine: [`Event`]s, and the results of the tool calls it ran.
+
+use serde::{Deserialize, Serialize};
+
+use crate::approval::ApprovalAnswer;
+use crate::messages::{LlmFailure, ModelResponse};
+
+/// The result of one call, from the driver.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolOutcome {
+    /// Cordon's id of the call, from [`ToolRun::call_id`](super::ToolRun::call_id).
+    pub call_id: String,
+    /// The text for the model (a rendered result or failure).
+    pub content: String,
+    /// Whether the tool failed.
+    pub is_error: bool,
+}
+
+/// Inputs to the machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// The user sent a message (starts a turn).
+    UserMessage {
+        /// The text.
+        text: String,
+    },
+    /// Re-send the failed request.
+    Retry,
+    /// The model's complete answer.
+    ModelResponded {
+        /// The answer (text-format tool calls already parsed out).
+        response: ModelResponse,
+    },
+    /// The request failed.
+    ModelFailed {
+        /// What failed, and whether retrying may help.
+        failure: LlmFailure,
+    },
+    /// The retry delay passed.
+    RetryTimerFired,
+    /// Continue from a state that needs no outside input.
+    Proceed,
+    /// The user's answer for one pending call.
+    ApprovalGiven {
+        /// Cordon's id of the call, from [`ApprovalRequest::call_id`](super::ApprovalRequest::call_id).
+        call_id: String,
+        /// The answer.
+        answer: ApprovalAnswer,
+    },
+    /// The approved calls finished.
+    ToolsFinished {
+        /// One outcome per approved call (any order).
+        results: Vec<ToolOutcome>,
+    },
+    /// The user cancelled the running turn.
+    Cancel {
+        /// Text streamed before the cancellation.
+        partial: String,
+    },
+}

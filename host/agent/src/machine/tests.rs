@@ -1,0 +1,1102 @@
+//! Unit tests of the transitions, the rejections and resuming.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Value, json};
+
+use super::transitions::backoff;
+use super::*;
+use crate::approval::{ApprovalAnswer, ApprovalConfig, Policy};
+use crate::config::RetryConfig;
+use crate::conversation::{Conversation, TurnOutcome};
+use crate::messages::{LlmFailure, Message, ModelResponse, ToolCall, Usage};
+use crate::tools::{ToolHints, ToolSpec};
+
+fn spec(name: &str, can_change: bool) -> ToolSpec {
+    ToolSpec {
+        name: name.into(),
+        tool: name.into(),
+        description: format!("{name} tool"),
+        input_schema: json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"], "additionalProperties": false}),
+        hints: ToolHints::default(),
+        plugin: "p".into(),
+        grants: vec![format!("{name} grant")],
+        can_change_anything: can_change,
+    }
+}
+
+fn catalog() -> ToolCatalog {
+    let mut approval = ApprovalConfig::default();
+    approval.tools.insert("banned".into(), Policy::Deny);
+    ToolCatalog::new(
+        vec![
+            spec("read", false),
+            spec("write", true),
+            spec("banned", false),
+        ],
+        approval,
+    )
+}
+
+fn limits() -> TurnLimits {
+    TurnLimits {
+        max_iterations: 3,
+        max_repeats: 2,
+        retry: RetryConfig {
+            max_retries: 2,
+            initial_backoff_ms: 100,
+            max_backoff_ms: 150,
+            max_retry_after_ms: 5_000,
+        },
+    }
+}
+
+struct T {
+    conv: Conversation,
+    cat: ToolCatalog,
+    lim: TurnLimits,
+}
+
+impl T {
+    fn new() -> Self {
+        Self {
+            conv: Conversation::new(),
+            cat: catalog(),
+            lim: limits(),
+        }
+    }
+    fn step(&mut self, e: Event) -> Vec<Action> {
+        step(
+            &mut self.conv,
+            e,
+            Env {
+                catalog: &self.cat,
+                limits: &self.lim,
+            },
+        )
+        .unwrap()
+    }
+    fn err(&mut self, e: Event) -> StepError {
+        let before = self.conv.clone();
+        let err = step(
+            &mut self.conv,
+            e,
+            Env {
+                catalog: &self.cat,
+                limits: &self.lim,
+            },
+        )
+        .unwrap_err();
+        assert_eq!(
+            self.conv, before,
+            "a rejected event must not change the conversation"
+        );
+        err
+    }
+    fn started(mut self) -> Self {
+        self.step(Event::UserMessage { text: "hi".into() });
+        self
+    }
+    fn respond(&mut self, content: &str, calls: &[(&str, &str, Value)]) -> Vec<Action> {
+        let response = ModelResponse {
+            content: content.into(),
+            tool_calls: calls
+                .iter()
+                .map(|(id, name, args)| ToolCall {
+                    id: id.to_string(),
+                    name: name.to_string(),
+                    arguments: match args {
+                        Value::String(s) => s.clone(),
+                        v => v.to_string(),
+                    },
+                })
+                .collect(),
+            usage: Some(Usage {
+                prompt_tokens: 10,
+                completion_tokens: 2,
+            }),
+            finish_reason: None,
+        };
+        let mut a = self.step(Event::ModelResponded { response });
+        assert_eq!(a.pop(), Some(Action::Advance));
+        self.step(Event::Proceed)
+    }
+}
+
+fn has(actions: &[Action], pred: impl Fn(&Action) -> bool) -> bool {
+    actions.iter().any(pred)
+}
+
+fn tool_messages(conv: &Conversation) -> Vec<(String, String, bool)> {
+    conv.messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool {
+                tool_call_id,
+                content,
+                is_error,
+                ..
+            } => Some((tool_call_id.clone(), content.clone(), *is_error)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn user_message_starts_a_turn_from_idle_or_failed_only() {
+    let mut t = T::new();
+    let a = t.step(Event::UserMessage { text: "hi".into() });
+    assert_eq!(t.conv.state, State::AwaitingModel { final_pass: false });
+    assert!(has(&a, |a| *a == Action::CallModel { final_pass: false }));
+    assert_eq!(t.conv.messages, vec![Message::user("hi")]);
+    assert_eq!(t.conv.turns.len(), 1);
+    let e = t.err(Event::UserMessage {
+        text: "again".into(),
+    });
+    assert!(e.message.contains("still waiting for the model"), "{e}");
+    // A failed turn can be continued.
+    t.step(Event::ModelFailed {
+        failure: LlmFailure {
+            transient: false,
+            message: "bad".into(),
+            status: Some(400),
+            retry_after_ms: None,
+        },
+    });
+    assert!(matches!(t.conv.state, State::Failed { .. }));
+    t.step(Event::UserMessage {
+        text: "next".into(),
+    });
+    assert_eq!(t.conv.turns.len(), 2);
+    assert_eq!(t.conv.state, State::AwaitingModel { final_pass: false });
+}
+
+#[test]
+fn text_answer_finishes_the_turn() {
+    let mut t = T::new().started();
+    let a = t.respond("hello", &[]);
+    assert_eq!(t.conv.state, State::Idle);
+    assert_eq!(t.conv.turns[0].outcome, Some(TurnOutcome::Answered));
+    assert_eq!(t.conv.messages.last(), Some(&Message::assistant("hello")));
+    assert_eq!(
+        t.conv.usage,
+        Usage {
+            prompt_tokens: 10,
+            completion_tokens: 2
+        }
+    );
+    assert!(has(
+        &a,
+        |a| matches!(a, Action::Emit(AgentEvent::TurnFinished { answer, .. }) if answer == "hello")
+    ));
+}
+
+#[test]
+fn auto_tools_run_and_results_return_in_call_order() {
+    let mut t = T::new().started();
+    let a = t.respond(
+        "",
+        &[
+            ("1", "read", json!({"q": "a"})),
+            ("2", "read", json!({"q": "b"})),
+        ],
+    );
+    assert!(matches!(t.conv.state, State::ExecutingTools { .. }));
+    let Some(Action::RunTools { calls }) = a.iter().find(|a| matches!(a, Action::RunTools { .. }))
+    else {
+        panic!("{a:?}")
+    };
+    assert_eq!(
+        calls.iter().map(|c| c.call_id.as_str()).collect::<Vec<_>>(),
+        vec!["c1", "c2"]
+    );
+    // Results arrive out of order; history keeps call order.
+    let a = t.step(Event::ToolsFinished {
+        results: vec![
+            ToolOutcome {
+                call_id: "c2".into(),
+                content: "B".into(),
+                is_error: false,
+            },
+            ToolOutcome {
+                call_id: "c1".into(),
+                content: "A".into(),
+                is_error: false,
+            },
+        ],
+    });
+    assert_eq!(
+        tool_messages(&t.conv),
+        vec![
+            ("1".into(), "A".into(), false),
+            ("2".into(), "B".into(), false)
+        ]
+    );
+    assert_eq!(t.conv.state, State::AwaitingModel { final_pass: false });
+    assert!(has(&a, |a| *a == Action::CallModel { final_pass: false }));
+}
+
+#[test]
+fn tool_errors_go_through_handling_tool_error() {
+    let mut t = T::new().started();
+    t.respond("", &[("1", "read", json!({"q": "a"}))]);
+    let a = t.step(Event::ToolsFinished {
+        results: vec![ToolOutcome {
+            call_id: "c1".into(),
+            content: "Error (failed): x".into(),
+            is_error: true,
+        }],
+    });
+    assert!(matches!(t.conv.state, State::HandlingToolError { .. }));
+    assert_eq!(a.last(), Some(&Action::Advance));
+    let a = t.step(Event::Proceed);
+    assert_eq!(t.conv.state, State::AwaitingModel { final_pass: false });
+    assert!(has(&a, |a| *a == Action::CallModel { final_pass: false }));
+}
+
+#[test]
+fn missing_tool_result_is_an_error_result() {
+    let mut t = T::new().started();
+    t.respond("", &[("1", "read", json!({"q": "a"}))]);
+    t.step(Event::ToolsFinished { results: vec![] });
+    assert!(tool_messages(&t.conv)[0].2);
+}
+
+#[test]
+fn unknown_tool_and_invalid_arguments_are_reported_to_the_model() {
+    let mut t = T::new().started();
+    t.respond(
+        "",
+        &[
+            ("1", "reed", json!({"q": "a"})),
+            ("2", "read", Value::String("{not json".into())),
+            ("3", "read", json!({"q": 5})),
+            ("4", "banned", json!({"q": "a"})),
+            ("5", "", Value::String("garbage".into())),
+        ],
+    );
+    let msgs = tool_messages(&t.conv);
+    assert_eq!(msgs.len(), 5);
+    assert!(msgs.iter().all(|m| m.2));
+    assert!(
+        msgs[0].1.contains("no tool named `reed`") && msgs[0].1.contains("read, write"),
+        "{}",
+        msgs[0].1
+    );
+    assert!(
+        !msgs[0].1.contains("banned"),
+        "denied tools are not advertised: {}",
+        msgs[0].1
+    );
+    assert!(msgs[1].1.contains("not valid JSON"), "{}", msgs[1].1);
+    assert!(
+        msgs[2].1.contains("do not match its schema") && msgs[2].1.contains("/q"),
+        "{}",
+        msgs[2].1
+    );
+    assert!(
+        msgs[3].1.starts_with(
+            "Error (not run): refused by policy: cordon.toml denies the tool `banned`"
+        ),
+        "{}",
+        msgs[3].1
+    );
+    assert!(msgs[4].1.contains("no tool name"), "{}", msgs[4].1);
+    assert!(matches!(t.conv.state, State::HandlingToolError { ref errors } if errors.len() == 5));
+}
+
+#[test]
+fn ask_tools_wait_for_approval_yes_and_no() {
+    let mut t = T::new().started();
+    let a = t.respond(
+        "",
+        &[
+            ("1", "write", json!({"q": "a"})),
+            ("2", "read", json!({"q": "b"})),
+            ("3", "write", json!({"q": "c"})),
+        ],
+    );
+    let Some(Action::RequestApproval { request }) = a
+        .iter()
+        .find(|a| matches!(a, Action::RequestApproval { .. }))
+    else {
+        panic!("{a:?}")
+    };
+    assert_eq!(request.call_id, "c1");
+    assert_eq!(request.grants, vec!["write grant".to_string()]);
+    assert!(
+        request.reason.contains("grants allow changing"),
+        "{}",
+        request.reason
+    );
+    let e = t.err(Event::ApprovalGiven {
+        call_id: "c2".into(),
+        answer: ApprovalAnswer::Yes,
+    });
+    assert!(e.message.contains("c1, c3"), "{e}");
+    let a = t.step(Event::ApprovalGiven {
+        call_id: "c1".into(),
+        answer: ApprovalAnswer::Yes,
+    });
+    assert!(matches!(&t.conv.state, State::AwaitingApproval { .. }));
+    assert!(has(
+        &a,
+        |a| matches!(a, Action::RequestApproval { request } if request.call_id == "c3")
+    ));
+    let a = t.step(Event::ApprovalGiven {
+        call_id: "c3".into(),
+        answer: ApprovalAnswer::No,
+    });
+    let Some(Action::RunTools { calls }) = a.iter().find(|a| matches!(a, Action::RunTools { .. }))
+    else {
+        panic!("{a:?}")
+    };
+    assert_eq!(
+        calls.iter().map(|c| c.call_id.as_str()).collect::<Vec<_>>(),
+        vec!["c1", "c2"]
+    );
+    t.step(Event::ToolsFinished {
+        results: vec![
+            ToolOutcome {
+                call_id: "c1".into(),
+                content: "W".into(),
+                is_error: false,
+            },
+            ToolOutcome {
+                call_id: "c2".into(),
+                content: "R".into(),
+                is_error: false,
+            },
+        ],
+    });
+    let msgs = tool_messages(&t.conv);
+    assert_eq!(msgs[0].1, "W");
+    assert_eq!(msgs[1].1, "R");
+    assert!(msgs[2].1.contains("user declined"), "{}", msgs[2].1);
+    assert!(matches!(t.conv.state, State::HandlingToolError { .. }));
+}
+
+fn approval_of(actions: &[Action]) -> Option<ApprovalRequest> {
+    actions.iter().find_map(|a| match a {
+        Action::RequestApproval { request } => Some(request.clone()),
+        _ => None,
+    })
+}
+
+/// The attack of issue #20: two calls share the id `dup`; the answer about the first must
+/// not approve the second, and each result must answer its own call.
+#[test]
+fn calls_sharing_an_id_are_approved_run_and_answered_one_by_one() {
+    let mut t = T::new().started();
+    let a = t.respond(
+        "",
+        &[
+            ("dup", "write", json!({"q": "harmless"})),
+            ("dup", "write", json!({"q": "harmful"})),
+        ],
+    );
+    let first = approval_of(&a).expect("asked about the first call");
+    assert_eq!(first.arguments, json!({"q": "harmless"}));
+    let a = t.step(Event::ApprovalGiven {
+        call_id: first.call_id.clone(),
+        answer: ApprovalAnswer::Yes,
+    });
+    let second = approval_of(&a).expect("the second call is asked about on its own");
+    assert_ne!(second.call_id, first.call_id);
+    assert_eq!(second.arguments, json!({"q": "harmful"}));
+    let a = t.step(Event::ApprovalGiven {
+        call_id: second.call_id.clone(),
+        answer: ApprovalAnswer::No,
+    });
+    let Some(Action::RunTools { calls }) = a.iter().find(|a| matches!(a, Action::RunTools { .. }))
+    else {
+        panic!("{a:?}")
+    };
+    assert_eq!(calls.len(), 1, "only the approved call runs: {calls:?}");
+    t.step(Event::ToolsFinished {
+        results: vec![ToolOutcome {
+            call_id: first.call_id.clone(),
+            content: "harmless result".into(),
+            is_error: false,
+        }],
+    });
+    // On the wire, each result answers exactly one call.
+    let Message::Assistant { tool_calls, .. } = &t.conv.messages[1] else {
+        panic!("{:?}", t.conv.messages)
+    };
+    let wire: Vec<&str> = tool_calls.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(wire[0], "dup", "a unique first id is kept");
+    assert_ne!(wire[1], "dup", "{wire:?}");
+    let results = tool_messages(&t.conv);
+    assert_eq!(results.len(), 2);
+    assert_eq!(
+        (results[0].0.as_str(), results[0].1.as_str()),
+        (wire[0], "harmless result")
+    );
+    assert_eq!(results[1].0, wire[1]);
+    assert!(results[1].1.contains("declined"), "{}", results[1].1);
+}
+
+#[test]
+fn missing_and_repeated_wire_ids_are_replaced_and_unique_ones_kept() {
+    let mut t = T::new().started();
+    let a = t.respond(
+        "",
+        &[
+            ("", "read", json!({"q": "a"})),
+            ("cordon_c1", "read", json!({"q": "b"})),
+            ("x", "read", json!({"q": "c"})),
+            ("x", "read", json!({"q": "d"})),
+            ("", "read", json!({"q": "e"})),
+        ],
+    );
+    let Message::Assistant { tool_calls, .. } = &t.conv.messages[1] else {
+        panic!("{:?}", t.conv.messages)
+    };
+    let wire: Vec<String> = tool_calls.iter().map(|c| c.id.clone()).collect();
+    let wire: Vec<&str> = wire.iter().map(String::as_str).collect();
+    // The model's own unique ids stay; the generated ones avoid them.
+    assert_eq!(wire[1], "cordon_c1");
+    assert_eq!(wire[2], "x");
+    let unique: BTreeSet<&str> = wire.iter().copied().collect();
+    assert_eq!(unique.len(), 5, "{wire:?}");
+    assert!(wire.iter().all(|w| !w.is_empty()), "{wire:?}");
+    // Events carry Cordon's ids beside the wire ids.
+    let Some(Action::Emit(AgentEvent::ToolCallsRequested { calls })) = a
+        .iter()
+        .find(|a| matches!(a, Action::Emit(AgentEvent::ToolCallsRequested { .. })))
+    else {
+        panic!("{a:?}")
+    };
+    let ids: Vec<(&str, &str)> = calls
+        .iter()
+        .map(|c| (c.call_id.as_str(), c.call.id.as_str()))
+        .collect();
+    assert_eq!(
+        ids,
+        vec![
+            ("c1", wire[0]),
+            ("c2", "cordon_c1"),
+            ("c3", "x"),
+            ("c4", wire[3]),
+            ("c5", wire[4])
+        ]
+    );
+    let results = ["A", "B", "C", "D", "E"];
+    t.step(Event::ToolsFinished {
+        results: results
+            .iter()
+            .enumerate()
+            .map(|(i, r)| ToolOutcome {
+                call_id: format!("c{}", i + 1),
+                content: r.to_string(),
+                is_error: false,
+            })
+            .collect(),
+    });
+    let answered: Vec<(String, String)> = tool_messages(&t.conv)
+        .into_iter()
+        .map(|(id, content, _)| (id, content))
+        .collect();
+    let expected: Vec<(String, String)> = wire
+        .iter()
+        .zip(results)
+        .map(|(w, r)| (w.to_string(), r.to_string()))
+        .collect();
+    assert_eq!(answered, expected);
+    // Ids keep counting through the conversation.
+    t.respond("", &[("y", "read", json!({"q": "f"}))]);
+    let State::ExecutingTools { batch } = &t.conv.state else {
+        panic!("{:?}", t.conv.state)
+    };
+    assert_eq!(batch[0].id, "c6");
+}
+
+#[test]
+fn a_policy_denial_names_the_rule_and_a_refusal_its_reason() {
+    let mut t = T::new().started();
+    t.respond(
+        "",
+        &[
+            ("1", "banned", json!({"q": "a"})),
+            ("2", "write", json!({"q": "b"})),
+        ],
+    );
+    let a = t.step(Event::ApprovalGiven {
+        call_id: "c2".into(),
+        answer: ApprovalAnswer::Refused {
+            reason: "this run approves nothing it would have to ask about".into(),
+        },
+    });
+    let rejected: Vec<&str> = a
+        .iter()
+        .filter_map(|a| match a {
+            Action::Emit(AgentEvent::ToolCallRejected { reason, .. }) => Some(reason.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    let msgs = tool_messages(&t.conv);
+    assert!(
+        msgs[0].1.starts_with(
+            "Error (not run): refused by policy: cordon.toml denies the tool `banned`"
+        ),
+        "{}",
+        msgs[0].1
+    );
+    assert!(
+        msgs[1]
+            .1
+            .contains("no one was asked: this run approves nothing")
+            && !msgs[1].1.contains("declined"),
+        "{}",
+        msgs[1].1
+    );
+}
+
+#[test]
+fn always_binds_to_the_tool_identity_not_its_name() {
+    // Two plugins offer `read_file`; the model sees qualified names.
+    let clash = |plugin: &str| ToolSpec {
+        name: format!("{plugin}__read_file"),
+        tool: "read_file".into(),
+        plugin: plugin.into(),
+        ..spec("read_file", true)
+    };
+    let mut t = T::new();
+    t.cat = ToolCatalog::new(
+        vec![clash("files"), clash("files2")],
+        ApprovalConfig::default(),
+    );
+    t = t.started();
+    t.respond(
+        "",
+        &[
+            ("1", "files__read_file", json!({"q": "a"})),
+            ("2", "files2__read_file", json!({"q": "b"})),
+        ],
+    );
+    let a = t.step(Event::ApprovalGiven {
+        call_id: "c1".into(),
+        answer: ApprovalAnswer::Always,
+    });
+    assert_eq!(
+        t.conv.session_approvals,
+        BTreeMap::from([("files.read_file".to_string(), Policy::Auto)])
+    );
+    let request = approval_of(&a).expect("the other plugin's tool is still asked about");
+    assert_eq!(request.call_id, "c2");
+    // Answers saved under a model-facing name move to the identity.
+    let mut legacy = BTreeMap::from([
+        ("files2__read_file".to_string(), Policy::Deny),
+        ("gone".to_string(), Policy::Auto),
+        ("files.read_file".to_string(), Policy::Auto),
+    ]);
+    t.cat.upgrade_session(&mut legacy);
+    assert_eq!(
+        legacy,
+        BTreeMap::from([
+            ("files.read_file".to_string(), Policy::Auto),
+            ("files2.read_file".to_string(), Policy::Deny),
+            ("gone".to_string(), Policy::Auto),
+        ])
+    );
+}
+
+#[test]
+fn a_batch_saved_without_call_ids_gets_them_when_loaded() {
+    let mut t = T::new().started();
+    t.respond(
+        "",
+        &[
+            ("dup", "write", json!({"q": "a"})),
+            ("dup", "write", json!({"q": "b"})),
+        ],
+    );
+    // The layout of an older save: no Cordon ids, the model's repeated id everywhere.
+    let mut old: Value = serde_json::from_str(&t.conv.to_json()).unwrap();
+    old.as_object_mut().unwrap().remove("next_call");
+    for p in old["state"]["batch"].as_array_mut().unwrap() {
+        p.as_object_mut().unwrap().remove("id");
+        p["call"]["id"] = json!("dup");
+    }
+    for c in old["messages"][1]["tool_calls"].as_array_mut().unwrap() {
+        c["id"] = json!("dup");
+    }
+    let mut loaded = Conversation::from_json(&old.to_string()).unwrap();
+    let State::AwaitingApproval { batch } = &loaded.state else {
+        panic!("{:?}", loaded.state)
+    };
+    let ids: Vec<&str> = batch.iter().map(|p| p.id.as_str()).collect();
+    assert_eq!(ids, vec!["c1", "c2"]);
+    let wire: Vec<String> = batch.iter().map(|p| p.call.id.clone()).collect();
+    assert_eq!(wire[0], "dup");
+    assert_ne!(wire[1], "dup");
+    let Message::Assistant { tool_calls, .. } = &loaded.messages[1] else {
+        panic!()
+    };
+    assert_eq!(
+        tool_calls.iter().map(|c| c.id.clone()).collect::<Vec<_>>(),
+        wire
+    );
+    let actions = resume(&mut loaded, &t.cat).unwrap();
+    assert!(
+        matches!(&actions[0], Action::RequestApproval { request } if request.call_id == "c1"),
+        "{actions:?}"
+    );
+}
+
+#[test]
+fn always_and_never_apply_to_the_rest_of_the_conversation() {
+    let mut t = T::new().started();
+    t.respond(
+        "",
+        &[
+            ("1", "write", json!({"q": "a"})),
+            ("2", "write", json!({"q": "b"})),
+        ],
+    );
+    let a = t.step(Event::ApprovalGiven {
+        call_id: "c1".into(),
+        answer: ApprovalAnswer::Always,
+    });
+    assert!(has(
+        &a,
+        |a| matches!(a, Action::RunTools { calls } if calls.len() == 2)
+    ));
+    assert_eq!(t.conv.session_approvals["p.write"], Policy::Auto);
+    t.step(Event::ToolsFinished { results: vec![] });
+    t.step(Event::Proceed);
+    // Next answer: `write` now runs without asking.
+    let a = t.respond("", &[("3", "write", json!({"q": "c"}))]);
+    assert!(has(&a, |a| matches!(a, Action::RunTools { .. })));
+    let mut t = T::new().started();
+    t.respond("", &[("1", "write", json!({"q": "a"}))]);
+    t.step(Event::ApprovalGiven {
+        call_id: "c1".into(),
+        answer: ApprovalAnswer::Never,
+    });
+    assert_eq!(t.conv.session_approvals["p.write"], Policy::Deny);
+    assert!(matches!(t.conv.state, State::HandlingToolError { .. }));
+}
+
+#[test]
+fn iteration_limit_leads_to_a_final_answer_pass() {
+    let mut t = T::new().started();
+    for i in 0..3 {
+        t.respond(
+            "",
+            &[(&format!("c{i}"), "read", json!({"q": format!("{i}")}))],
+        );
+        let a = t.step(Event::ToolsFinished { results: vec![] });
+        t.step(Event::Proceed);
+        if i < 2 {
+            assert_eq!(t.conv.state, State::AwaitingModel { final_pass: false });
+        } else {
+            let _ = a;
+            assert_eq!(t.conv.state, State::AwaitingModel { final_pass: true });
+        }
+    }
+    // Even if the model still asks for tools, the final pass ends the turn.
+    t.respond("final words", &[("x", "read", json!({"q": "z"}))]);
+    assert_eq!(t.conv.state, State::Idle);
+    assert_eq!(
+        t.conv.turns[0].outcome,
+        Some(TurnOutcome::FinalAnswerAfterLimit)
+    );
+    assert_eq!(
+        t.conv.messages.last(),
+        Some(&Message::assistant("final words"))
+    );
+}
+
+#[test]
+fn limit_check_after_successful_tools_too() {
+    let mut t = T::new().started();
+    t.lim.max_iterations = 1;
+    t.respond("", &[("1", "read", json!({"q": "a"}))]);
+    let a = t.step(Event::ToolsFinished {
+        results: vec![ToolOutcome {
+            call_id: "c1".into(),
+            content: "ok".into(),
+            is_error: false,
+        }],
+    });
+    assert!(has(&a, |a| matches!(
+        a,
+        Action::Emit(AgentEvent::IterationLimitReached { limit: 1 })
+    )));
+    assert_eq!(t.conv.state, State::AwaitingModel { final_pass: true });
+}
+
+#[test]
+fn repeating_the_same_call_stops_for_lack_of_progress() {
+    let mut t = T::new().started();
+    t.lim.max_iterations = 10;
+    for i in 0..2 {
+        t.respond("", &[(&format!("c{i}"), "read", json!({"q": "same"}))]);
+        t.step(Event::ToolsFinished { results: vec![] });
+        t.step(Event::Proceed);
+    }
+    // Same arguments with different key order/spacing still count as the same call.
+    let a = t.respond(
+        "",
+        &[("c2", "read", Value::String("{ \"q\" : \"same\" }".into()))],
+    );
+    assert_eq!(t.conv.state, State::Idle);
+    let Some(TurnOutcome::NoProgress { explanation }) = &t.conv.turns[0].outcome else {
+        panic!("{:?}", t.conv.turns)
+    };
+    assert!(
+        explanation.contains("`read`") && explanation.contains("3 times"),
+        "{explanation}"
+    );
+    assert!(has(&a, |a| matches!(
+        a,
+        Action::Emit(AgentEvent::TurnFinished { .. })
+    )));
+    // Every call has a result so the history stays valid for the next turn.
+    assert!(
+        matches!(t.conv.messages.last(), Some(Message::Tool { tool_call_id, .. }) if tool_call_id == "c2")
+    );
+}
+
+#[test]
+fn transient_failures_back_off_then_give_up() {
+    let mut t = T::new().started();
+    let transient = |after: Option<u64>| LlmFailure {
+        transient: true,
+        message: "HTTP 503".into(),
+        status: Some(503),
+        retry_after_ms: after,
+    };
+    let a = t.step(Event::ModelFailed {
+        failure: transient(None),
+    });
+    assert!(has(&a, |a| *a
+        == Action::ScheduleRetry {
+            retry: 1,
+            delay_ms: 100,
+            jitter: true
+        }));
+    assert!(matches!(
+        t.conv.state,
+        State::TransientFailure { retry: 1, .. }
+    ));
+    let a = t.step(Event::RetryTimerFired);
+    assert!(has(&a, |a| *a == Action::CallModel { final_pass: false }));
+    let a = t.step(Event::ModelFailed {
+        failure: transient(Some(1000)),
+    });
+    assert!(has(&a, |a| *a
+        == Action::ScheduleRetry {
+            retry: 2,
+            delay_ms: 1000,
+            jitter: false
+        }));
+    t.step(Event::RetryTimerFired);
+    let len = t.conv.messages.len();
+    t.step(Event::ModelFailed {
+        failure: transient(None),
+    });
+    let State::Failed { error, .. } = &t.conv.state else {
+        panic!("{:?}", t.conv.state)
+    };
+    assert!(
+        error.contains("HTTP 503") && error.contains("gave up after 2 retries"),
+        "{error}"
+    );
+    assert_eq!(t.conv.messages.len(), len, "history intact");
+    // Retry from Failed.
+    let a = t.step(Event::Retry);
+    assert!(has(&a, |a| *a == Action::CallModel { final_pass: false }));
+    assert_eq!(t.conv.turns[0].outcome, None);
+}
+
+#[test]
+fn backoff_doubles_up_to_the_cap() {
+    let r = limits().retry;
+    assert_eq!(backoff(&r, 1), 100);
+    assert_eq!(backoff(&r, 2), 150);
+    assert_eq!(backoff(&r, 60), 150);
+}
+
+#[test]
+fn fatal_failures_and_long_retry_after_fail_at_once() {
+    let mut t = T::new().started();
+    t.step(Event::ModelFailed {
+        failure: LlmFailure {
+            transient: false,
+            message: "HTTP 401: bad key".into(),
+            status: Some(401),
+            retry_after_ms: None,
+        },
+    });
+    assert!(matches!(&t.conv.state, State::Failed { error, .. } if error == "HTTP 401: bad key"));
+    let mut t = T::new().started();
+    t.step(Event::ModelFailed {
+        failure: LlmFailure {
+            transient: true,
+            message: "429".into(),
+            status: Some(429),
+            retry_after_ms: Some(60_000),
+        },
+    });
+    assert!(matches!(&t.conv.state, State::Failed { error, .. } if error.contains("wait 60 s")));
+}
+
+#[test]
+fn cancel_keeps_partial_answer_marked() {
+    let mut t = T::new().started();
+    t.step(Event::Cancel {
+        partial: "half an ans".into(),
+    });
+    assert_eq!(t.conv.state, State::Idle);
+    assert_eq!(t.conv.turns[0].outcome, Some(TurnOutcome::Cancelled));
+    assert!(
+        matches!(t.conv.messages.last(), Some(Message::Assistant { content, partial: true, .. }) if content == "half an ans")
+    );
+    // The conversation stays usable.
+    t.step(Event::UserMessage {
+        text: "again".into(),
+    });
+    assert_eq!(t.conv.state, State::AwaitingModel { final_pass: false });
+}
+
+#[test]
+fn cancel_during_approval_tools_retry_and_processing() {
+    let mut t = T::new().started();
+    t.respond("", &[("1", "write", json!({"q": "a"}))]);
+    t.step(Event::Cancel {
+        partial: String::new(),
+    });
+    // Cancelled while waiting for approval: the call never started.
+    let result = &tool_messages(&t.conv)[0].1;
+    assert!(
+        result.starts_with("Error (not run)") && result.contains("cancelled"),
+        "{result}"
+    );
+    assert_eq!(t.conv.state, State::Idle);
+
+    // Cancelled while running: it did start, and may have done part of its work.
+    let mut t = T::new().started();
+    t.respond("", &[("1", "read", json!({"q": "a"}))]);
+    t.step(Event::Cancel {
+        partial: String::new(),
+    });
+    let result = &tool_messages(&t.conv)[0].1;
+    assert!(
+        result.starts_with("Error (cancelled)") && result.contains("while it ran"),
+        "{result}"
+    );
+
+    let mut t = T::new().started();
+    t.step(Event::ModelFailed {
+        failure: LlmFailure {
+            transient: true,
+            message: "x".into(),
+            status: None,
+            retry_after_ms: None,
+        },
+    });
+    t.step(Event::Cancel {
+        partial: String::new(),
+    });
+    assert_eq!(t.conv.turns[0].outcome, Some(TurnOutcome::Cancelled));
+
+    let mut t = T::new().started();
+    t.step(Event::ModelResponded {
+        response: ModelResponse {
+            content: "text".into(),
+            ..Default::default()
+        },
+    });
+    t.step(Event::Cancel {
+        partial: String::new(),
+    });
+    assert!(matches!(
+        t.conv.messages.last(),
+        Some(Message::Assistant { partial: true, .. })
+    ));
+
+    let mut t = T::new().started();
+    t.respond("", &[("1", "nope", json!({}))]);
+    t.step(Event::Cancel {
+        partial: String::new(),
+    });
+    assert_eq!(t.conv.state, State::Idle);
+
+    let mut t = T::new();
+    assert!(
+        t.err(Event::Cancel {
+            partial: String::new()
+        })
+        .message
+        .contains("nothing to cancel")
+    );
+}
+
+#[test]
+fn events_that_do_not_fit_are_rejected() {
+    let mut t = T::new();
+    for e in [
+        Event::Proceed,
+        Event::RetryTimerFired,
+        Event::Retry,
+        Event::ToolsFinished { results: vec![] },
+        Event::ModelResponded {
+            response: ModelResponse::default(),
+        },
+        Event::ApprovalGiven {
+            call_id: "x".into(),
+            answer: ApprovalAnswer::Yes,
+        },
+    ] {
+        t.err(e);
+    }
+    let mut t = T::new().started();
+    t.err(Event::Proceed);
+    t.err(Event::ToolsFinished { results: vec![] });
+    t.err(Event::RetryTimerFired);
+}
+
+#[test]
+fn resume_gives_the_next_action_for_every_state() {
+    let mut t = T::new();
+    assert!(resume(&mut t.conv, &t.cat).is_err());
+    t.step(Event::UserMessage { text: "hi".into() });
+    assert_eq!(
+        resume(&mut t.conv, &t.cat).unwrap(),
+        vec![Action::CallModel { final_pass: false }]
+    );
+    t.step(Event::ModelResponded {
+        response: ModelResponse {
+            content: String::new(),
+            tool_calls: vec![ToolCall {
+                id: "1".into(),
+                name: "write".into(),
+                arguments: "{\"q\":\"a\"}".into(),
+            }],
+            ..Default::default()
+        },
+    });
+    assert_eq!(resume(&mut t.conv, &t.cat).unwrap(), vec![Action::Advance]);
+    t.step(Event::Proceed);
+    assert!(matches!(
+        &resume(&mut t.conv, &t.cat).unwrap()[0],
+        Action::RequestApproval { request } if request.grants == vec!["write grant".to_string()]
+    ));
+    t.step(Event::ApprovalGiven {
+        call_id: "c1".into(),
+        answer: ApprovalAnswer::Yes,
+    });
+    // `write` can change things: after a stop mid-run it is not repeated.
+    let actions = resume(&mut t.conv, &t.cat).unwrap();
+    assert!(
+        matches!(&actions[0], Action::Emit(AgentEvent::ToolCallRejected { call_id, .. }) if call_id == "c1")
+    );
+    assert!(matches!(&actions[1], Action::RunTools { calls } if calls.is_empty()));
+    // Save and load in the middle of the turn, then continue.
+    let mut loaded = Conversation::from_json(&t.conv.to_json()).unwrap();
+    assert_eq!(loaded, t.conv);
+    step(
+        &mut loaded,
+        Event::ToolsFinished { results: vec![] },
+        Env {
+            catalog: &t.cat,
+            limits: &t.lim,
+        },
+    )
+    .unwrap();
+    assert!(matches!(loaded.state, State::HandlingToolError { .. }));
+    t.step(Event::ToolsFinished { results: vec![] });
+    t.step(Event::Proceed);
+    t.step(Event::ModelFailed {
+        failure: LlmFailure {
+            transient: true,
+            message: "x".into(),
+            status: None,
+            retry_after_ms: None,
+        },
+    });
+    assert!(matches!(
+        resume(&mut t.conv, &t.cat).unwrap()[0],
+        Action::ScheduleRetry { .. }
+    ));
+}
+
+#[test]
+fn resuming_mid_run_repeats_only_calls_that_cannot_change_anything() {
+    let mut t = T::new();
+    t.step(Event::UserMessage { text: "hi".into() });
+    t.respond(
+        "",
+        &[
+            ("1", "read", json!({"q": "a"})),
+            ("2", "write", json!({"q": "b"})),
+        ],
+    );
+    t.step(Event::ApprovalGiven {
+        call_id: "c2".into(),
+        answer: ApprovalAnswer::Yes,
+    });
+    assert!(matches!(t.conv.state, State::ExecutingTools { .. }));
+    // The process stops here; the saved conversation is loaded and resumed.
+    let mut loaded = Conversation::from_json(&t.conv.to_json()).unwrap();
+    let actions = resume(&mut loaded, &t.cat).unwrap();
+    let run: Vec<&str> = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::RunTools { calls } => Some(calls.iter().map(|c| c.call_id.as_str()).collect()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(run, vec!["c1"], "only the read-only call runs again");
+    step(
+        &mut loaded,
+        Event::ToolsFinished {
+            results: vec![ToolOutcome {
+                call_id: "c1".into(),
+                content: "read again".into(),
+                is_error: false,
+            }],
+        },
+        Env {
+            catalog: &t.cat,
+            limits: &t.lim,
+        },
+    )
+    .unwrap();
+    let results: Vec<(&str, &str)> = loaded
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool {
+                tool_call_id,
+                content,
+                ..
+            } => Some((tool_call_id.as_str(), content.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results[0], ("1", "read again"));
+    assert_eq!(results[1].0, "2");
+    assert!(
+        results[1].1.contains("may or may not have taken effect"),
+        "{results:?}"
+    );
+}
+
+#[test]
+fn events_and_actions_serialize() {
+    let e = Event::ApprovalGiven {
+        call_id: "1".into(),
+        answer: ApprovalAnswer::Always,
+    };
+    let text = serde_json::to_string(&e).unwrap();
+    assert_eq!(serde_json::from_str::<Event>(&text).unwrap(), e);
+    let a = Action::Emit(AgentEvent::TextDelta { text: "x".into() });
+    let text = serde_json::to_string(&a).unwrap();
+    assert!(text.contains("\"type\":\"text_delta\""), "{text}");
+    assert_eq!(serde_json::from_str::<Action>(&text).unwrap(), a);
+}

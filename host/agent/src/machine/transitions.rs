@@ -1,0 +1,588 @@
+//! The transitions of the table in the module doc, one handler per row, and what they share.
+//! A handler runs only for the pair its row names; [`step`](super::step) has already taken the
+//! state out of the conversation, so each handler sets the state it leaves behind.
+
+use serde_json::Value;
+
+use super::{Action, AgentEvent, Env, RequestedCall, ToolCatalog, ToolOutcome, ToolRun};
+use super::{ApprovalRequest, catalog::Refusal};
+use crate::approval::{ApprovalAnswer, Policy};
+use crate::config::RetryConfig;
+use crate::conversation::{
+    CallStatus, Conversation, Note, PlannedCall, State, Turn, TurnOutcome, identify_calls,
+};
+use crate::messages::{LlmFailure, Message, ModelResponse, ToolCall};
+use crate::tools::{ToolFailure, ToolFailureKind, ToolSpec, render_failure};
+
+/// Idle or Failed, `UserMessage`: the message opens a turn and goes to the model.
+pub(super) fn start_turn(conv: &mut Conversation, text: String, out: &mut Vec<Action>) {
+    conv.messages.push(Message::user(text.clone()));
+    conv.turns.push(Turn {
+        first_message: conv.messages.len() - 1,
+        outcome: None,
+    });
+    conv.progress = Default::default();
+    out.push(Action::Emit(AgentEvent::TurnStarted {
+        turn: conv.turns.len() - 1,
+        input: text,
+    }));
+    out.push(Action::Persist);
+    call_model(conv, false, out);
+}
+
+/// Failed, `Retry`: the failed request goes out again, with a fresh retry budget.
+pub(super) fn retry_failed(conv: &mut Conversation, final_pass: bool, out: &mut Vec<Action>) {
+    if let Some(t) = conv.turns.last_mut() {
+        t.outcome = None;
+    }
+    conv.progress.retries = 0;
+    call_model(conv, final_pass, out);
+}
+
+/// AwaitingModel, `ModelResponded`: the answer is counted and kept for processing.
+pub(super) fn receive_response(
+    conv: &mut Conversation,
+    response: ModelResponse,
+    final_pass: bool,
+    out: &mut Vec<Action>,
+) {
+    if let Some(u) = response.usage {
+        conv.usage.add(u);
+        out.push(Action::Emit(AgentEvent::Usage { usage: u }));
+    }
+    conv.progress.retries = 0;
+    if !final_pass {
+        conv.progress.iterations += 1;
+    }
+    conv.state = State::ProcessingModelResponse {
+        response,
+        final_pass,
+    };
+    out.push(Action::Advance);
+}
+
+/// AwaitingModel, `ModelFailed`: a transient failure with retries left waits and retries;
+/// anything else fails the turn.
+pub(super) fn model_failed(
+    conv: &mut Conversation,
+    failure: LlmFailure,
+    final_pass: bool,
+    env: Env<'_>,
+    out: &mut Vec<Action>,
+) {
+    let retry = conv.progress.retries + 1;
+    let max = env.limits.retry.max_retries;
+    let too_long = failure
+        .retry_after_ms
+        .filter(|&ms| ms > env.limits.retry.max_retry_after_ms);
+    if failure.transient && retry <= max && too_long.is_none() {
+        conv.progress.retries = retry;
+        let (delay_ms, jitter) = match failure.retry_after_ms {
+            Some(ms) => (ms, false),
+            None => (backoff(&env.limits.retry, retry), true),
+        };
+        out.push(Action::Emit(AgentEvent::Retrying {
+            retry,
+            max_retries: max,
+            delay_ms,
+            cause: failure.message.clone(),
+        }));
+        conv.state = State::TransientFailure {
+            retry,
+            cause: failure.message,
+            final_pass,
+        };
+        out.push(Action::ScheduleRetry {
+            retry,
+            delay_ms,
+            jitter,
+        });
+    } else {
+        let error = if let Some(ms) = too_long {
+            format!(
+                "{} — the server asked to wait {} s, longer than llm.retry.max_retry_after_ms allows",
+                failure.message,
+                ms / 1000
+            )
+        } else if failure.transient {
+            format!(
+                "{} (gave up after {} retries)",
+                failure.message, conv.progress.retries
+            )
+        } else {
+            failure.message
+        };
+        fail(conv, error, final_pass, out);
+    }
+}
+
+/// Whether `call_id` names a call of the batch that waits for the user.
+pub(super) fn is_pending(batch: &[PlannedCall], call_id: &str) -> bool {
+    batch
+        .iter()
+        .any(|p| p.id == call_id && p.status == CallStatus::Pending)
+}
+
+/// AwaitingApproval, `ApprovalGiven`: the answer settles the call (and, for `always`/`never`,
+/// the other pending calls of the same tool); then the next question, the run, or the errors.
+pub(super) fn apply_approval(
+    conv: &mut Conversation,
+    mut batch: Vec<PlannedCall>,
+    call_id: String,
+    answer: ApprovalAnswer,
+    env: Env<'_>,
+    out: &mut Vec<Action>,
+) {
+    out.push(Action::Emit(AgentEvent::ApprovalGiven {
+        call_id: call_id.clone(),
+        answer: answer.clone(),
+    }));
+    // `always`/`never` bind to the tool's identity (plugin and tool), and also settle
+    // the other pending calls of the same tool in this answer.
+    let identity = batch
+        .iter()
+        .find(|p| p.id == call_id)
+        .and_then(|p| env.catalog.spec(&p.call.name))
+        .map(ToolSpec::identity);
+    let remembered = match answer {
+        ApprovalAnswer::Always => Some(Policy::Auto),
+        ApprovalAnswer::Never => Some(Policy::Deny),
+        _ => None,
+    };
+    if let (Some(identity), Some(policy)) = (&identity, remembered) {
+        conv.session_approvals.insert(identity.clone(), policy);
+    }
+    for p in batch.iter_mut().filter(|p| p.status == CallStatus::Pending) {
+        let same_tool = remembered.is_some()
+            && identity.is_some()
+            && env.catalog.spec(&p.call.name).map(ToolSpec::identity) == identity;
+        if p.id != call_id && !same_tool {
+            continue;
+        }
+        let declined = match &answer {
+            ApprovalAnswer::Yes | ApprovalAnswer::Always => None,
+            ApprovalAnswer::No | ApprovalAnswer::Never => Some(
+                "the user declined this call; do not retry it unless the user asks".to_string(),
+            ),
+            ApprovalAnswer::Refused { reason } => Some(format!(
+                "not run, and no one was asked: {reason}; do not retry it unless the user asks"
+            )),
+        };
+        p.status = match declined {
+            None => CallStatus::Approved,
+            Some(message) => {
+                out.push(Action::Emit(AgentEvent::ToolCallRejected {
+                    call_id: p.id.clone(),
+                    tool: p.call.name.clone(),
+                    reason: message.clone(),
+                }));
+                CallStatus::Denied { message }
+            }
+        };
+    }
+    after_approval(conv, batch, env, out);
+}
+
+/// ExecutingTools, `ToolsFinished`: each approved call gets its result (an error when the
+/// host returned none), and the results go into the history.
+pub(super) fn record_results(
+    conv: &mut Conversation,
+    mut batch: Vec<PlannedCall>,
+    results: Vec<ToolOutcome>,
+    env: Env<'_>,
+    out: &mut Vec<Action>,
+) {
+    for p in batch
+        .iter_mut()
+        .filter(|p| p.status == CallStatus::Approved)
+    {
+        let r = results.iter().find(|r| r.call_id == p.id);
+        p.status = match r {
+            Some(r) => CallStatus::Done {
+                content: r.content.clone(),
+                is_error: r.is_error,
+            },
+            None => CallStatus::Done {
+                content: render_failure(&ToolFailure::new(
+                    ToolFailureKind::Failed,
+                    "the host returned no result for this call",
+                )),
+                is_error: true,
+            },
+        };
+    }
+    finish_batch(conv, batch, env, out);
+}
+
+fn signature(call: &ToolCall) -> String {
+    let args = serde_json::from_str::<Value>(&call.arguments)
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| call.arguments.trim().to_string());
+    format!("{}\u{0}{args}", call.name)
+}
+
+pub(super) fn backoff(retry: &RetryConfig, n: u32) -> u64 {
+    let factor = 1u64.checked_shl(n.saturating_sub(1)).unwrap_or(u64::MAX);
+    retry
+        .initial_backoff_ms
+        .saturating_mul(factor)
+        .min(retry.max_backoff_ms)
+}
+
+pub(super) fn call_model(conv: &mut Conversation, final_pass: bool, out: &mut Vec<Action>) {
+    conv.state = State::AwaitingModel { final_pass };
+    out.push(Action::CallModel { final_pass });
+}
+
+fn finish(conv: &mut Conversation, outcome: TurnOutcome, out: &mut Vec<Action>) {
+    let answer = conv.last_answer().unwrap_or_default().to_string();
+    if let Some(t) = conv.turns.last_mut() {
+        t.outcome = Some(outcome.clone());
+    }
+    conv.state = State::Idle;
+    out.push(Action::Persist);
+    out.push(Action::Emit(AgentEvent::TurnFinished {
+        turn: conv.turns.len().saturating_sub(1),
+        outcome,
+        answer,
+    }));
+}
+
+fn fail(conv: &mut Conversation, error: String, final_pass: bool, out: &mut Vec<Action>) {
+    if let Some(t) = conv.turns.last_mut() {
+        t.outcome = Some(TurnOutcome::Failed {
+            error: error.clone(),
+        });
+    }
+    conv.state = State::Failed {
+        error: error.clone(),
+        final_pass,
+    };
+    out.push(Action::Persist);
+    out.push(Action::Emit(AgentEvent::TurnFinished {
+        turn: conv.turns.len().saturating_sub(1),
+        outcome: TurnOutcome::Failed { error },
+        answer: String::new(),
+    }));
+}
+
+pub(super) fn process_response(
+    conv: &mut Conversation,
+    response: ModelResponse,
+    final_pass: bool,
+    env: Env<'_>,
+    out: &mut Vec<Action>,
+) {
+    if final_pass || response.tool_calls.is_empty() {
+        if !response.content.is_empty() {
+            conv.messages
+                .push(Message::assistant(response.content.clone()));
+            out.push(Action::Emit(AgentEvent::AssistantMessage {
+                content: response.content,
+                partial: false,
+            }));
+        }
+        let outcome = if final_pass {
+            TurnOutcome::FinalAnswerAfterLimit
+        } else {
+            TurnOutcome::Answered
+        };
+        finish(conv, outcome, out);
+        return;
+    }
+    let calls = identify_calls(&mut conv.next_call, response.tool_calls);
+    conv.messages.push(Message::Assistant {
+        content: response.content.clone(),
+        tool_calls: calls.iter().map(|(_, c)| c.clone()).collect(),
+        partial: false,
+    });
+    if !response.content.is_empty() {
+        out.push(Action::Emit(AgentEvent::AssistantMessage {
+            content: response.content.clone(),
+            partial: false,
+        }));
+    }
+    out.push(Action::Emit(AgentEvent::ToolCallsRequested {
+        calls: calls
+            .iter()
+            .map(|(id, call)| RequestedCall {
+                call_id: id.clone(),
+                call: call.clone(),
+            })
+            .collect(),
+    }));
+    // No progress: the same call asked for more often than allowed.
+    let mut seen = conv.progress.calls_seen.clone();
+    let mut repeated: Option<&ToolCall> = None;
+    for (_, c) in &calls {
+        let n = seen.entry(signature(c)).or_insert(0);
+        *n += 1;
+        if *n > env.limits.max_repeats && repeated.is_none() {
+            repeated = Some(c);
+        }
+    }
+    conv.progress.calls_seen = seen;
+    if let Some(c) = repeated {
+        let explanation = format!(
+            "Stopped: the model asked for `{}` with the same arguments {} times in this turn without making progress.",
+            c.name,
+            env.limits.max_repeats + 1
+        );
+        for (id, call) in &calls {
+            let content = "Not run: the same call was already made in this turn; the loop was stopped for lack of progress.".to_string();
+            out.push(Action::Emit(AgentEvent::ToolResult {
+                call_id: id.clone(),
+                tool: call.name.clone(),
+                content: content.clone(),
+                is_error: true,
+            }));
+            conv.messages.push(Message::Tool {
+                tool_call_id: call.id.clone(),
+                name: call.name.clone(),
+                content,
+                is_error: true,
+            });
+        }
+        conv.notes.push(Note {
+            at_message: conv.messages.len(),
+            text: explanation.clone(),
+        });
+        finish(conv, TurnOutcome::NoProgress { explanation }, out);
+        return;
+    }
+    let mut batch = Vec::with_capacity(calls.len());
+    for (id, call) in calls {
+        let planned = match env.catalog.check(&call, &conv.session_approvals) {
+            Err(refusal) => {
+                let (arguments, status, message) = match refusal {
+                    Refusal::Invalid(arguments, message) => (
+                        arguments,
+                        CallStatus::Invalid {
+                            message: message.clone(),
+                        },
+                        message,
+                    ),
+                    Refusal::Denied(message) => (
+                        None,
+                        CallStatus::Denied {
+                            message: message.clone(),
+                        },
+                        message,
+                    ),
+                };
+                out.push(Action::Emit(AgentEvent::ToolCallRejected {
+                    call_id: id.clone(),
+                    tool: call.name.clone(),
+                    reason: message,
+                }));
+                PlannedCall {
+                    id,
+                    call,
+                    arguments,
+                    status,
+                }
+            }
+            Ok((args, _, decision)) => PlannedCall {
+                id,
+                call,
+                arguments: Some(args),
+                status: match decision.policy {
+                    Policy::Auto => CallStatus::Approved,
+                    Policy::Ask => CallStatus::Pending,
+                    // `check` refuses denied tools; kept for completeness of the match.
+                    Policy::Deny => CallStatus::Denied {
+                        message: decision.reason,
+                    },
+                },
+            },
+        };
+        batch.push(planned);
+    }
+    out.push(Action::Persist);
+    after_approval(conv, batch, env, out);
+}
+
+fn after_approval(
+    conv: &mut Conversation,
+    batch: Vec<PlannedCall>,
+    env: Env<'_>,
+    out: &mut Vec<Action>,
+) {
+    if let Some(p) = batch.iter().find(|p| p.status == CallStatus::Pending) {
+        let request = approval_request(conv, p, env.catalog);
+        out.push(Action::Emit(AgentEvent::ApprovalNeeded {
+            request: request.clone(),
+        }));
+        out.push(Action::RequestApproval { request });
+        conv.state = State::AwaitingApproval { batch };
+        return;
+    }
+    let approved = approved_calls(&batch);
+    if approved.is_empty() {
+        finish_batch(conv, batch, env, out);
+    } else {
+        for run in &approved {
+            out.push(Action::Emit(AgentEvent::ToolStarted {
+                call_id: run.call_id.clone(),
+                tool: run.tool.clone(),
+                arguments: run.arguments.clone(),
+            }));
+        }
+        out.push(Action::RunTools { calls: approved });
+        conv.state = State::ExecutingTools { batch };
+    }
+}
+
+/// The approved calls of a batch with their arguments, as the driver runs them.
+pub(super) fn approved_calls(batch: &[PlannedCall]) -> Vec<ToolRun> {
+    batch
+        .iter()
+        .filter(|p| p.status == CallStatus::Approved)
+        .map(|p| ToolRun {
+            call_id: p.id.clone(),
+            tool: p.call.name.clone(),
+            arguments: p.arguments.clone().unwrap_or(Value::Null),
+        })
+        .collect()
+}
+
+pub(super) fn approval_request(
+    conv: &Conversation,
+    p: &PlannedCall,
+    catalog: &ToolCatalog,
+) -> ApprovalRequest {
+    let spec = catalog.spec(&p.call.name);
+    ApprovalRequest {
+        call_id: p.id.clone(),
+        tool: p.call.name.clone(),
+        plugin: spec.map(|s| s.plugin.clone()).unwrap_or_default(),
+        arguments: p.arguments.clone().unwrap_or(Value::Null),
+        grants: spec.map(|s| s.grants.clone()).unwrap_or_default(),
+        reason: spec
+            .map(|s| catalog.decision(s, &conv.session_approvals).reason)
+            .unwrap_or_default(),
+    }
+}
+
+fn result_of(p: &PlannedCall) -> (String, bool) {
+    match &p.status {
+        CallStatus::Invalid { message } => (format!("Error (invalid call): {message}"), true),
+        CallStatus::Denied { message } => (format!("Error (not run): {message}"), true),
+        CallStatus::Done { content, is_error } => (content.clone(), *is_error),
+        CallStatus::Pending => (
+            "Error (not run): the user cancelled the turn before deciding on this call".to_string(),
+            true,
+        ),
+        // Approved calls were running (or about to) when the turn was cancelled.
+        CallStatus::Approved => (
+            "Error (cancelled): the user cancelled this call while it ran; it may have had part \
+             of its effect"
+                .to_string(),
+            true,
+        ),
+    }
+}
+
+fn push_results(
+    conv: &mut Conversation,
+    batch: &[PlannedCall],
+    out: &mut Vec<Action>,
+) -> Vec<String> {
+    let mut errors = Vec::new();
+    for p in batch {
+        let (content, is_error) = result_of(p);
+        if is_error {
+            errors.push(format!("{}: {}", p.call.name, content));
+        }
+        out.push(Action::Emit(AgentEvent::ToolResult {
+            call_id: p.id.clone(),
+            tool: p.call.name.clone(),
+            content: content.clone(),
+            is_error,
+        }));
+        conv.messages.push(Message::Tool {
+            tool_call_id: p.call.id.clone(),
+            name: p.call.name.clone(),
+            content,
+            is_error,
+        });
+    }
+    errors
+}
+
+fn finish_batch(
+    conv: &mut Conversation,
+    batch: Vec<PlannedCall>,
+    env: Env<'_>,
+    out: &mut Vec<Action>,
+) {
+    let errors = push_results(conv, &batch, out);
+    out.push(Action::Persist);
+    if errors.is_empty() {
+        next_request(conv, env, out);
+    } else {
+        conv.state = State::HandlingToolError { errors };
+        out.push(Action::Advance);
+    }
+}
+
+pub(super) fn next_request(conv: &mut Conversation, env: Env<'_>, out: &mut Vec<Action>) {
+    if conv.progress.iterations >= env.limits.max_iterations {
+        out.push(Action::Emit(AgentEvent::IterationLimitReached {
+            limit: env.limits.max_iterations,
+        }));
+        conv.notes.push(Note {
+            at_message: conv.messages.len(),
+            text: format!(
+                "Iteration limit ({}) reached: asking the model for its final answer without tools.",
+                env.limits.max_iterations
+            ),
+        });
+        call_model(conv, true, out);
+    } else {
+        call_model(conv, false, out);
+    }
+}
+
+pub(super) fn cancel(
+    conv: &mut Conversation,
+    state: State,
+    partial: String,
+    out: &mut Vec<Action>,
+) {
+    match state {
+        State::AwaitingModel { .. } | State::TransientFailure { .. } => {
+            if !partial.is_empty() {
+                conv.messages.push(Message::Assistant {
+                    content: partial.clone(),
+                    tool_calls: Vec::new(),
+                    partial: true,
+                });
+                out.push(Action::Emit(AgentEvent::AssistantMessage {
+                    content: partial,
+                    partial: true,
+                }));
+            }
+        }
+        State::ProcessingModelResponse { response, .. } => {
+            // The answer arrived but its calls will not run: keep its text, marked.
+            if !response.content.is_empty() {
+                conv.messages.push(Message::Assistant {
+                    content: response.content,
+                    tool_calls: Vec::new(),
+                    partial: true,
+                });
+            }
+        }
+        State::AwaitingApproval { batch } | State::ExecutingTools { batch } => {
+            // The assistant message with the calls is in the history: every call needs a result.
+            push_results(conv, &batch, out);
+        }
+        State::HandlingToolError { .. } | State::Idle | State::Failed { .. } => {}
+    }
+    conv.notes.push(Note {
+        at_message: conv.messages.len(),
+        text: "Cancelled by the user.".to_string(),
+    });
+    finish(conv, TurnOutcome::Cancelled, out);
+}
