@@ -8,12 +8,12 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod call;
-mod converse;
+mod chat;
 mod grants;
 mod log_format;
 mod plugin;
-mod sandbox_tools;
 mod term;
+mod toolbox_host;
 mod ui;
 
 use std::path::PathBuf;
@@ -54,9 +54,9 @@ enum Command {
     /// Call one tool with JSON arguments and print its result.
     Call(call::CallArgs),
     /// Talk with a model that can use the installed tools (interactive).
-    Chat(converse::ChatArgs),
+    Chat(chat::ChatArgs),
     /// Answer one prompt (or several with --then) with the installed tools, non-interactively.
-    Run(converse::RunArgs),
+    Run(chat::RunArgs),
 }
 
 /// What a failed command exits with: 2 for bad input (the user can fix the command), 1 for
@@ -132,7 +132,7 @@ fn configs_in_use(command: &Command) -> Vec<PathBuf> {
     explicit
         .into_iter()
         .chain(from_env)
-        .chain(converse::config_in_use(None))
+        .chain(chat::config_in_use(None))
         .collect()
 }
 
@@ -151,9 +151,9 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
         Command::Revoke(args) => grants::revoke(&home, args)?,
         Command::Limit(args) => grants::limit(&home, args)?,
         Command::Call(args) => call::run(&home, args).await?,
-        Command::Chat(args) => converse::chat(args, conversation_tools(&home).await?).await?,
+        Command::Chat(args) => chat::chat(args, conversation_tools(&home).await?).await?,
         Command::Run(args) => {
-            let code = converse::run(args, conversation_tools(&home).await?).await?;
+            let code = chat::run(args, conversation_tools(&home).await?).await?;
             return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
         }
     }
@@ -166,7 +166,7 @@ async fn conversation_tools(
     home: &Home,
 ) -> anyhow::Result<std::sync::Arc<dyn cordon_agent::ToolHost>> {
     let toolbox = cordon_home::Toolbox::load(home).await?;
-    let tools = sandbox_tools::SandboxTools::new(toolbox);
+    let tools = toolbox_host::ToolboxHost::new(toolbox);
     for (plugin, reason) in tools.unavailable() {
         errln!("warning: plugin `{plugin}` is not offered: {reason}");
     }

@@ -12,8 +12,8 @@ use cordon_home::{
     Toolbox, UpgradeDiff,
 };
 
-use crate::sandbox_tools::{model_name, spec_for};
 use crate::term::{Stream, outln};
+use crate::toolbox_host::{model_name, spec_for};
 use crate::ui::{CompileSpinner, confirm, short_digest};
 
 #[derive(Debug, Subcommand)]
@@ -163,7 +163,7 @@ fn describe_install(p: &PreparedInstall) {
 /// The approval rules a conversation started here applies: those of `config`, else of
 /// ./cordon.toml when it exists (as `cordon chat`/`run` load them), with words saying which.
 fn approval_rules(config: Option<&Path>) -> anyhow::Result<(ApprovalConfig, String)> {
-    let Some(path) = crate::converse::config_in_use(config) else {
+    let Some(path) = crate::chat::config_in_use(config) else {
         return Ok((
             ApprovalConfig::default(),
             "no ./cordon.toml here, so only the built-in rules".to_string(),

@@ -13,7 +13,7 @@
 //! writes as `\uXXXX` what JSON leaves raw. Log records, which go to stderr through `tracing`,
 //! are neutralised by `crate::log_format`.
 //!
-//! `cordon-agent`'s `converse` example compiles this file too, so it needs nothing but std.
+//! `cordon-agent`'s `chat` example compiles this file too, so it needs nothing but std.
 
 use std::borrow::Cow;
 use std::fmt;

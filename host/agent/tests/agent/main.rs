@@ -1,4 +1,4 @@
 //! The agent crate's integration tests, in one binary: one link instead of one per file.
 
-mod converse;
+mod chat;
 mod driver;

@@ -1,4 +1,4 @@
-//! `cordon run` / `cordon chat` (the CLI's `converse` module), run through the `converse`
+//! `cordon run` / `cordon chat` (the CLI's `chat` module), run through the `chat`
 //! example (same code, in-memory tools) against the scripted server.
 
 use std::io::Write;
@@ -10,7 +10,7 @@ use cordon_scripted_llm::{Script, ScriptedCall, ScriptedServer, Step};
 use serde_json::{Value, json};
 
 fn example() -> PathBuf {
-    // target/debug/deps/agent-… → target/debug/examples/converse
+    // target/debug/deps/agent-… → target/debug/examples/chat
     let exe = std::env::current_exe().unwrap();
     let path = exe
         .parent()
@@ -18,10 +18,10 @@ fn example() -> PathBuf {
         .parent()
         .unwrap()
         .join("examples")
-        .join("converse");
+        .join("chat");
     assert!(
         path.exists(),
-        "build the example first: cargo build -p cordon-agent --example converse ({})",
+        "build the example first: cargo build -p cordon-agent --example chat ({})",
         path.display()
     );
     path

@@ -1,4 +1,4 @@
-//! Runs `cordon chat` / `cordon run` (the CLI's `converse` module) with in-memory tools instead
+//! Runs `cordon chat` / `cordon run` (the CLI's `chat` module) with in-memory tools instead
 //! of the sandbox, so the terminal interface can be tried and tested without wasmtime.
 
 use std::sync::Arc;
@@ -9,10 +9,10 @@ use cordon_agent::{
 };
 use serde_json::{Value, json};
 
-#[path = "../../cli/src/converse.rs"]
-mod converse;
+#[path = "../../cli/src/chat.rs"]
+mod chat;
 // How the CLI prints (text Cordon did not write is neutralised on a terminal); the example uses
-// only the part `converse` needs.
+// only the part `chat` needs.
 #[path = "../../cli/src/term.rs"]
 #[allow(dead_code)]
 mod term;
@@ -20,9 +20,9 @@ mod term;
 #[derive(Parser)]
 enum Cli {
     /// Interactive chat.
-    Chat(converse::ChatArgs),
+    Chat(chat::ChatArgs),
     /// One or more turns, non-interactive.
-    Run(converse::RunArgs),
+    Run(chat::RunArgs),
 }
 
 struct DemoTools;
@@ -96,9 +96,9 @@ impl ToolHost for DemoTools {
 async fn main() -> anyhow::Result<()> {
     let tools: Arc<dyn ToolHost> = Arc::new(DemoTools);
     match Cli::parse() {
-        Cli::Chat(args) => converse::chat(args, tools).await,
+        Cli::Chat(args) => chat::chat(args, tools).await,
         Cli::Run(args) => {
-            let code = converse::run(args, tools).await?;
+            let code = chat::run(args, tools).await?;
             std::process::exit(code);
         }
     }

@@ -12,7 +12,7 @@ use cordon_runtime::CallError;
 use serde_json::Value;
 
 /// Installed tools offered to a model.
-pub struct SandboxTools {
+pub struct ToolboxHost {
     toolbox: Toolbox,
     /// The name the model sees for each tool of the toolbox, in the same order; `None` for a
     /// tool that is not offered because its name could not be told apart from another's.
@@ -24,7 +24,7 @@ pub struct SandboxTools {
     notices: Vec<String>,
 }
 
-impl SandboxTools {
+impl ToolboxHost {
     /// Wraps a loaded toolbox; tools whose plugin failed its checks are simply not offered
     /// (the CLI reports them separately).
     pub fn new(toolbox: Toolbox) -> Self {
@@ -162,7 +162,7 @@ fn model_names(tools: &[ToolName]) -> (Vec<Option<String>>, Vec<String>) {
 }
 
 #[async_trait]
-impl ToolHost for SandboxTools {
+impl ToolHost for ToolboxHost {
     fn tools(&self) -> Vec<ToolSpec> {
         self.toolbox
             .tools()
