@@ -154,6 +154,27 @@ impl Ceiling {
         }
     }
 
+    /// Refuses the first grant the component could never use; every grant a plugin is given
+    /// (at install, at `grant`, at call time) passes through here, so the rule is decided once.
+    pub fn permit_all<'a>(
+        &self,
+        grants: impl IntoIterator<Item = &'a Grant>,
+    ) -> Result<(), CeilingError> {
+        grants.into_iter().try_for_each(|g| self.permits(g))
+    }
+
+    /// Splits grants into those the component can use and those it cannot (an upgrade keeps
+    /// the first and drops the second).
+    pub fn partition<'a>(
+        &self,
+        grants: impl IntoIterator<Item = &'a Grant>,
+    ) -> (Vec<Grant>, Vec<Grant>) {
+        grants
+            .into_iter()
+            .cloned()
+            .partition(|g| self.permits(g).is_ok())
+    }
+
     /// The classes the component imports, for display.
     pub fn capabilities(&self) -> Vec<Capability> {
         [
@@ -241,5 +262,19 @@ mod tests {
                 .is_err()
         );
         assert!(c.permits(&"net:tcp://1.2.3.4:5".parse().unwrap()).is_err());
+    }
+
+    #[test]
+    fn permit_all_refuses_the_first_unusable_grant() {
+        let c = Ceiling::from_imports(&["wasi:filesystem/types@0.2.6"]);
+        let grants: Vec<Grant> = ["fs:/data", "env:A", "env:B"]
+            .iter()
+            .map(|g| g.parse().unwrap())
+            .collect();
+        assert!(c.permit_all(&grants[..1]).is_ok());
+        assert_eq!(c.permit_all(&grants).unwrap_err().grant, "env:A");
+        let (kept, dropped) = c.partition(&grants);
+        assert_eq!(kept, grants[..1]);
+        assert_eq!(dropped, grants[1..]);
     }
 }

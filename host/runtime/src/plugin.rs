@@ -168,12 +168,9 @@ impl Plugin {
         tool: &str,
         arguments: &str,
     ) -> Result<ToolOutput, CallError> {
-        let ceiling = self.ceiling();
-        for g in sandbox.grants.iter() {
-            ceiling
-                .permits(g)
-                .map_err(|e| CallError::Denied(e.for_plugin(&*self.name).to_string()))?;
-        }
+        self.ceiling()
+            .permit_all(sandbox.grants.iter())
+            .map_err(|e| CallError::Denied(e.for_plugin(&*self.name).to_string()))?;
         let limits = &sandbox.limits;
         if arguments.len() as u64 > limits.args {
             return Err(CallError::LimitExceeded {
