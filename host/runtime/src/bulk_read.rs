@@ -3,7 +3,7 @@
 //! A component runs on one thread, so a plugin that reads thousands of files through
 //! `wasi:filesystem` spends most of its time waiting for one system call after another (open,
 //! stat, read, close per file). A reader takes the paths the plugin queues and reads them on
-//! threads of its own, in order, at most [`AHEAD_FILES`] files or [`AHEAD_BYTES`] of contents
+//! threads of its own, in order, at most [`BULK_READ_AHEAD_FILES`] files or [`BULK_READ_AHEAD_BYTES`] of contents
 //! ahead of what the plugin has taken (files held without contents, such as those a sifting
 //! reader passed over, do not count), so the plugin's own work and the reading overlap.
 //!
@@ -14,14 +14,14 @@
 //! are read; FIFOs and devices are opened without blocking and refused.
 //!
 //! Everything a plugin could make the host hold outside its own memory limit is bounded:
-//! - file contents: [`AHEAD_BYTES`] read ahead, plus one file of at most that size per worker;
+//! - file contents: [`BULK_READ_AHEAD_BYTES`] read ahead, plus one file of at most that size per worker;
 //!   a larger file (up to the reader's size limit, at most the call's memory limit) is read by
-//!   the `take` that hands it over, alone, and a `take` hands over at most [`AHEAD_BYTES`]
+//!   the `take` that hands it over, alone, and a `take` hands over at most [`BULK_READ_AHEAD_BYTES`]
 //!   otherwise;
-//! - queued paths: [`MAX_QUEUED_PATHS`] and [`MAX_QUEUED_PATH_BYTES`] per call over all its
-//!   readers, none longer than [`MAX_PATH`], and [`MAX_READERS`] readers per call;
+//! - queued paths: [`MAX_BULK_READ_QUEUED_PATHS`] and [`MAX_BULK_READ_QUEUED_PATH_BYTES`] per call over all its
+//!   readers, none longer than [`MAX_BULK_READ_PATH`], and [`MAX_BULK_READERS_PER_CALL`] readers per call;
 //! - threads: one reader per call has workers (until they have all exited, not merely until it
-//!   is dropped), at most [`MAX_WORKERS`] of them, and [`MAX_PROCESS_WORKERS`] in the process;
+//!   is dropped), at most [`MAX_BULK_READ_WORKERS_PER_READER`] of them, and [`MAX_BULK_READ_WORKERS`] in the process;
 //!   other readers read on the calling thread when taken from. Each worker holds one file open
 //!   at a time;
 //! - needles of a sifting reader: [`MAX_NEEDLES`], each at most [`MAX_NEEDLE_BYTES`], and
@@ -49,36 +49,13 @@ use wasmtime::component::Resource;
 use crate::bindings::cordon::tool::bulk_read::{
     self, AddError, File, PassedOver, ReadError, Sifted, SiftedFile,
 };
+use crate::caps::{
+    BULK_READ_AHEAD_BYTES, BULK_READ_AHEAD_FILES, MAX_ALL_NEEDLE_BYTES, MAX_BULK_READ_PATH,
+    MAX_BULK_READ_QUEUED_PATH_BYTES, MAX_BULK_READ_QUEUED_PATHS, MAX_BULK_READ_WORKERS,
+    MAX_BULK_READ_WORKERS_PER_READER, MAX_BULK_READERS_PER_CALL, MAX_NEEDLE_BYTES, MAX_NEEDLES,
+    MAX_SIEVE_MEMORY,
+};
 use crate::sandbox::HostState;
-
-/// Files read whole but not yet taken, at most, before the workers wait. (Files a sifting
-/// reader passed over, and files left for the take to read, hold only their paths, which the
-/// queue's own bounds already count: the workers may run ahead over any number of them.)
-const AHEAD_FILES: usize = 64;
-/// Bytes read but not yet taken, at most, before the workers wait; also the most one `take`
-/// hands over, unless a single file is larger.
-const AHEAD_BYTES: u64 = 8 << 20;
-/// Paths queued and not yet taken by one call, over all its readers.
-const MAX_QUEUED_PATHS: u64 = 4096;
-/// Bytes of the paths queued and not yet taken by one call.
-const MAX_QUEUED_PATH_BYTES: u64 = 1 << 20;
-/// Longest path `add` takes (Linux's PATH_MAX; no file has a longer one).
-const MAX_PATH: usize = 4096;
-/// Readers one call may hold at once.
-const MAX_READERS: usize = 16;
-/// Worker threads of one reader, at most.
-const MAX_WORKERS: usize = 3;
-/// Worker threads in the whole process, at most; readers beyond it read inline.
-const MAX_PROCESS_WORKERS: usize = 64;
-/// Needles one sifting reader takes, at most.
-const MAX_NEEDLES: usize = 1024;
-/// Longest needle.
-const MAX_NEEDLE_BYTES: usize = 1024;
-/// Bytes of all needles of one reader.
-const MAX_ALL_NEEDLE_BYTES: usize = 64 << 10;
-/// Host memory one reader's needle automaton may take (a contiguous NFA of 64 KiB of needles
-/// takes a few MiB at most; a DFA could take 64 MiB, so none is built).
-const MAX_SIEVE_MEMORY: usize = 16 << 20;
 
 /// Worker threads alive in the process.
 static LIVE_WORKERS: AtomicUsize = AtomicUsize::new(0);
@@ -269,7 +246,7 @@ impl Drop for Shared {
 /// A queued file the workers are done with.
 enum Slot {
     Read(File),
-    /// Larger than [`AHEAD_BYTES`]: read by the `take` that hands it over.
+    /// Larger than [`BULK_READ_AHEAD_BYTES`]: read by the `take` that hands it over.
     Later(String),
     /// Read, with none of a sifting reader's needles in it: only what `take-sifted` hands
     /// over is kept (a plain `take` reads it again).
@@ -287,7 +264,7 @@ impl Slot {
         }
     }
 
-    /// Whether it holds a file's contents (counted by the [`AHEAD_FILES`] bound).
+    /// Whether it holds a file's contents (counted by the [`BULK_READ_AHEAD_FILES`] bound).
     fn holds_contents(&self) -> bool {
         matches!(self, Slot::Read(_))
     }
@@ -336,18 +313,18 @@ struct Queue {
 
 /// How many of the files at the front of the queue, all read and in a row (`ready`, each with
 /// the bytes it hands over), one `take` of `want` hands over now: `want` of them, or fewer when
-/// the next would pass [`AHEAD_BYTES`] (at least one: a large file comes alone), or as many as
+/// the next would pass [`BULK_READ_AHEAD_BYTES`] (at least one: a large file comes alone), or as many as
 /// there are when nothing more will come (`no_more`: the workers wait at the read-ahead bound
 /// for this `take`). `None`: wait for more.
 fn batch(ready: impl Iterator<Item = u64>, want: usize, no_more: bool) -> Option<usize> {
     let (mut n, mut bytes) = (0, 0u64);
     for size in ready.take(want) {
-        if n > 0 && bytes.saturating_add(size) > AHEAD_BYTES {
+        if n > 0 && bytes.saturating_add(size) > BULK_READ_AHEAD_BYTES {
             return Some(n);
         }
         n += 1;
         bytes = bytes.saturating_add(size);
-        if bytes > AHEAD_BYTES {
+        if bytes > BULK_READ_AHEAD_BYTES {
             return Some(n);
         }
     }
@@ -366,7 +343,7 @@ impl Queue {
     }
 
     fn has_room(&self) -> bool {
-        self.finished_read < AHEAD_FILES && self.finished_bytes < AHEAD_BYTES
+        self.finished_read < BULK_READ_AHEAD_FILES && self.finished_bytes < BULK_READ_AHEAD_BYTES
     }
 }
 
@@ -383,7 +360,7 @@ impl WorkerPermit {
     fn acquire() -> Option<WorkerPermit> {
         LIVE_WORKERS
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < MAX_PROCESS_WORKERS).then_some(n + 1)
+                (n < MAX_BULK_READ_WORKERS).then_some(n + 1)
             })
             .ok()
             .map(|_| WorkerPermit)
@@ -416,7 +393,7 @@ fn worker(shared: Arc<Shared>, source: Arc<Source>, _permit: WorkerPermit) {
             }
         };
         let slot = match open_regular(&source, &path) {
-            Ok((_, size)) if size > AHEAD_BYTES => Slot::Later(path),
+            Ok((_, size)) if size > BULK_READ_AHEAD_BYTES => Slot::Later(path),
             Ok((file, size)) => {
                 let contents = read_contents(&file, size);
                 drop(file);
@@ -486,7 +463,7 @@ impl Reader {
             });
             let workers = std::thread::available_parallelism()
                 .map_or(1, |n| n.get().saturating_sub(1))
-                .clamp(1, MAX_WORKERS);
+                .clamp(1, MAX_BULK_READ_WORKERS_PER_READER);
             // With no worker (the process is at its limit) `shared` is dropped here, which
             // frees the call's slot again, and this reader reads inline.
             if start_workers(&shared, &source, workers) > 0 {
@@ -521,7 +498,7 @@ impl Reader {
     /// more once `deadline`, the call's, has passed.
     async fn take(&mut self, max: u32, deadline: Instant, sifted: bool) -> Vec<Taken> {
         let want = (max as u64).min(self.added - self.taken) as usize;
-        let want = want.min(AHEAD_FILES);
+        let want = want.min(BULK_READ_AHEAD_FILES);
         if want == 0 {
             return Vec::new();
         }
@@ -584,8 +561,12 @@ fn take_inline(
         }
         let contents = match open_regular(source, path) {
             Ok((file, size)) => {
-                let handed_over = if size > AHEAD_BYTES { u64::MAX } else { size };
-                if !files.is_empty() && bytes.saturating_add(handed_over) > AHEAD_BYTES {
+                let handed_over = if size > BULK_READ_AHEAD_BYTES {
+                    u64::MAX
+                } else {
+                    size
+                };
+                if !files.is_empty() && bytes.saturating_add(handed_over) > BULK_READ_AHEAD_BYTES {
                     break;
                 }
                 bytes = bytes.saturating_add(handed_over);
@@ -595,7 +576,7 @@ fn take_inline(
         };
         let path = pending.pop_front().expect("front checked");
         files.push(Taken::of(source, path, contents, sifted));
-        if bytes > AHEAD_BYTES {
+        if bytes > BULK_READ_AHEAD_BYTES {
             break;
         }
     }
@@ -732,9 +713,9 @@ impl HostState {
         max_size: u64,
         sieve: Option<Sieve>,
     ) -> wasmtime::Result<Resource<Reader>> {
-        if self.bulk_read.readers >= MAX_READERS {
+        if self.bulk_read.readers >= MAX_BULK_READERS_PER_CALL {
             wasmtime::bail!(
-                "the plugin holds {MAX_READERS} bulk-read readers at once, the most one call \
+                "the plugin holds {MAX_BULK_READERS_PER_CALL} bulk-read readers at once, the most one call \
                  may hold; it must drop one before creating another"
             );
         }
@@ -784,12 +765,14 @@ impl bulk_read::HostReader for HostState {
         reader: Resource<Reader>,
         path: String,
     ) -> wasmtime::Result<Result<(), AddError>> {
-        if path.len() > MAX_PATH {
+        if path.len() > MAX_BULK_READ_PATH {
             return Ok(Err(AddError::PathTooLong));
         }
         let budget = &mut self.bulk_read;
         let len = path.len() as u64;
-        if budget.paths >= MAX_QUEUED_PATHS || budget.path_bytes + len > MAX_QUEUED_PATH_BYTES {
+        if budget.paths >= MAX_BULK_READ_QUEUED_PATHS
+            || budget.path_bytes + len > MAX_BULK_READ_QUEUED_PATH_BYTES
+        {
             return Ok(Err(AddError::QueueFull));
         }
         self.table.get_mut(&reader)?.add(path);
@@ -900,10 +883,10 @@ mod tests {
         };
         // File 1 is being read; 0 and 2..=64 are read, which fills the read-ahead bound.
         let mut queue = Queue::default();
-        for seq in std::iter::once(0).chain(2..=AHEAD_FILES as u64) {
+        for seq in std::iter::once(0).chain(2..=BULK_READ_AHEAD_FILES as u64) {
             queue.finished.insert(seq, small(seq));
         }
-        queue.finished_read = AHEAD_FILES;
+        queue.finished_read = BULK_READ_AHEAD_FILES;
         queue.in_flight = 1;
         assert_eq!(queue.takeable(2, false), None);
         queue.in_flight = 0;
@@ -934,11 +917,11 @@ mod tests {
         assert_eq!(queue.finished[&0].handed_over(false), u64::MAX);
         assert_eq!(queue.finished[&0].handed_over(true), 0);
         // Holding only paths, any number of them leaves the workers room to read on.
-        for seq in 3..10 * AHEAD_FILES as u64 {
+        for seq in 3..10 * BULK_READ_AHEAD_FILES as u64 {
             queue.finished.insert(seq, passed_over(1));
         }
         assert!(queue.has_room());
-        queue.finished_read = AHEAD_FILES;
+        queue.finished_read = BULK_READ_AHEAD_FILES;
         assert!(!queue.has_room());
     }
 

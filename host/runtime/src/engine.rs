@@ -12,6 +12,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 
 use crate::bindings;
 use crate::cache::Cache;
+use crate::caps::{MAX_MEMORY, MAX_WASM_STACK};
 use crate::error::RuntimeError;
 use crate::plugin::{Plugin, PluginInner};
 use crate::sandbox::HostState;
@@ -39,13 +40,6 @@ pub(crate) const WASI_SOCKETS_TCP_CREATE_SOCKET: &str = "wasi:sockets/tcp-create
 /// The `wasi:http/types` version wasmtime-wasi-http 48 defines; Cordon's caps on what a call
 /// builds of it are linked under the same name.
 pub(crate) const WASI_HTTP_TYPES: &str = "wasi:http/types@0.2.12";
-
-/// Call stack a guest may use. Deep recursion traps here (reported as running out of call
-/// stack) instead of taking the host's own stack.
-pub(crate) const MAX_WASM_STACK: usize = 1 << 20;
-
-/// Largest linear memory any limit may allow (the 32-bit address space).
-pub(crate) const MAX_MEMORY: u64 = 4 << 30;
 
 /// Where a [`Runtime`] keeps compiled code, and how many calls it runs at once.
 #[derive(Debug, Clone)]

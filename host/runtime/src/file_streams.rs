@@ -14,13 +14,10 @@ use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemView};
 use wasmtime_wasi::p2::bindings::filesystem::types::{ErrorCode, Filesize, Host, HostDescriptor};
 use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, FsResult};
 
+use crate::caps::MAX_FILE_STREAMS_PER_CALL;
 use crate::engine::WASI_FILESYSTEM_TYPES;
 use crate::live_handles::Created;
 use crate::sandbox::HostState;
-
-/// File streams (read, write and append together) one call may hold at once: one for each
-/// file it may hold open.
-pub(crate) const MAX_FILE_STREAMS_PER_CALL: usize = crate::open_files::MAX_OPEN_PER_CALL;
 
 /// The file streams a call took.
 #[derive(Default)]

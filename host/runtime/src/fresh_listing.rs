@@ -41,6 +41,7 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
     DescriptorFlags, DirectoryEntry, ErrorCode, Host, HostDescriptor, OpenFlags, PathFlags,
 };
 
+use crate::caps::MAX_FRESH_LISTING_ENTRIES;
 use crate::engine::WASI_FILESYSTEM_TYPES;
 use crate::sandbox::HostState;
 
@@ -55,9 +56,6 @@ static ANSWERED: AtomicU64 = AtomicU64::new(0);
 pub fn answered() -> u64 {
     ANSWERED.load(Ordering::Relaxed)
 }
-
-/// Listings with more entries are not kept (the set is a copy of the names).
-const MAX_ENTRIES: usize = 4096;
 
 /// Directories recently opened through `open-at`, to know where a listed one came from.
 const REMEMBERED_OPENS: usize = 8;
@@ -131,7 +129,7 @@ impl FreshListing {
         I: ExactSizeIterator<Item = Result<&'a DirectoryEntry, ()>>,
     {
         self.last = None;
-        if !self.enabled || !trusted || entries.len() > MAX_ENTRIES {
+        if !self.enabled || !trusted || entries.len() > MAX_FRESH_LISTING_ENTRIES {
             return;
         }
         let Some(origin) = self
@@ -406,7 +404,9 @@ mod tests {
 
         let mut fresh = FreshListing::new(true);
         fresh.opened(&base, "a", &dir, now);
-        let many: Vec<DirectoryEntry> = (0..=MAX_ENTRIES).map(|i| entry(&i.to_string())).collect();
+        let many: Vec<DirectoryEntry> = (0..=MAX_FRESH_LISTING_ENTRIES)
+            .map(|i| entry(&i.to_string()))
+            .collect();
         fresh.listed(&dir, many.iter().map(Ok), true, now);
         assert!(!fresh.absent(&base, "a/.git", now), "too many entries");
 

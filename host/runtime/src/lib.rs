@@ -17,6 +17,7 @@
 mod bindings;
 mod bulk_read;
 mod cache;
+mod caps;
 mod engine;
 mod error;
 mod file_streams;

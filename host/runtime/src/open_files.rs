@@ -5,7 +5,7 @@
 //! sets no bound: a plugin with nothing more than a read-only grant could open (and never
 //! close) until the process ran out of descriptors, so that for the rest of its time limit
 //! every other call, and the host itself, failed to open anything. Cordon links `open-at` over
-//! wasmtime-wasi's: a call whose opened files are still open [`MAX_OPEN_PER_CALL`] times is
+//! wasmtime-wasi's: a call whose opened files are still open [`MAX_OPEN_FILES_PER_CALL`] times is
 //! refused another until it closes one.
 //!
 //! On Unix the open itself is wasmtime-wasi's, step for step (the same flags, the same
@@ -39,12 +39,9 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
     DescriptorFlags, DescriptorType, ErrorCode, HostDescriptor, OpenFlags, PathFlags,
 };
 
+use crate::caps::MAX_OPEN_FILES_PER_CALL;
 use crate::engine::WASI_FILESYSTEM_TYPES;
 use crate::sandbox::HostState;
-
-/// Files one call may hold open at once (its preopens not counted). With the default pool of
-/// 64 concurrent calls that is 16,384 at most, within a typical 20k–1M process limit.
-pub(crate) const MAX_OPEN_PER_CALL: usize = 256;
 
 /// The host files a call opened, as long as anything (descriptor or stream) still uses them.
 #[derive(Default)]
@@ -60,10 +57,10 @@ pub(crate) struct OpenFiles {
 impl OpenFiles {
     /// Whether another file may be opened, forgetting files that were closed meanwhile.
     fn has_room(&mut self) -> bool {
-        if self.files.len() >= MAX_OPEN_PER_CALL {
+        if self.files.len() >= MAX_OPEN_FILES_PER_CALL {
             self.files.retain(|file| file.strong_count() > 0);
         }
-        self.files.len() < MAX_OPEN_PER_CALL
+        self.files.len() < MAX_OPEN_FILES_PER_CALL
     }
 }
 
@@ -169,7 +166,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                     if !std::mem::replace(&mut state.open_files.warned, true) {
                         tracing::warn!(
                             plugin = %state.log.plugin,
-                            "refusing to open more files: the call holds {MAX_OPEN_PER_CALL} \
+                            "refusing to open more files: the call holds {MAX_OPEN_FILES_PER_CALL} \
                              open files and directories, the most one call may hold"
                         );
                     }

@@ -10,6 +10,7 @@ use cordon_core::{
 use wasmtime::{Store, UpdateDeadline};
 
 use crate::bindings;
+use crate::caps::{MAX_CONTENT_PIECES, MAX_HANDLES_PER_CALL, MAX_WASM_STACK};
 use crate::engine::RuntimeInner;
 use crate::error::CallError;
 use crate::sandbox::{HostState, Sandbox, build_state};
@@ -21,10 +22,6 @@ pub(crate) struct PluginInner {
     pub(crate) imports: Vec<String>,
     pub(crate) compiled: Option<CompiledPin>,
 }
-
-/// Content pieces one result may have. Pieces are counted apart from the output limit's bytes:
-/// four million empty pieces are no bytes of text, but over 100 MB of host memory and JSON.
-const MAX_CONTENT_PIECES: usize = 1024;
 
 /// A compiled, linked plugin, ready to be instantiated for calls. Cheap to clone.
 #[derive(Clone)]
@@ -278,7 +275,7 @@ impl Plugin {
         let state = build_state(sandbox, self.name.clone())?;
         let mut store = Store::new(&self.inner.runtime.engine, state);
         store.limiter(|s| &mut s.limiter);
-        store.set_max_component_handles(crate::sandbox::MAX_HANDLES_PER_CALL);
+        store.set_max_component_handles(MAX_HANDLES_PER_CALL);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|mut ctx| {
             if Instant::now() >= ctx.data().deadline {
@@ -338,14 +335,14 @@ impl Plugin {
                         "it ran out of call stack ({}): the code recursed too deeply, for \
                          example into data nested thousands of levels; reduce the depth of \
                          recursion or nesting",
-                        format_bytes(crate::engine::MAX_WASM_STACK as u64)
+                        format_bytes(MAX_WASM_STACK as u64)
                     ),
                     Some(trap) => trap.to_string(),
                     None if held_too_many_handles(&e) => format!(
                         "it held more than {} handles at once (open files, streams, sockets, \
                          pollables, HTTP requests and fields …), the most one call may hold; \
                          drop what it no longer uses",
-                        crate::sandbox::MAX_HANDLES_PER_CALL
+                        MAX_HANDLES_PER_CALL
                     ),
                     None => format!("{e:#}"),
                 };

@@ -38,15 +38,9 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
     DescriptorType, DirectoryEntry, ErrorCode, Host, HostDescriptor, MetadataHashValue, PathFlags,
 };
 
+use crate::caps::MAX_LISTED_BYTES_PER_CALL;
 use crate::engine::WASI_FILESYSTEM_TYPES;
 use crate::sandbox::HostState;
-
-/// Host memory the listings a call holds may take, counted per entry as its name plus the
-/// entry's own size (~100 bytes for a typical name). A listing is collected whole when the
-/// directory is opened for listing, and kept until the guest drops it: without a bound, a
-/// plugin listing one large directory over and over held gigabytes (a review measured 517 MB
-/// for 300 listings of 20,000 entries, in 4 seconds).
-pub(crate) const MAX_LISTED_BYTES_PER_CALL: usize = 64 << 20;
 
 /// One listing, handed out an entry per `read-directory-entry` call.
 pub(crate) struct DirEntries {

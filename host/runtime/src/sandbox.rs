@@ -15,6 +15,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::bindings::cordon::tool::log;
+use crate::caps::{MAX_HANDLES_PER_CALL, MAX_HTTP_FIELDS_BYTES, MAX_TABLE_ELEMENTS};
 use crate::error::CallError;
 use crate::http_policy::HttpPolicy;
 use crate::output::{CappedPipe, LogSink};
@@ -93,8 +94,7 @@ impl wasmtime::ResourceLimiter for Limiter {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        // Tables hold function references; a million entries is far beyond any real plugin.
-        if desired > 1_000_000 {
+        if desired > MAX_TABLE_ELEMENTS {
             return Err(wasmtime::Error::msg(
                 "table growth beyond 1,000,000 elements refused",
             ));
@@ -102,12 +102,6 @@ impl wasmtime::ResourceLimiter for Limiter {
         Ok(true)
     }
 }
-
-/// Handles (of files, streams, sockets, HTTP requests, pollables …) a call's guest may hold at
-/// once; one more traps. Each stands for host memory outside the guest's memory limit, and
-/// wasmtime's default of 100,000 let a guest hold gigabytes. Resource types a guest can hold
-/// many of, or large ones of, have tighter caps of their own.
-pub(crate) const MAX_HANDLES_PER_CALL: usize = 4096;
 
 /// Whether WASI's filesystem calls run on the calling thread instead of being handed to a
 /// blocking pool (see where the context is built). Descriptors Cordon opens itself
@@ -262,7 +256,7 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
         bulk_read: Default::default(),
         http: {
             let mut http = WasiHttpCtx::new();
-            http.set_field_size_limit(crate::http_limits::FIELD_SIZE_LIMIT);
+            http.set_field_size_limit(MAX_HTTP_FIELDS_BYTES);
             http
         },
         hooks: HttpPolicy::new(

@@ -20,13 +20,10 @@ use wasmtime_wasi::p2::bindings::sockets::network::{ErrorCode, Host as _, IpAddr
 use wasmtime_wasi::p2::bindings::sockets::tcp_create_socket::Host as _;
 use wasmtime_wasi::sockets::WasiSocketsView;
 
+use crate::caps::MAX_TCP_SOCKETS_PER_CALL;
 use crate::engine::WASI_SOCKETS_TCP_CREATE_SOCKET;
 use crate::live_handles::Created;
 use crate::sandbox::HostState;
-
-/// TCP sockets one call may hold at once. With the default pool of 64 concurrent calls that
-/// is 2,048 at most, beside the open-files cap's 16,384.
-pub(crate) const MAX_TCP_SOCKETS_PER_CALL: usize = 32;
 
 /// The sockets a call created.
 #[derive(Default)]
