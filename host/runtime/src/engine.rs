@@ -25,22 +25,6 @@ pub(crate) const TICK: Duration = Duration::from_millis(10);
 /// for a slot.
 pub const DEFAULT_MAX_INSTANCES: u32 = 64;
 
-/// The `wasi:filesystem/types` version wasmtime-wasi 48 defines (guests importing any 0.2.x
-/// are served by it); Cordon's own pieces of that interface are linked under the same name.
-pub(crate) const WASI_FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";
-
-/// The `wasi:filesystem/preopens` version wasmtime-wasi 48 defines; Cordon's `get-directories`
-/// is linked under the same name.
-pub(crate) const WASI_FILESYSTEM_PREOPENS: &str = "wasi:filesystem/preopens@0.2.12";
-
-/// The `wasi:sockets/tcp-create-socket` version wasmtime-wasi 48 defines; Cordon's
-/// `create-tcp-socket` is linked under the same name.
-pub(crate) const WASI_SOCKETS_TCP_CREATE_SOCKET: &str = "wasi:sockets/tcp-create-socket@0.2.12";
-
-/// The `wasi:http/types` version wasmtime-wasi-http 48 defines; Cordon's caps on what a call
-/// builds of it are linked under the same name.
-pub(crate) const WASI_HTTP_TYPES: &str = "wasi:http/types@0.2.12";
-
 /// Where a [`Runtime`] keeps compiled code, and how many calls it runs at once.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -127,32 +111,6 @@ fn engine_config(max_instances: u32) -> Config {
     cfg
 }
 
-/// Fails unless wasmtime-wasi already defines `func` in `instance`: Cordon's own pieces of
-/// WASI must replace wasmtime-wasi's functions, not sit beside them under another version that
-/// guests would never be given.
-fn ensure_defined(
-    linker: &mut Linker<HostState>,
-    instance: &str,
-    func: &str,
-) -> Result<(), String> {
-    linker.allow_shadowing(false);
-    // Defining a function wasmtime-wasi defines fails without shadowing; success means the
-    // name is new here (this linker is then discarded with the error).
-    let defined = linker.instance(instance).and_then(|mut types| {
-        types.func_wrap(
-            func,
-            |_: wasmtime::StoreContextMut<'_, HostState>, (): ()| Ok(()),
-        )
-    });
-    match defined {
-        Err(_) => Ok(()),
-        Ok(()) => Err(format!(
-            "wasmtime-wasi does not define `{func}` in {instance}; set the version in \
-             engine.rs to the one it links"
-        )),
-    }
-}
-
 /// One thread per engine advances the epoch; calls never start their own timers.
 fn start_ticker(engine: &Engine) -> std::io::Result<()> {
     let weak = engine.weak();
@@ -204,45 +162,10 @@ impl Runtime {
     pub fn new(config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
         let engine = shared_engine(config.max_instances)?.clone();
         let mut linker: Linker<HostState> = Linker::new(&engine);
+        crate::wasi_overrides::link(&mut linker).map_err(RuntimeError::Engine)?;
         let link = |e: wasmtime::Error| {
             RuntimeError::Engine(format!("cannot set up host interfaces: {e:#}"))
         };
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(link)?;
-        // Cordon's own pieces of wasi:filesystem over wasmtime-wasi's: the granted
-        // directories opened by the host without following links, listings typed from the
-        // listing itself instead of a stat per entry, lookups a fresh listing answers, and
-        // caps on open descriptors and file streams; and of wasi:sockets, a cap on TCP
-        // sockets.
-        ensure_defined(
-            &mut linker,
-            WASI_FILESYSTEM_TYPES,
-            "[method]descriptor.open-at",
-        )
-        .map_err(RuntimeError::Engine)?;
-        ensure_defined(&mut linker, WASI_FILESYSTEM_PREOPENS, "get-directories")
-            .map_err(RuntimeError::Engine)?;
-        ensure_defined(
-            &mut linker,
-            WASI_SOCKETS_TCP_CREATE_SOCKET,
-            "create-tcp-socket",
-        )
-        .map_err(RuntimeError::Engine)?;
-        linker.allow_shadowing(true);
-        #[cfg(unix)]
-        crate::readdir::shadow(&mut linker).map_err(link)?;
-        #[cfg(unix)]
-        crate::fresh_listing::shadow(&mut linker).map_err(link)?;
-        crate::preopens::shadow(&mut linker).map_err(link)?;
-        crate::open_files::shadow(&mut linker).map_err(link)?;
-        crate::file_streams::shadow(&mut linker).map_err(link)?;
-        crate::tcp_sockets::shadow(&mut linker).map_err(link)?;
-        linker.allow_shadowing(false);
-        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(link)?;
-        ensure_defined(&mut linker, WASI_HTTP_TYPES, "[constructor]fields")
-            .map_err(RuntimeError::Engine)?;
-        linker.allow_shadowing(true);
-        crate::http_limits::shadow(&mut linker).map_err(link)?;
-        linker.allow_shadowing(false);
         bindings::Plugin::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
             &mut linker,
             |s| s,

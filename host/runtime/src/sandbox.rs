@@ -112,26 +112,27 @@ pub(crate) const ALLOW_BLOCKING_CURRENT_THREAD: bool = true;
 pub(crate) struct HostState {
     wasi: WasiCtx,
     /// The granted directories, opened for this call (`wasi:filesystem/preopens`).
-    pub(crate) preopens: Vec<crate::preopens::Preopen>,
+    pub(crate) preopens: Vec<crate::wasi_overrides::filesystem_preopens::Preopen>,
     pub(crate) table: ResourceTable,
-    pub(crate) open_files: crate::open_files::OpenFiles,
-    pub(crate) tcp_sockets: crate::tcp_sockets::TcpSockets,
-    pub(crate) file_streams: crate::file_streams::FileStreams,
-    pub(crate) http_objects: crate::http_limits::HttpObjects,
+    pub(crate) open_files: crate::wasi_overrides::filesystem_types::open_files::OpenFiles,
+    pub(crate) tcp_sockets: crate::wasi_overrides::sockets_tcp_create_socket::TcpSockets,
+    pub(crate) file_streams: crate::wasi_overrides::filesystem_types::file_streams::FileStreams,
+    pub(crate) http_objects: crate::wasi_overrides::http_types::HttpObjects,
     /// The directory listings this call took, and whether the log already says it hit their cap.
     #[cfg(unix)]
-    pub(crate) listings: crate::live_handles::Created<crate::readdir::DirEntries>,
+    pub(crate) listings:
+        crate::live_handles::Created<crate::wasi_overrides::filesystem_types::readdir::DirEntries>,
     #[cfg(unix)]
     pub(crate) listings_warned: bool,
     #[cfg(unix)]
-    pub(crate) last_listed: Option<crate::readdir::ListedEntry>,
+    pub(crate) last_listed: Option<crate::wasi_overrides::filesystem_types::readdir::ListedEntry>,
     /// Devices this call listed directories on, and whether listings there carry real inode
     /// numbers.
     #[cfg(unix)]
     pub(crate) listed_devices: Vec<(u64, bool)>,
     /// The last listing, while it may answer lookups of names it lacks.
     #[cfg(unix)]
-    pub(crate) fresh_listing: crate::fresh_listing::FreshListing,
+    pub(crate) fresh_listing: crate::wasi_overrides::filesystem_types::fresh_listing::FreshListing,
     /// What `bulk-read` readers of this call hold.
     pub(crate) bulk_read: crate::bulk_read::CallBudget,
     http: WasiHttpCtx,
@@ -179,7 +180,7 @@ impl crate::bindings::cordon::tool::types::Host for HostState {}
 
 /// Builds the store data for one call from the sandbox. Refuses (as `Denied`) a directory grant
 /// whose host directory vanished, now resolves elsewhere (e.g. replaced by a symlink) or
-/// overlaps Cordon's own state (see `preopens::open_granted`).
+/// overlaps Cordon's own state (see `wasi_overrides::filesystem_preopens::open_granted`).
 pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostState, CallError> {
     let limits = &sandbox.limits;
     let mut b = WasiCtxBuilder::new();
@@ -199,7 +200,10 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
     let mut preopens = Vec::new();
     for fs in sandbox.grants.fs() {
         all_read_only &= fs.mode == FsMode::ReadOnly;
-        preopens.push(crate::preopens::open_granted(fs, &sandbox.reserved)?);
+        preopens.push(crate::wasi_overrides::filesystem_preopens::open_granted(
+            fs,
+            &sandbox.reserved,
+        )?);
     }
 
     for name in sandbox.grants.env_names() {
@@ -252,7 +256,9 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
         #[cfg(unix)]
         listed_devices: Vec::new(),
         #[cfg(unix)]
-        fresh_listing: crate::fresh_listing::FreshListing::new(all_read_only),
+        fresh_listing: crate::wasi_overrides::filesystem_types::fresh_listing::FreshListing::new(
+            all_read_only,
+        ),
         bulk_read: Default::default(),
         http: {
             let mut http = WasiHttpCtx::new();

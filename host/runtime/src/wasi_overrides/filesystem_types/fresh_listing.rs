@@ -16,7 +16,7 @@
 //! - the listing could be taken, so the directory is searchable (listing reopens it as `.`):
 //!   where a lookup would fail for permission (`EACCES`), no listing is kept;
 //! - the listing was read whole without errors, names only ASCII, on a filesystem whose
-//!   listings are the truth (the set [`crate::readdir`] trusts for inode numbers); the name
+//!   listings are the truth (the set [`super::readdir`] trusts for inode numbers); the name
 //!   asked for is ASCII and no listed name equals it ignoring ASCII case (xfs `ascii-ci`, and
 //!   casefolded directories on ext4, f2fs and tmpfs, whose folding maps an ASCII name only to
 //!   names equal to it ignoring ASCII case);
@@ -42,8 +42,8 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
 };
 
 use crate::caps::MAX_FRESH_LISTING_ENTRIES;
-use crate::engine::WASI_FILESYSTEM_TYPES;
 use crate::sandbox::HostState;
+use crate::wasi_overrides::WASI_FILESYSTEM_TYPES;
 
 /// How long after it was taken a listing may answer lookups. A walker asks right after
 /// listing (microseconds); this only bounds how stale an answer can be if a guest waits.

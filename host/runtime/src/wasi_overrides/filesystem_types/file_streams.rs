@@ -15,9 +15,9 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{ErrorCode, Filesize, Host, 
 use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, FsResult};
 
 use crate::caps::MAX_FILE_STREAMS_PER_CALL;
-use crate::engine::WASI_FILESYSTEM_TYPES;
 use crate::live_handles::Created;
 use crate::sandbox::HostState;
+use crate::wasi_overrides::WASI_FILESYSTEM_TYPES;
 
 /// The file streams a call took.
 #[derive(Default)]

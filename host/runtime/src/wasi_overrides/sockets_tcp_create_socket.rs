@@ -21,9 +21,9 @@ use wasmtime_wasi::p2::bindings::sockets::tcp_create_socket::Host as _;
 use wasmtime_wasi::sockets::WasiSocketsView;
 
 use crate::caps::MAX_TCP_SOCKETS_PER_CALL;
-use crate::engine::WASI_SOCKETS_TCP_CREATE_SOCKET;
 use crate::live_handles::Created;
 use crate::sandbox::HostState;
+use crate::wasi_overrides::WASI_SOCKETS_TCP_CREATE_SOCKET;
 
 /// The sockets a call created.
 #[derive(Default)]

@@ -20,9 +20,9 @@ use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi::filesystem::{Descriptor, Dir};
 use wasmtime_wasi::{FsPerms, OpenMode};
 
-use crate::engine::WASI_FILESYSTEM_PREOPENS;
 use crate::error::CallError;
 use crate::sandbox::{ALLOW_BLOCKING_CURRENT_THREAD, HostState};
+use crate::wasi_overrides::WASI_FILESYSTEM_PREOPENS;
 
 /// One granted directory of a call, opened.
 #[derive(Clone)]

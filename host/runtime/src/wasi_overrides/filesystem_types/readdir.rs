@@ -39,8 +39,8 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
 };
 
 use crate::caps::MAX_LISTED_BYTES_PER_CALL;
-use crate::engine::WASI_FILESYSTEM_TYPES;
 use crate::sandbox::HostState;
+use crate::wasi_overrides::WASI_FILESYSTEM_TYPES;
 
 /// One listing, handed out an entry per `read-directory-entry` call.
 pub(crate) struct DirEntries {
@@ -167,7 +167,9 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 {
                     return Ok((Ok(metadata_hash(listed.identity)),));
                 }
-                if crate::fresh_listing::absent_at(state, &fd, &path)? {
+                if crate::wasi_overrides::filesystem_types::fresh_listing::absent_at(
+                    state, &fd, &path,
+                )? {
                     return Ok((Err(ErrorCode::NoEntry),));
                 }
                 let mut fs = state.filesystem();

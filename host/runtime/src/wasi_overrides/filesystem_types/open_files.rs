@@ -40,8 +40,8 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
 };
 
 use crate::caps::MAX_OPEN_FILES_PER_CALL;
-use crate::engine::WASI_FILESYSTEM_TYPES;
 use crate::sandbox::HostState;
+use crate::wasi_overrides::WASI_FILESYSTEM_TYPES;
 
 /// The host files a call opened, as long as anything (descriptor or stream) still uses them.
 #[derive(Default)]
@@ -174,7 +174,9 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 }
                 #[cfg(unix)]
                 if let Some(answer) =
-                    crate::fresh_listing::before_open(state, &dir, &path, open_flags, flags)?
+                    crate::wasi_overrides::filesystem_types::fresh_listing::before_open(
+                        state, &dir, &path, open_flags, flags,
+                    )?
                 {
                     return Ok((Err(answer),));
                 }
@@ -190,7 +192,9 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 #[cfg(unix)]
                 if state.fresh_listing.wants(&path) {
                     let base = Resource::<Descriptor>::new_borrow(dir.rep());
-                    crate::fresh_listing::after_open(state, &base, &path, &fd)?;
+                    crate::wasi_overrides::filesystem_types::fresh_listing::after_open(
+                        state, &base, &path, &fd,
+                    )?;
                 }
                 state.open_files.files.push(file);
                 Ok((Ok(fd),))

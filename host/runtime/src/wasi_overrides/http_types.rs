@@ -28,9 +28,9 @@ use crate::caps::{
     MAX_HTTP_AUTHORITY, MAX_HTTP_FIELDS_PER_CALL, MAX_HTTP_MESSAGES_PER_CALL,
     MAX_HTTP_PATH_WITH_QUERY, MAX_HTTP_TOKEN,
 };
-use crate::engine::WASI_HTTP_TYPES;
 use crate::live_handles::Created;
 use crate::sandbox::HostState;
+use crate::wasi_overrides::WASI_HTTP_TYPES;
 
 /// The HTTP objects a call built.
 #[derive(Default)]
