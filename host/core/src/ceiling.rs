@@ -24,15 +24,48 @@ pub enum Capability {
     Sockets,
 }
 
+/// Which imports make which capability reachable: an interface name without its version, or
+/// (ending in `/`) every interface of a package. A capability's first entry is how it is named
+/// to users. This table is the only place these names are spelled.
+pub const CAPABILITY_IMPORTS: &[(&str, Capability)] = &[
+    ("wasi:filesystem/", Capability::Filesystem),
+    // bulk-read reads below the same preopened directories.
+    ("cordon:tool/bulk-read", Capability::Filesystem),
+    ("wasi:cli/environment", Capability::Environment),
+    ("wasi:http/outgoing-handler", Capability::Http),
+    ("wasi:sockets/tcp", Capability::Sockets),
+    ("wasi:sockets/tcp-create-socket", Capability::Sockets),
+];
+
 impl Capability {
-    /// The WASI interface family the capability needs, as shown to users.
+    /// Every capability class, in display order.
+    pub const ALL: [Capability; 4] = [
+        Capability::Filesystem,
+        Capability::Environment,
+        Capability::Http,
+        Capability::Sockets,
+    ];
+
+    /// The WASI interface family the capability needs, as shown to users: its first entry in
+    /// [`CAPABILITY_IMPORTS`].
     pub fn interface(self) -> &'static str {
-        match self {
-            Capability::Filesystem => "wasi:filesystem",
-            Capability::Environment => "wasi:cli/environment",
-            Capability::Http => "wasi:http/outgoing-handler",
-            Capability::Sockets => "wasi:sockets/tcp",
-        }
+        CAPABILITY_IMPORTS
+            .iter()
+            .find(|(_, c)| *c == self)
+            .map_or("", |(name, _)| name.trim_end_matches('/'))
+    }
+
+    /// The capability an import (e.g. `wasi:filesystem/types@0.2.6`) makes reachable, if any.
+    pub fn of_import(import: &str) -> Option<Capability> {
+        let name = unversioned(import);
+        CAPABILITY_IMPORTS.iter().find_map(|&(entry, c)| {
+            let matches = if entry.ends_with('/') {
+                name.starts_with(entry)
+            } else {
+                name == entry
+            };
+            matches.then_some(c)
+        })
     }
 
     /// What a grant of this class gives, for messages ("a path").
@@ -111,20 +144,15 @@ impl Ceiling {
     /// Computes the ceiling from import names such as `wasi:filesystem/types@0.2.6`.
     pub fn from_imports<S: AsRef<str>>(imports: &[S]) -> Ceiling {
         let mut c = Ceiling::default();
-        for i in imports {
-            let name = unversioned(i.as_ref());
-            // bulk-read reads below the same preopened directories.
-            if name.starts_with("wasi:filesystem/") || name == "cordon:tool/bulk-read" {
-                c.filesystem = true;
-            }
-            if name == "wasi:cli/environment" {
-                c.environment = true;
-            }
-            if name == "wasi:http/outgoing-handler" {
-                c.http = true;
-            }
-            if name == "wasi:sockets/tcp" || name == "wasi:sockets/tcp-create-socket" {
-                c.sockets = true;
+        for capability in imports
+            .iter()
+            .filter_map(|i| Capability::of_import(i.as_ref()))
+        {
+            match capability {
+                Capability::Filesystem => c.filesystem = true,
+                Capability::Environment => c.environment = true,
+                Capability::Http => c.http = true,
+                Capability::Sockets => c.sockets = true,
             }
         }
         c
@@ -177,15 +205,10 @@ impl Ceiling {
 
     /// The classes the component imports, for display.
     pub fn capabilities(&self) -> Vec<Capability> {
-        [
-            Capability::Filesystem,
-            Capability::Environment,
-            Capability::Http,
-            Capability::Sockets,
-        ]
-        .into_iter()
-        .filter(|c| self.allows(*c))
-        .collect()
+        Capability::ALL
+            .into_iter()
+            .filter(|c| self.allows(*c))
+            .collect()
     }
 }
 
@@ -237,6 +260,20 @@ mod tests {
                 filesystem: true,
                 ..Ceiling::default()
             }
+        );
+    }
+
+    #[test]
+    fn capabilities_are_named_by_their_first_import() {
+        let names: Vec<&str> = Capability::ALL.iter().map(|c| c.interface()).collect();
+        assert_eq!(
+            names,
+            [
+                "wasi:filesystem",
+                "wasi:cli/environment",
+                "wasi:http/outgoing-handler",
+                "wasi:sockets/tcp"
+            ]
         );
     }
 

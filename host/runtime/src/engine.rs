@@ -140,21 +140,46 @@ pub struct Runtime {
     inner: Arc<RuntimeInner>,
 }
 
-/// Interface name prefixes the linker provides. Anything else is refused at load time with
-/// the offending names, rather than failing later with a linker message.
-const PROVIDED: &[&str] = &[
-    "wasi:cli/",
-    "wasi:clocks/",
-    "wasi:filesystem/",
-    "wasi:io/",
-    "wasi:random/",
-    "wasi:sockets/",
-    "wasi:http/types@",
-    "wasi:http/outgoing-handler@",
-    "cordon:tool/log@",
-    "cordon:tool/bulk-read@",
-    "cordon:tool/types@",
+/// What the linker provides: each entry an import-name prefix, and how it is named in the
+/// message refusing a component that imports anything else (`None` when an entry before it
+/// already names it). Anything else is refused at load time with the offending names, rather
+/// than failing later with a linker message.
+const PROVIDED: &[(&str, Option<&str>)] = &[
+    ("wasi:cli/", Some("wasi:cli")),
+    ("wasi:clocks/", Some("wasi:clocks")),
+    ("wasi:filesystem/", Some("wasi:filesystem")),
+    ("wasi:io/", Some("wasi:io")),
+    ("wasi:random/", Some("wasi:random")),
+    ("wasi:sockets/", Some("wasi:sockets")),
+    (
+        "wasi:http/types@",
+        Some("wasi:http (types, outgoing-handler)"),
+    ),
+    ("wasi:http/outgoing-handler@", None),
+    ("cordon:tool/log@", Some("cordon:tool/log")),
+    (
+        "cordon:tool/bulk-read@",
+        Some("cordon:tool/bulk-read (0.1.2: sifting readers)"),
+    ),
+    ("cordon:tool/types@", None),
 ];
+
+/// Whether the linker provides the interface `import`.
+fn provided(import: &str) -> bool {
+    PROVIDED
+        .iter()
+        .any(|(prefix, _)| import.starts_with(prefix))
+}
+
+/// What the linker provides, for messages: "a, b, … and z".
+pub(crate) fn provided_list() -> String {
+    let names: Vec<&str> = PROVIDED.iter().filter_map(|(_, name)| *name).collect();
+    match names.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
 
 impl Runtime {
     /// Creates a runtime on the process-wide engine, with its cache in `config.cache_dir`
@@ -292,11 +317,7 @@ impl Runtime {
             }
             imports.push(name.to_string());
         }
-        let unsupported: Vec<String> = imports
-            .iter()
-            .filter(|i| !PROVIDED.iter().any(|p| i.starts_with(p)))
-            .cloned()
-            .collect();
+        let unsupported: Vec<String> = imports.iter().filter(|i| !provided(i)).cloned().collect();
         if !unsupported.is_empty() {
             return Err(RuntimeError::UnsupportedImports {
                 imports: unsupported,

@@ -16,10 +16,10 @@ pub enum RuntimeError {
     Invalid(String),
     /// The component imports interfaces Cordon does not provide.
     #[error(
-        "the component imports {} that Cordon does not provide: {}; Cordon provides wasi:cli, wasi:clocks, \
-         wasi:filesystem, wasi:io, wasi:random, wasi:sockets, wasi:http (types, outgoing-handler), cordon:tool/log and cordon:tool/bulk-read (0.1.2: sifting readers)",
+        "the component imports {} that Cordon does not provide: {}; Cordon provides {}",
         if .imports.len() == 1 { "an interface" } else { "interfaces" },
-        .imports.join(", ")
+        .imports.join(", "),
+        crate::engine::provided_list()
     )]
     UnsupportedImports {
         /// The offending import names, e.g. `evil:thing/backdoor`.
@@ -59,4 +59,24 @@ pub enum CallError {
     /// an invalid tool list).
     #[error("the plugin returned a malformed result: {0}")]
     Malformed(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The message lists what the linker provides, generated from its table.
+    #[test]
+    fn unsupported_imports_name_what_cordon_provides() {
+        let e = RuntimeError::UnsupportedImports {
+            imports: vec!["evil:thing/backdoor@1.0.0".into()],
+        };
+        assert_eq!(
+            e.to_string(),
+            "the component imports an interface that Cordon does not provide: \
+             evil:thing/backdoor@1.0.0; Cordon provides wasi:cli, wasi:clocks, wasi:filesystem, \
+             wasi:io, wasi:random, wasi:sockets, wasi:http (types, outgoing-handler), \
+             cordon:tool/log and cordon:tool/bulk-read (0.1.2: sifting readers)"
+        );
+    }
 }
