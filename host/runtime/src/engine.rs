@@ -13,7 +13,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 use crate::bindings;
 use crate::cache::Cache;
 use crate::caps::{MAX_MEMORY, MAX_WASM_STACK};
-use crate::error::RuntimeError;
+use crate::error::{NotAComponent, NotAPlugin, RuntimeError};
 use crate::plugin::{Plugin, PluginInner};
 use crate::sandbox::HostState;
 
@@ -236,15 +236,14 @@ impl Runtime {
     ) -> Result<Plugin, RuntimeError> {
         let sha = sha256_hex.to_ascii_lowercase();
         let bytes = || {
-            let wasm = read().map_err(|e| {
-                RuntimeError::Unreadable(format!("cannot read the component ({e})"))
-            })?;
+            let wasm = read().map_err(RuntimeError::Unreadable)?;
             check_header(&wasm)?;
             let actual = hex::encode(Sha256::digest(&wasm));
             if actual != sha {
-                return Err(RuntimeError::Unreadable(format!(
-                    "the component's bytes have digest sha256:{actual}, not the expected sha256:{sha}"
-                )));
+                return Err(RuntimeError::DigestMismatch {
+                    actual,
+                    expected: sha.clone(),
+                });
             }
             Ok(Cow::Owned(wasm))
         };
@@ -284,8 +283,7 @@ impl Runtime {
     ) -> Result<(Component, Option<CompiledPin>), RuntimeError> {
         progress(CompileEvent::Started { bytes: wasm.len() });
         let start = Instant::now();
-        let component = Component::new(&self.inner.engine, wasm)
-            .map_err(|e| RuntimeError::Invalid(format!("{e:#}")))?;
+        let component = Component::new(&self.inner.engine, wasm).map_err(RuntimeError::Invalid)?;
         let elapsed = start.elapsed();
         progress(CompileEvent::Finished { elapsed });
         tracing::debug!(bytes = wasm.len(), ?elapsed, "compiled component");
@@ -327,9 +325,7 @@ impl Runtime {
             .exports(engine)
             .any(|(name, _)| name.starts_with("cordon:tool/tools@"));
         if !exports_tools {
-            return Err(RuntimeError::NotAPlugin(
-                "it does not export `cordon:tool/tools`".into(),
-            ));
+            return Err(RuntimeError::NotAPlugin(NotAPlugin::NoToolsExport));
         }
         let pre = self.inner.linker.instantiate_pre(&component).map_err(|e| {
             RuntimeError::UnsupportedImports {
@@ -337,7 +333,7 @@ impl Runtime {
             }
         })?;
         let pre = bindings::PluginPre::new(pre)
-            .map_err(|e| RuntimeError::NotAPlugin(format!("{e:#}")))?;
+            .map_err(|e| RuntimeError::NotAPlugin(NotAPlugin::Exports(e)))?;
         Ok(Plugin::new(PluginInner {
             runtime: self.inner.clone(),
             pre,
@@ -351,20 +347,15 @@ impl Runtime {
 /// Tells a core module, a non-wasm file and a component apart before compiling, so the error
 /// says what the file actually is.
 fn check_header(wasm: &[u8]) -> Result<(), RuntimeError> {
-    if wasm.len() < 8 || &wasm[0..4] != b"\0asm" {
-        return Err(RuntimeError::NotAComponent(
-            "the file does not start with the WebAssembly magic bytes; is it a .wasm file?".into(),
-        ));
-    }
-    match &wasm[4..8] {
-        [0x0d, 0x00, 0x01, 0x00] => Ok(()),
-        [0x01, 0x00, 0x00, 0x00] => Err(RuntimeError::NotAComponent(
-            "this is a core WebAssembly module, not a component; build for the wasm32-wasip2 target \
-             or wrap it with `wasm-tools component new`"
-                .into(),
-        )),
-        v => Err(RuntimeError::NotAComponent(format!(
-            "unknown WebAssembly version/layer {v:02x?}; Cordon runs WASI Preview 2 components"
-        ))),
+    let refused = |why| Err(RuntimeError::NotAComponent(why));
+    match wasm.first_chunk::<8>() {
+        Some([b'\0', b'a', b's', b'm', 0x0d, 0x00, 0x01, 0x00]) => Ok(()),
+        Some([b'\0', b'a', b's', b'm', 0x01, 0x00, 0x00, 0x00]) => {
+            refused(NotAComponent::CoreModule)
+        }
+        Some([b'\0', b'a', b's', b'm', a, b, c, d]) => {
+            refused(NotAComponent::UnknownLayer([*a, *b, *c, *d]))
+        }
+        _ => refused(NotAComponent::NoMagic),
     }
 }

@@ -1,6 +1,8 @@
 //! Errors of loading a plugin and of running one call.
 
-use cordon_core::{LimitKind, ToolError};
+use std::path::PathBuf;
+
+use cordon_core::{CeilingError, GrantError, LimitKind, ToolError};
 
 /// Why a component could not be loaded. Messages name the problem and what to do.
 #[derive(Debug, thiserror::Error)]
@@ -10,10 +12,10 @@ pub enum RuntimeError {
     Engine(String),
     /// The bytes are not a WebAssembly component.
     #[error("not a WebAssembly component: {0}")]
-    NotAComponent(String),
+    NotAComponent(#[source] NotAComponent),
     /// The component is well-formed but failed validation or compilation.
-    #[error("the component is invalid: {0}")]
-    Invalid(String),
+    #[error("the component is invalid: {0:#}")]
+    Invalid(#[source] wasmtime::Error),
     /// The component imports interfaces Cordon does not provide.
     #[error(
         "the component imports {} that Cordon does not provide: {}; Cordon provides {}",
@@ -25,14 +27,52 @@ pub enum RuntimeError {
         /// The offending import names, e.g. `evil:thing/backdoor`.
         imports: Vec<String>,
     },
-    /// The component's bytes could not be read, or were not the ones expected.
-    #[error("{0}")]
-    Unreadable(String),
+    /// The component's bytes could not be read.
+    #[error("cannot read the component ({0})")]
+    Unreadable(#[source] std::io::Error),
+    /// The component's bytes were not the ones expected.
+    #[error(
+        "the component's bytes have digest sha256:{actual}, not the expected sha256:{expected}"
+    )]
+    DigestMismatch {
+        /// The digest of the bytes read (lower-case hex).
+        actual: String,
+        /// The digest the caller expected.
+        expected: String,
+    },
     /// The component does not implement the plugin contract.
     #[error(
         "the component is not a Cordon tool plugin: {0}; build it against wit/tool.wit (world `cordon:tool/plugin`)"
     )]
-    NotAPlugin(String),
+    NotAPlugin(#[source] NotAPlugin),
+}
+
+/// What a file that is not a component is instead, judged from its first eight bytes.
+#[derive(Debug, thiserror::Error)]
+pub enum NotAComponent {
+    /// No WebAssembly magic bytes.
+    #[error("the file does not start with the WebAssembly magic bytes; is it a .wasm file?")]
+    NoMagic,
+    /// A core module, not a component.
+    #[error(
+        "this is a core WebAssembly module, not a component; build for the wasm32-wasip2 target \
+         or wrap it with `wasm-tools component new`"
+    )]
+    CoreModule,
+    /// A version/layer Cordon does not know.
+    #[error("unknown WebAssembly version/layer {0:02x?}; Cordon runs WASI Preview 2 components")]
+    UnknownLayer([u8; 4]),
+}
+
+/// How a component breaks the plugin contract.
+#[derive(Debug, thiserror::Error)]
+pub enum NotAPlugin {
+    /// It exports no tools.
+    #[error("it does not export `cordon:tool/tools`")]
+    NoToolsExport,
+    /// Its exports do not have the contract's types.
+    #[error("{0:#}")]
+    Exports(#[source] wasmtime::Error),
 }
 
 /// Why a call did not produce a result.
@@ -54,11 +94,31 @@ pub enum CallError {
     Trapped(String),
     /// A grant could not be honoured (refused by the plugin's ceiling, or its directory changed).
     #[error("denied: {0}")]
-    Denied(String),
+    Denied(#[source] Denial),
     /// The plugin returned something that breaks the contract (JSON content that is not JSON,
     /// an invalid tool list).
     #[error("the plugin returned a malformed result: {0}")]
     Malformed(String),
+}
+
+/// Why a call's grants could not be honoured.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Denial {
+    /// The plugin's ceiling does not permit a grant.
+    #[error(transparent)]
+    Ceiling(#[from] CeilingError),
+    /// A granted directory cannot be used for this call (it vanished, now resolves elsewhere,
+    /// or overlaps Cordon's own state).
+    #[error("the granted directory `{}` {reason}", dir.display())]
+    Directory {
+        /// The granted host directory.
+        dir: PathBuf,
+        /// What is wrong with it now, and what to do.
+        reason: String,
+    },
+    /// The check of a granted directory against Cordon's own state failed.
+    #[error("{0}; the call was refused")]
+    Reserved(#[source] GrantError),
 }
 
 #[cfg(test)]

@@ -167,7 +167,7 @@ impl Plugin {
     ) -> Result<ToolOutput, CallError> {
         self.ceiling()
             .permit_all(sandbox.grants.iter())
-            .map_err(|e| CallError::Denied(e.for_plugin(&*self.name).to_string()))?;
+            .map_err(|e| CallError::Denied(e.for_plugin(&*self.name).into()))?;
         let limits = &sandbox.limits;
         if arguments.len() as u64 > limits.args {
             return Err(CallError::LimitExceeded {

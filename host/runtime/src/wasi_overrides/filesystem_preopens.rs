@@ -20,7 +20,7 @@ use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi::filesystem::{Descriptor, Dir};
 use wasmtime_wasi::{FsPerms, OpenMode};
 
-use crate::error::CallError;
+use crate::error::{CallError, Denial};
 use crate::sandbox::{ALLOW_BLOCKING_CURRENT_THREAD, HostState};
 use crate::wasi_overrides::WASI_FILESYSTEM_PREOPENS;
 
@@ -41,8 +41,11 @@ pub(crate) fn open_granted(
     reserved: &ReservedPaths,
 ) -> Result<Preopen, CallError> {
     let host = &grant.host;
-    let denied = |why: String| {
-        CallError::Denied(format!("the granted directory `{}` {why}", host.display()))
+    let denied = |reason: String| {
+        CallError::Denied(Denial::Directory {
+            dir: host.clone(),
+            reason,
+        })
     };
     // The grant's path is canonical, so opening it with no link allowed anywhere is its
     // resolution and its open in one step: what opens is what the path names at that instant.
@@ -66,7 +69,7 @@ pub(crate) fn open_granted(
             cordon_core::GrantError::Reserved(overlap) => denied(format!(
                 "cannot be used: {overlap}. The call was refused; revoke this grant"
             )),
-            other => CallError::Denied(format!("{other}; the call was refused")),
+            other => CallError::Denied(Denial::Reserved(other)),
         })?;
     let (perms, mode) = match grant.mode {
         FsMode::ReadOnly => (FsPerms::ReadOnly, OpenMode::READ),

@@ -332,7 +332,7 @@ async fn a_grant_whose_directory_was_swapped_is_refused() {
     .await
     .unwrap_err();
     assert!(
-        matches!(&err, cordon_runtime::CallError::Denied(m) if m.contains("now resolves to")),
+        matches!(&err, cordon_runtime::CallError::Denied(d) if d.to_string().contains("now resolves to")),
         "{err}"
     );
 }

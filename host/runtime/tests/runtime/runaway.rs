@@ -278,7 +278,8 @@ async fn grants_beyond_the_ceiling_are_refused() {
             .await
             .unwrap_err();
         match &e {
-            CallError::Denied(m) => {
+            CallError::Denied(denial) => {
+                let m = denial.to_string();
                 assert!(
                     m.contains("plugin `runaway` does not import") && m.contains(iface),
                     "{m}"
