@@ -274,12 +274,12 @@ impl Plugin {
         let limits = sandbox.limits;
         let state = build_state(sandbox, self.name.clone())?;
         let mut store = Store::new(&self.inner.runtime.engine, state);
-        store.limiter(|s| &mut s.limiter);
+        store.limiter(|s| &mut s.budget.limiter);
         store.set_max_component_handles(MAX_HANDLES_PER_CALL);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|mut ctx| {
-            if Instant::now() >= ctx.data().deadline {
-                ctx.data_mut().timed_out = true;
+            if Instant::now() >= ctx.data().budget.deadline {
+                ctx.data_mut().budget.timed_out = true;
                 Ok(UpdateDeadline::Interrupt)
             } else {
                 Ok(UpdateDeadline::Yield(1))
@@ -295,7 +295,7 @@ impl Plugin {
         let outcome = tokio::time::timeout(limits.time, work).await;
         let data = store.data();
         // What the plugin wrote last says where it was when it was stopped or crashed.
-        let with_last_output = |msg: String| match data.output.last_lines(LAST_OUTPUT_LINES) {
+        let with_last_output = |msg: String| match data.out.pipe.last_lines(LAST_OUTPUT_LINES) {
             Some(lines) => format!("{msg}; last plugin output:\n{lines}"),
             None => msg,
         };
@@ -310,15 +310,15 @@ impl Plugin {
             Err(_elapsed) => return Err(time_exceeded()),
             Ok(r) => r,
         };
-        let (stderr, output_truncated) = data.output.take();
-        let truncated = output_truncated || data.log.dropped() > 0;
+        let (stderr, output_truncated) = data.out.pipe.take();
+        let truncated = output_truncated || data.out.log.dropped() > 0;
         match result {
             Ok(r) => Ok((r, stderr, truncated)),
             Err(e) => {
-                if data.timed_out {
+                if data.budget.timed_out {
                     return Err(time_exceeded());
                 }
-                if let Some(wanted) = data.limiter.exceeded {
+                if let Some(wanted) = data.budget.limiter.exceeded {
                     return Err(CallError::LimitExceeded {
                         limit: LimitKind::Memory,
                         detail: with_last_output(format!(

@@ -11,7 +11,7 @@ impl HostState {
         max_size: u64,
         sieve: Option<Sieve>,
     ) -> wasmtime::Result<Resource<Reader>> {
-        if self.bulk_read.readers >= MAX_BULK_READERS_PER_CALL {
+        if self.fs.bulk_read.readers >= MAX_BULK_READERS_PER_CALL {
             wasmtime::bail!(
                 "the plugin holds {MAX_BULK_READERS_PER_CALL} bulk-read readers at once, the most one call \
                  may hold; it must drop one before creating another"
@@ -19,7 +19,7 @@ impl HostState {
         }
         let reader = Reader::new(self, max_size, sieve)?;
         let reader = self.table.push(reader)?;
-        self.bulk_read.readers += 1;
+        self.fs.bulk_read.readers += 1;
         Ok(reader)
     }
 
@@ -29,14 +29,14 @@ impl HostState {
         max: u32,
         sifted: bool,
     ) -> wasmtime::Result<Vec<Taken>> {
-        let deadline = self.deadline;
+        let deadline = self.budget.deadline;
         let files = self
             .table
             .get_mut(&reader)?
             .take(max, deadline, sifted)
             .await;
-        self.bulk_read.paths -= files.len() as u64;
-        self.bulk_read.path_bytes -= files.iter().map(|f| f.path().len() as u64).sum::<u64>();
+        self.fs.bulk_read.paths -= files.len() as u64;
+        self.fs.bulk_read.path_bytes -= files.iter().map(|f| f.path().len() as u64).sum::<u64>();
         Ok(files)
     }
 }
@@ -66,7 +66,7 @@ impl bulk_read::HostReader for HostState {
         if path.len() > MAX_BULK_READ_PATH {
             return Ok(Err(AddError::PathTooLong));
         }
-        let budget = &mut self.bulk_read;
+        let budget = &mut self.fs.bulk_read;
         let len = path.len() as u64;
         if budget.paths >= MAX_BULK_READ_QUEUED_PATHS
             || budget.path_bytes + len > MAX_BULK_READ_QUEUED_PATH_BYTES
@@ -123,9 +123,9 @@ impl bulk_read::HostReader for HostState {
 
     fn drop(&mut self, reader: Resource<Reader>) -> wasmtime::Result<()> {
         let reader = self.table.delete(reader)?;
-        self.bulk_read.readers -= 1;
-        self.bulk_read.paths -= reader.added - reader.taken;
-        self.bulk_read.path_bytes -= reader.queued_path_bytes;
+        self.fs.bulk_read.readers -= 1;
+        self.fs.bulk_read.paths -= reader.added - reader.taken;
+        self.fs.bulk_read.path_bytes -= reader.queued_path_bytes;
         Ok(())
     }
 }

@@ -6,6 +6,7 @@ use super::*;
 /// The call's granted directories, the same handles the plugin's preopens wrap.
 pub(super) fn roots(state: &HostState) -> Vec<Root> {
     state
+        .fs
         .preopens
         .iter()
         .map(|p| Root {

@@ -277,10 +277,10 @@ impl Reader {
     ) -> wasmtime::Result<Reader> {
         let source = Arc::new(Source {
             roots: roots(state),
-            max_size: max_size.min(state.limiter.limit()),
+            max_size: max_size.min(state.budget.limiter.limit()),
             sieve,
         });
-        let slot = state.bulk_read.threaded.clone();
+        let slot = state.fs.bulk_read.threaded.clone();
         let mut mode = Mode::Inline(VecDeque::new());
         if slot
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)

@@ -151,8 +151,8 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         |mut store: StoreContextMut<'_, HostState>, (): ()| {
             let state = store.data_mut();
             let mut out: Vec<(Resource<Descriptor>, String)> =
-                Vec::with_capacity(state.preopens.len());
-            for p in &state.preopens {
+                Vec::with_capacity(state.fs.preopens.len());
+            for p in &state.fs.preopens {
                 let fd = state.table.push(Descriptor::Dir(p.dir.clone()))?;
                 out.push((fd, p.guest_path.clone()));
             }

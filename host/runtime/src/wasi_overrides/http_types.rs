@@ -43,7 +43,7 @@ pub(crate) struct HttpObjects {
 /// Fails (a trap: the constructors have no error to return) unless the call may build another
 /// request or response.
 fn room_for_message(state: &mut HostState) -> wasmtime::Result<()> {
-    let made = &mut state.http_objects;
+    let made = &mut state.net.http_objects;
     let room = made.requests.recorded() + made.responses.recorded() < MAX_HTTP_MESSAGES_PER_CALL
         || made.requests.live(&state.table) + made.responses.live(&state.table)
             < MAX_HTTP_MESSAGES_PER_CALL;
@@ -58,6 +58,7 @@ fn room_for_message(state: &mut HostState) -> wasmtime::Result<()> {
 /// Fails (a trap) unless the call may build another header map.
 fn room_for_fields(state: &mut HostState) -> wasmtime::Result<()> {
     let room = state
+        .net
         .http_objects
         .fields
         .has_room(&state.table, MAX_HTTP_FIELDS_PER_CALL);
@@ -78,7 +79,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
             let state = store.data_mut();
             room_for_fields(state)?;
             let made = HostFields::new(&mut state.http())?;
-            state.http_objects.fields.record(&made);
+            state.net.http_objects.fields.record(&made);
             Ok((made,))
         },
     )?;
@@ -92,7 +93,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 Ok(made) => made,
                 Err(e) => return Ok((Err(http.convert_header_error(e)?),)),
             };
-            state.http_objects.fields.record(&made);
+            state.net.http_objects.fields.record(&made);
             Ok((Ok(made),))
         },
     )?;
@@ -102,7 +103,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
             let state = store.data_mut();
             room_for_fields(state)?;
             let made = HostFields::clone(&mut state.http(), fields)?;
-            state.http_objects.fields.record(&made);
+            state.net.http_objects.fields.record(&made);
             Ok((made,))
         },
     )?;
@@ -112,7 +113,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
             let state = store.data_mut();
             room_for_message(state)?;
             let made = RequestMethods::new(&mut state.http(), headers)?;
-            state.http_objects.requests.record(&made);
+            state.net.http_objects.requests.record(&made);
             Ok((made,))
         },
     )?;
@@ -122,7 +123,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
             let state = store.data_mut();
             room_for_message(state)?;
             let made = ResponseMethods::new(&mut state.http(), headers)?;
-            state.http_objects.responses.record(&made);
+            state.net.http_objects.responses.record(&made);
             Ok((made,))
         },
     )?;

@@ -36,6 +36,7 @@ pub(crate) struct TcpSockets {
 /// Whether the call may create another socket.
 fn has_room(state: &mut HostState) -> bool {
     state
+        .net
         .tcp_sockets
         .created
         .has_room(&state.table, MAX_TCP_SOCKETS_PER_CALL)
@@ -50,9 +51,9 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         |mut store: StoreContextMut<'_, HostState>, (family,): (IpAddressFamily,)| {
             let state = store.data_mut();
             if !has_room(state) {
-                if !std::mem::replace(&mut state.tcp_sockets.warned, true) {
+                if !std::mem::replace(&mut state.net.tcp_sockets.warned, true) {
                     tracing::warn!(
-                        plugin = %state.log.plugin,
+                        plugin = %state.out.log.plugin,
                         "refusing to create more TCP sockets: the call holds \
                          {MAX_TCP_SOCKETS_PER_CALL}, the most one call may hold"
                     );
@@ -64,7 +65,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 Ok(socket) => socket,
                 Err(e) => return Ok((Err(sockets.convert_error_code(e)?),)),
             };
-            state.tcp_sockets.created.record(&created);
+            state.net.tcp_sockets.created.record(&created);
             Ok((Ok(created),))
         },
     )?;

@@ -225,6 +225,7 @@ pub(crate) fn after_open(
 ) -> wasmtime::Result<()> {
     if let (Some(base), Some(dir)) = (dir_file(state, base)?, dir_file(state, opened)?) {
         state
+            .fs
             .fresh_listing
             .opened(&base, path, &dir, Instant::now());
     }
@@ -238,13 +239,13 @@ pub(crate) fn absent_at(
     base: &Resource<Descriptor>,
     path: &str,
 ) -> wasmtime::Result<bool> {
-    if state.fresh_listing.last.is_none() {
+    if state.fs.fresh_listing.last.is_none() {
         return Ok(false);
     }
     let Some(base) = dir_file(state, base)? else {
         return Ok(false);
     };
-    let absent = state.fresh_listing.absent(&base, path, Instant::now());
+    let absent = state.fs.fresh_listing.absent(&base, path, Instant::now());
     if absent {
         ANSWERED.fetch_add(1, Ordering::Relaxed);
     }

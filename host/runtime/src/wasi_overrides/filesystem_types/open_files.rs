@@ -136,9 +136,9 @@ async fn open(
             };
         }
     }
-    if !std::mem::replace(&mut state.open_files.pipe_warned, true) {
+    if !std::mem::replace(&mut state.fs.open_files.pipe_warned, true) {
         tracing::warn!(
-            plugin = %state.log.plugin,
+            plugin = %state.out.log.plugin,
             %path,
             "refusing to open a named pipe or socket: opening or reading one waits for the \
              other end, where no time limit can stop it"
@@ -162,10 +162,10 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         )| {
             Box::new(async move {
                 let state = store.data_mut();
-                if !state.open_files.has_room() {
-                    if !std::mem::replace(&mut state.open_files.warned, true) {
+                if !state.fs.open_files.has_room() {
+                    if !std::mem::replace(&mut state.fs.open_files.warned, true) {
                         tracing::warn!(
-                            plugin = %state.log.plugin,
+                            plugin = %state.out.log.plugin,
                             "refusing to open more files: the call holds {MAX_OPEN_FILES_PER_CALL} \
                              open files and directories, the most one call may hold"
                         );
@@ -190,13 +190,13 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 };
                 // Where an opened directory came from, if its listing may answer lookups.
                 #[cfg(unix)]
-                if state.fresh_listing.wants(&path) {
+                if state.fs.fresh_listing.wants(&path) {
                     let base = Resource::<Descriptor>::new_borrow(dir.rep());
                     crate::wasi_overrides::filesystem_types::fresh_listing::after_open(
                         state, &base, &path, &fd,
                     )?;
                 }
-                state.open_files.files.push(file);
+                state.fs.open_files.files.push(file);
                 Ok((Ok(fd),))
             })
         },
