@@ -224,9 +224,9 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
     let limits = &sandbox.limits;
     let mut b = WasiCtxBuilder::new();
     // Run filesystem calls on the calling thread instead of tokio's blocking pool: a directory
-    // walk makes hundreds of thousands of them, and the hand-off per call cost 5x in the files
-    // tool (measured: find_files 5.5 s -> 1.0 s over 24k files). Each call is short, and the
-    // epoch deadline still bounds how long a guest holds the thread.
+    // walk makes hundreds of thousands of them, and the hand-off per call made the files tool's
+    // searches about five times slower. Each call is short, and the epoch deadline still bounds
+    // how long a guest holds the thread.
     b.allow_blocking_current_thread(ALLOW_BLOCKING_CURRENT_THREAD);
     let output = CappedPipe::new(
         usize::try_from(limits.log).unwrap_or(usize::MAX),

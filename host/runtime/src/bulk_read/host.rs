@@ -1,7 +1,17 @@
 //! The `cordon:tool/bulk-read` host functions: creating readers within the per-call caps,
 //! queueing paths and taking files.
 
-use super::*;
+use wasmtime::component::Resource;
+
+use super::paths::read_file;
+use super::queue::{Reader, Taken};
+use super::sieve::Sieve;
+use crate::bindings::cordon::tool::bulk_read::{self, AddError, File, Sifted, SiftedFile};
+use crate::caps::{
+    MAX_BULK_READ_PATH, MAX_BULK_READ_QUEUED_PATH_BYTES, MAX_BULK_READ_QUEUED_PATHS,
+    MAX_BULK_READERS_PER_CALL,
+};
+use crate::sandbox::HostState;
 
 impl bulk_read::Host for HostState {}
 

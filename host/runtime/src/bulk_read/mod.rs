@@ -3,7 +3,7 @@
 //! A component runs on one thread, so a plugin that reads thousands of files through
 //! `wasi:filesystem` spends most of its time waiting for one system call after another (open,
 //! stat, read, close per file). A reader takes the paths the plugin queues and reads them on
-//! threads of its own, in order, at most [`BULK_READ_AHEAD_FILES`] files or [`BULK_READ_AHEAD_BYTES`] of contents
+//! threads of its own, in order, at most [`BULK_READ_AHEAD_FILES`](crate::caps::BULK_READ_AHEAD_FILES) files or [`BULK_READ_AHEAD_BYTES`](crate::caps::BULK_READ_AHEAD_BYTES) of contents
 //! ahead of what the plugin has taken (files held without contents, such as those a sifting
 //! reader passed over, do not count), so the plugin's own work and the reading overlap.
 //!
@@ -14,20 +14,20 @@
 //! are read; FIFOs and devices are opened without blocking and refused.
 //!
 //! Everything a plugin could make the host hold outside its own memory limit is bounded:
-//! - file contents: [`BULK_READ_AHEAD_BYTES`] read ahead, plus one file of at most that size per worker;
+//! - file contents: [`BULK_READ_AHEAD_BYTES`](crate::caps::BULK_READ_AHEAD_BYTES) read ahead, plus one file of at most that size per worker;
 //!   a larger file (up to the reader's size limit, at most the call's memory limit) is read by
-//!   the `take` that hands it over, alone, and a `take` hands over at most [`BULK_READ_AHEAD_BYTES`]
+//!   the `take` that hands it over, alone, and a `take` hands over at most [`BULK_READ_AHEAD_BYTES`](crate::caps::BULK_READ_AHEAD_BYTES)
 //!   otherwise;
-//! - queued paths: [`MAX_BULK_READ_QUEUED_PATHS`] and [`MAX_BULK_READ_QUEUED_PATH_BYTES`] per call over all its
-//!   readers, none longer than [`MAX_BULK_READ_PATH`], and [`MAX_BULK_READERS_PER_CALL`] readers per call;
+//! - queued paths: [`MAX_BULK_READ_QUEUED_PATHS`](crate::caps::MAX_BULK_READ_QUEUED_PATHS) and [`MAX_BULK_READ_QUEUED_PATH_BYTES`](crate::caps::MAX_BULK_READ_QUEUED_PATH_BYTES) per call over all its
+//!   readers, none longer than [`MAX_BULK_READ_PATH`](crate::caps::MAX_BULK_READ_PATH), and [`MAX_BULK_READERS_PER_CALL`](crate::caps::MAX_BULK_READERS_PER_CALL) readers per call;
 //! - threads: one reader per call has workers (until they have all exited, not merely until it
-//!   is dropped), at most [`MAX_BULK_READ_WORKERS_PER_READER`] of them, and [`MAX_BULK_READ_WORKERS`] in the process;
+//!   is dropped), at most [`MAX_BULK_READ_WORKERS_PER_READER`](crate::caps::MAX_BULK_READ_WORKERS_PER_READER) of them, and [`MAX_BULK_READ_WORKERS`](crate::caps::MAX_BULK_READ_WORKERS) in the process;
 //!   other readers read on the calling thread when taken from. Each worker holds one file open
 //!   at a time;
-//! - needles of a sifting reader: [`MAX_NEEDLES`], each at most [`MAX_NEEDLE_BYTES`], and
-//!   [`MAX_ALL_NEEDLE_BYTES`] in all, passed as one flat list (so lifting the argument copies
+//! - needles of a sifting reader: [`MAX_NEEDLES`](crate::caps::MAX_NEEDLES), each at most [`MAX_NEEDLE_BYTES`](crate::caps::MAX_NEEDLE_BYTES), and
+//!   [`MAX_ALL_NEEDLE_BYTES`](crate::caps::MAX_ALL_NEEDLE_BYTES) in all, passed as one flat list (so lifting the argument copies
 //!   no more than the plugin's memory holds), searched for by a contiguous NFA of at most
-//!   [`MAX_SIEVE_MEMORY`].
+//!   [`MAX_SIEVE_MEMORY`](crate::caps::MAX_SIEVE_MEMORY).
 //!
 //! A sifting reader (0.1.2) also searches each file it reads for the plugin's needles, on the
 //! worker with native code, and keeps only the facts `take-sifted` hands over (size, first NUL)
@@ -35,36 +35,16 @@
 //! slower WebAssembly code, only the files it can match in; which files those are is decided
 //! by the plugin's needles and the files it could read anyway, so nothing new is reachable.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::fs::File as HostFile;
-use std::io;
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Instant;
-
-use aho_corasick::{AhoCorasick, AhoCorasickKind};
-use wasmtime::component::Resource;
-
-use crate::bindings::cordon::tool::bulk_read::{
-    self, AddError, File, PassedOver, ReadError, Sifted, SiftedFile,
-};
-use crate::caps::{
-    BULK_READ_AHEAD_BYTES, BULK_READ_AHEAD_FILES, MAX_ALL_NEEDLE_BYTES, MAX_BULK_READ_PATH,
-    MAX_BULK_READ_QUEUED_PATH_BYTES, MAX_BULK_READ_QUEUED_PATHS, MAX_BULK_READ_WORKERS,
-    MAX_BULK_READ_WORKERS_PER_READER, MAX_BULK_READERS_PER_CALL, MAX_NEEDLE_BYTES, MAX_NEEDLES,
-    MAX_SIEVE_MEMORY,
-};
-use crate::sandbox::HostState;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 mod host;
 mod paths;
 mod queue;
 mod sieve;
 
-use paths::{open_regular, read_contents, read_file, roots};
 pub use queue::Reader;
-use queue::Taken;
 use sieve::Sieve;
 
 /// What bulk-read has queued in one call, kept in the call's store.

@@ -1,7 +1,13 @@
 //! Resolving a guest path to a granted directory and reading a regular file below it,
 //! with the sandboxed open wasmtime-wasi's own resolution comes from.
 
-use super::*;
+use std::fs::File as HostFile;
+use std::io;
+use std::path::Path;
+
+use super::{Root, Source};
+use crate::bindings::cordon::tool::bulk_read::ReadError;
+use crate::sandbox::HostState;
 
 /// The call's granted directories, the same handles the plugin's preopens wrap.
 pub(super) fn roots(state: &HostState) -> Vec<Root> {

@@ -1,7 +1,20 @@
 //! A reader's queue of paths and the worker threads that read ahead of the plugin's takes
 //! (within the read-ahead caps), or the inline reading of readers without workers.
 
-use super::*;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
+
+use super::Source;
+use super::paths::{open_regular, read_contents, read_file, roots};
+use super::sieve::Sieve;
+use crate::bindings::cordon::tool::bulk_read::{File, PassedOver, ReadError};
+use crate::caps::{
+    BULK_READ_AHEAD_BYTES, BULK_READ_AHEAD_FILES, MAX_BULK_READ_WORKERS,
+    MAX_BULK_READ_WORKERS_PER_READER,
+};
+use crate::sandbox::HostState;
 
 /// Worker threads alive in the process.
 static LIVE_WORKERS: AtomicUsize = AtomicUsize::new(0);

@@ -1,7 +1,10 @@
 //! A sifting reader's needles: searched for on the workers, so that only files with one
 //! of them are handed over whole.
 
-use super::*;
+use aho_corasick::{AhoCorasick, AhoCorasickKind};
+
+use crate::bindings::cordon::tool::bulk_read::PassedOver;
+use crate::caps::{MAX_ALL_NEEDLE_BYTES, MAX_NEEDLE_BYTES, MAX_NEEDLES, MAX_SIEVE_MEMORY};
 
 /// The needles of a sifting reader, searched for in every file it reads.
 #[derive(Debug)]

@@ -3,8 +3,8 @@
 //!
 //! wasmtime-wasi's preopens are opened by path when the context is built. A grant's path was
 //! resolved when it was granted and is resolved again per call, but between that resolution and
-//! an open by path, whoever can write a parent of the directory can swap in a symbolic link (a
-//! review read outside the grant in 2 of 300 calls with only sandboxed plugins racing). Here the
+//! an open by path, whoever can write a parent of the directory can swap in a symbolic link, and
+//! sandboxed plugins racing each other through a shared grant do win that race. Here the
 //! directory is opened with no symbolic link allowed anywhere in its (canonical) path (`openat2`
 //! with `RESOLVE_NO_SYMLINKS`, else one `O_NOFOLLOW` step per component), so resolving the path
 //! and opening it are one step; the handle's device and inode are what the check against

@@ -2,7 +2,7 @@
 //!
 //! `wasi:http/types` is linked for every plugin (an HTTP grant is checked when a request is
 //! sent), and wasmtime-wasi-http keeps whatever a guest builds in host memory, outside its
-//! memory limit: a review filled gigabytes with request methods of 64 MiB each, bodies written
+//! memory limit: a guest can fill gigabytes with request methods of 64 MiB each, bodies written
 //! to requests never sent, and header maps cloned from a full one. Cordon links the
 //! constructors and setters of those objects over wasmtime-wasi-http's:
 //! - a call holds at most [`MAX_HTTP_MESSAGES_PER_CALL`] outgoing requests and responses, and
