@@ -13,7 +13,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 use crate::bindings;
 use crate::cache::Cache;
 use crate::caps::{MAX_MEMORY, MAX_WASM_STACK};
-use crate::error::{NotAComponent, NotAPlugin, RuntimeError};
+use crate::error::{EngineError, NotAComponent, NotAPlugin, RuntimeError};
 use crate::plugin::{Plugin, PluginInner};
 use crate::sandbox::HostState;
 
@@ -65,13 +65,12 @@ pub enum CompileEvent {
 
 /// The one engine of the process, created on first use, and its ticker.
 fn shared_engine(max_instances: u32) -> Result<&'static Engine, RuntimeError> {
-    static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
+    static ENGINE: OnceLock<Result<Engine, EngineError>> = OnceLock::new();
     ENGINE
         .get_or_init(|| {
-            let engine =
-                Engine::new(&engine_config(max_instances)).map_err(|e| format!("{e:#}"))?;
-            start_ticker(&engine)
-                .map_err(|e| format!("cannot start the epoch ticker thread: {e}"))?;
+            let engine = Engine::new(&engine_config(max_instances))
+                .map_err(|e| EngineError::Create(Arc::new(e)))?;
+            start_ticker(&engine).map_err(|e| EngineError::Ticker(Arc::new(e)))?;
             Ok(engine)
         })
         .as_ref()
@@ -188,9 +187,7 @@ impl Runtime {
         let engine = shared_engine(config.max_instances)?.clone();
         let mut linker: Linker<HostState> = Linker::new(&engine);
         crate::wasi_overrides::link(&mut linker).map_err(RuntimeError::Engine)?;
-        let link = |e: wasmtime::Error| {
-            RuntimeError::Engine(format!("cannot set up host interfaces: {e:#}"))
-        };
+        let link = |e: wasmtime::Error| RuntimeError::Engine(EngineError::Link(Arc::new(e)));
         bindings::Plugin::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
             &mut linker,
             |s| s,

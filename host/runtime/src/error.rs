@@ -1,6 +1,7 @@
 //! Errors of loading a plugin and of running one call.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use cordon_core::{CeilingError, GrantError, LimitKind, ToolError};
 
@@ -9,7 +10,7 @@ use cordon_core::{CeilingError, GrantError, LimitKind, ToolError};
 pub enum RuntimeError {
     /// The wasmtime engine could not be created (should not happen on a supported host).
     #[error("cannot start the WebAssembly engine: {0}")]
-    Engine(String),
+    Engine(#[source] EngineError),
     /// The bytes are not a WebAssembly component.
     #[error("not a WebAssembly component: {0}")]
     NotAComponent(#[source] NotAComponent),
@@ -45,6 +46,36 @@ pub enum RuntimeError {
         "the component is not a Cordon tool plugin: {0}; build it against wit/tool.wit (world `cordon:tool/plugin`)"
     )]
     NotAPlugin(#[source] NotAPlugin),
+}
+
+/// Why the engine or its host interfaces could not be set up.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum EngineError {
+    /// wasmtime refused the engine's configuration. Shared: the process keeps the outcome of
+    /// its one attempt and every runtime reports it.
+    #[error("{0:#}")]
+    Create(#[source] Arc<wasmtime::Error>),
+    /// The thread that advances the epoch could not be started.
+    #[error("cannot start the epoch ticker thread: {0}")]
+    Ticker(#[source] Arc<std::io::Error>),
+    /// wasmtime-wasi, wasmtime-wasi-http or Cordon's own interfaces could not be linked.
+    #[error("cannot set up host interfaces: {0:#}")]
+    Link(#[source] Arc<wasmtime::Error>),
+    /// A WASI function Cordon replaces is not one wasmtime defines (see `wasi_overrides`).
+    #[error(
+        "wasmtime does not define `{name}` in {interface}, which Cordon replaces ({module}: \
+         {why}); set the version in wasi_overrides/mod.rs to the one it links"
+    )]
+    NotOverridable {
+        /// The interface, with the version Cordon links under.
+        interface: &'static str,
+        /// The function or resource.
+        name: &'static str,
+        /// Cordon's module that replaces it.
+        module: &'static str,
+        /// What the replacement changes.
+        why: &'static str,
+    },
 }
 
 /// What a file that is not a component is instead, judged from its first eight bytes.

@@ -34,7 +34,7 @@ pub use cordon_core::{
     ToolError,
 };
 pub use engine::{CompileEvent, DEFAULT_MAX_INSTANCES, Runtime, RuntimeConfig};
-pub use error::{CallError, Denial, NotAComponent, NotAPlugin, RuntimeError};
+pub use error::{CallError, Denial, EngineError, NotAComponent, NotAPlugin, RuntimeError};
 pub use plugin::{Plugin, ToolOutput};
 pub use sandbox::{EnvSource, Sandbox};
 

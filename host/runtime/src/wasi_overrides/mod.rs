@@ -9,6 +9,9 @@
 
 use wasmtime::component::Linker;
 
+use std::sync::Arc;
+
+use crate::error::EngineError;
 use crate::sandbox::HostState;
 
 pub(crate) mod filesystem_preopens;
@@ -190,8 +193,8 @@ pub(crate) const OVERRIDES: &[Override] = &[
 
 /// Links wasmtime-wasi's WASI (Preview 2) and wasmtime-wasi-http's `types` and
 /// `outgoing-handler` into `linker`, then Cordon's replacements over them.
-pub(crate) fn link(linker: &mut Linker<HostState>) -> Result<(), String> {
-    let failed = |e: wasmtime::Error| format!("cannot set up host interfaces: {e:#}");
+pub(crate) fn link(linker: &mut Linker<HostState>) -> Result<(), EngineError> {
+    let failed = |e: wasmtime::Error| EngineError::Link(Arc::new(e));
     wasmtime_wasi::p2::add_to_linker_async(linker).map_err(failed)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker).map_err(failed)?;
     linker.allow_shadowing(false);
@@ -212,7 +215,7 @@ pub(crate) fn link(linker: &mut Linker<HostState>) -> Result<(), String> {
 /// Fails unless wasmtime already defines `o.name` in `o.interface`: defining a name that
 /// exists fails while shadowing is off, so success means it is new (and this linker is then
 /// discarded with the error).
-fn ensure_defined(linker: &mut Linker<HostState>, o: &Override) -> Result<(), String> {
+fn ensure_defined(linker: &mut Linker<HostState>, o: &Override) -> Result<(), EngineError> {
     let defined = linker.instance(o.interface).and_then(|mut instance| {
         instance.func_wrap(
             o.name,
@@ -221,11 +224,12 @@ fn ensure_defined(linker: &mut Linker<HostState>, o: &Override) -> Result<(), St
     });
     match defined {
         Err(_) => Ok(()),
-        Ok(()) => Err(format!(
-            "wasmtime does not define `{}` in {}, which Cordon replaces ({}: {}); set the \
-             version in wasi_overrides/mod.rs to the one it links",
-            o.name, o.interface, o.module, o.why
-        )),
+        Ok(()) => Err(EngineError::NotOverridable {
+            interface: o.interface,
+            name: o.name,
+            module: o.module,
+            why: o.why,
+        }),
     }
 }
 
@@ -268,6 +272,6 @@ mod tests {
             ),
         )
         .unwrap_err();
-        assert!(e.contains("`[method]nothing.here`"), "{e}");
+        assert!(e.to_string().contains("`[method]nothing.here`"), "{e}");
     }
 }
