@@ -325,7 +325,10 @@ mod tests {
     fn sandbox_errors_keep_their_category() {
         let denied = failure(HomeError::Call {
             tool: "read_file".into(),
-            source: CallError::Denied("outside every grant".into()),
+            source: CallError::Denied(cordon_runtime::Denial::Directory {
+                dir: "/data".into(),
+                reason: "is outside every grant".into(),
+            }),
         });
         assert_eq!(denied.kind, ToolFailureKind::Denied);
         assert!(

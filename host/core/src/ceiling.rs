@@ -24,15 +24,48 @@ pub enum Capability {
     Sockets,
 }
 
+/// Which imports make which capability reachable: an interface name without its version, or
+/// (ending in `/`) every interface of a package. A capability's first entry is how it is named
+/// to users. This table is the only place these names are spelled.
+pub const CAPABILITY_IMPORTS: &[(&str, Capability)] = &[
+    ("wasi:filesystem/", Capability::Filesystem),
+    // bulk-read reads below the same preopened directories.
+    ("cordon:tool/bulk-read", Capability::Filesystem),
+    ("wasi:cli/environment", Capability::Environment),
+    ("wasi:http/outgoing-handler", Capability::Http),
+    ("wasi:sockets/tcp", Capability::Sockets),
+    ("wasi:sockets/tcp-create-socket", Capability::Sockets),
+];
+
 impl Capability {
-    /// The WASI interface family the capability needs, as shown to users.
+    /// Every capability class, in display order.
+    pub const ALL: [Capability; 4] = [
+        Capability::Filesystem,
+        Capability::Environment,
+        Capability::Http,
+        Capability::Sockets,
+    ];
+
+    /// The WASI interface family the capability needs, as shown to users: its first entry in
+    /// [`CAPABILITY_IMPORTS`].
     pub fn interface(self) -> &'static str {
-        match self {
-            Capability::Filesystem => "wasi:filesystem",
-            Capability::Environment => "wasi:cli/environment",
-            Capability::Http => "wasi:http/outgoing-handler",
-            Capability::Sockets => "wasi:sockets/tcp",
-        }
+        CAPABILITY_IMPORTS
+            .iter()
+            .find(|(_, c)| *c == self)
+            .map_or("", |(name, _)| name.trim_end_matches('/'))
+    }
+
+    /// The capability an import (e.g. `wasi:filesystem/types@0.2.6`) makes reachable, if any.
+    pub fn of_import(import: &str) -> Option<Capability> {
+        let name = unversioned(import);
+        CAPABILITY_IMPORTS.iter().find_map(|&(entry, c)| {
+            let matches = if entry.ends_with('/') {
+                name.starts_with(entry)
+            } else {
+                name == entry
+            };
+            matches.then_some(c)
+        })
     }
 
     /// What a grant of this class gives, for messages ("a path").
@@ -111,20 +144,15 @@ impl Ceiling {
     /// Computes the ceiling from import names such as `wasi:filesystem/types@0.2.6`.
     pub fn from_imports<S: AsRef<str>>(imports: &[S]) -> Ceiling {
         let mut c = Ceiling::default();
-        for i in imports {
-            let name = unversioned(i.as_ref());
-            // bulk-read reads below the same preopened directories.
-            if name.starts_with("wasi:filesystem/") || name == "cordon:tool/bulk-read" {
-                c.filesystem = true;
-            }
-            if name == "wasi:cli/environment" {
-                c.environment = true;
-            }
-            if name == "wasi:http/outgoing-handler" {
-                c.http = true;
-            }
-            if name == "wasi:sockets/tcp" || name == "wasi:sockets/tcp-create-socket" {
-                c.sockets = true;
+        for capability in imports
+            .iter()
+            .filter_map(|i| Capability::of_import(i.as_ref()))
+        {
+            match capability {
+                Capability::Filesystem => c.filesystem = true,
+                Capability::Environment => c.environment = true,
+                Capability::Http => c.http = true,
+                Capability::Sockets => c.sockets = true,
             }
         }
         c
@@ -154,17 +182,33 @@ impl Ceiling {
         }
     }
 
+    /// Refuses the first grant the component could never use; every grant a plugin is given
+    /// (at install, at `grant`, at call time) passes through here, so the rule is decided once.
+    pub fn permit_all<'a>(
+        &self,
+        grants: impl IntoIterator<Item = &'a Grant>,
+    ) -> Result<(), CeilingError> {
+        grants.into_iter().try_for_each(|g| self.permits(g))
+    }
+
+    /// Splits grants into those the component can use and those it cannot (an upgrade keeps
+    /// the first and drops the second).
+    pub fn partition<'a>(
+        &self,
+        grants: impl IntoIterator<Item = &'a Grant>,
+    ) -> (Vec<Grant>, Vec<Grant>) {
+        grants
+            .into_iter()
+            .cloned()
+            .partition(|g| self.permits(g).is_ok())
+    }
+
     /// The classes the component imports, for display.
     pub fn capabilities(&self) -> Vec<Capability> {
-        [
-            Capability::Filesystem,
-            Capability::Environment,
-            Capability::Http,
-            Capability::Sockets,
-        ]
-        .into_iter()
-        .filter(|c| self.allows(*c))
-        .collect()
+        Capability::ALL
+            .into_iter()
+            .filter(|c| self.allows(*c))
+            .collect()
     }
 }
 
@@ -220,6 +264,20 @@ mod tests {
     }
 
     #[test]
+    fn capabilities_are_named_by_their_first_import() {
+        let names: Vec<&str> = Capability::ALL.iter().map(|c| c.interface()).collect();
+        assert_eq!(
+            names,
+            [
+                "wasi:filesystem",
+                "wasi:cli/environment",
+                "wasi:http/outgoing-handler",
+                "wasi:sockets/tcp"
+            ]
+        );
+    }
+
+    #[test]
     fn permits_only_imported_classes() {
         let c = Ceiling::from_imports(&["wasi:filesystem/types@0.2.6"]);
         assert!(c.permits(&"fs:/data".parse().unwrap()).is_ok());
@@ -241,5 +299,19 @@ mod tests {
                 .is_err()
         );
         assert!(c.permits(&"net:tcp://1.2.3.4:5".parse().unwrap()).is_err());
+    }
+
+    #[test]
+    fn permit_all_refuses_the_first_unusable_grant() {
+        let c = Ceiling::from_imports(&["wasi:filesystem/types@0.2.6"]);
+        let grants: Vec<Grant> = ["fs:/data", "env:A", "env:B"]
+            .iter()
+            .map(|g| g.parse().unwrap())
+            .collect();
+        assert!(c.permit_all(&grants[..1]).is_ok());
+        assert_eq!(c.permit_all(&grants).unwrap_err().grant, "env:A");
+        let (kept, dropped) = c.partition(&grants);
+        assert_eq!(kept, grants[..1]);
+        assert_eq!(dropped, grants[1..]);
     }
 }

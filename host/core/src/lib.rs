@@ -17,7 +17,7 @@ mod stamp;
 mod tool;
 
 pub use arguments::{ArgumentError, InputSchema, SchemaError};
-pub use ceiling::{Capability, Ceiling, CeilingError};
+pub use ceiling::{CAPABILITY_IMPORTS, Capability, Ceiling, CeilingError};
 pub use grant::{FsGrant, FsMode, Grant, GrantError, Grants, HttpOrigin, HttpScheme};
 pub use limits::{
     LimitError, LimitKind, Limits, format_bytes, format_bytes_rounded, format_duration,

@@ -202,9 +202,9 @@ impl Home {
             })?;
         check_tool_list(&source_name, &tools)?;
         let ceiling = plugin.ceiling();
-        for g in &new_grants {
-            ceiling.permits(g).map_err(|e| e.for_plugin(&name))?;
-        }
+        ceiling
+            .permit_all(&new_grants)
+            .map_err(|e| e.for_plugin(&name))?;
 
         let guard = HomeLock::exclusive(&self.root)?;
         let lock = LockFile::load(&self.lock_path())?;
@@ -273,11 +273,7 @@ impl Home {
         let old_imports: BTreeSet<String> = old.imports.iter().map(unversioned).collect();
         let new_imports: BTreeSet<String> = new.imports().iter().map(unversioned).collect();
         let old_caps = old.ceiling().capabilities();
-        let (grants_kept, grants_dropped) = old
-            .grants
-            .iter()
-            .cloned()
-            .partition(|g| ceiling.permits(g).is_ok());
+        let (grants_kept, grants_dropped) = ceiling.partition(old.grants.iter());
         UpgradeDiff {
             old_digest: old.digest.clone(),
             new_digest: new.digest().to_string(),

@@ -213,10 +213,10 @@ impl Home {
         let parsed = self.parse_grants(grants)?;
         self.update(|lock| {
             let record = lock.plugin_mut(plugin)?;
-            let ceiling = record.ceiling();
-            for g in &parsed {
-                ceiling.permits(g).map_err(|e| e.for_plugin(plugin))?;
-            }
+            record
+                .ceiling()
+                .permit_all(&parsed)
+                .map_err(|e| e.for_plugin(plugin))?;
             Ok(parsed
                 .iter()
                 .map(|g| GrantChange {

@@ -12,7 +12,8 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 
 use crate::bindings;
 use crate::cache::Cache;
-use crate::error::RuntimeError;
+use crate::caps::{MAX_MEMORY, MAX_WASM_STACK};
+use crate::error::{EngineError, NotAComponent, NotAPlugin, RuntimeError};
 use crate::plugin::{Plugin, PluginInner};
 use crate::sandbox::HostState;
 
@@ -23,29 +24,6 @@ pub(crate) const TICK: Duration = Duration::from_millis(10);
 /// Concurrent instances the pool holds by default; more simultaneous calls than this wait
 /// for a slot.
 pub const DEFAULT_MAX_INSTANCES: u32 = 64;
-
-/// The `wasi:filesystem/types` version wasmtime-wasi 48 defines (guests importing any 0.2.x
-/// are served by it); Cordon's own pieces of that interface are linked under the same name.
-pub(crate) const WASI_FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";
-
-/// The `wasi:filesystem/preopens` version wasmtime-wasi 48 defines; Cordon's `get-directories`
-/// is linked under the same name.
-pub(crate) const WASI_FILESYSTEM_PREOPENS: &str = "wasi:filesystem/preopens@0.2.12";
-
-/// The `wasi:sockets/tcp-create-socket` version wasmtime-wasi 48 defines; Cordon's
-/// `create-tcp-socket` is linked under the same name.
-pub(crate) const WASI_SOCKETS_TCP_CREATE_SOCKET: &str = "wasi:sockets/tcp-create-socket@0.2.12";
-
-/// The `wasi:http/types` version wasmtime-wasi-http 48 defines; Cordon's caps on what a call
-/// builds of it are linked under the same name.
-pub(crate) const WASI_HTTP_TYPES: &str = "wasi:http/types@0.2.12";
-
-/// Call stack a guest may use. Deep recursion traps here (reported as running out of call
-/// stack) instead of taking the host's own stack.
-pub(crate) const MAX_WASM_STACK: usize = 1 << 20;
-
-/// Largest linear memory any limit may allow (the 32-bit address space).
-pub(crate) const MAX_MEMORY: u64 = 4 << 30;
 
 /// Where a [`Runtime`] keeps compiled code, and how many calls it runs at once.
 #[derive(Debug, Clone)]
@@ -87,13 +65,12 @@ pub enum CompileEvent {
 
 /// The one engine of the process, created on first use, and its ticker.
 fn shared_engine(max_instances: u32) -> Result<&'static Engine, RuntimeError> {
-    static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
+    static ENGINE: OnceLock<Result<Engine, EngineError>> = OnceLock::new();
     ENGINE
         .get_or_init(|| {
-            let engine =
-                Engine::new(&engine_config(max_instances)).map_err(|e| format!("{e:#}"))?;
-            start_ticker(&engine)
-                .map_err(|e| format!("cannot start the epoch ticker thread: {e}"))?;
+            let engine = Engine::new(&engine_config(max_instances))
+                .map_err(|e| EngineError::Create(Arc::new(e)))?;
+            start_ticker(&engine).map_err(|e| EngineError::Ticker(Arc::new(e)))?;
             Ok(engine)
         })
         .as_ref()
@@ -133,32 +110,6 @@ fn engine_config(max_instances: u32) -> Config {
     cfg
 }
 
-/// Fails unless wasmtime-wasi already defines `func` in `instance`: Cordon's own pieces of
-/// WASI must replace wasmtime-wasi's functions, not sit beside them under another version that
-/// guests would never be given.
-fn ensure_defined(
-    linker: &mut Linker<HostState>,
-    instance: &str,
-    func: &str,
-) -> Result<(), String> {
-    linker.allow_shadowing(false);
-    // Defining a function wasmtime-wasi defines fails without shadowing; success means the
-    // name is new here (this linker is then discarded with the error).
-    let defined = linker.instance(instance).and_then(|mut types| {
-        types.func_wrap(
-            func,
-            |_: wasmtime::StoreContextMut<'_, HostState>, (): ()| Ok(()),
-        )
-    });
-    match defined {
-        Err(_) => Ok(()),
-        Ok(()) => Err(format!(
-            "wasmtime-wasi does not define `{func}` in {instance}; set the version in \
-             engine.rs to the one it links"
-        )),
-    }
-}
-
 /// One thread per engine advances the epoch; calls never start their own timers.
 fn start_ticker(engine: &Engine) -> std::io::Result<()> {
     let weak = engine.weak();
@@ -188,21 +139,46 @@ pub struct Runtime {
     inner: Arc<RuntimeInner>,
 }
 
-/// Interface name prefixes the linker provides. Anything else is refused at load time with
-/// the offending names, rather than failing later with a linker message.
-const PROVIDED: &[&str] = &[
-    "wasi:cli/",
-    "wasi:clocks/",
-    "wasi:filesystem/",
-    "wasi:io/",
-    "wasi:random/",
-    "wasi:sockets/",
-    "wasi:http/types@",
-    "wasi:http/outgoing-handler@",
-    "cordon:tool/log@",
-    "cordon:tool/bulk-read@",
-    "cordon:tool/types@",
+/// What the linker provides: each entry an import-name prefix, and how it is named in the
+/// message refusing a component that imports anything else (`None` when an entry before it
+/// already names it). Anything else is refused at load time with the offending names, rather
+/// than failing later with a linker message.
+const PROVIDED: &[(&str, Option<&str>)] = &[
+    ("wasi:cli/", Some("wasi:cli")),
+    ("wasi:clocks/", Some("wasi:clocks")),
+    ("wasi:filesystem/", Some("wasi:filesystem")),
+    ("wasi:io/", Some("wasi:io")),
+    ("wasi:random/", Some("wasi:random")),
+    ("wasi:sockets/", Some("wasi:sockets")),
+    (
+        "wasi:http/types@",
+        Some("wasi:http (types, outgoing-handler)"),
+    ),
+    ("wasi:http/outgoing-handler@", None),
+    ("cordon:tool/log@", Some("cordon:tool/log")),
+    (
+        "cordon:tool/bulk-read@",
+        Some("cordon:tool/bulk-read (0.1.2: sifting readers)"),
+    ),
+    ("cordon:tool/types@", None),
 ];
+
+/// Whether the linker provides the interface `import`.
+fn provided(import: &str) -> bool {
+    PROVIDED
+        .iter()
+        .any(|(prefix, _)| import.starts_with(prefix))
+}
+
+/// What the linker provides, for messages: "a, b, … and z".
+pub(crate) fn provided_list() -> String {
+    let names: Vec<&str> = PROVIDED.iter().filter_map(|(_, name)| *name).collect();
+    match names.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
 
 impl Runtime {
     /// Creates a runtime on the process-wide engine, with its cache in `config.cache_dir`
@@ -210,45 +186,8 @@ impl Runtime {
     pub fn new(config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
         let engine = shared_engine(config.max_instances)?.clone();
         let mut linker: Linker<HostState> = Linker::new(&engine);
-        let link = |e: wasmtime::Error| {
-            RuntimeError::Engine(format!("cannot set up host interfaces: {e:#}"))
-        };
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(link)?;
-        // Cordon's own pieces of wasi:filesystem over wasmtime-wasi's: the granted
-        // directories opened by the host without following links, listings typed from the
-        // listing itself instead of a stat per entry, lookups a fresh listing answers, and
-        // caps on open descriptors and file streams; and of wasi:sockets, a cap on TCP
-        // sockets.
-        ensure_defined(
-            &mut linker,
-            WASI_FILESYSTEM_TYPES,
-            "[method]descriptor.open-at",
-        )
-        .map_err(RuntimeError::Engine)?;
-        ensure_defined(&mut linker, WASI_FILESYSTEM_PREOPENS, "get-directories")
-            .map_err(RuntimeError::Engine)?;
-        ensure_defined(
-            &mut linker,
-            WASI_SOCKETS_TCP_CREATE_SOCKET,
-            "create-tcp-socket",
-        )
-        .map_err(RuntimeError::Engine)?;
-        linker.allow_shadowing(true);
-        #[cfg(unix)]
-        crate::readdir::shadow(&mut linker).map_err(link)?;
-        #[cfg(unix)]
-        crate::fresh_listing::shadow(&mut linker).map_err(link)?;
-        crate::preopens::shadow(&mut linker).map_err(link)?;
-        crate::open_files::shadow(&mut linker).map_err(link)?;
-        crate::file_streams::shadow(&mut linker).map_err(link)?;
-        crate::tcp_sockets::shadow(&mut linker).map_err(link)?;
-        linker.allow_shadowing(false);
-        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(link)?;
-        ensure_defined(&mut linker, WASI_HTTP_TYPES, "[constructor]fields")
-            .map_err(RuntimeError::Engine)?;
-        linker.allow_shadowing(true);
-        crate::http_limits::shadow(&mut linker).map_err(link)?;
-        linker.allow_shadowing(false);
+        crate::wasi_overrides::link(&mut linker).map_err(RuntimeError::Engine)?;
+        let link = |e: wasmtime::Error| RuntimeError::Engine(EngineError::Link(Arc::new(e)));
         bindings::Plugin::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
             &mut linker,
             |s| s,
@@ -294,15 +233,14 @@ impl Runtime {
     ) -> Result<Plugin, RuntimeError> {
         let sha = sha256_hex.to_ascii_lowercase();
         let bytes = || {
-            let wasm = read().map_err(|e| {
-                RuntimeError::Unreadable(format!("cannot read the component ({e})"))
-            })?;
+            let wasm = read().map_err(RuntimeError::Unreadable)?;
             check_header(&wasm)?;
             let actual = hex::encode(Sha256::digest(&wasm));
             if actual != sha {
-                return Err(RuntimeError::Unreadable(format!(
-                    "the component's bytes have digest sha256:{actual}, not the expected sha256:{sha}"
-                )));
+                return Err(RuntimeError::DigestMismatch {
+                    actual,
+                    expected: sha.clone(),
+                });
             }
             Ok(Cow::Owned(wasm))
         };
@@ -342,8 +280,7 @@ impl Runtime {
     ) -> Result<(Component, Option<CompiledPin>), RuntimeError> {
         progress(CompileEvent::Started { bytes: wasm.len() });
         let start = Instant::now();
-        let component = Component::new(&self.inner.engine, wasm)
-            .map_err(|e| RuntimeError::Invalid(format!("{e:#}")))?;
+        let component = Component::new(&self.inner.engine, wasm).map_err(RuntimeError::Invalid)?;
         let elapsed = start.elapsed();
         progress(CompileEvent::Finished { elapsed });
         tracing::debug!(bytes = wasm.len(), ?elapsed, "compiled component");
@@ -375,11 +312,7 @@ impl Runtime {
             }
             imports.push(name.to_string());
         }
-        let unsupported: Vec<String> = imports
-            .iter()
-            .filter(|i| !PROVIDED.iter().any(|p| i.starts_with(p)))
-            .cloned()
-            .collect();
+        let unsupported: Vec<String> = imports.iter().filter(|i| !provided(i)).cloned().collect();
         if !unsupported.is_empty() {
             return Err(RuntimeError::UnsupportedImports {
                 imports: unsupported,
@@ -389,9 +322,7 @@ impl Runtime {
             .exports(engine)
             .any(|(name, _)| name.starts_with("cordon:tool/tools@"));
         if !exports_tools {
-            return Err(RuntimeError::NotAPlugin(
-                "it does not export `cordon:tool/tools`".into(),
-            ));
+            return Err(RuntimeError::NotAPlugin(NotAPlugin::NoToolsExport));
         }
         let pre = self.inner.linker.instantiate_pre(&component).map_err(|e| {
             RuntimeError::UnsupportedImports {
@@ -399,7 +330,7 @@ impl Runtime {
             }
         })?;
         let pre = bindings::PluginPre::new(pre)
-            .map_err(|e| RuntimeError::NotAPlugin(format!("{e:#}")))?;
+            .map_err(|e| RuntimeError::NotAPlugin(NotAPlugin::Exports(e)))?;
         Ok(Plugin::new(PluginInner {
             runtime: self.inner.clone(),
             pre,
@@ -413,20 +344,15 @@ impl Runtime {
 /// Tells a core module, a non-wasm file and a component apart before compiling, so the error
 /// says what the file actually is.
 fn check_header(wasm: &[u8]) -> Result<(), RuntimeError> {
-    if wasm.len() < 8 || &wasm[0..4] != b"\0asm" {
-        return Err(RuntimeError::NotAComponent(
-            "the file does not start with the WebAssembly magic bytes; is it a .wasm file?".into(),
-        ));
-    }
-    match &wasm[4..8] {
-        [0x0d, 0x00, 0x01, 0x00] => Ok(()),
-        [0x01, 0x00, 0x00, 0x00] => Err(RuntimeError::NotAComponent(
-            "this is a core WebAssembly module, not a component; build for the wasm32-wasip2 target \
-             or wrap it with `wasm-tools component new`"
-                .into(),
-        )),
-        v => Err(RuntimeError::NotAComponent(format!(
-            "unknown WebAssembly version/layer {v:02x?}; Cordon runs WASI Preview 2 components"
-        ))),
+    let refused = |why| Err(RuntimeError::NotAComponent(why));
+    match wasm.first_chunk::<8>() {
+        Some([b'\0', b'a', b's', b'm', 0x0d, 0x00, 0x01, 0x00]) => Ok(()),
+        Some([b'\0', b'a', b's', b'm', 0x01, 0x00, 0x00, 0x00]) => {
+            refused(NotAComponent::CoreModule)
+        }
+        Some([b'\0', b'a', b's', b'm', a, b, c, d]) => {
+            refused(NotAComponent::UnknownLayer([*a, *b, *c, *d]))
+        }
+        _ => refused(NotAComponent::NoMagic),
     }
 }

@@ -11,15 +11,8 @@ use cordon_core::{HttpOrigin, HttpScheme};
 use http::Request;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
+use crate::caps::{HTTP_OUTGOING_BODY_CHUNK, MAX_HTTP_CONNECTIONS_PER_CALL};
 use crate::http_send::{Resolver, checked_addresses, send_pinned};
-
-/// Connections one call may have open at once. Each is a socket of the host process that
-/// would otherwise stay open as long as the plugin keeps its request or response (up to its
-/// time limit), so a plugin with a network grant could exhaust the host's descriptors.
-pub(crate) const MAX_CONNECTIONS_PER_CALL: usize = 32;
-
-/// Largest write an outgoing HTTP body takes at once.
-const OUTGOING_BODY_CHUNK_SIZE: usize = 256 << 10;
 
 /// Allowed origins of one call, the plugin name for log messages, and the call's connection
 /// budget.
@@ -43,7 +36,9 @@ impl HttpPolicy {
             origins,
             plugin,
             resolver,
-            connections: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS_PER_CALL)),
+            connections: std::sync::Arc::new(tokio::sync::Semaphore::new(
+                MAX_HTTP_CONNECTIONS_PER_CALL,
+            )),
             warned: false,
         }
     }
@@ -150,7 +145,7 @@ impl WasiHttpHooks for HttpPolicy {
                 tracing::warn!(
                     target: "cordon::sandbox",
                     plugin = %self.plugin,
-                    "refusing HTTP requests: the call has {MAX_CONNECTIONS_PER_CALL} connections \
+                    "refusing HTTP requests: the call has {MAX_HTTP_CONNECTIONS_PER_CALL} connections \
                      open, the most one call may have"
                 );
             }
@@ -174,7 +169,7 @@ impl WasiHttpHooks for HttpPolicy {
     /// never sent keeps it for the rest of the call (the default, 1 MiB chunks, let 64 such
     /// requests hold 128 MiB).
     fn p2_outgoing_body_chunk_size(&mut self) -> usize {
-        OUTGOING_BODY_CHUNK_SIZE
+        HTTP_OUTGOING_BODY_CHUNK
     }
 }
 

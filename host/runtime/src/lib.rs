@@ -17,23 +17,16 @@
 mod bindings;
 mod bulk_read;
 mod cache;
+mod caps;
 mod engine;
 mod error;
-mod file_streams;
-#[cfg(unix)]
-mod fresh_listing;
-mod http_limits;
 mod http_policy;
 mod http_send;
 mod live_handles;
-mod open_files;
 mod output;
 mod plugin;
-mod preopens;
-#[cfg(unix)]
-mod readdir;
 mod sandbox;
-mod tcp_sockets;
+mod wasi_overrides;
 
 pub use cache::compiled_file_name;
 pub use cordon_core::{
@@ -41,14 +34,14 @@ pub use cordon_core::{
     ToolError,
 };
 pub use engine::{CompileEvent, DEFAULT_MAX_INSTANCES, Runtime, RuntimeConfig};
-pub use error::{CallError, RuntimeError};
+pub use error::{CallError, Denial, EngineError, NotAComponent, NotAPlugin, RuntimeError};
 pub use plugin::{Plugin, ToolOutput};
 pub use sandbox::{EnvSource, Sandbox};
 
 /// How many lookups of names a directory listing had just shown absent were answered from
-/// that listing instead of the filesystem, in this process (see `fresh_listing`). For tests
+/// that listing instead of the filesystem, in this process (see `wasi_overrides::filesystem_types::fresh_listing`). For tests
 /// and diagnostics.
 #[cfg(unix)]
 pub fn lookups_answered_from_listings() -> u64 {
-    fresh_listing::answered()
+    wasi_overrides::filesystem_types::fresh_listing::answered()
 }

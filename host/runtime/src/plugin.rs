@@ -10,6 +10,7 @@ use cordon_core::{
 use wasmtime::{Store, UpdateDeadline};
 
 use crate::bindings;
+use crate::caps::{MAX_CONTENT_PIECES, MAX_HANDLES_PER_CALL, MAX_WASM_STACK};
 use crate::engine::RuntimeInner;
 use crate::error::CallError;
 use crate::sandbox::{HostState, Sandbox, build_state};
@@ -21,10 +22,6 @@ pub(crate) struct PluginInner {
     pub(crate) imports: Vec<String>,
     pub(crate) compiled: Option<CompiledPin>,
 }
-
-/// Content pieces one result may have. Pieces are counted apart from the output limit's bytes:
-/// four million empty pieces are no bytes of text, but over 100 MB of host memory and JSON.
-const MAX_CONTENT_PIECES: usize = 1024;
 
 /// A compiled, linked plugin, ready to be instantiated for calls. Cheap to clone.
 #[derive(Clone)]
@@ -168,12 +165,9 @@ impl Plugin {
         tool: &str,
         arguments: &str,
     ) -> Result<ToolOutput, CallError> {
-        let ceiling = self.ceiling();
-        for g in sandbox.grants.iter() {
-            ceiling
-                .permits(g)
-                .map_err(|e| CallError::Denied(e.for_plugin(&*self.name).to_string()))?;
-        }
+        self.ceiling()
+            .permit_all(sandbox.grants.iter())
+            .map_err(|e| CallError::Denied(e.for_plugin(&*self.name).into()))?;
         let limits = &sandbox.limits;
         if arguments.len() as u64 > limits.args {
             return Err(CallError::LimitExceeded {
@@ -280,12 +274,12 @@ impl Plugin {
         let limits = sandbox.limits;
         let state = build_state(sandbox, self.name.clone())?;
         let mut store = Store::new(&self.inner.runtime.engine, state);
-        store.limiter(|s| &mut s.limiter);
-        store.set_max_component_handles(crate::sandbox::MAX_HANDLES_PER_CALL);
+        store.limiter(|s| &mut s.budget.limiter);
+        store.set_max_component_handles(MAX_HANDLES_PER_CALL);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|mut ctx| {
-            if Instant::now() >= ctx.data().deadline {
-                ctx.data_mut().timed_out = true;
+            if Instant::now() >= ctx.data().budget.deadline {
+                ctx.data_mut().budget.timed_out = true;
                 Ok(UpdateDeadline::Interrupt)
             } else {
                 Ok(UpdateDeadline::Yield(1))
@@ -301,7 +295,7 @@ impl Plugin {
         let outcome = tokio::time::timeout(limits.time, work).await;
         let data = store.data();
         // What the plugin wrote last says where it was when it was stopped or crashed.
-        let with_last_output = |msg: String| match data.output.last_lines(LAST_OUTPUT_LINES) {
+        let with_last_output = |msg: String| match data.out.pipe.last_lines(LAST_OUTPUT_LINES) {
             Some(lines) => format!("{msg}; last plugin output:\n{lines}"),
             None => msg,
         };
@@ -316,15 +310,15 @@ impl Plugin {
             Err(_elapsed) => return Err(time_exceeded()),
             Ok(r) => r,
         };
-        let (stderr, output_truncated) = data.output.take();
-        let truncated = output_truncated || data.log.dropped() > 0;
+        let (stderr, output_truncated) = data.out.pipe.take();
+        let truncated = output_truncated || data.out.log.dropped() > 0;
         match result {
             Ok(r) => Ok((r, stderr, truncated)),
             Err(e) => {
-                if data.timed_out {
+                if data.budget.timed_out {
                     return Err(time_exceeded());
                 }
-                if let Some(wanted) = data.limiter.exceeded {
+                if let Some(wanted) = data.budget.limiter.exceeded {
                     return Err(CallError::LimitExceeded {
                         limit: LimitKind::Memory,
                         detail: with_last_output(format!(
@@ -341,14 +335,14 @@ impl Plugin {
                         "it ran out of call stack ({}): the code recursed too deeply, for \
                          example into data nested thousands of levels; reduce the depth of \
                          recursion or nesting",
-                        format_bytes(crate::engine::MAX_WASM_STACK as u64)
+                        format_bytes(MAX_WASM_STACK as u64)
                     ),
                     Some(trap) => trap.to_string(),
                     None if held_too_many_handles(&e) => format!(
                         "it held more than {} handles at once (open files, streams, sockets, \
                          pollables, HTTP requests and fields …), the most one call may hold; \
                          drop what it no longer uses",
-                        crate::sandbox::MAX_HANDLES_PER_CALL
+                        MAX_HANDLES_PER_CALL
                     ),
                     None => format!("{e:#}"),
                 };

@@ -15,9 +15,21 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::bindings::cordon::tool::log;
+use crate::caps::{MAX_HANDLES_PER_CALL, MAX_HTTP_FIELDS_BYTES, MAX_TABLE_ELEMENTS};
 use crate::error::CallError;
 use crate::http_policy::HttpPolicy;
+#[cfg(unix)]
+use crate::live_handles::Created;
 use crate::output::{CappedPipe, LogSink};
+use crate::wasi_overrides::filesystem_preopens::{Preopen, open_granted};
+use crate::wasi_overrides::filesystem_types::file_streams::FileStreams;
+#[cfg(unix)]
+use crate::wasi_overrides::filesystem_types::fresh_listing::FreshListing;
+use crate::wasi_overrides::filesystem_types::open_files::OpenFiles;
+#[cfg(unix)]
+use crate::wasi_overrides::filesystem_types::readdir::{DirEntries, ListedEntry};
+use crate::wasi_overrides::http_types::HttpObjects;
+use crate::wasi_overrides::sockets_tcp_create_socket::TcpSockets;
 
 /// Where the values of granted environment variables come from.
 #[derive(Debug, Clone, Default)]
@@ -93,8 +105,7 @@ impl wasmtime::ResourceLimiter for Limiter {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        // Tables hold function references; a million entries is far beyond any real plugin.
-        if desired > 1_000_000 {
+        if desired > MAX_TABLE_ELEMENTS {
             return Err(wasmtime::Error::msg(
                 "table growth beyond 1,000,000 elements refused",
             ));
@@ -103,49 +114,72 @@ impl wasmtime::ResourceLimiter for Limiter {
     }
 }
 
-/// Handles (of files, streams, sockets, HTTP requests, pollables …) a call's guest may hold at
-/// once; one more traps. Each stands for host memory outside the guest's memory limit, and
-/// wasmtime's default of 100,000 let a guest hold gigabytes. Resource types a guest can hold
-/// many of, or large ones of, have tighter caps of their own.
-pub(crate) const MAX_HANDLES_PER_CALL: usize = 4096;
-
 /// Whether WASI's filesystem calls run on the calling thread instead of being handed to a
 /// blocking pool (see where the context is built). Descriptors Cordon opens itself
 /// (`open_files`) must be made the same way as wasmtime-wasi's.
 pub(crate) const ALLOW_BLOCKING_CURRENT_THREAD: bool = true;
 
-/// The data of one call's `Store`.
+/// The data of one call's `Store`, split by concern as wasmtime splits `WasiCtx`: what each
+/// of Cordon's host functions touches is one group, and the borrow checker can see a WASI view
+/// (context and table) apart from the rest.
 pub(crate) struct HostState {
+    /// wasmtime-wasi's context: environment, stdio, clocks, sockets policy.
     wasi: WasiCtx,
-    /// The granted directories, opened for this call (`wasi:filesystem/preopens`).
-    pub(crate) preopens: Vec<crate::preopens::Preopen>,
+    /// Every resource the guest holds a handle to (and their children), capped in size.
     pub(crate) table: ResourceTable,
-    pub(crate) open_files: crate::open_files::OpenFiles,
-    pub(crate) tcp_sockets: crate::tcp_sockets::TcpSockets,
-    pub(crate) file_streams: crate::file_streams::FileStreams,
-    pub(crate) http_objects: crate::http_limits::HttpObjects,
+    pub(crate) fs: FsState,
+    pub(crate) net: NetState,
+    pub(crate) budget: Budget,
+    pub(crate) out: CallOutput,
+}
+
+/// Cordon's side of `wasi:filesystem` and `cordon:tool/bulk-read` in one call: the granted
+/// directories it opened, and what the per-call caps count of what the guest holds.
+pub(crate) struct FsState {
+    /// The granted directories, opened for this call (`wasi:filesystem/preopens`).
+    pub(crate) preopens: Vec<Preopen>,
+    pub(crate) open_files: OpenFiles,
+    pub(crate) file_streams: FileStreams,
     /// The directory listings this call took, and whether the log already says it hit their cap.
     #[cfg(unix)]
-    pub(crate) listings: crate::live_handles::Created<crate::readdir::DirEntries>,
+    pub(crate) listings: Created<DirEntries>,
     #[cfg(unix)]
     pub(crate) listings_warned: bool,
     #[cfg(unix)]
-    pub(crate) last_listed: Option<crate::readdir::ListedEntry>,
+    pub(crate) last_listed: Option<ListedEntry>,
     /// Devices this call listed directories on, and whether listings there carry real inode
     /// numbers.
     #[cfg(unix)]
     pub(crate) listed_devices: Vec<(u64, bool)>,
     /// The last listing, while it may answer lookups of names it lacks.
     #[cfg(unix)]
-    pub(crate) fresh_listing: crate::fresh_listing::FreshListing,
+    pub(crate) fresh_listing: FreshListing,
     /// What `bulk-read` readers of this call hold.
     pub(crate) bulk_read: crate::bulk_read::CallBudget,
+}
+
+/// The network side of one call: what the caps count of its sockets and HTTP objects, and
+/// wasmtime-wasi-http's context with Cordon's policy (allowed origins, pinned addresses).
+pub(crate) struct NetState {
+    pub(crate) tcp_sockets: TcpSockets,
+    pub(crate) http_objects: HttpObjects,
     http: WasiHttpCtx,
     hooks: HttpPolicy,
+}
+
+/// The call's resource limits as it runs: memory counted across its memories, and the
+/// wall-clock deadline the epoch callback checks; each remembers having stopped the call, so
+/// the error names the limit instead of a bare trap.
+pub(crate) struct Budget {
     pub(crate) limiter: Limiter,
     pub(crate) deadline: Instant,
     pub(crate) timed_out: bool,
-    pub(crate) output: CappedPipe,
+}
+
+/// Where the guest's output goes: stdout and stderr into one capped pipe, `cordon:tool/log`
+/// records into the host log within the same log limit.
+pub(crate) struct CallOutput {
+    pub(crate) pipe: CappedPipe,
     pub(crate) log: LogSink,
 }
 
@@ -161,9 +195,9 @@ impl WasiView for HostState {
 impl WasiHttpView for HostState {
     fn http(&mut self) -> WasiHttpCtxView<'_> {
         WasiHttpCtxView {
-            ctx: &mut self.http,
+            ctx: &mut self.net.http,
             table: &mut self.table,
-            hooks: &mut self.hooks,
+            hooks: &mut self.net.hooks,
         }
     }
 }
@@ -177,7 +211,7 @@ impl log::Host for HostState {
             log::Level::Warn => tracing::Level::WARN,
             log::Level::Error => tracing::Level::ERROR,
         };
-        self.log.write(level, &message, &fields);
+        self.out.log.write(level, &message, &fields);
     }
 }
 
@@ -185,14 +219,14 @@ impl crate::bindings::cordon::tool::types::Host for HostState {}
 
 /// Builds the store data for one call from the sandbox. Refuses (as `Denied`) a directory grant
 /// whose host directory vanished, now resolves elsewhere (e.g. replaced by a symlink) or
-/// overlaps Cordon's own state (see `preopens::open_granted`).
+/// overlaps Cordon's own state (see `wasi_overrides::filesystem_preopens::open_granted`).
 pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostState, CallError> {
     let limits = &sandbox.limits;
     let mut b = WasiCtxBuilder::new();
     // Run filesystem calls on the calling thread instead of tokio's blocking pool: a directory
-    // walk makes hundreds of thousands of them, and the hand-off per call cost 5x in the files
-    // tool (measured: find_files 5.5 s -> 1.0 s over 24k files). Each call is short, and the
-    // epoch deadline still bounds how long a guest holds the thread.
+    // walk makes hundreds of thousands of them, and the hand-off per call made the files tool's
+    // searches about five times slower. Each call is short, and the epoch deadline still bounds
+    // how long a guest holds the thread.
     b.allow_blocking_current_thread(ALLOW_BLOCKING_CURRENT_THREAD);
     let output = CappedPipe::new(
         usize::try_from(limits.log).unwrap_or(usize::MAX),
@@ -205,7 +239,7 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
     let mut preopens = Vec::new();
     for fs in sandbox.grants.fs() {
         all_read_only &= fs.mode == FsMode::ReadOnly;
-        preopens.push(crate::preopens::open_granted(fs, &sandbox.reserved)?);
+        preopens.push(open_granted(fs, &sandbox.reserved)?);
     }
 
     for name in sandbox.grants.env_names() {
@@ -237,7 +271,6 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
 
     Ok(HostState {
         wasi: b.build(),
-        preopens,
         table: {
             let mut table = ResourceTable::new();
             // The host's table also holds entries the guest has no handle to (a connection's
@@ -245,39 +278,48 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
             table.set_max_capacity(2 * MAX_HANDLES_PER_CALL);
             table
         },
-        open_files: Default::default(),
-        tcp_sockets: Default::default(),
-        file_streams: Default::default(),
-        http_objects: Default::default(),
-        #[cfg(unix)]
-        listings: Default::default(),
-        #[cfg(unix)]
-        listings_warned: false,
-        #[cfg(unix)]
-        last_listed: None,
-        #[cfg(unix)]
-        listed_devices: Vec::new(),
-        #[cfg(unix)]
-        fresh_listing: crate::fresh_listing::FreshListing::new(all_read_only),
-        bulk_read: Default::default(),
-        http: {
-            let mut http = WasiHttpCtx::new();
-            http.set_field_size_limit(crate::http_limits::FIELD_SIZE_LIMIT);
-            http
+        fs: FsState {
+            preopens,
+            open_files: Default::default(),
+            file_streams: Default::default(),
+            #[cfg(unix)]
+            listings: Default::default(),
+            #[cfg(unix)]
+            listings_warned: false,
+            #[cfg(unix)]
+            last_listed: None,
+            #[cfg(unix)]
+            listed_devices: Vec::new(),
+            #[cfg(unix)]
+            fresh_listing: FreshListing::new(all_read_only),
+            bulk_read: Default::default(),
         },
-        hooks: HttpPolicy::new(
-            sandbox.grants.http_origins().cloned().collect(),
-            plugin.clone(),
-            crate::http_send::system_resolver(),
-        ),
-        limiter: Limiter {
-            limit: limits.memory,
-            used: 0,
-            exceeded: None,
+        net: NetState {
+            tcp_sockets: Default::default(),
+            http_objects: Default::default(),
+            http: {
+                let mut http = WasiHttpCtx::new();
+                http.set_field_size_limit(MAX_HTTP_FIELDS_BYTES);
+                http
+            },
+            hooks: HttpPolicy::new(
+                sandbox.grants.http_origins().cloned().collect(),
+                plugin.clone(),
+                crate::http_send::system_resolver(),
+            ),
         },
-        deadline: Instant::now() + limits.time,
-        timed_out: false,
-        output,
-        log: LogSink::new(usize::try_from(limits.log).unwrap_or(usize::MAX), plugin),
+        budget: Budget {
+            limiter: Limiter {
+                limit: limits.memory,
+                used: 0,
+                exceeded: None,
+            },
+            deadline: Instant::now() + limits.time,
+            timed_out: false,
+        },
+        out: CallOutput {
+            pipe: output,
+            log: LogSink::new(usize::try_from(limits.log).unwrap_or(usize::MAX), plugin),
+        },
     })
 }

@@ -5,7 +5,7 @@
 //! sets no bound: a plugin with nothing more than a read-only grant could open (and never
 //! close) until the process ran out of descriptors, so that for the rest of its time limit
 //! every other call, and the host itself, failed to open anything. Cordon links `open-at` over
-//! wasmtime-wasi's: a call whose opened files are still open [`MAX_OPEN_PER_CALL`] times is
+//! wasmtime-wasi's: a call whose opened files are still open [`MAX_OPEN_FILES_PER_CALL`] times is
 //! refused another until it closes one.
 //!
 //! On Unix the open itself is wasmtime-wasi's, step for step (the same flags, the same
@@ -39,12 +39,9 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
     DescriptorFlags, DescriptorType, ErrorCode, HostDescriptor, OpenFlags, PathFlags,
 };
 
-use crate::engine::WASI_FILESYSTEM_TYPES;
+use crate::caps::MAX_OPEN_FILES_PER_CALL;
 use crate::sandbox::HostState;
-
-/// Files one call may hold open at once (its preopens not counted). With the default pool of
-/// 64 concurrent calls that is 16,384 at most, within a typical 20k–1M process limit.
-pub(crate) const MAX_OPEN_PER_CALL: usize = 256;
+use crate::wasi_overrides::WASI_FILESYSTEM_TYPES;
 
 /// The host files a call opened, as long as anything (descriptor or stream) still uses them.
 #[derive(Default)]
@@ -60,10 +57,10 @@ pub(crate) struct OpenFiles {
 impl OpenFiles {
     /// Whether another file may be opened, forgetting files that were closed meanwhile.
     fn has_room(&mut self) -> bool {
-        if self.files.len() >= MAX_OPEN_PER_CALL {
+        if self.files.len() >= MAX_OPEN_FILES_PER_CALL {
             self.files.retain(|file| file.strong_count() > 0);
         }
-        self.files.len() < MAX_OPEN_PER_CALL
+        self.files.len() < MAX_OPEN_FILES_PER_CALL
     }
 }
 
@@ -139,9 +136,9 @@ async fn open(
             };
         }
     }
-    if !std::mem::replace(&mut state.open_files.pipe_warned, true) {
+    if !std::mem::replace(&mut state.fs.open_files.pipe_warned, true) {
         tracing::warn!(
-            plugin = %state.log.plugin,
+            plugin = %state.out.log.plugin,
             %path,
             "refusing to open a named pipe or socket: opening or reading one waits for the \
              other end, where no time limit can stop it"
@@ -165,11 +162,11 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         )| {
             Box::new(async move {
                 let state = store.data_mut();
-                if !state.open_files.has_room() {
-                    if !std::mem::replace(&mut state.open_files.warned, true) {
+                if !state.fs.open_files.has_room() {
+                    if !std::mem::replace(&mut state.fs.open_files.warned, true) {
                         tracing::warn!(
-                            plugin = %state.log.plugin,
-                            "refusing to open more files: the call holds {MAX_OPEN_PER_CALL} \
+                            plugin = %state.out.log.plugin,
+                            "refusing to open more files: the call holds {MAX_OPEN_FILES_PER_CALL} \
                              open files and directories, the most one call may hold"
                         );
                     }
@@ -177,7 +174,9 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 }
                 #[cfg(unix)]
                 if let Some(answer) =
-                    crate::fresh_listing::before_open(state, &dir, &path, open_flags, flags)?
+                    crate::wasi_overrides::filesystem_types::fresh_listing::before_open(
+                        state, &dir, &path, open_flags, flags,
+                    )?
                 {
                     return Ok((Err(answer),));
                 }
@@ -191,11 +190,13 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 };
                 // Where an opened directory came from, if its listing may answer lookups.
                 #[cfg(unix)]
-                if state.fresh_listing.wants(&path) {
+                if state.fs.fresh_listing.wants(&path) {
                     let base = Resource::<Descriptor>::new_borrow(dir.rep());
-                    crate::fresh_listing::after_open(state, &base, &path, &fd)?;
+                    crate::wasi_overrides::filesystem_types::fresh_listing::after_open(
+                        state, &base, &path, &fd,
+                    )?;
                 }
-                state.open_files.files.push(file);
+                state.fs.open_files.files.push(file);
                 Ok((Ok(fd),))
             })
         },

@@ -2,11 +2,31 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use cordon_core::{CompiledPin, Content, Grant, Grants, Limits};
 use cordon_runtime::{CallError, EnvSource, Plugin, Runtime, RuntimeConfig, Sandbox, ToolOutput};
 use serde_json::Value;
+
+/// Held by every test while it runs: shared by most, taken alone by a test that must be the
+/// only one running in the process.
+static PROCESS: RwLock<()> = RwLock::new(());
+
+/// A test's share of the process; others may run beside it, but no `alone` test.
+pub struct Shared(RwLockReadGuard<'static, ()>);
+
+/// The whole process for one test: no other test runs while it is held.
+pub struct Alone(RwLockWriteGuard<'static, ()>);
+
+/// Takes a share of the process (a test that failed while holding it does not stop others).
+pub fn shared() -> Shared {
+    Shared(PROCESS.read().unwrap_or_else(PoisonError::into_inner))
+}
+
+/// Waits until no other test runs, and keeps it so until dropped.
+pub fn alone() -> Alone {
+    Alone(PROCESS.write().unwrap_or_else(PoisonError::into_inner))
+}
 
 pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")

@@ -3,9 +3,7 @@
 //! large for one read of the kernel's listing, files that are not directories), the identity
 //! of a listed entry, and the cap on descriptors one call holds open.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 fn symlink(target: &str, link: std::path::PathBuf) {
@@ -14,6 +12,7 @@ fn symlink(target: &str, link: std::path::PathBuf) {
 
 #[tokio::test]
 async fn entries_are_listed_with_their_own_types() {
+    let _process = shared();
     let tmp = tempfile::tempdir().unwrap();
     let d = std::fs::canonicalize(tmp.path()).unwrap();
     std::fs::write(d.join("file.txt"), "x").unwrap();
@@ -72,6 +71,7 @@ async fn entries_are_listed_with_their_own_types() {
 
 #[tokio::test]
 async fn a_listed_entry_has_the_identity_a_stat_gives_it() {
+    let _process = shared();
     let tmp = tempfile::tempdir().unwrap();
     let d = std::fs::canonicalize(tmp.path()).unwrap();
     std::fs::write(d.join("a.txt"), "a").unwrap();
@@ -113,6 +113,7 @@ async fn a_listed_entry_has_the_identity_a_stat_gives_it() {
 
 #[tokio::test]
 async fn large_directories_are_listed_whole() {
+    let _process = shared();
     let tmp = tempfile::tempdir().unwrap();
     let d = std::fs::canonicalize(tmp.path()).unwrap();
     // Long names, so the listing spans many reads of the kernel's directory stream.
@@ -138,6 +139,7 @@ async fn large_directories_are_listed_whole() {
 
 #[tokio::test]
 async fn a_call_cannot_hold_more_than_its_share_of_open_files() {
+    let _process = shared();
     let tmp = tempfile::tempdir().unwrap();
     let d = std::fs::canonicalize(tmp.path()).unwrap();
     std::fs::write(d.join("file.txt"), "x").unwrap();
@@ -181,6 +183,7 @@ async fn a_call_cannot_hold_more_than_its_share_of_open_files() {
 
 #[tokio::test]
 async fn listings_a_call_holds_are_bounded() {
+    let _process = shared();
     // A listing is collected whole in host memory and kept while the guest holds it: a call
     // holds at most 64 MiB of them. 10,000 entries with 240-byte names take ~2.8 MB each.
     let tmp = tempfile::tempdir().unwrap();

@@ -16,7 +16,7 @@
 //! - the listing could be taken, so the directory is searchable (listing reopens it as `.`):
 //!   where a lookup would fail for permission (`EACCES`), no listing is kept;
 //! - the listing was read whole without errors, names only ASCII, on a filesystem whose
-//!   listings are the truth (the set [`crate::readdir`] trusts for inode numbers); the name
+//!   listings are the truth (the set [`super::readdir`] trusts for inode numbers); the name
 //!   asked for is ASCII and no listed name equals it ignoring ASCII case (xfs `ascii-ci`, and
 //!   casefolded directories on ext4, f2fs and tmpfs, whose folding maps an ASCII name only to
 //!   names equal to it ignoring ASCII case);
@@ -41,8 +41,9 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
     DescriptorFlags, DirectoryEntry, ErrorCode, Host, HostDescriptor, OpenFlags, PathFlags,
 };
 
-use crate::engine::WASI_FILESYSTEM_TYPES;
+use crate::caps::MAX_FRESH_LISTING_ENTRIES;
 use crate::sandbox::HostState;
+use crate::wasi_overrides::WASI_FILESYSTEM_TYPES;
 
 /// How long after it was taken a listing may answer lookups. A walker asks right after
 /// listing (microseconds); this only bounds how stale an answer can be if a guest waits.
@@ -55,9 +56,6 @@ static ANSWERED: AtomicU64 = AtomicU64::new(0);
 pub fn answered() -> u64 {
     ANSWERED.load(Ordering::Relaxed)
 }
-
-/// Listings with more entries are not kept (the set is a copy of the names).
-const MAX_ENTRIES: usize = 4096;
 
 /// Directories recently opened through `open-at`, to know where a listed one came from.
 const REMEMBERED_OPENS: usize = 8;
@@ -131,7 +129,7 @@ impl FreshListing {
         I: ExactSizeIterator<Item = Result<&'a DirectoryEntry, ()>>,
     {
         self.last = None;
-        if !self.enabled || !trusted || entries.len() > MAX_ENTRIES {
+        if !self.enabled || !trusted || entries.len() > MAX_FRESH_LISTING_ENTRIES {
             return;
         }
         let Some(origin) = self
@@ -227,6 +225,7 @@ pub(crate) fn after_open(
 ) -> wasmtime::Result<()> {
     if let (Some(base), Some(dir)) = (dir_file(state, base)?, dir_file(state, opened)?) {
         state
+            .fs
             .fresh_listing
             .opened(&base, path, &dir, Instant::now());
     }
@@ -240,13 +239,13 @@ pub(crate) fn absent_at(
     base: &Resource<Descriptor>,
     path: &str,
 ) -> wasmtime::Result<bool> {
-    if state.fresh_listing.last.is_none() {
+    if state.fs.fresh_listing.last.is_none() {
         return Ok(false);
     }
     let Some(base) = dir_file(state, base)? else {
         return Ok(false);
     };
-    let absent = state.fresh_listing.absent(&base, path, Instant::now());
+    let absent = state.fs.fresh_listing.absent(&base, path, Instant::now());
     if absent {
         ANSWERED.fetch_add(1, Ordering::Relaxed);
     }
@@ -406,7 +405,9 @@ mod tests {
 
         let mut fresh = FreshListing::new(true);
         fresh.opened(&base, "a", &dir, now);
-        let many: Vec<DirectoryEntry> = (0..=MAX_ENTRIES).map(|i| entry(&i.to_string())).collect();
+        let many: Vec<DirectoryEntry> = (0..=MAX_FRESH_LISTING_ENTRIES)
+            .map(|i| entry(&i.to_string()))
+            .collect();
         fresh.listed(&dir, many.iter().map(Ok), true, now);
         assert!(!fresh.absent(&base, "a/.git", now), "too many entries");
 

@@ -4,11 +4,9 @@
 //! overlong names, opens that must fail for their flags first), the listing does answer the
 //! names it lacks in a read-only call, and a call that can write sees what it created.
 //!
-//! One test in its own binary: it reads a process-wide counter.
+//! Runs alone in the test process: it reads a process-wide counter.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 fn symlink(target: &str, link: std::path::PathBuf) {
@@ -24,6 +22,7 @@ async fn lookups(sb: &cordon_runtime::Sandbox, args: Value) -> Vec<Value> {
 
 #[tokio::test]
 async fn answers_from_a_fresh_listing_are_the_filesystems_answers() {
+    let _process = alone();
     let tmp = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(tmp.path()).unwrap();
     let d = root.join("tree/dir");

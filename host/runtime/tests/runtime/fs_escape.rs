@@ -1,11 +1,9 @@
 //! Filesystem grants attacked from inside the sandbox: every escape is refused, read-only means
 //! read-only, and the host side is checked to be untouched.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use cordon_runtime::Sandbox;
 
 struct Layout {
@@ -86,6 +84,7 @@ async fn refused(sb: &Sandbox, op: &str, path: &str, target: Option<&str>) -> St
 
 #[tokio::test]
 async fn reads_inside_work_and_escapes_are_refused() {
+    let _process = shared();
     let l = layout();
     let sb = sb(&l);
     let outside_before = snapshot(&l.outside);
@@ -142,6 +141,7 @@ async fn reads_inside_work_and_escapes_are_refused() {
 
 #[tokio::test]
 async fn read_only_grant_refuses_every_change() {
+    let _process = shared();
     let l = layout();
     let sb = sb(&l);
     let ro_before = snapshot(&l.ro);
@@ -179,6 +179,7 @@ async fn read_only_grant_refuses_every_change() {
 
 #[tokio::test]
 async fn writable_grant_cannot_move_or_link_data_out() {
+    let _process = shared();
     let l = layout();
     let sb = sb(&l);
     let outside_before = snapshot(&l.outside);
@@ -241,6 +242,7 @@ async fn writable_grant_cannot_move_or_link_data_out() {
 
 #[tokio::test]
 async fn symlinks_created_by_the_guest_cannot_be_followed_out() {
+    let _process = shared();
     let l = layout();
     let sb = sb(&l);
     let outside_before = snapshot(&l.outside);
@@ -298,6 +300,7 @@ async fn symlinks_created_by_the_guest_cannot_be_followed_out() {
 
 #[tokio::test]
 async fn no_grant_means_no_filesystem() {
+    let _process = shared();
     let l = layout();
     let sb = Sandbox::default();
     for path in [
@@ -314,6 +317,7 @@ async fn no_grant_means_no_filesystem() {
 
 #[tokio::test]
 async fn a_grant_whose_directory_was_swapped_is_refused() {
+    let _process = shared();
     let l = layout();
     let sb = sb(&l);
     // Replace the granted directory by a symlink to somewhere else after granting.
@@ -328,7 +332,7 @@ async fn a_grant_whose_directory_was_swapped_is_refused() {
     .await
     .unwrap_err();
     assert!(
-        matches!(&err, cordon_runtime::CallError::Denied(m) if m.contains("now resolves to")),
+        matches!(&err, cordon_runtime::CallError::Denied(d) if d.to_string().contains("now resolves to")),
         "{err}"
     );
 }

@@ -3,8 +3,8 @@
 //!
 //! wasmtime-wasi's preopens are opened by path when the context is built. A grant's path was
 //! resolved when it was granted and is resolved again per call, but between that resolution and
-//! an open by path, whoever can write a parent of the directory can swap in a symbolic link (a
-//! review read outside the grant in 2 of 300 calls with only sandboxed plugins racing). Here the
+//! an open by path, whoever can write a parent of the directory can swap in a symbolic link, and
+//! sandboxed plugins racing each other through a shared grant do win that race. Here the
 //! directory is opened with no symbolic link allowed anywhere in its (canonical) path (`openat2`
 //! with `RESOLVE_NO_SYMLINKS`, else one `O_NOFOLLOW` step per component), so resolving the path
 //! and opening it are one step; the handle's device and inode are what the check against
@@ -20,9 +20,9 @@ use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi::filesystem::{Descriptor, Dir};
 use wasmtime_wasi::{FsPerms, OpenMode};
 
-use crate::engine::WASI_FILESYSTEM_PREOPENS;
-use crate::error::CallError;
+use crate::error::{CallError, Denial};
 use crate::sandbox::{ALLOW_BLOCKING_CURRENT_THREAD, HostState};
+use crate::wasi_overrides::WASI_FILESYSTEM_PREOPENS;
 
 /// One granted directory of a call, opened.
 #[derive(Clone)]
@@ -41,8 +41,11 @@ pub(crate) fn open_granted(
     reserved: &ReservedPaths,
 ) -> Result<Preopen, CallError> {
     let host = &grant.host;
-    let denied = |why: String| {
-        CallError::Denied(format!("the granted directory `{}` {why}", host.display()))
+    let denied = |reason: String| {
+        CallError::Denied(Denial::Directory {
+            dir: host.clone(),
+            reason,
+        })
     };
     // The grant's path is canonical, so opening it with no link allowed anywhere is its
     // resolution and its open in one step: what opens is what the path names at that instant.
@@ -66,7 +69,7 @@ pub(crate) fn open_granted(
             cordon_core::GrantError::Reserved(overlap) => denied(format!(
                 "cannot be used: {overlap}. The call was refused; revoke this grant"
             )),
-            other => CallError::Denied(format!("{other}; the call was refused")),
+            other => CallError::Denied(Denial::Reserved(other)),
         })?;
     let (perms, mode) = match grant.mode {
         FsMode::ReadOnly => (FsPerms::ReadOnly, OpenMode::READ),
@@ -148,8 +151,8 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         |mut store: StoreContextMut<'_, HostState>, (): ()| {
             let state = store.data_mut();
             let mut out: Vec<(Resource<Descriptor>, String)> =
-                Vec::with_capacity(state.preopens.len());
-            for p in &state.preopens {
+                Vec::with_capacity(state.fs.preopens.len());
+            for p in &state.fs.preopens {
                 let fd = state.table.push(Descriptor::Dir(p.dir.clone()))?;
                 out.push((fd, p.guest_path.clone()));
             }

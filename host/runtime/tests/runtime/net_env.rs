@@ -1,13 +1,11 @@
 //! Environment and network grants attacked from inside the sandbox.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use cordon_core::{LimitKind, Limits};
 use cordon_runtime::{CallError, EnvSource, Sandbox};
 use serde_json::{Value, json};
@@ -16,8 +14,9 @@ use tokio::net::TcpListener;
 
 #[tokio::test]
 async fn only_granted_env_vars_are_visible() {
-    // SAFETY: this test binary's only environment writers are these lines, run before any
-    // call reads the environment in this test.
+    let _process = alone();
+    // SAFETY: the test runs alone in the process (no other thread reads the environment), and
+    // these lines are the only environment writers of the test binary.
     unsafe {
         std::env::set_var("CORDON_TEST_SECRET", "s3cret");
         std::env::set_var("CORDON_TEST_GRANTED", "yes");
@@ -133,6 +132,7 @@ async fn http(sb: &Sandbox, args: Value) -> Result<Value, String> {
 
 #[tokio::test]
 async fn http_allowlist_is_enforced_per_request() {
+    let _process = shared();
     let (a, a_hits) = server().await;
     let (b, b_hits) = server().await;
     let sb = sandbox(&[format!("net:http://127.0.0.1:{}", a.port())]);
@@ -217,6 +217,7 @@ async fn http_allowlist_is_enforced_per_request() {
 
 #[tokio::test]
 async fn names_are_resolved_by_the_host_and_checked() {
+    let _process = shared();
     let (a, hits) = server().await;
     // `localhost` is this machine by definition: its loopback answers are used.
     let sb = sandbox(&[format!("net:http://localhost:{}", a.port())]);
@@ -242,6 +243,7 @@ async fn names_are_resolved_by_the_host_and_checked() {
 
 #[tokio::test]
 async fn a_call_may_have_32_connections_open() {
+    let _process = shared();
     let (a, _) = server().await;
     let sb = sandbox(&[format!("net:http://127.0.0.1:{}", a.port())]);
     // 40 requests to a server that never answers: 32 stay open, the rest are refused with
@@ -277,6 +279,7 @@ async fn a_call_may_have_32_connections_open() {
 
 #[tokio::test]
 async fn a_hanging_server_is_cut_off_by_the_time_limit() {
+    let _process = shared();
     let (a, _) = server().await;
     let mut sb = sandbox(&[format!("net:http://127.0.0.1:{}", a.port())]);
     sb.limits = Limits::default().with_overrides(["time=500ms"]).unwrap();
@@ -326,6 +329,7 @@ async fn tcp_server() -> (SocketAddr, Arc<AtomicUsize>) {
 
 #[tokio::test]
 async fn tcp_connects_only_to_granted_addresses() {
+    let _process = shared();
     let (c, c_hits) = tcp_server().await;
     let (d, d_hits) = tcp_server().await;
     let tcp = |sb: Sandbox, addr: SocketAddr| async move {
@@ -369,6 +373,7 @@ async fn holding_tcp_server() -> SocketAddr {
 
 #[tokio::test]
 async fn a_call_may_hold_32_tcp_sockets() {
+    let _process = shared();
     let a = holding_tcp_server().await;
     let sb = sandbox(&[format!("net:tcp://{a}")]);
     // Every socket is a descriptor of the host process: 40 held at once would be 40, and a
@@ -409,6 +414,7 @@ async fn a_call_may_hold_32_tcp_sockets() {
 
 #[tokio::test]
 async fn a_tcp_grant_does_not_let_a_plugin_listen() {
+    let _process = shared();
     let a = holding_tcp_server().await;
     let sb = sandbox(&[format!("net:tcp://{a}")]);
     // Connecting binds to the unspecified address and port 0 first, so that bind is allowed;
@@ -425,6 +431,7 @@ async fn a_tcp_grant_does_not_let_a_plugin_listen() {
 
 #[tokio::test]
 async fn http_objects_a_call_builds_are_bounded() {
+    let _process = shared();
     // No grant is needed to build requests and header maps (only to send them), and
     // whatever is built lives in host memory: lengths and counts are capped.
     let sb = Sandbox::default();

@@ -14,13 +14,10 @@ use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemView};
 use wasmtime_wasi::p2::bindings::filesystem::types::{ErrorCode, Filesize, Host, HostDescriptor};
 use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, FsResult};
 
-use crate::engine::WASI_FILESYSTEM_TYPES;
+use crate::caps::MAX_FILE_STREAMS_PER_CALL;
 use crate::live_handles::Created;
 use crate::sandbox::HostState;
-
-/// File streams (read, write and append together) one call may hold at once: one for each
-/// file it may hold open.
-pub(crate) const MAX_FILE_STREAMS_PER_CALL: usize = crate::open_files::MAX_OPEN_PER_CALL;
+use crate::wasi_overrides::WASI_FILESYSTEM_TYPES;
 
 /// The file streams a call took.
 #[derive(Default)]
@@ -33,13 +30,13 @@ pub(crate) struct FileStreams {
 
 /// Whether the call may take another stream; if not, logs it once per call.
 fn has_room(state: &mut HostState) -> bool {
-    let streams = &mut state.file_streams;
+    let streams = &mut state.fs.file_streams;
     let room = streams.input.recorded() + streams.output.recorded() < MAX_FILE_STREAMS_PER_CALL
         || streams.input.live(&state.table) + streams.output.live(&state.table)
             < MAX_FILE_STREAMS_PER_CALL;
     if !room && !std::mem::replace(&mut streams.warned, true) {
         tracing::warn!(
-            plugin = %state.log.plugin,
+            plugin = %state.out.log.plugin,
             "refusing to open more file streams: the call holds {MAX_FILE_STREAMS_PER_CALL}, \
              the most one call may hold"
         );
@@ -98,7 +95,7 @@ fn record<T: 'static>(
 ) -> wasmtime::Result<Result<Resource<T>, ErrorCode>> {
     Ok(match taken {
         Ok(stream) => {
-            kind(&mut state.file_streams).record(&stream);
+            kind(&mut state.fs.file_streams).record(&stream);
             Ok(stream)
         }
         Err(e) => Err(Host::convert_error_code(&mut state.filesystem(), e)?),

@@ -1,10 +1,8 @@
 //! Loading components: cache, malformed input, unsupported imports, tool lists, ceilings.
 
-mod common;
-
 use std::cell::RefCell;
 
-use common::*;
+use crate::common::*;
 use cordon_core::{Ceiling, Limits};
 use cordon_runtime::{CompileEvent, Runtime, RuntimeConfig, RuntimeError};
 
@@ -18,6 +16,7 @@ fn cache_runtime(dir: &std::path::Path) -> Runtime {
 
 #[test]
 fn cached_code_is_loaded_only_as_pinned() {
+    let _process = shared();
     let dir = tempfile::tempdir().unwrap();
     let bytes = fixture_bytes("probe");
     let events = RefCell::new(Vec::new());
@@ -114,6 +113,7 @@ fn cached_code_is_loaded_only_as_pinned() {
 /// It is not loaded: the pinned component is compiled again and runs as itself.
 #[tokio::test]
 async fn planted_compiled_code_is_never_loaded() {
+    let _process = shared();
     let dir = tempfile::tempdir().unwrap();
     let rt = cache_runtime(dir.path());
     let probe = rt.load(&fixture_bytes("probe"), None, &|_| {}).unwrap();
@@ -163,6 +163,7 @@ async fn planted_compiled_code_is_never_loaded() {
 
 #[test]
 fn loading_by_digest_reads_the_component_only_to_compile_it() {
+    let _process = shared();
     let dir = tempfile::tempdir().unwrap();
     let bytes = fixture_bytes("probe");
     let sha = {
@@ -221,6 +222,7 @@ fn loading_by_digest_reads_the_component_only_to_compile_it() {
 
 #[test]
 fn malformed_components_are_refused_clearly() {
+    let _process = shared();
     let rt = runtime();
     let err = |bytes: &[u8]| {
         rt.load(bytes, None, &|_| {})
@@ -241,6 +243,7 @@ fn malformed_components_are_refused_clearly() {
 
 #[test]
 fn unsupported_import_is_named() {
+    let _process = shared();
     let e = runtime()
         .load(&fixture_bytes("badimport"), None, &|_| {})
         .err()
@@ -257,6 +260,7 @@ fn unsupported_import_is_named() {
 
 #[tokio::test]
 async fn plugins_built_against_0_1_0_still_run() {
+    let _process = shared();
     // The fixture keeps the 0.1.0 contract as it was published: the host serves it through
     // the semver-compatible 0.1.2 interfaces.
     let plugin = load("abi010");
@@ -287,6 +291,7 @@ async fn plugins_built_against_0_1_0_still_run() {
 
 #[tokio::test]
 async fn tool_lists_and_ceilings() {
+    let _process = shared();
     let p = probe();
     let tools = p.list_tools(&Limits::default()).await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
@@ -351,6 +356,7 @@ async fn tool_lists_and_ceilings() {
 /// modules and memories.
 #[tokio::test]
 async fn bundled_plugins_load_if_built() {
+    let _process = shared();
     for name in ["python", "sql", "files"] {
         let path = workspace_root().join(format!("target/plugins/{name}.wasm"));
         let Ok(bytes) = std::fs::read(&path) else {
@@ -376,6 +382,7 @@ async fn bundled_plugins_load_if_built() {
 
 #[tokio::test]
 async fn plugins_built_against_0_1_1_still_read_in_bulk() {
+    let _process = shared();
     // The fixture keeps the 0.1.1 contract, whose bulk-read reader has no sifting: the host
     // serves it through the semver-compatible 0.1.2 interface.
     let plugin = load("abi011");

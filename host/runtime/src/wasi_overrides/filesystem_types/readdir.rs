@@ -38,15 +38,9 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
     DescriptorType, DirectoryEntry, ErrorCode, Host, HostDescriptor, MetadataHashValue, PathFlags,
 };
 
-use crate::engine::WASI_FILESYSTEM_TYPES;
+use crate::caps::MAX_LISTED_BYTES_PER_CALL;
 use crate::sandbox::HostState;
-
-/// Host memory the listings a call holds may take, counted per entry as its name plus the
-/// entry's own size (~100 bytes for a typical name). A listing is collected whole when the
-/// directory is opened for listing, and kept until the guest drops it: without a bound, a
-/// plugin listing one large directory over and over held gigabytes (a review measured 517 MB
-/// for 300 listings of 20,000 entries, in 4 seconds).
-pub(crate) const MAX_LISTED_BYTES_PER_CALL: usize = 64 << 20;
+use crate::wasi_overrides::WASI_FILESYSTEM_TYPES;
 
 /// One listing, handed out an entry per `read-directory-entry` call.
 pub(crate) struct DirEntries {
@@ -90,8 +84,8 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         "[method]descriptor.read-directory",
         |mut store: StoreContextMut<'_, HostState>, (fd,): (Resource<Descriptor>,)| {
             let state = store.data_mut();
-            let held = state.listings.live_sum(&state.table, |l| l.bytes);
-            let (table, devices) = (&mut state.table, &mut state.listed_devices);
+            let held = state.fs.listings.live_sum(&state.table, |l| l.bytes);
+            let (table, devices) = (&mut state.table, &mut state.fs.listed_devices);
             let listing = match table.get(&fd)? {
                 Descriptor::Dir(dir) => list(&dir.dir, devices).map(|(entries, device)| {
                     let bytes = entries
@@ -105,6 +99,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                         .map(|e| e.as_ref().map(|(e, _)| e).map_err(|_| ()));
                     let now = std::time::Instant::now();
                     state
+                        .fs
                         .fresh_listing
                         .listed(&dir.dir, names, device.is_some(), now);
                     DirEntries {
@@ -118,9 +113,9 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
             };
             let stream = match listing {
                 Ok(entries) if held + entries.bytes > MAX_LISTED_BYTES_PER_CALL => {
-                    if !std::mem::replace(&mut state.listings_warned, true) {
+                    if !std::mem::replace(&mut state.fs.listings_warned, true) {
                         tracing::warn!(
-                            plugin = %state.log.plugin,
+                            plugin = %state.out.log.plugin,
                             "refusing to list another directory: the call's listings would take \
                              more than {} MiB of host memory, the most one call may hold",
                             MAX_LISTED_BYTES_PER_CALL >> 20
@@ -130,7 +125,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 }
                 Ok(entries) => {
                     let stream = table.push(entries)?;
-                    state.listings.record(&stream);
+                    state.fs.listings.record(&stream);
                     Ok(stream)
                 }
                 Err(code) => Err(code),
@@ -144,7 +139,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
             let state = store.data_mut();
             let listing = state.table.get_mut(&stream)?;
             let next = listing.entries.next();
-            state.last_listed = match (&next, listing.device) {
+            state.fs.last_listed = match (&next, listing.device) {
                 (Some(Ok((entry, inode))), Some(device))
                     if entry.type_ != DescriptorType::Directory =>
                 {
@@ -165,7 +160,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
          (fd, path_flags, path): (Resource<Descriptor>, PathFlags, String)| {
             Box::new(async move {
                 let state = store.data_mut();
-                if let Some(listed) = state.last_listed.take()
+                if let Some(listed) = state.fs.last_listed.take()
                     && !path_flags.contains(PathFlags::SYMLINK_FOLLOW)
                     && listed.name == path
                     && let Descriptor::Dir(dir) = state.table.get(&fd)?
@@ -173,7 +168,9 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 {
                     return Ok((Ok(metadata_hash(listed.identity)),));
                 }
-                if crate::fresh_listing::absent_at(state, &fd, &path)? {
+                if crate::wasi_overrides::filesystem_types::fresh_listing::absent_at(
+                    state, &fd, &path,
+                )? {
                     return Ok((Err(ErrorCode::NoEntry),));
                 }
                 let mut fs = state.filesystem();

@@ -1,15 +1,13 @@
 //! Races against the sandbox's opens: a named pipe swapped in under `open-at` (see
 //! `open_files` in the runtime), a link swapped in for a granted directory (`preopens`).
 //!
-//! In its own test binary: its swapper keeps a core busy, which would disturb the timing of
-//! tests running beside it.
+//! Runs alone in the test process: its swapper keeps a core busy, which would disturb the
+//! timing of tests running beside it.
 #![cfg(unix)]
-
-mod common;
 
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use cordon_core::Limits;
 
 /// Someone who can write a granted directory swaps a named pipe and a regular file at one
@@ -18,6 +16,7 @@ use cordon_core::Limits;
 /// within the first call); the non-blocking open after the look finds what the look missed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn swapping_a_pipe_in_under_the_open_cannot_make_it_wait() {
+    let _process = alone();
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let tmp = tempfile::tempdir().unwrap();
@@ -91,6 +90,7 @@ async fn swapping_a_pipe_in_under_the_open_cannot_make_it_wait() {
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn swapping_a_link_in_for_the_granted_directory_never_reaches_outside() {
+    let _process = alone();
     use rustix::fs::{CWD, RenameFlags, renameat_with};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

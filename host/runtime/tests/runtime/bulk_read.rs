@@ -2,9 +2,7 @@
 //! files inside the call's grants are read (`..`, absolute paths, links out, trailing slashes,
 //! FIFOs, hard links), within the size and queue bounds, without threads outliving the call.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use cordon_runtime::Sandbox;
 use serde_json::{Value, json};
 
@@ -31,6 +29,7 @@ fn results(out: &Value) -> Vec<(String, Value)> {
 
 #[tokio::test]
 async fn files_come_back_whole_in_the_order_queued() {
+    let _process = shared();
     let tmp = tempfile::tempdir().unwrap();
     let d = std::fs::canonicalize(tmp.path()).unwrap();
     // Names whose order is not the directory's or alphabetical, some empty files, one
@@ -87,6 +86,7 @@ async fn files_come_back_whole_in_the_order_queued() {
 
 #[tokio::test]
 async fn only_regular_files_inside_the_grants_are_read() {
+    let _process = shared();
     let tmp = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(tmp.path()).unwrap();
     let (d, outside) = (root.join("granted"), root.join("outside"));
@@ -169,6 +169,7 @@ async fn only_regular_files_inside_the_grants_are_read() {
 
 #[tokio::test]
 async fn sizes_and_queues_are_bounded() {
+    let _process = shared();
     let tmp = tempfile::tempdir().unwrap();
     let d = std::fs::canonicalize(tmp.path()).unwrap();
     std::fs::write(d.join("ten"), "0123456789").unwrap();
@@ -222,6 +223,7 @@ async fn sizes_and_queues_are_bounded() {
 
 #[tokio::test]
 async fn a_take_hands_over_at_most_8_mib_unless_one_file_is_larger() {
+    let _process = shared();
     let tmp = tempfile::tempdir().unwrap();
     let d = std::fs::canonicalize(tmp.path()).unwrap();
     for i in 0..5 {
@@ -248,6 +250,7 @@ async fn a_take_hands_over_at_most_8_mib_unless_one_file_is_larger() {
 
 #[tokio::test]
 async fn a_call_may_hold_16_readers() {
+    let _process = shared();
     let sb = Sandbox::default();
     let out = bulk(&sb, json!({"paths": [], "readers": 16})).await;
     assert_eq!(out["files"], json!([]));
@@ -274,6 +277,8 @@ fn reader_threads() -> usize {
 
 #[tokio::test]
 async fn a_call_that_stops_taking_leaves_no_reader_behind() {
+    // Alone: it counts the process's reader threads, which other tests' calls would start.
+    let _process = alone();
     let tmp = tempfile::tempdir().unwrap();
     let d = std::fs::canonicalize(tmp.path()).unwrap();
     for i in 0..500 {
@@ -300,6 +305,7 @@ async fn a_call_that_stops_taking_leaves_no_reader_behind() {
 
 #[tokio::test]
 async fn a_sifting_reader_hands_over_only_files_with_a_needle() {
+    let _process = shared();
     let tmp = tempfile::tempdir().unwrap();
     let d = std::fs::canonicalize(tmp.path()).unwrap();
     let mut no_needle_large = b"x".repeat(9 << 20);
@@ -408,6 +414,7 @@ async fn a_sifting_reader_hands_over_only_files_with_a_needle() {
 
 #[tokio::test]
 async fn a_sifting_reader_refuses_needles_it_cannot_use() {
+    let _process = shared();
     let sb = sandbox(&[]);
     let cases = [
         (json!(["ok", ""]), "needle 1 is empty"),

@@ -20,13 +20,10 @@ use wasmtime_wasi::p2::bindings::sockets::network::{ErrorCode, Host as _, IpAddr
 use wasmtime_wasi::p2::bindings::sockets::tcp_create_socket::Host as _;
 use wasmtime_wasi::sockets::WasiSocketsView;
 
-use crate::engine::WASI_SOCKETS_TCP_CREATE_SOCKET;
+use crate::caps::MAX_TCP_SOCKETS_PER_CALL;
 use crate::live_handles::Created;
 use crate::sandbox::HostState;
-
-/// TCP sockets one call may hold at once. With the default pool of 64 concurrent calls that
-/// is 2,048 at most, beside the open-files cap's 16,384.
-pub(crate) const MAX_TCP_SOCKETS_PER_CALL: usize = 32;
+use crate::wasi_overrides::WASI_SOCKETS_TCP_CREATE_SOCKET;
 
 /// The sockets a call created.
 #[derive(Default)]
@@ -39,6 +36,7 @@ pub(crate) struct TcpSockets {
 /// Whether the call may create another socket.
 fn has_room(state: &mut HostState) -> bool {
     state
+        .net
         .tcp_sockets
         .created
         .has_room(&state.table, MAX_TCP_SOCKETS_PER_CALL)
@@ -53,9 +51,9 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         |mut store: StoreContextMut<'_, HostState>, (family,): (IpAddressFamily,)| {
             let state = store.data_mut();
             if !has_room(state) {
-                if !std::mem::replace(&mut state.tcp_sockets.warned, true) {
+                if !std::mem::replace(&mut state.net.tcp_sockets.warned, true) {
                     tracing::warn!(
-                        plugin = %state.log.plugin,
+                        plugin = %state.out.log.plugin,
                         "refusing to create more TCP sockets: the call holds \
                          {MAX_TCP_SOCKETS_PER_CALL}, the most one call may hold"
                     );
@@ -67,7 +65,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 Ok(socket) => socket,
                 Err(e) => return Ok((Err(sockets.convert_error_code(e)?),)),
             };
-            state.tcp_sockets.created.record(&created);
+            state.net.tcp_sockets.created.record(&created);
             Ok((Ok(created),))
         },
     )?;

@@ -1,11 +1,9 @@
 //! Misbehaving plugins are stopped with a clear error naming the limit, and the same runtime
 //! then serves normal calls.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use cordon_core::{Content, LimitKind, Limits};
 use cordon_runtime::{CallError, Sandbox};
 use serde_json::json;
@@ -31,6 +29,7 @@ fn assert_limit(e: &CallError, kind: LimitKind, value: &str) {
 
 #[tokio::test]
 async fn infinite_loop_is_stopped_by_the_time_limit() {
+    let _process = shared();
     let start = Instant::now();
     let e = call(runaway(), &limited(&["time=300ms"]), "spin", json!({}))
         .await
@@ -56,6 +55,7 @@ async fn infinite_loop_is_stopped_by_the_time_limit() {
 
 #[tokio::test]
 async fn spinning_calls_do_not_block_each_other() {
+    let _process = shared();
     // Two spinning calls and a normal one on a current-thread runtime: the epoch yields let
     // the normal call finish long before the spinners are stopped.
     let sb = limited(&["time=2s"]);
@@ -79,6 +79,7 @@ async fn spinning_calls_do_not_block_each_other() {
 
 #[tokio::test]
 async fn memory_bomb_is_stopped_by_the_memory_limit() {
+    let _process = shared();
     let e = call(runaway(), &limited(&["memory=64MiB"]), "hog", json!({}))
         .await
         .unwrap_err();
@@ -98,6 +99,7 @@ async fn memory_bomb_is_stopped_by_the_memory_limit() {
 
 #[tokio::test]
 async fn output_flood_is_refused() {
+    let _process = shared();
     let e = call(runaway(), &Sandbox::default(), "flood", json!({}))
         .await
         .unwrap_err();
@@ -141,6 +143,7 @@ async fn output_flood_is_refused() {
 
 #[tokio::test]
 async fn stderr_flood_is_capped_without_failing_the_plugin() {
+    let _process = shared();
     let out = call(
         runaway(),
         &limited(&["log=4KiB"]),
@@ -170,6 +173,7 @@ async fn stderr_flood_is_capped_without_failing_the_plugin() {
 
 #[tokio::test]
 async fn log_records_are_capped() {
+    let _process = shared();
     let out = call(
         probe(),
         &limited(&["log=1KiB"]),
@@ -192,6 +196,7 @@ async fn log_records_are_capped() {
 
 #[tokio::test]
 async fn panics_and_traps_are_reported_and_contained() {
+    let _process = shared();
     let e = call(runaway(), &Sandbox::default(), "panic", json!({}))
         .await
         .unwrap_err();
@@ -222,6 +227,7 @@ async fn panics_and_traps_are_reported_and_contained() {
 
 #[tokio::test]
 async fn malformed_results_and_oversized_arguments() {
+    let _process = shared();
     let e = call(runaway(), &Sandbox::default(), "bad_json", json!({}))
         .await
         .unwrap_err();
@@ -262,6 +268,7 @@ async fn malformed_results_and_oversized_arguments() {
 
 #[tokio::test]
 async fn grants_beyond_the_ceiling_are_refused() {
+    let _process = shared();
     // The runaway fixture imports neither wasi:http nor wasi:sockets.
     for (grant, iface) in [
         ("net:https://example.com", "wasi:http/outgoing-handler"),
@@ -271,7 +278,8 @@ async fn grants_beyond_the_ceiling_are_refused() {
             .await
             .unwrap_err();
         match &e {
-            CallError::Denied(m) => {
+            CallError::Denied(denial) => {
+                let m = denial.to_string();
                 assert!(
                     m.contains("plugin `runaway` does not import") && m.contains(iface),
                     "{m}"
@@ -284,6 +292,7 @@ async fn grants_beyond_the_ceiling_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_concurrent_calls_are_independent() {
+    let _process = shared();
     let mut tasks = Vec::new();
     for i in 0..32 {
         tasks.push(tokio::spawn(async move {
@@ -300,6 +309,7 @@ async fn many_concurrent_calls_are_independent() {
 
 #[tokio::test]
 async fn no_state_survives_a_call() {
+    let _process = shared();
     // Globals and heap data start fresh every call, also when instance slots are reused, and
     // also right after a trapped call.
     for i in 0..20 {
@@ -321,6 +331,7 @@ async fn no_state_survives_a_call() {
 
 #[tokio::test]
 async fn a_call_may_hold_4096_handles() {
+    let _process = shared();
     // Each handle stands for host memory outside the guest's memory limit; holding more than
     // 4096 at once traps the call instead of growing the host.
     let out = call(
@@ -348,6 +359,7 @@ async fn a_call_may_hold_4096_handles() {
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_named_pipe_in_a_grant_is_refused_not_waited_on() {
+    let _process = shared();
     let tmp = tempfile::tempdir().unwrap();
     let d = std::fs::canonicalize(tmp.path()).unwrap();
     let pipe = d.join("pipe");
@@ -375,6 +387,7 @@ async fn a_named_pipe_in_a_grant_is_refused_not_waited_on() {
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipes_are_refused_for_every_way_in() {
+    let _process = shared();
     let tmp = tempfile::tempdir().unwrap();
     let d = std::fs::canonicalize(tmp.path()).unwrap();
     let pipe = d.join("pipe");

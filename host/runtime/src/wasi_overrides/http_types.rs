@@ -2,16 +2,16 @@
 //!
 //! `wasi:http/types` is linked for every plugin (an HTTP grant is checked when a request is
 //! sent), and wasmtime-wasi-http keeps whatever a guest builds in host memory, outside its
-//! memory limit: a review filled gigabytes with request methods of 64 MiB each, bodies written
+//! memory limit: a guest can fill gigabytes with request methods of 64 MiB each, bodies written
 //! to requests never sent, and header maps cloned from a full one. Cordon links the
 //! constructors and setters of those objects over wasmtime-wasi-http's:
-//! - a call holds at most [`MAX_MESSAGES_PER_CALL`] outgoing requests and responses, and
-//!   [`MAX_FIELDS_PER_CALL`] header maps of its own making (over that, the constructor traps:
+//! - a call holds at most [`MAX_HTTP_MESSAGES_PER_CALL`] outgoing requests and responses, and
+//!   [`MAX_HTTP_FIELDS_PER_CALL`] header maps of its own making (over that, the constructor traps:
 //!   it has no error to return);
-//! - a method or scheme is at most [`MAX_TOKEN`] bytes, an authority [`MAX_AUTHORITY`], a path
-//!   with query [`MAX_PATH_WITH_QUERY`] (over that, the setter answers its usual "invalid").
+//! - a method or scheme is at most [`MAX_HTTP_TOKEN`] bytes, an authority [`MAX_HTTP_AUTHORITY`], a path
+//!   with query [`MAX_HTTP_PATH_WITH_QUERY`] (over that, the setter answers its usual "invalid").
 //!
-//! Each header map is also bounded (`FIELD_SIZE_LIMIT`), and so is what a request or response
+//! Each header map is also bounded ([`crate::caps::MAX_HTTP_FIELDS_BYTES`]), and so is what a request or response
 //! body buffers (`http_policy`), so what a call can build is bounded as a whole.
 
 use wasmtime::StoreContextMut;
@@ -24,22 +24,13 @@ use wasmtime_wasi_http::p2::bindings::http::types::{
 };
 use wasmtime_wasi_http::p2::types::{HostOutgoingRequest, HostOutgoingResponse};
 
-use crate::engine::WASI_HTTP_TYPES;
+use crate::caps::{
+    MAX_HTTP_AUTHORITY, MAX_HTTP_FIELDS_PER_CALL, MAX_HTTP_MESSAGES_PER_CALL,
+    MAX_HTTP_PATH_WITH_QUERY, MAX_HTTP_TOKEN,
+};
 use crate::live_handles::Created;
 use crate::sandbox::HostState;
-
-/// Outgoing requests and responses (together) one call may hold at once.
-pub(crate) const MAX_MESSAGES_PER_CALL: usize = 64;
-/// Header maps one call may hold at once, besides those of the messages themselves.
-pub(crate) const MAX_FIELDS_PER_CALL: usize = 256;
-/// Bytes of all names and values in one header map (wasmtime-wasi-http's default is 128 KiB).
-pub(crate) const FIELD_SIZE_LIMIT: usize = 64 << 10;
-/// Longest method or scheme name.
-pub(crate) const MAX_TOKEN: usize = 64;
-/// Longest authority (`user@host:port`).
-pub(crate) const MAX_AUTHORITY: usize = 1024;
-/// Longest path with query.
-pub(crate) const MAX_PATH_WITH_QUERY: usize = 64 << 10;
+use crate::wasi_overrides::WASI_HTTP_TYPES;
 
 /// The HTTP objects a call built.
 #[derive(Default)]
@@ -52,13 +43,13 @@ pub(crate) struct HttpObjects {
 /// Fails (a trap: the constructors have no error to return) unless the call may build another
 /// request or response.
 fn room_for_message(state: &mut HostState) -> wasmtime::Result<()> {
-    let made = &mut state.http_objects;
-    let room = made.requests.recorded() + made.responses.recorded() < MAX_MESSAGES_PER_CALL
+    let made = &mut state.net.http_objects;
+    let room = made.requests.recorded() + made.responses.recorded() < MAX_HTTP_MESSAGES_PER_CALL
         || made.requests.live(&state.table) + made.responses.live(&state.table)
-            < MAX_MESSAGES_PER_CALL;
+            < MAX_HTTP_MESSAGES_PER_CALL;
     room.then_some(()).ok_or_else(|| {
         wasmtime::format_err!(
-            "the call holds {MAX_MESSAGES_PER_CALL} outgoing requests and responses, the most \
+            "the call holds {MAX_HTTP_MESSAGES_PER_CALL} outgoing requests and responses, the most \
              one call may hold"
         )
     })
@@ -67,12 +58,13 @@ fn room_for_message(state: &mut HostState) -> wasmtime::Result<()> {
 /// Fails (a trap) unless the call may build another header map.
 fn room_for_fields(state: &mut HostState) -> wasmtime::Result<()> {
     let room = state
+        .net
         .http_objects
         .fields
-        .has_room(&state.table, MAX_FIELDS_PER_CALL);
+        .has_room(&state.table, MAX_HTTP_FIELDS_PER_CALL);
     room.then_some(()).ok_or_else(|| {
         wasmtime::format_err!(
-            "the call holds {MAX_FIELDS_PER_CALL} header maps, the most one call may hold"
+            "the call holds {MAX_HTTP_FIELDS_PER_CALL} header maps, the most one call may hold"
         )
     })
 }
@@ -87,7 +79,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
             let state = store.data_mut();
             room_for_fields(state)?;
             let made = HostFields::new(&mut state.http())?;
-            state.http_objects.fields.record(&made);
+            state.net.http_objects.fields.record(&made);
             Ok((made,))
         },
     )?;
@@ -101,7 +93,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 Ok(made) => made,
                 Err(e) => return Ok((Err(http.convert_header_error(e)?),)),
             };
-            state.http_objects.fields.record(&made);
+            state.net.http_objects.fields.record(&made);
             Ok((Ok(made),))
         },
     )?;
@@ -111,7 +103,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
             let state = store.data_mut();
             room_for_fields(state)?;
             let made = HostFields::clone(&mut state.http(), fields)?;
-            state.http_objects.fields.record(&made);
+            state.net.http_objects.fields.record(&made);
             Ok((made,))
         },
     )?;
@@ -121,7 +113,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
             let state = store.data_mut();
             room_for_message(state)?;
             let made = RequestMethods::new(&mut state.http(), headers)?;
-            state.http_objects.requests.record(&made);
+            state.net.http_objects.requests.record(&made);
             Ok((made,))
         },
     )?;
@@ -131,7 +123,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
             let state = store.data_mut();
             room_for_message(state)?;
             let made = ResponseMethods::new(&mut state.http(), headers)?;
-            state.http_objects.responses.record(&made);
+            state.net.http_objects.responses.record(&made);
             Ok((made,))
         },
     )?;
@@ -139,7 +131,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         "[method]outgoing-request.set-method",
         |mut store: StoreContextMut<'_, HostState>,
          (request, method): (Resource<HostOutgoingRequest>, Method)| {
-            if matches!(&method, Method::Other(name) if name.len() > MAX_TOKEN) {
+            if matches!(&method, Method::Other(name) if name.len() > MAX_HTTP_TOKEN) {
                 return Ok((Err(()),));
             }
             let set = RequestMethods::set_method(&mut store.data_mut().http(), request, method)?;
@@ -150,7 +142,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         "[method]outgoing-request.set-scheme",
         |mut store: StoreContextMut<'_, HostState>,
          (request, scheme): (Resource<HostOutgoingRequest>, Option<Scheme>)| {
-            if matches!(&scheme, Some(Scheme::Other(name)) if name.len() > MAX_TOKEN) {
+            if matches!(&scheme, Some(Scheme::Other(name)) if name.len() > MAX_HTTP_TOKEN) {
                 return Ok((Err(()),));
             }
             let set = RequestMethods::set_scheme(&mut store.data_mut().http(), request, scheme)?;
@@ -161,7 +153,10 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         "[method]outgoing-request.set-authority",
         |mut store: StoreContextMut<'_, HostState>,
          (request, authority): (Resource<HostOutgoingRequest>, Option<String>)| {
-            if authority.as_ref().is_some_and(|a| a.len() > MAX_AUTHORITY) {
+            if authority
+                .as_ref()
+                .is_some_and(|a| a.len() > MAX_HTTP_AUTHORITY)
+            {
                 return Ok((Err(()),));
             }
             let set =
@@ -173,7 +168,10 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         "[method]outgoing-request.set-path-with-query",
         |mut store: StoreContextMut<'_, HostState>,
          (request, path): (Resource<HostOutgoingRequest>, Option<String>)| {
-            if path.as_ref().is_some_and(|p| p.len() > MAX_PATH_WITH_QUERY) {
+            if path
+                .as_ref()
+                .is_some_and(|p| p.len() > MAX_HTTP_PATH_WITH_QUERY)
+            {
                 return Ok((Err(()),));
             }
             let set =

@@ -1,0 +1,25 @@
+//! Cordon's replacements in `wasi:filesystem/types`, one module per concern: listings
+//! (`readdir`), lookups a fresh listing answers (`fresh_listing`), the open-files cap
+//! (`open_files`) and the file-streams cap (`file_streams`).
+
+use wasmtime::component::Linker;
+
+use crate::sandbox::HostState;
+
+pub(crate) mod file_streams;
+#[cfg(unix)]
+pub(crate) mod fresh_listing;
+pub(crate) mod open_files;
+#[cfg(unix)]
+pub(crate) mod readdir;
+
+/// Replaces wasmtime-wasi's functions listed for this interface in
+/// [`OVERRIDES`](super::OVERRIDES); shadowing must be allowed by the caller.
+pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    #[cfg(unix)]
+    readdir::shadow(linker)?;
+    #[cfg(unix)]
+    fresh_listing::shadow(linker)?;
+    open_files::shadow(linker)?;
+    file_streams::shadow(linker)
+}
