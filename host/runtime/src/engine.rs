@@ -15,6 +15,7 @@ use crate::cache::Cache;
 use crate::caps::{MAX_MEMORY, MAX_WASM_STACK};
 use crate::error::{EngineError, NotAComponent, NotAPlugin, RuntimeError};
 use crate::plugin::{Plugin, PluginInner};
+use crate::provided::provided;
 use crate::sandbox::HostState;
 
 /// How often the ticker advances the epoch. A spinning guest yields to tokio and has its
@@ -127,9 +128,10 @@ fn start_ticker(engine: &Engine) -> std::io::Result<()> {
         .map(|_| ())
 }
 
-pub(crate) struct RuntimeInner {
-    pub(crate) engine: Engine,
-    pub(crate) linker: Linker<HostState>,
+/// What the clones of a [`Runtime`] share.
+struct RuntimeInner {
+    engine: Engine,
+    linker: Linker<HostState>,
     cache: Option<Cache>,
 }
 
@@ -137,47 +139,6 @@ pub(crate) struct RuntimeInner {
 #[derive(Clone)]
 pub struct Runtime {
     inner: Arc<RuntimeInner>,
-}
-
-/// What the linker provides: each entry an import-name prefix, and how it is named in the
-/// message refusing a component that imports anything else (`None` when an entry before it
-/// already names it). Anything else is refused at load time with the offending names, rather
-/// than failing later with a linker message.
-const PROVIDED: &[(&str, Option<&str>)] = &[
-    ("wasi:cli/", Some("wasi:cli")),
-    ("wasi:clocks/", Some("wasi:clocks")),
-    ("wasi:filesystem/", Some("wasi:filesystem")),
-    ("wasi:io/", Some("wasi:io")),
-    ("wasi:random/", Some("wasi:random")),
-    ("wasi:sockets/", Some("wasi:sockets")),
-    (
-        "wasi:http/types@",
-        Some("wasi:http (types, outgoing-handler)"),
-    ),
-    ("wasi:http/outgoing-handler@", None),
-    ("cordon:tool/log@", Some("cordon:tool/log")),
-    (
-        "cordon:tool/bulk-read@",
-        Some("cordon:tool/bulk-read (0.1.2: sifting readers)"),
-    ),
-    ("cordon:tool/types@", None),
-];
-
-/// Whether the linker provides the interface `import`.
-fn provided(import: &str) -> bool {
-    PROVIDED
-        .iter()
-        .any(|(prefix, _)| import.starts_with(prefix))
-}
-
-/// What the linker provides, for messages: "a, b, … and z".
-pub(crate) fn provided_list() -> String {
-    let names: Vec<&str> = PROVIDED.iter().filter_map(|(_, name)| *name).collect();
-    match names.split_last() {
-        Some((last, [])) => last.to_string(),
-        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
-        None => String::new(),
-    }
 }
 
 impl Runtime {
@@ -332,7 +293,6 @@ impl Runtime {
         let pre = bindings::PluginPre::new(pre)
             .map_err(|e| RuntimeError::NotAPlugin(NotAPlugin::Exports(e)))?;
         Ok(Plugin::new(PluginInner {
-            runtime: self.inner.clone(),
             pre,
             digest: format!("sha256:{sha}"),
             imports,

@@ -22,7 +22,7 @@ pub enum RuntimeError {
         "the component imports {} that Cordon does not provide: {}; Cordon provides {}",
         if .imports.len() == 1 { "an interface" } else { "interfaces" },
         .imports.join(", "),
-        crate::engine::provided_list()
+        crate::provided::provided_list()
     )]
     UnsupportedImports {
         /// The offending import names, e.g. `evil:thing/backdoor`.

@@ -25,6 +25,7 @@ mod http_send;
 mod live_handles;
 mod output;
 mod plugin;
+mod provided;
 mod sandbox;
 mod wasi_overrides;
 

@@ -11,12 +11,13 @@ use wasmtime::{Store, UpdateDeadline};
 
 use crate::bindings;
 use crate::caps::{MAX_CONTENT_PIECES, MAX_HANDLES_PER_CALL, MAX_WASM_STACK};
-use crate::engine::RuntimeInner;
 use crate::error::CallError;
 use crate::sandbox::{HostState, Sandbox, build_state};
 
+/// What a [`Plugin`] shares among its clones. Calls run on the engine `pre` was prepared on
+/// (`pre.engine()`), so a plugin needs nothing of the runtime that loaded it: the engine builds
+/// plugins, never the reverse.
 pub(crate) struct PluginInner {
-    pub(crate) runtime: Arc<RuntimeInner>,
     pub(crate) pre: bindings::PluginPre<HostState>,
     pub(crate) digest: String,
     pub(crate) imports: Vec<String>,
@@ -273,7 +274,7 @@ impl Plugin {
     {
         let limits = sandbox.limits;
         let state = build_state(sandbox, self.name.clone())?;
-        let mut store = Store::new(&self.inner.runtime.engine, state);
+        let mut store = Store::new(self.inner.pre.engine(), state);
         store.limiter(|s| &mut s.budget.limiter);
         store.set_max_component_handles(MAX_HANDLES_PER_CALL);
         store.set_epoch_deadline(1);

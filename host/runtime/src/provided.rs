@@ -1,0 +1,44 @@
+//! The interfaces the linker provides, as a table: the engine refuses a component importing
+//! anything else, and the error refusing it names what is provided. Kept apart from the engine
+//! so that the error type can word its message without depending on the engine (which uses it).
+
+/// What the linker provides: each entry an import-name prefix, and how it is named in the
+/// message refusing a component that imports anything else (`None` when an entry before it
+/// already names it). Anything else is refused at load time with the offending names, rather
+/// than failing later with a linker message.
+const PROVIDED: &[(&str, Option<&str>)] = &[
+    ("wasi:cli/", Some("wasi:cli")),
+    ("wasi:clocks/", Some("wasi:clocks")),
+    ("wasi:filesystem/", Some("wasi:filesystem")),
+    ("wasi:io/", Some("wasi:io")),
+    ("wasi:random/", Some("wasi:random")),
+    ("wasi:sockets/", Some("wasi:sockets")),
+    (
+        "wasi:http/types@",
+        Some("wasi:http (types, outgoing-handler)"),
+    ),
+    ("wasi:http/outgoing-handler@", None),
+    ("cordon:tool/log@", Some("cordon:tool/log")),
+    (
+        "cordon:tool/bulk-read@",
+        Some("cordon:tool/bulk-read (0.1.2: sifting readers)"),
+    ),
+    ("cordon:tool/types@", None),
+];
+
+/// Whether the linker provides the interface `import`.
+pub(crate) fn provided(import: &str) -> bool {
+    PROVIDED
+        .iter()
+        .any(|(prefix, _)| import.starts_with(prefix))
+}
+
+/// What the linker provides, for messages: "a, b, … and z".
+pub(crate) fn provided_list() -> String {
+    let names: Vec<&str> = PROVIDED.iter().filter_map(|(_, name)| *name).collect();
+    match names.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
