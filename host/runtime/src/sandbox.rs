@@ -18,18 +18,11 @@ use crate::bindings::cordon::tool::log;
 use crate::caps::{MAX_HANDLES_PER_CALL, MAX_HTTP_FIELDS_BYTES, MAX_TABLE_ELEMENTS};
 use crate::error::CallError;
 use crate::http_policy::HttpPolicy;
-#[cfg(unix)]
-use crate::live_handles::Created;
 use crate::output::{CappedPipe, LogSink};
-use crate::wasi_overrides::filesystem_preopens::{Preopen, open_granted};
-use crate::wasi_overrides::filesystem_types::file_streams::FileStreams;
-#[cfg(unix)]
-use crate::wasi_overrides::filesystem_types::fresh_listing::FreshListing;
-use crate::wasi_overrides::filesystem_types::open_files::OpenFiles;
-#[cfg(unix)]
-use crate::wasi_overrides::filesystem_types::readdir::{DirEntries, ListedEntry};
-use crate::wasi_overrides::http_types::HttpObjects;
-use crate::wasi_overrides::sockets_tcp_create_socket::TcpSockets;
+use crate::wasi_overrides::filesystem_preopens::open_granted;
+use crate::wasi_overrides::{
+    ALLOW_BLOCKING_CURRENT_THREAD, FsOverrides, NetOverrides, OverrideParts, OverrideView,
+};
 
 /// Where the values of granted environment variables come from.
 #[derive(Debug, Clone, Default)]
@@ -114,11 +107,6 @@ impl wasmtime::ResourceLimiter for Limiter {
     }
 }
 
-/// Whether WASI's filesystem calls run on the calling thread instead of being handed to a
-/// blocking pool (see where the context is built). Descriptors Cordon opens itself
-/// (`open_files`) must be made the same way as wasmtime-wasi's.
-pub(crate) const ALLOW_BLOCKING_CURRENT_THREAD: bool = true;
-
 /// The data of one call's `Store`, split by concern as wasmtime splits `WasiCtx`: what each
 /// of Cordon's host functions touches is one group, and the borrow checker can see a WASI view
 /// (context and table) apart from the rest.
@@ -136,24 +124,8 @@ pub(crate) struct HostState {
 /// Cordon's side of `wasi:filesystem` and `cordon:tool/bulk-read` in one call: the granted
 /// directories it opened, and what the per-call caps count of what the guest holds.
 pub(crate) struct FsState {
-    /// The granted directories, opened for this call (`wasi:filesystem/preopens`).
-    pub(crate) preopens: Vec<Preopen>,
-    pub(crate) open_files: OpenFiles,
-    pub(crate) file_streams: FileStreams,
-    /// The directory listings this call took, and whether the log already says it hit their cap.
-    #[cfg(unix)]
-    pub(crate) listings: Created<DirEntries>,
-    #[cfg(unix)]
-    pub(crate) listings_warned: bool,
-    #[cfg(unix)]
-    pub(crate) last_listed: Option<ListedEntry>,
-    /// Devices this call listed directories on, and whether listings there carry real inode
-    /// numbers.
-    #[cfg(unix)]
-    pub(crate) listed_devices: Vec<(u64, bool)>,
-    /// The last listing, while it may answer lookups of names it lacks.
-    #[cfg(unix)]
-    pub(crate) fresh_listing: FreshListing,
+    /// What the `wasi:filesystem` replacements keep: the preopens, and what the caps count.
+    pub(crate) overrides: FsOverrides,
     /// What `bulk-read` readers of this call hold.
     pub(crate) bulk_read: crate::bulk_read::CallBudget,
 }
@@ -161,8 +133,8 @@ pub(crate) struct FsState {
 /// The network side of one call: what the caps count of its sockets and HTTP objects, and
 /// wasmtime-wasi-http's context with Cordon's policy (allowed origins, pinned addresses).
 pub(crate) struct NetState {
-    pub(crate) tcp_sockets: TcpSockets,
-    pub(crate) http_objects: HttpObjects,
+    /// What the `wasi:sockets` and `wasi:http` replacements count.
+    pub(crate) overrides: NetOverrides,
     http: WasiHttpCtx,
     hooks: HttpPolicy,
 }
@@ -198,6 +170,18 @@ impl WasiHttpView for HostState {
             ctx: &mut self.net.http,
             table: &mut self.table,
             hooks: &mut self.net.hooks,
+        }
+    }
+}
+
+impl OverrideView for HostState {
+    #[inline]
+    fn overrides(&mut self) -> OverrideParts<'_> {
+        OverrideParts {
+            table: &mut self.table,
+            fs: &mut self.fs.overrides,
+            net: &mut self.net.overrides,
+            plugin: &self.out.log.plugin,
         }
     }
 }
@@ -279,24 +263,11 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
             table
         },
         fs: FsState {
-            preopens,
-            open_files: Default::default(),
-            file_streams: Default::default(),
-            #[cfg(unix)]
-            listings: Default::default(),
-            #[cfg(unix)]
-            listings_warned: false,
-            #[cfg(unix)]
-            last_listed: None,
-            #[cfg(unix)]
-            listed_devices: Vec::new(),
-            #[cfg(unix)]
-            fresh_listing: FreshListing::new(all_read_only),
+            overrides: FsOverrides::new(preopens, all_read_only),
             bulk_read: Default::default(),
         },
         net: NetState {
-            tcp_sockets: Default::default(),
-            http_objects: Default::default(),
+            overrides: NetOverrides::default(),
             http: {
                 let mut http = WasiHttpCtx::new();
                 http.set_field_size_limit(MAX_HTTP_FIELDS_BYTES);

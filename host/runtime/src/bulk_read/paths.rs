@@ -13,7 +13,8 @@ use crate::sandbox::HostState;
 pub(super) fn roots(state: &HostState) -> Vec<Root> {
     state
         .fs
-        .preopens
+        .overrides
+        .preopens()
         .iter()
         .map(|p| Root {
             guest: components(&p.guest_path).map(str::to_owned).collect(),

@@ -21,8 +21,9 @@ use wasmtime_wasi::filesystem::{Descriptor, Dir};
 use wasmtime_wasi::{FsPerms, OpenMode};
 
 use crate::error::{CallError, Denial};
-use crate::sandbox::{ALLOW_BLOCKING_CURRENT_THREAD, HostState};
-use crate::wasi_overrides::WASI_FILESYSTEM_PREOPENS;
+use crate::wasi_overrides::{
+    ALLOW_BLOCKING_CURRENT_THREAD, OverrideParts, OverrideView, WASI_FILESYSTEM_PREOPENS,
+};
 
 /// One granted directory of a call, opened.
 #[derive(Clone)]
@@ -144,16 +145,16 @@ fn is_link_refusal(_: &std::io::Error) -> bool {
 
 /// Replaces wasmtime-wasi's `get-directories` in `linker`: the guest gets the directories this
 /// call opened. Shadowing must be allowed by the caller.
-pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+pub(crate) fn shadow<T: OverrideView>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     let mut preopens = linker.instance(WASI_FILESYSTEM_PREOPENS)?;
     preopens.func_wrap(
         "get-directories",
-        |mut store: StoreContextMut<'_, HostState>, (): ()| {
-            let state = store.data_mut();
+        |mut store: StoreContextMut<'_, T>, (): ()| {
+            let OverrideParts { table, fs, .. } = store.data_mut().overrides();
             let mut out: Vec<(Resource<Descriptor>, String)> =
-                Vec::with_capacity(state.fs.preopens.len());
-            for p in &state.fs.preopens {
-                let fd = state.table.push(Descriptor::Dir(p.dir.clone()))?;
+                Vec::with_capacity(fs.preopens.len());
+            for p in &fs.preopens {
+                let fd = table.push(Descriptor::Dir(p.dir.clone()))?;
                 out.push((fd, p.guest_path.clone()));
             }
             Ok((out,))

@@ -17,7 +17,6 @@
 use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi_http::FieldMap;
-use wasmtime_wasi_http::WasiHttpView;
 use wasmtime_wasi_http::p2::bindings::http::types::{
     Host, HostFields, HostOutgoingRequest as RequestMethods,
     HostOutgoingResponse as ResponseMethods, Method, Scheme,
@@ -29,8 +28,7 @@ use crate::caps::{
     MAX_HTTP_PATH_WITH_QUERY, MAX_HTTP_TOKEN,
 };
 use crate::live_handles::Created;
-use crate::sandbox::HostState;
-use crate::wasi_overrides::WASI_HTTP_TYPES;
+use crate::wasi_overrides::{OverrideParts, OverrideView, WASI_HTTP_TYPES};
 
 /// The HTTP objects a call built.
 #[derive(Default)]
@@ -42,10 +40,10 @@ pub(crate) struct HttpObjects {
 
 /// Fails (a trap: the constructors have no error to return) unless the call may build another
 /// request or response.
-fn room_for_message(state: &mut HostState) -> wasmtime::Result<()> {
-    let made = &mut state.net.http_objects;
+fn room_for_message(parts: OverrideParts<'_>) -> wasmtime::Result<()> {
+    let made = &mut parts.net.http_objects;
     let room = made.requests.recorded() + made.responses.recorded() < MAX_HTTP_MESSAGES_PER_CALL
-        || made.requests.live(&state.table) + made.responses.live(&state.table)
+        || made.requests.live(parts.table) + made.responses.live(parts.table)
             < MAX_HTTP_MESSAGES_PER_CALL;
     room.then_some(()).ok_or_else(|| {
         wasmtime::format_err!(
@@ -56,12 +54,12 @@ fn room_for_message(state: &mut HostState) -> wasmtime::Result<()> {
 }
 
 /// Fails (a trap) unless the call may build another header map.
-fn room_for_fields(state: &mut HostState) -> wasmtime::Result<()> {
-    let room = state
+fn room_for_fields(parts: OverrideParts<'_>) -> wasmtime::Result<()> {
+    let room = parts
         .net
         .http_objects
         .fields
-        .has_room(&state.table, MAX_HTTP_FIELDS_PER_CALL);
+        .has_room(parts.table, MAX_HTTP_FIELDS_PER_CALL);
     room.then_some(()).ok_or_else(|| {
         wasmtime::format_err!(
             "the call holds {MAX_HTTP_FIELDS_PER_CALL} header maps, the most one call may hold"
@@ -71,65 +69,65 @@ fn room_for_fields(state: &mut HostState) -> wasmtime::Result<()> {
 
 /// Replaces wasmtime-wasi-http's constructors and setters named above in `linker`; shadowing
 /// must be allowed by the caller.
-pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+pub(crate) fn shadow<T: OverrideView>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     let mut types = linker.instance(WASI_HTTP_TYPES)?;
     types.func_wrap(
         "[constructor]fields",
-        |mut store: StoreContextMut<'_, HostState>, (): ()| {
+        |mut store: StoreContextMut<'_, T>, (): ()| {
             let state = store.data_mut();
-            room_for_fields(state)?;
+            room_for_fields(state.overrides())?;
             let made = HostFields::new(&mut state.http())?;
-            state.net.http_objects.fields.record(&made);
+            state.overrides().net.http_objects.fields.record(&made);
             Ok((made,))
         },
     )?;
     types.func_wrap(
         "[static]fields.from-list",
-        |mut store: StoreContextMut<'_, HostState>, (entries,): (Vec<(String, Vec<u8>)>,)| {
+        |mut store: StoreContextMut<'_, T>, (entries,): (Vec<(String, Vec<u8>)>,)| {
             let state = store.data_mut();
-            room_for_fields(state)?;
+            room_for_fields(state.overrides())?;
             let mut http = state.http();
             let made = match HostFields::from_list(&mut http, entries) {
                 Ok(made) => made,
                 Err(e) => return Ok((Err(http.convert_header_error(e)?),)),
             };
-            state.net.http_objects.fields.record(&made);
+            state.overrides().net.http_objects.fields.record(&made);
             Ok((Ok(made),))
         },
     )?;
     types.func_wrap(
         "[method]fields.clone",
-        |mut store: StoreContextMut<'_, HostState>, (fields,): (Resource<FieldMap>,)| {
+        |mut store: StoreContextMut<'_, T>, (fields,): (Resource<FieldMap>,)| {
             let state = store.data_mut();
-            room_for_fields(state)?;
+            room_for_fields(state.overrides())?;
             let made = HostFields::clone(&mut state.http(), fields)?;
-            state.net.http_objects.fields.record(&made);
+            state.overrides().net.http_objects.fields.record(&made);
             Ok((made,))
         },
     )?;
     types.func_wrap(
         "[constructor]outgoing-request",
-        |mut store: StoreContextMut<'_, HostState>, (headers,): (Resource<FieldMap>,)| {
+        |mut store: StoreContextMut<'_, T>, (headers,): (Resource<FieldMap>,)| {
             let state = store.data_mut();
-            room_for_message(state)?;
+            room_for_message(state.overrides())?;
             let made = RequestMethods::new(&mut state.http(), headers)?;
-            state.net.http_objects.requests.record(&made);
+            state.overrides().net.http_objects.requests.record(&made);
             Ok((made,))
         },
     )?;
     types.func_wrap(
         "[constructor]outgoing-response",
-        |mut store: StoreContextMut<'_, HostState>, (headers,): (Resource<FieldMap>,)| {
+        |mut store: StoreContextMut<'_, T>, (headers,): (Resource<FieldMap>,)| {
             let state = store.data_mut();
-            room_for_message(state)?;
+            room_for_message(state.overrides())?;
             let made = ResponseMethods::new(&mut state.http(), headers)?;
-            state.net.http_objects.responses.record(&made);
+            state.overrides().net.http_objects.responses.record(&made);
             Ok((made,))
         },
     )?;
     types.func_wrap(
         "[method]outgoing-request.set-method",
-        |mut store: StoreContextMut<'_, HostState>,
+        |mut store: StoreContextMut<'_, T>,
          (request, method): (Resource<HostOutgoingRequest>, Method)| {
             if matches!(&method, Method::Other(name) if name.len() > MAX_HTTP_TOKEN) {
                 return Ok((Err(()),));
@@ -140,7 +138,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     )?;
     types.func_wrap(
         "[method]outgoing-request.set-scheme",
-        |mut store: StoreContextMut<'_, HostState>,
+        |mut store: StoreContextMut<'_, T>,
          (request, scheme): (Resource<HostOutgoingRequest>, Option<Scheme>)| {
             if matches!(&scheme, Some(Scheme::Other(name)) if name.len() > MAX_HTTP_TOKEN) {
                 return Ok((Err(()),));
@@ -151,7 +149,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     )?;
     types.func_wrap(
         "[method]outgoing-request.set-authority",
-        |mut store: StoreContextMut<'_, HostState>,
+        |mut store: StoreContextMut<'_, T>,
          (request, authority): (Resource<HostOutgoingRequest>, Option<String>)| {
             if authority
                 .as_ref()
@@ -166,7 +164,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     )?;
     types.func_wrap(
         "[method]outgoing-request.set-path-with-query",
-        |mut store: StoreContextMut<'_, HostState>,
+        |mut store: StoreContextMut<'_, T>,
          (request, path): (Resource<HostOutgoingRequest>, Option<String>)| {
             if path
                 .as_ref()

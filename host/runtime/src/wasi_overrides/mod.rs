@@ -7,17 +7,120 @@
 //! dropped (after an upgrade) fails start-up with its name, instead of Cordon's version sitting
 //! beside it under a name guests are never given.
 
-use wasmtime::component::Linker;
+//!
+//! The replacements run on any store data that is an [`OverrideView`], as wasmtime-wasi's run
+//! on any `WasiView`: the per-call state they keep ([`FsOverrides`], [`NetOverrides`]) is
+//! defined here, and the sandbox's store data holds it and lends it out, so this layer depends
+//! on nothing of the sandbox.
+
+use wasmtime::component::{Linker, ResourceTable};
+use wasmtime_wasi::WasiView;
+use wasmtime_wasi_http::WasiHttpView;
 
 use std::sync::Arc;
 
 use crate::error::EngineError;
-use crate::sandbox::HostState;
+#[cfg(unix)]
+use crate::live_handles::Created;
+use filesystem_preopens::Preopen;
+use filesystem_types::file_streams::FileStreams;
+#[cfg(unix)]
+use filesystem_types::fresh_listing::FreshListing;
+use filesystem_types::open_files::OpenFiles;
+#[cfg(unix)]
+use filesystem_types::readdir::{DirEntries, ListedEntry};
+use http_types::HttpObjects;
+use sockets_tcp_create_socket::TcpSockets;
 
 pub(crate) mod filesystem_preopens;
 pub(crate) mod filesystem_types;
 pub(crate) mod http_types;
 pub(crate) mod sockets_tcp_create_socket;
+
+/// Whether WASI's filesystem calls run on the calling thread instead of being handed to a
+/// blocking pool (see where the context is built, `sandbox::build_state`). Descriptors Cordon
+/// opens itself (`filesystem_preopens`, `open_files`) must be made the same way as
+/// wasmtime-wasi's; defined here, in the layer that opens them, so it needs nothing of the
+/// sandbox.
+pub(crate) const ALLOW_BLOCKING_CURRENT_THREAD: bool = true;
+
+/// Store data the replacements can run on, as wasmtime-wasi's functions run on a `WasiView`:
+/// besides wasmtime's own views (which the replacements call into), it lends out the resource
+/// table and the per-call state the replacements keep. Only the sandbox's `HostState`
+/// implements it, so the generic functions below are compiled once, for it.
+pub(crate) trait OverrideView: WasiView + WasiHttpView + 'static {
+    /// Disjoint borrows of what the replacements touch.
+    fn overrides(&mut self) -> OverrideParts<'_>;
+}
+
+/// What [`OverrideView::overrides`] lends out: borrows of separate parts of the store data, so
+/// a replacement can count in its own state while it reads the table.
+pub(crate) struct OverrideParts<'a> {
+    /// Every resource the guest holds a handle to (and their children).
+    pub(crate) table: &'a mut ResourceTable,
+    pub(crate) fs: &'a mut FsOverrides,
+    pub(crate) net: &'a mut NetOverrides,
+    /// The plugin's name, for the host log's warnings.
+    pub(crate) plugin: &'a str,
+}
+
+/// What the `wasi:filesystem` replacements keep in one call: the granted directories it opened,
+/// and what the per-call caps count of what the guest holds.
+pub(crate) struct FsOverrides {
+    /// The granted directories, opened for this call (`wasi:filesystem/preopens`).
+    preopens: Vec<Preopen>,
+    open_files: OpenFiles,
+    file_streams: FileStreams,
+    /// The directory listings this call took, and whether the log already says it hit their cap.
+    #[cfg(unix)]
+    listings: Created<DirEntries>,
+    #[cfg(unix)]
+    listings_warned: bool,
+    #[cfg(unix)]
+    last_listed: Option<ListedEntry>,
+    /// Devices this call listed directories on, and whether listings there carry real inode
+    /// numbers.
+    #[cfg(unix)]
+    listed_devices: Vec<(u64, bool)>,
+    /// The last listing, while it may answer lookups of names it lacks.
+    #[cfg(unix)]
+    fresh_listing: FreshListing,
+}
+
+impl FsOverrides {
+    /// The state of a call given `preopens`; `all_read_only` says whether none of them may be
+    /// written (only then may listings answer lookups, see `fresh_listing`).
+    #[cfg_attr(not(unix), allow(unused_variables))]
+    pub(crate) fn new(preopens: Vec<Preopen>, all_read_only: bool) -> FsOverrides {
+        FsOverrides {
+            preopens,
+            open_files: Default::default(),
+            file_streams: Default::default(),
+            #[cfg(unix)]
+            listings: Default::default(),
+            #[cfg(unix)]
+            listings_warned: false,
+            #[cfg(unix)]
+            last_listed: None,
+            #[cfg(unix)]
+            listed_devices: Vec::new(),
+            #[cfg(unix)]
+            fresh_listing: FreshListing::new(all_read_only),
+        }
+    }
+
+    /// The granted directories opened for this call (also what `bulk-read` reads below).
+    pub(crate) fn preopens(&self) -> &[Preopen] {
+        &self.preopens
+    }
+}
+
+/// What the `wasi:sockets` and `wasi:http` replacements count in one call.
+#[derive(Default)]
+pub(crate) struct NetOverrides {
+    tcp_sockets: TcpSockets,
+    http_objects: HttpObjects,
+}
 
 /// The `wasi:filesystem/types` version wasmtime-wasi 48 defines (guests importing any 0.2.x
 /// are served by it).
@@ -193,7 +296,7 @@ pub(crate) const OVERRIDES: &[Override] = &[
 
 /// Links wasmtime-wasi's WASI (Preview 2) and wasmtime-wasi-http's `types` and
 /// `outgoing-handler` into `linker`, then Cordon's replacements over them.
-pub(crate) fn link(linker: &mut Linker<HostState>) -> Result<(), EngineError> {
+pub(crate) fn link<T: OverrideView>(linker: &mut Linker<T>) -> Result<(), EngineError> {
     let failed = |e: wasmtime::Error| EngineError::Link(Arc::new(e));
     wasmtime_wasi::p2::add_to_linker_async(linker).map_err(failed)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker).map_err(failed)?;
@@ -215,12 +318,12 @@ pub(crate) fn link(linker: &mut Linker<HostState>) -> Result<(), EngineError> {
 /// Fails unless wasmtime already defines `o.name` in `o.interface`: defining a name that
 /// exists fails while shadowing is off, so success means it is new (and this linker is then
 /// discarded with the error).
-fn ensure_defined(linker: &mut Linker<HostState>, o: &Override) -> Result<(), EngineError> {
+fn ensure_defined<T: OverrideView>(
+    linker: &mut Linker<T>,
+    o: &Override,
+) -> Result<(), EngineError> {
     let defined = linker.instance(o.interface).and_then(|mut instance| {
-        instance.func_wrap(
-            o.name,
-            |_: wasmtime::StoreContextMut<'_, HostState>, (): ()| Ok(()),
-        )
+        instance.func_wrap(o.name, |_: wasmtime::StoreContextMut<'_, T>, (): ()| Ok(()))
     });
     match defined {
         Err(_) => Ok(()),
@@ -236,6 +339,7 @@ fn ensure_defined(linker: &mut Linker<HostState>, o: &Override) -> Result<(), En
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::HostState;
 
     /// Each listed function is one Cordon's modules define (on a linker with nothing else), so
     /// the table cannot list a function no module replaces.

@@ -22,8 +22,7 @@ use wasmtime_wasi::sockets::WasiSocketsView;
 
 use crate::caps::MAX_TCP_SOCKETS_PER_CALL;
 use crate::live_handles::Created;
-use crate::sandbox::HostState;
-use crate::wasi_overrides::WASI_SOCKETS_TCP_CREATE_SOCKET;
+use crate::wasi_overrides::{OverrideParts, OverrideView, WASI_SOCKETS_TCP_CREATE_SOCKET};
 
 /// The sockets a call created.
 #[derive(Default)]
@@ -34,26 +33,27 @@ pub(crate) struct TcpSockets {
 }
 
 /// Whether the call may create another socket.
-fn has_room(state: &mut HostState) -> bool {
-    state
+fn has_room(parts: &mut OverrideParts<'_>) -> bool {
+    parts
         .net
         .tcp_sockets
         .created
-        .has_room(&state.table, MAX_TCP_SOCKETS_PER_CALL)
+        .has_room(parts.table, MAX_TCP_SOCKETS_PER_CALL)
 }
 
 /// Replaces wasmtime-wasi's `create-tcp-socket` in `linker`; shadowing must be allowed by the
 /// caller.
-pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+pub(crate) fn shadow<T: OverrideView>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     let mut create = linker.instance(WASI_SOCKETS_TCP_CREATE_SOCKET)?;
     create.func_wrap(
         "create-tcp-socket",
-        |mut store: StoreContextMut<'_, HostState>, (family,): (IpAddressFamily,)| {
+        |mut store: StoreContextMut<'_, T>, (family,): (IpAddressFamily,)| {
             let state = store.data_mut();
-            if !has_room(state) {
-                if !std::mem::replace(&mut state.net.tcp_sockets.warned, true) {
+            let mut parts = state.overrides();
+            if !has_room(&mut parts) {
+                if !std::mem::replace(&mut parts.net.tcp_sockets.warned, true) {
                     tracing::warn!(
-                        plugin = %state.out.log.plugin,
+                        plugin = %parts.plugin,
                         "refusing to create more TCP sockets: the call holds \
                          {MAX_TCP_SOCKETS_PER_CALL}, the most one call may hold"
                     );
@@ -65,7 +65,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 Ok(socket) => socket,
                 Err(e) => return Ok((Err(sockets.convert_error_code(e)?),)),
             };
-            state.net.tcp_sockets.created.record(&created);
+            state.overrides().net.tcp_sockets.created.record(&created);
             Ok((Ok(created),))
         },
     )?;

@@ -16,8 +16,7 @@ use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, FsResult};
 
 use crate::caps::MAX_FILE_STREAMS_PER_CALL;
 use crate::live_handles::Created;
-use crate::sandbox::HostState;
-use crate::wasi_overrides::WASI_FILESYSTEM_TYPES;
+use crate::wasi_overrides::{OverrideParts, OverrideView, WASI_FILESYSTEM_TYPES};
 
 /// The file streams a call took.
 #[derive(Default)]
@@ -29,14 +28,16 @@ pub(crate) struct FileStreams {
 }
 
 /// Whether the call may take another stream; if not, logs it once per call.
-fn has_room(state: &mut HostState) -> bool {
-    let streams = &mut state.fs.file_streams;
+fn has_room(parts: OverrideParts<'_>) -> bool {
+    let OverrideParts {
+        table, fs, plugin, ..
+    } = parts;
+    let streams = &mut fs.file_streams;
     let room = streams.input.recorded() + streams.output.recorded() < MAX_FILE_STREAMS_PER_CALL
-        || streams.input.live(&state.table) + streams.output.live(&state.table)
-            < MAX_FILE_STREAMS_PER_CALL;
+        || streams.input.live(table) + streams.output.live(table) < MAX_FILE_STREAMS_PER_CALL;
     if !room && !std::mem::replace(&mut streams.warned, true) {
         tracing::warn!(
-            plugin = %state.out.log.plugin,
+            plugin = %plugin,
             "refusing to open more file streams: the call holds {MAX_FILE_STREAMS_PER_CALL}, \
              the most one call may hold"
         );
@@ -46,14 +47,13 @@ fn has_room(state: &mut HostState) -> bool {
 
 /// Replaces wasmtime-wasi's file stream constructors in `linker`; shadowing must be allowed by
 /// the caller.
-pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+pub(crate) fn shadow<T: OverrideView>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     let mut types = linker.instance(WASI_FILESYSTEM_TYPES)?;
     types.func_wrap(
         "[method]descriptor.read-via-stream",
-        |mut store: StoreContextMut<'_, HostState>,
-         (fd, offset): (Resource<Descriptor>, Filesize)| {
+        |mut store: StoreContextMut<'_, T>, (fd, offset): (Resource<Descriptor>, Filesize)| {
             let state = store.data_mut();
-            if !has_room(state) {
+            if !has_room(state.overrides()) {
                 return Ok((Err(ErrorCode::InsufficientMemory),));
             }
             let taken = HostDescriptor::read_via_stream(&mut state.filesystem(), fd, offset);
@@ -62,10 +62,9 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     )?;
     types.func_wrap(
         "[method]descriptor.write-via-stream",
-        |mut store: StoreContextMut<'_, HostState>,
-         (fd, offset): (Resource<Descriptor>, Filesize)| {
+        |mut store: StoreContextMut<'_, T>, (fd, offset): (Resource<Descriptor>, Filesize)| {
             let state = store.data_mut();
-            if !has_room(state) {
+            if !has_room(state.overrides()) {
                 return Ok((Err(ErrorCode::InsufficientMemory),));
             }
             let taken = HostDescriptor::write_via_stream(&mut state.filesystem(), fd, offset);
@@ -74,9 +73,9 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     )?;
     types.func_wrap(
         "[method]descriptor.append-via-stream",
-        |mut store: StoreContextMut<'_, HostState>, (fd,): (Resource<Descriptor>,)| {
+        |mut store: StoreContextMut<'_, T>, (fd,): (Resource<Descriptor>,)| {
             let state = store.data_mut();
-            if !has_room(state) {
+            if !has_room(state.overrides()) {
                 return Ok((Err(ErrorCode::InsufficientMemory),));
             }
             let taken = HostDescriptor::append_via_stream(&mut state.filesystem(), fd);
@@ -88,14 +87,14 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
 
 /// Counts a stream that was taken among those `kind` picks, or turns the failure into its
 /// error code.
-fn record<T: 'static>(
-    state: &mut HostState,
-    taken: FsResult<Resource<T>>,
-    kind: fn(&mut FileStreams) -> &mut Created<T>,
-) -> wasmtime::Result<Result<Resource<T>, ErrorCode>> {
+fn record<S: 'static>(
+    state: &mut impl OverrideView,
+    taken: FsResult<Resource<S>>,
+    kind: fn(&mut FileStreams) -> &mut Created<S>,
+) -> wasmtime::Result<Result<Resource<S>, ErrorCode>> {
     Ok(match taken {
         Ok(stream) => {
-            kind(&mut state.fs.file_streams).record(&stream);
+            kind(&mut state.overrides().fs.file_streams).record(&stream);
             Ok(stream)
         }
         Err(e) => Err(Host::convert_error_code(&mut state.filesystem(), e)?),

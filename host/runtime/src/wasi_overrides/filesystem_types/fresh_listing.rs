@@ -35,15 +35,14 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use wasmtime::StoreContextMut;
-use wasmtime::component::{Linker, Resource};
+use wasmtime::component::{Linker, Resource, ResourceTable};
 use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemView};
 use wasmtime_wasi::p2::bindings::filesystem::types::{
     DescriptorFlags, DirectoryEntry, ErrorCode, Host, HostDescriptor, OpenFlags, PathFlags,
 };
 
 use crate::caps::MAX_FRESH_LISTING_ENTRIES;
-use crate::sandbox::HostState;
-use crate::wasi_overrides::WASI_FILESYSTEM_TYPES;
+use crate::wasi_overrides::{OverrideParts, OverrideView, WASI_FILESYSTEM_TYPES};
 
 /// How long after it was taken a listing may answer lookups. A walker asks right after
 /// listing (microseconds); this only bounds how stale an answer can be if a guest waits.
@@ -196,8 +195,11 @@ fn open_only_looks_up(open_flags: OpenFlags, flags: DescriptorFlags) -> bool {
 }
 
 /// The host directory a guest descriptor is, if it is one.
-fn dir_file(state: &HostState, fd: &Resource<Descriptor>) -> wasmtime::Result<Option<Arc<File>>> {
-    Ok(match state.table.get(fd)? {
+fn dir_file(
+    table: &ResourceTable,
+    fd: &Resource<Descriptor>,
+) -> wasmtime::Result<Option<Arc<File>>> {
+    Ok(match table.get(fd)? {
         Descriptor::Dir(dir) => Some(dir.dir.clone()),
         Descriptor::File(_) => None,
     })
@@ -205,26 +207,27 @@ fn dir_file(state: &HostState, fd: &Resource<Descriptor>) -> wasmtime::Result<Op
 
 /// Before `open-at`: the answer if the last listing already has it.
 pub(crate) fn before_open(
-    state: &mut HostState,
+    parts: &mut OverrideParts<'_>,
     base: &Resource<Descriptor>,
     path: &str,
     open_flags: OpenFlags,
     flags: DescriptorFlags,
 ) -> wasmtime::Result<Option<ErrorCode>> {
-    let answer = open_only_looks_up(open_flags, flags) && absent_at(state, base, path)?;
+    let answer = open_only_looks_up(open_flags, flags) && absent_at(parts, base, path)?;
     Ok(answer.then_some(ErrorCode::NoEntry))
 }
 
 /// After a successful `open-at` of a path the listing [`wants`](FreshListing::wants):
 /// remembers where an opened directory came from.
 pub(crate) fn after_open(
-    state: &mut HostState,
+    parts: &mut OverrideParts<'_>,
     base: &Resource<Descriptor>,
     path: &str,
     opened: &Resource<Descriptor>,
 ) -> wasmtime::Result<()> {
-    if let (Some(base), Some(dir)) = (dir_file(state, base)?, dir_file(state, opened)?) {
-        state
+    if let (Some(base), Some(dir)) = (dir_file(parts.table, base)?, dir_file(parts.table, opened)?)
+    {
+        parts
             .fs
             .fresh_listing
             .opened(&base, path, &dir, Instant::now());
@@ -235,17 +238,17 @@ pub(crate) fn after_open(
 /// Before a lookup that fails only for a missing name (`stat-at`, `metadata-hash-at`): whether
 /// the last listing shows `path` from `base` absent.
 pub(crate) fn absent_at(
-    state: &mut HostState,
+    parts: &mut OverrideParts<'_>,
     base: &Resource<Descriptor>,
     path: &str,
 ) -> wasmtime::Result<bool> {
-    if state.fs.fresh_listing.last.is_none() {
+    if parts.fs.fresh_listing.last.is_none() {
         return Ok(false);
     }
-    let Some(base) = dir_file(state, base)? else {
+    let Some(base) = dir_file(parts.table, base)? else {
         return Ok(false);
     };
-    let absent = state.fs.fresh_listing.absent(&base, path, Instant::now());
+    let absent = parts.fs.fresh_listing.absent(&base, path, Instant::now());
     if absent {
         ANSWERED.fetch_add(1, Ordering::Relaxed);
     }
@@ -253,15 +256,15 @@ pub(crate) fn absent_at(
 }
 
 /// Replaces wasmtime-wasi's `stat-at` in `linker`; shadowing must be allowed by the caller.
-pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+pub(crate) fn shadow<T: OverrideView>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     let mut types = linker.instance(WASI_FILESYSTEM_TYPES)?;
     types.func_wrap_async(
         "[method]descriptor.stat-at",
-        |mut store: StoreContextMut<'_, HostState>,
+        |mut store: StoreContextMut<'_, T>,
          (dir, path_flags, path): (Resource<Descriptor>, PathFlags, String)| {
             Box::new(async move {
                 let state = store.data_mut();
-                if absent_at(state, &dir, &path)? {
+                if absent_at(&mut state.overrides(), &dir, &path)? {
                     return Ok((Err(ErrorCode::NoEntry),));
                 }
                 let mut fs = state.filesystem();

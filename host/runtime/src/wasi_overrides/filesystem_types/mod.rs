@@ -4,7 +4,7 @@
 
 use wasmtime::component::Linker;
 
-use crate::sandbox::HostState;
+use super::OverrideView;
 
 pub(crate) mod file_streams;
 #[cfg(unix)]
@@ -15,7 +15,7 @@ pub(crate) mod readdir;
 
 /// Replaces wasmtime-wasi's functions listed for this interface in
 /// [`OVERRIDES`](super::OVERRIDES); shadowing must be allowed by the caller.
-pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+pub(crate) fn shadow<T: OverrideView>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     #[cfg(unix)]
     readdir::shadow(linker)?;
     #[cfg(unix)]

@@ -40,8 +40,7 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
 };
 
 use crate::caps::MAX_OPEN_FILES_PER_CALL;
-use crate::sandbox::HostState;
-use crate::wasi_overrides::WASI_FILESYSTEM_TYPES;
+use crate::wasi_overrides::{OverrideParts, OverrideView, WASI_FILESYSTEM_TYPES};
 
 /// The host files a call opened, as long as anything (descriptor or stream) still uses them.
 #[derive(Default)]
@@ -68,7 +67,7 @@ impl OpenFiles {
 /// Opening as a directory, or creating exclusively, is not looked at: a pipe there is rare and
 /// the non-blocking open still refuses it.
 async fn names_a_pipe(
-    state: &mut HostState,
+    state: &mut impl OverrideView,
     dir: &Resource<Descriptor>,
     path_flags: PathFlags,
     path: &str,
@@ -93,7 +92,7 @@ async fn names_a_pipe(
 /// Opens `path` beneath `dir` for the guest: a new descriptor in the call's table, or the
 /// error the guest gets. `Ok(Err(_))` is the guest's answer; `Err` traps.
 async fn open(
-    state: &mut HostState,
+    state: &mut impl OverrideView,
     dir: &Resource<Descriptor>,
     path_flags: PathFlags,
     path: &str,
@@ -103,13 +102,13 @@ async fn open(
     if !names_a_pipe(state, dir, path_flags, path, open_flags).await {
         #[cfg(unix)]
         {
-            let parent = match state.table.get(dir)? {
+            let parent = match state.overrides().table.get(dir)? {
                 Descriptor::Dir(parent) => parent.clone(),
                 Descriptor::File(_) => return Ok(Err(ErrorCode::NotDirectory)),
             };
             match nonblocking::open(&parent, path_flags, path, open_flags, flags) {
                 Ok(nonblocking::Opened::Descriptor(opened)) => {
-                    return Ok(Ok(state.table.push(opened)?));
+                    return Ok(Ok(state.overrides().table.push(opened)?));
                 }
                 // Swapped in since the look.
                 Ok(nonblocking::Opened::Pipe) => {}
@@ -136,9 +135,10 @@ async fn open(
             };
         }
     }
-    if !std::mem::replace(&mut state.fs.open_files.pipe_warned, true) {
+    let OverrideParts { fs, plugin, .. } = state.overrides();
+    if !std::mem::replace(&mut fs.open_files.pipe_warned, true) {
         tracing::warn!(
-            plugin = %state.out.log.plugin,
+            plugin = %plugin,
             %path,
             "refusing to open a named pipe or socket: opening or reading one waits for the \
              other end, where no time limit can stop it"
@@ -148,11 +148,11 @@ async fn open(
 }
 
 /// Replaces wasmtime-wasi's `open-at` in `linker`; shadowing must be allowed by the caller.
-pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+pub(crate) fn shadow<T: OverrideView>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     let mut types = linker.instance(WASI_FILESYSTEM_TYPES)?;
     types.func_wrap_async(
         "[method]descriptor.open-at",
-        |mut store: StoreContextMut<'_, HostState>,
+        |mut store: StoreContextMut<'_, T>,
          (dir, path_flags, path, open_flags, flags): (
             Resource<Descriptor>,
             PathFlags,
@@ -162,10 +162,11 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         )| {
             Box::new(async move {
                 let state = store.data_mut();
-                if !state.fs.open_files.has_room() {
-                    if !std::mem::replace(&mut state.fs.open_files.warned, true) {
+                let OverrideParts { fs, plugin, .. } = state.overrides();
+                if !fs.open_files.has_room() {
+                    if !std::mem::replace(&mut fs.open_files.warned, true) {
                         tracing::warn!(
-                            plugin = %state.out.log.plugin,
+                            plugin = %plugin,
                             "refusing to open more files: the call holds {MAX_OPEN_FILES_PER_CALL} \
                              open files and directories, the most one call may hold"
                         );
@@ -175,7 +176,11 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 #[cfg(unix)]
                 if let Some(answer) =
                     crate::wasi_overrides::filesystem_types::fresh_listing::before_open(
-                        state, &dir, &path, open_flags, flags,
+                        &mut state.overrides(),
+                        &dir,
+                        &path,
+                        open_flags,
+                        flags,
                     )?
                 {
                     return Ok((Err(answer),));
@@ -184,19 +189,20 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                     Ok(fd) => fd,
                     Err(code) => return Ok((Err(code),)),
                 };
-                let file = match state.table.get(&fd)? {
+                let mut parts = state.overrides();
+                let file = match parts.table.get(&fd)? {
                     Descriptor::File(f) => Arc::downgrade(&f.file),
                     Descriptor::Dir(d) => Arc::downgrade(&d.dir),
                 };
                 // Where an opened directory came from, if its listing may answer lookups.
                 #[cfg(unix)]
-                if state.fs.fresh_listing.wants(&path) {
+                if parts.fs.fresh_listing.wants(&path) {
                     let base = Resource::<Descriptor>::new_borrow(dir.rep());
                     crate::wasi_overrides::filesystem_types::fresh_listing::after_open(
-                        state, &base, &path, &fd,
+                        &mut parts, &base, &path, &fd,
                     )?;
                 }
-                state.fs.open_files.files.push(file);
+                parts.fs.open_files.files.push(file);
                 Ok((Ok(fd),))
             })
         },
@@ -220,7 +226,7 @@ mod nonblocking {
         DescriptorFlags, ErrorCode, OpenFlags, PathFlags,
     };
 
-    use crate::sandbox::ALLOW_BLOCKING_CURRENT_THREAD;
+    use crate::wasi_overrides::ALLOW_BLOCKING_CURRENT_THREAD;
 
     /// What an open found.
     pub(super) enum Opened {

@@ -39,8 +39,7 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
 };
 
 use crate::caps::MAX_LISTED_BYTES_PER_CALL;
-use crate::sandbox::HostState;
-use crate::wasi_overrides::WASI_FILESYSTEM_TYPES;
+use crate::wasi_overrides::{OverrideParts, OverrideView, WASI_FILESYSTEM_TYPES};
 
 /// One listing, handed out an entry per `read-directory-entry` call.
 pub(crate) struct DirEntries {
@@ -67,7 +66,7 @@ pub(crate) struct ListedEntry {
 /// Replaces wasmtime-wasi's `read-directory`, `read-directory-entry`, the
 /// `directory-entry-stream` resource and `metadata-hash-at` in `linker`; shadowing must be
 /// allowed by the caller.
-pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+pub(crate) fn shadow<T: OverrideView>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     let mut types = linker.instance(WASI_FILESYSTEM_TYPES)?;
     types.resource(
         "directory-entry-stream",
@@ -75,6 +74,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         |mut store, rep| {
             store
                 .data_mut()
+                .overrides()
                 .table
                 .delete(Resource::<DirEntries>::new_own(rep))?;
             Ok(())
@@ -82,10 +82,12 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     )?;
     types.func_wrap(
         "[method]descriptor.read-directory",
-        |mut store: StoreContextMut<'_, HostState>, (fd,): (Resource<Descriptor>,)| {
-            let state = store.data_mut();
-            let held = state.fs.listings.live_sum(&state.table, |l| l.bytes);
-            let (table, devices) = (&mut state.table, &mut state.fs.listed_devices);
+        |mut store: StoreContextMut<'_, T>, (fd,): (Resource<Descriptor>,)| {
+            let OverrideParts {
+                table, fs, plugin, ..
+            } = store.data_mut().overrides();
+            let held = fs.listings.live_sum(table, |l| l.bytes);
+            let devices = &mut fs.listed_devices;
             let listing = match table.get(&fd)? {
                 Descriptor::Dir(dir) => list(&dir.dir, devices).map(|(entries, device)| {
                     let bytes = entries
@@ -98,9 +100,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                         .iter()
                         .map(|e| e.as_ref().map(|(e, _)| e).map_err(|_| ()));
                     let now = std::time::Instant::now();
-                    state
-                        .fs
-                        .fresh_listing
+                    fs.fresh_listing
                         .listed(&dir.dir, names, device.is_some(), now);
                     DirEntries {
                         bytes,
@@ -113,9 +113,9 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
             };
             let stream = match listing {
                 Ok(entries) if held + entries.bytes > MAX_LISTED_BYTES_PER_CALL => {
-                    if !std::mem::replace(&mut state.fs.listings_warned, true) {
+                    if !std::mem::replace(&mut fs.listings_warned, true) {
                         tracing::warn!(
-                            plugin = %state.out.log.plugin,
+                            plugin = %plugin,
                             "refusing to list another directory: the call's listings would take \
                              more than {} MiB of host memory, the most one call may hold",
                             MAX_LISTED_BYTES_PER_CALL >> 20
@@ -125,7 +125,7 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 }
                 Ok(entries) => {
                     let stream = table.push(entries)?;
-                    state.fs.listings.record(&stream);
+                    fs.listings.record(&stream);
                     Ok(stream)
                 }
                 Err(code) => Err(code),
@@ -135,11 +135,11 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     )?;
     types.func_wrap(
         "[method]directory-entry-stream.read-directory-entry",
-        |mut store: StoreContextMut<'_, HostState>, (stream,): (Resource<DirEntries>,)| {
-            let state = store.data_mut();
-            let listing = state.table.get_mut(&stream)?;
+        |mut store: StoreContextMut<'_, T>, (stream,): (Resource<DirEntries>,)| {
+            let OverrideParts { table, fs, .. } = store.data_mut().overrides();
+            let listing = table.get_mut(&stream)?;
             let next = listing.entries.next();
-            state.fs.last_listed = match (&next, listing.device) {
+            fs.last_listed = match (&next, listing.device) {
                 (Some(Ok((entry, inode))), Some(device))
                     if entry.type_ != DescriptorType::Directory =>
                 {
@@ -156,20 +156,21 @@ pub(crate) fn shadow(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     )?;
     types.func_wrap_async(
         "[method]descriptor.metadata-hash-at",
-        |mut store: StoreContextMut<'_, HostState>,
+        |mut store: StoreContextMut<'_, T>,
          (fd, path_flags, path): (Resource<Descriptor>, PathFlags, String)| {
             Box::new(async move {
                 let state = store.data_mut();
-                if let Some(listed) = state.fs.last_listed.take()
+                let mut parts = state.overrides();
+                if let Some(listed) = parts.fs.last_listed.take()
                     && !path_flags.contains(PathFlags::SYMLINK_FOLLOW)
                     && listed.name == path
-                    && let Descriptor::Dir(dir) = state.table.get(&fd)?
+                    && let Descriptor::Dir(dir) = parts.table.get(&fd)?
                     && std::ptr::eq(Arc::as_ptr(&dir.dir), listed.dir.as_ptr())
                 {
                     return Ok((Ok(metadata_hash(listed.identity)),));
                 }
                 if crate::wasi_overrides::filesystem_types::fresh_listing::absent_at(
-                    state, &fd, &path,
+                    &mut parts, &fd, &path,
                 )? {
                     return Ok((Err(ErrorCode::NoEntry),));
                 }
