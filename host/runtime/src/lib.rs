@@ -16,6 +16,7 @@
 
 mod bindings;
 mod bulk_read;
+mod bulk_read_bindings;
 mod cache;
 mod caps;
 mod engine;

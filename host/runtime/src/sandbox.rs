@@ -15,6 +15,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::bindings::cordon::tool::log;
+use crate::bulk_read::{BulkReadParts, BulkReadView};
 use crate::caps::{MAX_HANDLES_PER_CALL, MAX_HTTP_FIELDS_BYTES, MAX_TABLE_ELEMENTS};
 use crate::error::CallError;
 use crate::http_policy::HttpPolicy;
@@ -182,6 +183,19 @@ impl OverrideView for HostState {
             fs: &mut self.fs.overrides,
             net: &mut self.net.overrides,
             plugin: &self.out.log.plugin,
+        }
+    }
+}
+
+impl BulkReadView for HostState {
+    #[inline]
+    fn bulk_read(&mut self) -> BulkReadParts<'_> {
+        BulkReadParts {
+            table: &mut self.table,
+            budget: &mut self.fs.bulk_read,
+            preopens: self.fs.overrides.preopens(),
+            memory_limit: self.budget.limiter.limit(),
+            deadline: self.budget.deadline,
         }
     }
 }

@@ -1,27 +1,25 @@
-//! The `cordon:tool/bulk-read` host functions: creating readers within the per-call caps,
-//! queueing paths and taking files.
+//! What the `cordon:tool/bulk-read` functions do to one call: creating readers within the
+//! per-call caps, queueing paths and taking files. `crate::bulk_read_bindings` hands each to the
+//! guest as the WIT function of the same name.
 
 use wasmtime::component::Resource;
 
 use super::paths::read_file;
 use super::queue::{Reader, Taken};
 use super::sieve::Sieve;
-use crate::bindings::cordon::tool::bulk_read::{self, AddError, File, Sifted, SiftedFile};
+use super::{AddError, BulkReadParts, File};
 use crate::caps::{
     MAX_BULK_READ_PATH, MAX_BULK_READ_QUEUED_PATH_BYTES, MAX_BULK_READ_QUEUED_PATHS,
     MAX_BULK_READERS_PER_CALL,
 };
-use crate::sandbox::HostState;
 
-impl bulk_read::Host for HostState {}
-
-impl HostState {
+impl BulkReadParts<'_> {
     fn push_reader(
         &mut self,
         max_size: u64,
         sieve: Option<Sieve>,
     ) -> wasmtime::Result<Resource<Reader>> {
-        if self.fs.bulk_read.readers >= MAX_BULK_READERS_PER_CALL {
+        if self.budget.readers >= MAX_BULK_READERS_PER_CALL {
             wasmtime::bail!(
                 "the plugin holds {MAX_BULK_READERS_PER_CALL} bulk-read readers at once, the most one call \
                  may hold; it must drop one before creating another"
@@ -29,7 +27,7 @@ impl HostState {
         }
         let reader = Reader::new(self, max_size, sieve)?;
         let reader = self.table.push(reader)?;
-        self.fs.bulk_read.readers += 1;
+        self.budget.readers += 1;
         Ok(reader)
     }
 
@@ -39,36 +37,37 @@ impl HostState {
         max: u32,
         sifted: bool,
     ) -> wasmtime::Result<Vec<Taken>> {
-        let deadline = self.budget.deadline;
+        let deadline = self.deadline;
         let files = self
             .table
             .get_mut(&reader)?
             .take(max, deadline, sifted)
             .await;
-        self.fs.bulk_read.paths -= files.len() as u64;
-        self.fs.bulk_read.path_bytes -= files.iter().map(|f| f.path().len() as u64).sum::<u64>();
+        self.budget.paths -= files.len() as u64;
+        self.budget.path_bytes -= files.iter().map(|f| f.path().len() as u64).sum::<u64>();
         Ok(files)
     }
-}
 
-impl bulk_read::HostReader for HostState {
-    fn new(&mut self, max_size: u64) -> wasmtime::Result<Resource<Reader>> {
+    /// `[constructor]reader`.
+    pub(crate) fn new_reader(&mut self, max_size: u64) -> wasmtime::Result<Resource<Reader>> {
         self.push_reader(max_size, None)
     }
 
-    fn sifting(
+    /// `[static]reader.sifting`.
+    pub(crate) fn sifting(
         &mut self,
         max_size: u64,
-        needles: Vec<u8>,
-        lengths: Vec<u32>,
+        needles: &[u8],
+        lengths: &[u32],
     ) -> wasmtime::Result<Result<Resource<Reader>, String>> {
-        match Sieve::new(&needles, &lengths) {
+        match Sieve::new(needles, lengths) {
             Ok(sieve) => Ok(Ok(self.push_reader(max_size, sieve)?)),
             Err(why) => Ok(Err(why)),
         }
     }
 
-    fn add(
+    /// `[method]reader.add`.
+    pub(crate) fn add(
         &mut self,
         reader: Resource<Reader>,
         path: String,
@@ -76,7 +75,7 @@ impl bulk_read::HostReader for HostState {
         if path.len() > MAX_BULK_READ_PATH {
             return Ok(Err(AddError::PathTooLong));
         }
-        let budget = &mut self.fs.bulk_read;
+        let budget = &mut self.budget;
         let len = path.len() as u64;
         if budget.paths >= MAX_BULK_READ_QUEUED_PATHS
             || budget.path_bytes + len > MAX_BULK_READ_QUEUED_PATH_BYTES
@@ -89,12 +88,18 @@ impl bulk_read::HostReader for HostState {
         Ok(Ok(()))
     }
 
-    fn queued(&mut self, reader: Resource<Reader>) -> wasmtime::Result<u32> {
+    /// `[method]reader.queued`.
+    pub(crate) fn queued(&mut self, reader: Resource<Reader>) -> wasmtime::Result<u32> {
         let reader = self.table.get(&reader)?;
         Ok((reader.added - reader.taken) as u32)
     }
 
-    async fn take(&mut self, reader: Resource<Reader>, max: u32) -> wasmtime::Result<Vec<File>> {
+    /// `[method]reader.take`.
+    pub(crate) async fn take(
+        &mut self,
+        reader: Resource<Reader>,
+        max: u32,
+    ) -> wasmtime::Result<Vec<File>> {
         let source = self.table.get(&reader)?.source.clone();
         let files = self.take_files(reader, max, false).await?;
         Ok(files
@@ -110,32 +115,21 @@ impl bulk_read::HostReader for HostState {
             .collect())
     }
 
-    async fn take_sifted(
+    /// `[method]reader.take-sifted`: each file whole, or passed over.
+    pub(crate) async fn take_sifted(
         &mut self,
         reader: Resource<Reader>,
         max: u32,
-    ) -> wasmtime::Result<Vec<SiftedFile>> {
-        let files = self.take_files(reader, max, true).await?;
-        Ok(files
-            .into_iter()
-            .map(|taken| match taken {
-                Taken::Whole(path, contents) => SiftedFile {
-                    path,
-                    contents: contents.map(Sifted::Whole),
-                },
-                Taken::PassedOver(path, passed_over) => SiftedFile {
-                    path,
-                    contents: Ok(Sifted::PassedOver(passed_over)),
-                },
-            })
-            .collect())
+    ) -> wasmtime::Result<Vec<Taken>> {
+        self.take_files(reader, max, true).await
     }
 
-    fn drop(&mut self, reader: Resource<Reader>) -> wasmtime::Result<()> {
+    /// Dropping a reader.
+    pub(crate) fn drop_reader(&mut self, reader: Resource<Reader>) -> wasmtime::Result<()> {
         let reader = self.table.delete(reader)?;
-        self.fs.bulk_read.readers -= 1;
-        self.fs.bulk_read.paths -= reader.added - reader.taken;
-        self.fs.bulk_read.path_bytes -= reader.queued_path_bytes;
+        self.budget.readers -= 1;
+        self.budget.paths -= reader.added - reader.taken;
+        self.budget.path_bytes -= reader.queued_path_bytes;
         Ok(())
     }
 }

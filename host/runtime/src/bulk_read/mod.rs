@@ -34,10 +34,21 @@
 //! of a file with none of them. A search tool then copies into its memory, and scans with its
 //! slower WebAssembly code, only the files it can match in; which files those are is decided
 //! by the plugin's needles and the files it could read anyway, so nothing new is reachable.
+//!
+//! This module knows nothing of the WIT bindings: it runs on any store data that is a
+//! [`BulkReadView`], and has values of its own ([`File`], [`ReadError`], [`PassedOver`],
+//! [`AddError`], mirroring the WIT types). The bindings name [`Reader`] as the `reader`
+//! resource, and `crate::bulk_read_bindings` hands the calls of `host` to the guest as the WIT
+//! functions, so the dependencies run bulk_read_bindings -> bindings -> bulk_read, never back.
 
 use std::fs::File as HostFile;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use wasmtime::component::ResourceTable;
+
+use crate::wasi_overrides::filesystem_preopens::Preopen;
 
 mod host;
 mod paths;
@@ -45,7 +56,61 @@ mod queue;
 mod sieve;
 
 pub use queue::Reader;
+pub(crate) use queue::Taken;
 use sieve::Sieve;
+
+/// Store data bulk-read can run on, as wasmtime-wasi's functions run on a `WasiView`: it lends
+/// out what the calls touch. Only the sandbox's `HostState` implements it, so everything generic
+/// over it is compiled once, for it.
+pub(crate) trait BulkReadView: Send + 'static {
+    /// Disjoint borrows (and copies) of what bulk-read touches.
+    fn bulk_read(&mut self) -> BulkReadParts<'_>;
+}
+
+/// What [`BulkReadView::bulk_read`] lends out.
+pub(crate) struct BulkReadParts<'a> {
+    /// The call's resource table, where readers live.
+    pub(crate) table: &'a mut ResourceTable,
+    /// What readers of this call hold.
+    pub(crate) budget: &'a mut CallBudget,
+    /// The call's granted directories: a reader reads below these handles only.
+    pub(crate) preopens: &'a [Preopen],
+    /// The call's memory limit, the most a reader's size limit can be.
+    pub(crate) memory_limit: u64,
+    /// When the call's time runs out: a take waits no longer.
+    pub(crate) deadline: Instant,
+}
+
+/// Why one queued file was not read (the WIT `read-error`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ReadError {
+    NotGranted,
+    NotFound,
+    NotAFile,
+    TooLarge(u64),
+    Other(String),
+}
+
+/// One file read, or why not (the WIT `file`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct File {
+    pub(crate) path: String,
+    pub(crate) contents: Result<Vec<u8>, ReadError>,
+}
+
+/// What `take-sifted` hands over for a file with none of the needles (the WIT `passed-over`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PassedOver {
+    pub(crate) size: u64,
+    pub(crate) first_nul: Option<u64>,
+}
+
+/// Why `add` did not queue a path (the WIT `add-error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AddError {
+    QueueFull,
+    PathTooLong,
+}
 
 /// What bulk-read has queued in one call, kept in the call's store.
 #[derive(Default)]

@@ -5,16 +5,12 @@ use std::fs::File as HostFile;
 use std::io;
 use std::path::Path;
 
-use super::{Root, Source};
-use crate::bindings::cordon::tool::bulk_read::ReadError;
-use crate::sandbox::HostState;
+use super::{ReadError, Root, Source};
+use crate::wasi_overrides::filesystem_preopens::Preopen;
 
 /// The call's granted directories, the same handles the plugin's preopens wrap.
-pub(super) fn roots(state: &HostState) -> Vec<Root> {
-    state
-        .fs
-        .overrides
-        .preopens()
+pub(super) fn roots(preopens: &[Preopen]) -> Vec<Root> {
+    preopens
         .iter()
         .map(|p| Root {
             guest: components(&p.guest_path).map(str::to_owned).collect(),

@@ -6,21 +6,19 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
-use super::Source;
 use super::paths::{open_regular, read_contents, read_file, roots};
 use super::sieve::Sieve;
-use crate::bindings::cordon::tool::bulk_read::{File, PassedOver, ReadError};
+use super::{BulkReadParts, File, PassedOver, ReadError, Source};
 use crate::caps::{
     BULK_READ_AHEAD_BYTES, BULK_READ_AHEAD_FILES, MAX_BULK_READ_WORKERS,
     MAX_BULK_READ_WORKERS_PER_READER,
 };
-use crate::sandbox::HostState;
 
 /// Worker threads alive in the process.
 static LIVE_WORKERS: AtomicUsize = AtomicUsize::new(0);
 
 /// A file as a take hands it over, before it becomes a WIT `file` or `sifted-file`.
-pub(super) enum Taken {
+pub(crate) enum Taken {
     Whole(String, Result<Vec<u8>, ReadError>),
     PassedOver(String, PassedOver),
 }
@@ -284,16 +282,16 @@ fn start_workers(shared: &Arc<Shared>, source: &Arc<Source>, workers: usize) -> 
 
 impl Reader {
     pub(super) fn new(
-        state: &mut HostState,
+        parts: &BulkReadParts<'_>,
         max_size: u64,
         sieve: Option<Sieve>,
     ) -> wasmtime::Result<Reader> {
         let source = Arc::new(Source {
-            roots: roots(state),
-            max_size: max_size.min(state.budget.limiter.limit()),
+            roots: roots(parts.preopens),
+            max_size: max_size.min(parts.memory_limit),
             sieve,
         });
-        let slot = state.fs.bulk_read.threaded.clone();
+        let slot = parts.budget.threaded.clone();
         let mut mode = Mode::Inline(VecDeque::new());
         if slot
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)

@@ -3,7 +3,7 @@
 
 use aho_corasick::{AhoCorasick, AhoCorasickKind};
 
-use crate::bindings::cordon::tool::bulk_read::PassedOver;
+use super::PassedOver;
 use crate::caps::{MAX_ALL_NEEDLE_BYTES, MAX_NEEDLE_BYTES, MAX_NEEDLES, MAX_SIEVE_MEMORY};
 
 /// The needles of a sifting reader, searched for in every file it reads.
