@@ -110,32 +110,34 @@ impl wasmtime::ResourceLimiter for Limiter {
 
 /// The data of one call's `Store`, split by concern as wasmtime splits `WasiCtx`: what each
 /// of Cordon's host functions touches is one group, and the borrow checker can see a WASI view
-/// (context and table) apart from the rest.
+/// (context and table) apart from the rest. The WASI replacements and bulk-read reach the parts
+/// they use only through the views below ([`OverrideView`], [`BulkReadView`]), which keeps them
+/// free of this module; the table and the filesystem and network state are private to it.
 pub(crate) struct HostState {
     /// wasmtime-wasi's context: environment, stdio, clocks, sockets policy.
     wasi: WasiCtx,
     /// Every resource the guest holds a handle to (and their children), capped in size.
-    pub(crate) table: ResourceTable,
-    pub(crate) fs: FsState,
-    pub(crate) net: NetState,
+    table: ResourceTable,
+    fs: FsState,
+    net: NetState,
     pub(crate) budget: Budget,
     pub(crate) out: CallOutput,
 }
 
 /// Cordon's side of `wasi:filesystem` and `cordon:tool/bulk-read` in one call: the granted
 /// directories it opened, and what the per-call caps count of what the guest holds.
-pub(crate) struct FsState {
+struct FsState {
     /// What the `wasi:filesystem` replacements keep: the preopens, and what the caps count.
-    pub(crate) overrides: FsOverrides,
+    overrides: FsOverrides,
     /// What `bulk-read` readers of this call hold.
-    pub(crate) bulk_read: crate::bulk_read::CallBudget,
+    bulk_read: crate::bulk_read::CallBudget,
 }
 
 /// The network side of one call: what the caps count of its sockets and HTTP objects, and
 /// wasmtime-wasi-http's context with Cordon's policy (allowed origins, pinned addresses).
-pub(crate) struct NetState {
+struct NetState {
     /// What the `wasi:sockets` and `wasi:http` replacements count.
-    pub(crate) overrides: NetOverrides,
+    overrides: NetOverrides,
     http: WasiHttpCtx,
     hooks: HttpPolicy,
 }

@@ -6,7 +6,6 @@
 //! that each is one wasmtime defines before replacing it: a function wasmtime renamed or
 //! dropped (after an upgrade) fails start-up with its name, instead of Cordon's version sitting
 //! beside it under a name guests are never given.
-
 //!
 //! The replacements run on any store data that is an [`OverrideView`], as wasmtime-wasi's run
 //! on any `WasiView`: the per-call state they keep ([`FsOverrides`], [`NetOverrides`]) is
