@@ -281,12 +281,15 @@ if a call is refused or declined, tell the user instead of trying to get around 
         let all = futures::stream::iter(futs)
             .buffered(self.config.agent.max_parallel_tools)
             .collect::<Vec<_>>();
+        // Cancelling stops the running tools, which then finish at once: the cancel must win
+        // over their results, or the turn would go on to ask the model again.
         tokio::select! {
-            results = all => Event::ToolsFinished { results },
+            biased;
             _ = cancel.cancelled() => {
                 child.cancel();
                 Event::Cancel { partial: String::new() }
             }
+            results = all => Event::ToolsFinished { results },
         }
     }
 

@@ -147,8 +147,9 @@ impl LlmClient {
             builder = builder.bearer_auth(key);
         }
         let response = tokio::select! {
-            r = builder.send() => r,
+            biased;
             _ = cancel.cancelled() => return Err(LlmError::Cancelled { partial: String::new() }),
+            r = builder.send() => r,
         };
         let response = response.map_err(|e| {
             let what = if e.is_timeout() {
@@ -170,8 +171,9 @@ impl LlmClient {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
             let text = tokio::select! {
-                t = response.text() => t.unwrap_or_default(),
+                biased;
                 _ = cancel.cancelled() => return Err(LlmError::Cancelled { partial: String::new() }),
+                t = response.text() => t.unwrap_or_default(),
             };
             let message = serde_json::from_str::<Value>(&text)
                 .ok()
@@ -208,9 +210,10 @@ impl LlmClient {
             self.read_stream(response, on_text, cancel).await
         } else {
             let text = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(LlmError::Cancelled { partial: String::new() }),
                 t = response.text() => t.map_err(|e| LlmError::Failed(LlmFailure::transient(format!(
                     "the connection to {} broke while reading the answer: {}", self.endpoint, chain(&e)))))?,
-                _ = cancel.cancelled() => return Err(LlmError::Cancelled { partial: String::new() }),
             };
             let response = parse_full(&text).map_err(LlmError::Failed)?;
             if !response.content.is_empty() {
@@ -240,8 +243,9 @@ impl LlmClient {
         let mut seen = 0usize;
         loop {
             let next = tokio::select! {
-                n = events.next() => n,
+                biased;
                 _ = cancel.cancelled() => return Err(LlmError::Cancelled { partial: asm.content }),
+                n = events.next() => n,
             };
             let Some(event) = next else { break };
             let event = match event {
