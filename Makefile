@@ -70,6 +70,7 @@ python-plugin: toolchain
 	$(MAKE) -C plugins/python
 
 lint: toolchain
+	python3 tests/lint/module_cycles.py host/*/ tests tests/scripted-llm sdk/rust
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cd plugins && cargo fmt --all --check && CARGO_TARGET_DIR="$(ROOT)/$(WASM_TARGET)" cargo clippy --target wasm32-wasip2 --release --all-targets -- -D warnings

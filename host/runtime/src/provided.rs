@@ -42,3 +42,37 @@ pub(crate) fn provided_list() -> String {
         None => String::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every import that opens a capability (core's table, which grants are checked against)
+    /// must be one the linker provides: otherwise a grant could be accepted for a component
+    /// the engine then refuses to load.
+    #[test]
+    fn every_capability_import_is_provided() {
+        for (import, capability) in cordon_core::CAPABILITY_IMPORTS {
+            let versioned = if import.ends_with('/') {
+                format!("{import}types@0.2.6")
+            } else {
+                format!("{import}@0.2.6")
+            };
+            assert!(
+                provided(&versioned),
+                "{capability:?} is opened by `{import}`, which the linker does not provide"
+            );
+        }
+    }
+
+    #[test]
+    fn the_list_names_each_family_once() {
+        let list = provided_list();
+        assert!(list.starts_with("wasi:cli, wasi:clocks, "), "{list}");
+        assert!(
+            list.ends_with(" and cordon:tool/bulk-read (0.1.2: sifting readers)"),
+            "{list}"
+        );
+        assert!(!provided("wasi:keyvalue/store@0.2.0"));
+    }
+}
