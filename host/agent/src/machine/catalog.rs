@@ -55,29 +55,34 @@ impl ToolCatalog {
         call: &ToolCall,
         session: &BTreeMap<String, Policy>,
     ) -> Result<(Value, &ToolSpec, Decision), Refusal> {
-        let offered: Vec<&str> = self
-            .offered(session)
-            .iter()
-            .map(|s| s.name.as_str())
-            .collect();
-        let available = if offered.is_empty() {
-            "no tools are available".to_string()
-        } else {
-            format!("the available tools are: {}", offered.join(", "))
+        // Only a refused call names the offered tools: deciding for every tool is not work
+        // a valid call should pay for.
+        let available = || {
+            let offered: Vec<&str> = self
+                .offered(session)
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect();
+            if offered.is_empty() {
+                "no tools are available".to_string()
+            } else {
+                format!("the available tools are: {}", offered.join(", "))
+            }
         };
         if call.name.is_empty() {
             return Err(Refusal::Invalid(
                 None,
                 format!(
-                    "the tool call has no tool name (got `{}`); {available}",
-                    snippet(&call.arguments)
+                    "the tool call has no tool name (got `{}`); {}",
+                    snippet(&call.arguments),
+                    available()
                 ),
             ));
         }
         let Some((spec, schema)) = self.tools.get(&call.name) else {
             return Err(Refusal::Invalid(
                 None,
-                format!("there is no tool named `{}`; {available}", call.name),
+                format!("there is no tool named `{}`; {}", call.name, available()),
             ));
         };
         let decision = self.decision(spec, session);
