@@ -9,6 +9,7 @@
 //! and Windows drive letters or UNC paths are not given any meaning.
 
 mod arguments;
+mod audit;
 mod ceiling;
 mod grant;
 mod limits;
@@ -17,6 +18,10 @@ mod stamp;
 mod tool;
 
 pub use arguments::{ArgumentError, InputSchema, SchemaError};
+pub use audit::{
+    AuditEntry, AuditRecord, CallOutcome, CallReport, HomeChangeAudit, MAX_REFUSALS_RECORDED,
+    ToolCallAudit, arguments_sha256, local_user, now_ms,
+};
 pub use ceiling::{CAPABILITY_IMPORTS, Capability, Ceiling, CeilingError};
 pub use grant::{FsGrant, FsMode, Grant, GrantError, Grants, HttpOrigin, HttpScheme};
 pub use limits::{
