@@ -43,6 +43,7 @@ impl ToolHost for DemoTools {
                 vec![]
             },
             can_change_anything: can_change,
+            digest: String::new(),
         };
         vec![
             spec(

@@ -123,6 +123,40 @@ pub enum ApprovalAnswer {
     },
 }
 
+impl ApprovalAnswer {
+    /// The word the audit log records for the answer (`yes`, `no`, `always`, `never`,
+    /// `refused`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ApprovalAnswer::Yes => "yes",
+            ApprovalAnswer::No => "no",
+            ApprovalAnswer::Always => "always",
+            ApprovalAnswer::Never => "never",
+            ApprovalAnswer::Refused { .. } => "refused",
+        }
+    }
+}
+
+/// An answer with who gave it: the audit log records both.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GivenAnswer {
+    /// The answer.
+    pub answer: ApprovalAnswer,
+    /// Who gave it: `user `ann` at the terminal`, `API token `ops``, `cordon run --approve
+    /// auto`, `no answer within 5m`.
+    pub by: String,
+}
+
+impl GivenAnswer {
+    /// An answer given by `by`.
+    pub fn new(answer: ApprovalAnswer, by: impl Into<String>) -> Self {
+        Self {
+            answer,
+            by: by.into(),
+        }
+    }
+}
+
 /// A decision with the reason shown to the user.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Decision {
@@ -232,6 +266,7 @@ mod tests {
             plugin: plugin.into(),
             grants: vec![],
             can_change_anything: can_change,
+            digest: String::new(),
         }
     }
 

@@ -152,6 +152,21 @@ pub enum State {
 }
 
 impl State {
+    /// The state's tag as saved (`idle`, `awaiting_model`, `awaiting_approval`, …): what a
+    /// store lists and filters by.
+    pub fn key(&self) -> &'static str {
+        match self {
+            State::Idle => "idle",
+            State::AwaitingModel { .. } => "awaiting_model",
+            State::ProcessingModelResponse { .. } => "processing_model_response",
+            State::AwaitingApproval { .. } => "awaiting_approval",
+            State::ExecutingTools { .. } => "executing_tools",
+            State::HandlingToolError { .. } => "handling_tool_error",
+            State::TransientFailure { .. } => "transient_failure",
+            State::Failed { .. } => "failed",
+        }
+    }
+
     /// A short name for messages.
     pub fn name(&self) -> &'static str {
         match self {
@@ -194,6 +209,16 @@ pub enum CallStatus {
     },
 }
 
+/// Who decided whether a call runs, and how: what the audit log records for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallApproval {
+    /// `auto` or `deny` (policy), `yes`, `no`, `always`, `never`, `refused` (an answer), or
+    /// `invalid` (refused before any decision).
+    pub decision: String,
+    /// Who or what decided: `policy: <reason>`, or who answered.
+    pub by: String,
+}
+
 /// One tool call of an answer with its parsed arguments and status.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlannedCall {
@@ -208,6 +233,9 @@ pub struct PlannedCall {
     pub arguments: Option<Value>,
     /// Where it stands.
     pub status: CallStatus,
+    /// Who decided whether it runs; `None` while it waits for an answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<CallApproval>,
 }
 
 /// A conversation; see the module docs.
@@ -335,6 +363,60 @@ impl Conversation {
     }
 }
 
+/// Everything of a conversation but its messages, borrowed: what a store records with each
+/// transition beside the messages appended since the last one, so recording a transition costs
+/// what changed rather than the whole history. [`Conversation::from_tail`] puts the two back
+/// together.
+#[derive(Debug, Serialize)]
+pub struct ConversationTail<'a> {
+    format: u32,
+    turns: &'a [Turn],
+    state: &'a State,
+    progress: &'a Progress,
+    session_approvals: &'a BTreeMap<String, Policy>,
+    next_call: u64,
+    notes: &'a [Note],
+    usage: &'a Usage,
+    summary: &'a Option<Summary>,
+}
+
+impl Conversation {
+    /// The conversation without its messages (see [`ConversationTail`]).
+    pub fn tail(&self) -> ConversationTail<'_> {
+        ConversationTail {
+            format: self.format,
+            turns: &self.turns,
+            state: &self.state,
+            progress: &self.progress,
+            session_approvals: &self.session_approvals,
+            next_call: self.next_call,
+            notes: &self.notes,
+            usage: &self.usage,
+            summary: &self.summary,
+        }
+    }
+
+    /// Puts a conversation back together from a recorded tail (JSON of a
+    /// [`ConversationTail`]) and its messages.
+    pub fn from_tail(tail: &str, messages: Vec<Message>) -> Result<Self, ConversationError> {
+        let mut value: Value =
+            serde_json::from_str(tail).map_err(|e| ConversationError::Parse(e.to_string()))?;
+        let Some(object) = value.as_object_mut() else {
+            return Err(ConversationError::Parse(
+                "a recorded conversation is not a JSON object".to_string(),
+            ));
+        };
+        let messages =
+            serde_json::to_value(messages).map_err(|e| ConversationError::Parse(e.to_string()))?;
+        object.insert("messages".to_string(), messages);
+        let found = object.get("format").and_then(Value::as_u64).unwrap_or(0) as u32;
+        if found != FORMAT_VERSION {
+            return Err(ConversationError::Version { found });
+        }
+        serde_json::from_value(value).map_err(|e| ConversationError::Parse(e.to_string()))
+    }
+}
+
 /// Gives each call of an answer Cordon's id (counting on from `next_call`) and makes the
 /// answer's wire ids unique: a call whose id is missing or repeats an earlier call's gets a
 /// fresh one (`cordon_c7`) that no call of the answer uses. An id the model sent once is kept,
@@ -394,5 +476,54 @@ fn identify_saved_calls(conv: &mut Conversation) {
     for (p, (id, call)) in batch.iter_mut().zip(identified) {
         p.id = id;
         p.call = call;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A conversation with every field away from its default.
+    fn populated() -> Conversation {
+        let mut conv = Conversation::new();
+        conv.messages.push(Message::user("hi"));
+        conv.turns.push(Turn {
+            first_message: 0,
+            outcome: Some(TurnOutcome::Answered),
+        });
+        conv.state = State::Failed {
+            error: "x".into(),
+            final_pass: true,
+        };
+        conv.progress.iterations = 2;
+        conv.session_approvals.insert("p.t".into(), Policy::Deny);
+        conv.next_call = 7;
+        conv.notes.push(Note {
+            at_message: 1,
+            text: "n".into(),
+        });
+        conv.usage.prompt_tokens = 5;
+        conv.summary = Some(Summary {
+            covers: vec![0],
+            text: "s".into(),
+        });
+        conv
+    }
+
+    #[test]
+    fn a_tail_and_its_messages_make_the_conversation_again() {
+        let conv = populated();
+        let tail = serde_json::to_string(&conv.tail()).unwrap();
+        let back = Conversation::from_tail(&tail, conv.messages.clone()).unwrap();
+        assert_eq!(back, conv);
+    }
+
+    #[test]
+    fn the_tail_holds_every_field_but_the_messages() {
+        // A field added to Conversation but not to ConversationTail would be lost by a store.
+        let conv = populated();
+        let mut whole = serde_json::to_value(&conv).unwrap();
+        whole.as_object_mut().unwrap().remove("messages");
+        assert_eq!(serde_json::to_value(conv.tail()).unwrap(), whole);
     }
 }

@@ -1,7 +1,7 @@
 //! The tokio driver: performs the machine's actions (call the model, ask for approval, run
 //! tools, wait before retrying, persist, emit) and feeds the results back as events.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,10 +11,17 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::approval::ApprovalAnswer;
+use cordon_core::{
+    AuditEntry, AuditRecord, CallOutcome, CallReport, ToolCallAudit, arguments_sha256, now_ms,
+};
+
+use crate::approval::{ApprovalAnswer, GivenAnswer};
 use crate::config::{AgentConfig, ConfigError, PruneStrategy, ToolFormat};
 use crate::context::{self, Tokenizer};
-use crate::conversation::{Conversation, ConversationError, Note, Summary, TurnOutcome};
+use crate::conversation::{
+    Conversation, ConversationError, Note, PlannedCall, State, Summary, TurnOutcome,
+};
+use crate::journal::{Cause, Journal, JournalError, NoJournal};
 use crate::llm::{ChatRequest, LlmClient, LlmError, LlmSetupError};
 use crate::machine::{
     self, Action, AgentEvent, ApprovalRequest, Env, Event, StepError, ToolCatalog, ToolOutcome,
@@ -43,6 +50,10 @@ pub enum AgentError {
     /// The turn's task ended abnormally.
     #[error("the conversation task stopped unexpectedly: {0}")]
     Task(String),
+    /// The journal did not record a transition or a tool call: the turn stopped before
+    /// performing anything that was not recorded, and can be resumed from the last record.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
 }
 
 /// The built-in base system prompt.
@@ -73,10 +84,47 @@ pub enum TurnInput {
 pub trait Frontend: Send {
     /// An event to show.
     fn event(&mut self, event: &AgentEvent);
-    /// Asks the user about a call.
-    async fn approve(&mut self, request: &ApprovalRequest) -> ApprovalAnswer;
+    /// Asks about a call; the answer says who gave it.
+    async fn approve(&mut self, request: &ApprovalRequest) -> GivenAnswer;
     /// The history changed; save it if you keep it on disk.
     fn persist(&mut self, _conversation: &Conversation) {}
+}
+
+/// Where a driven turn records itself and how it can be stopped; see [`Agent::drive`].
+pub struct TurnIo<'a> {
+    /// Shows events and answers approval questions.
+    pub frontend: &'a mut dyn Frontend,
+    /// Records every transition before its actions are performed, and every tool call.
+    pub journal: &'a mut dyn Journal,
+    /// Cancels the turn: the machine records the cancellation and the turn ends.
+    pub cancel: &'a CancellationToken,
+    /// Stops driving at the next point where nothing is lost (the host is shutting down): a
+    /// model request or an approval wait is abandoned without a transition, running tool
+    /// calls are let finish, and the conversation stays where the journal last recorded it,
+    /// to be resumed.
+    pub suspend: Option<&'a CancellationToken>,
+    /// What the audit records of the turn's tool calls carry besides the call.
+    pub audit: AuditContext,
+}
+
+/// What the audit records of a turn's tool calls carry besides the call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditContext {
+    /// The session, if the conversation is one.
+    pub session: Option<String>,
+    /// Which door the turn came through: `chat`, `run`, `serve`.
+    pub origin: String,
+    /// Whether the records keep the arguments themselves, not only their digest.
+    pub keep_arguments: bool,
+}
+
+/// How [`Agent::drive`] stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Driven {
+    /// The turn ended (answered, failed, cancelled, …).
+    Finished(TurnOutcome),
+    /// Driving stopped on `suspend`; the turn goes on when resumed.
+    Suspended,
 }
 
 /// The conversation engine: a model client, the tools and the configuration.
@@ -178,9 +226,9 @@ if a call is refused or declined, tell the user instead of trying to get around 
         p
     }
 
-    /// Runs one turn to its end (answer, failure, cancellation), driving the state machine.
-    /// `Err` only for requests that do not fit the conversation's state; the conversation is
-    /// then unchanged.
+    /// Runs one turn to its end (answer, failure, cancellation), driving the state machine,
+    /// with nothing recorded. `Err` only for requests that do not fit the conversation's state;
+    /// the conversation is then unchanged.
     pub async fn run_turn(
         &self,
         conv: &mut Conversation,
@@ -188,39 +236,93 @@ if a call is refused or declined, tell the user instead of trying to get around 
         frontend: &mut dyn Frontend,
         cancel: &CancellationToken,
     ) -> Result<TurnOutcome, AgentError> {
+        let mut io = TurnIo {
+            frontend,
+            journal: &mut NoJournal,
+            cancel,
+            suspend: None,
+            audit: AuditContext::default(),
+        };
+        match self.drive(conv, input, &mut io).await? {
+            Driven::Finished(outcome) => Ok(outcome),
+            // Without a suspend token, driving only stops when the turn ends.
+            Driven::Suspended => Err(AgentError::Task("the turn was suspended".to_string())),
+        }
+    }
+
+    /// Drives one turn: each event goes through the state machine, the resulting conversation
+    /// is recorded in the journal, and only then are the transition's actions performed. So
+    /// whatever stops the process, the journal holds a state from which the turn can go on
+    /// ([`TurnInput::Resume`]) with nothing performed twice. `Err` for requests that do not fit
+    /// the conversation's state (the conversation is unchanged) and when the journal fails
+    /// (the turn stops at the last recorded state).
+    pub async fn drive(
+        &self,
+        conv: &mut Conversation,
+        input: TurnInput,
+        io: &mut TurnIo<'_>,
+    ) -> Result<Driven, AgentError> {
         let mut catalog = self.catalog();
         // Answers saved under model-facing names move to identities; same meaning, so the
         // conversation counts as unchanged even if the turn is then refused.
         catalog.upgrade_session(&mut conv.session_approvals);
-        let first = {
+        let (first, cause) = {
             let env = Env {
                 catalog: &catalog,
                 limits: &self.limits,
             };
             match input {
-                TurnInput::Message(text) => machine::step(conv, Event::UserMessage { text }, env)?,
-                TurnInput::Retry => machine::step(conv, Event::Retry, env)?,
-                TurnInput::Resume => machine::resume(conv, &catalog)?,
+                TurnInput::Message(text) => {
+                    let event = Event::UserMessage { text };
+                    (
+                        machine::step(conv, event.clone(), env)?,
+                        Cause::Event { event },
+                    )
+                }
+                TurnInput::Retry => (
+                    machine::step(conv, Event::Retry, env)?,
+                    Cause::Event {
+                        event: Event::Retry,
+                    },
+                ),
+                TurnInput::Resume => (machine::resume(conv, env)?, Cause::Resume),
             }
         };
+        io.journal.transition(conv, &cause).await?;
         let mut queue: VecDeque<Action> = first.into();
         while let Some(action) = queue.pop_front() {
+            let suspended = io.suspend.is_some_and(CancellationToken::is_cancelled);
             let event = match action {
                 Action::Emit(e) => {
-                    frontend.event(&e);
+                    io.frontend.event(&e);
                     None
                 }
                 Action::Persist => {
-                    frontend.persist(conv);
+                    io.frontend.persist(conv);
+                    None
+                }
+                Action::AuditCall { call, outcome } => {
+                    let record = self.call_record(conv, &catalog, &io.audit, &call, outcome, None);
+                    io.journal.audit(record).await?;
                     None
                 }
                 Action::Advance => Some(Event::Proceed),
+                // Work that starts something new waits for the next drive when suspended.
+                Action::CallModel { .. }
+                | Action::ScheduleRetry { .. }
+                | Action::RequestApproval { .. }
+                | Action::RunTools { .. }
+                    if suspended =>
+                {
+                    return Ok(Driven::Suspended);
+                }
                 Action::CallModel { final_pass } => {
                     catalog = self.catalog();
-                    Some(
-                        self.call_model(conv, &catalog, final_pass, frontend, cancel)
-                            .await,
-                    )
+                    let call = self.call_model(conv, &catalog, final_pass, io.frontend, io.cancel);
+                    match until_suspended(io.suspend, call).await {
+                        Some(event) => Some(event),
+                        None => return Ok(Driven::Suspended),
+                    }
                 }
                 Action::ScheduleRetry {
                     delay_ms, jitter, ..
@@ -230,66 +332,205 @@ if a call is refused or declined, tell the user instead of trying to get around 
                     } else {
                         delay_ms
                     };
-                    tokio::select! {
-                        biased;
-                        _ = cancel.cancelled() => Some(Event::Cancel { partial: String::new() }),
-                        _ = tokio::time::sleep(Duration::from_millis(ms)) => Some(Event::RetryTimerFired),
+                    let cancel = io.cancel;
+                    let wait = async move {
+                        tokio::select! {
+                            biased;
+                            _ = cancel.cancelled() => Event::Cancel { partial: String::new() },
+                            _ = tokio::time::sleep(Duration::from_millis(ms)) => Event::RetryTimerFired,
+                        }
+                    };
+                    match until_suspended(io.suspend, wait).await {
+                        Some(event) => Some(event),
+                        None => return Ok(Driven::Suspended),
                     }
                 }
                 Action::RequestApproval { request } => {
-                    tokio::select! {
-                        biased;
-                        _ = cancel.cancelled() => Some(Event::Cancel { partial: String::new() }),
-                        answer = frontend.approve(&request) => Some(Event::ApprovalGiven { call_id: request.call_id.clone(), answer }),
+                    let cancel = io.cancel;
+                    let frontend = &mut *io.frontend;
+                    let wait = async move {
+                        tokio::select! {
+                            biased;
+                            _ = cancel.cancelled() => Event::Cancel { partial: String::new() },
+                            given = frontend.approve(&request) => Event::ApprovalGiven {
+                                call_id: request.call_id.clone(),
+                                answer: given.answer,
+                                by: given.by,
+                            },
+                        }
+                    };
+                    match until_suspended(io.suspend, wait).await {
+                        Some(event) => Some(event),
+                        None => return Ok(Driven::Suspended),
                     }
                 }
-                Action::RunTools { calls } => Some(self.run_tools(calls, cancel).await),
+                Action::RunTools { calls } => {
+                    self.run_tools(conv, &catalog, calls, io, &mut queue)
+                        .await?;
+                    None
+                }
             };
             if let Some(event) = event {
-                let env = Env {
-                    catalog: &catalog,
-                    limits: &self.limits,
-                };
-                let actions = machine::step(conv, event, env)?;
-                queue.extend(actions);
+                self.apply(conv, &catalog, event, io, &mut queue).await?;
             }
         }
-        Ok(conv
-            .turns
-            .last()
-            .and_then(|t| t.outcome.clone())
-            .unwrap_or(TurnOutcome::Failed {
-                error: format!("the turn stopped while {}", conv.state.name()),
-            }))
+        Ok(Driven::Finished(
+            conv.turns
+                .last()
+                .and_then(|t| t.outcome.clone())
+                .unwrap_or(TurnOutcome::Failed {
+                    error: format!("the turn stopped while {}", conv.state.name()),
+                }),
+        ))
     }
 
-    async fn run_tools(&self, calls: Vec<ToolRun>, cancel: &CancellationToken) -> Event {
-        let child = cancel.child_token();
+    /// One transition: the event goes through the machine, the journal records the result,
+    /// and the actions join the queue.
+    async fn apply(
+        &self,
+        conv: &mut Conversation,
+        catalog: &ToolCatalog,
+        event: Event,
+        io: &mut TurnIo<'_>,
+        queue: &mut VecDeque<Action>,
+    ) -> Result<(), AgentError> {
+        let env = Env {
+            catalog,
+            limits: &self.limits,
+        };
+        let actions = machine::step(conv, event.clone(), env)?;
+        io.journal.transition(conv, &Cause::Event { event }).await?;
+        queue.extend(actions);
+        Ok(())
+    }
+
+    /// Runs the approved calls, at most `max_parallel_tools` at a time. Each result is audited
+    /// and fed to the machine (and so recorded) as soon as its call ends, so a stop of the host
+    /// loses only the results of calls still running. A cancel stops the running calls and
+    /// wins over whatever finishes at the same moment.
+    async fn run_tools(
+        &self,
+        conv: &mut Conversation,
+        catalog: &ToolCatalog,
+        calls: Vec<ToolRun>,
+        io: &mut TurnIo<'_>,
+        queue: &mut VecDeque<Action>,
+    ) -> Result<(), AgentError> {
+        let planned: BTreeMap<String, PlannedCall> = match &conv.state {
+            State::ExecutingTools { batch } => {
+                batch.iter().map(|p| (p.id.clone(), p.clone())).collect()
+            }
+            _ => BTreeMap::new(),
+        };
+        let mut running: Vec<String> = calls.iter().map(|c| c.call_id.clone()).collect();
+        let child = io.cancel.child_token();
         let tools = self.tools.clone();
         let futs = calls.into_iter().map(|run| {
             let token = child.clone();
             let tools = tools.clone();
             async move {
-                let r = tools.call(&run.tool, run.arguments, token).await;
-                ToolOutcome {
-                    call_id: run.call_id,
-                    content: render_result(&r),
-                    is_error: r.is_err(),
-                }
+                let (result, report) = tools
+                    .call_reported(&run.tool, run.arguments.clone(), token)
+                    .await;
+                (run, result, report)
             }
         });
-        let all = futures::stream::iter(futs)
-            .buffered(self.config.agent.max_parallel_tools)
-            .collect::<Vec<_>>();
-        // Cancelling stops the running tools, which then finish at once: the cancel must win
-        // over their results, or the turn would go on to ask the model again.
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled() => {
+        let mut results =
+            futures::stream::iter(futs).buffer_unordered(self.config.agent.max_parallel_tools);
+        loop {
+            let next = tokio::select! {
+                biased;
+                _ = io.cancel.cancelled() => None,
+                next = results.next() => match next {
+                    Some(done) => Some(done),
+                    None => return Ok(()),
+                },
+            };
+            let Some((run, result, report)) = next else {
+                // Cancelled: stop every running call (dropping its future ends its sandbox)
+                // and record each as cancelled.
                 child.cancel();
-                Event::Cancel { partial: String::new() }
+                drop(results);
+                for id in &running {
+                    if let Some(p) = planned.get(id) {
+                        let outcome = CallOutcome::Error {
+                            kind: "cancelled".to_string(),
+                            message: "cancelled by the user while it ran or waited to run; it \
+                                      may have had part of its effect"
+                                .to_string(),
+                        };
+                        let record = self.call_record(conv, catalog, &io.audit, p, outcome, None);
+                        io.journal.audit(record).await?;
+                    }
+                }
+                let cancel = Event::Cancel {
+                    partial: String::new(),
+                };
+                return self.apply(conv, catalog, cancel, io, queue).await;
+            };
+            running.retain(|id| *id != run.call_id);
+            if let Some(p) = planned.get(&run.call_id) {
+                let outcome = match &result {
+                    Ok(_) => CallOutcome::Ok,
+                    Err(f) => CallOutcome::Error {
+                        kind: f.kind.as_str().to_string(),
+                        message: f.message.clone(),
+                    },
+                };
+                let record = self.call_record(conv, catalog, &io.audit, p, outcome, report);
+                io.journal.audit(record).await?;
             }
-            results = all => Event::ToolsFinished { results },
+            let outcome = ToolOutcome {
+                call_id: run.call_id,
+                content: render_result(&result),
+                is_error: result.is_err(),
+            };
+            self.apply(conv, catalog, Event::ToolFinished { outcome }, io, queue)
+                .await?;
+        }
+    }
+
+    /// The audit record of one call of this conversation.
+    fn call_record(
+        &self,
+        conv: &Conversation,
+        catalog: &ToolCatalog,
+        audit: &AuditContext,
+        call: &PlannedCall,
+        outcome: CallOutcome,
+        report: Option<CallReport>,
+    ) -> AuditRecord {
+        let spec = catalog.spec(&call.call.name);
+        // The arguments as the model sent them when they did not parse.
+        let arguments = call
+            .arguments
+            .clone()
+            .unwrap_or_else(|| Value::String(call.call.arguments.clone()));
+        let (decision, decided_by) = match &call.approval {
+            Some(a) => (a.decision.clone(), a.by.clone()),
+            None => (
+                "none".to_string(),
+                "nobody decided before the turn ended".to_string(),
+            ),
+        };
+        AuditRecord {
+            at_ms: now_ms(),
+            origin: audit.origin.clone(),
+            entry: AuditEntry::ToolCall(ToolCallAudit {
+                session: audit.session.clone(),
+                turn: Some(conv.turns.len().saturating_sub(1) as u64),
+                call_id: Some(call.id.clone()),
+                tool: spec.map_or_else(|| call.call.name.clone(), |s| s.tool.clone()),
+                plugin: spec.map(|s| s.plugin.clone()).unwrap_or_default(),
+                digest: spec.map(|s| s.digest.clone()).unwrap_or_default(),
+                arguments_sha256: arguments_sha256(&arguments),
+                arguments: audit.keep_arguments.then_some(arguments),
+                grants: spec.map(|s| s.grants.clone()).unwrap_or_default(),
+                decision,
+                decided_by,
+                outcome,
+                report,
+            }),
         }
     }
 
@@ -538,9 +779,24 @@ if a call is refused or declined, tell the user instead of trying to get around 
     }
 }
 
+/// Runs `work` unless `suspend` fires first (`None` then; the work is dropped).
+async fn until_suspended<T>(
+    suspend: Option<&CancellationToken>,
+    work: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    match suspend {
+        None => Some(work.await),
+        Some(token) => tokio::select! {
+            biased;
+            _ = token.cancelled() => None,
+            out = work => Some(out),
+        },
+    }
+}
+
 struct ChannelFrontend {
     events: mpsc::UnboundedSender<AgentEvent>,
-    answers: mpsc::UnboundedReceiver<(String, ApprovalAnswer)>,
+    answers: mpsc::UnboundedReceiver<(String, GivenAnswer)>,
 }
 
 #[async_trait]
@@ -549,21 +805,21 @@ impl Frontend for ChannelFrontend {
         let _ = self.events.send(event.clone());
     }
 
-    async fn approve(&mut self, request: &ApprovalRequest) -> ApprovalAnswer {
+    async fn approve(&mut self, request: &ApprovalRequest) -> GivenAnswer {
         while let Some((id, answer)) = self.answers.recv().await {
             if id == request.call_id {
                 return answer;
             }
         }
         // The handle was dropped: nobody can approve, so refuse.
-        ApprovalAnswer::No
+        GivenAnswer::new(ApprovalAnswer::No, "nobody (the turn's handle was dropped)")
     }
 }
 
 /// A turn running on a task (see [`Agent::start_turn`]).
 pub struct TurnHandle {
     events: mpsc::UnboundedReceiver<AgentEvent>,
-    answers: mpsc::UnboundedSender<(String, ApprovalAnswer)>,
+    answers: mpsc::UnboundedSender<(String, GivenAnswer)>,
     cancel: CancellationToken,
     task: tokio::task::JoinHandle<(Conversation, Result<TurnOutcome, AgentError>)>,
 }
@@ -574,8 +830,13 @@ impl TurnHandle {
         self.events.recv().await
     }
 
-    /// Answers the approval question for `call_id`.
+    /// Answers the approval question for `call_id`, as `the user`.
     pub fn answer(&self, call_id: &str, answer: ApprovalAnswer) {
+        self.answer_as(call_id, GivenAnswer::new(answer, "the user"));
+    }
+
+    /// Answers the approval question for `call_id`, saying who answered.
+    pub fn answer_as(&self, call_id: &str, answer: GivenAnswer) {
         let _ = self.answers.send((call_id.to_string(), answer));
     }
 

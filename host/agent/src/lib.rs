@@ -47,6 +47,7 @@ pub mod config;
 pub mod context;
 pub mod conversation;
 pub mod driver;
+pub mod journal;
 pub mod llm;
 pub mod machine;
 pub mod messages;
@@ -54,14 +55,17 @@ pub mod text_tool_calls;
 pub mod tool_host;
 pub mod tools;
 
-pub use approval::{ApprovalAnswer, ApprovalConfig, Decision, Policy};
+pub use approval::{ApprovalAnswer, ApprovalConfig, Decision, GivenAnswer, Policy};
 pub use async_trait::async_trait;
 pub use config::{
     AgentConfig, ConfigError, ContextConfig, LlmConfig, LoopConfig, PruneStrategy, RetryConfig,
     ToolFormat,
 };
-pub use conversation::{Conversation, ConversationError, TurnOutcome};
-pub use driver::{Agent, AgentError, Frontend, TurnHandle, TurnInput};
+pub use conversation::{CallApproval, Conversation, ConversationError, TurnOutcome};
+pub use driver::{
+    Agent, AgentError, AuditContext, Driven, Frontend, TurnHandle, TurnInput, TurnIo,
+};
+pub use journal::{Cause, Journal, JournalError, NoJournal};
 pub use machine::{
     Action, AgentEvent, ApprovalRequest, Event, RequestedCall, State, ToolOutcome, ToolRun,
 };

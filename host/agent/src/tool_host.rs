@@ -4,6 +4,7 @@
 //! runtime, so this crate builds and tests without wasmtime.
 
 use async_trait::async_trait;
+use cordon_core::CallReport;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -24,4 +25,15 @@ pub trait ToolHost: Send + Sync {
         arguments: Value,
         cancel: CancellationToken,
     ) -> Result<Vec<Content>, ToolFailure>;
+
+    /// [`ToolHost::call`], with what the sandbox measured and refused for the audit log. Hosts
+    /// that run sandboxes override it; the default reports nothing.
+    async fn call_reported(
+        &self,
+        name: &str,
+        arguments: Value,
+        cancel: CancellationToken,
+    ) -> (Result<Vec<Content>, ToolFailure>, Option<CallReport>) {
+        (self.call(name, arguments, cancel).await, None)
+    }
 }

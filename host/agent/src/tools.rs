@@ -39,6 +39,10 @@ pub struct ToolSpec {
     /// Whether the tool's effective capabilities (read-write paths, network hosts, environment)
     /// could change anything; computed by the host from grants and imports, not from hints.
     pub can_change_anything: bool,
+    /// The sha256 of the plugin's component (`sha256:…`), so the audit log can say which code
+    /// ran; empty for tools that are not components (tests, embedders).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub digest: String,
 }
 
 /// Why a tool call failed.
@@ -116,6 +120,7 @@ impl ToolSpec {
             plugin: plugin.into(),
             grants,
             can_change_anything,
+            digest: String::new(),
         }
     }
 }
@@ -138,6 +143,19 @@ pub fn render_result(result: &Result<Vec<Content>, ToolFailure>) -> String {
             }
         }
         Err(f) => render_failure(f),
+    }
+}
+
+impl ToolFailureKind {
+    /// The word the audit log and APIs use (`invalid_arguments`, `not_found`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolFailureKind::InvalidArguments => "invalid_arguments",
+            ToolFailureKind::NotFound => "not_found",
+            ToolFailureKind::Denied => "denied",
+            ToolFailureKind::Failed => "failed",
+            ToolFailureKind::Cancelled => "cancelled",
+        }
     }
 }
 

@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context, bail};
 use cordon_agent::{
     Agent, AgentConfig, AgentEvent, ApprovalAnswer, ApprovalRequest, CancellationToken,
-    Conversation, Frontend, Message, Policy, ToolFormat, ToolHost, TurnInput, TurnOutcome,
+    Conversation, Frontend, GivenAnswer, Message, Policy, ToolFormat, ToolHost, TurnInput,
+    TurnOutcome,
 };
 use tokio::sync::mpsc;
 
@@ -266,9 +267,11 @@ impl Frontend for Terminal {
         }
     }
 
-    async fn approve(&mut self, request: &ApprovalRequest) -> ApprovalAnswer {
+    async fn approve(&mut self, request: &ApprovalRequest) -> GivenAnswer {
         match self.mode {
-            ApproveMode::All => return ApprovalAnswer::Yes,
+            ApproveMode::All => {
+                return GivenAnswer::new(ApprovalAnswer::Yes, "cordon run --approve all");
+            }
             // Refused without asking: the machine tells the model why and reports the call
             // as rejected, which is printed once.
             ApproveMode::Auto | ApproveMode::None => {
@@ -277,17 +280,19 @@ impl Frontend for Terminal {
                 } else {
                     "none"
                 };
-                return ApprovalAnswer::Refused {
+                let answer = ApprovalAnswer::Refused {
                     reason: format!(
                         "it needs approval and this run uses --approve {mode}, which allows only tools that need none (--approve all or ask would allow it)"
                     ),
                 };
+                return GivenAnswer::new(answer, format!("cordon run --approve {mode}"));
             }
             ApproveMode::Ask if !self.interactive => {
-                return ApprovalAnswer::Refused {
+                let answer = ApprovalAnswer::Refused {
                     reason: "it needs approval and there is no terminal to ask, so it was declined"
                         .to_string(),
                 };
+                return GivenAnswer::new(answer, "nobody (no terminal to ask)");
             }
             ApproveMode::Ask => {}
         }
@@ -312,17 +317,22 @@ impl Frontend for Terminal {
         loop {
             crate::term::ask("Allow? [y]es / [n]o / [a]lways for this tool / ne[v]er: ");
             let line = self.lines.lock().await.recv().await;
+            let by = format!("{} at the terminal", cordon_core::local_user());
             let Some(line) = line else {
                 errln!("\n(no more input: denied)");
-                return ApprovalAnswer::No;
+                return GivenAnswer::new(ApprovalAnswer::No, "nobody (the terminal's input ended)");
             };
-            match line.trim().to_lowercase().as_str() {
-                "y" | "yes" => return ApprovalAnswer::Yes,
-                "n" | "no" => return ApprovalAnswer::No,
-                "a" | "always" => return ApprovalAnswer::Always,
-                "v" | "never" => return ApprovalAnswer::Never,
-                other => errln!("`{other}` is not an answer; type y, n, a or v."),
-            }
+            let answer = match line.trim().to_lowercase().as_str() {
+                "y" | "yes" => ApprovalAnswer::Yes,
+                "n" | "no" => ApprovalAnswer::No,
+                "a" | "always" => ApprovalAnswer::Always,
+                "v" | "never" => ApprovalAnswer::Never,
+                other => {
+                    errln!("`{other}` is not an answer; type y, n, a or v.");
+                    continue;
+                }
+            };
+            return GivenAnswer::new(answer, by);
         }
     }
 

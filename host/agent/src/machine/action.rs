@@ -1,11 +1,12 @@
 //! What the machine asks of the driver: [`Action`]s, and the [`AgentEvent`]s a user interface
 //! is shown.
 
+use cordon_core::CallOutcome;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::approval::ApprovalAnswer;
-use crate::conversation::TurnOutcome;
+use crate::conversation::{PlannedCall, TurnOutcome};
 use crate::messages::{ToolCall, Usage};
 
 /// What the user is asked about a call.
@@ -60,6 +61,15 @@ pub enum Action {
     Emit(AgentEvent),
     /// Save the conversation (the history changed).
     Persist,
+    /// Record in the audit log a call that was settled without the driver running it
+    /// (invalid, denied, declined, never answered, or interrupted by a stop of the host).
+    /// Calls the driver runs it records itself, with what the sandbox reported.
+    AuditCall {
+        /// The call, with who decided about it.
+        call: PlannedCall,
+        /// How it ended.
+        outcome: CallOutcome,
+    },
 }
 
 /// One approved call for the driver to run.

@@ -87,10 +87,13 @@ impl ToolCatalog {
         };
         let decision = self.decision(spec, session);
         if decision.policy == Policy::Deny {
-            return Err(Refusal::Denied(format!(
-                "refused by policy: {}; do not try to get around it, tell the user if you need it",
-                decision.reason
-            )));
+            return Err(Refusal::Denied {
+                message: format!(
+                    "refused by policy: {}; do not try to get around it, tell the user if you need it",
+                    decision.reason
+                ),
+                reason: decision.reason,
+            });
         }
         let text = if call.arguments.trim().is_empty() {
             "{}"
@@ -131,7 +134,8 @@ impl ToolCatalog {
         Ok((args, spec, decision))
     }
 
-    pub(super) fn spec(&self, name: &str) -> Option<&ToolSpec> {
+    /// The spec of the tool the model calls `name`.
+    pub fn spec(&self, name: &str) -> Option<&ToolSpec> {
         self.tools.get(name).map(|(s, _)| s)
     }
 
@@ -159,6 +163,11 @@ pub(super) enum Refusal {
     /// The call is malformed (unknown tool, bad arguments): the arguments when they parsed,
     /// and the message for the model.
     Invalid(Option<Value>, String),
-    /// Policy denies the tool: the message for the model, naming the rule.
-    Denied(String),
+    /// Policy denies the tool.
+    Denied {
+        /// The message for the model, naming the rule.
+        message: String,
+        /// The policy's reason alone, for the record of who decided.
+        reason: String,
+    },
 }

@@ -47,8 +47,17 @@ pub enum Event {
         call_id: String,
         /// The answer.
         answer: ApprovalAnswer,
+        /// Who answered, for the audit log (empty: `the user`).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        by: String,
     },
-    /// The approved calls finished.
+    /// One running call finished; the batch goes on until every approved call has a result.
+    /// The driver feeds one per call as each ends, so each result is recorded when it exists.
+    ToolFinished {
+        /// Its outcome.
+        outcome: ToolOutcome,
+    },
+    /// The approved calls finished; a call without an outcome here is answered with an error.
     ToolsFinished {
         /// One outcome per approved call (any order).
         results: Vec<ToolOutcome>,

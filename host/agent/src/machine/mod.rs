@@ -18,6 +18,7 @@
 //! | TransientFailure          | RetryTimerFired   | `call_model`       | AwaitingModel |
 //! | ProcessingModelResponse   | Proceed           | `process_response` | Idle (answer), Idle (no progress), AwaitingApproval, ExecutingTools or HandlingToolError |
 //! | AwaitingApproval          | ApprovalGiven (for a pending call) | `apply_approval` | AwaitingApproval (more pending), ExecutingTools or HandlingToolError |
+//! | ExecutingTools            | ToolFinished (for a running call) | `record_result` | ExecutingTools (more running), AwaitingModel or HandlingToolError |
 //! | ExecutingTools            | ToolsFinished     | `record_results`   | AwaitingModel (next iteration or final-answer pass) or HandlingToolError |
 //! | HandlingToolError         | Proceed           | `next_request`     | AwaitingModel (next iteration or final-answer pass) |
 //! | any state but Idle/Failed | Cancel            | `cancel`           | Idle (partial answer kept and marked; pending calls answered as cancelled) |
@@ -43,13 +44,13 @@ pub use action::{Action, AgentEvent, ApprovalRequest, RequestedCall, ToolRun};
 pub use catalog::ToolCatalog;
 pub use env::{Env, TurnLimits};
 pub use event::{Event, ToolOutcome};
-pub use resume::resume;
+pub use resume::{INTERRUPTED, resume};
 
 use crate::conversation::Conversation;
 pub use crate::conversation::{CallStatus, PlannedCall, State};
 use transitions::{
-    apply_approval, call_model, cancel, is_pending, model_failed, next_request, process_response,
-    receive_response, record_results, retry_failed, start_turn,
+    apply_approval, call_model, cancel, is_pending, is_running, model_failed, next_request,
+    process_response, receive_response, record_result, record_results, retry_failed, start_turn,
 };
 
 /// An event that does not fit the state.
@@ -96,10 +97,20 @@ pub fn step(conv: &mut Conversation, event: Event, env: Env<'_>) -> Result<Vec<A
             },
             Event::Proceed,
         ) => process_response(conv, response, final_pass, env, &mut out),
-        (State::AwaitingApproval { batch }, Event::ApprovalGiven { call_id, answer })
-            if is_pending(&batch, &call_id) =>
+        (
+            State::AwaitingApproval { batch },
+            Event::ApprovalGiven {
+                call_id,
+                answer,
+                by,
+            },
+        ) if is_pending(&batch, &call_id) => {
+            apply_approval(conv, batch, call_id, answer, by, env, &mut out)
+        }
+        (State::ExecutingTools { batch }, Event::ToolFinished { outcome })
+            if is_running(&batch, &outcome.call_id) =>
         {
-            apply_approval(conv, batch, call_id, answer, env, &mut out)
+            record_result(conv, batch, outcome, env, &mut out)
         }
         (State::ExecutingTools { batch }, Event::ToolsFinished { results }) => {
             record_results(conv, batch, results, env, &mut out)
@@ -142,6 +153,18 @@ fn does_not_apply(state: &State, event: &Event) -> StepError {
                 pending.join(", ")
             )
         }
+        (State::ExecutingTools { batch }, Event::ToolFinished { outcome }) => {
+            let running: Vec<&str> = batch
+                .iter()
+                .filter(|p| p.status == CallStatus::Approved)
+                .map(|p| p.id.as_str())
+                .collect();
+            format!(
+                "no running call `{}`; the calls running are: {}",
+                outcome.call_id,
+                running.join(", ")
+            )
+        }
         (_, Event::Cancel { .. }) => "nothing to cancel: no turn is running".to_string(),
         _ => format!(
             "the event {} does not apply while {}",
@@ -161,6 +184,7 @@ fn event_name(e: &Event) -> &'static str {
         Event::RetryTimerFired => "retry_timer_fired",
         Event::Proceed => "proceed",
         Event::ApprovalGiven { .. } => "approval_given",
+        Event::ToolFinished { .. } => "tool_finished",
         Event::ToolsFinished { .. } => "tools_finished",
         Event::Cancel { .. } => "cancel",
     }

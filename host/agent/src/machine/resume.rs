@@ -1,19 +1,26 @@
 //! Continuing a conversation loaded in the middle of a turn.
 
-use super::transitions::{approval_request, approved_calls};
-use super::{Action, AgentEvent, StepError, ToolCatalog, reject};
+use cordon_core::CallOutcome;
+
+use super::transitions::{approval_request, finish_batch};
+use super::{Action, AgentEvent, Env, StepError, reject};
 use crate::conversation::{CallStatus, Conversation, State};
 use crate::tools::{ToolFailure, ToolFailureKind, render_failure};
 
-/// The actions that continue a conversation loaded in the middle of a turn (after a crash or
-/// save). Idle and failed conversations need a new message or `Retry` instead.
+/// What a call that was running when the host stopped tells the model.
+pub const INTERRUPTED: &str = "Cordon stopped while this call was running (or about to run), \
+     so its effect is unknown: it may or may not have taken effect. It was not run again; \
+     check its effect before calling it again";
+
+/// The actions that continue a conversation loaded in the middle of a turn (after a crash, a
+/// stop of the host, or a save). Idle and failed conversations need a new message or `Retry`
+/// instead.
 ///
-/// A conversation saved while tools were running cannot tell which of them finished. Calls
-/// of tools that cannot change anything are simply run again; a call that could have changed
-/// something (a write, a message sent) is never repeated behind the user's back: it is
-/// closed with an error telling the model it may or may not have taken effect, so the model
-/// can check before asking for it again.
-pub fn resume(conv: &mut Conversation, catalog: &ToolCatalog) -> Result<Vec<Action>, StepError> {
+/// A conversation stopped while tools were running cannot tell whether a call whose result
+/// was not recorded had any effect, so no such call is ever run again behind the user's back:
+/// each is closed with an error telling the model it was interrupted and its effect is
+/// unknown, and the turn goes on to the model. Results recorded before the stop are kept.
+pub fn resume(conv: &mut Conversation, env: Env<'_>) -> Result<Vec<Action>, StepError> {
     Ok(match &conv.state {
         State::Idle | State::Failed { .. } => {
             return Err(reject(
@@ -40,45 +47,42 @@ pub fn resume(conv: &mut Conversation, catalog: &ToolCatalog) -> Result<Vec<Acti
                     reject(&conv.state, "the saved approval state has no pending call")
                 })?;
             vec![Action::RequestApproval {
-                request: approval_request(conv, p, catalog),
+                request: approval_request(conv, p, env.catalog),
             }]
         }
-        State::ExecutingTools { .. } => return Ok(resume_running(conv, catalog)),
+        State::ExecutingTools { .. } => resume_running(conv, env),
     })
 }
 
-/// Resumes a batch that was running: calls that cannot change anything run again; the others
-/// are closed with an error, since they may or may not have taken effect.
-fn resume_running(conv: &mut Conversation, catalog: &ToolCatalog) -> Vec<Action> {
-    let State::ExecutingTools { batch } = &mut conv.state else {
+/// Closes every call of a running batch that has no recorded result as interrupted, then
+/// finishes the batch as if its tools had returned.
+fn resume_running(conv: &mut Conversation, env: Env<'_>) -> Vec<Action> {
+    let State::ExecutingTools { batch } = std::mem::replace(&mut conv.state, State::Idle) else {
         return Vec::new();
     };
+    let mut batch = batch;
     let mut out = Vec::new();
     for p in batch
         .iter_mut()
         .filter(|p| p.status == CallStatus::Approved)
     {
-        let repeatable = catalog
-            .spec(&p.call.name)
-            .is_some_and(|spec| !spec.can_change_anything);
-        if repeatable {
-            continue;
-        }
-        let message = "Cordon stopped while this call was running, so it may or may \
-                       not have taken effect. It was not repeated, because this tool \
-                       can change things: check its effect before calling it again";
         out.push(Action::Emit(AgentEvent::ToolCallRejected {
             call_id: p.id.clone(),
             tool: p.call.name.clone(),
-            reason: message.to_string(),
+            reason: INTERRUPTED.to_string(),
         }));
         p.status = CallStatus::Done {
-            content: render_failure(&ToolFailure::new(ToolFailureKind::Failed, message)),
+            content: render_failure(&ToolFailure::new(ToolFailureKind::Failed, INTERRUPTED)),
             is_error: true,
         };
+        out.push(Action::AuditCall {
+            call: p.clone(),
+            outcome: CallOutcome::Error {
+                kind: "interrupted".to_string(),
+                message: INTERRUPTED.to_string(),
+            },
+        });
     }
-    out.push(Action::RunTools {
-        calls: approved_calls(batch),
-    });
+    finish_batch(conv, batch, env, &mut out);
     out
 }

@@ -22,6 +22,7 @@ fn spec(name: &str, can_change: bool) -> ToolSpec {
         plugin: "p".into(),
         grants: vec![format!("{name} grant")],
         can_change_anything: can_change,
+        digest: String::new(),
     }
 }
 
@@ -58,6 +59,12 @@ struct T {
 }
 
 impl T {
+    fn env(&self) -> Env<'_> {
+        Env {
+            catalog: &self.cat,
+            limits: &self.lim,
+        }
+    }
     fn new() -> Self {
         Self {
             conv: Conversation::new(),
@@ -121,6 +128,10 @@ impl T {
         assert_eq!(a.pop(), Some(Action::Advance));
         self.step(Event::Proceed)
     }
+}
+
+fn env<'a>(catalog: &'a ToolCatalog, limits: &'a TurnLimits) -> Env<'a> {
+    Env { catalog, limits }
 }
 
 fn has(actions: &[Action], pred: impl Fn(&Action) -> bool) -> bool {
@@ -330,11 +341,13 @@ fn ask_tools_wait_for_approval_yes_and_no() {
         request.reason
     );
     let e = t.err(Event::ApprovalGiven {
+        by: String::new(),
         call_id: "c2".into(),
         answer: ApprovalAnswer::Yes,
     });
     assert!(e.message.contains("c1, c3"), "{e}");
     let a = t.step(Event::ApprovalGiven {
+        by: String::new(),
         call_id: "c1".into(),
         answer: ApprovalAnswer::Yes,
     });
@@ -344,6 +357,7 @@ fn ask_tools_wait_for_approval_yes_and_no() {
         |a| matches!(a, Action::RequestApproval { request } if request.call_id == "c3")
     ));
     let a = t.step(Event::ApprovalGiven {
+        by: String::new(),
         call_id: "c3".into(),
         answer: ApprovalAnswer::No,
     });
@@ -398,6 +412,7 @@ fn calls_sharing_an_id_are_approved_run_and_answered_one_by_one() {
     let first = approval_of(&a).expect("asked about the first call");
     assert_eq!(first.arguments, json!({"q": "harmless"}));
     let a = t.step(Event::ApprovalGiven {
+        by: String::new(),
         call_id: first.call_id.clone(),
         answer: ApprovalAnswer::Yes,
     });
@@ -405,6 +420,7 @@ fn calls_sharing_an_id_are_approved_run_and_answered_one_by_one() {
     assert_ne!(second.call_id, first.call_id);
     assert_eq!(second.arguments, json!({"q": "harmful"}));
     let a = t.step(Event::ApprovalGiven {
+        by: String::new(),
         call_id: second.call_id.clone(),
         answer: ApprovalAnswer::No,
     });
@@ -523,6 +539,7 @@ fn a_policy_denial_names_the_rule_and_a_refusal_its_reason() {
         ],
     );
     let a = t.step(Event::ApprovalGiven {
+        by: String::new(),
         call_id: "c2".into(),
         answer: ApprovalAnswer::Refused {
             reason: "this run approves nothing it would have to ask about".into(),
@@ -577,6 +594,7 @@ fn always_binds_to_the_tool_identity_not_its_name() {
         ],
     );
     let a = t.step(Event::ApprovalGiven {
+        by: String::new(),
         call_id: "c1".into(),
         answer: ApprovalAnswer::Always,
     });
@@ -639,7 +657,7 @@ fn a_batch_saved_without_call_ids_gets_them_when_loaded() {
         tool_calls.iter().map(|c| c.id.clone()).collect::<Vec<_>>(),
         wire
     );
-    let actions = resume(&mut loaded, &t.cat).unwrap();
+    let actions = resume(&mut loaded, t.env()).unwrap();
     assert!(
         matches!(&actions[0], Action::RequestApproval { request } if request.call_id == "c1"),
         "{actions:?}"
@@ -657,6 +675,7 @@ fn always_and_never_apply_to_the_rest_of_the_conversation() {
         ],
     );
     let a = t.step(Event::ApprovalGiven {
+        by: String::new(),
         call_id: "c1".into(),
         answer: ApprovalAnswer::Always,
     });
@@ -673,6 +692,7 @@ fn always_and_never_apply_to_the_rest_of_the_conversation() {
     let mut t = T::new().started();
     t.respond("", &[("1", "write", json!({"q": "a"}))]);
     t.step(Event::ApprovalGiven {
+        by: String::new(),
         call_id: "c1".into(),
         answer: ApprovalAnswer::Never,
     });
@@ -948,6 +968,7 @@ fn events_that_do_not_fit_are_rejected() {
             response: ModelResponse::default(),
         },
         Event::ApprovalGiven {
+            by: String::new(),
             call_id: "x".into(),
             answer: ApprovalAnswer::Yes,
         },
@@ -963,10 +984,10 @@ fn events_that_do_not_fit_are_rejected() {
 #[test]
 fn resume_gives_the_next_action_for_every_state() {
     let mut t = T::new();
-    assert!(resume(&mut t.conv, &t.cat).is_err());
+    assert!(resume(&mut t.conv, env(&t.cat, &t.lim)).is_err());
     t.step(Event::UserMessage { text: "hi".into() });
     assert_eq!(
-        resume(&mut t.conv, &t.cat).unwrap(),
+        resume(&mut t.conv, env(&t.cat, &t.lim)).unwrap(),
         vec![Action::CallModel { final_pass: false }]
     );
     t.step(Event::ModelResponded {
@@ -980,34 +1001,29 @@ fn resume_gives_the_next_action_for_every_state() {
             ..Default::default()
         },
     });
-    assert_eq!(resume(&mut t.conv, &t.cat).unwrap(), vec![Action::Advance]);
+    assert_eq!(
+        resume(&mut t.conv, env(&t.cat, &t.lim)).unwrap(),
+        vec![Action::Advance]
+    );
     t.step(Event::Proceed);
     assert!(matches!(
-        &resume(&mut t.conv, &t.cat).unwrap()[0],
+        &resume(&mut t.conv, env(&t.cat, &t.lim)).unwrap()[0],
         Action::RequestApproval { request } if request.grants == vec!["write grant".to_string()]
     ));
     t.step(Event::ApprovalGiven {
+        by: String::new(),
         call_id: "c1".into(),
         answer: ApprovalAnswer::Yes,
     });
-    // `write` can change things: after a stop mid-run it is not repeated.
-    let actions = resume(&mut t.conv, &t.cat).unwrap();
+    // After a stop mid-run the call is closed as interrupted, never repeated, and the batch
+    // goes back to the model with that error.
+    let mut loaded = Conversation::from_json(&t.conv.to_json()).unwrap();
+    assert_eq!(loaded, t.conv);
+    let actions = resume(&mut loaded, t.env()).unwrap();
     assert!(
         matches!(&actions[0], Action::Emit(AgentEvent::ToolCallRejected { call_id, .. }) if call_id == "c1")
     );
-    assert!(matches!(&actions[1], Action::RunTools { calls } if calls.is_empty()));
-    // Save and load in the middle of the turn, then continue.
-    let mut loaded = Conversation::from_json(&t.conv.to_json()).unwrap();
-    assert_eq!(loaded, t.conv);
-    step(
-        &mut loaded,
-        Event::ToolsFinished { results: vec![] },
-        Env {
-            catalog: &t.cat,
-            limits: &t.lim,
-        },
-    )
-    .unwrap();
+    assert!(!has(&actions, |a| matches!(a, Action::RunTools { .. })));
     assert!(matches!(loaded.state, State::HandlingToolError { .. }));
     t.step(Event::ToolsFinished { results: vec![] });
     t.step(Event::Proceed);
@@ -1020,13 +1036,13 @@ fn resume_gives_the_next_action_for_every_state() {
         },
     });
     assert!(matches!(
-        resume(&mut t.conv, &t.cat).unwrap()[0],
+        resume(&mut t.conv, env(&t.cat, &t.lim)).unwrap()[0],
         Action::ScheduleRetry { .. }
     ));
 }
 
 #[test]
-fn resuming_mid_run_repeats_only_calls_that_cannot_change_anything() {
+fn resuming_mid_run_never_runs_a_call_again_and_keeps_recorded_results() {
     let mut t = T::new();
     t.step(Event::UserMessage { text: "hi".into() });
     t.respond(
@@ -1034,39 +1050,40 @@ fn resuming_mid_run_repeats_only_calls_that_cannot_change_anything() {
         &[
             ("1", "read", json!({"q": "a"})),
             ("2", "write", json!({"q": "b"})),
+            ("3", "read", json!({"q": "c"})),
         ],
     );
     t.step(Event::ApprovalGiven {
+        by: "API token `ops`".into(),
         call_id: "c2".into(),
         answer: ApprovalAnswer::Yes,
     });
     assert!(matches!(t.conv.state, State::ExecutingTools { .. }));
-    // The process stops here; the saved conversation is loaded and resumed.
+    // The first call's result was recorded before the process stopped.
+    t.step(Event::ToolFinished {
+        outcome: ToolOutcome {
+            call_id: "c1".into(),
+            content: "read once".into(),
+            is_error: false,
+        },
+    });
     let mut loaded = Conversation::from_json(&t.conv.to_json()).unwrap();
-    let actions = resume(&mut loaded, &t.cat).unwrap();
-    let run: Vec<&str> = actions
+    let actions = resume(&mut loaded, t.env()).unwrap();
+    assert!(
+        !has(&actions, |a| matches!(a, Action::RunTools { .. })),
+        "nothing runs again, even a call that cannot change anything: {actions:?}"
+    );
+    let interrupted: Vec<(&str, &str)> = actions
         .iter()
-        .find_map(|a| match a {
-            Action::RunTools { calls } => Some(calls.iter().map(|c| c.call_id.as_str()).collect()),
+        .filter_map(|a| match a {
+            Action::AuditCall { call, outcome } => Some((call.id.as_str(), outcome.label())),
             _ => None,
         })
-        .unwrap();
-    assert_eq!(run, vec!["c1"], "only the read-only call runs again");
-    step(
-        &mut loaded,
-        Event::ToolsFinished {
-            results: vec![ToolOutcome {
-                call_id: "c1".into(),
-                content: "read again".into(),
-                is_error: false,
-            }],
-        },
-        Env {
-            catalog: &t.cat,
-            limits: &t.lim,
-        },
-    )
-    .unwrap();
+        .collect();
+    assert_eq!(
+        interrupted,
+        vec![("c2", "interrupted"), ("c3", "interrupted")]
+    );
     let results: Vec<(&str, &str)> = loaded
         .messages
         .iter()
@@ -1079,17 +1096,145 @@ fn resuming_mid_run_repeats_only_calls_that_cannot_change_anything() {
             _ => None,
         })
         .collect();
-    assert_eq!(results[0], ("1", "read again"));
-    assert_eq!(results[1].0, "2");
+    assert_eq!(results[0], ("1", "read once"));
+    for (id, content) in &results[1..] {
+        assert!(
+            content.contains("its effect is unknown") && content.contains("not run again"),
+            "{id}: {content}"
+        );
+    }
+    assert!(matches!(loaded.state, State::HandlingToolError { .. }));
+}
+
+#[test]
+fn results_are_recorded_one_call_at_a_time() {
+    let mut t = T::new().started();
+    t.respond(
+        "",
+        &[
+            ("1", "read", json!({"q": "a"})),
+            ("2", "read", json!({"q": "b"})),
+        ],
+    );
+    let finished = |id: &str| Event::ToolFinished {
+        outcome: ToolOutcome {
+            call_id: id.into(),
+            content: format!("result of {id}"),
+            is_error: false,
+        },
+    };
+    // Results may come in any order; the batch stays running until every call has one.
+    let a = t.step(finished("c2"));
+    assert!(a.is_empty(), "{a:?}");
+    assert!(matches!(t.conv.state, State::ExecutingTools { .. }));
+    // A result for a call that is not running is refused, naming the running ones.
+    let e = t.err(finished("c2"));
     assert!(
-        results[1].1.contains("may or may not have taken effect"),
-        "{results:?}"
+        e.message.contains("no running call `c2`") && e.message.contains("c1"),
+        "{e}"
+    );
+    let a = t.step(finished("c1"));
+    assert!(has(&a, |a| matches!(
+        a,
+        Action::CallModel { final_pass: false }
+    )));
+    // The history keeps the order the model made the calls in.
+    let ids: Vec<String> = tool_messages(&t.conv).into_iter().map(|m| m.0).collect();
+    assert_eq!(ids, vec!["1", "2"]);
+}
+
+#[test]
+fn who_decided_is_kept_for_every_call() {
+    let mut t = T::new().started();
+    let a = t.respond(
+        "",
+        &[
+            ("1", "read", json!({"q": "a"})),
+            ("2", "write", json!({"q": "b"})),
+            ("3", "banned", json!({"q": "c"})),
+            ("4", "nope", json!({})),
+        ],
+    );
+    assert!(approval_of(&a).is_some());
+    let State::AwaitingApproval { batch } = &t.conv.state else {
+        panic!("{:?}", t.conv.state)
+    };
+    let decided: Vec<Option<(&str, &str)>> = batch
+        .iter()
+        .map(|p| {
+            p.approval
+                .as_ref()
+                .map(|a| (a.decision.as_str(), a.by.as_str()))
+        })
+        .collect();
+    assert_eq!(
+        decided[0],
+        Some(("auto", "policy: its grants cannot change anything"))
+    );
+    assert_eq!(decided[1], None, "still waiting for an answer");
+    assert_eq!(
+        decided[2],
+        Some(("deny", "policy: cordon.toml denies the tool `banned`"))
+    );
+    assert_eq!(decided[3], Some(("invalid", "Cordon's check of the call")));
+    let a = t.step(Event::ApprovalGiven {
+        call_id: "c2".into(),
+        answer: ApprovalAnswer::No,
+        by: "API token `ops`".into(),
+    });
+    // The finished batch puts the calls that never ran in the audit log.
+    let audited: Vec<(String, String, String)> = a
+        .iter()
+        .filter_map(|a| match a {
+            Action::AuditCall { call, outcome } => Some((
+                call.id.clone(),
+                call.approval.as_ref().unwrap().by.clone(),
+                outcome.label().to_string(),
+            )),
+            _ => None,
+        })
+        .collect();
+    assert!(audited.is_empty(), "c1 still runs: {a:?}");
+    let a = t.step(Event::ToolFinished {
+        outcome: ToolOutcome {
+            call_id: "c1".into(),
+            content: "ok".into(),
+            is_error: false,
+        },
+    });
+    let audited: Vec<(String, String, String)> = a
+        .iter()
+        .filter_map(|a| match a {
+            Action::AuditCall { call, outcome } => Some((
+                call.id.clone(),
+                call.approval.as_ref().unwrap().by.clone(),
+                outcome.label().to_string(),
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        audited,
+        vec![
+            ("c2".into(), "API token `ops`".into(), "not_run".into()),
+            (
+                "c3".into(),
+                "policy: cordon.toml denies the tool `banned`".into(),
+                "not_run".into()
+            ),
+            (
+                "c4".into(),
+                "Cordon's check of the call".into(),
+                "not_run".into()
+            ),
+        ]
     );
 }
 
 #[test]
 fn events_and_actions_serialize() {
     let e = Event::ApprovalGiven {
+        by: String::new(),
         call_id: "1".into(),
         answer: ApprovalAnswer::Always,
     };

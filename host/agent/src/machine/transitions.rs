@@ -9,10 +9,12 @@ use super::{ApprovalRequest, catalog::Refusal};
 use crate::approval::{ApprovalAnswer, Policy};
 use crate::config::RetryConfig;
 use crate::conversation::{
-    CallStatus, Conversation, Note, PlannedCall, State, Turn, TurnOutcome, identify_calls,
+    CallApproval, CallStatus, Conversation, Note, PlannedCall, State, Turn, TurnOutcome,
+    identify_calls,
 };
 use crate::messages::{LlmFailure, Message, ModelResponse, ToolCall};
 use crate::tools::{ToolFailure, ToolFailureKind, ToolSpec, render_failure};
+use cordon_core::CallOutcome;
 
 /// Idle or Failed, `UserMessage`: the message opens a turn and goes to the model.
 pub(super) fn start_turn(conv: &mut Conversation, text: String, out: &mut Vec<Action>) {
@@ -130,9 +132,15 @@ pub(super) fn apply_approval(
     mut batch: Vec<PlannedCall>,
     call_id: String,
     answer: ApprovalAnswer,
+    by: String,
     env: Env<'_>,
     out: &mut Vec<Action>,
 ) {
+    let by = if by.is_empty() {
+        "the user".to_string()
+    } else {
+        by
+    };
     out.push(Action::Emit(AgentEvent::ApprovalGiven {
         call_id: call_id.clone(),
         answer: answer.clone(),
@@ -168,6 +176,10 @@ pub(super) fn apply_approval(
                 "not run, and no one was asked: {reason}; do not retry it unless the user asks"
             )),
         };
+        p.approval = Some(CallApproval {
+            decision: answer.as_str().to_string(),
+            by: by.clone(),
+        });
         p.status = match declined {
             None => CallStatus::Approved,
             Some(message) => {
@@ -181,6 +193,35 @@ pub(super) fn apply_approval(
         };
     }
     after_approval(conv, batch, env, out);
+}
+
+/// Whether `call_id` names a call of the batch that is running (approved, no result yet).
+pub(super) fn is_running(batch: &[PlannedCall], call_id: &str) -> bool {
+    batch
+        .iter()
+        .any(|p| p.id == call_id && p.status == CallStatus::Approved)
+}
+
+/// ExecutingTools, `ToolFinished`: the call gets its result; the batch finishes when no
+/// approved call is left without one.
+pub(super) fn record_result(
+    conv: &mut Conversation,
+    mut batch: Vec<PlannedCall>,
+    outcome: ToolOutcome,
+    env: Env<'_>,
+    out: &mut Vec<Action>,
+) {
+    if let Some(p) = batch.iter_mut().find(|p| p.id == outcome.call_id) {
+        p.status = CallStatus::Done {
+            content: outcome.content,
+            is_error: outcome.is_error,
+        };
+    }
+    if batch.iter().any(|p| p.status == CallStatus::Approved) {
+        conv.state = State::ExecutingTools { batch };
+    } else {
+        finish_batch(conv, batch, env, out);
+    }
 }
 
 /// ExecutingTools, `ToolsFinished`: each approved call gets its result (an error when the
@@ -330,6 +371,23 @@ pub(super) fn process_response(
         );
         for (id, call) in &calls {
             let content = "Not run: the same call was already made in this turn; the loop was stopped for lack of progress.".to_string();
+            out.push(Action::AuditCall {
+                call: PlannedCall {
+                    id: id.clone(),
+                    call: call.clone(),
+                    arguments: serde_json::from_str(&call.arguments).ok(),
+                    status: CallStatus::Denied {
+                        message: content.clone(),
+                    },
+                    approval: Some(CallApproval {
+                        decision: "refused".to_string(),
+                        by: "Cordon's loop guard (the same call repeated)".to_string(),
+                    }),
+                },
+                outcome: CallOutcome::NotRun {
+                    reason: content.clone(),
+                },
+            });
             out.push(Action::Emit(AgentEvent::ToolResult {
                 call_id: id.clone(),
                 tool: call.name.clone(),
@@ -354,20 +412,28 @@ pub(super) fn process_response(
     for (id, call) in calls {
         let planned = match env.catalog.check(&call, &conv.session_approvals) {
             Err(refusal) => {
-                let (arguments, status, message) = match refusal {
+                let (arguments, status, message, approval) = match refusal {
                     Refusal::Invalid(arguments, message) => (
                         arguments,
                         CallStatus::Invalid {
                             message: message.clone(),
                         },
                         message,
+                        CallApproval {
+                            decision: "invalid".to_string(),
+                            by: "Cordon's check of the call".to_string(),
+                        },
                     ),
-                    Refusal::Denied(message) => (
+                    Refusal::Denied { message, reason } => (
                         None,
                         CallStatus::Denied {
                             message: message.clone(),
                         },
                         message,
+                        CallApproval {
+                            decision: Policy::Deny.as_str().to_string(),
+                            by: format!("policy: {reason}"),
+                        },
                     ),
                 };
                 out.push(Action::Emit(AgentEvent::ToolCallRejected {
@@ -380,12 +446,17 @@ pub(super) fn process_response(
                     call,
                     arguments,
                     status,
+                    approval: Some(approval),
                 }
             }
             Ok((args, _, decision)) => PlannedCall {
                 id,
                 call,
                 arguments: Some(args),
+                approval: (decision.policy != Policy::Ask).then(|| CallApproval {
+                    decision: decision.policy.as_str().to_string(),
+                    by: format!("policy: {}", decision.reason),
+                }),
                 status: match decision.policy {
                     Policy::Auto => CallStatus::Approved,
                     Policy::Ask => CallStatus::Pending,
@@ -483,6 +554,8 @@ fn result_of(p: &PlannedCall) -> (String, bool) {
     }
 }
 
+/// Every call of a finished (or cancelled) batch gets its result in the history, in the
+/// order the model made them; calls that never ran go to the audit log.
 fn push_results(
     conv: &mut Conversation,
     batch: &[PlannedCall],
@@ -491,6 +564,21 @@ fn push_results(
     let mut errors = Vec::new();
     for p in batch {
         let (content, is_error) = result_of(p);
+        if let CallStatus::Invalid { message } | CallStatus::Denied { message } = &p.status {
+            out.push(Action::AuditCall {
+                call: p.clone(),
+                outcome: CallOutcome::NotRun {
+                    reason: message.clone(),
+                },
+            });
+        } else if p.status == CallStatus::Pending {
+            out.push(Action::AuditCall {
+                call: p.clone(),
+                outcome: CallOutcome::NotRun {
+                    reason: content.clone(),
+                },
+            });
+        }
         if is_error {
             errors.push(format!("{}: {}", p.call.name, content));
         }
@@ -510,7 +598,7 @@ fn push_results(
     errors
 }
 
-fn finish_batch(
+pub(super) fn finish_batch(
     conv: &mut Conversation,
     batch: Vec<PlannedCall>,
     env: Env<'_>,

@@ -8,8 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use cordon_agent::{
     Agent, AgentConfig, AgentError, AgentEvent, ApprovalAnswer, ApprovalRequest, CancellationToken,
-    Content, Conversation, Frontend, Message, Policy, PruneStrategy, State, ToolFailure,
-    ToolFailureKind, ToolFormat, ToolHints, ToolHost, ToolSpec, TurnInput, TurnOutcome,
+    Content, Conversation, Frontend, GivenAnswer, Message, Policy, PruneStrategy, State,
+    ToolFailure, ToolFailureKind, ToolFormat, ToolHints, ToolHost, ToolSpec, TurnInput,
+    TurnOutcome,
 };
 use cordon_scripted_llm::{Script, ScriptedCall, ScriptedServer, Step};
 use serde_json::{Value, json};
@@ -38,6 +39,7 @@ fn spec(name: &str, can_change: bool, schema: Value) -> ToolSpec {
         },
         grants: vec![format!("grant for {name}")],
         can_change_anything: can_change,
+        digest: String::new(),
     }
 }
 
@@ -128,12 +130,14 @@ impl Frontend for Recorder {
     fn event(&mut self, event: &AgentEvent) {
         self.events.push(event.clone());
     }
-    async fn approve(&mut self, request: &ApprovalRequest) -> ApprovalAnswer {
+    async fn approve(&mut self, request: &ApprovalRequest) -> GivenAnswer {
         self.asked.push(request.clone());
-        self.answers
+        let answer = self
+            .answers
             .get(&request.tool)
             .cloned()
-            .unwrap_or(ApprovalAnswer::No)
+            .unwrap_or(ApprovalAnswer::No);
+        GivenAnswer::new(answer, "the test")
     }
     fn persist(&mut self, _c: &Conversation) {
         self.persisted += 1;

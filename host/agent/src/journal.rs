@@ -1,0 +1,77 @@
+//! What makes a conversation durable and accountable: the driver hands every transition of the
+//! state machine, and every tool call it settles, to a [`Journal`] — the transition before it
+//! performs the actions the transition produced. A journal that keeps both in a store therefore
+//! holds, at any moment, the state from which the conversation can go on, and never a state
+//! whose effects were performed but not recorded.
+
+use async_trait::async_trait;
+use cordon_core::AuditRecord;
+use serde::{Deserialize, Serialize};
+
+use crate::conversation::Conversation;
+use crate::machine::Event;
+
+/// Why the conversation changed: what a journal records beside the new conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "cause", rename_all = "snake_case")]
+pub enum Cause {
+    /// The state machine applied an event.
+    Event {
+        /// The event.
+        event: Event,
+    },
+    /// A conversation stopped in the middle of a turn was taken up again (calls that were
+    /// running are closed as interrupted; see [`crate::machine::resume`]).
+    Resume,
+}
+
+/// A journal that could not record: the turn stops without performing what it was about to.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// Another host now drives the session (its lease on the session expired and was taken):
+    /// this one must stop driving it at once.
+    #[error(
+        "session `{session}` is now driven by another host ({holder}); this host stopped driving it"
+    )]
+    LeaseLost {
+        /// The session.
+        session: String,
+        /// Who holds it now.
+        holder: String,
+    },
+    /// The store did not take the record (unreachable, full, failing).
+    #[error("the session store did not record the change: {0}")]
+    Store(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Where a driven conversation records itself; see the module docs.
+#[async_trait]
+pub trait Journal: Send {
+    /// The conversation after one transition, and its cause. Called before any action of the
+    /// transition is performed; an error stops the turn there.
+    async fn transition(
+        &mut self,
+        conversation: &Conversation,
+        cause: &Cause,
+    ) -> Result<(), JournalError>;
+
+    /// One tool call for the audit log: after it ran (with what the sandbox reported), or when
+    /// it was settled without running.
+    async fn audit(&mut self, record: AuditRecord) -> Result<(), JournalError>;
+}
+
+/// A journal that keeps nothing: for conversations that live only in memory (tests, embedders
+/// with no store).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoJournal;
+
+#[async_trait]
+impl Journal for NoJournal {
+    async fn transition(&mut self, _: &Conversation, _: &Cause) -> Result<(), JournalError> {
+        Ok(())
+    }
+
+    async fn audit(&mut self, _: AuditRecord) -> Result<(), JournalError> {
+        Ok(())
+    }
+}
