@@ -12,6 +12,8 @@ use std::thread::JoinHandle;
 
 use sha2::{Digest, Sha256};
 
+pub mod postgres;
+
 /// The workspace root (the directory holding the top `Cargo.toml`).
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

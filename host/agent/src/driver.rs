@@ -516,7 +516,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
         AuditRecord {
             at_ms: now_ms(),
             origin: audit.origin.clone(),
-            entry: AuditEntry::ToolCall(ToolCallAudit {
+            entry: AuditEntry::ToolCall(Box::new(ToolCallAudit {
                 session: audit.session.clone(),
                 turn: Some(conv.turns.len().saturating_sub(1) as u64),
                 call_id: Some(call.id.clone()),
@@ -530,7 +530,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
                 decided_by,
                 outcome,
                 report,
-            }),
+            })),
         }
     }
 

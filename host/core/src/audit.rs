@@ -71,7 +71,7 @@ pub struct AuditRecord {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum AuditEntry {
     /// A tool call a model (or a user with `cordon call`) asked for, run or not.
-    ToolCall(ToolCallAudit),
+    ToolCall(Box<ToolCallAudit>),
     /// A change to the home.
     HomeChange(HomeChangeAudit),
 }
@@ -206,7 +206,10 @@ mod tests {
     #[test]
     fn argument_digests_ignore_whitespace() {
         let a: Value = serde_json::from_str(r#"{ "sql" :  "SELECT 1" }"#).unwrap();
-        assert_eq!(arguments_sha256(&a), arguments_sha256(&json!({"sql": "SELECT 1"})));
+        assert_eq!(
+            arguments_sha256(&a),
+            arguments_sha256(&json!({"sql": "SELECT 1"}))
+        );
         assert_eq!(arguments_sha256(&a).len(), 64);
     }
 
@@ -215,7 +218,7 @@ mod tests {
         let record = AuditRecord {
             at_ms: 1,
             origin: "chat".into(),
-            entry: AuditEntry::ToolCall(ToolCallAudit {
+            entry: AuditEntry::ToolCall(Box::new(ToolCallAudit {
                 session: Some("s1".into()),
                 turn: Some(0),
                 call_id: Some("c1".into()),
@@ -232,7 +235,7 @@ mod tests {
                     message: "no".into(),
                 },
                 report: Some(CallReport::default()),
-            }),
+            })),
         };
         let text = serde_json::to_string(&record).unwrap();
         assert!(text.contains(r#""kind":"tool_call""#), "{text}");

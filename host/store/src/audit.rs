@@ -1,0 +1,106 @@
+//! The audit log: append a record, query records. There is no way to change or remove one.
+
+use cordon_core::{AuditEntry, AuditRecord};
+use serde::Serialize;
+use sqlx::Row;
+
+use crate::{Store, StoreError, on_backend};
+
+/// Which records to return; every filter is optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditQuery {
+    /// Only this session's.
+    pub session: Option<String>,
+    /// Only calls of this tool (its own name, or `plugin.tool`).
+    pub tool: Option<String>,
+    /// Only records at or after this time (ms since the epoch).
+    pub since_ms: Option<i64>,
+    /// Only `tool_call` or `home_change` records.
+    pub kind: Option<String>,
+    /// Only records after this id (to page through, or to follow new records).
+    pub after_id: Option<i64>,
+    /// At most this many, the newest (default 100).
+    pub limit: Option<i64>,
+}
+
+/// A record as stored, with its id.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredAudit {
+    /// Its position in the log.
+    pub id: i64,
+    /// The record.
+    #[serde(flatten)]
+    pub record: AuditRecord,
+}
+
+impl Store {
+    /// Appends one record.
+    pub async fn append_audit(&self, record: &AuditRecord) -> Result<(), StoreError> {
+        let (kind, session, tool, plugin, outcome) = match &record.entry {
+            AuditEntry::ToolCall(call) => (
+                "tool_call",
+                call.session.clone(),
+                Some(call.tool.clone()),
+                Some(call.plugin.clone()),
+                Some(call.outcome.label().to_string()),
+            ),
+            AuditEntry::HomeChange(change) => (
+                "home_change",
+                None,
+                None,
+                Some(change.plugin.clone()),
+                Some(change.action.clone()),
+            ),
+        };
+        // Plain data with string keys: serialising cannot fail.
+        let json = serde_json::to_string(record).unwrap_or_default();
+        let sql = "INSERT INTO audit (at_ms, kind, origin, session, tool, plugin, outcome, record) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+        let result = on_backend!(self, pool => sqlx::query(sql)
+            .bind(record.at_ms)
+            .bind(kind)
+            .bind(&record.origin)
+            .bind(&session)
+            .bind(&tool)
+            .bind(&plugin)
+            .bind(&outcome)
+            .bind(&json)
+            .execute(pool)
+            .await
+            .map(|_| ()));
+        result.map_err(|e| self.failed(e))
+    }
+
+    /// The newest records matching `query`, oldest first.
+    pub async fn audit(&self, query: &AuditQuery) -> Result<Vec<StoredAudit>, StoreError> {
+        let sql = "SELECT id, record FROM audit \
+                   WHERE (CAST($1 AS TEXT) IS NULL OR session = $1) \
+                     AND (CAST($2 AS TEXT) IS NULL OR tool = $2 OR plugin || '.' || tool = $2) \
+                     AND (CAST($3 AS BIGINT) IS NULL OR at_ms >= $3) \
+                     AND (CAST($4 AS TEXT) IS NULL OR kind = $4) \
+                     AND (CAST($5 AS BIGINT) IS NULL OR id > $5) \
+                   ORDER BY id DESC LIMIT $6";
+        let limit = query.limit.unwrap_or(100).clamp(1, 10_000);
+        let rows = on_backend!(self, pool => sqlx::query(sql)
+            .bind(&query.session)
+            .bind(&query.tool)
+            .bind(query.since_ms)
+            .bind(&query.kind)
+            .bind(query.after_id)
+            .bind(limit)
+            .fetch_all(pool)
+            .await
+            .and_then(|rows| rows.iter().map(|r| Ok((r.try_get::<i64, _>("id")?, r.try_get::<String, _>("record")?))).collect::<Result<Vec<_>, sqlx::Error>>()))
+        .map_err(|e| self.failed(e))?;
+        let mut out = Vec::with_capacity(rows.len());
+        for (id, json) in rows.into_iter().rev() {
+            match serde_json::from_str(&json) {
+                Ok(record) => out.push(StoredAudit { id, record }),
+                // A record this version cannot read is skipped, not fatal: the log outlives
+                // versions of Cordon.
+                Err(e) => tracing::warn!(id, "cannot read audit record {id}: {e}"),
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,260 @@
+//! The journals the conversation engine records into: [`SessionJournal`] for a session (its
+//! transitions and the audit log), [`AuditJournal`] for a conversation that is not a session
+//! (the audit log only).
+
+use std::time::Duration;
+
+use cordon_agent::{CancellationToken, Cause, Conversation, Journal, JournalError, async_trait};
+use cordon_core::{AuditRecord, now_ms};
+use sqlx::Row;
+
+use crate::sessions::title_of;
+use crate::{Store, StoreError, on_backend};
+
+/// The right to drive one session, and the record of its transitions.
+///
+/// Made by [`Store::drive`], which takes the session's lease and loads it. Each
+/// [`Journal::transition`] appends one row to the session's log, in one database transaction
+/// that also checks this process still holds the lease and that nobody appended since (so a
+/// host that lost its lease can never write), renews the lease, and every
+/// [`StoreOptions::snapshot_every`](crate::StoreOptions::snapshot_every) transitions replaces
+/// the session's snapshot. A background task renews the lease while the session waits (for an
+/// answer, a model, a long tool call); [`SessionJournal::lost`] fires if another host took it.
+/// Messages are only ever appended to a conversation, so each row holds just the messages
+/// added since the previous one.
+#[derive(Debug)]
+pub struct SessionJournal {
+    store: Store,
+    id: String,
+    seq: i64,
+    /// Messages recorded so far.
+    messages: usize,
+    since_snapshot: u32,
+    lost: CancellationToken,
+    keeper: tokio::task::JoinHandle<()>,
+}
+
+impl Store {
+    /// Takes the lease on session `id` and loads it, ready to drive. Fails with
+    /// [`StoreError::Busy`] while another host drives it.
+    pub async fn drive(&self, id: &str) -> Result<(SessionJournal, Conversation), StoreError> {
+        self.acquire(id).await?;
+        let (info, conv) = match self.load(id).await {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                let _ = self.release(id).await;
+                return Err(e);
+            }
+        };
+        let lost = CancellationToken::new();
+        let keeper = tokio::spawn(keep_lease(self.clone(), id.to_string(), lost.clone()));
+        let journal = SessionJournal {
+            store: self.clone(),
+            id: id.to_string(),
+            seq: info.seq,
+            messages: conv.messages.len(),
+            since_snapshot: 0,
+            lost,
+            keeper,
+        };
+        Ok((journal, conv))
+    }
+}
+
+/// Renews a lease every third of its lifetime until it is lost or the task is stopped.
+async fn keep_lease(store: Store, id: String, lost: CancellationToken) {
+    let every = store.options().lease_ttl / 3;
+    loop {
+        tokio::time::sleep(every.max(Duration::from_millis(50))).await;
+        match store.renew(&id).await {
+            Ok(()) => {}
+            Err(StoreError::LeaseLost { holder, .. }) => {
+                tracing::warn!(session = %id, %holder, "lost the lease on the session");
+                lost.cancel();
+                return;
+            }
+            // The store is away: keep trying; appends fail meanwhile, and the lease lasts.
+            Err(e) => tracing::warn!(session = %id, "cannot renew the lease: {e}"),
+        }
+    }
+}
+
+impl SessionJournal {
+    /// The session.
+    pub fn session(&self) -> &str {
+        &self.id
+    }
+
+    /// The store it records into.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Fires when another host took the session over (this one must stop driving it).
+    pub fn lost(&self) -> CancellationToken {
+        self.lost.clone()
+    }
+
+    /// Stops driving: the lease is given up so another host (or command) may drive the
+    /// session at once.
+    pub async fn release(self) -> Result<(), StoreError> {
+        self.keeper.abort();
+        self.store.release(&self.id).await
+    }
+
+    async fn append(&mut self, conv: &Conversation, cause: &Cause) -> Result<(), StoreError> {
+        const SESSION: &str = "UPDATE sessions SET seq = $3, updated_ms = $4, state = $5, \
+                               turns = $6, messages = $7, title = $8, lease_until_ms = $9 \
+                               WHERE id = $1 AND seq = $2 AND lease_holder = $10";
+        const LOG: &str = "INSERT INTO transitions (session, seq, at_ms, cause, first_message, \
+                           messages, tail) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+        const SNAPSHOT: &str =
+            "INSERT INTO snapshots (session, seq, conversation) VALUES ($1, $2, $3)";
+        const OLD_SNAPSHOTS: &str = "DELETE FROM snapshots WHERE session = $1 AND seq < $2";
+        let first = self.messages.min(conv.messages.len());
+        let added = serde_json::to_string(&conv.messages[first..]).unwrap_or_default();
+        let tail = serde_json::to_string(&conv.tail()).unwrap_or_default();
+        let cause = serde_json::to_string(cause).unwrap_or_default();
+        let snapshot = (self.since_snapshot + 1 >= self.store.options().snapshot_every)
+            .then(|| serde_json::to_string(conv).unwrap_or_default());
+        let now = now_ms();
+        let seq = self.seq + 1;
+        let until = now + self.store.options().lease_ttl.as_millis() as i64;
+        let store = &self.store;
+        let appended = on_backend!(store, pool => async {
+            let mut tx = pool.begin().await?;
+            let done = sqlx::query(SESSION)
+                .bind(&self.id)
+                .bind(self.seq)
+                .bind(seq)
+                .bind(now)
+                .bind(conv.state.key())
+                .bind(conv.turns.len() as i64)
+                .bind(conv.messages.len() as i64)
+                .bind(title_of(conv))
+                .bind(until)
+                .bind(store.holder())
+                .execute(&mut *tx)
+                .await?;
+            if done.rows_affected() == 0 {
+                return Ok(false);
+            }
+            sqlx::query(LOG)
+                .bind(&self.id)
+                .bind(seq)
+                .bind(now)
+                .bind(&cause)
+                .bind(first as i64)
+                .bind(&added)
+                .bind(&tail)
+                .execute(&mut *tx)
+                .await?;
+            if let Some(snapshot) = &snapshot {
+                sqlx::query(SNAPSHOT).bind(&self.id).bind(seq).bind(snapshot).execute(&mut *tx).await?;
+                sqlx::query(OLD_SNAPSHOTS).bind(&self.id).bind(seq).execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(true)
+        }.await)
+        .map_err(|e| store.failed(e))?;
+        if !appended {
+            let holder = self.current_holder().await;
+            self.lost.cancel();
+            return Err(StoreError::LeaseLost {
+                id: self.id.clone(),
+                holder,
+            });
+        }
+        self.seq = seq;
+        self.messages = conv.messages.len();
+        self.since_snapshot = if snapshot.is_some() {
+            0
+        } else {
+            self.since_snapshot + 1
+        };
+        Ok(())
+    }
+
+    async fn current_holder(&self) -> String {
+        const SQL: &str = "SELECT lease_holder FROM sessions WHERE id = $1";
+        let store = &self.store;
+        let holder: Option<Option<String>> = on_backend!(store, pool => sqlx::query(SQL)
+            .bind(&self.id)
+            .fetch_optional(pool)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|row| row.try_get::<Option<String>, _>("lease_holder").ok()));
+        match holder {
+            Some(Some(h)) => h,
+            Some(None) => "nobody (the lease was given up)".to_string(),
+            None => "nobody (the session was removed)".to_string(),
+        }
+    }
+}
+
+impl Drop for SessionJournal {
+    fn drop(&mut self) {
+        // The lease then lapses on its own unless released.
+        self.keeper.abort();
+    }
+}
+
+fn journal_error(id: &str, error: StoreError) -> JournalError {
+    match error {
+        StoreError::LeaseLost { holder, .. } => JournalError::LeaseLost {
+            session: id.to_string(),
+            holder,
+        },
+        other => JournalError::Store(Box::new(other)),
+    }
+}
+
+#[async_trait]
+impl Journal for SessionJournal {
+    async fn transition(
+        &mut self,
+        conversation: &Conversation,
+        cause: &Cause,
+    ) -> Result<(), JournalError> {
+        let id = self.id.clone();
+        self.append(conversation, cause)
+            .await
+            .map_err(|e| journal_error(&id, e))
+    }
+
+    async fn audit(&mut self, record: AuditRecord) -> Result<(), JournalError> {
+        self.store
+            .append_audit(&record)
+            .await
+            .map_err(|e| journal_error(&self.id, e))
+    }
+}
+
+/// The journal of a conversation that is not a session: its transitions are not kept, its
+/// tool calls go to the audit log.
+#[derive(Debug, Clone)]
+pub struct AuditJournal {
+    store: Store,
+}
+
+impl AuditJournal {
+    /// Records tool calls into `store`.
+    pub fn new(store: Store) -> Self {
+        Self { store }
+    }
+}
+
+#[async_trait]
+impl Journal for AuditJournal {
+    async fn transition(&mut self, _: &Conversation, _: &Cause) -> Result<(), JournalError> {
+        Ok(())
+    }
+
+    async fn audit(&mut self, record: AuditRecord) -> Result<(), JournalError> {
+        self.store
+            .append_audit(&record)
+            .await
+            .map_err(|e| JournalError::Store(Box::new(e)))
+    }
+}

@@ -1,0 +1,342 @@
+//! cordon-store: what a Cordon host keeps so that it loses nothing — sessions and the audit
+//! log — in SQLite (one file in the Cordon home, the default) or PostgreSQL (several hosts
+//! sharing one store).
+//!
+//! - A **session** is a conversation with a durable identity. Every transition of its state
+//!   machine is appended to the session's log (its cause, the messages it added, and the rest
+//!   of the conversation), in one database transaction, before the driver performs what the
+//!   transition asked for; a snapshot every [`StoreOptions::snapshot_every`] transitions keeps
+//!   loading fast. See [`SessionJournal`].
+//! - A session is driven by one host at a time: driving takes a **lease** that the host renews
+//!   while it drives and that expires if the host dies, after which another host may take the
+//!   session over. Every append checks the lease and the log's sequence number in the same
+//!   transaction, so a host that lost its lease can never write again.
+//! - The **audit log** has one record per tool call and per change to the home; the host only
+//!   ever appends to it, and the database refuses updates and deletes.
+//!
+//! Both backends run the same SQL (written with `$1` placeholders, which both read) through
+//! sqlx, with versioned migrations applied at open.
+
+mod audit;
+mod error;
+mod journal;
+mod sessions;
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::Connection;
+use sqlx::SqlSafeStr;
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+
+pub use audit::{AuditQuery, StoredAudit};
+pub use error::StoreError;
+pub use journal::{AuditJournal, SessionJournal};
+pub use sessions::{
+    Lease, NewSession, SessionInfo, SessionSettings, TransitionRecord, validate_session_id,
+};
+
+/// The file a home's store lives in, when no other store is configured.
+pub const DEFAULT_SQLITE_FILE: &str = "sessions.db";
+
+/// How a store behaves; the defaults suit one host or a few sharing a PostgreSQL server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// How long a lease on a session lasts without renewal: the time another host waits
+    /// before taking over a session whose host died. The driving host renews it at every
+    /// transition and every third of this while it waits.
+    pub lease_ttl: Duration,
+    /// A snapshot of the whole conversation every this many transitions.
+    pub snapshot_every: u32,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            lease_ttl: Duration::from_secs(30),
+            snapshot_every: 64,
+        }
+    }
+}
+
+/// The connection pool of one backend.
+#[derive(Debug, Clone)]
+enum Backend {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Runs the same code on whichever pool the store holds: the SQL is written once, with `$N`
+/// placeholders, which SQLite and PostgreSQL both read.
+macro_rules! on_backend {
+    ($store:expr, $pool:ident => $body:expr) => {
+        match &$store.backend {
+            $crate::Backend::Sqlite($pool) => $body,
+            $crate::Backend::Postgres($pool) => $body,
+        }
+    };
+}
+pub(crate) use on_backend;
+
+/// An open session store. Cheap to clone (the pool is shared).
+#[derive(Debug, Clone)]
+pub struct Store {
+    backend: Backend,
+    /// The URL with any password hidden, for messages.
+    url: String,
+    /// This process's name in leases: host name, process id and a random part.
+    holder: String,
+    options: StoreOptions,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store at `url`: `sqlite:PATH` (or a bare path) or
+    /// `postgres://…`, and brings its tables to this version.
+    pub async fn open(url: &str, options: StoreOptions) -> Result<Store, StoreError> {
+        let shown = redact(url);
+        let backend = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Backend::Postgres(open_postgres(url, &shown).await?)
+        } else if let Some(path) = sqlite_path(url) {
+            Backend::Sqlite(open_sqlite(&path, &shown).await?)
+        } else {
+            return Err(StoreError::BadUrl { url: shown });
+        };
+        let store = Store {
+            backend,
+            url: shown,
+            holder: holder_name(),
+            options,
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Opens the default store of a Cordon home: `sessions.db` in it.
+    pub async fn open_in_home(home: &Path, options: StoreOptions) -> Result<Store, StoreError> {
+        let path = home.join(DEFAULT_SQLITE_FILE);
+        Store::open(&format!("sqlite:{}", path.display()), options).await
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let (backend, files) = match &self.backend {
+            Backend::Sqlite(_) => ("sqlite", SQLITE_MIGRATIONS),
+            Backend::Postgres(_) => ("postgres", POSTGRES_MIGRATIONS),
+        };
+        let migrations = files
+            .iter()
+            .map(|(version, description, sql)| {
+                Migration::new(
+                    *version,
+                    (*description).into(),
+                    MigrationType::Simple,
+                    sql.into_sql_str(),
+                    false,
+                )
+            })
+            .collect();
+        let migrator = Migrator::with_migrations(migrations);
+        let result = on_backend!(self, pool => migrator.run(pool).await);
+        result.map_err(|source| {
+            tracing::debug!(backend, "migration failed");
+            StoreError::Migrate {
+                url: self.url.clone(),
+                source,
+            }
+        })
+    }
+
+    /// The store's URL with any password hidden.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// This process's name in the leases it takes.
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// The options the store was opened with.
+    pub fn options(&self) -> StoreOptions {
+        self.options
+    }
+
+    /// Whether the store is PostgreSQL (shared by hosts) rather than a local SQLite file.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.backend, Backend::Postgres(_))
+    }
+
+    /// Wraps a database error with the store's URL.
+    pub(crate) fn failed(&self, source: sqlx::Error) -> StoreError {
+        StoreError::Database {
+            url: self.url.clone(),
+            source,
+        }
+    }
+
+    /// Closes the pool, waiting for connections in use to be returned.
+    pub async fn close(&self) {
+        on_backend!(self, pool => pool.close().await)
+    }
+}
+
+/// The migrations, in order: (version, description, SQL). A new version gets a new file;
+/// a released file is never edited (sqlx checks their digests).
+const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[(
+    1,
+    "sessions and audit",
+    include_str!("../migrations/sqlite/0001_sessions_and_audit.sql"),
+)];
+const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[(
+    1,
+    "sessions and audit",
+    include_str!("../migrations/postgres/0001_sessions_and_audit.sql"),
+)];
+
+/// The file of a `sqlite:` URL (`sqlite:PATH`, `sqlite://PATH`) or of a bare path.
+fn sqlite_path(url: &str) -> Option<PathBuf> {
+    if let Some(rest) = url.strip_prefix("sqlite:") {
+        let rest = rest.strip_prefix("//").unwrap_or(rest);
+        let rest = rest.split('?').next().unwrap_or(rest);
+        return (!rest.is_empty()).then(|| PathBuf::from(rest));
+    }
+    (!url.contains("://") && !url.is_empty()).then(|| PathBuf::from(url))
+}
+
+async fn open_sqlite(path: &Path, shown: &str) -> Result<SqlitePool, StoreError> {
+    let create = |source| StoreError::Create {
+        path: path.display().to_string(),
+        source,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(create)?;
+    }
+    // Conversations and the audit log are nobody else's business: the file (and the WAL files
+    // SQLite makes beside it with the same mode) is readable by its owner only.
+    #[cfg(unix)]
+    if !path.exists() {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .or_else(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => Ok(std::fs::File::open(path)?),
+                _ => Err(e),
+            })
+            .map_err(create)?;
+    }
+    let options = SqliteConnectOptions::from_str("sqlite:")
+        .map_err(|source| StoreError::Open {
+            url: shown.to_string(),
+            source,
+        })?
+        .filename(path)
+        .create_if_missing(true)
+        // WAL: readers never wait for the writer. NORMAL: a commit survives the process being
+        // killed at any moment (what `kill -9` tests); only a power loss may take the last
+        // commits, which FULL would keep at the price of an fsync per transition.
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(Duration::from_secs(30))
+        .foreign_keys(true);
+    SqlitePoolOptions::new()
+        .max_connections(4)
+        .connect_with(options)
+        .await
+        .map_err(|source| StoreError::Open {
+            url: shown.to_string(),
+            source,
+        })
+}
+
+async fn open_postgres(url: &str, shown: &str) -> Result<PgPool, StoreError> {
+    let open = |source| StoreError::Open {
+        url: shown.to_string(),
+        source,
+    };
+    let options = PgConnectOptions::from_str(url).map_err(open)?;
+    // One connection first: an unreachable server fails at once with its own error (refused,
+    // unknown host, bad password) instead of a pool timing out.
+    PgConnection::connect_with(&options)
+        .await
+        .map_err(open)?
+        .close()
+        .await
+        .map_err(open)?;
+    Ok(PgPoolOptions::new()
+        .max_connections(16)
+        // A store that goes away mid-turn fails the turn after this, rather than hanging it.
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_lazy_with(options))
+}
+
+/// The URL with the password of its user-info part replaced by `***`.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{path}"),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+/// A name for this process in leases: which machine and process drives a session, with a
+/// random part so a restarted process with a recycled pid is someone else.
+fn holder_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string());
+    format!(
+        "{host}:{}:{:06x}",
+        std::process::id(),
+        rand::random::<u32>() & 0xff_ffff
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_hidden_in_messages() {
+        assert_eq!(
+            redact("postgres://ann:secret@db.example/cordon"),
+            "postgres://ann:***@db.example/cordon"
+        );
+        assert_eq!(
+            redact("postgres://ann@db.example/cordon"),
+            "postgres://ann@db.example/cordon"
+        );
+        assert_eq!(redact("sqlite:/x/y.db"), "sqlite:/x/y.db");
+    }
+
+    #[test]
+    fn sqlite_urls_and_paths() {
+        assert_eq!(
+            sqlite_path("sqlite:/a/b.db"),
+            Some(PathBuf::from("/a/b.db"))
+        );
+        assert_eq!(
+            sqlite_path("sqlite:///a/b.db"),
+            Some(PathBuf::from("/a/b.db"))
+        );
+        assert_eq!(sqlite_path("/a/b.db"), Some(PathBuf::from("/a/b.db")));
+        assert_eq!(sqlite_path("mysql://x"), None);
+        assert_eq!(sqlite_path("sqlite:"), None);
+    }
+}

@@ -1,0 +1,486 @@
+//! Sessions: creating, listing, loading, forking and removing them, and the leases that let
+//! one host at a time drive one.
+
+use cordon_agent::{Conversation, Message};
+use cordon_core::now_ms;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sqlx::Row;
+
+use crate::{Store, StoreError, on_backend};
+
+/// What a session uses instead of the host's defaults; what a replay changes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionSettings {
+    /// The model, when not the host's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The system prompt, replacing the host's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// Only these tools are offered (by the name the model sees, `plugin.tool` or a plugin
+    /// name); every installed tool when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+}
+
+/// Who drives a session, until when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Lease {
+    /// The host process (`host:pid:random`).
+    pub holder: String,
+    /// When it expires unless renewed (ms since the epoch).
+    pub until_ms: i64,
+}
+
+/// A session as listed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionInfo {
+    /// Its name.
+    pub id: String,
+    /// When it was created (ms since the epoch).
+    pub created_ms: i64,
+    /// When it last changed.
+    pub updated_ms: i64,
+    /// Where it was created: `chat`, `run`, `serve`, `fork`, `replay`.
+    pub origin: String,
+    /// The session it was forked or replayed from.
+    pub parent: Option<String>,
+    /// The start of its first message.
+    pub title: String,
+    /// Where its state machine stands (`idle`, `awaiting_approval`, …).
+    pub state: String,
+    /// Its turns.
+    pub turns: i64,
+    /// Its messages.
+    pub messages: i64,
+    /// Transitions recorded.
+    pub seq: i64,
+    /// What it uses instead of the host's defaults.
+    pub settings: SessionSettings,
+    /// Who drives it now, if a lease is held (possibly expired).
+    pub lease: Option<Lease>,
+}
+
+impl SessionInfo {
+    /// Whether a turn is under way (the session needs driving to go on).
+    pub fn mid_turn(&self) -> bool {
+        !matches!(self.state.as_str(), "idle" | "failed")
+    }
+
+    /// The lease, if it is still valid now.
+    pub fn live_lease(&self) -> Option<&Lease> {
+        self.lease.as_ref().filter(|l| l.until_ms > now_ms())
+    }
+}
+
+/// A session to create.
+#[derive(Debug, Clone)]
+pub struct NewSession {
+    /// Its name; generated (`s-…`) when absent.
+    pub id: Option<String>,
+    /// Where it is created (`chat`, `run`, `serve`, `fork`, `replay`).
+    pub origin: String,
+    /// The session it comes from.
+    pub parent: Option<String>,
+    /// What it uses instead of the host's defaults.
+    pub settings: SessionSettings,
+    /// Its conversation to start from (empty, or a fork).
+    pub conversation: Conversation,
+}
+
+/// One recorded transition, for showing and exporting a session's log.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TransitionRecord {
+    /// Its number in the session (1 is the first after creation).
+    pub seq: i64,
+    /// When (ms since the epoch).
+    pub at_ms: i64,
+    /// Why the conversation changed (a [`cordon_agent::Cause`] as JSON).
+    pub cause: Value,
+    /// The index of the first message it added.
+    pub first_message: i64,
+    /// The messages it added.
+    pub messages: Vec<Message>,
+    /// The state the machine was left in.
+    pub state: String,
+}
+
+/// Checks a session name: 1 to 64 ASCII letters, digits, `.`, `_` or `-`, starting with a
+/// letter or digit, so it is safe in URLs, file names and terminals.
+pub fn validate_session_id(id: &str) -> Result<(), StoreError> {
+    let bad = |reason: &str| {
+        Err(StoreError::BadSessionId {
+            id: id.chars().take(80).collect(),
+            reason: reason.to_string(),
+        })
+    };
+    if id.is_empty() {
+        return bad("it is empty");
+    }
+    if id.len() > 64 {
+        return bad("it is longer than 64 characters");
+    }
+    if !id.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        return bad("it must start with a letter or digit");
+    }
+    if let Some(c) = id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return bad(&format!("it contains {c:?}"));
+    }
+    Ok(())
+}
+
+/// The start of a session's first user message, for listings.
+pub(crate) fn title_of(conv: &Conversation) -> String {
+    let first = conv.messages.iter().find_map(|m| match m {
+        Message::User { content } => Some(content.as_str()),
+        _ => None,
+    });
+    let flat: String = first
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    if flat.chars().count() > 80 {
+        format!("{}…", flat.chars().take(79).collect::<String>())
+    } else {
+        flat
+    }
+}
+
+/// Reads a [`SessionInfo`] from a row of `sessions` (a macro, since each backend has its
+/// own row type and the code is the same).
+macro_rules! info_from_row {
+    ($row:expr) => {{
+        let row = $row;
+        (|| -> Result<SessionInfo, sqlx::Error> {
+            let settings: String = row.try_get("settings")?;
+            let holder: Option<String> = row.try_get("lease_holder")?;
+            let until: Option<i64> = row.try_get("lease_until_ms")?;
+            Ok(SessionInfo {
+                id: row.try_get("id")?,
+                created_ms: row.try_get("created_ms")?,
+                updated_ms: row.try_get("updated_ms")?,
+                origin: row.try_get("origin")?,
+                parent: row.try_get("parent")?,
+                title: row.try_get("title")?,
+                state: row.try_get("state")?,
+                turns: row.try_get("turns")?,
+                messages: row.try_get("messages")?,
+                seq: row.try_get("seq")?,
+                settings: serde_json::from_str(&settings).unwrap_or_default(),
+                lease: holder
+                    .zip(until)
+                    .map(|(holder, until_ms)| Lease { holder, until_ms }),
+            })
+        })()
+    }};
+}
+
+impl Store {
+    /// Creates a session holding `new.conversation` (recorded as its first snapshot).
+    pub async fn create_session(&self, new: NewSession) -> Result<SessionInfo, StoreError> {
+        let id = match new.id {
+            Some(id) => {
+                validate_session_id(&id)?;
+                id
+            }
+            None => format!("s-{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff),
+        };
+        let conv = &new.conversation;
+        let now = now_ms();
+        let settings = serde_json::to_string(&new.settings).unwrap_or_else(|_| "{}".into());
+        let snapshot = conv.to_json();
+        let insert = "INSERT INTO sessions (id, created_ms, updated_ms, origin, parent, title, \
+                      state, turns, messages, seq, settings) \
+                      VALUES ($1, $2, $2, $3, $4, $5, $6, $7, $8, 0, $9) ON CONFLICT (id) DO NOTHING";
+        let snap = "INSERT INTO snapshots (session, seq, conversation) VALUES ($1, 0, $2)";
+        let created = on_backend!(self, pool => async {
+            let mut tx = pool.begin().await?;
+            let done = sqlx::query(insert)
+                .bind(&id)
+                .bind(now)
+                .bind(&new.origin)
+                .bind(&new.parent)
+                .bind(title_of(conv))
+                .bind(conv.state.key())
+                .bind(conv.turns.len() as i64)
+                .bind(conv.messages.len() as i64)
+                .bind(&settings)
+                .execute(&mut *tx)
+                .await?;
+            if done.rows_affected() == 0 {
+                return Ok(false);
+            }
+            sqlx::query(snap).bind(&id).bind(&snapshot).execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(true)
+        }.await)
+        .map_err(|e| self.failed(e))?;
+        if !created {
+            return Err(StoreError::SessionExists { id });
+        }
+        self.session(&id).await
+    }
+
+    /// One session's listing.
+    pub async fn session(&self, id: &str) -> Result<SessionInfo, StoreError> {
+        const SQL: &str = "SELECT id, created_ms, updated_ms, origin, parent, title, state, \
+                           turns, messages, seq, settings, lease_holder, lease_until_ms \
+                           FROM sessions WHERE id = $1";
+        let found =
+            on_backend!(self, pool => match sqlx::query(SQL).bind(id).fetch_optional(pool).await {
+                Ok(Some(row)) => info_from_row!(&row).map(Some),
+                Ok(None) => Ok(None),
+                Err(e) => Err(e),
+            })
+            .map_err(|e| self.failed(e))?;
+        found.ok_or_else(|| StoreError::UnknownSession { id: id.to_string() })
+    }
+
+    /// The sessions, most recently changed first, at most `limit`.
+    pub async fn sessions(&self, limit: i64) -> Result<Vec<SessionInfo>, StoreError> {
+        const SQL: &str = "SELECT id, created_ms, updated_ms, origin, parent, title, state, \
+                           turns, messages, seq, settings, lease_holder, lease_until_ms \
+                           FROM sessions ORDER BY updated_ms DESC, id LIMIT $1";
+        on_backend!(self, pool => match sqlx::query(SQL).bind(limit.max(1)).fetch_all(pool).await {
+            Ok(rows) => rows.iter().map(|r| info_from_row!(r)).collect::<Result<Vec<_>, _>>(),
+            Err(e) => Err(e),
+        })
+        .map_err(|e| self.failed(e))
+    }
+
+    /// Sessions stopped in the middle of a turn that no host drives (no lease, or an expired
+    /// one): what a starting host takes up again.
+    pub async fn orphaned_sessions(&self) -> Result<Vec<String>, StoreError> {
+        const SQL: &str = "SELECT id FROM sessions WHERE state <> 'idle' AND state <> 'failed' \
+                           AND (lease_holder IS NULL OR lease_until_ms < $1) ORDER BY updated_ms";
+        on_backend!(self, pool => match sqlx::query(SQL).bind(now_ms()).fetch_all(pool).await {
+            Ok(rows) => rows.iter().map(|r| r.try_get::<String, _>("id")).collect::<Result<Vec<_>, _>>(),
+            Err(e) => Err(e),
+        })
+        .map_err(|e| self.failed(e))
+    }
+
+    /// A session's conversation as last recorded: the newest snapshot and the transitions
+    /// after it.
+    pub async fn load(&self, id: &str) -> Result<(SessionInfo, Conversation), StoreError> {
+        const SNAPSHOT: &str = "SELECT seq, conversation FROM snapshots WHERE session = $1 \
+                                ORDER BY seq DESC LIMIT 1";
+        const AFTER: &str = "SELECT seq, first_message, messages, tail FROM transitions \
+                             WHERE session = $1 AND seq > $2 ORDER BY seq";
+        let info = self.session(id).await?;
+        let rows = on_backend!(self, pool => async {
+            let mut tx = pool.begin().await?;
+            let snapshot = sqlx::query(SNAPSHOT).bind(id).fetch_optional(&mut *tx).await?;
+            let Some(snapshot) = snapshot else {
+                return Ok(None);
+            };
+            let seq: i64 = snapshot.try_get("seq")?;
+            let conversation: String = snapshot.try_get("conversation")?;
+            let after = sqlx::query(AFTER).bind(id).bind(seq).fetch_all(&mut *tx).await?;
+            let mut tail = Vec::with_capacity(after.len());
+            for row in &after {
+                tail.push((
+                    row.try_get::<i64, _>("first_message")?,
+                    row.try_get::<String, _>("messages")?,
+                    row.try_get::<String, _>("tail")?,
+                ));
+            }
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(Some((conversation, tail)))
+        }.await)
+        .map_err(|e| self.failed(e))?;
+        let corrupt = |reason: String| StoreError::Corrupt {
+            id: id.to_string(),
+            reason,
+        };
+        let Some((snapshot, after)) = rows else {
+            return Err(corrupt("it has no snapshot".to_string()));
+        };
+        let mut conv = Conversation::from_json(&snapshot).map_err(|e| corrupt(e.to_string()))?;
+        for (first, messages, tail) in after {
+            let added: Vec<Message> =
+                serde_json::from_str(&messages).map_err(|e| corrupt(e.to_string()))?;
+            let mut all = std::mem::take(&mut conv.messages);
+            all.truncate(usize::try_from(first).unwrap_or(0));
+            all.extend(added);
+            conv = Conversation::from_tail(&tail, all).map_err(|e| corrupt(e.to_string()))?;
+        }
+        Ok((info, conv))
+    }
+
+    /// A session's recorded transitions after `after_seq`, oldest first.
+    pub async fn transitions(
+        &self,
+        id: &str,
+        after_seq: i64,
+    ) -> Result<Vec<TransitionRecord>, StoreError> {
+        const SQL: &str = "SELECT seq, at_ms, cause, first_message, messages, tail \
+                           FROM transitions WHERE session = $1 AND seq > $2 ORDER BY seq";
+        self.session(id).await?;
+        let rows = on_backend!(self, pool => match sqlx::query(SQL).bind(id).bind(after_seq).fetch_all(pool).await {
+            Ok(rows) => rows.iter().map(|r| Ok((
+                r.try_get::<i64, _>("seq")?,
+                r.try_get::<i64, _>("at_ms")?,
+                r.try_get::<String, _>("cause")?,
+                r.try_get::<i64, _>("first_message")?,
+                r.try_get::<String, _>("messages")?,
+                r.try_get::<String, _>("tail")?,
+            ))).collect::<Result<Vec<_>, sqlx::Error>>(),
+            Err(e) => Err(e),
+        })
+        .map_err(|e| self.failed(e))?;
+        rows.into_iter()
+            .map(|(seq, at_ms, cause, first_message, messages, tail)| {
+                let corrupt = |e: serde_json::Error| StoreError::Corrupt {
+                    id: id.to_string(),
+                    reason: format!("transition {seq}: {e}"),
+                };
+                let tail: Value = serde_json::from_str(&tail).map_err(corrupt)?;
+                Ok(TransitionRecord {
+                    seq,
+                    at_ms,
+                    cause: serde_json::from_str(&cause).map_err(corrupt)?,
+                    first_message,
+                    messages: serde_json::from_str(&messages).map_err(corrupt)?,
+                    state: tail["state"]["state"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                })
+            })
+            .collect()
+    }
+
+    /// A new session holding the first `keep_turns` finished turns of `id` (all finished
+    /// turns when `None`).
+    pub async fn fork(
+        &self,
+        id: &str,
+        keep_turns: Option<usize>,
+        new_id: Option<String>,
+    ) -> Result<SessionInfo, StoreError> {
+        let (info, conv) = self.load(id).await?;
+        let keep = keep_turns.unwrap_or_else(|| conv.finished_turns());
+        let copy = conv.fork(keep).map_err(|e| StoreError::NotIdle {
+            id: id.to_string(),
+            state: info.state.clone(),
+            what: e.to_string(),
+        })?;
+        self.create_session(NewSession {
+            id: new_id,
+            origin: "fork".to_string(),
+            parent: Some(id.to_string()),
+            settings: info.settings,
+            conversation: copy,
+        })
+        .await
+    }
+
+    /// Removes a session and its log (the audit log keeps its records). Refused while
+    /// another host drives it.
+    pub async fn delete_session(&self, id: &str) -> Result<(), StoreError> {
+        const SQL: &str = "DELETE FROM sessions WHERE id = $1 \
+                           AND (lease_holder IS NULL OR lease_holder = $2 OR lease_until_ms < $3)";
+        const LOG: &str = "DELETE FROM transitions WHERE session = $1";
+        const SNAPSHOTS: &str = "DELETE FROM snapshots WHERE session = $1";
+        let info = self.session(id).await?;
+        let deleted = on_backend!(self, pool => async {
+            let mut tx = pool.begin().await?;
+            let done = sqlx::query(SQL).bind(id).bind(&self.holder).bind(now_ms()).execute(&mut *tx).await?;
+            if done.rows_affected() == 0 {
+                return Ok(false);
+            }
+            sqlx::query(LOG).bind(id).execute(&mut *tx).await?;
+            sqlx::query(SNAPSHOTS).bind(id).execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(true)
+        }.await)
+        .map_err(|e| self.failed(e))?;
+        if deleted {
+            return Ok(());
+        }
+        Err(self.busy(id, info.lease))
+    }
+
+    pub(crate) fn busy(&self, id: &str, lease: Option<Lease>) -> StoreError {
+        match lease {
+            Some(l) => StoreError::Busy {
+                id: id.to_string(),
+                holder: l.holder,
+                seconds: ((l.until_ms - now_ms()) / 1000).max(0),
+            },
+            None => StoreError::UnknownSession { id: id.to_string() },
+        }
+    }
+
+    /// Takes the lease on a session for this process, if no other host holds a valid one.
+    pub async fn acquire(&self, id: &str) -> Result<SessionInfo, StoreError> {
+        const SQL: &str = "UPDATE sessions SET lease_holder = $2, lease_until_ms = $3 \
+                           WHERE id = $1 AND (lease_holder IS NULL OR lease_holder = $2 \
+                           OR lease_until_ms < $4)";
+        let now = now_ms();
+        let until = now + self.options.lease_ttl.as_millis() as i64;
+        let done = on_backend!(self, pool => sqlx::query(SQL)
+            .bind(id)
+            .bind(&self.holder)
+            .bind(until)
+            .bind(now)
+            .execute(pool)
+            .await
+            .map(|d| d.rows_affected()))
+        .map_err(|e| self.failed(e))?;
+        let info = self.session(id).await?;
+        if done == 0 {
+            return Err(self.busy(id, info.lease));
+        }
+        Ok(info)
+    }
+
+    /// Extends this process's lease on a session; fails with [`StoreError::LeaseLost`] when
+    /// another host took it.
+    pub async fn renew(&self, id: &str) -> Result<(), StoreError> {
+        const SQL: &str = "UPDATE sessions SET lease_until_ms = $3 \
+                           WHERE id = $1 AND lease_holder = $2";
+        let until = now_ms() + self.options.lease_ttl.as_millis() as i64;
+        let done = on_backend!(self, pool => sqlx::query(SQL)
+            .bind(id)
+            .bind(&self.holder)
+            .bind(until)
+            .execute(pool)
+            .await
+            .map(|d| d.rows_affected()))
+        .map_err(|e| self.failed(e))?;
+        if done == 0 {
+            let holder = self
+                .session(id)
+                .await?
+                .lease
+                .map(|l| l.holder)
+                .unwrap_or_else(|| "nobody".to_string());
+            return Err(StoreError::LeaseLost {
+                id: id.to_string(),
+                holder,
+            });
+        }
+        Ok(())
+    }
+
+    /// Gives up this process's lease on a session, so another host may drive it at once.
+    pub async fn release(&self, id: &str) -> Result<(), StoreError> {
+        const SQL: &str = "UPDATE sessions SET lease_holder = NULL, lease_until_ms = NULL \
+                           WHERE id = $1 AND lease_holder = $2";
+        on_backend!(self, pool => sqlx::query(SQL)
+            .bind(id)
+            .bind(&self.holder)
+            .execute(pool)
+            .await
+            .map(|_| ()))
+        .map_err(|e| self.failed(e))
+    }
+}

@@ -1,0 +1,157 @@
+//! The audit log: what is appended can be queried, and nothing can change or remove it.
+
+use std::time::Duration;
+
+use cordon_core::{
+    AuditEntry, AuditRecord, CallOutcome, CallReport, HomeChangeAudit, ToolCallAudit,
+};
+use cordon_store::AuditQuery;
+
+use crate::{Backend, each_backend, fresh, options, raw_sql};
+
+fn call(at_ms: i64, session: Option<&str>, plugin: &str, tool: &str, ok: bool) -> AuditRecord {
+    AuditRecord {
+        at_ms,
+        origin: "serve".into(),
+        entry: AuditEntry::ToolCall(Box::new(ToolCallAudit {
+            session: session.map(String::from),
+            turn: Some(0),
+            call_id: Some("c1".into()),
+            tool: tool.into(),
+            plugin: plugin.into(),
+            digest: "sha256:ab".into(),
+            arguments_sha256: "0".repeat(64),
+            arguments: None,
+            grants: vec!["fs:/data:/data:ro".into()],
+            decision: "yes".into(),
+            decided_by: "API token `ops`".into(),
+            outcome: if ok {
+                CallOutcome::Ok
+            } else {
+                CallOutcome::Error {
+                    kind: "denied".into(),
+                    message: "outside the grant".into(),
+                }
+            },
+            report: Some(CallReport {
+                duration_ms: 1.5,
+                peak_memory: 1 << 20,
+                refused: vec!["path: /etc (outside every grant)".into()],
+                refusals_dropped: 0,
+            }),
+        })),
+    }
+}
+
+fn change(at_ms: i64) -> AuditRecord {
+    AuditRecord {
+        at_ms,
+        origin: "cli".into(),
+        entry: AuditEntry::HomeChange(HomeChangeAudit {
+            action: "grant".into(),
+            plugin: "sql".into(),
+            digest: "sha256:ab".into(),
+            details: vec!["+ fs:/data:/data:ro".into()],
+            by: "user `ann`".into(),
+        }),
+    }
+}
+
+each_backend!(
+    records_come_back_filtered_in_order,
+    |backend: Backend| async move {
+        let (store, _, _dir) = fresh(backend, options(Duration::from_secs(30), 64)).await;
+        let records = [
+            call(1000, Some("a"), "sql", "sql_query", true),
+            change(2000),
+            call(3000, Some("b"), "files", "read_file", false),
+            call(4000, Some("a"), "files", "read_file", true),
+            call(5000, None, "sql", "sql_query", true),
+        ];
+        for r in &records {
+            store.append_audit(r).await.unwrap();
+        }
+        let all = store.audit(&AuditQuery::default()).await.unwrap();
+        assert_eq!(
+            all.iter().map(|s| s.record.clone()).collect::<Vec<_>>(),
+            records
+        );
+        assert!(all.windows(2).all(|w| w[0].id < w[1].id));
+        let q = |f: fn(&mut AuditQuery)| {
+            let mut query = AuditQuery::default();
+            f(&mut query);
+            query
+        };
+        let times = |found: Vec<cordon_store::StoredAudit>| -> Vec<i64> {
+            found.into_iter().map(|s| s.record.at_ms).collect()
+        };
+        assert_eq!(
+            times(
+                store
+                    .audit(&q(|q| q.session = Some("a".into())))
+                    .await
+                    .unwrap()
+            ),
+            [1000, 4000]
+        );
+        assert_eq!(
+            times(
+                store
+                    .audit(&q(|q| q.tool = Some("read_file".into())))
+                    .await
+                    .unwrap()
+            ),
+            [3000, 4000]
+        );
+        assert_eq!(
+            times(
+                store
+                    .audit(&q(|q| q.tool = Some("sql.sql_query".into())))
+                    .await
+                    .unwrap()
+            ),
+            [1000, 5000]
+        );
+        assert_eq!(
+            times(store.audit(&q(|q| q.since_ms = Some(3000))).await.unwrap()),
+            [3000, 4000, 5000]
+        );
+        assert_eq!(
+            times(
+                store
+                    .audit(&q(|q| q.kind = Some("home_change".into())))
+                    .await
+                    .unwrap()
+            ),
+            [2000]
+        );
+        // The newest ones when limited, still oldest first; then what came after.
+        let last_two = store.audit(&q(|q| q.limit = Some(2))).await.unwrap();
+        assert_eq!(times(last_two.clone()), [4000, 5000]);
+        let after = AuditQuery {
+            after_id: Some(last_two[0].id),
+            ..Default::default()
+        };
+        assert_eq!(times(store.audit(&after).await.unwrap()), [5000]);
+    }
+);
+
+each_backend!(
+    the_log_cannot_be_changed_or_emptied,
+    |backend: Backend| async move {
+        let (store, url, _dir) = fresh(backend, options(Duration::from_secs(30), 64)).await;
+        store
+            .append_audit(&call(1, None, "sql", "sql_query", true))
+            .await
+            .unwrap();
+        for sql in ["UPDATE audit SET outcome = 'ok'", "DELETE FROM audit"] {
+            let e = raw_sql(backend, &url, sql).await.unwrap_err();
+            assert!(e.to_string().contains("append-only"), "{sql}: {e}");
+        }
+        if let Backend::Postgres = backend {
+            let e = raw_sql(backend, &url, "TRUNCATE audit").await.unwrap_err();
+            assert!(e.to_string().contains("append-only"), "{e}");
+        }
+        assert_eq!(store.audit(&Default::default()).await.unwrap().len(), 1);
+    }
+);
