@@ -35,8 +35,8 @@ pub struct CallReport {
 pub const MAX_REFUSALS_RECORDED: usize = 32;
 
 impl CallReport {
-    /// Notes one refusal, keeping at most [`MAX_REFUSALS_RECORDED`] (an identical line is
-    /// kept once).
+    /// Notes one refusal, keeping at most [`MAX_REFUSALS_RECORDED`] lines (a line already kept
+    /// is not kept twice); refusals past the cap are only counted.
     pub fn refuse(&mut self, what: impl Into<String>) {
         let what = what.into();
         if self.refused.contains(&what) {
@@ -200,7 +200,9 @@ mod tests {
             r.refuse(format!("path /x/{i}"));
         }
         assert_eq!(r.refused.len(), MAX_REFUSALS_RECORDED);
-        assert_eq!(r.refusals_dropped, 5);
+        assert_eq!(r.refused[1], "path /x/1");
+        // Each refusal past the cap counts, repeated or not.
+        assert_eq!(r.refusals_dropped, 10);
     }
 
     #[test]
