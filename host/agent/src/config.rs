@@ -55,6 +55,66 @@ pub struct AgentConfig {
     /// Approval rules.
     #[serde(default)]
     pub approval: ApprovalConfig,
+    /// Where sessions and the audit log are kept.
+    #[serde(default)]
+    pub store: StoreConfig,
+    /// What the audit log keeps.
+    #[serde(default)]
+    pub audit: AuditConfig,
+    /// `cordon serve`.
+    #[serde(default)]
+    pub serve: ServeConfig,
+}
+
+/// Where sessions and the audit log are kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// `sqlite:PATH` or `postgres://USER@HOST/DB`; unset: `sessions.db` in the Cordon home.
+    pub url: Option<String>,
+    /// Seconds a host's lease on a session lasts without renewal: how long another host
+    /// sharing the store waits before taking over a session whose host died.
+    pub lease_secs: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            lease_secs: 30,
+        }
+    }
+}
+
+/// What the audit log keeps.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditConfig {
+    /// Keep each call's arguments, not only their sha256. Off by default: arguments can hold
+    /// what should not sit in a log (queries with personal data, file contents).
+    pub keep_arguments: bool,
+}
+
+/// `cordon serve`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServeConfig {
+    /// The address to listen on.
+    pub listen: String,
+    /// Seconds a tool call waits for an approval before it is denied.
+    pub approval_timeout_secs: u64,
+    /// Seconds running tool calls get to finish when the host is asked to stop.
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8420".to_string(),
+            approval_timeout_secs: 300,
+            shutdown_grace_secs: 30,
+        }
+    }
 }
 
 /// How tool calls travel between host and model.
@@ -305,6 +365,37 @@ impl AgentConfig {
                 "must be at least 1 (the current turn)".into(),
             ));
         }
+        if self.store.lease_secs < 2 {
+            return Err(invalid(
+                "store.lease_secs",
+                "must be at least 2 seconds (the lease is renewed every third of it)".into(),
+            ));
+        }
+        if let Some(url) = &self.store.url
+            && !(url.starts_with("sqlite:")
+                || url.starts_with("postgres://")
+                || url.starts_with("postgresql://"))
+        {
+            return Err(invalid(
+                "store.url",
+                "must be `sqlite:PATH` or `postgres://USER@HOST/DB`".into(),
+            ));
+        }
+        if self.serve.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(invalid(
+                "serve.listen",
+                format!(
+                    "`{}` is not an address and port, e.g. 127.0.0.1:8420",
+                    self.serve.listen
+                ),
+            ));
+        }
+        if self.serve.approval_timeout_secs == 0 {
+            return Err(invalid(
+                "serve.approval_timeout_secs",
+                "must be at least 1 second".into(),
+            ));
+        }
         match self.context.tokenizer.as_str() {
             "auto" | "estimate" | "cl100k_base" | "o200k_base" => {}
             other => {
@@ -407,6 +498,7 @@ mod tests {
         assert!(all.llm.api_key_env.is_some() && all.llm.temperature.is_some());
         assert!(all.llm.max_tokens.is_some() && all.agent.system_prompt.is_some());
         assert!(!all.approval.tools.is_empty() && !all.approval.plugins.is_empty());
+        assert!(all.store.url.is_some());
         fn keys(prefix: &str, v: &toml::Value, out: &mut Vec<String>) {
             if let toml::Value::Table(t) = v {
                 for (k, v) in t {
