@@ -256,11 +256,13 @@ impl Store {
 
     /// Sessions stopped in the middle of a turn that no host drives (no lease, or an expired
     /// one): what a starting host takes up again.
-    pub async fn orphaned_sessions(&self) -> Result<Vec<String>, StoreError> {
-        const SQL: &str = "SELECT id FROM sessions WHERE state <> 'idle' AND state <> 'failed' \
+    pub async fn orphaned_sessions(&self) -> Result<Vec<SessionInfo>, StoreError> {
+        const SQL: &str = "SELECT id, created_ms, updated_ms, origin, parent, title, state, \
+                           turns, messages, seq, settings, lease_holder, lease_until_ms \
+                           FROM sessions WHERE state <> 'idle' AND state <> 'failed' \
                            AND (lease_holder IS NULL OR lease_until_ms < $1) ORDER BY updated_ms";
         on_backend!(self, pool => match sqlx::query(SQL).bind(now_ms()).fetch_all(pool).await {
-            Ok(rows) => rows.iter().map(|r| r.try_get::<String, _>("id")).collect::<Result<Vec<_>, _>>(),
+            Ok(rows) => rows.iter().map(|r| info_from_row!(r)).collect::<Result<Vec<_>, _>>(),
             Err(e) => Err(e),
         })
         .map_err(|e| self.failed(e))
