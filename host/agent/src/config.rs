@@ -66,6 +66,49 @@ pub struct AgentConfig {
     pub serve: ServeConfig,
 }
 
+/// What one conversation uses instead of the configuration's defaults: what a session records,
+/// and what a replay changes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionSettings {
+    /// The model, when not the configured one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The system prompt, replacing the configured one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// Only these tools are offered (by the name the model sees, `plugin.tool`, or a plugin's
+    /// name); every installed tool when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+}
+
+impl SessionSettings {
+    /// The configuration with these settings applied.
+    pub fn apply(&self, config: &mut AgentConfig) {
+        if let Some(model) = &self.model {
+            config.llm.model = model.clone();
+        }
+        if let Some(prompt) = &self.system_prompt {
+            config.agent.system_prompt = Some(prompt.clone());
+        }
+    }
+
+    /// The tools a conversation with these settings is offered.
+    pub fn tools(
+        &self,
+        installed: std::sync::Arc<dyn crate::ToolHost>,
+    ) -> std::sync::Arc<dyn crate::ToolHost> {
+        match &self.tools {
+            Some(names) => std::sync::Arc::new(crate::tool_host::SelectedTools::new(
+                installed,
+                names.iter().cloned(),
+            )),
+            None => installed,
+        }
+    }
+}
+
 /// Where sessions and the audit log are kept.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -58,6 +58,12 @@ pub trait Journal: Send {
     /// One tool call for the audit log: after it ran (with what the sandbox reported), or when
     /// it was settled without running.
     async fn audit(&mut self, record: AuditRecord) -> Result<(), JournalError>;
+
+    /// Driving is over for now: give up what the journal holds (a session's lease) so that
+    /// another host or command may drive the conversation at once.
+    async fn close(&mut self) -> Result<(), JournalError> {
+        Ok(())
+    }
 }
 
 /// A journal that keeps nothing: for conversations that live only in memory (tests, embedders

@@ -59,7 +59,7 @@ pub use approval::{ApprovalAnswer, ApprovalConfig, Decision, GivenAnswer, Policy
 pub use async_trait::async_trait;
 pub use config::{
     AgentConfig, AuditConfig, ConfigError, ContextConfig, LlmConfig, LoopConfig, PruneStrategy,
-    RetryConfig, ServeConfig, StoreConfig, ToolFormat,
+    RetryConfig, ServeConfig, SessionSettings, StoreConfig, ToolFormat,
 };
 pub use conversation::{CallApproval, Conversation, ConversationError, TurnOutcome};
 pub use driver::{
@@ -71,5 +71,5 @@ pub use machine::{
 };
 pub use messages::{Message, ModelResponse, ToolCall, Usage};
 pub use tokio_util::sync::CancellationToken;
-pub use tool_host::ToolHost;
+pub use tool_host::{SelectedTools, ToolHost};
 pub use tools::{Content, ToolFailure, ToolFailureKind, ToolHints, ToolSpec};

@@ -3,12 +3,15 @@
 //! The engine never links the sandbox: the host application implements [`ToolHost`] over its
 //! runtime, so this crate builds and tests without wasmtime.
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use cordon_core::CallReport;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::tools::{Content, ToolFailure, ToolSpec};
+use crate::tools::{Content, ToolFailure, ToolFailureKind, ToolSpec};
 
 /// The tools available to a conversation.
 #[async_trait]
@@ -35,5 +38,64 @@ pub trait ToolHost: Send + Sync {
         cancel: CancellationToken,
     ) -> (Result<Vec<Content>, ToolFailure>, Option<CallReport>) {
         (self.call(name, arguments, cancel).await, None)
+    }
+}
+
+/// Some of another host's tools: only those named (by the name the model sees, `plugin.tool`,
+/// or a plugin's name) are listed, and a call of any other is refused as not found.
+pub struct SelectedTools {
+    inner: Arc<dyn ToolHost>,
+    names: BTreeSet<String>,
+}
+
+impl SelectedTools {
+    /// The tools of `inner` that `names` name.
+    pub fn new(inner: Arc<dyn ToolHost>, names: impl IntoIterator<Item = String>) -> Self {
+        Self {
+            inner,
+            names: names.into_iter().collect(),
+        }
+    }
+
+    fn selects(&self, spec: &ToolSpec) -> bool {
+        self.names.contains(&spec.name)
+            || self.names.contains(&spec.identity())
+            || self.names.contains(&spec.plugin)
+    }
+}
+
+#[async_trait]
+impl ToolHost for SelectedTools {
+    fn tools(&self) -> Vec<ToolSpec> {
+        self.inner
+            .tools()
+            .into_iter()
+            .filter(|s| self.selects(s))
+            .collect()
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        cancel: CancellationToken,
+    ) -> Result<Vec<Content>, ToolFailure> {
+        self.call_reported(name, arguments, cancel).await.0
+    }
+
+    async fn call_reported(
+        &self,
+        name: &str,
+        arguments: Value,
+        cancel: CancellationToken,
+    ) -> (Result<Vec<Content>, ToolFailure>, Option<CallReport>) {
+        if !self.tools().iter().any(|s| s.name == name) {
+            let failure = ToolFailure::new(
+                ToolFailureKind::NotFound,
+                format!("the tool `{name}` is not offered in this conversation"),
+            );
+            return (Err(failure), None);
+        }
+        self.inner.call_reported(name, arguments, cancel).await
     }
 }

@@ -96,9 +96,12 @@ impl SessionJournal {
     }
 
     /// Stops driving: the lease is given up so another host (or command) may drive the
-    /// session at once.
+    /// session at once (as [`Journal::close`] does).
     pub async fn release(self) -> Result<(), StoreError> {
         self.keeper.abort();
+        if self.lost.is_cancelled() {
+            return Ok(());
+        }
         self.store.release(&self.id).await
     }
 
@@ -226,6 +229,17 @@ impl Journal for SessionJournal {
     async fn audit(&mut self, record: AuditRecord) -> Result<(), JournalError> {
         self.store
             .append_audit(&record)
+            .await
+            .map_err(|e| journal_error(&self.id, e))
+    }
+
+    async fn close(&mut self) -> Result<(), JournalError> {
+        self.keeper.abort();
+        if self.lost.is_cancelled() {
+            return Ok(());
+        }
+        self.store
+            .release(&self.id)
             .await
             .map_err(|e| journal_error(&self.id, e))
     }

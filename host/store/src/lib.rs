@@ -35,11 +35,10 @@ use sqlx::sqlite::{
 };
 
 pub use audit::{AuditQuery, StoredAudit};
+pub use cordon_agent::SessionSettings;
 pub use error::StoreError;
 pub use journal::{AuditJournal, SessionJournal};
-pub use sessions::{
-    Lease, NewSession, SessionInfo, SessionSettings, TransitionRecord, validate_session_id,
-};
+pub use sessions::{Lease, NewSession, SessionInfo, TransitionRecord, validate_session_id};
 
 /// The file a home's store lives in, when no other store is configured.
 pub const DEFAULT_SQLITE_FILE: &str = "sessions.db";

@@ -1,29 +1,13 @@
 //! Sessions: creating, listing, loading, forking and removing them, and the leases that let
 //! one host at a time drive one.
 
-use cordon_agent::{Conversation, Message};
+use cordon_agent::{Conversation, Message, SessionSettings};
 use cordon_core::now_ms;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 use sqlx::Row;
 
 use crate::{Store, StoreError, on_backend};
-
-/// What a session uses instead of the host's defaults; what a replay changes.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SessionSettings {
-    /// The model, when not the host's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    /// The system prompt, replacing the host's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub system_prompt: Option<String>,
-    /// Only these tools are offered (by the name the model sees, `plugin.tool` or a plugin
-    /// name); every installed tool when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tools: Option<Vec<String>>,
-}
 
 /// Who drives a session, until when.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

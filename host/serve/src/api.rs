@@ -1,0 +1,549 @@
+//! The HTTP API under `/api/v1` (JSON; turns stream as Server-Sent Events) and the console's
+//! files at `/`. Every API route but `/api/v1/health` takes the bearer token.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Path, Query, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use cordon_agent::{AgentEvent, ApprovalAnswer, Conversation, GivenAnswer, TurnInput};
+use cordon_store::{AuditQuery, NewSession, SessionSettings};
+use futures::Stream;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+use crate::auth::Tokens;
+use crate::console;
+use crate::error::ApiError;
+use crate::host::Host;
+use crate::live::SessionEvent;
+
+/// What the routes share.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub host: Arc<Host>,
+    pub tokens: Arc<Tokens>,
+    /// The `Host` header values a request may carry (empty: any), against DNS rebinding.
+    pub allowed_hosts: Arc<Vec<String>>,
+}
+
+/// Who made a request: the name of the token it carried.
+#[derive(Debug, Clone)]
+struct Caller(String);
+
+/// The largest request body taken (a message, settings, an answer).
+const MAX_BODY: usize = 1 << 20;
+
+pub(crate) fn router(state: AppState) -> Router {
+    let api = Router::new()
+        .route("/sessions", get(list_sessions).post(create_session))
+        .route("/sessions/{id}", get(get_session).delete(delete_session))
+        .route("/sessions/{id}/messages", post(send_message))
+        .route("/sessions/{id}/retry", post(retry_turn))
+        .route("/sessions/{id}/cancel", post(cancel_turn))
+        .route("/sessions/{id}/fork", post(fork_session))
+        .route("/sessions/{id}/events", get(follow_session))
+        .route("/approvals", get(list_approvals))
+        .route("/approvals/{session}/{call_id}", post(answer_approval))
+        .route("/audit", get(query_audit))
+        .route("/tools", get(list_tools))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .route("/", get(console::page))
+        .route("/console.js", get(console::script))
+        .route("/console.css", get(console::style))
+        .route("/api/v1/health", get(health))
+        .nest("/api/v1", api)
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), check_host))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("no such route; the API is under /api/v1 (see the README)")
+}
+
+/// Refuses requests whose `Host` is not one this server answers to when it listens on a
+/// loopback address, so a web page cannot reach it through a name that resolves to 127.0.0.1
+/// (DNS rebinding).
+async fn check_host(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if !state.allowed_hosts.is_empty() {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or_default();
+        if !state.allowed_hosts.iter().any(|a| a == host) {
+            return ApiError {
+                status: StatusCode::MISDIRECTED_REQUEST,
+                kind: "bad_host",
+                message: format!(
+                    "this server answers to {} only",
+                    state.allowed_hosts.join(", ")
+                ),
+            }
+            .into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// 401 for a missing or wrong token, saying nothing else.
+async fn require_token(
+    State(state): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .map(str::trim);
+    match presented.and_then(|t| state.tokens.check(t)) {
+        Some(name) => {
+            let caller = Caller(name.to_string());
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
+        None => {
+            let mut response = (StatusCode::UNAUTHORIZED, "unauthorized\n").into_response();
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            response
+        }
+    }
+}
+
+/// A JSON body whose errors say what was wrong and what was expected.
+struct Body<T>(T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(request, state).await.map_err(|e| {
+            ApiError::bad_request(format!("cannot read the request body: {}", e.body_text()))
+        })?;
+        let text = if bytes.iter().all(u8::is_ascii_whitespace) {
+            &b"{}"[..]
+        } else {
+            &bytes[..]
+        };
+        serde_json::from_slice(text)
+            .map(Body)
+            .map_err(|e| ApiError::bad_request(format!("the body is not the JSON expected: {e}")))
+    }
+}
+
+async fn health(State(state): State<AppState>) -> Json<Value> {
+    Json(json!({"status": if state.host.is_stopping() { "stopping" } else { "ok" }}))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListParams {
+    #[serde(default)]
+    limit: Option<i64>,
+}
+
+async fn list_sessions(
+    State(state): State<AppState>,
+    Query(params): Query<ListParams>,
+) -> Result<Json<Value>, ApiError> {
+    let sessions = state
+        .host
+        .store()
+        .sessions(params.limit.unwrap_or(200))
+        .await?;
+    let listed: Vec<Value> = sessions
+        .iter()
+        .map(|s| {
+            let mut v = serde_json::to_value(s).unwrap_or_default();
+            v["running"] = json!(
+                state
+                    .host
+                    .live_if_any(&s.id)
+                    .is_some_and(|l| l.is_running())
+            );
+            v
+        })
+        .collect();
+    Ok(Json(json!({"sessions": listed})))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateSession {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(flatten)]
+    settings: SessionSettings,
+}
+
+async fn create_session(
+    State(state): State<AppState>,
+    Body(body): Body<CreateSession>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    // Settings that cannot make an engine are refused now, not at the first message.
+    state.host.agent(&body.settings).await?;
+    let info = state
+        .host
+        .store()
+        .create_session(NewSession {
+            id: body.id,
+            origin: "serve".to_string(),
+            parent: None,
+            settings: body.settings,
+            conversation: Conversation::new(),
+        })
+        .await?;
+    Ok((StatusCode::CREATED, Json(json!(info))))
+}
+
+async fn get_session(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let (info, conversation) = state.host.store().load(&id).await?;
+    let live = state.host.live_if_any(&id);
+    Ok(Json(json!({
+        "session": info,
+        "running": live.as_ref().is_some_and(|l| l.is_running()),
+        "pending": live.map(|l| l.pending()).unwrap_or_default(),
+        "messages": conversation.messages,
+        "turns": conversation.turns,
+        "notes": conversation.notes,
+        "state": conversation.state,
+        "usage": conversation.usage,
+    })))
+}
+
+async fn delete_session(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    if state.host.live_if_any(&id).is_some_and(|l| l.is_running()) {
+        return Err(ApiError::conflict(format!(
+            "a turn is running in session `{id}`; cancel it first"
+        )));
+    }
+    state.host.store().delete_session(&id).await?;
+    state.host.forget(&id);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Fork {
+    #[serde(default)]
+    turns: Option<usize>,
+    #[serde(default)]
+    id: Option<String>,
+}
+
+async fn fork_session(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(body): Body<Fork>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let info = state.host.store().fork(&id, body.turns, body.id).await?;
+    Ok((StatusCode::CREATED, Json(json!(info))))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Message {
+    text: String,
+    /// Answer with the turn's result as one JSON document instead of a stream.
+    #[serde(default = "yes")]
+    stream: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+async fn send_message(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(body): Body<Message>,
+) -> Result<Response, ApiError> {
+    if body.text.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "the message is empty; send {\"text\": \"…\"}",
+        ));
+    }
+    let events = state
+        .host
+        .start_turn(&id, TurnInput::Message(body.text))
+        .await?;
+    Ok(turn_response(events, body.stream).await)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Retry {
+    #[serde(default = "yes")]
+    stream: bool,
+}
+
+async fn retry_turn(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(body): Body<Retry>,
+) -> Result<Response, ApiError> {
+    let events = state.host.start_turn(&id, TurnInput::Retry).await?;
+    Ok(turn_response(events, body.stream).await)
+}
+
+/// The turn as a stream of events ending with its end, or (`stream: false`) the events and the
+/// outcome as one document once it ended.
+async fn turn_response(
+    mut events: broadcast::Receiver<Arc<SessionEvent>>,
+    stream: bool,
+) -> Response {
+    if stream {
+        return sse(sse_stream(events, true));
+    }
+    let mut all = Vec::new();
+    loop {
+        match events.recv().await {
+            Ok(event) => {
+                let end = event.ends_turn();
+                all.push(event);
+                if end {
+                    break;
+                }
+            }
+            Err(broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(broadcast::error::RecvError::Closed) => break,
+        }
+    }
+    let last = all.last().map(|e| (**e).clone());
+    let (outcome, answer) = match last {
+        Some(SessionEvent::Agent(AgentEvent::TurnFinished {
+            outcome, answer, ..
+        })) => (json!(outcome), json!(answer)),
+        Some(SessionEvent::Host(stopped)) => (json!(stopped), Value::Null),
+        _ => (Value::Null, Value::Null),
+    };
+    let events: Vec<&SessionEvent> = all.iter().map(|e| &**e).collect();
+    Json(json!({"outcome": outcome, "answer": answer, "events": events})).into_response()
+}
+
+/// A session's events as Server-Sent Events; with `one_turn`, the stream ends with the turn.
+fn sse_stream(
+    events: broadcast::Receiver<Arc<SessionEvent>>,
+    one_turn: bool,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    futures::stream::unfold((events, false), move |(mut events, done)| async move {
+        if done {
+            return None;
+        }
+        match events.recv().await {
+            Ok(event) => {
+                let end = one_turn && event.ends_turn();
+                let data = serde_json::to_string(&*event).unwrap_or_default();
+                let sse = SseEvent::default().event(event.kind()).data(data);
+                Some((Ok(sse), (events, end)))
+            }
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                let data = json!({"type": "lagged", "missed": n}).to_string();
+                let sse = SseEvent::default().event("lagged").data(data);
+                Some((Ok(sse), (events, false)))
+            }
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    })
+}
+
+fn sse<S: Stream<Item = Result<SseEvent, Infallible>> + Send + 'static>(stream: S) -> Response {
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}
+
+async fn follow_session(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    state.host.store().session(&id).await?;
+    let events = state.host.live(&id).subscribe();
+    // The stream ends when the host stops, so shutting down never waits for followers.
+    let stopping = state.host.stopping.clone();
+    let stream = futures::StreamExt::take_until(sse_stream(events, false), async move {
+        stopping.cancelled().await
+    });
+    Ok(sse(stream))
+}
+
+async fn cancel_turn(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    state.host.store().session(&id).await?;
+    match state.host.live_if_any(&id) {
+        Some(live) => live.cancel().map(|()| StatusCode::ACCEPTED),
+        None => Err(ApiError::conflict(format!(
+            "no turn is running in session `{id}` on this host"
+        ))),
+    }
+}
+
+async fn list_approvals(State(state): State<AppState>) -> Json<Value> {
+    Json(json!({"pending": state.host.pending()}))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Answer {
+    answer: String,
+}
+
+async fn answer_approval(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path((session, call_id)): Path<(String, String)>,
+    Body(body): Body<Answer>,
+) -> Result<Json<Value>, ApiError> {
+    let answer = match body.answer.as_str() {
+        "yes" => ApprovalAnswer::Yes,
+        "no" => ApprovalAnswer::No,
+        "always" => ApprovalAnswer::Always,
+        "never" => ApprovalAnswer::Never,
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "`{other}` is not an answer; use yes, no, always (this tool, for the rest of the session) or never"
+            )));
+        }
+    };
+    state.host.store().session(&session).await?;
+    let live = state.host.live_if_any(&session).ok_or_else(|| {
+        ApiError::not_found(format!(
+            "session `{session}` has no call waiting for an answer on this host"
+        ))
+    })?;
+    let by = format!("API token `{}`", caller.0);
+    live.answer(&call_id, GivenAnswer::new(answer.clone(), by.clone()))?;
+    Ok(Json(
+        json!({"session": session, "call_id": call_id, "answer": answer.as_str(), "by": by}),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuditParams {
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default)]
+    tool: Option<String>,
+    #[serde(default)]
+    since: Option<String>,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    after: Option<i64>,
+    #[serde(default)]
+    limit: Option<i64>,
+}
+
+/// A time as the API and the CLI take it: milliseconds since the epoch, an RFC 3339 time
+/// (`2026-11-26T10:00:00Z`), or a duration ago (`90s`, `10m`, `2h`, `3d`).
+pub fn parse_since(text: &str, now_ms: i64) -> Result<i64, String> {
+    let text = text.trim();
+    if let Ok(ms) = text.parse::<i64>() {
+        return Ok(ms);
+    }
+    if let Ok(t) = humantime::parse_rfc3339_weak(text) {
+        return t
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .map_err(|_| format!("`{text}` is before 1970"));
+    }
+    if let Ok(d) = humantime::parse_duration(text) {
+        return Ok(now_ms - d.as_millis() as i64);
+    }
+    Err(format!(
+        "`{text}` is not a time: give milliseconds since 1970, a time such as \
+         2026-11-26T10:00:00Z, or how long ago, such as 10m or 2h"
+    ))
+}
+
+async fn query_audit(
+    State(state): State<AppState>,
+    Query(params): Query<AuditParams>,
+) -> Result<Json<Value>, ApiError> {
+    let since_ms = params
+        .since
+        .as_deref()
+        .map(|s| parse_since(s, cordon_core::now_ms()))
+        .transpose()
+        .map_err(ApiError::bad_request)?;
+    if let Some(kind) = &params.kind
+        && kind != "tool_call"
+        && kind != "home_change"
+    {
+        return Err(ApiError::bad_request(format!(
+            "`{kind}` is not a kind of record; use tool_call or home_change"
+        )));
+    }
+    let records = state
+        .host
+        .store()
+        .audit(&AuditQuery {
+            session: params.session,
+            tool: params.tool,
+            since_ms,
+            kind: params.kind,
+            after_id: params.after,
+            limit: params.limit,
+        })
+        .await?;
+    Ok(Json(json!({"records": records})))
+}
+
+async fn list_tools(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let agent = state.host.agent(&SessionSettings::default()).await?;
+    let tools: Vec<Value> = agent
+        .tool_policies(&Conversation::new())
+        .into_iter()
+        .map(|(spec, decision)| {
+            json!({
+                "name": spec.name,
+                "plugin": spec.plugin,
+                "tool": spec.tool,
+                "description": spec.description,
+                "grants": spec.grants,
+                "policy": decision.policy,
+                "reason": decision.reason,
+            })
+        })
+        .collect();
+    Ok(Json(json!({"tools": tools})))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_takes_times_and_durations() {
+        assert_eq!(parse_since("1000", 5000), Ok(1000));
+        assert_eq!(parse_since("2s", 5000), Ok(3000));
+        assert_eq!(parse_since("1970-01-01T00:00:01Z", 0), Ok(1000));
+        let e = parse_since("yesterday", 0).unwrap_err();
+        assert!(e.contains("10m or 2h"), "{e}");
+    }
+}

@@ -1,0 +1,379 @@
+// The Cordon console: sessions with a live transcript, approvals, the audit log and the tools.
+// Plain JavaScript against the host's API. Everything a model, a tool or a plugin wrote is put
+// into the page with textContent, never as markup.
+"use strict";
+
+const state = {
+  token: sessionStorage.getItem("cordon-token") || "",
+  selected: null,
+  follow: null, // AbortController of the followed session's event stream
+  live: null, // element showing text streamed in the current answer
+  shownPending: "", // the pending approvals as last drawn, to redraw only when they change
+};
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, props, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(props || {})) {
+    if (k === "class") e.className = v;
+    else if (k === "text") e.textContent = v;
+    else if (k.startsWith("data-")) e.setAttribute(k, v);
+    else e[k] = v;
+  }
+  for (const c of children) e.append(c);
+  return e;
+}
+
+function status(text) {
+  $("status").textContent = text;
+}
+
+async function api(path, options = {}) {
+  const headers = Object.assign({ Authorization: "Bearer " + state.token }, options.headers || {});
+  if (options.body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch("/api/v1" + path, Object.assign({}, options, { headers }));
+  if (response.status === 401) {
+    showLogin("That token was not accepted.");
+    throw new Error("unauthorized");
+  }
+  if (!response.ok) {
+    let message = response.statusText;
+    try {
+      message = (await response.json()).error.message;
+    } catch (_) { /* not JSON */ }
+    throw new Error(message);
+  }
+  if (response.status === 204) return null;
+  const type = response.headers.get("Content-Type") || "";
+  return type.includes("application/json") ? response.json() : response;
+}
+
+// Reads a Server-Sent Events response, calling onEvent with each parsed event.
+async function readEvents(response, onEvent, signal) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  while (!signal || !signal.aborted) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, { stream: true });
+    let cut;
+    while ((cut = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 2);
+      const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trimStart()).join("\n");
+      if (data) {
+        try { onEvent(JSON.parse(data)); } catch (_) { /* keep-alive or partial */ }
+      }
+    }
+  }
+}
+
+// ---- login -----------------------------------------------------------------------------
+
+function showLogin(message) {
+  $("login").hidden = false;
+  $("app").hidden = true;
+  $("login-error").textContent = message || "";
+}
+
+async function useToken(token) {
+  state.token = token;
+  try {
+    await api("/sessions?limit=1");
+  } catch (e) {
+    if (e.message !== "unauthorized") showLogin(e.message);
+    return;
+  }
+  sessionStorage.setItem("cordon-token", token);
+  $("login").hidden = true;
+  $("app").hidden = false;
+  refreshAll();
+}
+
+// ---- tabs ------------------------------------------------------------------------------
+
+function showTab(name) {
+  for (const tab of document.querySelectorAll(".tab")) tab.classList.toggle("active", tab.dataset.tab === name);
+  for (const panel of document.querySelectorAll(".panel")) panel.hidden = panel.id !== "panel-" + name;
+  if (name === "audit") loadAudit();
+  if (name === "tools") loadTools();
+  if (name === "approvals") loadApprovals();
+}
+
+// ---- sessions --------------------------------------------------------------------------
+
+async function loadSessions() {
+  const { sessions } = await api("/sessions");
+  const list = $("session-list");
+  list.replaceChildren();
+  for (const s of sessions) {
+    const item = el("li", { "data-session": s.id, class: s.id === state.selected ? "selected" : "" },
+      el("div", { text: s.id }),
+      el("div", { class: "meta", text: `${s.state}${s.running ? " (running)" : ""} · ${s.turns} turn(s) · ${s.title}` }));
+    item.addEventListener("click", () => selectSession(s.id));
+    list.append(item);
+  }
+}
+
+function addMessage(kind, who, text) {
+  const box = $("transcript");
+  const m = el("div", { class: "msg " + kind }, el("span", { class: "who", text: who }), el("span", { class: "body", text }));
+  box.append(m);
+  box.scrollTop = box.scrollHeight;
+  return m;
+}
+
+function renderConversation(data) {
+  $("transcript").replaceChildren();
+  state.live = null;
+  for (const m of data.messages) {
+    if (m.role === "user") addMessage("user", "you", m.content);
+    else if (m.role === "assistant") {
+      if (m.content) addMessage("assistant", "model", m.content + (m.partial ? " [partial]" : ""));
+      for (const c of m.tool_calls || []) addMessage("tool", "⚙ " + c.name, c.arguments);
+    } else if (m.role === "tool") {
+      addMessage("tool" + (m.is_error ? " error" : ""), (m.is_error ? "✗ " : "→ ") + m.name, m.content);
+    } else if (m.role === "system") addMessage("note", "system", m.content);
+  }
+  for (const n of data.notes || []) if (n.at_message >= data.messages.length) addMessage("note", "", n.text);
+}
+
+async function selectSession(id) {
+  state.selected = id;
+  $("session-title").textContent = id;
+  const data = await api("/sessions/" + encodeURIComponent(id));
+  renderConversation(data);
+  state.shownPending = "";
+  followSession(id);
+  loadApprovals();
+  loadSessions();
+}
+
+function onSessionEvent(event) {
+  switch (event.type) {
+    case "turn_started":
+      addMessage("user", "you", event.input);
+      break;
+    case "text_delta":
+      if (!state.live) state.live = addMessage("assistant", "model", "").querySelector(".body");
+      state.live.textContent += event.text;
+      $("transcript").scrollTop = $("transcript").scrollHeight;
+      break;
+    case "assistant_message":
+      if (!state.live) addMessage("assistant", "model", event.content + (event.partial ? " [partial]" : ""));
+      state.live = null;
+      break;
+    case "tool_started":
+      state.live = null;
+      addMessage("tool", "⚙ " + event.tool, JSON.stringify(event.arguments));
+      break;
+    case "tool_result":
+      addMessage("tool" + (event.is_error ? " error" : ""), (event.is_error ? "✗ " : "→ ") + event.tool, event.content);
+      break;
+    case "tool_call_rejected":
+      addMessage("tool error", "✗ " + event.tool, event.reason);
+      break;
+    case "approval_needed":
+    case "approval_given":
+      loadApprovals();
+      break;
+    case "turn_finished":
+      state.live = null;
+      if (event.outcome.kind === "failed") addMessage("note", "", "error: " + event.outcome.error);
+      loadSessions();
+      loadApprovals();
+      break;
+    case "turn_stopped":
+      addMessage("note", "", event.reason);
+      break;
+  }
+}
+
+function followSession(id) {
+  if (state.follow) state.follow.abort();
+  const controller = new AbortController();
+  state.follow = controller;
+  fetch("/api/v1/sessions/" + encodeURIComponent(id) + "/events", {
+    headers: { Authorization: "Bearer " + state.token },
+    signal: controller.signal,
+  }).then((response) => {
+    if (response.ok) return readEvents(response, onSessionEvent, controller.signal);
+  }).catch(() => { /* aborted or the host went away */ });
+}
+
+async function newSession() {
+  const id = $("new-session-id").value.trim();
+  try {
+    const info = await api("/sessions", { method: "POST", body: JSON.stringify(id ? { id } : {}) });
+    $("new-session-id").value = "";
+    await selectSession(info.id);
+  } catch (e) {
+    status(e.message);
+  }
+}
+
+async function send(event) {
+  event.preventDefault();
+  const text = $("message").value;
+  if (!state.selected || !text.trim()) return;
+  $("message").value = "";
+  try {
+    // The events of the turn reach the transcript through the followed stream.
+    const response = await api("/sessions/" + encodeURIComponent(state.selected) + "/messages", {
+      method: "POST",
+      body: JSON.stringify({ text }),
+    });
+    await readEvents(response, () => {});
+  } catch (e) {
+    addMessage("note", "", e.message);
+  }
+}
+
+async function cancelTurn() {
+  if (!state.selected) return;
+  try {
+    await api("/sessions/" + encodeURIComponent(state.selected) + "/cancel", { method: "POST" });
+  } catch (e) {
+    status(e.message);
+  }
+}
+
+// ---- approvals -------------------------------------------------------------------------
+
+function renderApprovals(container, pending) {
+  container.replaceChildren();
+  for (const p of pending) {
+    const box = el("div", { class: "approval", "data-session": p.session, "data-call": p.call_id },
+      el("div", {}, el("strong", { text: `${p.tool}` }), ` (plugin ${p.plugin}) in session ${p.session} wants to run with:`),
+      el("pre", { class: "arguments", text: JSON.stringify(p.arguments, null, 2) }),
+      el("div", { class: "grants", text: p.grants.length ? "Grants: " + p.grants.join(", ") : "Grants: none" }),
+      el("div", { class: "why", text: "Asked because " + p.reason + "." }),
+      el("div", { class: "expires", text: "Denied if unanswered by " + new Date(p.expires_ms).toLocaleTimeString() }));
+    const buttons = el("div", { class: "row" });
+    for (const [answer, label] of [["yes", "Approve"], ["no", "Deny"], ["always", "Always for this tool"]]) {
+      const b = el("button", { "data-answer": answer, text: label });
+      b.addEventListener("click", () => answerApproval(p.session, p.call_id, answer));
+      buttons.append(b);
+    }
+    box.append(buttons);
+    container.append(box);
+  }
+}
+
+async function loadApprovals() {
+  const { pending } = await api("/approvals");
+  const count = $("approval-count");
+  count.textContent = String(pending.length);
+  count.classList.toggle("zero", pending.length === 0);
+  // Redrawn only when they change, so a button is never replaced under the pointer.
+  const key = JSON.stringify([state.selected, pending]);
+  if (key === state.shownPending) return;
+  state.shownPending = key;
+  renderApprovals($("approval-list"), pending);
+  renderApprovals($("session-approvals"), pending.filter((p) => p.session === state.selected));
+}
+
+async function answerApproval(session, callId, answer) {
+  try {
+    await api(`/approvals/${encodeURIComponent(session)}/${encodeURIComponent(callId)}`, {
+      method: "POST",
+      body: JSON.stringify({ answer }),
+    });
+    status(`answered ${answer} for ${callId}`);
+  } catch (e) {
+    status(e.message);
+  }
+  loadApprovals();
+}
+
+// ---- audit -----------------------------------------------------------------------------
+
+function bytes(n) {
+  if (n === undefined || n === null) return "";
+  if (n >= 1 << 20) return (n / (1 << 20)).toFixed(1) + " MiB";
+  if (n >= 1 << 10) return (n / (1 << 10)).toFixed(1) + " KiB";
+  return n + " B";
+}
+
+async function loadAudit(event) {
+  if (event) event.preventDefault();
+  const params = new URLSearchParams({ limit: "500" });
+  for (const [key, id] of [["session", "audit-session"], ["tool", "audit-tool"], ["since", "audit-since"], ["kind", "audit-kind"]]) {
+    const v = $(id).value.trim();
+    if (v) params.set(key, v);
+  }
+  $("audit-error").textContent = "";
+  let records;
+  try {
+    ({ records } = await api("/audit?" + params));
+  } catch (e) {
+    $("audit-error").textContent = e.message;
+    return;
+  }
+  const body = $("audit-table").querySelector("tbody");
+  body.replaceChildren();
+  for (const r of records.reverse()) {
+    const time = new Date(r.at_ms).toLocaleString();
+    let cells;
+    if (r.kind === "tool_call") {
+      const o = r.outcome;
+      const outcome = o.status === "ok" ? "ok" : o.status === "error" ? `${o.kind}: ${o.message}` : `not run: ${o.reason}`;
+      const report = r.report || {};
+      cells = [time, r.origin, r.session || "", `${r.plugin}.${r.tool}`, r.decision, r.decided_by, outcome,
+        report.duration_ms !== undefined ? report.duration_ms.toFixed(1) + " ms" : "", bytes(report.peak_memory), (report.refused || []).join("; ")];
+    } else {
+      cells = [time, r.origin, "", `${r.action} ${r.plugin}`, "", r.by, (r.details || []).join("; "), "", "", ""];
+    }
+    const row = el("tr", { "data-kind": r.kind });
+    cells.forEach((c, i) => row.append(el("td", { class: i === 9 && c ? "refused" : "", text: c })));
+    body.append(row);
+  }
+}
+
+// ---- tools -----------------------------------------------------------------------------
+
+async function loadTools() {
+  const { tools } = await api("/tools");
+  const body = $("tool-table").querySelector("tbody");
+  body.replaceChildren();
+  for (const t of tools) {
+    const row = el("tr", {});
+    for (const c of [t.name, t.plugin, t.policy, t.reason, t.grants.join(", "), t.description]) row.append(el("td", { text: c }));
+    body.append(row);
+  }
+}
+
+// ---- start -----------------------------------------------------------------------------
+
+async function refreshAll() {
+  try {
+    await loadSessions();
+    await loadApprovals();
+    status("connected");
+  } catch (e) {
+    status(e.message === "unauthorized" ? "" : "cannot reach the host: " + e.message);
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  for (const tab of document.querySelectorAll(".tab")) tab.addEventListener("click", () => showTab(tab.dataset.tab));
+  $("token-save").addEventListener("click", () => useToken($("token-input").value.trim()));
+  $("token-input").addEventListener("keydown", (e) => { if (e.key === "Enter") useToken($("token-input").value.trim()); });
+  $("new-session").addEventListener("click", newSession);
+  $("composer").addEventListener("submit", send);
+  $("cancel").addEventListener("click", cancelTurn);
+  $("audit-filters").addEventListener("submit", loadAudit);
+  // A token handed over in the URL's fragment (never sent to the server) is taken and removed.
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  if (fragment.get("token")) {
+    history.replaceState(null, "", location.pathname);
+    useToken(fragment.get("token"));
+  } else if (state.token) {
+    useToken(state.token);
+  } else {
+    showLogin();
+  }
+  setInterval(() => { if (!$("app").hidden) refreshAll(); }, 2000);
+});

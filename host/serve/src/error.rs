@@ -1,0 +1,81 @@
+//! Errors of the HTTP API: a status and a message that says what was wrong and what to do,
+//! as `{"error": {"kind": …, "message": …}}`.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use cordon_store::StoreError;
+use serde_json::json;
+
+/// An error answered to a client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// A word for programs: `not_found`, `conflict`, `bad_request`, `unavailable`, `internal`.
+    pub kind: &'static str,
+    /// What was wrong and what to do.
+    pub message: String,
+}
+
+impl ApiError {
+    /// 400: the request itself is wrong.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    /// 404: what the request names does not exist.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// 409: the request does not fit the current state.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "conflict", message)
+    }
+
+    /// 503: the host cannot do it now (shutting down, store away).
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+    }
+
+    /// 500: something failed on the host's side.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        let message = e.to_string();
+        match e {
+            StoreError::UnknownSession { .. } => ApiError::not_found(message),
+            StoreError::SessionExists { .. }
+            | StoreError::Busy { .. }
+            | StoreError::LeaseLost { .. }
+            | StoreError::NotIdle { .. } => ApiError::conflict(message),
+            StoreError::BadSessionId { .. } | StoreError::BadUrl { .. } => {
+                ApiError::bad_request(message)
+            }
+            StoreError::Database { .. } | StoreError::Open { .. } => ApiError::unavailable(message),
+            StoreError::Create { .. } | StoreError::Migrate { .. } | StoreError::Corrupt { .. } => {
+                ApiError::internal(message)
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"kind": self.kind, "message": self.message}});
+        (self.status, Json(body)).into_response()
+    }
+}

@@ -1,0 +1,421 @@
+//! The resident host: the installed tools (reloaded when the home changes), one engine per
+//! set of session settings, and the sessions it drives, each turn on its own task.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use cordon_agent::{
+    Agent, AgentConfig, AgentError, AuditContext, CancellationToken, Conversation, Driven,
+    JournalError, State, ToolHost, TurnInput, TurnIo, async_trait,
+};
+use cordon_store::{SessionJournal, SessionSettings, Store};
+use tokio::sync::broadcast;
+use tokio_util::task::TaskTracker;
+
+use crate::error::ApiError;
+use crate::live::{HostEvent, LiveSession, PendingApproval, ServeFrontend, SessionEvent};
+
+/// Where the host gets its tools: the home's installed plugins, verified and ready to call.
+#[async_trait]
+pub trait ToolSource: Send + Sync + 'static {
+    /// A value that changes whenever the installed tools, their grants or their limits change
+    /// (for a home: the lock file's identity, size and time). Cheap: checked before every turn.
+    fn stamp(&self) -> String;
+
+    /// The tools installed now.
+    async fn load(&self) -> Result<Arc<dyn ToolHost>, String>;
+}
+
+/// How the host behaves.
+#[derive(Debug, Clone)]
+pub struct HostOptions {
+    /// The engine's configuration (model, limits, approval rules, `[serve]`, `[audit]`).
+    pub config: AgentConfig,
+    /// How long a tool call waits for an approval before it is denied.
+    pub approval_timeout: Duration,
+    /// How long running tool calls get to finish when the host stops.
+    pub shutdown_grace: Duration,
+}
+
+struct LoadedTools {
+    stamp: String,
+    tools: Arc<dyn ToolHost>,
+    generation: u64,
+}
+
+/// The shared state of a running `cordon serve`.
+pub struct Host {
+    pub(crate) store: Store,
+    source: Arc<dyn ToolSource>,
+    loaded: RwLock<LoadedTools>,
+    reloading: tokio::sync::Mutex<()>,
+    generation: AtomicU64,
+    pub(crate) options: HostOptions,
+    agents: Mutex<HashMap<String, (u64, Arc<Agent>)>>,
+    live: Mutex<HashMap<String, Arc<LiveSession>>>,
+    /// Fired when the host stops: turns stop at their next safe point.
+    pub(crate) stopping: CancellationToken,
+    draining: AtomicBool,
+    pub(crate) turns: TaskTracker,
+}
+
+impl Host {
+    /// A host over `store`, with the tools `source` loads now.
+    pub async fn new(
+        store: Store,
+        source: Arc<dyn ToolSource>,
+        options: HostOptions,
+    ) -> Result<Arc<Host>, String> {
+        let stamp = source.stamp();
+        let tools = source.load().await?;
+        Ok(Arc::new(Host {
+            store,
+            source,
+            loaded: RwLock::new(LoadedTools {
+                stamp,
+                tools,
+                generation: 0,
+            }),
+            reloading: tokio::sync::Mutex::new(()),
+            generation: AtomicU64::new(0),
+            options,
+            agents: Mutex::new(HashMap::new()),
+            live: Mutex::new(HashMap::new()),
+            stopping: CancellationToken::new(),
+            draining: AtomicBool::new(false),
+            turns: TaskTracker::new(),
+        }))
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The tools as installed now: reloaded first if the home changed since the last load
+    /// (an install, a grant, a revoke), so a change needs no restart.
+    pub async fn tools(&self) -> (Arc<dyn ToolHost>, u64) {
+        let stamp = self.source.stamp();
+        {
+            let loaded = self.loaded.read().unwrap_or_else(|e| e.into_inner());
+            if loaded.stamp == stamp {
+                return (loaded.tools.clone(), loaded.generation);
+            }
+        }
+        let _one_at_a_time = self.reloading.lock().await;
+        let stamp = self.source.stamp();
+        {
+            let loaded = self.loaded.read().unwrap_or_else(|e| e.into_inner());
+            if loaded.stamp == stamp {
+                return (loaded.tools.clone(), loaded.generation);
+            }
+        }
+        match self.source.load().await {
+            Ok(tools) => {
+                let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+                tracing::info!(
+                    tools = tools.tools().len(),
+                    "the installed tools changed; reloaded"
+                );
+                let mut loaded = self.loaded.write().unwrap_or_else(|e| e.into_inner());
+                *loaded = LoadedTools {
+                    stamp,
+                    tools: tools.clone(),
+                    generation,
+                };
+                (tools, generation)
+            }
+            Err(e) => {
+                tracing::warn!("cannot reload the installed tools, keeping the previous ones: {e}");
+                let loaded = self.loaded.read().unwrap_or_else(|e| e.into_inner());
+                (loaded.tools.clone(), loaded.generation)
+            }
+        }
+    }
+
+    /// The engine for a session's settings, with the tools as installed now.
+    pub async fn agent(&self, settings: &SessionSettings) -> Result<Arc<Agent>, ApiError> {
+        let (tools, generation) = self.tools().await;
+        let key = serde_json::to_string(settings).unwrap_or_default();
+        if let Some((made_for, agent)) = self
+            .agents
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            && *made_for == generation
+        {
+            return Ok(agent.clone());
+        }
+        let mut config = self.options.config.clone();
+        settings.apply(&mut config);
+        let tools = settings.tools(tools);
+        let agent = Arc::new(
+            Agent::new(config, tools)
+                .map_err(|e| ApiError::bad_request(format!("the session's settings: {e}")))?,
+        );
+        self.agents
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, (generation, agent.clone()));
+        Ok(agent)
+    }
+
+    /// The live record of a session (made on first use).
+    pub fn live(&self, id: &str) -> Arc<LiveSession> {
+        self.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(id.to_string())
+            .or_insert_with(|| LiveSession::new(id))
+            .clone()
+    }
+
+    /// The live record of a session, if this host has one.
+    pub fn live_if_any(&self, id: &str) -> Option<Arc<LiveSession>> {
+        self.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    /// Forgets a session's live record (after it was removed).
+    pub fn forget(&self, id: &str) {
+        self.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+    }
+
+    /// Every question waiting for an answer, oldest first.
+    pub fn pending(&self) -> Vec<PendingApproval> {
+        let live: Vec<Arc<LiveSession>> = self
+            .live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        let mut all: Vec<PendingApproval> = live.iter().flat_map(|l| l.pending()).collect();
+        all.sort_by_key(|p| p.asked_ms);
+        all
+    }
+
+    /// Whether the host is stopping (no new turns).
+    pub fn is_stopping(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Stops taking turns and tells running ones to stop at their next safe point.
+    pub fn begin_shutdown(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+        self.stopping.cancel();
+    }
+
+    /// Starts a turn of session `id` on its own task: takes the session's lease, loads it, and
+    /// drives it. Returns a follower of the session's events subscribed before the turn
+    /// starts, so it sees the whole turn. The turn's first transition is recorded before any
+    /// event is published.
+    pub async fn start_turn(
+        self: &Arc<Self>,
+        id: &str,
+        input: TurnInput,
+    ) -> Result<broadcast::Receiver<Arc<SessionEvent>>, ApiError> {
+        if self.is_stopping() {
+            return Err(ApiError::unavailable(
+                "the host is shutting down and takes no new turns; try again when it is back",
+            ));
+        }
+        let live = self.live(id);
+        live.claim()?;
+        match self.prepare_turn(id, &input).await {
+            Ok((journal, conversation, agent)) => {
+                let events = live.subscribe();
+                let host = self.clone();
+                self.turns.spawn(async move {
+                    host.drive(live, journal, conversation, agent, input).await;
+                });
+                Ok(events)
+            }
+            Err(e) => {
+                live.release();
+                Err(e)
+            }
+        }
+    }
+
+    async fn prepare_turn(
+        &self,
+        id: &str,
+        input: &TurnInput,
+    ) -> Result<(SessionJournal, Conversation, Arc<Agent>), ApiError> {
+        let info = self.store.session(id).await?;
+        let agent = self.agent(&info.settings).await?;
+        let (journal, conversation) = self.store.drive(id).await?;
+        let fits = match input {
+            TurnInput::Message(_) => conversation.is_idle().then_some(()).ok_or_else(|| {
+                format!(
+                    "session `{id}` is in the middle of a turn ({}); it goes on by itself, or \
+                     cancel it (POST /api/v1/sessions/{id}/cancel)",
+                    conversation.state.name()
+                )
+            }),
+            TurnInput::Retry => matches!(conversation.state, State::Failed { .. })
+                .then_some(())
+                .ok_or_else(|| {
+                    format!(
+                        "nothing to retry: session `{id}` is {}, not failed",
+                        conversation.state.name()
+                    )
+                }),
+            TurnInput::Resume => (!conversation.is_idle())
+                .then_some(())
+                .ok_or_else(|| format!("session `{id}` has no turn to resume")),
+        };
+        if let Err(message) = fits {
+            let _ = journal.release().await;
+            return Err(ApiError::conflict(message));
+        }
+        Ok((journal, conversation, agent))
+    }
+
+    /// Drives one turn to its end, or until the host stops, the store fails or another host
+    /// takes the session; then gives up the lease.
+    async fn drive(
+        self: Arc<Self>,
+        live: Arc<LiveSession>,
+        mut journal: SessionJournal,
+        mut conversation: Conversation,
+        agent: Arc<Agent>,
+        input: TurnInput,
+    ) {
+        let cancel = CancellationToken::new();
+        live.set_cancel(cancel.clone());
+        // Stop at the next safe point when the host stops or the lease is lost.
+        let stop = self.stopping.child_token();
+        let lost = journal.lost();
+        let stop_on_loss = {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                lost.cancelled().await;
+                stop.cancel();
+            })
+        };
+        let mut frontend = ServeFrontend {
+            live: live.clone(),
+            approval_timeout: self.options.approval_timeout,
+        };
+        let result = {
+            let mut io = TurnIo {
+                frontend: &mut frontend,
+                journal: &mut journal,
+                cancel: &cancel,
+                suspend: Some(&stop),
+                audit: AuditContext {
+                    session: Some(live.id.clone()),
+                    origin: "serve".to_string(),
+                    keep_arguments: self.options.config.audit.keep_arguments,
+                },
+            };
+            agent.drive(&mut conversation, input, &mut io).await
+        };
+        stop_on_loss.abort();
+        let lease_lost = journal.lost().is_cancelled();
+        let stopped = match result {
+            Ok(Driven::Finished(_)) => None,
+            Ok(Driven::Suspended) if lease_lost => {
+                Some("another host took the session over; it goes on there".to_string())
+            }
+            Ok(Driven::Suspended) => Some(
+                "the host is shutting down; the turn goes on from where it stopped when a host \
+                 takes the session up again"
+                    .to_string(),
+            ),
+            Err(AgentError::Journal(JournalError::LeaseLost { holder, .. })) => {
+                Some(format!("{holder} took the session over; it goes on there"))
+            }
+            Err(AgentError::Journal(e)) => Some(format!(
+                "{e}; the session stays at its last recorded state and goes on when the store \
+                 is back"
+            )),
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(reason) = stopped {
+            tracing::warn!(session = %live.id, "turn stopped: {reason}");
+            live.publish(SessionEvent::Host(HostEvent::TurnStopped { reason }));
+        }
+        live.release();
+        if !lease_lost && let Err(e) = journal.release().await {
+            tracing::warn!(session = %live.id, "cannot give up the lease (it lapses by itself): {e}");
+        }
+    }
+
+    /// Takes up sessions this kind of host started that stopped mid-turn with no host driving
+    /// them (a crash, a shutdown, a store that went away): each resumes from its last
+    /// recorded state. Sessions of `cordon chat` and `cordon run` are left to those commands.
+    pub async fn resume_orphans(self: &Arc<Self>) {
+        let orphans = match self.store.orphaned_sessions().await {
+            Ok(orphans) => orphans,
+            Err(e) => {
+                tracing::debug!("cannot look for sessions to resume: {e}");
+                return;
+            }
+        };
+        for info in orphans.into_iter().filter(|s| s.origin == "serve") {
+            if self.live_if_any(&info.id).is_some_and(|l| l.is_running()) {
+                continue;
+            }
+            match self.start_turn(&info.id, TurnInput::Resume).await {
+                Ok(_) => {
+                    tracing::info!(session = %info.id, state = %info.state, "resumed a session stopped mid-turn")
+                }
+                Err(e) if e.status.as_u16() == 409 => {}
+                Err(e) => tracing::warn!(session = %info.id, "cannot resume: {}", e.message),
+            }
+        }
+    }
+
+    /// Every `every`, until the host stops: resume orphaned sessions and pick up tool changes.
+    pub async fn watch(self: Arc<Self>, every: Duration) {
+        loop {
+            tokio::select! {
+                _ = self.stopping.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+            self.tools().await;
+            self.resume_orphans().await;
+        }
+    }
+
+    /// After the server stopped: waits up to the grace period for running turns (their tool
+    /// calls finish and are recorded), then gives up the leases of any still running so
+    /// another host can take them up at once.
+    pub async fn finish(&self) {
+        self.begin_shutdown();
+        self.turns.close();
+        if tokio::time::timeout(self.options.shutdown_grace, self.turns.wait())
+            .await
+            .is_err()
+        {
+            let running: Vec<String> = self
+                .live
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .filter(|l| l.is_running())
+                .map(|l| l.id.clone())
+                .collect();
+            tracing::warn!(
+                sessions = ?running,
+                "tool calls still running after the grace period are abandoned; their sessions resume with those calls marked interrupted"
+            );
+            for id in running {
+                if let Err(e) = self.store.release(&id).await {
+                    tracing::debug!(session = %id, "cannot give up the lease: {e}");
+                }
+            }
+        }
+    }
+}

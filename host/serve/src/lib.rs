@@ -1,0 +1,136 @@
+//! cordon-serve: `cordon serve`, a resident host that other programs connect to and that loses
+//! nothing.
+//!
+//! - Sessions live in the store ([`cordon_store`]); each turn runs on its own task, with every
+//!   transition recorded before its effects, under a lease on the session. A session stopped
+//!   mid-turn (a crash, a shutdown, a store that went away) is taken up again from its last
+//!   recorded state by the next host that looks, with no tool call run twice.
+//! - A tool that needs approval waits for an answer from the API or the console, up to a
+//!   timeout, then is denied; the audit log records who answered.
+//! - The installed tools are reloaded when the home changes (install, grant, revoke), without
+//!   a restart.
+//! - The HTTP API takes a bearer token; the console at `/` is plain HTML and JavaScript.
+//!
+//! The crate does not link the sandbox: the binary hands it a [`ToolSource`] over the home.
+
+mod api;
+mod auth;
+mod console;
+mod error;
+mod host;
+mod live;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use api::parse_since;
+pub use auth::{TokenError, Tokens};
+pub use error::ApiError;
+pub use host::{Host, HostOptions, ToolSource};
+pub use live::{HostEvent, PendingApproval, SessionEvent};
+
+use cordon_store::Store;
+
+/// Why the server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The address could not be listened on.
+    #[error(
+        "cannot listen on {addr}: {source}; is another `cordon serve` running there? choose another with --listen"
+    )]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The installed tools could not be loaded.
+    #[error("cannot load the installed tools: {0}")]
+    Tools(String),
+    /// The server failed while running.
+    #[error("the server failed: {0}")]
+    Io(#[source] std::io::Error),
+}
+
+/// How to serve.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Where to listen (port 0: any free port).
+    pub listen: SocketAddr,
+    /// The accepted tokens.
+    pub tokens: Tokens,
+    /// How the host behaves.
+    pub host: HostOptions,
+}
+
+/// Serves until `shutdown` completes: then takes no new work, lets running tool calls finish
+/// (up to the grace period), records everything and returns. `on_listening` is told the
+/// address once the socket is open.
+pub async fn serve(
+    store: Store,
+    source: Arc<dyn ToolSource>,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    on_listening: impl FnOnce(SocketAddr),
+) -> Result<(), ServeError> {
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: options.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(ServeError::Io)?;
+    let lease = store.options().lease_ttl;
+    let host = Host::new(store.clone(), source, options.host)
+        .await
+        .map_err(ServeError::Tools)?;
+    let state = api::AppState {
+        host: host.clone(),
+        tokens: Arc::new(options.tokens),
+        allowed_hosts: Arc::new(allowed_hosts(addr)),
+    };
+    let app = api::router(state);
+    on_listening(addr);
+    host.resume_orphans().await;
+    tokio::spawn(
+        host.clone()
+            .watch((lease / 2).clamp(Duration::from_millis(500), Duration::from_secs(5))),
+    );
+    let stopping = host.clone();
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        shutdown.await;
+        tracing::info!("stopping: no new turns; running tool calls may finish");
+        stopping.begin_shutdown();
+    });
+    // Connections still open when the host stops (turn streams) end with their turns; the
+    // grace period bounds the wait for both.
+    let grace = host.options.shutdown_grace;
+    let stopped = host.stopping.clone();
+    tokio::select! {
+        result = server => result.map_err(ServeError::Io)?,
+        () = async move {
+            stopped.cancelled().await;
+            tokio::time::sleep(grace + Duration::from_secs(1)).await;
+        } => {}
+    }
+    host.finish().await;
+    store.close().await;
+    Ok(())
+}
+
+/// The `Host` header values a server on a loopback address answers to; any for others (the
+/// user chose to expose it).
+fn allowed_hosts(addr: SocketAddr) -> Vec<String> {
+    if !addr.ip().is_loopback() {
+        return Vec::new();
+    }
+    let port = addr.port();
+    vec![
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+        addr.to_string(),
+    ]
+}

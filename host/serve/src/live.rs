@@ -1,0 +1,280 @@
+//! A session while this host drives it: the events its clients follow, the approvals it waits
+//! for, and the token that cancels its turn.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use cordon_agent::{
+    AgentEvent, ApprovalAnswer, ApprovalRequest, CancellationToken, Frontend, GivenAnswer,
+    async_trait,
+};
+use cordon_core::now_ms;
+use serde::Serialize;
+use tokio::sync::{broadcast, oneshot};
+
+use crate::error::ApiError;
+
+/// What a client following a session receives: the engine's events, and the host's own.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum SessionEvent {
+    /// An event of the turn (text, tool calls, approvals, results, the end).
+    Agent(AgentEvent),
+    /// Something about the host driving it.
+    Host(HostEvent),
+}
+
+impl SessionEvent {
+    /// The event's type, for the SSE `event:` field.
+    pub fn kind(&self) -> String {
+        match serde_json::to_value(self) {
+            Ok(v) => v["type"].as_str().unwrap_or("event").to_string(),
+            Err(_) => "event".to_string(),
+        }
+    }
+
+    /// Whether the turn's stream ends with this event.
+    pub fn ends_turn(&self) -> bool {
+        matches!(
+            self,
+            SessionEvent::Agent(AgentEvent::TurnFinished { .. })
+                | SessionEvent::Host(HostEvent::TurnStopped { .. })
+        )
+    }
+}
+
+/// What the host says about a session besides the engine's events.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum HostEvent {
+    /// The turn stopped without ending: the host is shutting down, the store failed, or
+    /// another host took the session over. It goes on from its last recorded state.
+    TurnStopped {
+        /// Why, and what happens next.
+        reason: String,
+    },
+}
+
+/// A question waiting for an answer from the API or the console.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PendingApproval {
+    /// The session.
+    pub session: String,
+    /// The question (tool, arguments, grants, why it asks).
+    #[serde(flatten)]
+    pub request: ApprovalRequest,
+    /// When it was asked (ms since the epoch).
+    pub asked_ms: i64,
+    /// When it is denied if nobody answers.
+    pub expires_ms: i64,
+}
+
+struct Waiting {
+    approval: PendingApproval,
+    reply: oneshot::Sender<GivenAnswer>,
+}
+
+#[derive(Default)]
+struct LiveState {
+    running: bool,
+    cancel: Option<CancellationToken>,
+    waiting: BTreeMap<String, Waiting>,
+    /// Answers given in this turn, for telling a second answer it came too late.
+    answered: BTreeMap<String, String>,
+}
+
+/// A session this host drives or was asked about.
+pub struct LiveSession {
+    /// The session.
+    pub id: String,
+    events: broadcast::Sender<Arc<SessionEvent>>,
+    state: Mutex<LiveState>,
+}
+
+/// How many events a slow follower may fall behind before it misses some.
+const EVENT_BUFFER: usize = 1024;
+
+impl LiveSession {
+    /// A session with nothing running.
+    pub fn new(id: &str) -> Arc<Self> {
+        Arc::new(Self {
+            id: id.to_string(),
+            events: broadcast::channel(EVENT_BUFFER).0,
+            state: Mutex::new(LiveState::default()),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, LiveState> {
+        // A panic while holding the lock leaves plain data behind: keep using it.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Follows the session's events from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<SessionEvent>> {
+        self.events.subscribe()
+    }
+
+    /// Tells every follower.
+    pub fn publish(&self, event: SessionEvent) {
+        let _ = self.events.send(Arc::new(event));
+    }
+
+    /// Marks a turn as running, unless one already is.
+    pub fn claim(&self) -> Result<(), ApiError> {
+        let mut state = self.state();
+        if state.running {
+            return Err(ApiError::conflict(format!(
+                "a turn is running in session `{}`; wait for it to finish, or cancel it \
+                 (POST /api/v1/sessions/{}/cancel)",
+                self.id, self.id
+            )));
+        }
+        state.running = true;
+        state.answered.clear();
+        Ok(())
+    }
+
+    /// Sets the token that cancels the running turn.
+    pub fn set_cancel(&self, token: CancellationToken) {
+        self.state().cancel = Some(token);
+    }
+
+    /// The turn ended or stopped: nothing runs, nothing waits.
+    pub fn release(&self) {
+        let mut state = self.state();
+        state.running = false;
+        state.cancel = None;
+        state.waiting.clear();
+    }
+
+    /// Whether a turn runs here now.
+    pub fn is_running(&self) -> bool {
+        self.state().running
+    }
+
+    /// Cancels the running turn.
+    pub fn cancel(&self) -> Result<(), ApiError> {
+        match &self.state().cancel {
+            Some(token) => {
+                token.cancel();
+                Ok(())
+            }
+            None => Err(ApiError::conflict(format!(
+                "no turn is running in session `{}` on this host",
+                self.id
+            ))),
+        }
+    }
+
+    /// The questions waiting for an answer.
+    pub fn pending(&self) -> Vec<PendingApproval> {
+        self.state()
+            .waiting
+            .values()
+            .map(|w| w.approval.clone())
+            .collect()
+    }
+
+    /// Answers a waiting question.
+    pub fn answer(&self, call_id: &str, answer: GivenAnswer) -> Result<(), ApiError> {
+        let mut state = self.state();
+        let Some(waiting) = state.waiting.remove(call_id) else {
+            if let Some(earlier) = state.answered.get(call_id) {
+                return Err(ApiError::conflict(format!(
+                    "call `{call_id}` of session `{}` was already answered ({earlier})",
+                    self.id
+                )));
+            }
+            let ids: Vec<&str> = state.waiting.keys().map(String::as_str).collect();
+            let now = if ids.is_empty() {
+                "none is".to_string()
+            } else {
+                format!("{} are", ids.join(", "))
+            };
+            return Err(ApiError::not_found(format!(
+                "session `{}` has no call `{call_id}` waiting for an answer; {now} waiting",
+                self.id
+            )));
+        };
+        let record = format!("{} by {}", answer.answer.as_str(), answer.by);
+        if waiting.reply.send(answer).is_err() {
+            return Err(ApiError::conflict(format!(
+                "the turn of session `{}` stopped before the answer arrived",
+                self.id
+            )));
+        }
+        state.answered.insert(call_id.to_string(), record);
+        Ok(())
+    }
+
+    fn wait_for(&self, approval: PendingApproval) -> oneshot::Receiver<GivenAnswer> {
+        let (reply, rx) = oneshot::channel();
+        let id = approval.request.call_id.clone();
+        self.state().waiting.insert(id, Waiting { approval, reply });
+        rx
+    }
+
+    fn stop_waiting(&self, call_id: &str) {
+        self.state().waiting.remove(call_id);
+    }
+}
+
+/// The engine's view of clients: events go to the session's followers, questions wait for
+/// the approvals API or the console, up to a timeout.
+pub struct ServeFrontend {
+    /// The session.
+    pub live: Arc<LiveSession>,
+    /// How long a question waits before the call is denied.
+    pub approval_timeout: Duration,
+}
+
+/// Removes a question from the waiting list however its wait ends (answered, timed out, the
+/// turn dropped on shutdown).
+struct WaitGuard<'a> {
+    live: &'a LiveSession,
+    call_id: String,
+}
+
+impl Drop for WaitGuard<'_> {
+    fn drop(&mut self) {
+        self.live.stop_waiting(&self.call_id);
+    }
+}
+
+#[async_trait]
+impl Frontend for ServeFrontend {
+    fn event(&mut self, event: &AgentEvent) {
+        self.live.publish(SessionEvent::Agent(event.clone()));
+    }
+
+    async fn approve(&mut self, request: &ApprovalRequest) -> GivenAnswer {
+        let asked_ms = now_ms();
+        let rx = self.live.wait_for(PendingApproval {
+            session: self.live.id.clone(),
+            request: request.clone(),
+            asked_ms,
+            expires_ms: asked_ms + self.approval_timeout.as_millis() as i64,
+        });
+        let _guard = WaitGuard {
+            live: &self.live,
+            call_id: request.call_id.clone(),
+        };
+        let waited = humantime::format_duration(self.approval_timeout);
+        match tokio::time::timeout(self.approval_timeout, rx).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => GivenAnswer::new(
+                ApprovalAnswer::Refused {
+                    reason: "the host stopped waiting for an answer".to_string(),
+                },
+                "nobody (the host stopped waiting)",
+            ),
+            Err(_) => GivenAnswer::new(
+                ApprovalAnswer::Refused {
+                    reason: format!("nobody answered within {waited}, so it was denied"),
+                },
+                format!("nobody (no answer within {waited})"),
+            ),
+        }
+    }
+}
