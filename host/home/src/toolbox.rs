@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use cordon_core::{
-    CompiledPin, DigestCheck, Grants, InputSchema, LimitKind, Limits, ReservedPaths,
+    CallReport, CompiledPin, DigestCheck, Grants, InputSchema, LimitKind, Limits, ReservedPaths,
     ToolDescriptor, tools_hash, verify_file_digest,
 };
 use cordon_runtime::{CallError, Plugin, Runtime, Sandbox, ToolOutput};
@@ -35,6 +35,10 @@ pub(crate) fn compile_schema(schema: &Value) -> Result<InputSchema, String> {
 pub struct ToolEntry {
     /// The plugin that offers it.
     pub plugin: String,
+    /// `sha256:<hex>` of the plugin's component, as the lock file pins it (and as its bytes
+    /// were checked to be when it was loaded): what an audit record names as the code that
+    /// ran.
+    pub digest: String,
     /// The name to call it by: the bare tool name when no other plugin offers one like it,
     /// else `plugin.tool`.
     pub call_name: String,
@@ -59,6 +63,7 @@ impl std::fmt::Debug for ToolEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ToolEntry")
             .field("plugin", &self.plugin)
+            .field("digest", &self.digest)
             .field("call_name", &self.call_name)
             .field("grants", &self.grants)
             .field("can_change_anything", &self.can_change_anything)
@@ -237,47 +242,81 @@ impl Toolbox {
 
     /// Parses `arguments` as JSON and calls the tool (see [`Toolbox::call_value`]).
     pub async fn call(&self, name: &str, arguments: &str) -> Result<ToolOutput, HomeError> {
-        let tool = self.resolve(name)?;
-        // Refuse oversized arguments before parsing them, not only before the sandbox runs.
-        if arguments.len() as u64 > tool.limits.args {
-            return Err(HomeError::Call {
-                tool: tool.call_name.clone(),
-                source: CallError::LimitExceeded {
-                    limit: LimitKind::Args,
-                    detail: format!(
-                        "the arguments are {} bytes; the args limit is {}",
-                        arguments.len(),
-                        tool.limits.describe(LimitKind::Args)
-                    ),
-                },
-            });
-        }
-        let value: Value =
-            serde_json::from_str(arguments).map_err(|e| HomeError::InvalidArguments {
+        self.call_reported(name, arguments).await.0
+    }
+
+    /// [`Toolbox::call`], with the sandbox's report of the call (see
+    /// [`Toolbox::call_value_reported`]); `None` also for arguments refused before they are
+    /// parsed (too large, or not JSON).
+    pub async fn call_reported(
+        &self,
+        name: &str,
+        arguments: &str,
+    ) -> (Result<ToolOutput, HomeError>, Option<CallReport>) {
+        let parsed = self.resolve(name).and_then(|tool| {
+            // Refuse oversized arguments before parsing them, not only before the sandbox runs.
+            if arguments.len() as u64 > tool.limits.args {
+                return Err(HomeError::Call {
+                    tool: tool.call_name.clone(),
+                    source: CallError::LimitExceeded {
+                        limit: LimitKind::Args,
+                        detail: format!(
+                            "the arguments are {} bytes; the args limit is {}",
+                            arguments.len(),
+                            tool.limits.describe(LimitKind::Args)
+                        ),
+                    },
+                });
+            }
+            serde_json::from_str::<Value>(arguments).map_err(|e| HomeError::InvalidArguments {
                 tool: tool.call_name.clone(),
                 reason: format!("not valid JSON ({e})"),
-            })?;
-        self.call_value(name, &value).await
+            })
+        });
+        match parsed {
+            Ok(value) => self.call_value_reported(name, &value).await,
+            Err(e) => (Err(e), None),
+        }
     }
 
     /// Validates the arguments against the tool's schema, then runs the tool in a fresh
     /// sandbox with its plugin's grants and limits.
     pub async fn call_value(&self, name: &str, arguments: &Value) -> Result<ToolOutput, HomeError> {
-        let tool = self.resolve(name)?;
-        tool.validate(arguments)?;
+        self.call_value_reported(name, arguments).await.0
+    }
+
+    /// [`Toolbox::call_value`], with what the sandbox measured and refused during the call
+    /// (its duration, peak memory and refusals, see
+    /// [`Plugin::call_tool_reported`](cordon_runtime::Plugin::call_tool_reported)) for an
+    /// audit log. The report is `None` when the call never reached the sandbox: an unknown or
+    /// unavailable tool, or arguments its schema refuses.
+    pub async fn call_value_reported(
+        &self,
+        name: &str,
+        arguments: &Value,
+    ) -> (Result<ToolOutput, HomeError>, Option<CallReport>) {
+        let tool = match self.resolve(name).and_then(|tool| {
+            tool.validate(arguments)?;
+            Ok(tool)
+        }) {
+            Ok(tool) => tool,
+            Err(e) => return (Err(e), None),
+        };
         let sandbox = Sandbox {
             grants: tool.grants.clone(),
             limits: tool.limits,
             env: Default::default(),
             reserved: self.reserved.clone(),
         };
-        tool.component
-            .call_tool(&sandbox, &tool.descriptor.name, &arguments.to_string())
-            .await
-            .map_err(|source| HomeError::Call {
-                tool: tool.call_name.clone(),
-                source,
-            })
+        let (result, report) = tool
+            .component
+            .call_tool_reported(&sandbox, &tool.descriptor.name, &arguments.to_string())
+            .await;
+        let result = result.map_err(|source| HomeError::Call {
+            tool: tool.call_name.clone(),
+            source,
+        });
+        (result, Some(report))
     }
 }
 
@@ -380,6 +419,7 @@ async fn load_plugin(
             };
             ToolEntry {
                 plugin: name.to_string(),
+                digest: record.digest.clone(),
                 call_name,
                 descriptor,
                 grants: record.grants.clone(),

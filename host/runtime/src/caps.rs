@@ -122,3 +122,10 @@ pub(crate) const MAX_ALL_NEEDLE_BYTES: usize = 64 << 10;
 /// Host memory one reader's needle automaton may take (a contiguous NFA of 64 KiB of needles
 /// takes a few MiB at most; a DFA could take 64 MiB, so none is built).
 pub(crate) const MAX_SIEVE_MEMORY: usize = 16 << 20;
+
+// The call's report.
+
+/// Longest line one refusal takes in a call's report (the number of lines is capped by
+/// `cordon_core::MAX_REFUSALS_RECORDED`). A line quotes what the guest asked for, and a guest
+/// can ask to open a path of megabytes that is refused before the system sees it.
+pub(crate) const MAX_REFUSAL_LINE_BYTES: usize = 1024;

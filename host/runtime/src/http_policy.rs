@@ -13,9 +13,11 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpH
 
 use crate::caps::{HTTP_OUTGOING_BODY_CHUNK, MAX_HTTP_CONNECTIONS_PER_CALL};
 use crate::http_send::{Resolver, checked_addresses, send_pinned};
+use crate::refusals::Refusals;
 
-/// Allowed origins of one call, the plugin name for log messages, and the call's connection
-/// budget.
+/// Allowed origins of one call, the plugin name for log messages, the call's connection
+/// budget, and what it refused the call (wasmtime-wasi-http lends out this policy alone, so
+/// it keeps its own refusals; the call's report gathers them).
 pub(crate) struct HttpPolicy {
     pub(crate) origins: Vec<HttpOrigin>,
     pub(crate) plugin: std::sync::Arc<str>,
@@ -24,6 +26,8 @@ pub(crate) struct HttpPolicy {
     pub(crate) connections: std::sync::Arc<tokio::sync::Semaphore>,
     /// Whether the host log already says this call hit the connection cap.
     pub(crate) warned: bool,
+    /// Requests refused by this policy or by the check of their addresses after DNS.
+    pub(crate) refused: Refusals,
 }
 
 impl HttpPolicy {
@@ -40,6 +44,27 @@ impl HttpPolicy {
                 MAX_HTTP_CONNECTIONS_PER_CALL,
             )),
             warned: false,
+            refused: Refusals::default(),
+        }
+    }
+}
+
+/// Why [`HttpPolicy::check`] refused a request.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    /// The reason, for the host log.
+    pub(crate) why: String,
+    /// The line for the call's report: the origin for a request that was well-formed but not
+    /// granted (`http: https://evil.example:443 (not granted)`), else the reason.
+    pub(crate) line: String,
+}
+
+impl Refused {
+    /// A request whose form the policy refuses, whatever the grants.
+    fn malformed(why: String) -> Refused {
+        Refused {
+            line: format!("http: {why}"),
+            why,
         }
     }
 }
@@ -51,8 +76,14 @@ fn normalize_host(host: &str) -> String {
 
 impl HttpPolicy {
     /// Decides whether `req` may be sent, returning the host and port it goes to; `Err`
-    /// carries the reason for the log.
-    pub(crate) fn check<B>(&self, req: &Request<B>) -> Result<(String, u16), String> {
+    /// carries the reason for the log and the line for the call's report.
+    pub(crate) fn check<B>(&self, req: &Request<B>) -> Result<(String, u16), Refused> {
+        self.check_target(req).map_err(Refused::malformed)?
+    }
+
+    /// The form checks of [`HttpPolicy::check`]: `Err` is a malformed request, `Ok` the
+    /// decision on its origin.
+    fn check_target<B>(&self, req: &Request<B>) -> Result<Result<(String, u16), Refused>, String> {
         let uri = req.uri();
         let scheme = match uri.scheme_str() {
             Some("http") => HttpScheme::Http,
@@ -100,23 +131,25 @@ impl HttpPolicy {
             }
         }
         if self.origins.iter().any(|o| o.matches(scheme, &host, port)) {
-            Ok((host, port))
-        } else if self.origins.is_empty() {
-            Err(format!(
-                "{}://{host}:{port} — the plugin has no network grant",
-                scheme.as_str()
-            ))
+            return Ok(Ok((host, port)));
+        }
+        let origin = format!("{}://{host}:{port}", scheme.as_str());
+        let why = if self.origins.is_empty() {
+            format!("{origin} — the plugin has no network grant")
         } else {
-            Err(format!(
-                "{}://{host}:{port} is not among the granted origins ({})",
-                scheme.as_str(),
+            format!(
+                "{origin} is not among the granted origins ({})",
                 self.origins
                     .iter()
                     .map(|o| o.to_string())
                     .collect::<Vec<_>>()
                     .join(", ")
-            ))
-        }
+            )
+        };
+        Ok(Err(Refused {
+            why,
+            line: format!("http: {origin} (not granted)"),
+        }))
     }
 }
 
@@ -135,8 +168,9 @@ impl WasiHttpHooks for HttpPolicy {
         drop(fut);
         let (host, port) = match self.check(&request) {
             Ok(target) => target,
-            Err(why) => {
-                tracing::warn!(target: "cordon::sandbox", plugin = %self.plugin, "refused HTTP request: {why}");
+            Err(refused) => {
+                tracing::warn!(target: "cordon::sandbox", plugin = %self.plugin, "refused HTTP request: {}", refused.why);
+                self.refused.refuse(refused.line);
                 return Box::new(async { Err(HttpError::HttpRequestDenied) });
             }
         };
@@ -153,12 +187,18 @@ impl WasiHttpHooks for HttpPolicy {
         };
         let resolver = self.resolver.clone();
         let plugin = self.plugin.clone();
+        // The addresses are checked in the future, which wasmtime-wasi-http polls without the
+        // store.
+        let refusals = self.refused.shared();
         Box::new(async move {
             let addresses = match checked_addresses(&host, port, &resolver).await {
                 Ok(addresses) => addresses,
-                Err((refusal, why)) => {
-                    tracing::warn!(target: "cordon::sandbox", plugin = %plugin, "refused HTTP request: {why}");
-                    return Err(refusal);
+                Err(unreachable) => {
+                    tracing::warn!(target: "cordon::sandbox", plugin = %plugin, "refused HTTP request: {}", unreachable.why);
+                    if let Some(line) = unreachable.refused {
+                        refusals.refuse(line);
+                    }
+                    return Err(unreachable.guest);
                 }
             };
             send_pinned(request, options, &host, addresses, permit).await
@@ -224,15 +264,37 @@ mod tests {
             ("https://user@api.example.com/", "user information"),
         ] {
             let e = p.check(&req(uri, None)).unwrap_err();
-            assert!(e.contains(why), "{uri}: {e}");
+            assert!(e.why.contains(why), "{uri}: {e:?}");
         }
         let e = p
             .check(&req("https://api.example.com/", Some("evil.example.com")))
             .unwrap_err();
-        assert!(e.contains("Host header"), "{e}");
+        assert!(e.why.contains("Host header"), "{e:?}");
         let e = policy(&[])
             .check(&req("https://a.example/", None))
             .unwrap_err();
-        assert!(e.contains("no network grant"), "{e}");
+        assert!(e.why.contains("no network grant"), "{e:?}");
+    }
+
+    /// The call's report names the origin a well-formed request was refused, without the
+    /// grants (the audit record lists those), and the reason for a malformed one.
+    #[test]
+    fn refusals_have_a_line_for_the_report() {
+        let p = policy(&["net:https://api.example.com"]);
+        let e = p
+            .check(&req("https://Evil.example./x?q=1", None))
+            .unwrap_err();
+        assert_eq!(e.line, "http: https://evil.example:443 (not granted)");
+        let e = policy(&[])
+            .check(&req("http://10.0.0.1:8080/", None))
+            .unwrap_err();
+        assert_eq!(e.line, "http: http://10.0.0.1:8080 (not granted)");
+        let e = p
+            .check(&req("https://user@api.example.com/", None))
+            .unwrap_err();
+        assert_eq!(
+            e.line,
+            "http: authority `user@api.example.com` contains user information"
+        );
     }
 }

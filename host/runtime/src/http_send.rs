@@ -110,30 +110,43 @@ fn is_public_v4(v4: Ipv4Addr) -> bool {
         || a >= 240) // reserved
 }
 
+/// Why a request to a granted host cannot be sent to any address.
+#[derive(Debug)]
+pub(crate) struct Unreachable {
+    /// What the guest is told.
+    pub(crate) guest: HttpError,
+    /// The reason, for the host log.
+    pub(crate) why: String,
+    /// The line for the call's report when Cordon refused the addresses the name resolves to
+    /// (`dns: rebind.example resolves to a private address 127.0.0.1`); `None` when the name
+    /// did not resolve, which is no refusal.
+    pub(crate) refused: Option<String>,
+}
+
 /// The addresses a request to `host:port` may connect to.
 ///
 /// An IP literal was named by the grant itself, so it is used as is. `localhost` means this
 /// machine: only loopback answers count. Any other name must resolve to public addresses;
 /// internal answers are dropped, and a name with nothing else is refused.
-/// The error carries what the guest is told and the reason for the log.
 pub(crate) async fn checked_addresses(
     host: &str,
     port: u16,
     resolver: &Resolver,
-) -> Result<Vec<SocketAddr>, (HttpError, String)> {
+) -> Result<Vec<SocketAddr>, Unreachable> {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     if let Ok(ip) = bare.parse::<IpAddr>() {
         return Ok(vec![SocketAddr::new(ip, port)]);
     }
-    let resolved = resolver(bare.to_string(), port).await.map_err(|e| {
-        (
-            HttpError::DnsError {
+    let resolved = resolver(bare.to_string(), port)
+        .await
+        .map_err(|e| Unreachable {
+            guest: HttpError::DnsError {
                 rcode: None,
                 info_code: None,
             },
-            format!("cannot resolve `{bare}`: {e}"),
-        )
-    })?;
+            why: format!("cannot resolve `{bare}`: {e}"),
+            refused: None,
+        })?;
     let local = bare == "localhost";
     let (kept, dropped): (Vec<SocketAddr>, Vec<SocketAddr>) = resolved.into_iter().partition(|a| {
         if local {
@@ -145,21 +158,35 @@ pub(crate) async fn checked_addresses(
     if kept.is_empty() {
         let found: Vec<String> = dropped.iter().map(|a| a.ip().to_string()).collect();
         return Err(if found.is_empty() {
-            (
-                HttpError::DestinationNotFound,
-                format!("`{bare}` does not resolve to any address"),
-            )
+            Unreachable {
+                guest: HttpError::DestinationNotFound,
+                why: format!("`{bare}` does not resolve to any address"),
+                refused: None,
+            }
         } else {
-            (
-                HttpError::DestinationIpProhibited,
-                format!(
+            Unreachable {
+                guest: HttpError::DestinationIpProhibited,
+                why: format!(
                     "`{bare}` resolves to {}, which is not a public address; the grant names a host, \
                  not this machine or a private network (grant the address itself, e.g. \
                  net:http://{}:{port}, if that is intended)",
                     found.join(", "),
                     found[0]
                 ),
-            )
+                refused: Some(if local {
+                    format!(
+                        "dns: localhost resolves to {}, not this machine",
+                        found.join(", ")
+                    )
+                } else if found.len() == 1 {
+                    format!("dns: {bare} resolves to a private address {}", found[0])
+                } else {
+                    format!(
+                        "dns: {bare} resolves to private addresses {}",
+                        found.join(", ")
+                    )
+                }),
+            }
         });
     }
     Ok(kept)
@@ -424,19 +451,44 @@ mod tests {
             "compat.example",
             "sixtofour.example",
         ] {
-            let (guest, e) = checked_addresses(host, 80, &dns).await.unwrap_err();
+            let Unreachable {
+                guest,
+                why: e,
+                refused,
+            } = checked_addresses(host, 80, &dns).await.unwrap_err();
             assert!(
                 matches!(guest, HttpError::DestinationIpProhibited),
                 "{guest:?}"
             );
             assert!(e.contains("not a public address"), "{e}");
             assert!(e.contains("grant the address itself"), "{e}");
+            let line = refused.expect("a refusal for the report");
+            assert!(
+                line.starts_with(&format!("dns: {host} resolves to a private address ")),
+                "{line}"
+            );
         }
-        let (guest, e) = checked_addresses("nowhere.example", 80, &dns)
+        let Unreachable {
+            guest,
+            why: e,
+            refused,
+        } = checked_addresses("nowhere.example", 80, &dns)
             .await
             .unwrap_err();
         assert!(matches!(guest, HttpError::DestinationNotFound), "{guest:?}");
         assert!(e.contains("does not resolve"), "{e}");
+        assert_eq!(
+            refused, None,
+            "a name that resolves to nothing is not refused"
+        );
+        assert_eq!(
+            checked_addresses("rebind.example", 80, &dns)
+                .await
+                .unwrap_err()
+                .refused
+                .as_deref(),
+            Some("dns: rebind.example resolves to a private address 127.0.0.1")
+        );
         // Only the public answer of a mixed name is used.
         assert_eq!(
             checked_addresses("mixed.example", 443, &dns).await.unwrap(),

@@ -27,13 +27,14 @@ mod live_handles;
 mod output;
 mod plugin;
 mod provided;
+mod refusals;
 mod sandbox;
 mod wasi_overrides;
 
 pub use cache::compiled_file_name;
 pub use cordon_core::{
-    Ceiling, CompiledPin, Content, Grants, LimitKind, Limits, ReservedPaths, ToolDescriptor,
-    ToolError,
+    CallReport, Ceiling, CompiledPin, Content, Grants, LimitKind, Limits, ReservedPaths,
+    ToolDescriptor, ToolError,
 };
 pub use engine::{CompileEvent, DEFAULT_MAX_INSTANCES, Runtime, RuntimeConfig};
 pub use error::{CallError, Denial, EngineError, NotAComponent, NotAPlugin, RuntimeError};

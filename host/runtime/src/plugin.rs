@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cordon_core::{
-    Ceiling, CompiledPin, Content, LimitKind, Limits, ToolDescriptor, ToolError, ToolErrorKind,
-    ToolHints, format_bytes, format_bytes_rounded,
+    CallReport, Ceiling, CompiledPin, Content, LimitKind, Limits, ToolDescriptor, ToolError,
+    ToolErrorKind, ToolHints, format_bytes, format_bytes_rounded,
 };
 use wasmtime::{Store, UpdateDeadline};
 
@@ -99,7 +99,7 @@ impl Plugin {
             ..Sandbox::default()
         };
         let raw = self
-            .run(&sandbox, |bindings, store| {
+            .run(&sandbox, &mut CallReport::default(), |bindings, store| {
                 Box::pin(async move { bindings.cordon_tool_tools().call_list_tools(store).await })
             })
             .await?
@@ -150,21 +150,65 @@ impl Plugin {
             limits: *limits,
             ..Sandbox::default()
         };
-        self.run(&sandbox, |_, _| Box::pin(async { Ok(()) }))
-            .await
-            .map(|_| ())
+        self.run(&sandbox, &mut CallReport::default(), |_, _| {
+            Box::pin(async { Ok(()) })
+        })
+        .await
+        .map(|_| ())
     }
 
     /// Runs `tool` with `arguments` (JSON text) in a fresh instance set up from `sandbox`.
     ///
     /// Grants the plugin's ceiling does not permit are refused before anything runs; the
     /// argument size is checked before instantiating; memory, time, output and log are
-    /// limited while it runs.
+    /// limited while it runs. [`Plugin::call_tool_reported`] also says what the call measured
+    /// and was refused.
     pub async fn call_tool(
         &self,
         sandbox: &Sandbox,
         tool: &str,
         arguments: &str,
+    ) -> Result<ToolOutput, CallError> {
+        self.call_tool_reported(sandbox, tool, arguments).await.0
+    }
+
+    /// [`Plugin::call_tool`], with what the sandbox measured and refused during the call, for
+    /// an audit log: its wall-clock time (store set-up included), the peak of its linear memory
+    /// (0 when it was refused before an instance started) and one line per refusal: a path
+    /// that leaves a grant, a write under a read-only grant, an HTTP origin, TCP address or
+    /// resolved address that was not granted, and grants refused before the call
+    /// ([`CallError::Denied`]).
+    ///
+    /// The report comes beside the result rather than inside it because every call has one,
+    /// whichever way it ended, and neither [`ToolOutput`] nor [`CallError`] (which callers
+    /// match and show) should carry it: a pair keeps both types as they are and destructures
+    /// as `let (result, report) = …`.
+    pub async fn call_tool_reported(
+        &self,
+        sandbox: &Sandbox,
+        tool: &str,
+        arguments: &str,
+    ) -> (Result<ToolOutput, CallError>, CallReport) {
+        let started = Instant::now();
+        let mut report = CallReport::default();
+        let result = self
+            .call_tool_into(sandbox, tool, arguments, &mut report)
+            .await;
+        if let Err(CallError::Denied(denial)) = &result {
+            report.refuse(format!("grant: {denial}"));
+        }
+        report.duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+        (result, report)
+    }
+
+    /// The call of [`Plugin::call_tool_reported`], filling `report` with the instance's peak
+    /// memory and refusals.
+    async fn call_tool_into(
+        &self,
+        sandbox: &Sandbox,
+        tool: &str,
+        arguments: &str,
+        report: &mut CallReport,
     ) -> Result<ToolOutput, CallError> {
         self.ceiling()
             .permit_all(sandbox.grants.iter())
@@ -182,7 +226,7 @@ impl Plugin {
         }
         let (tool_owned, args_owned) = (tool.to_string(), arguments.to_string());
         let (result, stderr, stderr_truncated) = self
-            .run(sandbox, move |bindings, store| {
+            .run(sandbox, report, move |bindings, store| {
                 Box::pin(async move {
                     bindings
                         .cordon_tool_tools()
@@ -260,9 +304,15 @@ impl Plugin {
     }
 
     /// Instantiates a fresh instance and runs `f` in it under the sandbox's limits; returns
-    /// what `f` returned plus the captured output. The store is dropped afterwards whatever
+    /// what `f` returned plus the captured output, and puts what the sandbox measured and
+    /// refused into `report` however the call ended. The store is dropped afterwards whatever
     /// happened, so nothing (in particular a trapped instance) is ever reused.
-    async fn run<R, F>(&self, sandbox: &Sandbox, f: F) -> Result<(R, String, bool), CallError>
+    async fn run<R, F>(
+        &self,
+        sandbox: &Sandbox,
+        report: &mut CallReport,
+        f: F,
+    ) -> Result<(R, String, bool), CallError>
     where
         R: Send,
         F: for<'a> FnOnce(
@@ -294,6 +344,7 @@ impl Plugin {
         // The epoch callback stops running guest code at the deadline; this timeout also stops
         // a guest blocked in a host call (a slow HTTP server, a sleep).
         let outcome = tokio::time::timeout(limits.time, work).await;
+        store.data_mut().report_into(report);
         let data = store.data();
         // What the plugin wrote last says where it was when it was stopped or crashed.
         let with_last_output = |msg: String| match data.out.pipe.last_lines(LAST_OUTPUT_LINES) {

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cordon_core::{FsMode, Grants, Limits, ReservedPaths};
+use cordon_core::{CallReport, FsMode, Grants, Limits, ReservedPaths};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -20,6 +20,7 @@ use crate::caps::{MAX_HANDLES_PER_CALL, MAX_HTTP_FIELDS_BYTES, MAX_TABLE_ELEMENT
 use crate::error::CallError;
 use crate::http_policy::HttpPolicy;
 use crate::output::{CappedPipe, LogSink};
+use crate::refusals::Refusals;
 use crate::wasi_overrides::filesystem_preopens::open_granted;
 use crate::wasi_overrides::{
     ALLOW_BLOCKING_CURRENT_THREAD, FsOverrides, NetOverrides, OverrideParts, OverrideView,
@@ -72,6 +73,13 @@ impl Limiter {
     pub(crate) fn limit(&self) -> u64 {
         self.limit
     }
+
+    /// The most linear memory the instance has held at once. What it holds now is that
+    /// maximum: linear memory only grows (WebAssembly cannot shrink a memory), and none of an
+    /// instance's memories is freed before its store is dropped.
+    pub(crate) fn peak(&self) -> u64 {
+        self.used
+    }
 }
 
 impl wasmtime::ResourceLimiter for Limiter {
@@ -122,6 +130,9 @@ pub(crate) struct HostState {
     net: NetState,
     pub(crate) budget: Budget,
     pub(crate) out: CallOutput,
+    /// What the sandbox refused the call, noted where each refusal is made, for its report.
+    /// (The HTTP policy, which wasmtime-wasi-http borrows alone, keeps its own.)
+    refused: Refusals,
 }
 
 /// Cordon's side of `wasi:filesystem` and `cordon:tool/bulk-read` in one call: the granted
@@ -185,6 +196,7 @@ impl OverrideView for HostState {
             fs: &mut self.fs.overrides,
             net: &mut self.net.overrides,
             plugin: &self.out.log.plugin,
+            refused: &mut self.refused,
         }
     }
 }
@@ -198,7 +210,18 @@ impl BulkReadView for HostState {
             preopens: self.fs.overrides.preopens(),
             memory_limit: self.budget.limiter.limit(),
             deadline: self.budget.deadline,
+            refused: &mut self.refused,
         }
+    }
+}
+
+impl HostState {
+    /// Puts what the sandbox measured and refused so far into `report`: the peak of linear
+    /// memory, and every refusal noted (which is moved, so a second call adds nothing twice).
+    pub(crate) fn report_into(&mut self, report: &mut CallReport) {
+        report.peak_memory = self.budget.limiter.peak();
+        self.refused.drain_into(report);
+        self.net.hooks.refused.drain_into(report);
     }
 }
 
@@ -249,12 +272,15 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
     }
 
     let tcp: HashSet<SocketAddr> = sandbox.grants.tcp_addrs().collect();
+    let mut refused = Refusals::default();
     b.allow_udp(false).allow_ip_name_lookup(false);
     if tcp.is_empty() {
         b.allow_tcp(false);
     } else {
         let tcp = Arc::new(tcp);
         let plugin_name = plugin.clone();
+        // wasmtime-wasi calls the check from a connect it runs without the store.
+        let refusals = refused.shared();
         b.allow_tcp(true).socket_addr_check(move |addr, use_| {
             let allowed = match use_ {
                 SocketAddrUse::TcpConnect => tcp.contains(&addr),
@@ -264,6 +290,12 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
             };
             if !allowed {
                 tracing::warn!(target: "cordon::sandbox", plugin = %plugin_name, %addr, ?use_, "refused socket address");
+                refusals.refuse(match use_ {
+                    SocketAddrUse::TcpConnect => format!("tcp: {addr} (not granted)"),
+                    SocketAddrUse::TcpBind => format!("tcp: binding {addr} (not granted)"),
+                    SocketAddrUse::TcpListen => format!("tcp: listening on {addr} (not granted)"),
+                    other => format!("tcp: {other:?} {addr} (not granted)"),
+                });
             }
             Box::pin(async move { allowed })
         });
@@ -308,5 +340,6 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
             pipe: output,
             log: LogSink::new(usize::try_from(limits.log).unwrap_or(usize::MAX), plugin),
         },
+        refused,
     })
 }

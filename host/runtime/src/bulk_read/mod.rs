@@ -48,6 +48,7 @@ use std::time::Instant;
 
 use wasmtime::component::ResourceTable;
 
+use crate::refusals::{Refusals, SharedRefusals};
 use crate::wasi_overrides::filesystem_preopens::Preopen;
 
 mod host;
@@ -79,6 +80,9 @@ pub(crate) struct BulkReadParts<'a> {
     pub(crate) memory_limit: u64,
     /// When the call's time runs out: a take waits no longer.
     pub(crate) deadline: Instant,
+    /// What the call was refused, for its report; readers note paths they refuse through a
+    /// handle of it, from their worker threads.
+    pub(crate) refused: &'a mut Refusals,
 }
 
 /// Why one queued file was not read (the WIT `read-error`).
@@ -136,4 +140,6 @@ struct Source {
     max_size: u64,
     /// A sifting reader's needles.
     sieve: Option<Sieve>,
+    /// Where paths refused as outside the grants are noted, for the call's report.
+    refused: SharedRefusals,
 }

@@ -54,7 +54,12 @@ pub(super) fn read_file(source: &Source, path: &str) -> Result<Vec<u8>, ReadErro
 /// Opens the regular file at guest path `path` and returns it with its size, if it may be
 /// read whole.
 pub(super) fn open_regular(source: &Source, path: &str) -> Result<(HostFile, u64), ReadError> {
-    let (root, below) = resolve(&source.roots, path).ok_or(ReadError::NotGranted)?;
+    let Some((root, below)) = resolve(&source.roots, path) else {
+        source
+            .refused
+            .refuse(format!("path: {path} is outside the grants (bulk read)"));
+        return Err(ReadError::NotGranted);
+    };
     if below.is_empty() {
         // The granted directory itself.
         return Err(ReadError::NotAFile);
@@ -68,8 +73,16 @@ pub(super) fn open_regular(source: &Source, path: &str) -> Result<(HostFile, u64
         let flags = rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY;
         options.custom_flags(flags.bits() as i32);
     }
-    let file =
-        cap_primitives::fs::open(&root.dir, Path::new(&below), &options).map_err(read_error)?;
+    let file = cap_primitives::fs::open(&root.dir, Path::new(&below), &options).map_err(|e| {
+        let e = read_error(e);
+        if e == ReadError::NotGranted {
+            source.refused.refuse(format!(
+                "path: {path} escapes the grant at /{} (bulk read)",
+                root.guest.join("/")
+            ));
+        }
+        e
+    })?;
     let metadata = file.metadata().map_err(read_error)?;
     if !metadata.is_file() {
         return Err(ReadError::NotAFile);

@@ -282,7 +282,7 @@ fn start_workers(shared: &Arc<Shared>, source: &Arc<Source>, workers: usize) -> 
 
 impl Reader {
     pub(super) fn new(
-        parts: &BulkReadParts<'_>,
+        parts: &mut BulkReadParts<'_>,
         max_size: u64,
         sieve: Option<Sieve>,
     ) -> wasmtime::Result<Reader> {
@@ -290,6 +290,7 @@ impl Reader {
             roots: roots(parts.preopens),
             max_size: max_size.min(parts.memory_limit),
             sieve,
+            refused: parts.refused.shared(),
         });
         let slot = parts.budget.threaded.clone();
         let mut mode = Mode::Inline(VecDeque::new());

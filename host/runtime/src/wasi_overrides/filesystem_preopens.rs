@@ -82,6 +82,97 @@ pub(crate) fn open_granted(
     })
 }
 
+/// Where a path the guest named below a directory descriptor lies, as the guest sees it: for
+/// the lines of a call's report.
+pub(crate) struct Located<'p> {
+    /// The path from the guest's root (`/data/sub/../x`), or as the guest gave it when the
+    /// directory's place is unknown.
+    pub(crate) path: String,
+    /// The guest path of the grant the directory lies in, when known.
+    pub(crate) grant: Option<&'p str>,
+}
+
+impl Located<'_> {
+    /// `<path> … at <grant>`, or the path alone when the grant is unknown: for the lines of a
+    /// call's report (`escapes the grant at /data`, `under a read-only grant at /data`).
+    pub(crate) fn grant_phrase(&self, what: &str) -> String {
+        match self.grant {
+            Some(grant) => format!("{} {what} at {grant}", self.path),
+            None => format!("{} (below a directory the plugin opened) {what}", self.path),
+        }
+    }
+}
+
+/// Finds where `path`, opened below `dir`, lies among the call's granted directories: `dir` is
+/// one of them itself, or (on Linux) lies below one, found by the path the system gives its
+/// descriptor. Costs system calls: for refusals only, never on the way of an open.
+pub(crate) fn locate<'p>(preopens: &'p [Preopen], dir: &Dir, path: &str) -> Located<'p> {
+    let (grant, below) = match preopens
+        .iter()
+        .find(|p| std::sync::Arc::ptr_eq(&p.dir.dir, &dir.dir))
+    {
+        Some(p) => (Some(p), String::new()),
+        None => match below_a_preopen(preopens, dir) {
+            Some((p, below)) => (Some(p), below),
+            None => (None, String::new()),
+        },
+    };
+    let Some(grant) = grant else {
+        return Located {
+            path: path.to_string(),
+            grant: None,
+        };
+    };
+    let guest = if path.starts_with('/') {
+        path.to_string()
+    } else {
+        join(&join(&grant.guest_path, &below), path)
+    };
+    Located {
+        path: guest,
+        grant: Some(&grant.guest_path),
+    }
+}
+
+/// `base/rest`, with one slash between them.
+fn join(base: &str, rest: &str) -> String {
+    if rest.is_empty() {
+        base.to_string()
+    } else if base.ends_with('/') {
+        format!("{base}{rest}")
+    } else {
+        format!("{base}/{rest}")
+    }
+}
+
+/// The granted directory `dir` lies below and its path from there, by the paths the system
+/// gives their descriptors now.
+#[cfg(target_os = "linux")]
+fn below_a_preopen<'p>(preopens: &'p [Preopen], dir: &Dir) -> Option<(&'p Preopen, String)> {
+    use std::os::fd::AsRawFd;
+    let host_path =
+        |file: &File| std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok();
+    let here = host_path(&dir.dir)?;
+    preopens
+        .iter()
+        .filter_map(|p| {
+            let root = host_path(&p.dir.dir)?;
+            let below = here.strip_prefix(&root).ok()?;
+            Some((
+                p,
+                root.as_os_str().len(),
+                below.to_string_lossy().into_owned(),
+            ))
+        })
+        .max_by_key(|(_, root_len, _)| *root_len)
+        .map(|(p, _, below)| (p, below))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn below_a_preopen<'p>(_: &'p [Preopen], _: &Dir) -> Option<(&'p Preopen, String)> {
+    None
+}
+
 /// Opens the directory at the absolute path `path` as wasmtime-wasi opens a preopen (a path
 /// handle, `O_PATH`), failing if any component of the path is a symbolic link.
 #[cfg(target_os = "linux")]
@@ -160,4 +251,71 @@ pub(crate) fn shadow<T: OverrideView>(linker: &mut Linker<T>) -> wasmtime::Resul
             Ok((out,))
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn preopen(dir: &Path, guest: &str) -> Preopen {
+        let grant: cordon_core::Grant = format!("fs:{}:{guest}:ro", dir.display()).parse().unwrap();
+        let cordon_core::Grant::Fs(grant) = grant.resolve().unwrap() else {
+            unreachable!()
+        };
+        open_granted(&grant, &ReservedPaths::none()).unwrap()
+    }
+
+    fn dir(path: &Path) -> Dir {
+        let file = File::open(path).unwrap();
+        Dir::new(
+            file,
+            FsPerms::ReadOnly,
+            OpenMode::READ,
+            ALLOW_BLOCKING_CURRENT_THREAD,
+        )
+    }
+
+    #[test]
+    fn refused_paths_are_named_as_the_guest_sees_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        for d in ["data/sub", "other", "elsewhere"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let preopens = [
+            preopen(&root.join("data"), "/data"),
+            preopen(&root.join("other"), "/"),
+        ];
+
+        // Opened from a granted directory itself.
+        let at = locate(&preopens, &preopens[0].dir, "../x");
+        assert_eq!((at.path.as_str(), at.grant), ("/data/../x", Some("/data")));
+        assert_eq!(
+            at.grant_phrase("escapes the grant"),
+            "/data/../x escapes the grant at /data"
+        );
+        let at = locate(&preopens, &preopens[1].dir, "../x");
+        assert_eq!((at.path.as_str(), at.grant), ("/../x", Some("/")));
+        // An absolute path is the guest's own.
+        let at = locate(&preopens, &preopens[0].dir, "/etc/passwd");
+        assert_eq!((at.path.as_str(), at.grant), ("/etc/passwd", Some("/data")));
+
+        // Opened from a directory below one: found by its path on Linux.
+        let at = locate(&preopens, &dir(&root.join("data/sub")), "../../x");
+        #[cfg(target_os = "linux")]
+        assert_eq!(
+            (at.path.as_str(), at.grant),
+            ("/data/sub/../../x", Some("/data"))
+        );
+        #[cfg(not(target_os = "linux"))]
+        assert_eq!((at.path.as_str(), at.grant), ("../../x", None));
+
+        // A directory in no grant: the path as given.
+        let at = locate(&preopens, &dir(&root.join("elsewhere")), "x");
+        assert_eq!((at.path.as_str(), at.grant), ("x", None));
+        assert_eq!(
+            at.grant_phrase("escapes the grant"),
+            "x (below a directory the plugin opened) escapes the grant"
+        );
+    }
 }

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use crate::error::EngineError;
 #[cfg(unix)]
 use crate::live_handles::Created;
+use crate::refusals::Refusals;
 use filesystem_preopens::Preopen;
 use filesystem_types::file_streams::FileStreams;
 #[cfg(unix)]
@@ -61,6 +62,9 @@ pub(crate) struct OverrideParts<'a> {
     pub(crate) net: &'a mut NetOverrides,
     /// The plugin's name, for the host log's warnings.
     pub(crate) plugin: &'a str,
+    /// What the call was refused, for its report: a replacement that refuses the guest by its
+    /// grants notes it here, where it answers with the error.
+    pub(crate) refused: &'a mut Refusals,
 }
 
 /// What the `wasi:filesystem` replacements keep in one call: the granted directories it opened,

@@ -12,6 +12,11 @@
 //! A socket counts while its resource is in the call's table. Its streams are the socket's
 //! children there, so the socket cannot be dropped before them: a connection counts as long
 //! as anything of it is still in the guest's hands.
+//!
+//! A call without any TCP grant is refused the socket itself (`access-denied`, by
+//! wasmtime-wasi): that refusal is noted for the call's report here, where it is answered. (An
+//! address that is not granted is refused, and noted, by the check the sandbox gives
+//! wasmtime-wasi.)
 
 use wasmtime::StoreContextMut;
 use wasmtime::component::Linker;
@@ -63,7 +68,16 @@ pub(crate) fn shadow<T: OverrideView>(linker: &mut Linker<T>) -> wasmtime::Resul
             let mut sockets = state.sockets();
             let created = match sockets.create_tcp_socket(family) {
                 Ok(socket) => socket,
-                Err(e) => return Ok((Err(sockets.convert_error_code(e)?),)),
+                Err(e) => {
+                    let code = sockets.convert_error_code(e)?;
+                    if matches!(code, ErrorCode::AccessDenied) {
+                        state
+                            .overrides()
+                            .refused
+                            .refuse("tcp: a socket (the plugin has no TCP grant)".to_string());
+                    }
+                    return Ok((Err(code),));
+                }
             };
             state.overrides().net.tcp_sockets.created.record(&created);
             Ok((Ok(created),))

@@ -14,4 +14,5 @@ mod load;
 mod log_alias;
 mod net_env;
 mod pipe_race;
+mod report;
 mod runaway;

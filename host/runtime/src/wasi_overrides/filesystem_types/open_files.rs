@@ -28,6 +28,10 @@
 //! What counts is the host file, not the guest's handle to it: a stream taken from a
 //! descriptor (`read-via-stream` …) shares the descriptor's file and keeps it open after the
 //! descriptor is dropped, so a file counts until its last user is gone.
+//!
+//! An open the grant refuses (a path that leads out of its directory, a write or create under
+//! a read-only grant) or that finds a pipe is noted for the call's report where it is refused,
+//! with the path as the guest sees it.
 
 use std::fs::File;
 use std::sync::{Arc, Weak};
@@ -40,6 +44,7 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
 };
 
 use crate::caps::MAX_OPEN_FILES_PER_CALL;
+use crate::wasi_overrides::filesystem_preopens::locate;
 use crate::wasi_overrides::{OverrideParts, OverrideView, WASI_FILESYSTEM_TYPES};
 
 /// The host files a call opened, as long as anything (descriptor or stream) still uses them.
@@ -61,6 +66,69 @@ impl OpenFiles {
         }
         self.files.len() < MAX_OPEN_FILES_PER_CALL
     }
+}
+
+/// Why an open failed: the guest gets [`OpenError::code`]; the call's report notes the
+/// refusals of the grant itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpenError {
+    /// Refused by the system or by the open's own rules, passed on as is.
+    Code(ErrorCode),
+    /// The path leads outside the directory it is opened below (`..`, an absolute path, a
+    /// symbolic link that points out): `not-permitted`, as wasmtime-wasi answers.
+    Escapes,
+    /// A write or create below a read-only grant: `not-permitted`, before the system sees the
+    /// path.
+    ReadOnly,
+    /// A named pipe or socket: `unsupported` (see the module documentation).
+    Pipe,
+}
+
+impl OpenError {
+    /// What the guest is told.
+    fn code(self) -> ErrorCode {
+        match self {
+            OpenError::Code(code) => code,
+            OpenError::Escapes | OpenError::ReadOnly => ErrorCode::NotPermitted,
+            OpenError::Pipe => ErrorCode::Unsupported,
+        }
+    }
+}
+
+impl From<ErrorCode> for OpenError {
+    fn from(code: ErrorCode) -> OpenError {
+        OpenError::Code(code)
+    }
+}
+
+impl From<std::io::Error> for OpenError {
+    fn from(e: std::io::Error) -> OpenError {
+        OpenError::Code(ErrorCode::from(e))
+    }
+}
+
+/// Notes a refused open of `path` below `dir` in the call's report; any other failure is the
+/// guest's business.
+fn note_refusal(
+    parts: &mut OverrideParts<'_>,
+    dir: &Resource<Descriptor>,
+    path: &str,
+    refused: OpenError,
+) -> wasmtime::Result<()> {
+    if let OpenError::Code(_) = refused {
+        return Ok(());
+    }
+    let Descriptor::Dir(dir) = parts.table.get(dir)? else {
+        return Ok(());
+    };
+    let at = locate(parts.fs.preopens(), dir, path);
+    parts.refused.refuse(match refused {
+        OpenError::Escapes => format!("path: {}", at.grant_phrase("escapes the grant")),
+        OpenError::ReadOnly => format!("write: {}", at.grant_phrase("under a read-only grant")),
+        OpenError::Pipe => format!("path: {} is a named pipe or socket (not opened)", at.path),
+        OpenError::Code(_) => return Ok(()),
+    });
+    Ok(())
 }
 
 /// Whether `path` names a named pipe (FIFO) or socket, as far as a `stat` can tell now.
@@ -89,8 +157,8 @@ async fn names_a_pipe(
     )
 }
 
-/// Opens `path` beneath `dir` for the guest: a new descriptor in the call's table, or the
-/// error the guest gets. `Ok(Err(_))` is the guest's answer; `Err` traps.
+/// Opens `path` beneath `dir` for the guest: a new descriptor in the call's table, or why
+/// not. `Ok(Err(_))` is the guest's answer; `Err` traps.
 async fn open(
     state: &mut impl OverrideView,
     dir: &Resource<Descriptor>,
@@ -98,13 +166,13 @@ async fn open(
     path: &str,
     open_flags: OpenFlags,
     flags: DescriptorFlags,
-) -> wasmtime::Result<Result<Resource<Descriptor>, ErrorCode>> {
+) -> wasmtime::Result<Result<Resource<Descriptor>, OpenError>> {
     if !names_a_pipe(state, dir, path_flags, path, open_flags).await {
         #[cfg(unix)]
         {
             let parent = match state.overrides().table.get(dir)? {
                 Descriptor::Dir(parent) => parent.clone(),
-                Descriptor::File(_) => return Ok(Err(ErrorCode::NotDirectory)),
+                Descriptor::File(_) => return Ok(Err(ErrorCode::NotDirectory.into())),
             };
             match nonblocking::open(&parent, path_flags, path, open_flags, flags) {
                 Ok(nonblocking::Opened::Descriptor(opened)) => {
@@ -119,6 +187,10 @@ async fn open(
         #[cfg(not(unix))]
         {
             use wasmtime_wasi::p2::bindings::filesystem::types::Host;
+            let read_only = match state.overrides().table.get(dir)? {
+                Descriptor::Dir(parent) => parent.perms.write_not_permitted(),
+                Descriptor::File(_) => false,
+            };
             let base = Resource::<Descriptor>::new_borrow(dir.rep());
             let opened = HostDescriptor::open_at(
                 &mut state.filesystem(),
@@ -129,10 +201,21 @@ async fn open(
                 flags,
             )
             .await;
-            return match opened {
-                Ok(fd) => Ok(Ok(fd)),
-                Err(e) => Ok(Err(Host::convert_error_code(&mut state.filesystem(), e)?)),
+            let code = match opened {
+                Ok(fd) => return Ok(Ok(fd)),
+                Err(e) => Host::convert_error_code(&mut state.filesystem(), e)?,
             };
+            // wasmtime-wasi answers both of the grant's refusals with `not-permitted`: a write
+            // under a read-only grant before the system sees the path, else a path that leaves
+            // the directory (the system's own `EPERM` is rare for an open, and then taken for
+            // one).
+            let writes = open_flags.intersects(OpenFlags::CREATE | OpenFlags::TRUNCATE)
+                || flags.contains(DescriptorFlags::WRITE);
+            return Ok(Err(match code {
+                ErrorCode::NotPermitted if read_only && writes => OpenError::ReadOnly,
+                ErrorCode::NotPermitted => OpenError::Escapes,
+                code => OpenError::Code(code),
+            }));
         }
     }
     let OverrideParts { fs, plugin, .. } = state.overrides();
@@ -144,7 +227,7 @@ async fn open(
              other end, where no time limit can stop it"
         );
     }
-    Ok(Err(ErrorCode::Unsupported))
+    Ok(Err(OpenError::Pipe))
 }
 
 /// Replaces wasmtime-wasi's `open-at` in `linker`; shadowing must be allowed by the caller.
@@ -187,7 +270,10 @@ pub(crate) fn shadow<T: OverrideView>(linker: &mut Linker<T>) -> wasmtime::Resul
                 }
                 let fd = match open(state, &dir, path_flags, &path, open_flags, flags).await? {
                     Ok(fd) => fd,
-                    Err(code) => return Ok((Err(code),)),
+                    Err(failed) => {
+                        note_refusal(&mut state.overrides(), &dir, &path, failed)?;
+                        return Ok((Err(failed.code()),));
+                    }
                 };
                 let mut parts = state.overrides();
                 let file = match parts.table.get(&fd)? {
@@ -226,6 +312,7 @@ mod nonblocking {
         DescriptorFlags, ErrorCode, OpenFlags, PathFlags,
     };
 
+    use super::OpenError;
     use crate::wasi_overrides::ALLOW_BLOCKING_CURRENT_THREAD;
 
     /// What an open found.
@@ -243,7 +330,7 @@ mod nonblocking {
         path: &str,
         open_flags: OpenFlags,
         flags: DescriptorFlags,
-    ) -> Result<Opened, ErrorCode> {
+    ) -> Result<Opened, OpenError> {
         let mut options = OpenOptions::new();
         let mut mode = OpenMode::empty();
         let creates = open_flags.contains(OpenFlags::CREATE);
@@ -283,16 +370,16 @@ mod nonblocking {
                 | DescriptorFlags::DATA_INTEGRITY_SYNC
                 | DescriptorFlags::REQUESTED_WRITE_SYNC,
         ) {
-            return Err(ErrorCode::Unsupported);
+            return Err(ErrorCode::Unsupported.into());
         }
         if open_flags.contains(OpenFlags::DIRECTORY)
             && open_flags.intersects(OpenFlags::CREATE | OpenFlags::EXCLUSIVE | OpenFlags::TRUNCATE)
         {
-            return Err(ErrorCode::Invalid);
+            return Err(ErrorCode::Invalid.into());
         }
         // The grant's permissions before the system sees the path.
         if parent.perms.write_not_permitted() && (creates || mode.contains(OpenMode::WRITE)) {
-            return Err(ErrorCode::NotPermitted);
+            return Err(OpenError::ReadOnly);
         }
         // Nothing to wait for; and a terminal must not become the host's controlling one.
         options.custom_flags((OFlags::NONBLOCK | OFlags::NOCTTY).bits() as i32);
@@ -302,10 +389,14 @@ mod nonblocking {
                     // A pipe opened for writing that nobody reads (or a socket, or a device without
                     // its hardware): what the system says, where wasmtime-wasi's table has only
                     // "i/o error".
-                    Some(Errno::NXIO) => ErrorCode::NoSuchDevice,
+                    Some(Errno::NXIO) => ErrorCode::NoSuchDevice.into(),
                     // A conflicting lease (see the module documentation).
-                    Some(Errno::AGAIN) => ErrorCode::WouldBlock,
-                    _ => ErrorCode::from(e),
+                    Some(Errno::AGAIN) => ErrorCode::WouldBlock.into(),
+                    // cap-primitives' refusal of a path that leaves the directory (its own
+                    // resolution's, or the kernel's `EXDEV` from `RESOLVE_BENEATH` turned into
+                    // it): a permission error no system call returned.
+                    None if e.kind() == std::io::ErrorKind::PermissionDenied => OpenError::Escapes,
+                    _ => e.into(),
                 }
             })?;
         let kind = file.metadata()?.file_type();
@@ -314,7 +405,7 @@ mod nonblocking {
             return Ok(Opened::Descriptor(Descriptor::Dir(dir)));
         }
         if open_flags.contains(OpenFlags::DIRECTORY) {
-            return Err(ErrorCode::NotDirectory);
+            return Err(ErrorCode::NotDirectory.into());
         }
         if kind.is_fifo() || kind.is_socket() {
             return Ok(Opened::Pipe);
@@ -337,12 +428,23 @@ mod nonblocking {
             Dir::new(handle, perms, OpenMode::READ, ALLOW_BLOCKING_CURRENT_THREAD)
         }
 
+        /// The open, with the error code the guest gets.
         fn open_at(
             dir: &Dir,
             path: &str,
             open: OpenFlags,
             flags: DescriptorFlags,
         ) -> Result<Opened, ErrorCode> {
+            refused_open_at(dir, path, open, flags).map_err(OpenError::code)
+        }
+
+        /// The open, with why it failed.
+        fn refused_open_at(
+            dir: &Dir,
+            path: &str,
+            open: OpenFlags,
+            flags: DescriptorFlags,
+        ) -> Result<Opened, OpenError> {
             super::open(dir, PathFlags::SYMLINK_FOLLOW, path, open, flags)
         }
 
@@ -384,6 +486,8 @@ mod nonblocking {
             ] {
                 let refused = open_at(&dir, "new", open, flags).err();
                 assert_eq!(refused, Some(ErrorCode::NotPermitted), "{open:?} {flags:?}");
+                let why = refused_open_at(&dir, "new", open, flags).err();
+                assert_eq!(why, Some(OpenError::ReadOnly), "{open:?} {flags:?}");
             }
             assert!(!tmp.path().join("new").exists());
         }
@@ -456,7 +560,14 @@ mod nonblocking {
             for path in ["../outside", "link", "/etc/passwd"] {
                 let opened = open_at(&dir, path, OpenFlags::empty(), DescriptorFlags::READ);
                 assert!(opened.is_err(), "{path} was opened");
+                let why = refused_open_at(&dir, path, OpenFlags::empty(), DescriptorFlags::READ);
+                assert_eq!(why.err(), Some(OpenError::Escapes), "{path}");
+                assert_eq!(OpenError::Escapes.code(), ErrorCode::NotPermitted);
             }
+            // A name that is not there is the system's answer, not the grant's.
+            let missing =
+                refused_open_at(&dir, "nothing", OpenFlags::empty(), DescriptorFlags::READ);
+            assert_eq!(missing.err(), Some(OpenError::Code(ErrorCode::NoEntry)));
         }
     }
 }

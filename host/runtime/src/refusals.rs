@@ -1,0 +1,150 @@
+//! What the sandbox refused one call, for its [`CallReport`].
+//!
+//! A refusal is noted where the host produces the error it answers with (a path that leaves a
+//! grant, a write under a read-only grant, an origin or address that was not granted), never by
+//! checking anything on the way of a call that is refused nothing: a call that refuses nothing
+//! pays nothing, and allocates nothing, for its report.
+//!
+//! Code that runs with the call's store in hand (the WASI replacements, bulk-read's calls, the
+//! HTTP policy's check) notes into a [`Refusals`] it is lent. Code that runs where the store is
+//! out of reach (the TCP address check wasmtime-wasi calls from its connect, the DNS check of an
+//! HTTP request wasmtime-wasi-http polls on its own, bulk-read's worker threads) notes into a
+//! [`SharedRefusals`] handed out by a [`Refusals`]; it is made on first need, and what it holds
+//! joins the report when the call ends.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use cordon_core::CallReport;
+
+use crate::caps::MAX_REFUSAL_LINE_BYTES;
+
+/// The refusals one part of a call's store noted, and the handle it gave out to code that
+/// notes without the store.
+#[derive(Default)]
+pub(crate) struct Refusals {
+    /// Refusals noted with the store in hand (capped and deduplicated by
+    /// [`CallReport::refuse`]; only its refusal fields are used).
+    noted: CallReport,
+    /// The handle given to code that runs without the store, once any asked for one.
+    shared: Option<SharedRefusals>,
+}
+
+impl Refusals {
+    /// Notes one refusal, one human line (`write: /data/x under a read-only grant at /data`).
+    pub(crate) fn refuse(&mut self, line: String) {
+        self.noted.refuse(shortened(line));
+    }
+
+    /// A handle for code that notes refusals where this store is out of reach; the same one
+    /// every time, so the call's refusals stay in one place.
+    pub(crate) fn shared(&mut self) -> SharedRefusals {
+        self.shared.get_or_insert_with(Default::default).clone()
+    }
+
+    /// Moves everything noted so far into `report` (its cap and deduplication apply to the
+    /// whole call, across the parts that noted).
+    pub(crate) fn drain_into(&mut self, report: &mut CallReport) {
+        merge(report, std::mem::take(&mut self.noted));
+        if let Some(shared) = &self.shared {
+            shared.drain_into(report);
+        }
+    }
+}
+
+/// Refusals noted where the call's store is out of reach, shared with the [`Refusals`] that
+/// handed it out. Cheap to clone.
+#[derive(Clone, Default)]
+pub(crate) struct SharedRefusals(Arc<Mutex<CallReport>>);
+
+impl SharedRefusals {
+    /// Notes one refusal (see [`Refusals::refuse`]).
+    pub(crate) fn refuse(&self, line: String) {
+        // A panic while the lock was held cannot leave a report half-changed in a way that
+        // matters: keep noting.
+        let line = shortened(line);
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .refuse(line);
+    }
+
+    fn drain_into(&self, report: &mut CallReport) {
+        let taken = std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner));
+        merge(report, taken);
+    }
+}
+
+/// `line`, cut to at most [`MAX_REFUSAL_LINE_BYTES`] (at a character boundary, ending in `…`).
+fn shortened(mut line: String) -> String {
+    if line.len() > MAX_REFUSAL_LINE_BYTES {
+        const ELLIPSIS: &str = "…";
+        let end = line.floor_char_boundary(MAX_REFUSAL_LINE_BYTES - ELLIPSIS.len());
+        line.truncate(end);
+        line.push_str(ELLIPSIS);
+    }
+    line
+}
+
+/// Adds the refusals of `from` to `report`. A line `from` dropped for its own cap is counted
+/// as dropped even if `report` holds the same line: the count may then be one high, never low.
+fn merge(report: &mut CallReport, from: CallReport) {
+    for line in from.refused {
+        report.refuse(line);
+    }
+    report.refusals_dropped += from.refusals_dropped;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cordon_core::MAX_REFUSALS_RECORDED;
+
+    #[test]
+    fn noted_and_shared_refusals_join_one_report() {
+        let mut refusals = Refusals::default();
+        refusals.refuse("path: a".into());
+        let shared = refusals.shared();
+        let from_a_thread = refusals.shared();
+        std::thread::spawn(move || from_a_thread.refuse("tcp: b".into()))
+            .join()
+            .unwrap();
+        shared.refuse("path: a".into());
+        let mut report = CallReport::default();
+        refusals.drain_into(&mut report);
+        assert_eq!(report.refused, vec!["path: a", "tcp: b"]);
+        assert_eq!(report.refusals_dropped, 0);
+        // Drained: nothing is reported twice.
+        let mut again = CallReport::default();
+        refusals.drain_into(&mut again);
+        assert_eq!(again, CallReport::default());
+    }
+
+    #[test]
+    fn long_lines_are_shortened() {
+        let mut refusals = Refusals::default();
+        let path = "é".repeat(MAX_REFUSAL_LINE_BYTES);
+        refusals.refuse(format!("path: {path} escapes the grant at /data"));
+        let mut report = CallReport::default();
+        refusals.drain_into(&mut report);
+        let line = &report.refused[0];
+        assert!(line.len() <= MAX_REFUSAL_LINE_BYTES, "{}", line.len());
+        assert!(
+            line.starts_with("path: éé") && line.ends_with("é…"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn the_cap_holds_across_parts() {
+        let mut refusals = Refusals::default();
+        let shared = refusals.shared();
+        for i in 0..MAX_REFUSALS_RECORDED {
+            refusals.refuse(format!("path: {i}"));
+            shared.refuse(format!("tcp: {i}"));
+        }
+        let mut report = CallReport::default();
+        refusals.drain_into(&mut report);
+        assert_eq!(report.refused.len(), MAX_REFUSALS_RECORDED);
+        assert_eq!(report.refusals_dropped, MAX_REFUSALS_RECORDED as u64);
+    }
+}
