@@ -215,6 +215,7 @@ impl TestHome {
             .envs(env.iter().copied())
             .env("CORDON_HOME", self.path())
             .env_remove("CORDON_CONFIG")
+            .env_remove("CORDON_STORE")
             .env_remove("RUST_LOG")
             .env("RUST_BACKTRACE", "0")
             .stdin(Stdio::piped())
@@ -235,7 +236,8 @@ impl TestHome {
     /// Every file (with a hash of its bytes) and directory under the home, to prove that a
     /// failed command changed nothing. Verification records in `cache/` (`*.sum`,
     /// `*.verified`: when a file's digest was last checked) are left out: any read may refresh
-    /// them, and they only ever save a re-hash.
+    /// them, and they only ever save a re-hash. So is the store (`sessions.db`): the audit
+    /// log records failed calls too.
     pub fn snapshot(&self) -> BTreeMap<PathBuf, String> {
         let mut out = BTreeMap::new();
         snapshot_into(&self.path(), &self.path(), &mut out);
@@ -277,7 +279,9 @@ fn snapshot_into(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, String>) {
             && rel
                 .extension()
                 .is_some_and(|e| e == "sum" || e == "verified");
-        if is_record {
+        // The store of sessions and the audit log, which records failed calls too.
+        let is_store = rel.to_str().is_some_and(|r| r.starts_with("sessions.db"));
+        if is_record || is_store {
             continue;
         }
         if kind.is_dir() {
@@ -767,6 +771,7 @@ pub mod terminal {
                 .env("CORDON_HOME", self.path())
                 .env_remove("RUST_LOG")
                 .env_remove("CORDON_CONFIG")
+                .env_remove("CORDON_STORE")
                 .env("RUST_BACKTRACE", "0")
                 .env("NO_COLOR", "1");
             command

@@ -97,9 +97,9 @@ impl ToolHost for DemoTools {
 async fn main() -> anyhow::Result<()> {
     let tools: Arc<dyn ToolHost> = Arc::new(DemoTools);
     match Cli::parse() {
-        Cli::Chat(args) => chat::chat(args, tools).await,
+        Cli::Chat(args) => chat::chat(args, tools, chat::Recording::none()).await,
         Cli::Run(args) => {
-            let code = chat::run(args, tools).await?;
+            let code = chat::run(args, tools, chat::Recording::none()).await?;
             std::process::exit(code);
         }
     }

@@ -2,11 +2,16 @@
 
 use std::io::Write;
 
+use anyhow::Context;
 use clap::Args;
-use cordon_core::Content;
+use cordon_core::{CallOutcome, Content};
 use cordon_home::{Home, Toolbox};
+use serde_json::Value;
 
+use crate::audit;
+use crate::records::Records;
 use crate::term::{Stream, json_for_terminal, shown_on};
+use crate::toolbox_host::failure;
 
 #[derive(Debug, Args)]
 pub struct CallArgs {
@@ -18,10 +23,29 @@ pub struct CallArgs {
 }
 
 /// Prints text content and JSON content pretty-printed, each on its own lines: exact for a pipe
-/// or file, neutralised for a terminal (see [`crate::term`]).
-pub async fn run(home: &Home, args: CallArgs) -> anyhow::Result<()> {
+/// or file, neutralised for a terminal (see [`crate::term`]). The call goes to the audit log,
+/// whose store was opened before the call so an unreachable store stops it from running.
+pub async fn run(home: &Home, records: &Records, args: CallArgs) -> anyhow::Result<()> {
     let toolbox = Toolbox::load_for_tool(home, &args.tool).await?;
-    let output = toolbox.call(&args.tool, &args.arguments).await?;
+    let (result, report) = toolbox.call_reported(&args.tool, &args.arguments).await;
+    if let Ok(tool) = toolbox.resolve(&args.tool) {
+        let arguments = serde_json::from_str(&args.arguments)
+            .unwrap_or_else(|_| Value::String(args.arguments.clone()));
+        let outcome = match &result {
+            Ok(_) => CallOutcome::Ok,
+            Err(e) => CallOutcome::Error {
+                kind: failure(e).kind.as_str().to_string(),
+                message: e.to_string(),
+            },
+        };
+        let record = audit::direct_call(records, tool, &arguments, outcome, report);
+        records
+            .store
+            .append_audit(&record)
+            .await
+            .context("the call ran, but the audit log did not record it")?;
+    }
+    let output = result?;
     // Stdout is line-buffered: pretty JSON written through it directly costs a write per line
     // (30,000 for a 5,000-row query).
     let mut out = std::io::BufWriter::with_capacity(64 << 10, std::io::stdout().lock());

@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
 use cordon_agent::{
-    Agent, AgentConfig, AgentEvent, ApprovalAnswer, ApprovalRequest, CancellationToken,
-    Conversation, Frontend, GivenAnswer, Message, Policy, ToolFormat, ToolHost, TurnInput,
-    TurnOutcome,
+    Agent, AgentConfig, AgentEvent, ApprovalAnswer, ApprovalRequest, AuditContext,
+    CancellationToken, Conversation, Driven, Frontend, GivenAnswer, Journal, Message, NoJournal,
+    Policy, SessionSettings, ToolFormat, ToolHost, TurnInput, TurnIo, TurnOutcome,
 };
 use tokio::sync::mpsc;
 
@@ -38,11 +38,46 @@ pub struct ModelArgs {
     #[arg(long, value_parser = ["native", "hermes"])]
     pub tool_format: Option<String>,
     /// Continue a conversation saved with --save.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "session")]
     pub load: Option<PathBuf>,
     /// Save the conversation (JSON) here after every change.
     #[arg(long)]
     pub save: Option<PathBuf>,
+    /// Make the conversation a durable session of this name (created if new, continued if
+    /// not): every step is recorded in the store, and a turn stopped midway goes on.
+    #[arg(long, value_name = "NAME")]
+    pub session: Option<String>,
+}
+
+/// Where a conversation is recorded and what it starts from: in memory only, the audit log
+/// only, or a session (its journal, its conversation as last recorded and its settings).
+pub struct Recording {
+    /// Records transitions (for a session) and tool calls (the audit log).
+    pub journal: Box<dyn Journal>,
+    /// What the audit records say about where the calls came from.
+    pub audit: AuditContext,
+    /// The session's conversation as last recorded, when the conversation is a session.
+    pub conversation: Option<Conversation>,
+    /// What the session uses instead of the configuration's defaults.
+    pub settings: SessionSettings,
+}
+
+impl Recording {
+    /// Nothing is recorded. (The `cordon` binary always records tool calls; the agent crate's
+    /// example runs this module with in-memory tools and records nothing.)
+    #[allow(dead_code)]
+    pub fn none() -> Self {
+        Self {
+            journal: Box::new(NoJournal),
+            audit: AuditContext::default(),
+            conversation: None,
+            settings: SessionSettings::default(),
+        }
+    }
+
+    fn is_session(&self) -> bool {
+        self.audit.session.is_some()
+    }
 }
 
 /// `cordon chat`.
@@ -95,12 +130,13 @@ pub fn config_in_use(explicit: Option<&Path>) -> Option<PathBuf> {
         .or_else(|| default.exists().then(|| default.to_path_buf()))
 }
 
-/// Loads cordon.toml and applies flag/env overrides.
-fn load_config(args: &ModelArgs) -> anyhow::Result<AgentConfig> {
+/// Loads cordon.toml, then a session's settings, then flag/env overrides.
+pub fn load_config(args: &ModelArgs, settings: &SessionSettings) -> anyhow::Result<AgentConfig> {
     let mut config = match config_in_use(args.config.as_deref()) {
         Some(path) => AgentConfig::load(&path, true)?,
         None => AgentConfig::default(),
     };
+    settings.apply(&mut config);
     if let Some(url) = &args.llm_url {
         config.llm.url = url.clone();
     }
@@ -126,7 +162,10 @@ fn warn_unmatched_rules(config: &AgentConfig, tools: &dyn ToolHost) {
     }
 }
 
-fn load_conversation(args: &ModelArgs) -> anyhow::Result<Conversation> {
+fn load_conversation(args: &ModelArgs, recording: &mut Recording) -> anyhow::Result<Conversation> {
+    if let Some(conversation) = recording.conversation.take() {
+        return Ok(conversation);
+    }
     match &args.load {
         Some(path) => {
             let text = std::fs::read_to_string(path).with_context(|| {
@@ -367,50 +406,135 @@ fn exit_code(outcome: &TurnOutcome) -> i32 {
 
 /// `cordon run "prompt" [--then "…"]…`: runs the turns and returns the exit code (0 answered,
 /// 1 failed, 3 stopped for lack of progress, 130 cancelled).
-pub async fn run(args: RunArgs, tools: Arc<dyn ToolHost>) -> anyhow::Result<i32> {
+pub async fn run(
+    args: RunArgs,
+    tools: Arc<dyn ToolHost>,
+    recording: Recording,
+) -> anyhow::Result<i32> {
     if args.prompt.trim().is_empty() {
         bail!(
             "the prompt is empty; pass the question as the first argument, e.g. cordon run \"How many rows?\""
         );
     }
-    let mut config = load_config(&args.model)?;
+    let prompts = std::iter::once(args.prompt.clone())
+        .chain(args.then.iter().cloned())
+        .collect();
+    run_prompts(
+        &args.model,
+        args.approve,
+        args.json,
+        tools,
+        recording,
+        prompts,
+    )
+    .await
+}
+
+/// Runs a turn the conversation stopped in (if it did), then one turn per prompt, without a
+/// REPL; returns the exit code of the last turn (see [`run`]) and stops at the first turn
+/// that did not answer.
+pub async fn run_prompts(
+    model: &ModelArgs,
+    approve: ApproveMode,
+    json: bool,
+    tools: Arc<dyn ToolHost>,
+    mut recording: Recording,
+    prompts: Vec<String>,
+) -> anyhow::Result<i32> {
+    let mut config = load_config(model, &recording.settings)?;
+    let tools = recording.settings.tools(tools);
     warn_unmatched_rules(&config, tools.as_ref());
-    if args.approve == ApproveMode::None {
+    if approve == ApproveMode::None {
         for t in tools.tools() {
             config.approval.plugins.insert(t.plugin, Policy::Deny);
         }
     }
     let agent = Agent::new(config, tools)?;
-    let mut conv = load_conversation(&args.model)?;
+    let mut conv = load_conversation(model, &mut recording)?;
     let lines = Arc::new(tokio::sync::Mutex::new(stdin_lines()));
     let mut frontend = Terminal {
-        json: args.json,
-        mode: args.approve,
+        json,
+        mode: approve,
         lines,
         interactive: std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
-        save: args.model.save.clone(),
+        save: model.save.clone(),
         at_line_start: true,
         rejected: Default::default(),
     };
     let current = Arc::new(Mutex::new(None));
     let (quit_tx, _quit_rx) = mpsc::unbounded_channel();
     watch_ctrl_c(current.clone(), quit_tx);
+    let mut inputs = Vec::new();
+    if !conv.is_idle() {
+        if !json {
+            errln!(
+                "(resuming the turn this conversation stopped in while {})",
+                conv.state.name()
+            );
+        }
+        inputs.push(TurnInput::Resume);
+    }
+    inputs.extend(prompts.into_iter().map(TurnInput::Message));
     let mut code = 0;
-    for prompt in std::iter::once(args.prompt.clone()).chain(args.then.iter().cloned()) {
+    let mut result = Ok(());
+    for input in inputs {
         let token = CancellationToken::new();
         if let Ok(mut g) = current.lock() {
             *g = Some(token.clone());
         }
-        let outcome = agent
-            .run_turn(&mut conv, TurnInput::Message(prompt), &mut frontend, &token)
-            .await?;
-        code = exit_code(&outcome);
+        match drive_turn(
+            &agent,
+            &mut conv,
+            input,
+            &mut frontend,
+            &mut recording,
+            &token,
+        )
+        .await
+        {
+            Ok(outcome) => code = exit_code(&outcome),
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
         if code != 0 {
             break;
         }
     }
-    save(&args.model.save, &conv);
-    Ok(code)
+    save(&model.save, &conv);
+    close(&mut recording).await;
+    result.map(|()| code)
+}
+
+/// One turn, recorded as the conversation is.
+async fn drive_turn(
+    agent: &Agent,
+    conv: &mut Conversation,
+    input: TurnInput,
+    frontend: &mut Terminal,
+    recording: &mut Recording,
+    cancel: &CancellationToken,
+) -> anyhow::Result<TurnOutcome> {
+    let mut io = TurnIo {
+        frontend,
+        journal: recording.journal.as_mut(),
+        cancel,
+        suspend: None,
+        audit: recording.audit.clone(),
+    };
+    match agent.drive(conv, input, &mut io).await? {
+        Driven::Finished(outcome) => Ok(outcome),
+        // Nothing suspends a terminal's turn.
+        Driven::Suspended => bail!("the turn was suspended"),
+    }
+}
+
+/// Gives up the session's lease, if the conversation is one.
+async fn close(recording: &mut Recording) {
+    if let Err(e) = recording.journal.close().await {
+        errln!("warning: {e}; the session's lease lapses by itself");
+    }
 }
 
 const HELP: &str = "Commands:
@@ -471,13 +595,18 @@ fn print_history(conv: &Conversation) {
 }
 
 /// `cordon chat`: the interactive REPL.
-pub async fn chat(args: ChatArgs, tools: Arc<dyn ToolHost>) -> anyhow::Result<()> {
-    let config = load_config(&args.model)?;
+pub async fn chat(
+    args: ChatArgs,
+    tools: Arc<dyn ToolHost>,
+    mut recording: Recording,
+) -> anyhow::Result<()> {
+    let config = load_config(&args.model, &recording.settings)?;
+    let tools = recording.settings.tools(tools);
     warn_unmatched_rules(&config, tools.as_ref());
     let url = config.llm.url.clone();
     let model = config.llm.model.clone();
     let agent = Agent::new(config, tools)?;
-    let mut branches: Vec<Conversation> = vec![load_conversation(&args.model)?];
+    let mut branches: Vec<Conversation> = vec![load_conversation(&args.model, &mut recording)?];
     let mut active = 0usize;
     let lines = Arc::new(tokio::sync::Mutex::new(stdin_lines()));
     let interactive = std::io::stdin().is_terminal();
@@ -497,7 +626,35 @@ pub async fn chat(args: ChatArgs, tools: Arc<dyn ToolHost>) -> anyhow::Result<()
         "cordon chat — {model} at {url}; {} tool(s). /help for commands, Ctrl-D to leave.",
         agent.offered_tools(&branches[active]).len()
     );
+    // A session stopped in the middle of a turn goes on first.
+    let mut resume = !branches[active].is_idle();
+    if resume && let Some(name) = &recording.audit.session {
+        errln!(
+            "(session `{name}` stopped while {}; resuming that turn)",
+            branches[active].state.name()
+        );
+    }
     loop {
+        if resume {
+            resume = false;
+            let token = CancellationToken::new();
+            if let Ok(mut g) = current.lock() {
+                *g = Some(token.clone());
+            }
+            let conv = &mut branches[active];
+            let turn = drive_turn(
+                &agent,
+                conv,
+                TurnInput::Resume,
+                &mut frontend,
+                &mut recording,
+                &token,
+            );
+            if let Err(e) = turn.await {
+                outln!("{e}");
+            }
+            continue;
+        }
         if interactive {
             err!("> ");
             let _ = std::io::stderr().flush();
@@ -548,6 +705,15 @@ pub async fn chat(args: ChatArgs, tools: Arc<dyn ToolHost>) -> anyhow::Result<()
                 }
                 "history" => {
                     print_history(conv);
+                    continue;
+                }
+                "clear" | "fork" | "branch" if recording.is_session() => {
+                    let session = recording.audit.session.as_deref().unwrap_or_default();
+                    outln!(
+                        "/{name} is for conversations kept in memory; this one is the session \
+                         `{session}`. Fork it with `cordon sessions fork {session} --turns N`, or \
+                         start another with `cordon chat --session OTHER`."
+                    );
                     continue;
                 }
                 "clear" => {
@@ -619,7 +785,8 @@ pub async fn chat(args: ChatArgs, tools: Arc<dyn ToolHost>) -> anyhow::Result<()
             *g = Some(token.clone());
         }
         let conv = &mut branches[active];
-        if let Err(e) = agent.run_turn(conv, input, &mut frontend, &token).await {
+        let turn = drive_turn(&agent, conv, input, &mut frontend, &mut recording, &token);
+        if let Err(e) = turn.await {
             outln!("{e}");
         }
         if let Ok(mut g) = current.lock() {
@@ -627,5 +794,6 @@ pub async fn chat(args: ChatArgs, tools: Arc<dyn ToolHost>) -> anyhow::Result<()
         }
     }
     save(&args.model.save, &branches[active]);
+    close(&mut recording).await;
     Ok(())
 }

@@ -4,6 +4,8 @@ use clap::Args;
 use cordon_core::LimitKind;
 use cordon_home::Home;
 
+use crate::audit;
+use crate::records::Records;
 use crate::term::outln;
 
 #[derive(Debug, Args)]
@@ -34,8 +36,16 @@ pub struct LimitArgs {
     limits: Vec<String>,
 }
 
-pub fn grant(home: &Home, args: GrantArgs) -> anyhow::Result<()> {
-    for change in home.grant(&args.plugin, &args.grants)? {
+pub async fn grant(home: &Home, records: &Records, args: GrantArgs) -> anyhow::Result<()> {
+    let changes = home.grant(&args.plugin, &args.grants)?;
+    let details = changes
+        .iter()
+        .map(|c| match &c.replaced {
+            Some(old) => format!("+ {} (replaces {old})", c.granted),
+            None => format!("+ {}", c.granted),
+        })
+        .collect();
+    for change in changes {
         match change.replaced {
             Some(old) => outln!(
                 "Granted {} to `{}` (replaces {old}).",
@@ -45,22 +55,40 @@ pub fn grant(home: &Home, args: GrantArgs) -> anyhow::Result<()> {
             None => outln!("Granted {} to `{}`.", change.granted, args.plugin),
         }
     }
-    Ok(())
+    record(home, records, "grant", &args.plugin, details).await
 }
 
-pub fn revoke(home: &Home, args: RevokeArgs) -> anyhow::Result<()> {
-    for g in home.revoke(&args.plugin, &args.grants)? {
+pub async fn revoke(home: &Home, records: &Records, args: RevokeArgs) -> anyhow::Result<()> {
+    let revoked = home.revoke(&args.plugin, &args.grants)?;
+    for g in &revoked {
         outln!("Revoked {g} from `{}`.", args.plugin);
     }
-    Ok(())
+    let details = revoked.iter().map(|g| format!("- {g}")).collect();
+    record(home, records, "revoke", &args.plugin, details).await
 }
 
-pub fn limit(home: &Home, args: LimitArgs) -> anyhow::Result<()> {
+pub async fn limit(home: &Home, records: &Records, args: LimitArgs) -> anyhow::Result<()> {
     let limits = home.set_limits(&args.plugin, &args.limits)?;
     let shown: Vec<String> = LimitKind::ALL
         .into_iter()
         .map(|k| format!("{}={}", k.key(), limits.describe(k)))
         .collect();
     outln!("Limits of `{}`: {}", args.plugin, shown.join(" "));
-    Ok(())
+    record(home, records, "limit", &args.plugin, args.limits.clone()).await
+}
+
+/// Puts a change of `plugin` in the audit log, with its component's digest.
+async fn record(
+    home: &Home,
+    records: &Records,
+    action: &str,
+    plugin: &str,
+    details: Vec<String>,
+) -> anyhow::Result<()> {
+    let digest = home
+        .read()
+        .ok()
+        .and_then(|lock| lock.plugins.get(plugin).map(|r| r.digest.clone()))
+        .unwrap_or_default();
+    audit::home_change(&records.store, action, plugin, &digest, details).await
 }

@@ -7,11 +7,15 @@
 // acting on a terminal; a plain `println!` would bypass them.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+mod audit;
 mod call;
 mod chat;
 mod grants;
 mod log_format;
 mod plugin;
+mod records;
+mod serve;
+mod sessions;
 mod term;
 mod toolbox_host;
 mod ui;
@@ -33,6 +37,10 @@ struct Cli {
     /// Default: $CORDON_HOME, else <user data dir>/cordon.
     #[arg(long, global = true, env = cordon_home::HOME_ENV, value_name = "DIR")]
     home: Option<PathBuf>,
+    /// Where sessions and the audit log are kept: sqlite:PATH or postgres://USER@HOST/DB.
+    /// Default: [store] url of the config in use, else sessions.db in the home.
+    #[arg(long, global = true, env = "CORDON_STORE", value_name = "URL")]
+    store: Option<String>,
     /// More log output on stderr (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -57,15 +65,32 @@ enum Command {
     Chat(chat::ChatArgs),
     /// Answer one prompt (or several with --then) with the installed tools, non-interactively.
     Run(chat::RunArgs),
+    /// List, show, resume, fork, replay, export and remove durable sessions.
+    #[command(subcommand)]
+    Sessions(sessions::SessionsCommand),
+    /// Show the audit log: every tool call, wherever it ran, and every change to the home.
+    Audit(audit::AuditArgs),
+    /// Run a resident host: sessions, approvals and the audit log over HTTP, and a web console.
+    Serve(serve::ServeArgs),
 }
 
 /// What a failed command exits with: 2 for bad input (the user can fix the command), 1 for
 /// everything else (a tool failed, the home or a plugin is broken).
 fn exit_code(error: &anyhow::Error) -> u8 {
-    let usage = error
-        .chain()
-        .find_map(|e| e.downcast_ref::<HomeError>())
-        .is_some_and(HomeError::is_usage);
+    let usage = error.chain().any(|e| {
+        e.downcast_ref::<HomeError>()
+            .is_some_and(HomeError::is_usage)
+            || e.downcast_ref::<cordon_store::StoreError>()
+                .is_some_and(|e| {
+                    matches!(
+                        e,
+                        cordon_store::StoreError::UnknownSession { .. }
+                            | cordon_store::StoreError::BadSessionId { .. }
+                            | cordon_store::StoreError::SessionExists { .. }
+                            | cordon_store::StoreError::BadUrl { .. }
+                    )
+                })
+    });
     if usage { 2 } else { 1 }
 }
 
@@ -111,7 +136,15 @@ impl Command {
     /// Whether the command holds a conversation (long-lived, concurrent tool calls) rather
     /// than doing one thing and exiting.
     fn is_conversation(&self) -> bool {
-        matches!(self, Command::Chat(_) | Command::Run(_))
+        matches!(
+            self,
+            Command::Chat(_)
+                | Command::Run(_)
+                | Command::Serve(_)
+                | Command::Sessions(
+                    sessions::SessionsCommand::Resume(_) | sessions::SessionsCommand::Replay(_)
+                )
+        )
     }
 }
 
@@ -124,6 +157,8 @@ fn configs_in_use(command: &Command) -> Vec<PathBuf> {
     let explicit = match command {
         Command::Chat(args) => args.model.config.clone(),
         Command::Run(args) => args.model.config.clone(),
+        Command::Serve(args) => args.config().map(PathBuf::from),
+        Command::Sessions(command) => command.config().map(PathBuf::from),
         _ => None,
     };
     let from_env = std::env::var_os("CORDON_CONFIG")
@@ -145,19 +180,72 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
         home = home.with_max_instances(ONE_SHOT_INSTANCES);
     }
     tracing::debug!(home = %home.root().display(), "using home");
-    match cli.command {
-        Command::Plugin(cmd) => plugin::run(&home, cmd).await?,
-        Command::Grant(args) => grants::grant(&home, args)?,
-        Command::Revoke(args) => grants::revoke(&home, args)?,
-        Command::Limit(args) => grants::limit(&home, args)?,
-        Command::Call(args) => call::run(&home, args).await?,
-        Command::Chat(args) => chat::chat(args, conversation_tools(&home).await?).await?,
-        Command::Run(args) => {
-            let code = chat::run(args, conversation_tools(&home).await?).await?;
-            return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
+    let store = cli.store.as_deref();
+    let code = match cli.command {
+        Command::Plugin(cmd) => {
+            // Changes are recorded in the audit log, whose store must be reachable first.
+            let records = match cmd.changes_home() {
+                true => Some(records::open(&home, store, None).await?),
+                false => None,
+            };
+            plugin::run(&home, records.as_ref(), cmd).await?;
+            0
         }
-    }
-    Ok(ExitCode::SUCCESS)
+        Command::Grant(args) => {
+            grants::grant(&home, &records::open(&home, store, None).await?, args).await?;
+            0
+        }
+        Command::Revoke(args) => {
+            grants::revoke(&home, &records::open(&home, store, None).await?, args).await?;
+            0
+        }
+        Command::Limit(args) => {
+            grants::limit(&home, &records::open(&home, store, None).await?, args).await?;
+            0
+        }
+        Command::Call(args) => {
+            call::run(&home, &records::open(&home, store, None).await?, args).await?;
+            0
+        }
+        Command::Chat(args) => {
+            let records = records::open(&home, store, args.model.config.as_deref()).await?;
+            let recording = recording(&records, args.model.session.as_deref(), "chat").await?;
+            chat::chat(args, conversation_tools(&home).await?, recording).await?;
+            0
+        }
+        Command::Run(args) => {
+            let records = records::open(&home, store, args.model.config.as_deref()).await?;
+            let recording = recording(&records, args.model.session.as_deref(), "run").await?;
+            chat::run(args, conversation_tools(&home).await?, recording).await?
+        }
+        Command::Sessions(command) => {
+            let records = records::open(&home, store, command.config()).await?;
+            sessions::run(records, command, async || conversation_tools(&home).await).await?
+        }
+        Command::Audit(args) => {
+            audit::run(&records::open(&home, store, None).await?, args).await?;
+            0
+        }
+        Command::Serve(args) => {
+            let records = records::open(&home, store, args.config()).await?;
+            serve::run(&home, records, args).await?;
+            0
+        }
+    };
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}
+
+/// How a conversation command records itself: as session `name` (created if new), else
+/// only its tool calls in the audit log.
+async fn recording(
+    records: &records::Records,
+    session: Option<&str>,
+    origin: &str,
+) -> anyhow::Result<chat::Recording> {
+    Ok(match session {
+        Some(name) => sessions::open_session(records, name, origin, true).await?,
+        None => sessions::audit_only(records, origin),
+    })
 }
 
 /// Loads every installed plugin for a conversation; a plugin that fails its checks is left out

@@ -12,6 +12,8 @@ use cordon_home::{
     Toolbox, UpgradeDiff,
 };
 
+use crate::audit;
+use crate::records::Records;
 use crate::term::{Stream, outln};
 use crate::toolbox_host::{model_name, spec_for};
 use crate::ui::{CompileSpinner, confirm, short_digest};
@@ -61,9 +63,25 @@ pub struct InstallArgs {
     yes: bool,
 }
 
-pub async fn run(home: &Home, command: PluginCommand) -> anyhow::Result<()> {
+impl PluginCommand {
+    /// Whether the command changes the home (and so goes to the audit log).
+    pub fn changes_home(&self) -> bool {
+        matches!(
+            self,
+            PluginCommand::Install(_) | PluginCommand::Remove { .. }
+        )
+    }
+}
+
+/// Runs a plugin command; `records` is where changes to the home are recorded (present for
+/// the commands that change it).
+pub async fn run(
+    home: &Home,
+    records: Option<&Records>,
+    command: PluginCommand,
+) -> anyhow::Result<()> {
     match command {
-        PluginCommand::Install(args) => install(home, args).await,
+        PluginCommand::Install(args) => install(home, records, args).await,
         PluginCommand::List => list(home),
         PluginCommand::Inspect { name, config } => inspect(home, &name, config.as_deref()).await,
         PluginCommand::Remove { name } => {
@@ -72,12 +90,17 @@ pub async fn run(home: &Home, command: PluginCommand) -> anyhow::Result<()> {
                 "Removed plugin `{name}` ({}); its grants are gone.",
                 short_digest(&record.digest)
             );
+            if let Some(records) = records {
+                let details = record.grants.iter().map(|g| format!("- {g}")).collect();
+                audit::home_change(&records.store, "remove", &name, &record.digest, details)
+                    .await?;
+            }
             Ok(())
         }
     }
 }
 
-async fn install(home: &Home, args: InstallArgs) -> anyhow::Result<()> {
+async fn install(home: &Home, records: Option<&Records>, args: InstallArgs) -> anyhow::Result<()> {
     let source = InstallSource::parse(&args.source, args.sha256.as_deref())?;
     let spinner = CompileSpinner::new();
     let prepared = home
@@ -125,6 +148,28 @@ async fn install(home: &Home, args: InstallArgs) -> anyhow::Result<()> {
         report.name,
         home.root().display()
     );
+    if let Some(records) = records {
+        let action = match &report.previous {
+            Some(old) if old.digest != report.record.digest => "upgrade",
+            _ => "install",
+        };
+        let mut details = vec![format!("from {}", report.record.source)];
+        if let Some(old) = &report.previous
+            && old.digest != report.record.digest
+        {
+            details.push(format!("replaces {}", old.digest));
+        }
+        details.extend(report.record.grants.iter().map(|g| format!("+ {g}")));
+        details.push(format!("tools: {}", report.record.tools.join(", ")));
+        audit::home_change(
+            &records.store,
+            action,
+            &report.name,
+            &report.record.digest,
+            details,
+        )
+        .await?;
+    }
     Ok(())
 }
 

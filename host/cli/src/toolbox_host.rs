@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use cordon_agent::{
     CancellationToken, Content, ToolFailure, ToolFailureKind, ToolHost, ToolSpec, async_trait,
 };
+use cordon_core::CallReport;
 use cordon_home::{HomeError, ToolEntry, Toolbox};
 use cordon_runtime::CallError;
 use serde_json::Value;
@@ -77,6 +78,7 @@ pub fn spec_for(entry: &ToolEntry, name: String) -> ToolSpec {
         entry.can_change_anything,
     );
     spec.name = name;
+    spec.digest = entry.digest.clone();
     spec
 }
 
@@ -178,8 +180,17 @@ impl ToolHost for ToolboxHost {
         arguments: Value,
         cancel: CancellationToken,
     ) -> Result<Vec<Content>, ToolFailure> {
+        self.call_reported(name, arguments, cancel).await.0
+    }
+
+    async fn call_reported(
+        &self,
+        name: &str,
+        arguments: Value,
+        cancel: CancellationToken,
+    ) -> (Result<Vec<Content>, ToolFailure>, Option<CallReport>) {
         let Some(identity) = self.call_names.get(name) else {
-            return Err(ToolFailure::new(
+            let failure = ToolFailure::new(
                 ToolFailureKind::NotFound,
                 format!(
                     "there is no tool `{name}`; the tools are: {}",
@@ -189,26 +200,30 @@ impl ToolHost for ToolboxHost {
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
-            ));
+            );
+            return (Err(failure), None);
         };
         // Dropping the call future drops its wasmtime Store, which ends the guest at once.
         tokio::select! {
-            () = cancel.cancelled() => Err(ToolFailure::new(
-                ToolFailureKind::Cancelled,
-                format!("the call to `{name}` was cancelled by the user"),
-            )),
-            result = self.toolbox.call_value(identity, &arguments) => match result {
-                Ok(output) => Ok(output.content),
-                Err(error) => Err(failure(error)),
-            },
+            () = cancel.cancelled() => (
+                Err(ToolFailure::new(
+                    ToolFailureKind::Cancelled,
+                    format!("the call to `{name}` was cancelled by the user"),
+                )),
+                None,
+            ),
+            (result, report) = self.toolbox.call_value_reported(identity, &arguments) => (
+                result.map(|output| output.content).map_err(|error| failure(&error)),
+                report,
+            ),
         }
     }
 }
 
 /// Turns a sandbox error into what the model reads: the category it can act on and a message
 /// that names the limit, grant or argument involved.
-fn failure(error: HomeError) -> ToolFailure {
-    let kind = match &error {
+pub fn failure(error: &HomeError) -> ToolFailure {
+    let kind = match error {
         HomeError::Call { source, .. } => match source {
             CallError::Tool(tool_error) => return ToolFailure::from(tool_error.clone()),
             CallError::Denied(_) => ToolFailureKind::Denied,
@@ -323,7 +338,7 @@ mod tests {
 
     #[test]
     fn sandbox_errors_keep_their_category() {
-        let denied = failure(HomeError::Call {
+        let denied = failure(&HomeError::Call {
             tool: "read_file".into(),
             source: CallError::Denied(cordon_runtime::Denial::Directory {
                 dir: "/data".into(),
@@ -337,7 +352,7 @@ mod tests {
             denied.message
         );
 
-        let limit = failure(HomeError::Call {
+        let limit = failure(&HomeError::Call {
             tool: "run_python".into(),
             source: CallError::Trapped("wasm trap: unreachable".into()),
         });

@@ -1,0 +1,55 @@
+//! Where a command keeps what it must not lose: the store of sessions and the audit log
+//! (`--store`/`$CORDON_STORE`, else `[store] url` of the config in use, else `sessions.db` in
+//! the home), and whether audit records keep arguments.
+
+use std::path::Path;
+use std::time::Duration;
+
+use cordon_agent::{AgentConfig, AuditConfig, StoreConfig};
+use cordon_home::Home;
+use cordon_store::{Store, StoreOptions};
+
+/// The store of a command, and what its audit records keep.
+pub struct Records {
+    /// The store.
+    pub store: Store,
+    /// Whether audit records keep each call's arguments.
+    pub keep_arguments: bool,
+}
+
+/// The `[store]` and `[audit]` settings of the config in use (`config`, else
+/// `$CORDON_CONFIG`, else `./cordon.toml` when it exists).
+pub fn settings(config: Option<&Path>) -> anyhow::Result<(StoreConfig, AuditConfig)> {
+    let from_env = std::env::var_os("CORDON_CONFIG")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from);
+    let explicit = config.map(Path::to_path_buf).or(from_env);
+    Ok(match crate::chat::config_in_use(explicit.as_deref()) {
+        Some(path) => {
+            let config = AgentConfig::load(&path, true)?;
+            (config.store, config.audit)
+        }
+        None => Default::default(),
+    })
+}
+
+/// Opens the store a command records into.
+pub async fn open(
+    home: &Home,
+    explicit: Option<&str>,
+    config: Option<&Path>,
+) -> anyhow::Result<Records> {
+    let (store, audit) = settings(config)?;
+    let options = StoreOptions {
+        lease_ttl: Duration::from_secs(store.lease_secs),
+        ..StoreOptions::default()
+    };
+    let store = match explicit.map(String::from).or(store.url) {
+        Some(url) => Store::open(&url, options).await?,
+        None => Store::open_in_home(home.root(), options).await?,
+    };
+    Ok(Records {
+        store,
+        keep_arguments: audit.keep_arguments,
+    })
+}

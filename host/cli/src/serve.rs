@@ -1,0 +1,147 @@
+//! `cordon serve`: the resident host, over this home's installed tools.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use cordon_agent::{ToolHost, async_trait};
+use cordon_home::{Home, Toolbox};
+use cordon_serve::{HostOptions, ServeOptions, Tokens, ToolSource};
+
+use crate::chat::{ModelArgs, load_config};
+use crate::records::Records;
+use crate::term::errln;
+use crate::toolbox_host::ToolboxHost;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address to listen on (default: [serve] listen, else 127.0.0.1:8420).
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: Option<SocketAddr>,
+    /// The file of accepted bearer tokens, one per line (`TOKEN` or `NAME TOKEN`). Default:
+    /// $CORDON_HOME/serve-token, created with a random token on first start.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Seconds a tool call waits for an approval before it is denied.
+    #[arg(long, value_name = "SECS")]
+    approval_timeout: Option<u64>,
+    /// Seconds running tool calls get to finish on SIGTERM.
+    #[arg(long, value_name = "SECS")]
+    shutdown_grace: Option<u64>,
+    /// Model and configuration.
+    #[command(flatten)]
+    model: ModelArgs,
+}
+
+impl ServeArgs {
+    /// The config file named on the command line.
+    pub fn config(&self) -> Option<&std::path::Path> {
+        self.model.config.as_deref()
+    }
+}
+
+/// The home's installed plugins, reloaded when the lock file changes.
+struct HomeTools {
+    home: Home,
+}
+
+#[async_trait]
+impl ToolSource for HomeTools {
+    fn stamp(&self) -> String {
+        #[cfg(unix)]
+        use std::os::unix::fs::MetadataExt;
+        match std::fs::metadata(self.home.lock_path()) {
+            #[cfg(unix)]
+            Ok(m) => format!(
+                "{}:{}:{}:{}.{}",
+                m.dev(),
+                m.ino(),
+                m.size(),
+                m.mtime(),
+                m.mtime_nsec()
+            ),
+            #[cfg(not(unix))]
+            Ok(m) => format!("{}:{:?}", m.len(), m.modified().ok()),
+            Err(_) => "absent".to_string(),
+        }
+    }
+
+    async fn load(&self) -> Result<Arc<dyn ToolHost>, String> {
+        let toolbox = Toolbox::load(&self.home).await.map_err(|e| e.to_string())?;
+        let tools = ToolboxHost::new(toolbox);
+        for (plugin, reason) in tools.unavailable() {
+            errln!("warning: plugin `{plugin}` is not offered: {reason}");
+        }
+        Ok(Arc::new(tools))
+    }
+}
+
+/// Resolves when the process is asked to stop (SIGTERM, or Ctrl-C).
+async fn stop_requested() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// `cordon serve`.
+pub async fn run(home: &Home, records: Records, args: ServeArgs) -> anyhow::Result<()> {
+    let config = load_config(&args.model, &Default::default())?;
+    let listen = match args.listen {
+        Some(addr) => addr,
+        None => config
+            .serve
+            .listen
+            .parse()
+            .context("[serve] listen is not an address")?,
+    };
+    let default_token = home.root().join("serve-token");
+    let token_file = args.token_file.clone().unwrap_or(default_token);
+    let (tokens, created) = Tokens::load_or_create(&token_file, args.token_file.is_none())?;
+    if created {
+        errln!("Wrote a new token to {} (mode 0600).", token_file.display());
+    }
+    let options = ServeOptions {
+        listen,
+        tokens,
+        host: HostOptions {
+            approval_timeout: Duration::from_secs(
+                args.approval_timeout
+                    .unwrap_or(config.serve.approval_timeout_secs)
+                    .max(1),
+            ),
+            shutdown_grace: Duration::from_secs(
+                args.shutdown_grace
+                    .unwrap_or(config.serve.shutdown_grace_secs),
+            ),
+            config,
+        },
+    };
+    let source = Arc::new(HomeTools { home: home.clone() });
+    let store_url = records.store.url().to_string();
+    cordon_serve::serve(records.store, source, options, stop_requested(), |addr| {
+        errln!(
+            "cordon serve: listening on http://{addr} (console: http://{addr}/); sessions in {store_url}; token in {}",
+            token_file.display()
+        );
+    })
+    .await?;
+    errln!("cordon serve: stopped.");
+    Ok(())
+}
