@@ -13,6 +13,8 @@ use std::thread::JoinHandle;
 use sha2::{Digest, Sha256};
 
 pub mod postgres;
+pub mod running;
+pub mod serve;
 
 /// The workspace root (the directory holding the top `Cargo.toml`).
 pub fn workspace_root() -> PathBuf {

@@ -294,22 +294,56 @@ pub fn redact(url: &str) -> String {
 /// A name for this process in leases: which machine and process drives a session, with a
 /// random part so a restarted process with a recycled pid is someone else.
 fn holder_name() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_string());
     format!(
-        "{host}:{}:{:06x}",
+        "{}:{}:{:06x}",
+        host_name(),
         std::process::id(),
         rand::random::<u32>() & 0xff_ffff
     )
 }
 
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// Whether a lease holder is a process of this machine that no longer runs: its lease need
+/// not be waited out (a killed `cordon chat`, a host restarted after a crash). A holder on
+/// another machine, or whose process id is in use, is taken to be alive.
+pub(crate) fn holder_is_gone(holder: &str) -> bool {
+    let mut parts = holder.rsplitn(3, ':');
+    let (Some(_random), Some(pid), Some(host)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let Ok(pid) = pid.parse::<u32>() else {
+        return false;
+    };
+    host == host_name()
+        && pid != std::process::id()
+        && cfg!(target_os = "linux")
+        && !Path::new(&format!("/proc/{pid}")).exists()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_holder_here_whose_process_ended_is_gone() {
+        let me = holder_name();
+        assert!(!holder_is_gone(&me), "{me}");
+        // A child that has exited and been reaped leaves its pid unused (for a while).
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert!(holder_is_gone(&format!("{}:{pid}:abcdef", host_name())));
+        assert!(!holder_is_gone(&format!("elsewhere.example:{pid}:abcdef")));
+        assert!(!holder_is_gone("nonsense"));
+    }
 
     #[test]
     fn passwords_are_hidden_in_messages() {

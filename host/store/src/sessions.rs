@@ -238,18 +238,26 @@ impl Store {
         .map_err(|e| self.failed(e))
     }
 
-    /// Sessions stopped in the middle of a turn that no host drives (no lease, or an expired
-    /// one): what a starting host takes up again.
+    /// Sessions stopped in the middle of a turn that no host drives (no lease, an expired one,
+    /// or one held by a process of this machine that no longer runs): what a starting host
+    /// takes up again.
     pub async fn orphaned_sessions(&self) -> Result<Vec<SessionInfo>, StoreError> {
         const SQL: &str = "SELECT id, created_ms, updated_ms, origin, parent, title, state, \
                            turns, messages, seq, settings, lease_holder, lease_until_ms \
                            FROM sessions WHERE state <> 'idle' AND state <> 'failed' \
-                           AND (lease_holder IS NULL OR lease_until_ms < $1) ORDER BY updated_ms";
-        on_backend!(self, pool => match sqlx::query(SQL).bind(now_ms()).fetch_all(pool).await {
+                           ORDER BY updated_ms";
+        let mid_turn = on_backend!(self, pool => match sqlx::query(SQL).fetch_all(pool).await {
             Ok(rows) => rows.iter().map(|r| info_from_row!(r)).collect::<Result<Vec<_>, _>>(),
             Err(e) => Err(e),
         })
-        .map_err(|e| self.failed(e))
+        .map_err(|e| self.failed(e))?;
+        Ok(mid_turn
+            .into_iter()
+            .filter(|s| match &s.lease {
+                None => true,
+                Some(l) => l.until_ms < now_ms() || crate::holder_is_gone(&l.holder),
+            })
+            .collect())
     }
 
     /// A session's conversation as last recorded: the newest snapshot and the transitions
@@ -405,18 +413,28 @@ impl Store {
         }
     }
 
-    /// Takes the lease on a session for this process, if no other host holds a valid one.
+    /// Takes the lease on a session for this process, if no other host holds a valid one. A
+    /// lease held by a process of this machine that no longer runs is taken at once.
     pub async fn acquire(&self, id: &str) -> Result<SessionInfo, StoreError> {
         const SQL: &str = "UPDATE sessions SET lease_holder = $2, lease_until_ms = $3 \
                            WHERE id = $1 AND (lease_holder IS NULL OR lease_holder = $2 \
-                           OR lease_until_ms < $4)";
+                           OR lease_until_ms < $4 OR lease_holder = $5)";
         let now = now_ms();
         let until = now + self.options.lease_ttl.as_millis() as i64;
+        let before = self.session(id).await?;
+        // Only the holder seen to be gone may be displaced, never one that took over since.
+        let gone = before
+            .lease
+            .as_ref()
+            .map(|l| l.holder.clone())
+            .filter(|h| crate::holder_is_gone(h))
+            .unwrap_or_default();
         let done = on_backend!(self, pool => sqlx::query(SQL)
             .bind(id)
             .bind(&self.holder)
             .bind(until)
             .bind(now)
+            .bind(&gone)
             .execute(pool)
             .await
             .map(|d| d.rows_affected()))

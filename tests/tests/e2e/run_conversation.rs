@@ -7,61 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cordon_scripted_llm::{Script, ScriptedCall, ScriptedServer, Step};
+use cordon_scripted_llm::{ScriptedCall, Step};
+
+use crate::model::{Model, call};
 use cordon_tests::support::{grant_fs, home_with, install, sqlite};
 use cordon_tests::{Run, TestHome, cordon_bin};
 use serde_json::{Value, json};
-
-/// A scripted model running on its own runtime for the whole test.
-struct Model {
-    server: ScriptedServer,
-    _rt: tokio::runtime::Runtime,
-}
-
-impl Model {
-    fn new(steps: Vec<Step>) -> Model {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("tokio runtime");
-        let server = rt
-            .block_on(ScriptedServer::start(Script::new(steps)))
-            .expect("start the scripted model");
-        Model { server, _rt: rt }
-    }
-
-    /// A model that asks for one tool call, then answers with `answer`.
-    fn one_call(id: &str, tool: &str, arguments: Value, answer: &str) -> Model {
-        Model::new(vec![
-            Step::tool_calls(vec![call(id, tool, arguments)]),
-            Step::text(answer),
-        ])
-    }
-
-    fn url(&self) -> String {
-        self.server.base_url()
-    }
-
-    /// The tool messages of request `n` (0-based), i.e. what the model was told.
-    fn tool_messages(&self, n: usize) -> Vec<Value> {
-        let requests = self.server.requests();
-        assert!(
-            n < requests.len(),
-            "the model received {} request(s), wanted request {n}",
-            requests.len()
-        );
-        requests[n]
-            .messages()
-            .into_iter()
-            .filter(|m| m["role"] == "tool")
-            .collect()
-    }
-}
-
-fn call(id: &str, name: &str, arguments: Value) -> ScriptedCall {
-    ScriptedCall::with_id(id, name, arguments)
-}
 
 /// Runs `cordon run <args>` against `model` in `home` (no terminal, empty stdin), from `cwd`
 /// so no stray `cordon.toml` is picked up.
