@@ -393,12 +393,14 @@ async fn cancel_turn(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    state.host.store().session(&id).await?;
     match state.host.live_if_any(&id) {
         Some(live) => live.cancel().map(|()| StatusCode::ACCEPTED),
-        None => Err(ApiError::conflict(format!(
-            "no turn is running in session `{id}` on this host"
-        ))),
+        None => {
+            state.host.store().session(&id).await?;
+            Err(ApiError::conflict(format!(
+                "no turn is running in session `{id}` on this host"
+            )))
+        }
     }
 }
 
@@ -429,12 +431,14 @@ async fn answer_approval(
             )));
         }
     };
-    state.host.store().session(&session).await?;
-    let live = state.host.live_if_any(&session).ok_or_else(|| {
-        ApiError::not_found(format!(
+    // A session this host drives answers from memory, so an answer still reaches a turn
+    // while the store is away (the turn then stops if it cannot record it).
+    let Some(live) = state.host.live_if_any(&session) else {
+        state.host.store().session(&session).await?;
+        return Err(ApiError::not_found(format!(
             "session `{session}` has no call waiting for an answer on this host"
-        ))
-    })?;
+        )));
+    };
     let by = format!("API token `{}`", caller.0);
     live.answer(&call_id, GivenAnswer::new(answer.clone(), by.clone()))?;
     Ok(Json(

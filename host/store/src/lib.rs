@@ -40,6 +40,9 @@ pub use error::StoreError;
 pub use journal::{AuditJournal, SessionJournal};
 pub use sessions::{Lease, NewSession, SessionInfo, TransitionRecord, validate_session_id};
 
+/// The variable naming this machine in leases (default: its host name).
+pub const HOST_NAME_ENV: &str = "CORDON_HOST_NAME";
+
 /// The file a home's store lives in, when no other store is configured.
 pub const DEFAULT_SQLITE_FILE: &str = "sessions.db";
 
@@ -302,9 +305,13 @@ fn holder_name() -> String {
     )
 }
 
+/// This machine's name in leases: `$CORDON_HOST_NAME` (for hosts whose system name is not
+/// stable, such as containers), else the system's host name.
 fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
+    std::env::var(HOST_NAME_ENV)
         .ok()
+        .filter(|h| !h.trim().is_empty())
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
         .or_else(|| std::env::var("HOSTNAME").ok())
         .map(|h| h.trim().to_string())
         .filter(|h| !h.is_empty())

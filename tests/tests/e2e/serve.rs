@@ -592,3 +592,148 @@ fn installs_and_grants_made_while_serving_are_picked_up() {
         .collect();
     assert_eq!(actions, ["install", "remove", "install", "grant"]);
 }
+
+/// Two hosts on one PostgreSQL store, each on "its own machine": a session driven by the first
+/// is refused to the second while the first lives, and taken up by the second once the
+/// first is killed and its lease ran out.
+#[test]
+fn a_second_host_takes_over_a_session_when_the_first_dies() {
+    let (home, data, config) = probe_home(&[]);
+    empty_file(&data, "shared.txt");
+    let url = cordon_tests::postgres::shared().database();
+    let model = Model::new(vec![
+        Step::tool_calls(vec![write_call("k1", "shared.txt", "1")]),
+        Step::text("Written by whichever host was alive."),
+    ]);
+    let env = |host: &'static str| {
+        [
+            ("CORDON_LLM_URL", model.url()),
+            ("CORDON_MODEL", "scripted".to_string()),
+            ("CORDON_HOST_NAME", host.to_string()),
+        ]
+    };
+    let start = |host: &'static str| {
+        let env = env(host);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        Served::start(
+            &home,
+            &env,
+            &["--config", config.to_str().unwrap(), "--store", &url],
+        )
+    };
+    let first = start("host-a");
+    let second = start("host-b");
+    let created = first.post("/api/v1/sessions", json!({"id": "shared"}));
+    assert_eq!(created.status, 201, "{}", created.text);
+    let _events = first.stream("/api/v1/sessions/shared/messages", json!({"text": "write"}));
+    let asked = pending(&first, "shared");
+    // While the first host lives, the second cannot drive the session.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        second.get("/api/v1/approvals").json["pending"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let busy = second.post("/api/v1/sessions/shared/retry", json!({}));
+    assert_eq!(busy.status, 409, "{}", busy.text);
+    assert!(
+        busy.text.contains("is being driven by host-a:"),
+        "{}",
+        busy.text
+    );
+    first.kill9();
+    // After the lease (2 s) the second host resumes the turn: the question is asked again.
+    let again = pending(&second, "shared");
+    assert_eq!(again["call_id"], asked["call_id"]);
+    let call_id = again["call_id"].as_str().unwrap();
+    let answered = second.post(
+        &format!("/api/v1/approvals/shared/{call_id}"),
+        json!({"answer": "yes"}),
+    );
+    assert_eq!(answered.status, 200, "{}", answered.text);
+    let session = idle(&second, "shared");
+    assert_eq!(roles(&session), ["user", "assistant", "tool", "assistant"]);
+    assert_eq!(
+        std::fs::read_to_string(data.join("shared.txt")).unwrap(),
+        "1"
+    );
+    let listed = second.get("/api/v1/sessions");
+    assert_eq!(listed.json["sessions"][0]["id"], "shared");
+}
+
+#[test]
+fn an_unreachable_store_at_start_is_a_clear_error() {
+    let (home, _, config) = probe_home(&[]);
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let store = format!("postgres://cordon:secret@127.0.0.1:{port}/cordon");
+    let run = home.cordon(&[
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--store",
+        &store,
+    ]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!(
+            "cannot open the session store postgres://cordon:***@127.0.0.1:{port}/cordon"
+        )) && run
+            .stderr
+            .contains("check the URL and that the server is running"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("secret"), "{}", run.stderr);
+}
+
+/// The store goes away in the middle of a turn: the turn stops cleanly at its last recorded
+/// state (nothing is performed that was not recorded), and goes on once the store is back.
+#[test]
+fn a_store_that_goes_away_mid_turn_stops_the_turn_and_it_resumes_when_back() {
+    let (home, data, config) = probe_home(&[]);
+    empty_file(&data, "away.txt");
+    let cluster = cordon_tests::postgres::PgCluster::start();
+    let url = cluster.database();
+    let model = Model::new(vec![
+        Step::tool_calls(vec![write_call("k1", "away.txt", "1")]),
+        Step::text("Written once the store was back."),
+    ]);
+    let served = serve(&home, &model, &config, &["--store", &url]);
+    create(&served, "away");
+    let events = served.stream("/api/v1/sessions/away/messages", json!({"text": "write"}));
+    let asked = pending(&served, "away");
+    let call_id = asked["call_id"].as_str().unwrap().to_string();
+    cluster.stop();
+    let answered = served.post(
+        &format!("/api/v1/approvals/away/{call_id}"),
+        json!({"answer": "yes"}),
+    );
+    assert_eq!(answered.status, 200, "{}", answered.text);
+    let stopped = events.until("turn_stopped", WAIT);
+    let reason = stopped.last().unwrap()["reason"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        reason.contains("the session store did not record the change")
+            && reason.contains("goes on when the store is back"),
+        "{reason}"
+    );
+    // The answer was not recorded, so the call did not run.
+    assert_eq!(std::fs::read_to_string(data.join("away.txt")).unwrap(), "");
+    cluster.start_server();
+    let again = pending(&served, "away");
+    assert_eq!(again["call_id"], call_id.as_str());
+    served.post(
+        &format!("/api/v1/approvals/away/{call_id}"),
+        json!({"answer": "yes"}),
+    );
+    let session = idle(&served, "away");
+    assert_eq!(roles(&session), ["user", "assistant", "tool", "assistant"]);
+    assert_eq!(std::fs::read_to_string(data.join("away.txt")).unwrap(), "1");
+}
