@@ -29,7 +29,7 @@ export CFLAGS_wasm32_wasip2 := --target=wasm32-wasi -msimd128 -mbulk-memory \
   -include '$(ROOT)/plugins/sql/c/sqlite_mem.h' -include '$(ROOT)/plugins/sql/c/sqlite_sorter.h' \
   -DCORDON_HEADERS_DIGEST=$(SQLITE_HEADERS_DIGEST)
 
-.PHONY: build toolchain host plugins rust-plugins python-plugin fixtures test lint demo bench bench-tools clean
+.PHONY: build toolchain host plugins rust-plugins python-plugin fixtures test test-services lint demo bench bench-tools clean
 
 build: host plugins
 
@@ -79,7 +79,16 @@ lint: toolchain
 	cd sdk/python && "$(ROOT)/$(VENV)/bin/ruff" format --check . && "$(ROOT)/$(VENV)/bin/ruff" check .
 	cd plugins/python && "$(ROOT)/$(VENV)/bin/ruff" format --check . && "$(ROOT)/$(VENV)/bin/ruff" check .
 
-test: host plugins
+## What the tests run for real: PostgreSQL's server programs (Debian's `postgresql`; the tests
+## start throwaway clusters of their own in temporary directories, never the system's).
+test-services:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  echo "installing postgresql (Debian package)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends postgresql; \
+	fi
+
+test: host plugins test-services
 	cargo test --workspace
 	cd sdk/rust && CARGO_TARGET_DIR="$(ROOT)/$(TARGET)/sdk" cargo test
 	cd plugins && CARGO_TARGET_DIR="$(ROOT)/$(WASM_TARGET)" cargo test
