@@ -1021,3 +1021,267 @@ async fn a_message_while_a_turn_runs_is_refused_and_changes_nothing() {
         .unwrap();
     assert_eq!(outcome, TurnOutcome::Answered);
 }
+
+/// What the driver hands its journal, and when: every transition before its effects, every
+/// call for the audit log, and nothing after the journal fails or driving is suspended.
+mod journaled {
+    use super::*;
+    use cordon_agent::{AuditContext, Cause, Driven, Journal, JournalError, TurnIo};
+    use cordon_core::{AuditEntry, AuditRecord, ToolCallAudit};
+
+    /// Records, for each transition, the state it left and how many tool calls and model
+    /// requests had been made by then; fails at transition `fail_at` (1-based) if set.
+    struct Witness {
+        tools: Arc<FakeTools>,
+        server: Arc<ScriptedServer>,
+        transitions: Vec<(String, usize, usize)>,
+        audits: Vec<ToolCallAudit>,
+        fail_at: Option<usize>,
+    }
+
+    #[async_trait]
+    impl Journal for Witness {
+        async fn transition(&mut self, conv: &Conversation, _: &Cause) -> Result<(), JournalError> {
+            if self.fail_at == Some(self.transitions.len() + 1) {
+                return Err(JournalError::Store("the disk is full".into()));
+            }
+            self.transitions.push((
+                conv.state.key().to_string(),
+                self.tools.calls().len(),
+                self.server.requests().len(),
+            ));
+            Ok(())
+        }
+
+        async fn audit(&mut self, record: AuditRecord) -> Result<(), JournalError> {
+            match record.entry {
+                AuditEntry::ToolCall(call) => self.audits.push(*call),
+                AuditEntry::HomeChange(_) => {}
+            }
+            Ok(())
+        }
+    }
+
+    fn witness(
+        tools: &Arc<FakeTools>,
+        server: &Arc<ScriptedServer>,
+        fail_at: Option<usize>,
+    ) -> Witness {
+        Witness {
+            tools: tools.clone(),
+            server: server.clone(),
+            transitions: Vec::new(),
+            audits: Vec::new(),
+            fail_at,
+        }
+    }
+
+    async fn drive(
+        agent: &Agent,
+        conv: &mut Conversation,
+        input: TurnInput,
+        rec: &mut Recorder,
+        journal: &mut Witness,
+        suspend: Option<&CancellationToken>,
+    ) -> Result<Driven, AgentError> {
+        let cancel = CancellationToken::new();
+        let mut io = TurnIo {
+            frontend: rec,
+            journal,
+            cancel: &cancel,
+            suspend,
+            audit: AuditContext {
+                session: Some("s1".into()),
+                origin: "test".into(),
+                keep_arguments: false,
+            },
+        };
+        agent.drive(conv, input, &mut io).await
+    }
+
+    fn script() -> Script {
+        Script::new([
+            Step::tool_calls(vec![
+                call("sql_query", json!({"query": "q"})),
+                call("write_file", json!({"path": "/x"})),
+                call("nope", json!({})),
+            ]),
+            Step::text("done"),
+        ])
+    }
+
+    #[tokio::test]
+    async fn every_transition_is_recorded_before_what_it_asks_for_is_done() {
+        let server = Arc::new(ScriptedServer::start(script()).await.unwrap());
+        let tools = FakeTools::new();
+        let agent = Agent::new(config(&server), tools.clone()).unwrap();
+        let mut journal = witness(&tools, &server, None);
+        let mut rec = Recorder::default();
+        rec.answers.insert("write_file".into(), ApprovalAnswer::Yes);
+        let mut conv = Conversation::new();
+        let driven = drive(
+            &agent,
+            &mut conv,
+            TurnInput::Message("go".into()),
+            &mut rec,
+            &mut journal,
+            None,
+        )
+        .await
+        .unwrap();
+        assert_eq!(driven, Driven::Finished(TurnOutcome::Answered));
+        let t = &journal.transitions;
+        // The model is asked only after the state that asks for it is recorded.
+        let waits: Vec<usize> = t
+            .iter()
+            .filter(|(s, _, _)| s == "awaiting_model")
+            .map(|(_, _, requests)| *requests)
+            .collect();
+        assert_eq!(waits, [0, 1], "{t:?}");
+        // No tool runs before the batch is recorded as running; each result is its own
+        // transition, recorded once its call returned.
+        let running: Vec<usize> = t
+            .iter()
+            .filter(|(s, _, _)| s == "executing_tools")
+            .map(|(_, calls, _)| *calls)
+            .collect();
+        assert_eq!(running[0], 0, "{t:?}");
+        assert_eq!(t.last().unwrap().0, "idle");
+        // The audit log has every call the model asked for, with who decided.
+        let audited: Vec<(String, String, String, &str)> = journal
+            .audits
+            .iter()
+            .map(|a| {
+                (
+                    a.tool.clone(),
+                    a.decision.clone(),
+                    a.decided_by.clone(),
+                    a.outcome.label(),
+                )
+            })
+            .collect();
+        assert_eq!(audited.len(), 3, "{audited:?}");
+        assert!(audited.contains(&(
+            "sql_query".into(),
+            "auto".into(),
+            "policy: its grants cannot change anything".into(),
+            "ok"
+        )));
+        assert!(audited.contains(&("write_file".into(), "yes".into(), "the test".into(), "ok")));
+        assert!(audited.contains(&(
+            "nope".into(),
+            "invalid".into(),
+            "Cordon's check of the call".into(),
+            "not_run"
+        )));
+        for a in &journal.audits {
+            assert_eq!(a.session.as_deref(), Some("s1"));
+            assert_eq!(a.turn, Some(0));
+            assert!(a.arguments.is_none(), "arguments are kept only when asked");
+            assert_eq!(a.arguments_sha256.len(), 64);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_journal_that_fails_stops_the_turn_before_anything_else_is_done() {
+        let server = Arc::new(ScriptedServer::start(script()).await.unwrap());
+        let tools = FakeTools::new();
+        let agent = Agent::new(config(&server), tools.clone()).unwrap();
+        // 1: user message, 2: the model's answer, 3: the batch processed (awaiting approval).
+        let mut journal = witness(&tools, &server, Some(3));
+        let mut rec = Recorder::default();
+        rec.answers.insert("write_file".into(), ApprovalAnswer::Yes);
+        let mut conv = Conversation::new();
+        let e = drive(
+            &agent,
+            &mut conv,
+            TurnInput::Message("go".into()),
+            &mut rec,
+            &mut journal,
+            None,
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, AgentError::Journal(_)), "{e}");
+        assert!(e.to_string().contains("the disk is full"), "{e}");
+        assert!(
+            tools.calls().is_empty(),
+            "nothing ran after the failed record"
+        );
+        assert!(
+            rec.asked.is_empty(),
+            "nobody was asked after the failed record"
+        );
+        assert_eq!(server.requests().len(), 1);
+    }
+
+    /// A frontend whose questions are never answered.
+    struct NobodyAnswers(Vec<ApprovalRequest>);
+
+    #[async_trait]
+    impl Frontend for NobodyAnswers {
+        fn event(&mut self, _: &AgentEvent) {}
+        async fn approve(&mut self, request: &ApprovalRequest) -> GivenAnswer {
+            self.0.push(request.clone());
+            futures::future::pending().await
+        }
+    }
+
+    #[tokio::test]
+    async fn suspending_stops_where_nothing_is_lost_and_resuming_asks_again() {
+        let server = Arc::new(ScriptedServer::start(script()).await.unwrap());
+        let tools = FakeTools::new();
+        let agent = Agent::new(config(&server), tools.clone()).unwrap();
+        let mut journal = witness(&tools, &server, None);
+        let mut nobody = NobodyAnswers(Vec::new());
+        let suspend = CancellationToken::new();
+        let mut conv = Conversation::new();
+        let driving = {
+            let suspend = suspend.clone();
+            async move {
+                let cancel = CancellationToken::new();
+                let mut io = TurnIo {
+                    frontend: &mut nobody,
+                    journal: &mut journal,
+                    cancel: &cancel,
+                    suspend: Some(&suspend),
+                    audit: AuditContext::default(),
+                };
+                let driven = agent
+                    .drive(&mut conv, TurnInput::Message("go".into()), &mut io)
+                    .await;
+                (driven, conv, nobody, journal, agent)
+            }
+        };
+        let stop = async {
+            // Suspended while it waits for an answer.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            suspend.cancel();
+        };
+        let ((driven, mut conv, nobody, journal, agent), ()) = tokio::join!(driving, stop);
+        assert_eq!(driven.unwrap(), Driven::Suspended);
+        assert_eq!(nobody.0.len(), 1);
+        assert!(matches!(conv.state, State::AwaitingApproval { .. }));
+        assert_eq!(journal.transitions.last().unwrap().0, "awaiting_approval");
+        // The read-only call ran before the question? No: a batch runs once every call is
+        // settled, so nothing ran.
+        assert!(tools.calls().is_empty());
+        // Taken up again, the question is asked again and the turn ends.
+        let mut rec = Recorder::default();
+        rec.answers.insert("write_file".into(), ApprovalAnswer::Yes);
+        let mut journal = witness(&tools, &server, None);
+        let driven = drive(
+            &agent,
+            &mut conv,
+            TurnInput::Resume,
+            &mut rec,
+            &mut journal,
+            None,
+        )
+        .await
+        .unwrap();
+        assert_eq!(driven, Driven::Finished(TurnOutcome::Answered));
+        assert_eq!(rec.asked.len(), 1);
+        assert_eq!(tools.calls().len(), 2);
+    }
+}
