@@ -29,7 +29,7 @@ export CFLAGS_wasm32_wasip2 := --target=wasm32-wasi -msimd128 -mbulk-memory \
   -include '$(ROOT)/plugins/sql/c/sqlite_mem.h' -include '$(ROOT)/plugins/sql/c/sqlite_sorter.h' \
   -DCORDON_HEADERS_DIGEST=$(SQLITE_HEADERS_DIGEST)
 
-.PHONY: build toolchain host plugins rust-plugins python-plugin fixtures test test-services lint demo bench bench-tools clean
+.PHONY: build toolchain host plugins rust-plugins python-plugin fixtures test test-services browser-test lint demo bench bench-tools clean
 
 build: host plugins
 
@@ -93,6 +93,19 @@ test: host plugins test-services
 	cd sdk/rust && CARGO_TARGET_DIR="$(ROOT)/$(TARGET)/sdk" cargo test
 	cd plugins && CARGO_TARGET_DIR="$(ROOT)/$(WASM_TARGET)" cargo test
 	$(MAKE) -C plugins/python test
+	$(MAKE) browser-test
+
+## The console in a real browser: Debian's headless Chromium driven through chromium-driver by
+## selenium (in the private virtualenv), against `cordon serve` and the scripted model.
+## (selenium 4.52.0 needs certifi>=2026.10.23, which the package index does not have.)
+browser-test: host plugins
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+	  echo "installing chromium and chromium-driver (Debian packages)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium chromium-driver; \
+	fi
+	@$(VENV)/bin/python -c 'import selenium, sys; sys.exit(selenium.__version__ != "4.51.0")' 2>/dev/null || $(VENV)/bin/python -m pip install -q selenium==4.51.0
+	$(VENV)/bin/python tests/browser/test_console.py
 
 demo: host plugins
 	bash tests/demo.sh

@@ -7,7 +7,9 @@ const state = {
   token: sessionStorage.getItem("cordon-token") || "",
   selected: null,
   follow: null, // AbortController of the followed session's event stream
+  following: Promise.resolve(), // settles once the followed session's stream is open
   live: null, // element showing text streamed in the current answer
+  rejected: new Map(), // call id -> the line showing its refusal until its result arrives
   shownPending: "", // the pending approvals as last drawn, to redraw only when they change
 };
 
@@ -128,6 +130,7 @@ function addMessage(kind, who, text) {
 function renderConversation(data) {
   $("transcript").replaceChildren();
   state.live = null;
+  state.rejected.clear();
   for (const m of data.messages) {
     if (m.role === "user") addMessage("user", "you", m.content);
     else if (m.role === "assistant") {
@@ -165,16 +168,23 @@ function onSessionEvent(event) {
       if (!state.live) addMessage("assistant", "model", event.content + (event.partial ? " [partial]" : ""));
       state.live = null;
       break;
-    case "tool_started":
+    // The calls, their refusals and their results are drawn as a reload draws them from the
+    // stored conversation: each call as the model wrote it, then one result per call.
+    case "tool_calls_requested":
       state.live = null;
-      addMessage("tool", "⚙ " + event.tool, JSON.stringify(event.arguments));
-      break;
-    case "tool_result":
-      addMessage("tool" + (event.is_error ? " error" : ""), (event.is_error ? "✗ " : "→ ") + event.tool, event.content);
+      for (const c of event.calls) addMessage("tool", "⚙ " + c.name, c.arguments);
       break;
     case "tool_call_rejected":
-      addMessage("tool error", "✗ " + event.tool, event.reason);
+      // Shown at once; replaced by the call's result, which comes when its batch ends.
+      state.rejected.set(event.call_id, addMessage("tool error", "✗ " + event.tool, event.reason));
       break;
+    case "tool_result": {
+      const refusal = state.rejected.get(event.call_id);
+      if (refusal) refusal.remove();
+      state.rejected.delete(event.call_id);
+      addMessage("tool" + (event.is_error ? " error" : ""), (event.is_error ? "✗ " : "→ ") + event.tool, event.content);
+      break;
+    }
     case "approval_needed":
     case "approval_given":
       loadApprovals();
@@ -195,11 +205,15 @@ function followSession(id) {
   if (state.follow) state.follow.abort();
   const controller = new AbortController();
   state.follow = controller;
-  fetch("/api/v1/sessions/" + encodeURIComponent(id) + "/events", {
+  // The host subscribes this stream before it answers, so once the answer's headers are here
+  // no event of the session is missed: a message is sent only after that (see send).
+  state.following = fetch("/api/v1/sessions/" + encodeURIComponent(id) + "/events", {
     headers: { Authorization: "Bearer " + state.token },
     signal: controller.signal,
   }).then((response) => {
-    if (response.ok) return readEvents(response, onSessionEvent, controller.signal);
+    if (response.ok) {
+      readEvents(response, onSessionEvent, controller.signal).catch(() => { /* aborted or the host went away */ });
+    }
   }).catch(() => { /* aborted or the host went away */ });
 }
 
@@ -221,6 +235,7 @@ async function send(event) {
   $("message").value = "";
   try {
     // The events of the turn reach the transcript through the followed stream.
+    await state.following;
     const response = await api("/sessions/" + encodeURIComponent(state.selected) + "/messages", {
       method: "POST",
       body: JSON.stringify({ text }),
