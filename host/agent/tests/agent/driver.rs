@@ -1263,8 +1263,7 @@ mod journaled {
         assert_eq!(nobody.0.len(), 1);
         assert!(matches!(conv.state, State::AwaitingApproval { .. }));
         assert_eq!(journal.transitions.last().unwrap().0, "awaiting_approval");
-        // The read-only call ran before the question? No: a batch runs once every call is
-        // settled, so nothing ran.
+        // A batch runs once every call in it is settled, so nothing ran.
         assert!(tools.calls().is_empty());
         // Taken up again, the question is asked again and the turn ends.
         let mut rec = Recorder::default();
