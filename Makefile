@@ -78,6 +78,7 @@ lint: toolchain
 	@$(VENV)/bin/python -c 'import ruff' 2>/dev/null || $(VENV)/bin/python -m pip install -q ruff==0.17.5
 	cd sdk/python && "$(ROOT)/$(VENV)/bin/ruff" format --check . && "$(ROOT)/$(VENV)/bin/ruff" check .
 	cd plugins/python && "$(ROOT)/$(VENV)/bin/ruff" format --check . && "$(ROOT)/$(VENV)/bin/ruff" check .
+	cd tests/browser && "$(ROOT)/$(VENV)/bin/ruff" format --check . && "$(ROOT)/$(VENV)/bin/ruff" check .
 
 ## What the tests run for real: PostgreSQL's server programs (Debian's `postgresql`; the tests
 ## start throwaway clusters of their own in temporary directories, never the system's).

@@ -101,7 +101,11 @@ SCRIPT = {
                 {
                     "id": "call_approved",
                     "name": "fs",
-                    "arguments": {"op": "write", "path": "/data/x.txt", "content": FIRST_CONTENT},
+                    "arguments": {
+                        "op": "write",
+                        "path": "/data/x.txt",
+                        "content": FIRST_CONTENT,
+                    },
                 }
             ],
         },
@@ -150,7 +154,8 @@ def _die_with_parent():
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:
+    except (OSError, AttributeError):
+        # Not Linux: the processes are still stopped by the test's own clean-up.
         pass
 
 
@@ -332,7 +337,8 @@ class Console:
     def text_of(self, css):
         """textContent, exactly (WebDriver's .text drops what is not rendered)."""
         return self.d.execute_script(
-            "const e = document.querySelector(arguments[0]); return e ? e.textContent : null;", css
+            "const e = document.querySelector(arguments[0]); return e ? e.textContent : null;",
+            css,
         )
 
     def click(self, css, what):
@@ -358,7 +364,9 @@ class Console:
 
     def wait_transcript(self, predicate, what, timeout=WAIT):
         return self.wait(
-            lambda: predicate(self.transcript_messages()), f"the transcript to show {what}", timeout
+            lambda: predicate(self.transcript_messages()),
+            f"the transcript to show {what}",
+            timeout,
         )
 
     def audit_rows(self):
@@ -449,7 +457,8 @@ def scenario(console, work, data, token, home):
     c.type_into("#message", "Write me a note.", "the composer")
     c.click("#send", "Send")
     c.wait_transcript(
-        lambda m: has(m, "user", "you", "Write me a note.", exact=True), "the user's message"
+        lambda m: has(m, "user", "you", "Write me a note.", exact=True),
+        "the user's message",
     )
 
     log("the approval appears, with the tool, its arguments, its grants and why it asks")
@@ -457,7 +466,10 @@ def scenario(console, work, data, token, home):
     card = c.wait(lambda: c.visible(card_css), "the approval in the session view")
     call_id = card.get_attribute("data-call")
     card_text = c.text_of(card_css)
-    check("fs" in c.text_of(card_css + " strong"), f"the approval names no tool: {card_text!r}")
+    check(
+        "fs" in c.text_of(card_css + " strong"),
+        f"the approval names no tool: {card_text!r}",
+    )
     check("plugin probe" in card_text, f"the approval names no plugin: {card_text!r}")
     shown_args = json.loads(c.text_of(card_css + " pre.arguments"))
     check(
@@ -495,7 +507,8 @@ def scenario(console, work, data, token, home):
     log("the tool's result and the model's answer appear, live")
     c.wait_transcript(lambda m: has(m, "tool", "→ fs", '"written"'), "the tool's result")
     c.wait_transcript(
-        lambda m: has(m, "assistant", "model", FIRST_ANSWER, exact=True), "the model's answer"
+        lambda m: has(m, "assistant", "model", FIRST_ANSWER, exact=True),
+        "the model's answer",
     )
     c.wait(lambda: not c.find("#session-approvals .approval"), "the approval to go away")
     c.wait(lambda: c.text_of("#approval-count") == "0", "the approval count 0")
@@ -597,18 +610,24 @@ def scenario(console, work, data, token, home):
         return [r["cells"] for r in c.audit_rows() if r["kind"] == "tool_call"]
 
     rows = c.wait(
-        lambda: len(tool_rows()) == 2 and tool_rows(), "two tool calls in the audit table"
+        lambda: len(tool_rows()) == 2 and tool_rows(),
+        "two tool calls in the audit table",
     )
     # Columns: time, origin, session, what, decision, by, outcome, duration, memory, refused.
     by_decision = {r[4]: r for r in rows}
     check(set(by_decision) == {"yes", "no"}, f"the decisions are {[r[4] for r in rows]}")
     for r in rows:
         check(
-            r[1] == "serve" and r[2] == SESSION and r[3] == "probe.fs", f"an audit row says {r!r}"
+            r[1] == "serve" and r[2] == SESSION and r[3] == "probe.fs",
+            f"an audit row says {r!r}",
         )
-        check(r[5] == "API token `default`", f"an audit row says it was decided by {r[5]!r}")
+        check(
+            r[5] == "API token `default`",
+            f"an audit row says it was decided by {r[5]!r}",
+        )
     check(
-        by_decision["yes"][6] == "ok", f"the approved call's outcome is {by_decision['yes'][6]!r}"
+        by_decision["yes"][6] == "ok",
+        f"the approved call's outcome is {by_decision['yes'][6]!r}",
     )
     check(
         by_decision["yes"][7].endswith(" ms"),
@@ -661,7 +680,10 @@ def scenario(console, work, data, token, home):
     c.d.execute_script("document.getElementById('audit-kind').value = ''")
     c.type_into("#audit-since", "yesterday", "the time filter")
     c.click("#audit-apply", "Filter")
-    c.wait(lambda: "is not a time" in (c.text_of("#audit-error") or ""), "the error for a bad time")
+    c.wait(
+        lambda: "is not a time" in (c.text_of("#audit-error") or ""),
+        "the error for a bad time",
+    )
     c.type_into("#audit-since", "1h", "the time filter")
     c.click("#audit-apply", "Filter")
     c.wait(
@@ -684,7 +706,8 @@ def scenario(console, work, data, token, home):
     d.get("about:blank")
     d.get(c.base + "/#token=" + token)
     c.wait(
-        lambda: c.visible("#app") and not c.visible("#login"), "the app after a login by fragment"
+        lambda: c.visible("#app") and not c.visible("#login"),
+        "the app after a login by fragment",
     )
     c.wait(
         lambda: c.one(f'#session-list li[data-session="{SESSION}"]'),
@@ -747,7 +770,14 @@ def main():
         log(f"work directory {work}")
         env = child_env(CORDON_HOME=home)
         install = subprocess.run(
-            [str(CORDON), "plugin", "install", str(PROBE), "--grant", f"fs:{data}:/data:rw"],
+            [
+                str(CORDON),
+                "plugin",
+                "install",
+                str(PROBE),
+                "--grant",
+                f"fs:{data}:/data:rw",
+            ],
             env=env,
             cwd=work,
             stdin=subprocess.DEVNULL,
@@ -788,7 +818,9 @@ def main():
             logs,
         )
         base = server.wait_for(
-            server.stderr_path, r"cordon serve: listening on (http://127\.0\.0\.1:\d+)", START_WAIT
+            server.stderr_path,
+            r"cordon serve: listening on (http://127\.0\.0\.1:\d+)",
+            START_WAIT,
         ).group(1)
         token = (home / "serve-token").read_text().strip()
         log(f"cordon serve at {base}")
@@ -854,7 +886,10 @@ def main():
             chromedriver_log = logs / "chromedriver.log"
             if driver is None and chromedriver_log.exists():
                 tail = chromedriver_log.read_text(errors="replace")[-2000:]
-                print(f"--- chromedriver.log (last 2000 characters)\n{tail}", file=sys.stderr)
+                print(
+                    f"--- chromedriver.log (last 2000 characters)\n{tail}",
+                    file=sys.stderr,
+                )
         shutil.rmtree(work, ignore_errors=True)
     log(f"{'passed' if ok else 'FAILED'} in {time.monotonic() - started:.1f} s")
     return 0 if ok else 1
