@@ -108,8 +108,10 @@ async fn require_token(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.strip_prefix("Bearer "))
-        .map(str::trim);
+        .and_then(|h| h.split_once(' '))
+        // The scheme's name is case-insensitive (RFC 9110).
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
     match presented.and_then(|t| state.tokens.check(t)) {
         Some(name) => {
             let caller = Caller(name.to_string());

@@ -17,6 +17,9 @@ use tokio_util::task::TaskTracker;
 use crate::error::ApiError;
 use crate::live::{HostEvent, LiveSession, PendingApproval, ServeFrontend, SessionEvent};
 
+/// How many engines (one per distinct set of session settings) the host keeps made.
+const MAX_CACHED_ENGINES: usize = 64;
+
 /// Where the host gets its tools: the home's installed plugins, verified and ready to call.
 #[async_trait]
 pub trait ToolSource: Send + Sync + 'static {
@@ -155,10 +158,13 @@ impl Host {
             Agent::new(config, tools)
                 .map_err(|e| ApiError::bad_request(format!("the session's settings: {e}")))?,
         );
-        self.agents
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, (generation, agent.clone()));
+        let mut agents = self.agents.lock().unwrap_or_else(|e| e.into_inner());
+        // Each distinct set of settings gets an engine; a client making endless distinct ones
+        // must not grow the host without bound, so past a few dozen they are made afresh.
+        if agents.len() >= MAX_CACHED_ENGINES {
+            agents.clear();
+        }
+        agents.insert(key, (generation, agent.clone()));
         Ok(agent)
     }
 

@@ -278,3 +278,88 @@ impl Frontend for ServeFrontend {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(call_id: &str) -> ApprovalRequest {
+        ApprovalRequest {
+            call_id: call_id.into(),
+            tool: "fs".into(),
+            plugin: "probe".into(),
+            arguments: serde_json::json!({}),
+            grants: vec![],
+            reason: "why".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_question_is_answered_once_and_a_second_answer_says_by_whom_the_first_was() {
+        let live = LiveSession::new("s");
+        live.claim().unwrap();
+        let mut frontend = ServeFrontend {
+            live: live.clone(),
+            approval_timeout: Duration::from_secs(30),
+        };
+        let asking = tokio::spawn(async move { frontend.approve(&request("c1")).await });
+        while live.pending().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        let e = live
+            .answer("c9", GivenAnswer::new(ApprovalAnswer::Yes, "x"))
+            .unwrap_err();
+        assert_eq!(e.status.as_u16(), 404);
+        assert!(e.message.contains("c1 are waiting"), "{}", e.message);
+        live.answer(
+            "c1",
+            GivenAnswer::new(ApprovalAnswer::Always, "API token `ops`"),
+        )
+        .unwrap();
+        let given = asking.await.unwrap();
+        assert_eq!(given.answer, ApprovalAnswer::Always);
+        assert_eq!(given.by, "API token `ops`");
+        assert!(live.pending().is_empty());
+        let e = live
+            .answer("c1", GivenAnswer::new(ApprovalAnswer::No, "y"))
+            .unwrap_err();
+        assert_eq!(e.status.as_u16(), 409);
+        assert!(
+            e.message
+                .contains("already answered (always by API token `ops`)"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unanswered_question_is_refused_and_leaves_no_trace() {
+        let live = LiveSession::new("s");
+        let mut frontend = ServeFrontend {
+            live: live.clone(),
+            approval_timeout: Duration::from_millis(20),
+        };
+        let given = frontend.approve(&request("c1")).await;
+        assert!(matches!(given.answer, ApprovalAnswer::Refused { .. }));
+        assert_eq!(given.by, "nobody (no answer within 20ms)");
+        assert!(live.pending().is_empty());
+    }
+
+    #[test]
+    fn one_turn_at_a_time() {
+        let live = LiveSession::new("s");
+        live.claim().unwrap();
+        let e = live.claim().unwrap_err();
+        assert_eq!(e.status.as_u16(), 409);
+        assert!(
+            e.message.contains("a turn is running in session `s`"),
+            "{}",
+            e.message
+        );
+        assert_eq!(live.cancel().unwrap_err().status.as_u16(), 409);
+        live.set_cancel(CancellationToken::new());
+        live.cancel().unwrap();
+        live.release();
+        live.claim().unwrap();
+    }
+}
