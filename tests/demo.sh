@@ -137,8 +137,14 @@ echo
 # `--approve ask` would ask on the terminal, `--approve auto` would decline them.
 cd "$WORK"
 code=0
-"$CORDON" run "$PROMPT" --approve all || code=$?
+"$CORDON" run "$PROMPT" --approve all --session demo || code=$?
 echo
+step "8. The audit log: every call, who approved it, what the sandbox refused, and every change to the home"
+"$CORDON" audit | sed 's/^/   /'
+step "9. The conversation is a durable session: each step was recorded before it was acted on"
+"$CORDON" sessions list | sed 's/^/   /'
+"$CORDON" sessions show demo --log | head -12 | sed 's/^/   /'
+say "(cordon sessions resume/fork/replay/export take it further; cordon serve drives sessions over HTTP)"
 if [ "$SCRIPTED" = 1 ]; then
   [ "$code" = 0 ] || { echo "UNEXPECTED: cordon run exited $code" >&2; exit 1; }
   notes="$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select count(*) from reports").fetchone()[0])' "$D/scratch/shop-copy.db")"
