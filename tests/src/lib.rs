@@ -198,6 +198,20 @@ impl TestHome {
         self.cordon_at(None, args, stdin, env)
     }
 
+    /// `cordon <args>` with this home and the variables that would make Cordon read the
+    /// developer's own settings removed; every way the tests start `cordon` begins here.
+    pub fn cordon_command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(cordon_bin());
+        command
+            .args(args)
+            .env("CORDON_HOME", self.path())
+            .env_remove("CORDON_CONFIG")
+            .env_remove("CORDON_STORE")
+            .env_remove("RUST_LOG")
+            .env("RUST_BACKTRACE", "0");
+        command
+    }
+
     /// Runs `cordon <args>` with this home from `cwd` (else the test's directory), feeding
     /// `stdin` (not a terminal), with extra environment variables; the variables that would
     /// make Cordon read the developer's own settings are removed.
@@ -208,18 +222,12 @@ impl TestHome {
         stdin: &str,
         env: &[(&str, &str)],
     ) -> Run {
-        let mut command = Command::new(cordon_bin());
+        let mut command = self.cordon_command(args);
         if let Some(dir) = cwd {
             command.current_dir(dir);
         }
         let mut child = command
-            .args(args)
             .envs(env.iter().copied())
-            .env("CORDON_HOME", self.path())
-            .env_remove("CORDON_CONFIG")
-            .env_remove("CORDON_STORE")
-            .env_remove("RUST_LOG")
-            .env("RUST_BACKTRACE", "0")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -418,6 +426,27 @@ pub mod support {
                 run.command, run.stdout
             )
         })
+    }
+
+    /// A home with the `probe` fixture installed read-write on a fresh `data` directory (seen
+    /// as /data), plus `extra_grants`; returns the home and the data directory.
+    pub fn probe_home(extra_grants: &[String]) -> (TestHome, PathBuf) {
+        let home = TestHome::new();
+        let data = home.scratch("data");
+        let probe = crate::fixture("probe");
+        let grant = grant_fs(&data, "/data", "rw");
+        let mut args = vec![
+            "plugin",
+            "install",
+            probe.to_str().unwrap(),
+            "--grant",
+            &grant,
+        ];
+        for g in extra_grants {
+            args.extend(["--grant", g.as_str()]);
+        }
+        home.cordon(&args).ok();
+        (home, data)
     }
 
     /// Installs (in fact reinstalls, from the template's compile cache) `plugin` with these
@@ -767,15 +796,8 @@ pub mod terminal {
         /// and colours (NO_COLOR, so the only escape sequences Cordon may write are its own
         /// attribute resets).
         pub fn command(&self, args: &[&str]) -> Command {
-            let mut command = Command::new(crate::cordon_bin());
-            command
-                .args(args)
-                .env("CORDON_HOME", self.path())
-                .env_remove("RUST_LOG")
-                .env_remove("CORDON_CONFIG")
-                .env_remove("CORDON_STORE")
-                .env("RUST_BACKTRACE", "0")
-                .env("NO_COLOR", "1");
+            let mut command = self.cordon_command(args);
+            command.env("NO_COLOR", "1");
             command
         }
 

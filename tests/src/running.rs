@@ -2,11 +2,11 @@
 //! for killing it at a chosen point of a conversation and looking at what survived.
 
 use std::io::{Read, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::{TestHome, cordon_bin};
+use crate::TestHome;
 
 /// A running `cordon` process.
 pub struct Running {
@@ -41,14 +41,9 @@ impl Running {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Running {
-        let mut child = Command::new(cordon_bin())
-            .args(args)
+        let mut child = home
+            .cordon_command(args)
             .envs(env.iter().copied())
-            .env("CORDON_HOME", home.path())
-            .env_remove("CORDON_CONFIG")
-            .env_remove("CORDON_STORE")
-            .env_remove("RUST_LOG")
-            .env("RUST_BACKTRACE", "0")
             .current_dir(cwd)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -3,7 +3,7 @@
 //! signal (SIGTERM) or killed outright (SIGKILL) to prove nothing acknowledged is lost.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::Value;
 
-use crate::{TestHome, cordon_bin};
+use crate::TestHome;
 
 /// A running `cordon serve`.
 pub struct Served {
@@ -41,17 +41,11 @@ impl Served {
     /// Starts `cordon serve --listen 127.0.0.1:0 <args>` on `home` with `env`, and waits until
     /// it listens.
     pub fn start(home: &TestHome, env: &[(&str, &str)], args: &[&str]) -> Served {
-        let mut command = Command::new(cordon_bin());
+        let mut command = home.cordon_command(&["serve", "--listen", "127.0.0.1:0"]);
         command
-            .arg("serve")
-            .args(["--listen", "127.0.0.1:0"])
             .args(args)
             .envs(env.iter().copied())
-            .env("CORDON_HOME", home.path())
-            .env_remove("CORDON_CONFIG")
-            .env_remove("CORDON_STORE")
             .env("RUST_LOG", "cordon=info,cordon_serve=info,warn")
-            .env("RUST_BACKTRACE", "0")
             .current_dir(home.scratch("serve-cwd"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -437,11 +437,15 @@ if a call is refused or declined, tell the user instead of trying to get around 
         });
         let mut results =
             futures::stream::iter(futs).buffer_unordered(self.config.agent.max_parallel_tools);
-        loop {
+        // Until every call has returned: the batch's last result ends the loop, so a cancel
+        // that comes after it is the next action's to handle, never this batch's.
+        while !running.is_empty() {
             let next = tokio::select! {
                 biased;
                 _ = io.cancel.cancelled() => None,
                 next = results.next() => match next {
+                    // A call stopped by the cancel may return before the cancel is seen here.
+                    Some(_) if io.cancel.is_cancelled() => None,
                     Some(done) => Some(done),
                     None => return Ok(()),
                 },
@@ -488,6 +492,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
             self.apply(conv, catalog, Event::ToolFinished { outcome }, io, queue)
                 .await?;
         }
+        Ok(())
     }
 
     /// The audit record of one call of this conversation.

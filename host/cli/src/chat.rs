@@ -109,6 +109,14 @@ pub struct RunArgs {
     /// Further messages, each sent after the previous turn finishes.
     #[arg(long)]
     pub then: Vec<String>,
+    /// How the turns run without a REPL.
+    #[command(flatten)]
+    pub unattended: Unattended,
+}
+
+/// How turns run without a REPL (`cordon run`, `cordon sessions resume | replay`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct Unattended {
     /// Approval of tool calls that need it.
     #[arg(long, value_enum, default_value = "ask")]
     pub approve: ApproveMode,
@@ -419,28 +427,19 @@ pub async fn run(
     let prompts = std::iter::once(args.prompt.clone())
         .chain(args.then.iter().cloned())
         .collect();
-    run_prompts(
-        &args.model,
-        args.approve,
-        args.json,
-        tools,
-        recording,
-        prompts,
-    )
-    .await
+    run_prompts(&args.unattended, tools, recording, prompts).await
 }
 
 /// Runs a turn the conversation stopped in (if it did), then one turn per prompt, without a
 /// REPL; returns the exit code of the last turn (see [`run`]) and stops at the first turn
 /// that did not answer.
 pub async fn run_prompts(
-    model: &ModelArgs,
-    approve: ApproveMode,
-    json: bool,
+    how: &Unattended,
     tools: Arc<dyn ToolHost>,
     mut recording: Recording,
     prompts: Vec<String>,
 ) -> anyhow::Result<i32> {
+    let (model, approve, json) = (&how.model, how.approve, how.json);
     let mut config = load_config(model, &recording.settings)?;
     let tools = recording.settings.tools(tools);
     warn_unmatched_rules(&config, tools.as_ref());
@@ -531,7 +530,7 @@ async fn drive_turn(
 }
 
 /// Gives up the session's lease, if the conversation is one.
-async fn close(recording: &mut Recording) {
+pub async fn close(recording: &mut Recording) {
     if let Err(e) = recording.journal.close().await {
         errln!("warning: {e}; the session's lease lapses by itself");
     }
@@ -549,7 +548,7 @@ const HELP: &str = "Commands:
   /quit            leave (Ctrl-D too)
 Ctrl-C cancels the running answer or tool call; the conversation stays usable.";
 
-fn print_history(conv: &Conversation) {
+pub fn print_history(conv: &Conversation) {
     let mut turn = 0;
     for (i, m) in conv.messages.iter().enumerate() {
         for n in conv.notes.iter().filter(|n| n.at_message == i) {

@@ -156,7 +156,7 @@ const ONE_SHOT_INSTANCES: u32 = 4;
 fn configs_in_use(command: &Command) -> Vec<PathBuf> {
     let explicit = match command {
         Command::Chat(args) => args.model.config.clone(),
-        Command::Run(args) => args.model.config.clone(),
+        Command::Run(args) => args.unattended.model.config.clone(),
         Command::Serve(args) => args.config().map(PathBuf::from),
         Command::Sessions(command) => command.config().map(PathBuf::from),
         _ => None,
@@ -214,8 +214,9 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
             0
         }
         Command::Run(args) => {
-            let records = records::open(&home, store, args.model.config.as_deref()).await?;
-            let recording = recording(&records, args.model.session.as_deref(), "run").await?;
+            let model = &args.unattended.model;
+            let records = records::open(&home, store, model.config.as_deref()).await?;
+            let recording = recording(&records, model.session.as_deref(), "run").await?;
             chat::run(args, conversation_tools(&home).await?, recording).await?
         }
         Command::Sessions(command) => {

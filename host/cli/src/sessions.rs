@@ -10,7 +10,7 @@ use cordon_agent::{AuditContext, Conversation, Message, SessionSettings, ToolHos
 use cordon_store::{NewSession, SessionInfo, Store, StoreError};
 use serde_json::json;
 
-use crate::chat::{ApproveMode, ModelArgs, Recording};
+use crate::chat::{Recording, Unattended};
 use crate::records::Records;
 use crate::term::{errln, outln, print_json_line};
 
@@ -73,8 +73,8 @@ impl SessionsCommand {
     /// The config file named on the command line.
     pub fn config(&self) -> Option<&std::path::Path> {
         match self {
-            SessionsCommand::Resume(args) => args.model.config.as_deref(),
-            SessionsCommand::Replay(args) => args.model.config.as_deref(),
+            SessionsCommand::Resume(args) => args.unattended.model.config.as_deref(),
+            SessionsCommand::Replay(args) => args.unattended.model.config.as_deref(),
             _ => None,
         }
     }
@@ -84,15 +84,9 @@ impl SessionsCommand {
 pub struct ResumeArgs {
     /// The session.
     name: String,
-    /// Approval of tool calls that need it.
-    #[arg(long, value_enum, default_value = "ask")]
-    approve: ApproveMode,
-    /// Print every event as a JSON line.
-    #[arg(long)]
-    json: bool,
-    /// Model settings.
+    /// How the turn runs.
     #[command(flatten)]
-    model: ModelArgs,
+    unattended: Unattended,
 }
 
 #[derive(Debug, Args)]
@@ -109,15 +103,9 @@ pub struct ReplayArgs {
     /// separated).
     #[arg(long, value_delimiter = ',')]
     tools: Option<Vec<String>>,
-    /// Approval of tool calls that need it.
-    #[arg(long, value_enum, default_value = "ask")]
-    approve: ApproveMode,
-    /// Print every event as a JSON line.
-    #[arg(long)]
-    json: bool,
-    /// Model settings (--model picks the replay's model).
+    /// How the turns run (--model picks the replay's model).
     #[command(flatten)]
-    model: ModelArgs,
+    unattended: Unattended,
 }
 
 /// Runs a `cordon sessions` command; returns the exit code for `resume` and `replay`.
@@ -149,7 +137,8 @@ pub async fn run(
                 .as_ref()
                 .is_some_and(Conversation::is_idle)
             {
-                let _ = close_unused(recording).await;
+                let mut recording = recording;
+                crate::chat::close(&mut recording).await;
                 bail!(
                     "session `{}` has no turn to resume; send it a message with `cordon run --session {} \"…\"`",
                     args.name,
@@ -157,15 +146,7 @@ pub async fn run(
                 );
             }
             let tools = tools().await?;
-            return crate::chat::run_prompts(
-                &args.model,
-                args.approve,
-                args.json,
-                tools,
-                recording,
-                Vec::new(),
-            )
-            .await;
+            return crate::chat::run_prompts(&args.unattended, tools, recording, Vec::new()).await;
         }
         SessionsCommand::Fork {
             name,
@@ -249,34 +230,7 @@ async fn show(store: &Store, name: &str, log: bool, json: bool) -> anyhow::Resul
         return Ok(());
     }
     print_listing(&info);
-    for m in &conversation.messages {
-        match m {
-            Message::User { content } => outln!("you: {content}"),
-            Message::Assistant {
-                content,
-                tool_calls,
-                partial,
-            } => {
-                if !content.is_empty() {
-                    let mark = if *partial { " [partial]" } else { "" };
-                    outln!("model{mark}: {content}");
-                }
-                for c in tool_calls {
-                    outln!("  ⚙ {} {}", c.name, c.arguments);
-                }
-            }
-            Message::Tool {
-                name,
-                content,
-                is_error,
-                ..
-            } => {
-                let mark = if *is_error { "✗" } else { "→" };
-                outln!("    {mark} {name}: {content}");
-            }
-            Message::System { content } => outln!("(system: {content})"),
-        }
-    }
+    crate::chat::print_history(&conversation);
     Ok(())
 }
 
@@ -332,11 +286,6 @@ pub fn audit_only(records: &Records, origin: &str) -> Recording {
     }
 }
 
-async fn close_unused(mut recording: Recording) -> anyhow::Result<()> {
-    recording.journal.close().await?;
-    Ok(())
-}
-
 /// The user messages that started each turn of a conversation, in order.
 fn user_turns(conversation: &Conversation) -> Vec<String> {
     conversation
@@ -361,7 +310,7 @@ async fn replay(
         bail!("session `{}` has no turns to replay", args.name);
     }
     let mut settings = source.settings.clone();
-    if let Some(model) = &args.model.model {
+    if let Some(model) = &args.unattended.model.model {
         settings.model = Some(model.clone());
     }
     if let Some(prompt) = &args.system_prompt {
@@ -379,7 +328,7 @@ async fn replay(
             conversation: Conversation::new(),
         })
         .await?;
-    if !args.json {
+    if !args.unattended.json {
         errln!(
             "Replaying {} turn(s) of `{}` into `{}`.",
             prompts.len(),
@@ -389,15 +338,7 @@ async fn replay(
     }
     let recording = open_session(records, &info.id, "replay", false).await?;
     let tools = tools().await?;
-    crate::chat::run_prompts(
-        &args.model,
-        args.approve,
-        args.json,
-        tools,
-        recording,
-        prompts,
-    )
-    .await
+    crate::chat::run_prompts(&args.unattended, tools, recording, prompts).await
 }
 
 #[cfg(test)]

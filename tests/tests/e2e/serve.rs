@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use cordon_scripted_llm::Step;
 use cordon_tests::serve::{Served, eventually};
-use cordon_tests::support::grant_fs;
+use cordon_tests::support::{self, grant_fs};
 use cordon_tests::{TestHome, fixture};
 use serde_json::{Value, json};
 
@@ -22,21 +22,7 @@ const WAIT: Duration = Duration::from_secs(60);
 /// A home with the probe installed, read-write on a fresh `data` directory seen as /data, and
 /// a config whose leases are short so that a killed host's sessions are taken up quickly.
 fn probe_home(extra_grants: &[String]) -> (TestHome, PathBuf, PathBuf) {
-    let home = TestHome::new();
-    let data = home.scratch("data");
-    let probe = fixture("probe");
-    let grant = grant_fs(&data, "/data", "rw");
-    let mut args = vec![
-        "plugin",
-        "install",
-        probe.to_str().unwrap(),
-        "--grant",
-        &grant,
-    ];
-    for g in extra_grants {
-        args.extend(["--grant", g.as_str()]);
-    }
-    home.cordon(&args).ok();
+    let (home, data) = support::probe_home(extra_grants);
     let config = home.scratch("config").join("cordon.toml");
     std::fs::write(&config, "[store]\nlease_secs = 2\n").unwrap();
     (home, data, config)

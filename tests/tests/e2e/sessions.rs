@@ -2,37 +2,18 @@
 //! and started again, `cordon run --session`, and `cordon sessions` (list, show, fork, replay,
 //! export, rm), with the audit log of what ran.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use cordon_scripted_llm::Step;
 use cordon_tests::running::Running;
-use cordon_tests::support::grant_fs;
+use cordon_tests::support::probe_home;
 use cordon_tests::{TestHome, fixture};
 use serde_json::{Value, json};
 
 use crate::model::{Model, call};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-fn probe_home(extra_grants: &[String]) -> (TestHome, PathBuf) {
-    let home = TestHome::new();
-    let data = home.scratch("data");
-    let probe = fixture("probe");
-    let grant = grant_fs(&data, "/data", "rw");
-    let mut args = vec![
-        "plugin",
-        "install",
-        probe.to_str().unwrap(),
-        "--grant",
-        &grant,
-    ];
-    for g in extra_grants {
-        args.extend(["--grant", g.as_str()]);
-    }
-    home.cordon(&args).ok();
-    (home, data)
-}
 
 /// Starts `cordon <args>` against the scripted model from a directory with no cordon.toml.
 fn start(home: &TestHome, model: &Model, args: &[&str]) -> Running {
