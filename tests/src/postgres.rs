@@ -218,3 +218,16 @@ impl PgCluster {
         format!("postgres://cordon@127.0.0.1:{}/{name}", self.port)
     }
 }
+
+/// A cluster of a test's own is stopped and removed with it (the shared one lives in a static
+/// and is stopped at exit instead).
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        let _ = self
+            .command("pg_ctl")
+            .args(["stop", "-m", "immediate", "-D"])
+            .arg(self.dir.join("data"))
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
