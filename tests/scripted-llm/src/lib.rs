@@ -7,6 +7,11 @@
 //! `<tool_call>` blocks into the text, or misbehave on purpose (HTTP 429 with `Retry-After`, 503,
 //! a stream cut before `[DONE]`, a body that is not JSON). Every request is recorded so tests can
 //! assert exactly what the client sent.
+//!
+//! For load (many conversations at once, where no order of requests can be scripted), a script
+//! may also answer [`ByRole`]: once its steps are used up, every request gets the same answer
+//! for the role of its last message (say, tool calls to a user's message and text after a tool
+//! result), so each conversation runs the same turns whatever the others do.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -58,8 +63,36 @@ pub enum ScriptError {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Script {
-    /// Served first to last; a request after the last step gets HTTP 500 "script exhausted".
+    /// Served first to last; a request after the last step gets HTTP 500 "script exhausted",
+    /// unless `by_role` answers it.
     pub steps: Vec<Step>,
+    /// What every request gets once the steps are used up, chosen by the role of its last
+    /// message; the script is then never exhausted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by_role: Option<ByRole>,
+}
+
+/// Answers chosen by the role of a request's last message, the same for every request: what a
+/// server needs to serve many conversations at once deterministically.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ByRole {
+    /// The answer when the last message is a tool result (`"role": "tool"`).
+    pub tool: Step,
+    /// The answer to anything else (a user's message, a system prompt alone).
+    pub other: Step,
+}
+
+impl ByRole {
+    /// The answer to a request (its JSON body): `tool` when its last message is a tool result,
+    /// else `other`. Tool results written as text (the Hermes format) count as `other`.
+    pub fn answer(&self, request: &Value) -> &Step {
+        let last = request["messages"].as_array().and_then(|m| m.last());
+        match last.and_then(|m| m["role"].as_str()) {
+            Some("tool") => &self.tool,
+            _ => &self.other,
+        }
+    }
 }
 
 impl Script {
@@ -67,6 +100,16 @@ impl Script {
     pub fn new(steps: impl IntoIterator<Item = Step>) -> Self {
         Self {
             steps: steps.into_iter().collect(),
+            by_role: None,
+        }
+    }
+
+    /// A script with no steps that answers every request by the role of its last message:
+    /// `other` (e.g. tool calls) to a user's message, `tool` (e.g. text) after a tool result.
+    pub fn by_role(other: Step, tool: Step) -> Self {
+        Self {
+            steps: Vec::new(),
+            by_role: Some(ByRole { tool, other }),
         }
     }
 
@@ -288,6 +331,7 @@ impl RecordedRequest {
 #[derive(Default)]
 struct Shared {
     steps: VecDeque<Step>,
+    by_role: Option<ByRole>,
     requests: Vec<RecordedRequest>,
     served: usize,
 }
@@ -321,6 +365,7 @@ impl ScriptedServer {
         })?;
         let state: SharedState = Arc::new(Mutex::new(Shared {
             steps: script.steps.into(),
+            by_role: script.by_role,
             ..Shared::default()
         }));
         let app = Router::new()
@@ -357,9 +402,15 @@ impl ScriptedServer {
         lock(&self.state).requests.clone()
     }
 
-    /// Steps not yet served.
+    /// Steps not yet served (a script answering [`ByRole`] is never used up, whatever this
+    /// says).
     pub fn remaining(&self) -> usize {
         lock(&self.state).steps.len()
+    }
+
+    /// Requests answered so far.
+    pub fn served(&self) -> usize {
+        lock(&self.state).served
     }
 
     /// Appends steps to the script while the server runs.
@@ -405,7 +456,11 @@ async fn completions(
                 .map(str::to_string),
         });
         shared.served += 1;
-        (shared.steps.pop_front(), shared.served)
+        let step = shared.steps.pop_front().or_else(|| {
+            let by_role = shared.by_role.as_ref()?;
+            Some(by_role.answer(&parsed).clone())
+        });
+        (step, shared.served)
     };
     let Some(step) = step else {
         return error_response(
@@ -728,4 +783,57 @@ fn finish_stream(
         });
     }
     sse(events, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text_of(step: &Step) -> &str {
+        match step {
+            Step::Text { text, .. } => text,
+            Step::ToolCalls { calls, .. } => &calls[0].name,
+            other => panic!("unexpected step {other:?}"),
+        }
+    }
+
+    #[test]
+    fn by_role_answers_tool_results_with_one_step_and_anything_else_with_the_other() {
+        let by_role = ByRole {
+            tool: Step::text("done"),
+            other: Step::tool_calls(vec![ScriptedCall::new("look", json!({}))]),
+        };
+        let request = |messages: Value| json!({"model": "m", "messages": messages});
+        let user =
+            request(json!([{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]));
+        let tool = request(json!([
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": null, "tool_calls": []},
+            {"role": "tool", "tool_call_id": "c1", "content": "r"},
+        ]));
+        assert_eq!(text_of(by_role.answer(&user)), "look");
+        assert_eq!(text_of(by_role.answer(&tool)), "done");
+        // Whatever is not a tool result gets `other`, even a request without messages.
+        assert_eq!(text_of(by_role.answer(&json!({}))), "look");
+        assert_eq!(text_of(by_role.answer(&json!({"unparsed": "x"}))), "look");
+    }
+
+    #[test]
+    fn a_script_without_by_role_reads_and_writes_as_before() {
+        let script: Script =
+            serde_json::from_str(r#"{"steps": [{"kind": "text", "text": "hi"}]}"#).unwrap();
+        assert!(script.by_role.is_none());
+        assert_eq!(
+            serde_json::to_value(&script).unwrap(),
+            json!({"steps": [{"kind": "text", "text": "hi", "chunk": null, "delay_ms": null, "usage": null}]})
+        );
+        let script: Script = serde_json::from_str(
+            r#"{"steps": [], "by_role": {"tool": {"kind": "text", "text": "done"},
+                "other": {"kind": "tool_calls", "calls": [{"name": "look", "arguments": {}}]}}}"#,
+        )
+        .unwrap();
+        let by_role = script.by_role.unwrap();
+        assert_eq!(text_of(&by_role.tool), "done");
+        assert_eq!(text_of(&by_role.other), "look");
+    }
 }

@@ -18,7 +18,8 @@ struct Args {
     /// Write every request received, as JSON lines, to this file when the server stops.
     #[arg(long)]
     record: Option<String>,
-    /// Stop after the script is used up (plus one second for the last response to flush).
+    /// Stop after the script is used up (plus one second for the last response to flush); a
+    /// script that answers `by_role` is never used up.
     #[arg(long)]
     exit_when_done: bool,
 }
@@ -27,6 +28,9 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let script = Script::from_file(&args.script)?;
+    if args.exit_when_done && script.by_role.is_some() {
+        anyhow::bail!("--exit-when-done: a script that answers `by_role` is never used up");
+    }
     let server = ScriptedServer::bind(&args.addr, script).await?;
     // The first line of stdout is the base URL, for scripts to read.
     println!("{}", server.base_url());

@@ -153,3 +153,51 @@ fn tempfile_dir() -> std::path::PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+#[tokio::test]
+async fn by_role_answers_any_number_of_conversations_after_the_steps() {
+    let mut script = Script::by_role(
+        Step::tool_calls(vec![
+            ScriptedCall::new("look", json!({"at": "a"})),
+            ScriptedCall::new("look", json!({"at": "b"})),
+        ]),
+        Step::text("done"),
+    );
+    script.steps.push(Step::text("first"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let url = server.base_url();
+    let user = json!({"stream": false, "messages": [{"role": "user", "content": "q"}]});
+    let after_tool = json!({"stream": false, "messages": [
+        {"role": "user", "content": "q"},
+        {"role": "tool", "tool_call_id": "call_1_0", "content": "r"},
+    ]});
+    let message = |body: Value| body["choices"][0]["message"].clone();
+    // The steps come first, whatever the role.
+    let first: Value = post(&url, user.clone()).await.json().await.unwrap();
+    assert_eq!(message(first)["content"], "first");
+    // Then the same answers for every conversation, in any order, with fresh call ids.
+    for round in 0..3 {
+        let calls: Value = post(&url, user.clone()).await.json().await.unwrap();
+        let calls = message(calls)["tool_calls"].clone();
+        assert_eq!(calls.as_array().unwrap().len(), 2, "{calls}");
+        assert_eq!(calls[1]["function"]["arguments"], "{\"at\":\"b\"}");
+        assert_eq!(calls[0]["id"], format!("call_{}_0", 2 + 2 * round));
+        let done: Value = post(&url, after_tool.clone()).await.json().await.unwrap();
+        assert_eq!(message(done)["content"], "done");
+    }
+    // Streamed answers too.
+    let text = post(
+        &url,
+        json!({"stream": true, "messages": [{"role": "tool", "content": "r"}]}),
+    )
+    .await
+    .text()
+    .await
+    .unwrap();
+    assert!(
+        text.contains("\"content\":\"done\"") && text.contains("[DONE]"),
+        "{text}"
+    );
+    assert_eq!(server.served(), 8);
+    assert_eq!(server.requests().len(), 8);
+}
