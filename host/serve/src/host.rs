@@ -312,6 +312,7 @@ impl Host {
         let mut frontend = ServeFrontend {
             live: live.clone(),
             approval_timeout: self.options.approval_timeout,
+            end: None,
         };
         let result = {
             let mut io = TurnIo {
@@ -348,14 +349,25 @@ impl Host {
             )),
             Err(e) => Some(e.to_string()),
         };
-        if let Some(reason) = stopped {
-            tracing::warn!(session = %live.id, "turn stopped: {reason}");
-            live.publish(SessionEvent::Host(HostEvent::TurnStopped { reason }));
-        }
-        live.release();
+        // The lease is given up before the session is free on this host again: a next turn
+        // takes it at once (the same holder), and giving it up after that would take it from
+        // under that turn, whose first transition would then fail as if another host had it.
         if !lease_lost && let Err(e) = journal.release().await {
             tracing::warn!(session = %live.id, "cannot give up the lease (it lapses by itself): {e}");
         }
+        // Only now do clients hear that the turn ended, so one that sends the next message
+        // at once is not told a turn is still running.
+        let mut last: Vec<SessionEvent> = frontend
+            .end
+            .take()
+            .map(SessionEvent::Agent)
+            .into_iter()
+            .collect();
+        if let Some(reason) = stopped {
+            tracing::warn!(session = %live.id, "turn stopped: {reason}");
+            last.push(SessionEvent::Host(HostEvent::TurnStopped { reason }));
+        }
+        live.end_turn(last);
     }
 
     /// Takes up sessions this kind of host started that stopped mid-turn with no host driving
@@ -423,5 +435,114 @@ impl Host {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cordon_agent::{AgentEvent, Content, ToolFailure, ToolHints, ToolSpec};
+    use cordon_scripted_llm::{Script, ScriptedCall, ScriptedServer, Step};
+    use cordon_store::{NewSession, StoreOptions};
+    use serde_json::{Value, json};
+
+    /// One tool that answers at once, always installed.
+    struct Ping;
+
+    #[async_trait]
+    impl ToolHost for Ping {
+        fn tools(&self) -> Vec<ToolSpec> {
+            vec![ToolSpec {
+                name: "ping".into(),
+                tool: "ping".into(),
+                description: "Answers pong.".into(),
+                input_schema: json!({"type": "object"}),
+                hints: ToolHints {
+                    read_only: true,
+                    ..ToolHints::default()
+                },
+                plugin: "test".into(),
+                grants: Vec::new(),
+                can_change_anything: false,
+                digest: "sha256:00".into(),
+            }]
+        }
+
+        async fn call(
+            &self,
+            _: &str,
+            _: Value,
+            _: CancellationToken,
+        ) -> Result<Vec<Content>, ToolFailure> {
+            Ok(vec![Content::Text("pong".into())])
+        }
+    }
+
+    #[async_trait]
+    impl ToolSource for Ping {
+        fn stamp(&self) -> String {
+            "fixed".into()
+        }
+
+        async fn load(&self) -> Result<Arc<dyn ToolHost>, String> {
+            Ok(Arc::new(Ping))
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_next_turn_may_start_as_soon_as_a_client_saw_the_last_one_end() {
+        let model = ScriptedServer::start(Script::by_role(
+            Step::tool_calls(vec![ScriptedCall::new("ping", json!({}))]),
+            Step::text("pong it is"),
+        ))
+        .await
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_in_home(dir.path(), StoreOptions::default())
+            .await
+            .unwrap();
+        let mut config = AgentConfig::default();
+        config.llm.url = model.base_url();
+        let options = HostOptions {
+            config,
+            approval_timeout: Duration::from_secs(5),
+            shutdown_grace: Duration::from_secs(1),
+        };
+        let host = Host::new(store.clone(), Arc::new(Ping), options)
+            .await
+            .unwrap();
+        let id = store
+            .create_session(NewSession {
+                id: None,
+                origin: "serve".into(),
+                parent: None,
+                settings: SessionSettings::default(),
+                conversation: Conversation::new(),
+            })
+            .await
+            .unwrap()
+            .id;
+        // Each message goes in the moment the previous turn's end arrives, as a client waiting
+        // for a JSON answer sends its next one: never "a turn is running", never a lease lost.
+        let turns = 40;
+        for n in 0..turns {
+            let mut events = host
+                .start_turn(&id, TurnInput::Message(format!("ping {n}")))
+                .await
+                .unwrap_or_else(|e| panic!("turn {n} refused: {}", e.message));
+            let end = loop {
+                let event = events.recv().await.unwrap();
+                if event.ends_turn() {
+                    break event;
+                }
+            };
+            assert!(
+                matches!(&*end, SessionEvent::Agent(AgentEvent::TurnFinished { .. })),
+                "turn {n} ended with {end:?}"
+            );
+        }
+        let info = store.session(&id).await.unwrap();
+        assert_eq!((info.turns, info.state.as_str()), (turns, "idle"));
+        host.finish().await;
     }
 }

@@ -142,7 +142,17 @@ impl LiveSession {
 
     /// The turn ended or stopped: nothing runs, nothing waits.
     pub fn release(&self) {
+        self.end_turn(Vec::new());
+    }
+
+    /// Tells every follower how the turn ended (`last`, the events that end it) and marks it
+    /// over, in one step: a client that saw the end may start the next turn at once, and no
+    /// follower of a next turn can receive this one's end.
+    pub fn end_turn(&self, last: Vec<SessionEvent>) {
         let mut state = self.state();
+        for event in last {
+            self.publish(event);
+        }
         state.running = false;
         state.cancel = None;
         state.waiting.clear();
@@ -221,12 +231,15 @@ impl LiveSession {
 }
 
 /// The engine's view of clients: events go to the session's followers, questions wait for
-/// the approvals API or the console, up to a timeout.
+/// the approvals API or the console, up to a timeout. The event that ends the turn is held
+/// back until the host is done with the session (see [`LiveSession::end_turn`]).
 pub struct ServeFrontend {
     /// The session.
     pub live: Arc<LiveSession>,
     /// How long a question waits before the call is denied.
     pub approval_timeout: Duration,
+    /// The turn's end, once the engine announced it.
+    pub end: Option<AgentEvent>,
 }
 
 /// Removes a question from the waiting list however its wait ends (answered, timed out, the
@@ -245,7 +258,11 @@ impl Drop for WaitGuard<'_> {
 #[async_trait]
 impl Frontend for ServeFrontend {
     fn event(&mut self, event: &AgentEvent) {
-        self.live.publish(SessionEvent::Agent(event.clone()));
+        if matches!(event, AgentEvent::TurnFinished { .. }) {
+            self.end = Some(event.clone());
+        } else {
+            self.live.publish(SessionEvent::Agent(event.clone()));
+        }
     }
 
     async fn approve(&mut self, request: &ApprovalRequest) -> GivenAnswer {
@@ -301,6 +318,7 @@ mod tests {
         let mut frontend = ServeFrontend {
             live: live.clone(),
             approval_timeout: Duration::from_secs(30),
+            end: None,
         };
         let asking = tokio::spawn(async move { frontend.approve(&request("c1")).await });
         while live.pending().is_empty() {
@@ -338,6 +356,7 @@ mod tests {
         let mut frontend = ServeFrontend {
             live: live.clone(),
             approval_timeout: Duration::from_millis(20),
+            end: None,
         };
         let given = frontend.approve(&request("c1")).await;
         assert!(matches!(given.answer, ApprovalAnswer::Refused { .. }));
