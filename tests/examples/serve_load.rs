@@ -1,0 +1,358 @@
+//! Many sessions at once on one `cordon serve`: starts the built binary on a temporary home
+//! (listening on 127.0.0.1 only, sessions in the home's SQLite store), with the scripted model
+//! in this process answering by role (two calls of the `noop` fixture to a user's message, text
+//! after the tool results), creates `--sessions` sessions over the HTTP API and runs
+//! `--turns` turns in each, all sessions at once (`"stream": false`: one JSON answer per turn).
+//! Every turn must end answered; the serve process's peak resident memory (VmHWM) and the turns
+//! per second are reported.
+//!
+//! `cargo run --release -p cordon-tests --example serve_load -- [--cordon target/release/cordon]
+//! [--noop target/fixtures/noop.wasm] [--sessions 200] [--turns 5]`. Without the fixture the
+//! model answers with text only (no tool call).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cordon_scripted_llm::{Script, ScriptedCall, ScriptedServer, Step};
+use serde_json::{Value, json};
+
+/// The longest one request may take; the whole run is bounded by this per turn.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+const TOKEN: &str = "bench-token-0123456789abcdef";
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+fn number(args: &[String], name: &str, default: usize) -> usize {
+    arg(args, name)
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} takes a number, not {v:?}"))
+        })
+        .unwrap_or(default)
+}
+
+/// Runs `cordon` on the home, failing on a non-zero exit.
+fn cordon(bin: &Path, home: &Path, args: &[&str]) {
+    let out = Command::new(bin)
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .current_dir(home)
+        .env_remove("CORDON_CONFIG")
+        .env_remove("CORDON_STORE")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run cordon");
+    assert!(
+        out.status.success(),
+        "cordon {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A `/proc/PID/status` field in KiB.
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with(field))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_string())
+}
+
+/// Stops the server it holds on drop (SIGTERM, then SIGKILL after 20 s), whatever happened.
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        // SAFETY: signals our own child process by its id.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `cordon serve` on the home and returns it with its base URL.
+fn start_serve(bin: &Path, home: &Path, llm_url: &str) -> (Serve, String) {
+    let mut child = Command::new(bin)
+        .arg("--home")
+        .arg(home)
+        .args(["serve", "--listen", "127.0.0.1:0", "--token-file"])
+        .arg(home.join("bench-token"))
+        .args(["--llm-url", llm_url, "--model", "scripted"])
+        .current_dir(home)
+        .env_remove("CORDON_CONFIG")
+        .env_remove("CORDON_STORE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start cordon serve");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let serve = Serve(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Reads stderr to its end, so the server never blocks on a full pipe; the address goes back.
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.split("listening on http://").nth(1) {
+                let addr = rest.split_whitespace().next().unwrap_or_default();
+                let _ = tx.send(format!("http://{addr}"));
+            } else if line.contains("error") || line.contains("warn") {
+                eprintln!("serve: {line}");
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("cordon serve says where it listens within 60 s");
+    (serve, url)
+}
+
+#[derive(Default)]
+struct Tally {
+    turns: usize,
+    errors: Vec<String>,
+    latencies: Vec<Duration>,
+}
+
+async fn run_session(
+    client: reqwest::Client,
+    base: Arc<String>,
+    turns: usize,
+    with_tools: bool,
+) -> Tally {
+    let mut tally = Tally::default();
+    let created = client
+        .post(format!("{base}/api/v1/sessions"))
+        .bearer_auth(TOKEN)
+        .json(&json!({}))
+        .send()
+        .await;
+    let id = match created {
+        Ok(r) if r.status() == 201 => match r.json::<Value>().await {
+            Ok(v) => v["id"].as_str().unwrap_or_default().to_string(),
+            Err(e) => {
+                tally.errors.push(format!("create: {e}"));
+                return tally;
+            }
+        },
+        Ok(r) => {
+            let status = r.status();
+            let text = r.text().await.unwrap_or_default();
+            tally.errors.push(format!("create: {status} {text}"));
+            return tally;
+        }
+        Err(e) => {
+            tally.errors.push(format!("create: {e}"));
+            return tally;
+        }
+    };
+    for t in 0..turns {
+        let start = Instant::now();
+        let sent = client
+            .post(format!("{base}/api/v1/sessions/{id}/messages"))
+            .bearer_auth(TOKEN)
+            .json(&json!({"text": format!("question {t}"), "stream": false}))
+            .send()
+            .await;
+        let answer: Result<Value, String> = match sent {
+            Ok(r) if r.status() == 200 => r.json().await.map_err(|e| e.to_string()),
+            Ok(r) => Err(format!(
+                "{} {}",
+                r.status(),
+                r.text().await.unwrap_or_default()
+            )),
+            Err(e) => Err(e.to_string()),
+        };
+        match answer {
+            Ok(v) if v["outcome"]["kind"] == "answered" => {
+                let calls = v["events"]
+                    .as_array()
+                    .map(|events| {
+                        events
+                            .iter()
+                            .filter(|e| e["type"] == "tool_result" && e["is_error"] == false)
+                            .count()
+                    })
+                    .unwrap_or(0);
+                if with_tools && calls != 2 {
+                    tally.errors.push(format!(
+                        "session {id} turn {t}: {calls} tool calls succeeded, not 2: {v}"
+                    ));
+                } else {
+                    tally.turns += 1;
+                    tally.latencies.push(start.elapsed());
+                }
+            }
+            Ok(v) => tally
+                .errors
+                .push(format!("session {id} turn {t}: not answered: {v}")),
+            Err(e) => tally.errors.push(format!("session {id} turn {t}: {e}")),
+        }
+    }
+    tally
+}
+
+fn quantile(values: &mut [Duration], p: f64) -> Duration {
+    values.sort();
+    values[((values.len() - 1) as f64 * p).round() as usize]
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let sessions = number(&args, "--sessions", 200).max(1);
+    let turns = number(&args, "--turns", 5).max(1);
+    let bin = PathBuf::from(
+        arg(&args, "--cordon")
+            .or_else(|| std::env::var("CORDON_BIN").ok())
+            .unwrap_or_else(|| "target/release/cordon".to_string()),
+    );
+    assert!(
+        bin.is_file(),
+        "no cordon binary at {} (cargo build --release -p cordon)",
+        bin.display()
+    );
+    // Commands run in the home, so relative paths are made absolute first.
+    let bin = std::fs::canonicalize(&bin).expect("the cordon binary's path");
+    let noop = PathBuf::from(
+        arg(&args, "--noop").unwrap_or_else(|| "target/fixtures/noop.wasm".to_string()),
+    );
+    let with_tools = noop.is_file();
+    let noop = std::fs::canonicalize(&noop).unwrap_or(noop);
+
+    let home = tempfile::Builder::new()
+        .prefix("cordon-serve-load-")
+        .tempdir()
+        .expect("a temporary home");
+    std::fs::create_dir_all(home.path()).unwrap();
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(home.path().join("bench-token"))
+            .expect("write the token file");
+        writeln!(f, "bench {TOKEN}").unwrap();
+    }
+    let script = if with_tools {
+        cordon(
+            &bin,
+            home.path(),
+            &["plugin", "install", noop.to_str().unwrap(), "--yes"],
+        );
+        Script::by_role(
+            Step::tool_calls(vec![
+                ScriptedCall::new("noop", json!({})),
+                ScriptedCall::new("noop", json!({})),
+            ]),
+            Step::text("Both calls came back empty, as expected."),
+        )
+    } else {
+        eprintln!(
+            "serve_load: no fixture at {} (make plugins): turns without tool calls",
+            noop.display()
+        );
+        Script::by_role(Step::text("An answer."), Step::text("An answer."))
+    };
+    let model = ScriptedServer::start(script)
+        .await
+        .expect("start the scripted model");
+
+    let (serve, base) = start_serve(&bin, home.path(), &model.base_url());
+    let pid = serve.0.id();
+    let started_kib = status_kib(pid, "VmHWM:").unwrap_or(0);
+    // reqwest is built without a TLS provider of its own; none is used here (plain HTTP on
+    // loopback), but building a client wants one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        .timeout(REQUEST_TIMEOUT)
+        .pool_max_idle_per_host(sessions)
+        .build()
+        .expect("an HTTP client");
+    let base = Arc::new(base);
+    println!(
+        "serve_load: {sessions} sessions x {turns} turns ({} per turn) on one cordon serve, load average {}",
+        if with_tools {
+            "two noop tool calls"
+        } else {
+            "no tool call"
+        },
+        load_average()
+    );
+
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..sessions)
+        .map(|_| tokio::spawn(run_session(client.clone(), base.clone(), turns, with_tools)))
+        .collect();
+    let mut total = Tally::default();
+    for task in tasks {
+        let tally = task.await.expect("a session task");
+        total.turns += tally.turns;
+        total.errors.extend(tally.errors);
+        total.latencies.extend(tally.latencies);
+    }
+    let wall = start.elapsed();
+    let peak_kib = status_kib(pid, "VmHWM:").unwrap_or(0);
+    let rss_kib = status_kib(pid, "VmRSS:").unwrap_or(0);
+    drop(serve);
+
+    let expected = sessions * turns;
+    println!(
+        "  {} of {expected} turns answered in {:.2} s: {:.1} turns/s; turn latency p50 {:.0} ms, p90 {:.0} ms",
+        total.turns,
+        wall.as_secs_f64(),
+        total.turns as f64 / wall.as_secs_f64(),
+        if total.latencies.is_empty() {
+            0.0
+        } else {
+            quantile(&mut total.latencies, 0.5).as_secs_f64() * 1e3
+        },
+        if total.latencies.is_empty() {
+            0.0
+        } else {
+            quantile(&mut total.latencies, 0.9).as_secs_f64() * 1e3
+        },
+    );
+    println!(
+        "  cordon serve peak RSS (VmHWM) {:.1} MiB (target < 512 MiB; {:.1} MiB after start, {:.1} MiB at the end); {} model requests; load average {}",
+        peak_kib as f64 / 1024.0,
+        started_kib as f64 / 1024.0,
+        rss_kib as f64 / 1024.0,
+        model.served(),
+        load_average()
+    );
+    if !total.errors.is_empty() {
+        for e in total.errors.iter().take(10) {
+            eprintln!("  error: {e}");
+        }
+        eprintln!("serve_load: {} errors", total.errors.len());
+        std::process::exit(1);
+    }
+    assert_eq!(total.turns, expected);
+}
