@@ -7,7 +7,7 @@
 //! per second are reported.
 //!
 //! `cargo run --release -p cordon-tests --example serve_load -- [--cordon target/release/cordon]
-//! [--noop target/fixtures/noop.wasm] [--sessions 200] [--turns 5]`. Without the fixture the
+//! [--noop target/fixtures/noop.wasm] [--sessions 200] [--turns 10]`. Without the fixture the
 //! model answers with text only (no tool call).
 
 use std::io::{BufRead, BufReader};
@@ -68,6 +68,22 @@ fn status_kib(pid: u32, field: &str) -> Option<u64> {
         .nth(1)?
         .parse()
         .ok()
+}
+
+/// CPU time (user and system) a process used so far, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which is in parentheses and may hold spaces): utime and
+    // stime are the 12th and 13th, in clock ticks.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i)?.parse::<u64>().ok())
+        .sum();
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    ticks as f64 / per_second
 }
 
 fn load_average() -> String {
@@ -138,38 +154,35 @@ struct Tally {
     latencies: Vec<Duration>,
 }
 
-async fn run_session(
-    client: reqwest::Client,
-    base: Arc<String>,
-    turns: usize,
-    with_tools: bool,
-) -> Tally {
-    let mut tally = Tally::default();
-    let created = client
+/// Creates a session; its id, or what went wrong.
+async fn create_session(client: reqwest::Client, base: Arc<String>) -> Result<String, String> {
+    let r = client
         .post(format!("{base}/api/v1/sessions"))
         .bearer_auth(TOKEN)
         .json(&json!({}))
         .send()
-        .await;
-    let id = match created {
-        Ok(r) if r.status() == 201 => match r.json::<Value>().await {
-            Ok(v) => v["id"].as_str().unwrap_or_default().to_string(),
-            Err(e) => {
-                tally.errors.push(format!("create: {e}"));
-                return tally;
-            }
-        },
-        Ok(r) => {
-            let status = r.status();
-            let text = r.text().await.unwrap_or_default();
-            tally.errors.push(format!("create: {status} {text}"));
-            return tally;
-        }
-        Err(e) => {
-            tally.errors.push(format!("create: {e}"));
-            return tally;
-        }
-    };
+        .await
+        .map_err(|e| format!("create: {e}"))?;
+    if r.status() != 201 {
+        let status = r.status();
+        return Err(format!(
+            "create: {status} {}",
+            r.text().await.unwrap_or_default()
+        ));
+    }
+    let v: Value = r.json().await.map_err(|e| format!("create: {e}"))?;
+    Ok(v["id"].as_str().unwrap_or_default().to_string())
+}
+
+/// Runs `turns` turns in session `id`, one after the other.
+async fn run_turns(
+    client: reqwest::Client,
+    base: Arc<String>,
+    id: String,
+    turns: usize,
+    with_tools: bool,
+) -> Tally {
+    let mut tally = Tally::default();
     for t in 0..turns {
         let start = Instant::now();
         let sent = client
@@ -225,7 +238,7 @@ fn quantile(values: &mut [Duration], p: f64) -> Duration {
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let sessions = number(&args, "--sessions", 200).max(1);
-    let turns = number(&args, "--turns", 5).max(1);
+    let turns = number(&args, "--turns", 10).max(1);
     let bin = PathBuf::from(
         arg(&args, "--cordon")
             .or_else(|| std::env::var("CORDON_BIN").ok())
@@ -306,23 +319,51 @@ async fn main() {
         load_average()
     );
 
-    let start = Instant::now();
-    let tasks: Vec<_> = (0..sessions)
-        .map(|_| tokio::spawn(run_session(client.clone(), base.clone(), turns, with_tools)))
-        .collect();
     let mut total = Tally::default();
-    for task in tasks {
+    let created = Instant::now();
+    let creating: Vec<_> = (0..sessions)
+        .map(|_| tokio::spawn(create_session(client.clone(), base.clone())))
+        .collect();
+    let mut ids = Vec::with_capacity(sessions);
+    for task in creating {
+        match task.await.expect("a session task") {
+            Ok(id) => ids.push(id),
+            Err(e) => total.errors.push(e),
+        }
+    }
+    let created = created.elapsed();
+    let cpu_before = cpu_seconds(pid);
+    let start = Instant::now();
+    let running: Vec<_> = ids
+        .into_iter()
+        .map(|id| {
+            tokio::spawn(run_turns(
+                client.clone(),
+                base.clone(),
+                id,
+                turns,
+                with_tools,
+            ))
+        })
+        .collect();
+    for task in running {
         let tally = task.await.expect("a session task");
         total.turns += tally.turns;
         total.errors.extend(tally.errors);
         total.latencies.extend(tally.latencies);
     }
     let wall = start.elapsed();
+    let cpu = cpu_seconds(pid) - cpu_before;
     let peak_kib = status_kib(pid, "VmHWM:").unwrap_or(0);
     let rss_kib = status_kib(pid, "VmRSS:").unwrap_or(0);
     drop(serve);
 
     let expected = sessions * turns;
+    println!(
+        "  {sessions} sessions created in {:.2} s; during the turns cordon serve used {cpu:.2} s of CPU, {:.2} ms per turn",
+        created.as_secs_f64(),
+        cpu * 1e3 / total.turns.max(1) as f64
+    );
     println!(
         "  {} of {expected} turns answered in {:.2} s: {:.1} turns/s; turn latency p50 {:.0} ms, p90 {:.0} ms",
         total.turns,
