@@ -297,13 +297,24 @@ impl Store {
             return Err(corrupt("it has no snapshot".to_string()));
         };
         let mut conv = Conversation::from_json(&snapshot).map_err(|e| corrupt(e.to_string()))?;
+        // Each transition added messages (from `first` on); only the last one's tail (the
+        // state, turns, counters) is the conversation's now, so it alone is put back together
+        // with them: once per load, not once per transition since the snapshot, which made
+        // loading a long session cost its transitions times its messages.
+        let mut all = std::mem::take(&mut conv.messages);
+        let mut last = None;
         for (first, messages, tail) in after {
             let added: Vec<Message> =
                 serde_json::from_str(&messages).map_err(|e| corrupt(e.to_string()))?;
-            let mut all = std::mem::take(&mut conv.messages);
             all.truncate(usize::try_from(first).unwrap_or(0));
             all.extend(added);
-            conv = Conversation::from_tail(&tail, all).map_err(|e| corrupt(e.to_string()))?;
+            last = Some(tail);
+        }
+        match last {
+            Some(tail) => {
+                conv = Conversation::from_tail(&tail, all).map_err(|e| corrupt(e.to_string()))?
+            }
+            None => conv.messages = all,
         }
         Ok((info, conv))
     }
