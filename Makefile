@@ -122,12 +122,17 @@ bench-tools:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
+## The benchmarks (docs/performance.md): the runtime; the bundled tools against the native
+## programs; what recording a session's every transition costs (SQLite, and PostgreSQL when its
+## server programs are installed); 200 sessions at once on one release `cordon serve`.
 bench: toolchain plugins bench-tools
 	cargo run --release -p cordon-runtime --example bench
 	cargo build --release -p cordon
 	cargo build --release -p cordon-runtime --example host_calls --example bare_call
 	CORDON=target/release/cordon HOST_CALLS=target/release/examples/host_calls BARE_CALL=target/release/examples/bare_call PLUGINS=$(PLUGIN_OUT) \
 	  bash tests/bench/tools.sh
+	cargo run --release -p cordon-store --example bench_persistence
+	cargo run --release -p cordon-tests --example serve_load -- --cordon target/release/cordon --noop $(FIXTURE_OUT)/noop.wasm
 
 clean:
 	cargo clean
