@@ -19,8 +19,10 @@ use std::time::{Duration, Instant};
 use cordon_scripted_llm::{Script, ScriptedCall, ScriptedServer, Step};
 use serde_json::{Value, json};
 
-/// The longest one request may take; the whole run is bounded by this per turn.
+/// The longest one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// The longest the turns of all sessions may take together.
+const RUN_TIMEOUT: Duration = Duration::from_secs(600);
 const TOKEN: &str = "bench-token-0123456789abcdef";
 
 fn arg(args: &[String], name: &str) -> Option<String> {
@@ -346,17 +348,28 @@ async fn main() {
             ))
         })
         .collect();
-    for task in running {
-        let tally = task.await.expect("a session task");
-        total.turns += tally.turns;
-        total.errors.extend(tally.errors);
-        total.latencies.extend(tally.latencies);
+    let joined = tokio::time::timeout(RUN_TIMEOUT, futures::future::join_all(running)).await;
+    match joined {
+        Ok(tallies) => {
+            for tally in tallies {
+                let tally = tally.expect("a session task");
+                total.turns += tally.turns;
+                total.errors.extend(tally.errors);
+                total.latencies.extend(tally.latencies);
+            }
+        }
+        Err(_) => total.errors.push(format!(
+            "the turns did not all end within {} s",
+            RUN_TIMEOUT.as_secs()
+        )),
     }
     let wall = start.elapsed();
     let cpu = cpu_seconds(pid) - cpu_before;
     let peak_kib = status_kib(pid, "VmHWM:").unwrap_or(0);
     let rss_kib = status_kib(pid, "VmRSS:").unwrap_or(0);
     drop(serve);
+    // Removed now: `process::exit` below would skip its destructor.
+    drop(home);
 
     let expected = sessions * turns;
     println!(
