@@ -382,7 +382,7 @@ async fn follow_session(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     state.host.store().session(&id).await?;
-    let events = state.host.live(&id).subscribe();
+    let events = state.host.follow(&id);
     // The stream ends when the host stops, so shutting down never waits for followers.
     let stopping = state.host.stopping.clone();
     let stream = futures::StreamExt::take_until(sse_stream(events, false), async move {

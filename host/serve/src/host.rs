@@ -168,14 +168,36 @@ impl Host {
         Ok(agent)
     }
 
-    /// The live record of a session (made on first use).
-    pub fn live(&self, id: &str) -> Arc<LiveSession> {
+    /// Marks a turn of session `id` as running on this host (its live record made if need be),
+    /// unless one already runs. Under the map's lock, so a sweep cannot drop the record
+    /// between its lookup and its claim.
+    fn claim(&self, id: &str) -> Result<Arc<LiveSession>, ApiError> {
+        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        let session = live
+            .entry(id.to_string())
+            .or_insert_with(|| LiveSession::new(id))
+            .clone();
+        session.claim()?;
+        Ok(session)
+    }
+
+    /// Follows session `id`'s events from now on (its live record made if need be), under
+    /// the map's lock for the same reason as [`Host::claim`].
+    pub fn follow(&self, id: &str) -> broadcast::Receiver<Arc<SessionEvent>> {
+        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        live.entry(id.to_string())
+            .or_insert_with(|| LiveSession::new(id))
+            .subscribe()
+    }
+
+    /// Forgets the live records nothing needs: no turn runs and nobody follows. Each holds a
+    /// buffer of events, so a host that served many sessions would otherwise keep one per
+    /// session it ever touched.
+    fn sweep(&self) {
         self.live
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .entry(id.to_string())
-            .or_insert_with(|| LiveSession::new(id))
-            .clone()
+            .retain(|_, l| l.is_running() || l.followers() > 0);
     }
 
     /// The live record of a session, if this host has one.
@@ -234,8 +256,7 @@ impl Host {
                 "the host is shutting down and takes no new turns; try again when it is back",
             ));
         }
-        let live = self.live(id);
-        live.claim()?;
+        let live = self.claim(id)?;
         match self.prepare_turn(id, &input).await {
             Ok((journal, conversation, agent)) => {
                 let events = live.subscribe();
@@ -404,6 +425,7 @@ impl Host {
             }
             self.tools().await;
             self.resume_orphans().await;
+            self.sweep();
         }
     }
 
@@ -489,20 +511,13 @@ mod tests {
         }
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_next_turn_may_start_as_soon_as_a_client_saw_the_last_one_end() {
-        let model = ScriptedServer::start(Script::by_role(
-            Step::tool_calls(vec![ScriptedCall::new("ping", json!({}))]),
-            Step::text("pong it is"),
-        ))
-        .await
-        .unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open_in_home(dir.path(), StoreOptions::default())
+    /// A host on a store in `dir`, its model the scripted server at `url`, and a new session.
+    async fn host_with_session(dir: &std::path::Path, url: String) -> (Arc<Host>, Store, String) {
+        let store = Store::open_in_home(dir, StoreOptions::default())
             .await
             .unwrap();
         let mut config = AgentConfig::default();
-        config.llm.url = model.base_url();
+        config.llm.url = url;
         let options = HostOptions {
             config,
             approval_timeout: Duration::from_secs(5),
@@ -522,6 +537,28 @@ mod tests {
             .await
             .unwrap()
             .id;
+        (host, store, id)
+    }
+
+    async fn to_the_end(events: &mut broadcast::Receiver<Arc<SessionEvent>>) -> Arc<SessionEvent> {
+        loop {
+            let event = events.recv().await.unwrap();
+            if event.ends_turn() {
+                return event;
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_next_turn_may_start_as_soon_as_a_client_saw_the_last_one_end() {
+        let model = ScriptedServer::start(Script::by_role(
+            Step::tool_calls(vec![ScriptedCall::new("ping", json!({}))]),
+            Step::text("pong it is"),
+        ))
+        .await
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (host, store, id) = host_with_session(dir.path(), model.base_url()).await;
         // Each message goes in the moment the previous turn's end arrives, as a client waiting
         // for a JSON answer sends its next one: never "a turn is running", never a lease lost.
         let turns = 40;
@@ -530,12 +567,7 @@ mod tests {
                 .start_turn(&id, TurnInput::Message(format!("ping {n}")))
                 .await
                 .unwrap_or_else(|e| panic!("turn {n} refused: {}", e.message));
-            let end = loop {
-                let event = events.recv().await.unwrap();
-                if event.ends_turn() {
-                    break event;
-                }
-            };
+            let end = to_the_end(&mut events).await;
             assert!(
                 matches!(&*end, SessionEvent::Agent(AgentEvent::TurnFinished { .. })),
                 "turn {n} ended with {end:?}"
@@ -543,6 +575,36 @@ mod tests {
         }
         let info = store.session(&id).await.unwrap();
         assert_eq!((info.turns, info.state.as_str()), (turns, "idle"));
+        host.finish().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn what_no_turn_and_no_follower_needs_is_forgotten() {
+        let model =
+            ScriptedServer::start(Script::by_role(Step::text("hello"), Step::text("hello")))
+                .await
+                .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (host, _, id) = host_with_session(dir.path(), model.base_url()).await;
+        let follower = host.follow(&id);
+        let mut events = host
+            .start_turn(&id, TurnInput::Message("hi".into()))
+            .await
+            .unwrap();
+        to_the_end(&mut events).await;
+        drop(events);
+        // Still followed: kept.
+        host.sweep();
+        assert!(host.live_if_any(&id).is_some());
+        drop(follower);
+        host.sweep();
+        assert!(host.live_if_any(&id).is_none());
+        // A session is taken up again as if it had never been here.
+        let mut events = host
+            .start_turn(&id, TurnInput::Message("again".into()))
+            .await
+            .unwrap();
+        assert!(to_the_end(&mut events).await.ends_turn());
         host.finish().await;
     }
 }

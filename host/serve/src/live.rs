@@ -115,6 +115,11 @@ impl LiveSession {
         self.events.subscribe()
     }
 
+    /// How many follow its events.
+    pub fn followers(&self) -> usize {
+        self.events.receiver_count()
+    }
+
     /// Tells every follower.
     pub fn publish(&self, event: SessionEvent) {
         let _ = self.events.send(Arc::new(event));
