@@ -185,50 +185,70 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
         Command::Plugin(cmd) => {
             // Changes are recorded in the audit log, whose store must be reachable first.
             let records = match cmd.changes_home() {
-                true => Some(records::open(&home, store, None).await?),
+                true => Some(records::open(&home, store, None, "cli").await?),
                 false => None,
             };
             plugin::run(&home, records.as_ref(), cmd).await?;
             0
         }
         Command::Grant(args) => {
-            grants::grant(&home, &records::open(&home, store, None).await?, args).await?;
+            grants::grant(
+                &home,
+                &records::open(&home, store, None, "cli").await?,
+                args,
+            )
+            .await?;
             0
         }
         Command::Revoke(args) => {
-            grants::revoke(&home, &records::open(&home, store, None).await?, args).await?;
+            grants::revoke(
+                &home,
+                &records::open(&home, store, None, "cli").await?,
+                args,
+            )
+            .await?;
             0
         }
         Command::Limit(args) => {
-            grants::limit(&home, &records::open(&home, store, None).await?, args).await?;
+            grants::limit(
+                &home,
+                &records::open(&home, store, None, "cli").await?,
+                args,
+            )
+            .await?;
             0
         }
         Command::Call(args) => {
-            call::run(&home, &records::open(&home, store, None).await?, args).await?;
+            call::run(
+                &home,
+                &records::open(&home, store, None, "cli").await?,
+                args,
+            )
+            .await?;
             0
         }
         Command::Chat(args) => {
-            let records = records::open(&home, store, args.model.config.as_deref()).await?;
+            let records = records::open(&home, store, args.model.config.as_deref(), "cli").await?;
             let recording = recording(&records, args.model.session.as_deref(), "chat").await?;
             chat::chat(args, conversation_tools(&home).await?, recording).await?;
             0
         }
         Command::Run(args) => {
             let model = &args.unattended.model;
-            let records = records::open(&home, store, model.config.as_deref()).await?;
+            let records = records::open(&home, store, model.config.as_deref(), "cli").await?;
             let recording = recording(&records, model.session.as_deref(), "run").await?;
             chat::run(args, conversation_tools(&home).await?, recording).await?
         }
         Command::Sessions(command) => {
-            let records = records::open(&home, store, command.config()).await?;
+            let records = records::open(&home, store, command.config(), "cli").await?;
             sessions::run(records, command, async || conversation_tools(&home).await).await?
         }
         Command::Audit(args) => {
-            audit::run(&records::open(&home, store, None).await?, args).await?;
+            audit::run(&records::open(&home, store, None, "cli").await?, args).await?;
             0
         }
         Command::Serve(args) => {
-            let records = records::open(&home, store, args.config()).await?;
+            let records = records::open(&home, store, args.config(), "serve").await?;
             serve::run(&home, records, args).await?;
             0
         }

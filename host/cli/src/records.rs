@@ -33,15 +33,18 @@ pub fn settings(config: Option<&Path>) -> anyhow::Result<(StoreConfig, AuditConf
     })
 }
 
-/// Opens the store a command records into.
+/// Opens the store a command records into; `driver` says what kind of process drives
+/// sessions through it (`serve`, `cli`).
 pub async fn open(
     home: &Home,
     explicit: Option<&str>,
     config: Option<&Path>,
+    driver: &'static str,
 ) -> anyhow::Result<Records> {
     let (store, audit) = settings(config)?;
     let options = StoreOptions {
         lease_ttl: Duration::from_secs(store.lease_secs),
+        driver,
         ..StoreOptions::default()
     };
     let store = match explicit.map(String::from).or(store.url) {

@@ -391,9 +391,9 @@ impl Host {
         live.end_turn(last);
     }
 
-    /// Takes up sessions this kind of host started that stopped mid-turn with no host driving
-    /// them (a crash, a shutdown, a store that went away): each resumes from its last
-    /// recorded state. Sessions of `cordon chat` and `cordon run` are left to those commands.
+    /// Takes up sessions that stopped mid-turn while a `cordon serve` drove them, or that no
+    /// host holds (a crash, a shutdown, a store that went away): each resumes from its last
+    /// recorded state. Sessions `cordon chat` and `cordon run` were driving are left to them.
     pub async fn resume_orphans(self: &Arc<Self>) {
         let orphans = match self.store.orphaned_sessions().await {
             Ok(orphans) => orphans,
@@ -402,7 +402,13 @@ impl Host {
                 return;
             }
         };
-        for info in orphans.into_iter().filter(|s| s.origin == "serve") {
+        // What no host holds, or what a `cordon serve` was driving when it stopped.
+        let ours = |s: &cordon_store::SessionInfo| {
+            s.lease
+                .as_ref()
+                .is_none_or(|l| cordon_store::holder_driver(&l.holder) == "serve")
+        };
+        for info in orphans.into_iter().filter(ours) {
             if self.live_if_any(&info.id).is_some_and(|l| l.is_running()) {
                 continue;
             }

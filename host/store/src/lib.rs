@@ -55,6 +55,10 @@ pub struct StoreOptions {
     pub lease_ttl: Duration,
     /// A snapshot of the whole conversation every this many transitions.
     pub snapshot_every: u32,
+    /// What kind of process drives sessions through this store (`serve`, `cli`): the first
+    /// part of its name in leases, so that a host takes up only the sessions its own kind was
+    /// driving when it stopped.
+    pub driver: &'static str,
 }
 
 impl Default for StoreOptions {
@@ -62,6 +66,7 @@ impl Default for StoreOptions {
         Self {
             lease_ttl: Duration::from_secs(30),
             snapshot_every: 64,
+            driver: "cordon",
         }
     }
 }
@@ -111,7 +116,7 @@ impl Store {
         let store = Store {
             backend,
             url: shown,
-            holder: holder_name(),
+            holder: holder_name(options.driver),
             options,
         };
         store.migrate().await?;
@@ -296,9 +301,9 @@ pub fn redact(url: &str) -> String {
 
 /// A name for this process in leases: which machine and process drives a session, with a
 /// random part so a restarted process with a recycled pid is someone else.
-fn holder_name() -> String {
+fn holder_name(driver: &str) -> String {
     format!(
-        "{}:{}:{:06x}",
+        "{driver}@{}:{}:{:06x}",
         host_name(),
         std::process::id(),
         rand::random::<u32>() & 0xff_ffff
@@ -318,14 +323,20 @@ fn host_name() -> String {
         .unwrap_or_else(|| "localhost".to_string())
 }
 
+/// The kind of process a lease holder is (`serve`, `cli`; see [`StoreOptions::driver`]).
+pub fn holder_driver(holder: &str) -> &str {
+    holder.split_once('@').map_or("", |(driver, _)| driver)
+}
+
 /// Whether a lease holder is a process of this machine that no longer runs: its lease need
 /// not be waited out (a killed `cordon chat`, a host restarted after a crash). A holder on
 /// another machine, or whose process id is in use, is taken to be alive.
 pub(crate) fn holder_is_gone(holder: &str) -> bool {
     let mut parts = holder.rsplitn(3, ':');
-    let (Some(_random), Some(pid), Some(host)) = (parts.next(), parts.next(), parts.next()) else {
+    let (Some(_random), Some(pid), Some(place)) = (parts.next(), parts.next(), parts.next()) else {
         return false;
     };
+    let host = place.split_once('@').map_or(place, |(_, host)| host);
     let Ok(pid) = pid.parse::<u32>() else {
         return false;
     };
@@ -341,14 +352,20 @@ mod tests {
 
     #[test]
     fn a_holder_here_whose_process_ended_is_gone() {
-        let me = holder_name();
+        let me = holder_name("cli");
         assert!(!holder_is_gone(&me), "{me}");
+        assert_eq!(holder_driver(&me), "cli");
         // A child that has exited and been reaped leaves its pid unused (for a while).
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         child.wait().unwrap();
-        assert!(holder_is_gone(&format!("{}:{pid}:abcdef", host_name())));
-        assert!(!holder_is_gone(&format!("elsewhere.example:{pid}:abcdef")));
+        assert!(holder_is_gone(&format!(
+            "serve@{}:{pid}:abcdef",
+            host_name()
+        )));
+        assert!(!holder_is_gone(&format!(
+            "serve@elsewhere.example:{pid}:abcdef"
+        )));
         assert!(!holder_is_gone("nonsense"));
     }
 

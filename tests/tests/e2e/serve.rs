@@ -624,7 +624,7 @@ fn a_second_host_takes_over_a_session_when_the_first_dies() {
     let busy = second.post("/api/v1/sessions/shared/retry", json!({}));
     assert_eq!(busy.status, 409, "{}", busy.text);
     assert!(
-        busy.text.contains("is being driven by host-a:"),
+        busy.text.contains("is being driven by serve@host-a:"),
         "{}",
         busy.text
     );

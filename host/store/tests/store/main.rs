@@ -55,6 +55,7 @@ pub fn options(ttl: Duration, snapshot_every: u32) -> StoreOptions {
     StoreOptions {
         lease_ttl: ttl,
         snapshot_every,
+        ..StoreOptions::default()
     }
 }
 
