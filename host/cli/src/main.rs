@@ -185,7 +185,7 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
         Command::Plugin(cmd) => {
             // Changes are recorded in the audit log, whose store must be reachable first.
             let records = match cmd.changes_home() {
-                true => Some(records::open(&home, store, None, "cli").await?),
+                true => Some(records::open(&home, store, None, records::Opener::OneShot).await?),
                 false => None,
             };
             plugin::run(&home, records.as_ref(), cmd).await?;
@@ -194,7 +194,7 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
         Command::Grant(args) => {
             grants::grant(
                 &home,
-                &records::open(&home, store, None, "cli").await?,
+                &records::open(&home, store, None, records::Opener::OneShot).await?,
                 args,
             )
             .await?;
@@ -203,7 +203,7 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
         Command::Revoke(args) => {
             grants::revoke(
                 &home,
-                &records::open(&home, store, None, "cli").await?,
+                &records::open(&home, store, None, records::Opener::OneShot).await?,
                 args,
             )
             .await?;
@@ -212,7 +212,7 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
         Command::Limit(args) => {
             grants::limit(
                 &home,
-                &records::open(&home, store, None, "cli").await?,
+                &records::open(&home, store, None, records::Opener::OneShot).await?,
                 args,
             )
             .await?;
@@ -221,34 +221,51 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
         Command::Call(args) => {
             call::run(
                 &home,
-                &records::open(&home, store, None, "cli").await?,
+                &records::open(&home, store, None, records::Opener::OneShot).await?,
                 args,
             )
             .await?;
             0
         }
         Command::Chat(args) => {
-            let records = records::open(&home, store, args.model.config.as_deref(), "cli").await?;
+            let records = records::open(
+                &home,
+                store,
+                args.model.config.as_deref(),
+                records::Opener::Conversation,
+            )
+            .await?;
             let recording = recording(&records, args.model.session.as_deref(), "chat").await?;
             chat::chat(args, conversation_tools(&home).await?, recording).await?;
             0
         }
         Command::Run(args) => {
             let model = &args.unattended.model;
-            let records = records::open(&home, store, model.config.as_deref(), "cli").await?;
+            let records = records::open(
+                &home,
+                store,
+                model.config.as_deref(),
+                records::Opener::Conversation,
+            )
+            .await?;
             let recording = recording(&records, model.session.as_deref(), "run").await?;
             chat::run(args, conversation_tools(&home).await?, recording).await?
         }
         Command::Sessions(command) => {
-            let records = records::open(&home, store, command.config(), "cli").await?;
+            let records = records::open(&home, store, command.config(), command.opener()).await?;
             sessions::run(records, command, async || conversation_tools(&home).await).await?
         }
         Command::Audit(args) => {
-            audit::run(&records::open(&home, store, None, "cli").await?, args).await?;
+            audit::run(
+                &records::open(&home, store, None, records::Opener::OneShot).await?,
+                args,
+            )
+            .await?;
             0
         }
         Command::Serve(args) => {
-            let records = records::open(&home, store, args.config(), "serve").await?;
+            let records =
+                records::open(&home, store, args.config(), records::Opener::Serve).await?;
             serve::run(&home, records, args).await?;
             0
         }

@@ -33,18 +33,36 @@ pub fn settings(config: Option<&Path>) -> anyhow::Result<(StoreConfig, AuditConf
     })
 }
 
-/// Opens the store a command records into; `driver` says what kind of process drives
-/// sessions through it (`serve`, `cli`).
+/// What kind of command opens the store: how it drives sessions, and how many connections it
+/// needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opener {
+    /// A command that records a change or a call and exits: one connection.
+    OneShot,
+    /// A conversation at the terminal (`chat`, `run`, `sessions resume | replay`).
+    Conversation,
+    /// `cordon serve`, driving many sessions at once.
+    Serve,
+}
+
+/// Opens the store a command records into.
 pub async fn open(
     home: &Home,
     explicit: Option<&str>,
     config: Option<&Path>,
-    driver: &'static str,
+    opener: Opener,
 ) -> anyhow::Result<Records> {
+    let (driver, connections) = match opener {
+        Opener::OneShot => ("cli", 1),
+        // A turn's records and the lease's renewals may overlap.
+        Opener::Conversation => ("cli", 2),
+        Opener::Serve => ("serve", 16),
+    };
     let (store, audit) = settings(config)?;
     let options = StoreOptions {
         lease_ttl: Duration::from_secs(store.lease_secs),
         driver,
+        connections,
         ..StoreOptions::default()
     };
     let store = match explicit.map(String::from).or(store.url) {

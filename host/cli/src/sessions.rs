@@ -70,6 +70,16 @@ pub enum SessionsCommand {
 }
 
 impl SessionsCommand {
+    /// How the command uses the store: resume and replay hold conversations.
+    pub fn opener(&self) -> crate::records::Opener {
+        match self {
+            SessionsCommand::Resume(_) | SessionsCommand::Replay(_) => {
+                crate::records::Opener::Conversation
+            }
+            _ => crate::records::Opener::OneShot,
+        }
+    }
+
     /// The config file named on the command line.
     pub fn config(&self) -> Option<&std::path::Path> {
         match self {

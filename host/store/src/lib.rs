@@ -59,6 +59,10 @@ pub struct StoreOptions {
     /// part of its name in leases, so that a host takes up only the sessions its own kind was
     /// driving when it stopped.
     pub driver: &'static str,
+    /// Connections the store may hold open at once: a few for a host serving many sessions,
+    /// one for a command that records one thing and exits (each connection costs its opening,
+    /// and for SQLite a checkpoint when the last one closes).
+    pub connections: u32,
 }
 
 impl Default for StoreOptions {
@@ -67,6 +71,7 @@ impl Default for StoreOptions {
             lease_ttl: Duration::from_secs(30),
             snapshot_every: 64,
             driver: "cordon",
+            connections: 8,
         }
     }
 }
@@ -107,9 +112,9 @@ impl Store {
     pub async fn open(url: &str, options: StoreOptions) -> Result<Store, StoreError> {
         let shown = redact(url);
         let backend = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Backend::Postgres(open_postgres(url, &shown).await?)
+            Backend::Postgres(open_postgres(url, &shown, options.connections).await?)
         } else if let Some(path) = sqlite_path(url) {
-            Backend::Sqlite(open_sqlite(&path, &shown).await?)
+            Backend::Sqlite(open_sqlite(&path, &shown, options.connections).await?)
         } else {
             return Err(StoreError::BadUrl { url: shown });
         };
@@ -214,7 +219,7 @@ fn sqlite_path(url: &str) -> Option<PathBuf> {
     (!url.contains("://") && !url.is_empty()).then(|| PathBuf::from(url))
 }
 
-async fn open_sqlite(path: &Path, shown: &str) -> Result<SqlitePool, StoreError> {
+async fn open_sqlite(path: &Path, shown: &str, connections: u32) -> Result<SqlitePool, StoreError> {
     let create = |source| StoreError::Create {
         path: path.display().to_string(),
         source,
@@ -253,7 +258,7 @@ async fn open_sqlite(path: &Path, shown: &str) -> Result<SqlitePool, StoreError>
         .busy_timeout(Duration::from_secs(30))
         .foreign_keys(true);
     SqlitePoolOptions::new()
-        .max_connections(4)
+        .max_connections(connections.max(1))
         .connect_with(options)
         .await
         .map_err(|source| StoreError::Open {
@@ -262,7 +267,7 @@ async fn open_sqlite(path: &Path, shown: &str) -> Result<SqlitePool, StoreError>
         })
 }
 
-async fn open_postgres(url: &str, shown: &str) -> Result<PgPool, StoreError> {
+async fn open_postgres(url: &str, shown: &str, connections: u32) -> Result<PgPool, StoreError> {
     let open = |source| StoreError::Open {
         url: shown.to_string(),
         source,
@@ -277,7 +282,7 @@ async fn open_postgres(url: &str, shown: &str) -> Result<PgPool, StoreError> {
         .await
         .map_err(open)?;
     Ok(PgPoolOptions::new()
-        .max_connections(16)
+        .max_connections(connections.max(1))
         // A store that goes away mid-turn fails the turn after this, rather than hanging it.
         .acquire_timeout(Duration::from_secs(5))
         .connect_lazy_with(options))
