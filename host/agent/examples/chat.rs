@@ -44,6 +44,7 @@ impl ToolHost for DemoTools {
             },
             can_change_anything: can_change,
             digest: String::new(),
+            proven: Default::default(),
         };
         vec![
             spec(

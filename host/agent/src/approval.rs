@@ -267,6 +267,7 @@ mod tests {
             grants: vec![],
             can_change_anything: can_change,
             digest: String::new(),
+            proven: Default::default(),
         }
     }
 

@@ -71,5 +71,5 @@ pub use machine::{
 };
 pub use messages::{Message, ModelResponse, ToolCall, Usage};
 pub use tokio_util::sync::CancellationToken;
-pub use tool_host::{SelectedTools, ToolHost};
+pub use tool_host::{SelectedTools, ToolHost, ToolSource};
 pub use tools::{Content, ToolFailure, ToolFailureKind, ToolHints, ToolSpec};

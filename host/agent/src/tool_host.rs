@@ -41,6 +41,19 @@ pub trait ToolHost: Send + Sync {
     }
 }
 
+/// Where a long-running host gets its tools (the home's installed plugins, verified and ready
+/// to call), and how it notices that they changed.
+#[async_trait]
+pub trait ToolSource: Send + Sync + 'static {
+    /// A value that changes whenever the installed tools, their grants or their limits change
+    /// (for a home: the lock file's identity, size and time). Cheap: checked before every turn
+    /// or request.
+    fn stamp(&self) -> String;
+
+    /// The tools installed now.
+    async fn load(&self) -> Result<Arc<dyn ToolHost>, String>;
+}
+
 /// Some of another host's tools: only those named (by the name the model sees, `plugin.tool`,
 /// or a plugin's name) are listed, and a call of any other is refused as not found.
 pub struct SelectedTools {

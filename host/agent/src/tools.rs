@@ -43,6 +43,11 @@ pub struct ToolSpec {
     /// ran; empty for tools that are not components (tests, embedders).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub digest: String,
+    /// What the host can prove of the tool's behaviour from its grants (see
+    /// [`cordon_core::ProvenHints`]): what clients are told, unlike `hints`. The default
+    /// proves nothing (not read-only, not idempotent).
+    #[serde(default)]
+    pub proven: cordon_core::ProvenHints,
 }
 
 /// Why a tool call failed.
@@ -121,6 +126,7 @@ impl ToolSpec {
             grants,
             can_change_anything,
             digest: String::new(),
+            proven: cordon_core::ProvenHints::default(),
         }
     }
 }

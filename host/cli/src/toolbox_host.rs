@@ -79,6 +79,7 @@ pub fn spec_for(entry: &ToolEntry, name: String) -> ToolSpec {
     );
     spec.name = name;
     spec.digest = entry.digest.clone();
+    spec.proven = cordon_core::ProvenHints::derive(&entry.grants, &entry.descriptor.hints);
     spec
 }
 

@@ -34,6 +34,6 @@ pub use stamp::{
     replace_file_stamped, verify_file_digest,
 };
 pub use tool::{
-    Content, MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOL_NAME_BYTES, ToolDescriptor,
-    ToolError, ToolErrorKind, ToolHints, tools_hash,
+    Content, MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOL_NAME_BYTES, ProvenHints,
+    ToolDescriptor, ToolError, ToolErrorKind, ToolHints, tools_hash,
 };

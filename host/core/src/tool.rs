@@ -311,3 +311,104 @@ mod tests {
         assert_eq!(e.to_string(), "not found: no file `x`");
     }
 }
+
+/// What Cordon can state about a tool's behaviour from the grants it runs under (which its
+/// ceiling has already bounded), as opposed to the author's [`ToolHints`], which are claims: a
+/// claim may only make a hint stricter (`destructive`), or be kept where the grants back it
+/// (`idempotent` for a tool that cannot change anything). Clients that show or act on hints
+/// (MCP annotations) get these.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProvenHints {
+    /// Its grants cannot change anything: no read-write directory, no network, no variable.
+    pub read_only: bool,
+    /// It may delete or overwrite: the author says so, or it holds a read-write directory.
+    pub destructive: bool,
+    /// Repeating a call has no further effect: the author says so and it cannot change
+    /// anything.
+    pub idempotent: bool,
+    /// It can reach the world beyond its directories: it holds a network grant.
+    pub open_world: bool,
+}
+
+impl ProvenHints {
+    /// The hints `grants` prove, with the author's `declared` ones used only where they are
+    /// stricter or backed by the grants.
+    pub fn derive(grants: &crate::Grants, declared: &ToolHints) -> Self {
+        use crate::{FsMode, Grant};
+        let read_only = !grants.can_change_anything();
+        ProvenHints {
+            read_only,
+            destructive: declared.destructive || grants.fs().any(|f| f.mode == FsMode::ReadWrite),
+            idempotent: declared.idempotent && read_only,
+            open_world: grants
+                .iter()
+                .any(|g| matches!(g, Grant::Http(_) | Grant::Tcp(_))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod proven_hints_tests {
+    use super::*;
+    use crate::{Grant, Grants};
+
+    fn grants(list: &[&str]) -> Grants {
+        let mut g = Grants::default();
+        for text in list {
+            g.add(text.parse::<Grant>().unwrap());
+        }
+        g
+    }
+
+    #[test]
+    fn claims_never_loosen_what_the_grants_prove() {
+        let claims_everything = ToolHints {
+            read_only: true,
+            destructive: false,
+            idempotent: true,
+            open_world: false,
+        };
+        // A read-write directory: not read-only, destructive, not idempotent, whatever it says.
+        let rw = ProvenHints::derive(&grants(&["fs:/tmp:/data:rw"]), &claims_everything);
+        assert_eq!(
+            rw,
+            ProvenHints {
+                read_only: false,
+                destructive: true,
+                idempotent: false,
+                open_world: false
+            }
+        );
+        // A network grant: open world, and not read-only (it can send).
+        let net = ProvenHints::derive(&grants(&["net:https://example.com"]), &claims_everything);
+        assert!(net.open_world && !net.read_only && !net.idempotent && !net.destructive);
+        let tcp = ProvenHints::derive(
+            &grants(&["net:tcp://127.0.0.1:5432"]),
+            &ToolHints::default(),
+        );
+        assert!(tcp.open_world);
+        // A variable may hold a credential: not read-only, but not open world either.
+        let env = ProvenHints::derive(&grants(&["env:HOME"]), &ToolHints::default());
+        assert!(!env.read_only && !env.open_world);
+    }
+
+    #[test]
+    fn read_only_grants_keep_the_claims_they_back() {
+        let ro = grants(&["fs:/tmp:/data:ro"]);
+        let idempotent = ToolHints {
+            idempotent: true,
+            ..ToolHints::default()
+        };
+        let h = ProvenHints::derive(&ro, &idempotent);
+        assert!(h.read_only && h.idempotent && !h.destructive && !h.open_world);
+        // An author calling its own tool destructive is believed.
+        let destructive = ToolHints {
+            destructive: true,
+            ..ToolHints::default()
+        };
+        assert!(ProvenHints::derive(&ro, &destructive).destructive);
+        // No grants at all: read-only, not idempotent unless claimed.
+        let none = ProvenHints::derive(&Grants::default(), &ToolHints::default());
+        assert!(none.read_only && !none.idempotent);
+    }
+}

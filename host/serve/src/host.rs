@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use cordon_agent::{
     Agent, AgentConfig, AgentError, AuditContext, CancellationToken, Conversation, Driven,
-    JournalError, State, ToolHost, TurnInput, TurnIo, async_trait,
+    JournalError, State, ToolHost, ToolSource, TurnInput, TurnIo,
 };
 use cordon_store::{SessionJournal, SessionSettings, Store};
 use tokio::sync::broadcast;
@@ -19,17 +19,6 @@ use crate::live::{HostEvent, LiveSession, PendingApproval, ServeFrontend, Sessio
 
 /// How many engines (one per distinct set of session settings) the host keeps made.
 const MAX_CACHED_ENGINES: usize = 64;
-
-/// Where the host gets its tools: the home's installed plugins, verified and ready to call.
-#[async_trait]
-pub trait ToolSource: Send + Sync + 'static {
-    /// A value that changes whenever the installed tools, their grants or their limits change
-    /// (for a home: the lock file's identity, size and time). Cheap: checked before every turn.
-    fn stamp(&self) -> String;
-
-    /// The tools installed now.
-    async fn load(&self) -> Result<Arc<dyn ToolHost>, String>;
-}
 
 /// How the host behaves.
 #[derive(Debug, Clone)]
@@ -469,7 +458,7 @@ impl Host {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cordon_agent::{AgentEvent, Content, ToolFailure, ToolHints, ToolSpec};
+    use cordon_agent::{AgentEvent, Content, ToolFailure, ToolHints, ToolSpec, async_trait};
     use cordon_scripted_llm::{Script, ScriptedCall, ScriptedServer, Step};
     use cordon_store::{NewSession, StoreOptions};
     use serde_json::{Value, json};
@@ -493,6 +482,7 @@ mod tests {
                 grants: Vec::new(),
                 can_change_anything: false,
                 digest: "sha256:00".into(),
+                proven: Default::default(),
             }]
         }
 

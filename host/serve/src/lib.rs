@@ -27,8 +27,9 @@ use std::time::Duration;
 
 pub use api::parse_since;
 pub use auth::{TokenError, Tokens};
+pub use cordon_agent::ToolSource;
 pub use error::ApiError;
-pub use host::{Host, HostOptions, ToolSource};
+pub use host::{Host, HostOptions};
 pub use live::{HostEvent, PendingApproval, SessionEvent};
 
 use cordon_store::Store;

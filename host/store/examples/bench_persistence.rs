@@ -51,6 +51,7 @@ fn spec(name: &str) -> ToolSpec {
         grants: Vec::new(),
         can_change_anything: false,
         digest: "sha256:00".into(),
+        proven: Default::default(),
     }
 }
 

@@ -23,6 +23,7 @@ fn spec(name: &str, can_change: bool) -> ToolSpec {
         grants: vec![format!("{name} grant")],
         can_change_anything: can_change,
         digest: String::new(),
+        proven: Default::default(),
     }
 }
 

@@ -40,6 +40,7 @@ fn spec(name: &str, can_change: bool, schema: Value) -> ToolSpec {
         grants: vec![format!("grant for {name}")],
         can_change_anything: can_change,
         digest: String::new(),
+        proven: Default::default(),
     }
 }
 

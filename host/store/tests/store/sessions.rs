@@ -24,6 +24,7 @@ fn catalog() -> ToolCatalog {
             grants: vec![],
             can_change_anything: false,
             digest: "sha256:00".into(),
+            proven: Default::default(),
         }],
         ApprovalConfig::default(),
     )
