@@ -7,6 +7,7 @@
 // acting on a terminal; a plain `println!` would bypass them.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+mod approve;
 mod audit;
 mod call;
 mod chat;
@@ -72,6 +73,8 @@ enum Command {
     Audit(audit::AuditArgs),
     /// Run a resident host: sessions, approvals and the audit log over HTTP, and a web console.
     Serve(serve::ServeArgs),
+    /// Answer, from this terminal, the tool calls a running `cordon serve` waits to have approved.
+    Approve(approve::ApproveArgs),
 }
 
 /// What a failed command exits with: 2 for bad input (the user can fix the command), 1 for
@@ -261,6 +264,10 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
                 args,
             )
             .await?;
+            0
+        }
+        Command::Approve(args) => {
+            approve::run(&home, args).await?;
             0
         }
         Command::Serve(args) => {

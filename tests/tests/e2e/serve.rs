@@ -723,3 +723,67 @@ fn a_store_that_goes_away_mid_turn_stops_the_turn_and_it_resumes_when_back() {
     assert_eq!(roles(&session), ["user", "assistant", "tool", "assistant"]);
     assert_eq!(std::fs::read_to_string(data.join("away.txt")).unwrap(), "1");
 }
+
+/// `cordon approve` answers from a terminal what a running host waits on: it lists the
+/// question with its tool, arguments, grants and reason, and answers it with the host's token.
+#[test]
+fn cordon_approve_lists_and_answers_a_waiting_call() {
+    let (home, data, config) = probe_home(&[]);
+    empty_file(&data, "t.txt");
+    let model = Model::new(vec![
+        Step::tool_calls(vec![write_call("k1", "t.txt", "1")]),
+        Step::text("Written."),
+    ]);
+    let served = serve(&home, &model, &config, &[]);
+    create(&served, "term");
+    let events = served.stream("/api/v1/sessions/term/messages", json!({"text": "write"}));
+    let question = pending(&served, "term");
+    let call_id = question["call_id"].as_str().unwrap().to_string();
+    let url = format!("http://{}", served.addr);
+    let listed = home.cordon(&["approve", "--list", "--url", &url]).ok();
+    assert!(
+        listed.stdout.contains(&format!(
+            "session term call {call_id}: tool `fs` (plugin probe)"
+        )) && listed.stdout.contains("\"content\": \"1\"")
+            && listed.stdout.contains(":/data:rw")
+            && listed
+                .stdout
+                .contains("asked because the tool declares itself destructive"),
+        "{}",
+        listed.stdout
+    );
+    let answered = home
+        .cordon(&["approve", "term", &call_id, "yes", "--url", &url])
+        .ok();
+    assert!(
+        answered.stdout.contains("Answered yes"),
+        "{}",
+        answered.stdout
+    );
+    events.until("turn_finished", WAIT);
+    assert_eq!(std::fs::read_to_string(data.join("t.txt")).unwrap(), "1");
+    // A second answer is refused, with the server's reason; a wrong token is named as such.
+    let again = home.cordon(&["approve", "term", &call_id, "no", "--url", &url]);
+    assert_eq!(again.code, 1, "{}", again.stderr);
+    assert!(
+        again.stderr.contains("already answered"),
+        "{}",
+        again.stderr
+    );
+    let wrong = home.scratch("tokens").join("wrong");
+    std::fs::write(&wrong, "0123456789abcdef0123456789\n").unwrap();
+    let refused = home.cordon(&[
+        "approve",
+        "--list",
+        "--url",
+        &url,
+        "--token-file",
+        wrong.to_str().unwrap(),
+    ]);
+    assert_eq!(refused.code, 1);
+    assert!(
+        refused.stderr.contains("did not accept the token"),
+        "{}",
+        refused.stderr
+    );
+}
