@@ -204,20 +204,22 @@ impl ToolHost for ToolboxHost {
             );
             return (Err(failure), None);
         };
-        // Dropping the call future drops its wasmtime Store, which ends the guest at once.
-        tokio::select! {
-            () = cancel.cancelled() => (
-                Err(ToolFailure::new(
-                    ToolFailureKind::Cancelled,
-                    format!("the call to `{name}` was cancelled by the user"),
-                )),
-                None,
-            ),
-            (result, report) = self.toolbox.call_value_reported(identity, &arguments) => (
-                result.map(|output| output.content).map_err(|error| failure(&error)),
-                report,
-            ),
-        }
+        // The sandbox stops the guest itself when `cancel` fires, and still reports the call.
+        let (result, report) = self
+            .toolbox
+            .call_value_reported(identity, &arguments, &cancel)
+            .await;
+        let result = match result {
+            Err(HomeError::Call {
+                source: CallError::Cancelled,
+                ..
+            }) => Err(ToolFailure::new(
+                ToolFailureKind::Cancelled,
+                format!("the call to `{name}` was cancelled while it ran"),
+            )),
+            other => other.map(|output| output.content).map_err(|e| failure(&e)),
+        };
+        (result, report)
     }
 }
 
@@ -228,6 +230,7 @@ pub fn failure(error: &HomeError) -> ToolFailure {
         HomeError::Call { source, .. } => match source {
             CallError::Tool(tool_error) => return ToolFailure::from(tool_error.clone()),
             CallError::Denied(_) => ToolFailureKind::Denied,
+            CallError::Cancelled => ToolFailureKind::Cancelled,
             CallError::LimitExceeded { .. } | CallError::Trapped(_) | CallError::Malformed(_) => {
                 ToolFailureKind::Failed
             }

@@ -7,7 +7,7 @@ use cordon_core::{
     CallReport, CompiledPin, DigestCheck, Grants, InputSchema, LimitKind, Limits, ReservedPaths,
     ToolDescriptor, tools_hash, verify_file_digest,
 };
-use cordon_runtime::{CallError, Plugin, Runtime, Sandbox, ToolOutput};
+use cordon_runtime::{CallError, CancellationToken, Plugin, Runtime, Sandbox, ToolOutput};
 use serde_json::Value;
 
 use crate::error::HomeError;
@@ -274,7 +274,10 @@ impl Toolbox {
             })
         });
         match parsed {
-            Ok(value) => self.call_value_reported(name, &value).await,
+            Ok(value) => {
+                self.call_value_reported(name, &value, &CancellationToken::new())
+                    .await
+            }
             Err(e) => (Err(e), None),
         }
     }
@@ -282,7 +285,9 @@ impl Toolbox {
     /// Validates the arguments against the tool's schema, then runs the tool in a fresh
     /// sandbox with its plugin's grants and limits.
     pub async fn call_value(&self, name: &str, arguments: &Value) -> Result<ToolOutput, HomeError> {
-        self.call_value_reported(name, arguments).await.0
+        self.call_value_reported(name, arguments, &CancellationToken::new())
+            .await
+            .0
     }
 
     /// [`Toolbox::call_value`], with what the sandbox measured and refused during the call
@@ -290,10 +295,14 @@ impl Toolbox {
     /// [`Plugin::call_tool_reported`](cordon_runtime::Plugin::call_tool_reported)) for an
     /// audit log. The report is `None` when the call never reached the sandbox: an unknown or
     /// unavailable tool, or arguments its schema refuses.
+    ///
+    /// `cancel` stops the call while it runs (see
+    /// [`Sandbox::cancel`](cordon_runtime::Sandbox::cancel)).
     pub async fn call_value_reported(
         &self,
         name: &str,
         arguments: &Value,
+        cancel: &CancellationToken,
     ) -> (Result<ToolOutput, HomeError>, Option<CallReport>) {
         let tool = match self.resolve(name).and_then(|tool| {
             tool.validate(arguments)?;
@@ -307,6 +316,7 @@ impl Toolbox {
             limits: tool.limits,
             env: Default::default(),
             reserved: self.reserved.clone(),
+            cancel: cancel.clone(),
         };
         let (result, report) = tool
             .component

@@ -55,7 +55,11 @@ async fn reported_calls_carry_the_sandbox_report_and_tools_their_digest() {
 
     // A call the sandbox refused something: the error, and the report saying what.
     let (result, report) = toolbox
-        .call_value_reported("fs", &json!({"op": "write", "path": "/ro/new.txt"}))
+        .call_value_reported(
+            "fs",
+            &json!({"op": "write", "path": "/ro/new.txt"}),
+            &Default::default(),
+        )
         .await;
     assert!(
         matches!(
@@ -86,7 +90,11 @@ async fn reported_calls_carry_the_sandbox_report_and_tools_their_digest() {
 
     // Calls refused before the sandbox have no report.
     let (result, report) = toolbox
-        .call_value_reported("fs", &json!({"op": 5, "path": "/ro/file.txt"}))
+        .call_value_reported(
+            "fs",
+            &json!({"op": 5, "path": "/ro/file.txt"}),
+            &Default::default(),
+        )
         .await;
     assert!(
         matches!(result, Err(HomeError::SchemaViolation { .. })),
@@ -94,7 +102,7 @@ async fn reported_calls_carry_the_sandbox_report_and_tools_their_digest() {
     );
     assert_eq!(report, None);
     let (result, report) = toolbox
-        .call_value_reported("no_such_tool", &json!({}))
+        .call_value_reported("no_such_tool", &json!({}), &Default::default())
         .await;
     assert!(
         matches!(result, Err(HomeError::UnknownTool { .. })),

@@ -130,6 +130,9 @@ pub enum CallError {
     /// an invalid tool list).
     #[error("the plugin returned a malformed result: {0}")]
     Malformed(String),
+    /// The call was stopped because its [`Sandbox::cancel`](crate::Sandbox::cancel) fired.
+    #[error("the call was cancelled while it ran; whatever it did before stopping stays done")]
+    Cancelled,
 }
 
 /// Why a call's grants could not be honoured.

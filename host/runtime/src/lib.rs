@@ -40,6 +40,8 @@ pub use engine::{CompileEvent, DEFAULT_MAX_INSTANCES, Runtime, RuntimeConfig};
 pub use error::{CallError, Denial, EngineError, NotAComponent, NotAPlugin, RuntimeError};
 pub use plugin::{Plugin, ToolOutput};
 pub use sandbox::{EnvSource, Sandbox};
+/// What fires [`Sandbox::cancel`].
+pub use tokio_util::sync::CancellationToken;
 
 /// How many lookups of names a directory listing had just shown absent were answered from
 /// that listing instead of the filesystem, in this process (see `wasi_overrides::filesystem_types::fresh_listing`). For tests

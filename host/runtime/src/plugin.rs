@@ -329,6 +329,10 @@ impl Plugin {
         store.set_max_component_handles(MAX_HANDLES_PER_CALL);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|mut ctx| {
+            if ctx.data().budget.cancel.is_cancelled() {
+                ctx.data_mut().budget.cancelled = true;
+                return Ok(UpdateDeadline::Interrupt);
+            }
             if Instant::now() >= ctx.data().budget.deadline {
                 ctx.data_mut().budget.timed_out = true;
                 Ok(UpdateDeadline::Interrupt)
@@ -343,8 +347,18 @@ impl Plugin {
         };
         // The epoch callback stops running guest code at the deadline; this timeout also stops
         // a guest blocked in a host call (a slow HTTP server, a sleep).
-        let outcome = tokio::time::timeout(limits.time, work).await;
+        // Guest code that runs is stopped by the epoch callback once `cancel` fires; a guest
+        // blocked in a host call is stopped here, by dropping the call.
+        let cancel = sandbox.cancel.clone();
+        let outcome = tokio::select! {
+            biased;
+            outcome = tokio::time::timeout(limits.time, work) => Some(outcome),
+            () = cancel.cancelled() => None,
+        };
         store.data_mut().report_into(report);
+        let Some(outcome) = outcome else {
+            return Err(CallError::Cancelled);
+        };
         let data = store.data();
         // What the plugin wrote last says where it was when it was stopped or crashed.
         let with_last_output = |msg: String| match data.out.pipe.last_lines(LAST_OUTPUT_LINES) {
@@ -367,6 +381,9 @@ impl Plugin {
         match result {
             Ok(r) => Ok((r, stderr, truncated)),
             Err(e) => {
+                if data.budget.cancelled {
+                    return Err(CallError::Cancelled);
+                }
                 if data.budget.timed_out {
                     return Err(time_exceeded());
                 }

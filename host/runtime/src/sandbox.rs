@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cordon_core::{CallReport, FsMode, Grants, Limits, ReservedPaths};
+use tokio_util::sync::CancellationToken;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -58,6 +59,11 @@ pub struct Sandbox {
     /// Cordon's own state, which no directory grant may overlap; checked again on every call
     /// (see [`ReservedPaths`]).
     pub reserved: ReservedPaths,
+    /// Stops the call when fired: running guest code at the next epoch tick, a guest blocked in
+    /// a host call (a sleep, a slow server) at once. The call then fails with
+    /// [`CallError::Cancelled`](crate::CallError::Cancelled) and its report is complete, so a
+    /// client's cancel never leaves a guest running unseen.
+    pub cancel: CancellationToken,
 }
 
 /// Memory accounting across all memories of an instance; a denied growth traps and is
@@ -160,6 +166,8 @@ pub(crate) struct Budget {
     pub(crate) limiter: Limiter,
     pub(crate) deadline: Instant,
     pub(crate) timed_out: bool,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) cancelled: bool,
 }
 
 /// Where the guest's output goes: stdout and stderr into one capped pipe, `cordon:tool/log`
@@ -335,6 +343,8 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
             },
             deadline: Instant::now() + limits.time,
             timed_out: false,
+            cancel: sandbox.cancel.clone(),
+            cancelled: false,
         },
         out: CallOutput {
             pipe: output,

@@ -116,6 +116,7 @@ pub fn sandbox(list: &[String]) -> Sandbox {
         limits: Limits::default(),
         env: EnvSource::Host,
         reserved: Default::default(),
+        cancel: Default::default(),
     }
 }
 

@@ -54,6 +54,35 @@ async fn infinite_loop_is_stopped_by_the_time_limit() {
 }
 
 #[tokio::test]
+async fn a_cancelled_call_is_stopped_at_the_next_epoch_and_reported() {
+    let _process = shared();
+    let sb = limited(&["time=60s"]);
+    let cancel = sb.cancel.clone();
+    let start = Instant::now();
+    let canceller = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        cancel.cancel();
+    });
+    let (result, report) = runaway()
+        .call_tool_reported(&sb, "spin", &json!({}).to_string())
+        .await;
+    canceller.await.unwrap();
+    let e = result.unwrap_err();
+    assert!(matches!(e, CallError::Cancelled), "{e}");
+    assert!(e.to_string().contains("cancelled"), "{e}");
+    // Stopped soon after the cancel, far before the time limit, and the report still says
+    // how long the guest ran and what memory it held.
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(report.duration_ms >= 250.0, "{report:?}");
+    assert!(report.peak_memory > 0, "{report:?}");
+    still_serves().await;
+}
+
+#[tokio::test]
 async fn spinning_calls_do_not_block_each_other() {
     let _process = shared();
     // Two spinning calls and a normal one on a current-thread runtime: the epoch yields let
