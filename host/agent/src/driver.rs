@@ -525,6 +525,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
                 session: audit.session.clone(),
                 turn: Some(conv.turns.len().saturating_sub(1) as u64),
                 call_id: Some(call.id.clone()),
+                client: None,
                 tool: spec.map_or_else(|| call.call.name.clone(), |s| s.tool.clone()),
                 plugin: spec.map(|s| s.plugin.clone()).unwrap_or_default(),
                 digest: spec.map(|s| s.digest.clone()).unwrap_or_default(),

@@ -81,6 +81,10 @@ fn print_record(stored: &StoredAudit) {
                 (Some(s), None) => s.clone(),
                 _ => "-".to_string(),
             };
+            let place = match &call.client {
+                Some(client) => format!("{place} ({client})"),
+                None => place,
+            };
             let outcome = match &call.outcome {
                 CallOutcome::Ok => "ok".to_string(),
                 CallOutcome::Error { kind, message } => format!("{kind}: {message}"),
@@ -172,6 +176,7 @@ pub fn direct_call(
             session: None,
             turn: None,
             call_id: None,
+            client: None,
             tool: tool.descriptor.name.clone(),
             plugin: tool.plugin.clone(),
             digest: tool.digest.clone(),

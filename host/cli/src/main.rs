@@ -13,6 +13,7 @@ mod call;
 mod chat;
 mod grants;
 mod log_format;
+mod mcp;
 mod plugin;
 mod records;
 mod serve;
@@ -75,6 +76,9 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Answer, from this terminal, the tool calls a running `cordon serve` waits to have approved.
     Approve(approve::ApproveArgs),
+    /// Serve the installed tools to an MCP client over stdin and stdout (for Claude, VS Code,
+    /// Cursor, Codex, …): each call sandboxed, approved and audited as everywhere else.
+    Mcp(mcp::McpArgs),
 }
 
 /// What a failed command exits with: 2 for bad input (the user can fix the command), 1 for
@@ -144,6 +148,7 @@ impl Command {
             Command::Chat(_)
                 | Command::Run(_)
                 | Command::Serve(_)
+                | Command::Mcp(_)
                 | Command::Sessions(
                     sessions::SessionsCommand::Resume(_) | sessions::SessionsCommand::Replay(_)
                 )
@@ -161,6 +166,7 @@ fn configs_in_use(command: &Command) -> Vec<PathBuf> {
         Command::Chat(args) => args.model.config.clone(),
         Command::Run(args) => args.unattended.model.config.clone(),
         Command::Serve(args) => args.config().map(PathBuf::from),
+        Command::Mcp(args) => args.config.clone(),
         Command::Sessions(command) => command.config().map(PathBuf::from),
         _ => None,
     };
@@ -274,6 +280,13 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
             let records =
                 records::open(&home, store, args.config(), records::Opener::Serve).await?;
             serve::run(&home, records, args).await?;
+            0
+        }
+        Command::Mcp(args) => {
+            let records =
+                records::open(&home, store, args.config.as_deref(), records::Opener::Mcp)
+                    .await?;
+            mcp::run(&home, records, args).await?;
             0
         }
     };

@@ -43,6 +43,8 @@ pub enum Opener {
     Conversation,
     /// `cordon serve`, driving many sessions at once.
     Serve,
+    /// `cordon mcp`: records the calls one MCP client makes, some at once.
+    Mcp,
 }
 
 /// Opens the store a command records into.
@@ -57,6 +59,7 @@ pub async fn open(
         // A turn's records and the lease's renewals may overlap.
         Opener::Conversation => ("cli", 2),
         Opener::Serve => ("serve", 16),
+        Opener::Mcp => ("mcp", 4),
     };
     let (store, audit) = settings(config)?;
     let options = StoreOptions {

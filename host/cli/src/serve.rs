@@ -7,14 +7,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use cordon_agent::{ToolHost, async_trait};
-use cordon_home::{Home, Toolbox};
-use cordon_serve::{HostOptions, ServeOptions, Tokens, ToolSource};
+use cordon_home::Home;
+use cordon_serve::{HostOptions, ServeOptions, Tokens};
 
 use crate::chat::{ModelArgs, load_config};
 use crate::records::Records;
 use crate::term::errln;
-use crate::toolbox_host::ToolboxHost;
+use crate::toolbox_host::HomeTools;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -40,42 +39,6 @@ impl ServeArgs {
     /// The config file named on the command line.
     pub fn config(&self) -> Option<&std::path::Path> {
         self.model.config.as_deref()
-    }
-}
-
-/// The home's installed plugins, reloaded when the lock file changes.
-struct HomeTools {
-    home: Home,
-}
-
-#[async_trait]
-impl ToolSource for HomeTools {
-    fn stamp(&self) -> String {
-        #[cfg(unix)]
-        use std::os::unix::fs::MetadataExt;
-        match std::fs::metadata(self.home.lock_path()) {
-            #[cfg(unix)]
-            Ok(m) => format!(
-                "{}:{}:{}:{}.{}",
-                m.dev(),
-                m.ino(),
-                m.size(),
-                m.mtime(),
-                m.mtime_nsec()
-            ),
-            #[cfg(not(unix))]
-            Ok(m) => format!("{}:{:?}", m.len(), m.modified().ok()),
-            Err(_) => "absent".to_string(),
-        }
-    }
-
-    async fn load(&self) -> Result<Arc<dyn ToolHost>, String> {
-        let toolbox = Toolbox::load(&self.home).await.map_err(|e| e.to_string())?;
-        let tools = ToolboxHost::new(toolbox);
-        for (plugin, reason) in tools.unavailable() {
-            errln!("warning: plugin `{plugin}` is not offered: {reason}");
-        }
-        Ok(Arc::new(tools))
     }
 }
 
@@ -133,7 +96,7 @@ pub async fn run(home: &Home, records: Records, args: ServeArgs) -> anyhow::Resu
             config,
         },
     };
-    let source = Arc::new(HomeTools { home: home.clone() });
+    let source = Arc::new(HomeTools::new(home.clone()));
     let store_url = records.store.url().to_string();
     cordon_serve::serve(records.store, source, options, stop_requested(), |addr| {
         errln!(

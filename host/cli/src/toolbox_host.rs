@@ -4,13 +4,18 @@
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
 use cordon_agent::{
-    CancellationToken, Content, ToolFailure, ToolFailureKind, ToolHost, ToolSpec, async_trait,
+    CancellationToken, Content, ToolFailure, ToolFailureKind, ToolHost, ToolSource, ToolSpec,
+    async_trait,
 };
 use cordon_core::CallReport;
-use cordon_home::{HomeError, ToolEntry, Toolbox};
+use cordon_home::{Home, HomeError, ToolEntry, Toolbox};
 use cordon_runtime::CallError;
 use serde_json::Value;
+
+use crate::term::errln;
 
 /// Installed tools offered to a model.
 pub struct ToolboxHost {
@@ -242,6 +247,49 @@ pub fn failure(error: &HomeError) -> ToolFailure {
         _ => ToolFailureKind::Failed,
     };
     ToolFailure::new(kind, error.to_string())
+}
+
+/// The home's installed plugins, reloaded when the lock file changes.
+pub struct HomeTools {
+    home: Home,
+}
+
+impl HomeTools {
+    /// The installed plugins of `home`.
+    pub fn new(home: Home) -> Self {
+        Self { home }
+    }
+}
+
+#[async_trait]
+impl ToolSource for HomeTools {
+    fn stamp(&self) -> String {
+        #[cfg(unix)]
+        use std::os::unix::fs::MetadataExt;
+        match std::fs::metadata(self.home.lock_path()) {
+            #[cfg(unix)]
+            Ok(m) => format!(
+                "{}:{}:{}:{}.{}",
+                m.dev(),
+                m.ino(),
+                m.size(),
+                m.mtime(),
+                m.mtime_nsec()
+            ),
+            #[cfg(not(unix))]
+            Ok(m) => format!("{}:{:?}", m.len(), m.modified().ok()),
+            Err(_) => "absent".to_string(),
+        }
+    }
+
+    async fn load(&self) -> Result<Arc<dyn ToolHost>, String> {
+        let toolbox = Toolbox::load(&self.home).await.map_err(|e| e.to_string())?;
+        let tools = ToolboxHost::new(toolbox);
+        for (plugin, reason) in tools.unavailable() {
+            errln!("warning: plugin `{plugin}` is not offered: {reason}");
+        }
+        Ok(Arc::new(tools))
+    }
 }
 
 #[cfg(test)]

@@ -85,9 +85,13 @@ pub struct ToolCallAudit {
     /// The turn of the session (0-based).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn: Option<u64>,
-    /// Cordon's id of the call in its conversation (`c3`).
+    /// Cordon's id of the call in its conversation (`c3`), or the client's request id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call_id: Option<String>,
+    /// The client that asked for the call, as it named itself (an MCP client's name and
+    /// version); absent for Cordon's own doors. Untrusted text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
     /// The tool's own name (not the name the model saw).
     pub tool: String,
     /// The plugin that offers it; empty when the model named no installed tool.
@@ -224,6 +228,7 @@ mod tests {
                 session: Some("s1".into()),
                 turn: Some(0),
                 call_id: Some("c1".into()),
+                client: None,
                 tool: "sql_query".into(),
                 plugin: "sql".into(),
                 digest: "sha256:ab".into(),

@@ -17,6 +17,7 @@ fn call(at_ms: i64, session: Option<&str>, plugin: &str, tool: &str, ok: bool) -
             session: session.map(String::from),
             turn: Some(0),
             call_id: Some("c1".into()),
+            client: None,
             tool: tool.into(),
             plugin: plugin.into(),
             digest: "sha256:ab".into(),

@@ -1,0 +1,53 @@
+//! `cordon mcp`: the installed tools, sandboxed, for an MCP client that starts Cordon as a
+//! subprocess and speaks MCP over its stdin and stdout.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use cordon_agent::AgentConfig;
+use cordon_home::Home;
+use cordon_mcp::{McpHost, McpOptions, NobodyElse};
+
+use crate::records::Records;
+use crate::toolbox_host::HomeTools;
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// Config file with the approval rules and [audit] (default: ./cordon.toml when it exists).
+    #[arg(long, env = "CORDON_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Seconds a call that needs approval waits for an answer before it is denied (default:
+    /// [serve] approval_timeout_secs).
+    #[arg(long, value_name = "SECS")]
+    approval_timeout: Option<u64>,
+}
+
+/// `cordon mcp`.
+pub async fn run(home: &Home, records: Records, args: McpArgs) -> anyhow::Result<()> {
+    let config = match crate::chat::config_in_use(args.config.as_deref()) {
+        Some(path) => AgentConfig::load(&path, true)?,
+        None => AgentConfig::default(),
+    };
+    let options = McpOptions {
+        approval: config.approval.clone(),
+        approval_timeout: Duration::from_secs(
+            args.approval_timeout
+                .unwrap_or(config.serve.approval_timeout_secs)
+                .max(1),
+        ),
+        keep_arguments: records.keep_arguments,
+        origin: "mcp".to_string(),
+        ..McpOptions::default()
+    };
+    let source = Arc::new(HomeTools::new(home.clone()));
+    let host = McpHost::new(
+        source,
+        Some(records.store),
+        Arc::new(NobodyElse),
+        options,
+    );
+    cordon_mcp::serve_stdio(host.connection()).await?;
+    Ok(())
+}

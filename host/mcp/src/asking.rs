@@ -1,0 +1,361 @@
+//! Asking a person before an `ask` tool runs: through the MCP client with form elicitation
+//! when the client can ask its user, else through an [`Approver`] (for `cordon serve`, its
+//! approvals API, console and `cordon approve`), up to a timeout.
+//!
+//! Only the client's user or Cordon's own approvers can answer: nothing the model sends (the
+//! arguments, a tool name) can approve a call or widen a grant. On protocol 2026-07-28 and
+//! later the server may not send requests to the client, so the question travels in an
+//! `InputRequiredResult` and the answer comes back with the retried call; its `requestState`
+//! is only a random handle to a question kept here, bound to the tool and the arguments, good
+//! for one answer and until the timeout.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use cordon_agent::{ApprovalAnswer, ApprovalRequest, CancellationToken, GivenAnswer, async_trait};
+use cordon_core::arguments_sha256;
+use rmcp::model::{
+    ClientCapabilities, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema,
+};
+use serde_json::{Value, json};
+
+/// The key under which the question travels in an `InputRequiredResult`.
+pub const APPROVAL_INPUT: &str = "cordon_approval";
+
+/// Asks someone other than the MCP client's user about a call: the client cannot ask (it did
+/// not declare form elicitation).
+#[async_trait]
+pub trait Approver: Send + Sync + 'static {
+    /// Waits for an answer to `question` for at most `timeout`, or until `cancel` fires (the
+    /// client cancelled the call); then refuses.
+    async fn ask(
+        &self,
+        question: &ApprovalRequest,
+        client: &str,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> GivenAnswer;
+}
+
+/// The approver of a server nobody else can answer for: it refuses, saying how to get the
+/// call approved.
+pub struct NobodyElse;
+
+#[async_trait]
+impl Approver for NobodyElse {
+    async fn ask(
+        &self,
+        question: &ApprovalRequest,
+        client: &str,
+        _timeout: Duration,
+        _cancel: &CancellationToken,
+    ) -> GivenAnswer {
+        GivenAnswer::new(
+            ApprovalAnswer::Refused {
+                reason: format!(
+                    "`{}` needs approval because {}, and the MCP client `{client}` cannot ask its user \
+                     (it does not support form elicitation). Use a client that does, or set a \
+                     rule in cordon.toml ([approval.tools] \"{}.{}\" = \"auto\") if it should \
+                     run without asking.",
+                    question.tool, question.reason, question.plugin, question.tool
+                ),
+            },
+            "nobody (the client cannot ask its user)",
+        )
+    }
+}
+
+/// Whether a client can show its user a form.
+pub fn can_elicit_form(capabilities: Option<&ClientCapabilities>) -> bool {
+    // An empty `elicitation` object (2025-06-18) means forms; later revisions may list `form`
+    // and `url` separately, and a client that lists only `url` cannot show a form.
+    capabilities
+        .and_then(|c| c.elicitation.as_ref())
+        .is_some_and(|e| e.form.is_some() || e.url.is_none())
+}
+
+/// The most of the arguments a question quotes.
+const QUOTED_ARGUMENTS: usize = 2000;
+
+/// The form that asks about a call: what runs, with which grants, why Cordon asks, and the
+/// three answers.
+pub fn question_form(question: &ApprovalRequest) -> ElicitRequestParams {
+    // JSON text escapes control characters, so arguments cannot forge lines in the client.
+    let mut arguments = question.arguments.to_string();
+    if arguments.len() > QUOTED_ARGUMENTS {
+        let mut cut = QUOTED_ARGUMENTS;
+        while !arguments.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        arguments.truncate(cut);
+        arguments.push_str(" … (cut)");
+    }
+    let grants = if question.grants.is_empty() {
+        "none".to_string()
+    } else {
+        question.grants.join("; ")
+    };
+    let message = format!(
+        "Cordon asks before running `{}` of plugin `{}`: {}.\nGrants: {grants}\nArguments: \
+         {arguments}\nonce: run this call. always: run every call of this tool until the \
+         client disconnects. deny: refuse this call.",
+        question.tool,
+        question.plugin,
+        question.reason.trim_end_matches('.'),
+    );
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "answer": {
+                "type": "string",
+                "title": "Run this call?",
+                "enum": ["once", "always", "deny"],
+                "enumNames": ["Run once", "Always run this tool", "Deny"],
+            }
+        },
+        "required": ["answer"],
+    });
+    let requested_schema = match schema {
+        Value::Object(map) => ElicitationSchema::from_json_schema(map)
+            .unwrap_or_else(|_| ElicitationSchema::new(Default::default())),
+        _ => unreachable!("the schema is an object"),
+    };
+    ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message,
+        requested_schema,
+    }
+}
+
+/// What the client's user answered, with who it was.
+pub fn read_answer(result: &ElicitResult, client: &str) -> GivenAnswer {
+    let by = format!("the user of MCP client `{client}`");
+    let answer = match result.action {
+        ElicitationAction::Accept => {
+            match result
+                .content
+                .as_ref()
+                .and_then(|c| c.get("answer"))
+                .and_then(Value::as_str)
+            {
+                Some("once") => ApprovalAnswer::Yes,
+                Some("always") => ApprovalAnswer::Always,
+                Some("deny") => ApprovalAnswer::No,
+                other => ApprovalAnswer::Refused {
+                    reason: format!(
+                        "the client answered {}, which is not once, always or deny",
+                        other.map_or_else(|| "nothing".to_string(), |a| format!("`{a}`"))
+                    ),
+                },
+            }
+        }
+        ElicitationAction::Decline => ApprovalAnswer::No,
+        ElicitationAction::Cancel => ApprovalAnswer::Refused {
+            reason: "the user dismissed the question without answering".to_string(),
+        },
+        _ => ApprovalAnswer::Refused {
+            reason: "the client's answer is neither accept, decline nor cancel".to_string(),
+        },
+    };
+    GivenAnswer::new(answer, by)
+}
+
+/// A question sent in an `InputRequiredResult`, waiting for the retried call.
+struct Asked {
+    tool: String,
+    arguments_sha256: String,
+    expires: Instant,
+}
+
+/// Questions sent in `InputRequiredResult`s, by their random handle.
+#[derive(Default)]
+pub struct Outstanding {
+    asked: Mutex<HashMap<String, Asked>>,
+}
+
+/// What the retried call's answer turned out to be.
+#[derive(Debug, PartialEq)]
+pub enum Redeemed {
+    /// The answer to the question the handle names.
+    Answer(GivenAnswer),
+    /// The handle names no question of this call (unknown, used, expired, or another call's).
+    Stale(String),
+}
+
+/// How many questions may wait at once: each is small, but a client must not grow the map
+/// without bound by never answering.
+const MAX_OUTSTANDING: usize = 10_000;
+
+impl Outstanding {
+    /// Keeps a question about `tool` with `arguments` for `timeout`; returns its handle.
+    pub fn ask(&self, tool: &str, arguments: &Value, timeout: Duration) -> String {
+        let handle = hex::encode(rand::random::<[u8; 16]>());
+        let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        asked.retain(|_, a| a.expires > now);
+        if asked.len() >= MAX_OUTSTANDING
+            && let Some(oldest) = asked
+                .iter()
+                .min_by_key(|(_, a)| a.expires)
+                .map(|(k, _)| k.clone())
+        {
+            asked.remove(&oldest);
+        }
+        asked.insert(
+            handle.clone(),
+            Asked {
+                tool: tool.to_string(),
+                arguments_sha256: arguments_sha256(arguments),
+                expires: now + timeout,
+            },
+        );
+        handle
+    }
+
+    /// The answer the client returned for the question `handle` names, if that question was
+    /// about this very call; the question is used up either way.
+    pub fn redeem(
+        &self,
+        handle: &str,
+        tool: &str,
+        arguments: &Value,
+        response: Option<&Value>,
+        client: &str,
+    ) -> Redeemed {
+        let asked = self
+            .asked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(handle);
+        let Some(asked) = asked else {
+            return Redeemed::Stale(
+                "the approval this call answers is unknown, already used or expired; call the \
+                 tool again to be asked anew"
+                    .to_string(),
+            );
+        };
+        if asked.expires <= Instant::now() {
+            return Redeemed::Stale(
+                "the approval this call answers expired; call the tool again to be asked anew"
+                    .to_string(),
+            );
+        }
+        if asked.tool != tool || asked.arguments_sha256 != arguments_sha256(arguments) {
+            return Redeemed::Stale(
+                "the approval was given for another call (a different tool or different \
+                 arguments); call the tool again to be asked about this one"
+                    .to_string(),
+            );
+        }
+        let Some(response) = response else {
+            return Redeemed::Answer(GivenAnswer::new(
+                ApprovalAnswer::Refused {
+                    reason: "the client retried the call without the user's answer".to_string(),
+                },
+                format!("MCP client `{client}` (no answer returned)"),
+            ));
+        };
+        match serde_json::from_value::<ElicitResult>(response.clone()) {
+            Ok(result) => Redeemed::Answer(read_answer(&result, client)),
+            Err(e) => Redeemed::Answer(GivenAnswer::new(
+                ApprovalAnswer::Refused {
+                    reason: format!("the client's answer is not an elicitation result ({e})"),
+                },
+                format!("MCP client `{client}` (malformed answer)"),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn question() -> ApprovalRequest {
+        ApprovalRequest {
+            call_id: "7".into(),
+            tool: "write_file".into(),
+            plugin: "files".into(),
+            arguments: json!({"path": "/data/x\n\u{1b}[31mred", "text": "é".repeat(3000)}),
+            grants: vec!["read-write /data".into()],
+            reason: "its grants allow changing something".into(),
+        }
+    }
+
+    #[test]
+    fn the_form_says_what_runs_and_offers_three_answers() {
+        let ElicitRequestParams::FormElicitationParams {
+            message,
+            requested_schema,
+            ..
+        } = question_form(&question())
+        else {
+            panic!("not a form")
+        };
+        assert!(message.contains("`write_file` of plugin `files`"), "{message}");
+        assert!(message.contains("Grants: read-write /data"), "{message}");
+        // Control characters arrive escaped, and long arguments are cut on a char boundary.
+        assert!(!message.contains('\u{1b}'), "{message}");
+        assert!(message.contains("\\u001b[31mred"), "{message}");
+        assert!(message.contains("… (cut)"), "{message}");
+        let schema = serde_json::to_value(requested_schema).unwrap();
+        assert_eq!(
+            schema["properties"]["answer"]["enum"],
+            json!(["once", "always", "deny"])
+        );
+    }
+
+    #[test]
+    fn answers_are_read_strictly() {
+        let accept = |v: Value| {
+            let mut r = ElicitResult::new(ElicitationAction::Accept);
+            r.content = Some(v);
+            read_answer(&r, "c").answer
+        };
+        assert_eq!(accept(json!({"answer": "once"})), ApprovalAnswer::Yes);
+        assert_eq!(accept(json!({"answer": "always"})), ApprovalAnswer::Always);
+        assert_eq!(accept(json!({"answer": "deny"})), ApprovalAnswer::No);
+        assert!(matches!(
+            accept(json!({"answer": "yes please"})),
+            ApprovalAnswer::Refused { .. }
+        ));
+        let decline = read_answer(&ElicitResult::new(ElicitationAction::Decline), "c");
+        assert_eq!(decline.answer, ApprovalAnswer::No);
+        assert!(decline.by.contains("`c`"));
+    }
+
+    #[test]
+    fn a_handle_answers_only_its_own_call_and_only_once() {
+        let out = Outstanding::default();
+        let args = json!({"q": 1});
+        let yes = json!({"action": "accept", "content": {"answer": "once"}});
+        let h = out.ask("t", &args, Duration::from_secs(60));
+        assert!(matches!(
+            out.redeem(&h, "t", &json!({"q": 2}), Some(&yes), "c"),
+            Redeemed::Stale(_)
+        ));
+        // Used up by the mismatched try.
+        assert!(matches!(
+            out.redeem(&h, "t", &args, Some(&yes), "c"),
+            Redeemed::Stale(_)
+        ));
+        let h = out.ask("t", &args, Duration::from_secs(60));
+        assert_eq!(
+            out.redeem(&h, "t", &args, Some(&yes), "c"),
+            Redeemed::Answer(GivenAnswer::new(
+                ApprovalAnswer::Yes,
+                "the user of MCP client `c`"
+            ))
+        );
+        let h = out.ask("t", &args, Duration::ZERO);
+        assert!(matches!(
+            out.redeem(&h, "t", &args, Some(&yes), "c"),
+            Redeemed::Stale(m) if m.contains("expired") || m.contains("unknown")
+        ));
+        assert!(matches!(
+            out.redeem("forged", "t", &args, Some(&yes), "c"),
+            Redeemed::Stale(_)
+        ));
+    }
+}

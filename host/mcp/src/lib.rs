@@ -1,0 +1,44 @@
+//! Cordon's MCP server: every installed tool, sandboxed, for any MCP client.
+//!
+//! A client lists the tools that policy does not deny, with annotations Cordon derives from
+//! each tool's effective grants (never the plugin's own claims), and calls them: every call
+//! runs in a fresh sandbox under its plugin's grants and limits exactly as `cordon call`, is
+//! checked against the tool's schema before anything runs, asks a person first when policy
+//! says `ask`, can be cancelled (the sandbox stops the guest), reports progress when asked,
+//! and goes to the audit log with the client's name. Tool failures, sandbox refusals and
+//! exceeded limits are `isError` results that say what to do; only calls that cannot be
+//! routed (an unknown tool) are JSON-RPC errors.
+//!
+//! The transport is the caller's: `cordon mcp` serves stdio, `cordon serve` Streamable HTTP.
+//! This crate does not link the sandbox; it reaches tools through
+//! [`ToolSource`](cordon_agent::ToolSource).
+
+mod asking;
+mod catalog;
+mod server;
+
+pub use asking::{Approver, NobodyElse, can_elicit_form};
+pub use catalog::{Catalog, describe};
+pub use server::{McpHost, McpOptions, McpServer};
+/// The MCP SDK this server is built on, for transports.
+pub use rmcp;
+
+/// Why serving a client stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The client never completed the start of the conversation.
+    #[error("the MCP client did not start the conversation: {0}")]
+    Start(#[from] rmcp::service::ServerInitializeError),
+    /// The connection failed while serving.
+    #[error("serving the MCP client failed: {0}")]
+    Serving(#[from] tokio::task::JoinError),
+}
+
+/// Serves one client over this process's stdin and stdout until it disconnects. Nothing else
+/// may write to stdout meanwhile: it carries the protocol.
+pub async fn serve_stdio(server: McpServer) -> Result<(), ServeError> {
+    use rmcp::ServiceExt;
+    let running = server.serve(rmcp::transport::stdio()).await?;
+    running.waiting().await?;
+    Ok(())
+}

@@ -1,0 +1,585 @@
+//! The MCP server: `tools/list` and `tools/call` over the installed tools, with approvals,
+//! progress, cancellation, list-change notifications and the audit log.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use cordon_agent::approval::decide;
+use cordon_agent::tools::render_failure;
+use cordon_agent::{
+    ApprovalAnswer, ApprovalConfig, ApprovalRequest, Content, GivenAnswer,
+    Policy, ToolFailure, ToolFailureKind, ToolSource, ToolSpec,
+};
+use cordon_core::{
+    AuditEntry, AuditRecord, CallOutcome, CallReport, ToolCallAudit, arguments_sha256, now_ms,
+};
+use cordon_store::Store;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    InputRequest, InputRequiredResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig,
+    SubscriptionFilter, ToolsCapability,
+};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
+use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::asking::{
+    APPROVAL_INPUT, Approver, Outstanding, Redeemed, can_elicit_form, question_form, read_answer,
+};
+use crate::catalog::{Catalog, Catalogs, Offered};
+
+/// How an MCP server behaves.
+#[derive(Debug, Clone)]
+pub struct McpOptions {
+    /// The approval rules (`[approval]` of cordon.toml).
+    pub approval: ApprovalConfig,
+    /// How long a call waits for an answer before it is denied.
+    pub approval_timeout: Duration,
+    /// Whether audit records keep the arguments, not only their sha256.
+    pub keep_arguments: bool,
+    /// The door audit records name: `mcp` for stdio, `serve` for `/mcp`.
+    pub origin: String,
+    /// How often the installed tools are checked for changes to announce.
+    pub watch_every: Duration,
+    /// How often a long call reports progress to a client that asked for it; the first
+    /// report comes after one interval.
+    pub progress_every: Duration,
+}
+
+impl Default for McpOptions {
+    fn default() -> Self {
+        Self {
+            approval: ApprovalConfig::default(),
+            approval_timeout: Duration::from_secs(300),
+            keep_arguments: false,
+            origin: "mcp".to_string(),
+            watch_every: Duration::from_secs(1),
+            progress_every: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What every connection of one MCP server shares: the tools, the audit log, the approver
+/// and questions in flight.
+pub struct McpHost {
+    catalogs: Catalogs,
+    store: Option<Store>,
+    approver: Arc<dyn Approver>,
+    options: McpOptions,
+    outstanding: Outstanding,
+    /// The digest of the tool list clients were last told about.
+    listed: watch::Sender<String>,
+    watching: std::sync::Once,
+}
+
+impl McpHost {
+    /// A server over `source`'s tools that records calls into `store` (none: no audit log,
+    /// for tests and embedders) and asks `approver` when a client cannot ask its user.
+    pub fn new(
+        source: Arc<dyn ToolSource>,
+        store: Option<Store>,
+        approver: Arc<dyn Approver>,
+        options: McpOptions,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            catalogs: Catalogs::new(source, options.approval.clone()),
+            store,
+            approver,
+            options,
+            outstanding: Outstanding::default(),
+            listed: watch::Sender::new(String::new()),
+            watching: std::sync::Once::new(),
+        })
+    }
+
+    /// The handler for one client connection.
+    pub fn connection(self: &Arc<Self>) -> McpServer {
+        self.watch();
+        McpServer {
+            host: self.clone(),
+            answers: Arc::new(Mutex::new(BTreeMap::new())),
+        }
+    }
+
+    /// The tools offered now.
+    pub async fn catalog(&self) -> Result<Arc<Catalog>, ErrorData> {
+        self.catalogs.current().await.map_err(|e| {
+            ErrorData::internal_error(format!("the installed tools could not be loaded: {e}"), None)
+        })
+    }
+
+    /// Starts (once) the task that notices changes to the tool list and tells subscribers.
+    fn watch(self: &Arc<Self>) {
+        let weak: Weak<Self> = Arc::downgrade(self);
+        let every = self.options.watch_every;
+        self.watching.call_once(|| {
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    let Some(host) = weak.upgrade() else { break };
+                    match host.catalogs.current().await {
+                        Ok(catalog) => {
+                            host.listed.send_if_modified(|listed| {
+                                let changed = *listed != catalog.digest;
+                                listed.clone_from(&catalog.digest);
+                                changed
+                            });
+                        }
+                        Err(e) => tracing::warn!("the installed tools could not be loaded: {e}"),
+                    }
+                }
+            });
+        });
+    }
+
+    async fn audit(&self, record: AuditRecord) {
+        if let Some(store) = &self.store
+            && let Err(e) = store.append_audit(&record).await
+        {
+            tracing::error!("the audit log did not record a tool call: {e}");
+        }
+    }
+}
+
+/// One client connection: what its user answered `always` to.
+#[derive(Clone)]
+pub struct McpServer {
+    host: Arc<McpHost>,
+    answers: Arc<Mutex<BTreeMap<String, Policy>>>,
+}
+
+/// Who the client says it is (`name version`), for approvals and the audit log.
+fn client_name(context: &RequestContext<RoleServer>) -> String {
+    match context.client_info() {
+        Some(info) => format!("{} {}", info.name, info.version)
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(120)
+            .collect(),
+        None => "unnamed client".to_string(),
+    }
+}
+
+/// A result the model reads as a failed call, with what to do about it.
+fn failed(failure: &ToolFailure) -> CallToolResult {
+    let advice = match failure.kind {
+        ToolFailureKind::InvalidArguments => {
+            "\nFix the arguments to match the tool's inputSchema and call again."
+        }
+        ToolFailureKind::Denied => {
+            "\nThe sandbox allows only the grants the user gave this tool (`cordon grant`); \
+             they cannot be widened from here. Try a path or host inside them, or ask the user."
+        }
+        ToolFailureKind::Cancelled => "",
+        ToolFailureKind::NotFound => "",
+        ToolFailureKind::Failed => "",
+    };
+    CallToolResult::error(vec![ContentBlock::text(format!(
+        "{}{advice}",
+        render_failure(failure)
+    ))])
+}
+
+/// A successful result: each piece as text, and a JSON object result also as
+/// `structuredContent`.
+fn succeeded(content: Vec<Content>) -> CallToolResult {
+    let structured = match content.as_slice() {
+        [Content::Json(v @ Value::Object(_))] => Some(v.clone()),
+        _ => None,
+    };
+    let blocks: Vec<ContentBlock> = content
+        .into_iter()
+        .map(|piece| match piece {
+            Content::Text(t) => ContentBlock::text(t),
+            Content::Json(v) => ContentBlock::text(v.to_string()),
+        })
+        .collect();
+    let mut result = CallToolResult::success(blocks);
+    result.structured_content = structured;
+    result
+}
+
+/// How an approval ended for the audit log and the result.
+struct Approved {
+    decision: String,
+    by: String,
+}
+
+/// Where asking got to.
+enum Asked {
+    /// Run the call.
+    Run(Approved),
+    /// Do not run it; the result says why.
+    Refused(Approved, String),
+    /// The question went to the client in an `InputRequiredResult`.
+    Sent(InputRequiredResult),
+}
+
+/// The audit facts of one call.
+struct CallFacts<'a> {
+    spec: &'a ToolSpec,
+    arguments: &'a Value,
+    client: &'a str,
+    call_id: String,
+}
+
+impl McpServer {
+    fn record(
+        &self,
+        facts: &CallFacts<'_>,
+        decision: &Approved,
+        outcome: CallOutcome,
+        report: Option<CallReport>,
+    ) -> AuditRecord {
+        let spec = facts.spec;
+        AuditRecord {
+            at_ms: now_ms(),
+            origin: self.host.options.origin.clone(),
+            entry: AuditEntry::ToolCall(Box::new(ToolCallAudit {
+                session: None,
+                turn: None,
+                call_id: Some(facts.call_id.clone()),
+                client: Some(facts.client.to_string()),
+                tool: spec.tool.clone(),
+                plugin: spec.plugin.clone(),
+                digest: spec.digest.clone(),
+                arguments_sha256: arguments_sha256(facts.arguments),
+                arguments: self
+                    .host
+                    .options
+                    .keep_arguments
+                    .then(|| facts.arguments.clone()),
+                grants: spec.grants.clone(),
+                decision: decision.decision.clone(),
+                decided_by: decision.by.clone(),
+                outcome,
+                report,
+            })),
+        }
+    }
+
+    /// Applies an answer: `always` holds for this connection.
+    fn take_answer(&self, spec: &ToolSpec, given: GivenAnswer) -> Asked {
+        let approved = Approved {
+            decision: given.answer.as_str().to_string(),
+            by: given.by.clone(),
+        };
+        match given.answer {
+            ApprovalAnswer::Yes => Asked::Run(approved),
+            ApprovalAnswer::Always => {
+                self.answers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(spec.identity(), Policy::Auto);
+                Asked::Run(approved)
+            }
+            ApprovalAnswer::No | ApprovalAnswer::Never => {
+                let why = format!("Declined by {}: `{}` did not run.", given.by, spec.tool);
+                Asked::Refused(approved, why)
+            }
+            ApprovalAnswer::Refused { reason } => {
+                let why = format!("The call of `{}` was not approved: {reason}", spec.tool);
+                Asked::Refused(approved, why)
+            }
+        }
+    }
+
+    /// Decides whether the call runs, asking someone when policy says `ask`.
+    async fn approve(
+        &self,
+        facts: &CallFacts<'_>,
+        request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Asked {
+        let spec = facts.spec;
+        let decision = {
+            let answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+            decide(&self.host.options.approval, &answers, spec)
+        };
+        match decision.policy {
+            Policy::Auto => {
+                return Asked::Run(Approved {
+                    decision: "auto".to_string(),
+                    by: format!("policy: {}", decision.reason),
+                });
+            }
+            Policy::Deny => {
+                let approved = Approved {
+                    decision: "deny".to_string(),
+                    by: format!("policy: {}", decision.reason),
+                };
+                let why = format!("The call was refused: {}.", decision.reason);
+                return Asked::Refused(approved, why);
+            }
+            Policy::Ask => {}
+        }
+        let question = ApprovalRequest {
+            call_id: facts.call_id.clone(),
+            tool: spec.tool.clone(),
+            plugin: spec.plugin.clone(),
+            arguments: facts.arguments.clone(),
+            grants: spec.grants.clone(),
+            reason: decision.reason,
+        };
+        let timeout = self.host.options.approval_timeout;
+        // The answer to a question sent in an InputRequiredResult.
+        if let Some(handle) = &request.request_state {
+            let response = request
+                .input_responses
+                .as_ref()
+                .and_then(|r| r.get(APPROVAL_INPUT));
+            return match self.host.outstanding.redeem(
+                handle,
+                &spec.name,
+                facts.arguments,
+                response,
+                facts.client,
+            ) {
+                Redeemed::Answer(given) => self.take_answer(spec, given),
+                Redeemed::Stale(why) => Asked::Refused(
+                    Approved {
+                        decision: "refused".to_string(),
+                        by: format!("Cordon's check of the answer from `{}`", facts.client),
+                    },
+                    why,
+                ),
+            };
+        }
+        let capabilities = context.client_capabilities();
+        if can_elicit_form(capabilities.as_ref()) {
+            let modern = context
+                .protocol_version()
+                .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+            if modern {
+                let handle = self
+                    .host
+                    .outstanding
+                    .ask(&spec.name, facts.arguments, timeout);
+                let elicit = rmcp::model::ElicitRequest::new(question_form(&question));
+                let requests = BTreeMap::from([(
+                    APPROVAL_INPUT.to_string(),
+                    InputRequest::Elicitation(elicit),
+                )]);
+                return Asked::Sent(InputRequiredResult::new(Some(requests), Some(handle)));
+            }
+            let asked = context
+                .peer
+                .create_elicitation_with_timeout(question_form(&question), Some(timeout));
+            let given = tokio::select! {
+                answer = asked => match answer {
+                    Ok(result) => read_answer(&result, facts.client),
+                    Err(e) => GivenAnswer::new(
+                        ApprovalAnswer::Refused {
+                            reason: format!("the client did not answer the question ({e})"),
+                        },
+                        format!("nobody (MCP client `{}` did not answer)", facts.client),
+                    ),
+                },
+                () = context.ct.cancelled() => GivenAnswer::new(
+                    ApprovalAnswer::Refused { reason: "the client cancelled the call".to_string() },
+                    format!("MCP client `{}` (cancelled)", facts.client),
+                ),
+            };
+            return self.take_answer(spec, given);
+        }
+        let given = self
+            .host
+            .approver
+            .ask(&question, facts.client, timeout, &context.ct)
+            .await;
+        self.take_answer(spec, given)
+    }
+
+    async fn call(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let catalog = self.host.catalog().await?;
+        let Some(Offered { spec, schema }) = catalog.offered.get(request.name.as_ref()) else {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "there is no tool `{}`; the tools are: {}",
+                    request.name.chars().take(200).collect::<String>(),
+                    catalog.names()
+                ),
+                None,
+            ));
+        };
+        let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
+        let client = client_name(&context);
+        let facts = CallFacts {
+            spec,
+            arguments: &arguments,
+            client: &client,
+            call_id: context.id.to_string(),
+        };
+        if let Err(e) = schema.check(&arguments) {
+            let failure = ToolFailure::new(
+                ToolFailureKind::InvalidArguments,
+                format!("the arguments do not fit the schema of `{}`: {e}", spec.name),
+            );
+            let approved = Approved {
+                decision: "invalid".to_string(),
+                by: "Cordon's check of the call".to_string(),
+            };
+            let outcome = CallOutcome::NotRun {
+                reason: failure.message.clone(),
+            };
+            self.host
+                .audit(self.record(&facts, &approved, outcome, None))
+                .await;
+            return Ok(failed(&failure).into());
+        }
+        let approved = match self.approve(&facts, &request, &context).await {
+            Asked::Run(approved) => approved,
+            Asked::Sent(input) => return Ok(input.into()),
+            Asked::Refused(approved, why) => {
+                let outcome = CallOutcome::NotRun {
+                    reason: why.clone(),
+                };
+                self.host
+                    .audit(self.record(&facts, &approved, outcome, None))
+                    .await;
+                return Ok(CallToolResult::error(vec![ContentBlock::text(why)]).into());
+            }
+        };
+        let progress = context.meta.get_progress_token().map(|token| {
+            let ticker = tokio::spawn(report_progress(
+                context.peer.clone(),
+                token,
+                spec.name.clone(),
+                self.host.options.progress_every,
+            ));
+            AbortOnDrop(ticker)
+        });
+        let (result, report) = catalog
+            .host
+            .call_reported(&spec.name, arguments.clone(), context.ct.clone())
+            .await;
+        drop(progress);
+        let outcome = match &result {
+            Ok(_) => CallOutcome::Ok,
+            Err(f) => CallOutcome::Error {
+                kind: f.kind.as_str().to_string(),
+                message: f.message.clone(),
+            },
+        };
+        self.host
+            .audit(self.record(&facts, &approved, outcome, report))
+            .await;
+        Ok(match result {
+            Ok(content) => succeeded(content),
+            Err(failure) => failed(&failure),
+        }
+        .into())
+    }
+
+    /// Tells `peer` (a client that connected with `initialize`) whenever the tool list
+    /// changes, until it disconnects.
+    fn forward_list_changes(&self, peer: Peer<RoleServer>) {
+        let mut changes = self.host.listed.subscribe();
+        changes.mark_unchanged();
+        tokio::spawn(async move {
+            while changes.changed().await.is_ok() {
+                if peer.is_transport_closed() || peer.notify_tool_list_changed().await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Sends a progress notification every `every` while a call runs (the first after `every`).
+async fn report_progress(
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+    tool: String,
+    every: Duration,
+) {
+    let started = Instant::now();
+    loop {
+        tokio::time::sleep(every).await;
+        let secs = started.elapsed().as_secs_f64();
+        let note = ProgressNotificationParam::new(token.clone(), secs.floor())
+            .with_message(format!("`{tool}` has run for {secs:.0} s"));
+        if peer.notify_progress(note).await.is_err() {
+            return;
+        }
+    }
+}
+
+impl ServerHandler for McpServer {
+    fn get_info(&self) -> ServerConfig {
+        let mut capabilities = ServerCapabilities::default();
+        let mut tools = ToolsCapability::default();
+        tools.list_changed = Some(true);
+        capabilities.tools = Some(tools);
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new("cordon", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Cordon runs each of these tools in a fresh WebAssembly sandbox that reaches only \
+                 the directories, hosts and variables its user granted, within limits of time and \
+                 memory. A refusal names the grant it lacks; grants cannot be changed from here.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let catalog = self.host.catalog().await?;
+        Ok(ListToolsResult::with_all_items(catalog.listed.to_vec()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.call(request, context).await
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.forward_list_changes(context.peer);
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        (requested.tools_list_changed == Some(true))
+            .then(|| SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let mut changes = self.host.listed.subscribe();
+        changes.mark_unchanged();
+        loop {
+            tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return Ok(());
+                    }
+                    if context.sink().notify_tool_list_changed().await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+}
