@@ -1,14 +1,20 @@
 //! `cordon approve`: answers, from a terminal, the questions a running `cordon serve` waits
-//! on (a tool call that needs approval), through its approvals API and its token.
+//! on (a tool call that needs approval), through its approvals API and its token. When no
+//! `cordon serve` runs, it answers the questions MCP clients' calls wait on in the store
+//! (`cordon mcp` puts them there when its client cannot ask its user).
 
 use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::Args;
+use cordon_agent::{ApprovalAnswer, GivenAnswer};
+use cordon_core::local_user;
 use cordon_home::Home;
+use cordon_store::{Store, WAITING_APPROVALS_SESSION};
 use serde_json::{Value, json};
 
+use crate::records::{self, Opener};
 use crate::term::{Stream, errln, outln};
 
 #[derive(Debug, Args)]
@@ -69,6 +75,16 @@ impl Server {
         Ok(body)
     }
 
+    /// Whether cordon serve answers at all (a refusal is an answer; only a connection that
+    /// fails is not).
+    async fn is_running(&self) -> bool {
+        let url = format!("{}/api/v1/health", self.base);
+        match self.client.get(url).send().await {
+            Ok(_) => true,
+            Err(e) => !(e.is_connect() || e.is_timeout()),
+        }
+    }
+
     async fn pending(&self) -> anyhow::Result<Vec<Value>> {
         let url = format!("{}/api/v1/approvals", self.base);
         let body = self.send(self.client.get(url)).await?;
@@ -82,7 +98,7 @@ impl Server {
     }
 }
 
-fn server(home: &Home, args: &ApproveArgs) -> anyhow::Result<Server> {
+fn server(home: &Home, args: &ApproveArgs) -> anyhow::Result<Option<Server>> {
     let base = match &args.url {
         Some(url) => url.trim_end_matches('/').to_string(),
         None => {
@@ -97,12 +113,22 @@ fn server(home: &Home, args: &ApproveArgs) -> anyhow::Result<Server> {
         .token_file
         .clone()
         .unwrap_or_else(|| home.root().join("serve-token"));
-    let text = std::fs::read_to_string(&file).with_context(|| {
-        format!(
-            "cannot read the token of cordon serve in {} (--token-file names another)",
-            file.display()
-        )
-    })?;
+    let text = match std::fs::read_to_string(&file) {
+        Ok(text) => text,
+        // No token: no cordon serve ever ran with this home; the store may still hold
+        // questions.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && args.token_file.is_none() => {
+            return Ok(None);
+        }
+        Err(e) => {
+            return Err(e).with_context(|| {
+                format!(
+                    "cannot read the token of cordon serve in {} (--token-file names another)",
+                    file.display()
+                )
+            });
+        }
+    };
     // The first token of the file (`TOKEN` or `NAME TOKEN` lines).
     let token = text
         .lines()
@@ -116,11 +142,85 @@ fn server(home: &Home, args: &ApproveArgs) -> anyhow::Result<Server> {
         .timeout(std::time::Duration::from_secs(30))
         .build()
         .context("cannot make an HTTP client")?;
-    Ok(Server {
+    Ok(Some(Server {
         base,
         token,
         client,
-    })
+    }))
+}
+
+/// Who answers: a running cordon serve (its sessions' questions and the store's), else the
+/// store directly (the questions of MCP clients' calls).
+enum Answerer {
+    Serve(Server),
+    Store(Store),
+}
+
+impl Answerer {
+    async fn pending(&self) -> anyhow::Result<Vec<Value>> {
+        match self {
+            Answerer::Serve(server) => server.pending().await,
+            Answerer::Store(store) => Ok(store
+                .waiting_approvals()
+                .await?
+                .into_iter()
+                .map(|w| {
+                    let mut question = serde_json::to_value(&w.request).unwrap_or_default();
+                    question["session"] = json!(WAITING_APPROVALS_SESSION);
+                    question["call_id"] = json!(w.id);
+                    question["client"] = json!(w.client);
+                    question
+                })
+                .collect()),
+        }
+    }
+
+    /// Answers; returns who the answer was recorded as given by.
+    async fn answer(&self, session: &str, call: &str, answer: &str) -> anyhow::Result<String> {
+        match self {
+            Answerer::Serve(server) => Ok(server.answer(session, call, answer).await?["by"]
+                .as_str()
+                .unwrap_or("?")
+                .to_string()),
+            Answerer::Store(store) => {
+                if session != WAITING_APPROVALS_SESSION {
+                    bail!(
+                        "session `{session}` is driven by a cordon serve, which is not running;                          only the calls of MCP clients (session `{WAITING_APPROVALS_SESSION}`) can be answered without it"
+                    );
+                }
+                let given = match answer {
+                    "yes" => ApprovalAnswer::Yes,
+                    "always" => ApprovalAnswer::Always,
+                    "no" => ApprovalAnswer::No,
+                    _ => ApprovalAnswer::Never,
+                };
+                let by = format!("{} at the terminal (cordon approve)", local_user());
+                store
+                    .answer_approval(call, &GivenAnswer::new(given, by.clone()))
+                    .await?;
+                Ok(by)
+            }
+        }
+    }
+}
+
+/// The running cordon serve, else the store.
+async fn answerer(
+    home: &Home,
+    store: Option<&str>,
+    args: &ApproveArgs,
+) -> anyhow::Result<Answerer> {
+    if let Some(server) = server(home, args)? {
+        if args.url.is_some() || server.is_running().await {
+            return Ok(Answerer::Serve(server));
+        }
+        errln!(
+            "cordon serve is not running at {}; answering the calls MCP clients wait on.",
+            server.base
+        );
+    }
+    let records = records::open(home, store, args.config.as_deref(), Opener::OneShot).await?;
+    Ok(Answerer::Store(records.store))
 }
 
 /// Shows one waiting question (on stdout for `--list`, on stderr when asking).
@@ -136,9 +236,12 @@ fn describe(question: &Value, stream: Stream) -> String {
     } else {
         grants.join(", ")
     };
+    let whose = match question["client"].as_str() {
+        Some(client) => format!("MCP client `{client}`"),
+        None => format!("session {}", question["session"].as_str().unwrap_or("?")),
+    };
     format!(
-        "session {} call {}: tool `{}` (plugin {}) wants to run with:\n{}\ngrants: {grants}\nasked because {}.",
-        question["session"].as_str().unwrap_or("?"),
+        "{whose} call {}: tool `{}` (plugin {}) wants to run with:\n{}\ngrants: {grants}\nasked because {}.",
         question["call_id"].as_str().unwrap_or("?"),
         question["tool"].as_str().unwrap_or("?"),
         question["plugin"].as_str().unwrap_or("?"),
@@ -148,15 +251,12 @@ fn describe(question: &Value, stream: Stream) -> String {
 }
 
 /// `cordon approve`.
-pub async fn run(home: &Home, args: ApproveArgs) -> anyhow::Result<()> {
-    let server = server(home, &args)?;
+pub async fn run(home: &Home, store: Option<&str>, args: ApproveArgs) -> anyhow::Result<()> {
+    let server = answerer(home, store, &args).await?;
     match (&args.session, &args.call, &args.answer) {
         (Some(session), Some(call), Some(answer)) => {
-            let answered = server.answer(session, call, answer).await?;
-            outln!(
-                "Answered {answer} for call {call} of session {session} (as {}).",
-                answered["by"].as_str().unwrap_or("?")
-            );
+            let by = server.answer(session, call, answer).await?;
+            outln!("Answered {answer} for call {call} of session {session} (as {by}).");
             return Ok(());
         }
         (None, None, None) => {}

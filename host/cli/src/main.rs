@@ -273,7 +273,7 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
             0
         }
         Command::Approve(args) => {
-            approve::run(&home, args).await?;
+            approve::run(&home, store, args).await?;
             0
         }
         Command::Serve(args) => {
@@ -284,8 +284,7 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
         }
         Command::Mcp(args) => {
             let records =
-                records::open(&home, store, args.config.as_deref(), records::Opener::Mcp)
-                    .await?;
+                records::open(&home, store, args.config.as_deref(), records::Opener::Mcp).await?;
             mcp::run(&home, records, args).await?;
             0
         }

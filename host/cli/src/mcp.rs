@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Args;
 use cordon_agent::AgentConfig;
 use cordon_home::Home;
-use cordon_mcp::{McpHost, McpOptions, NobodyElse};
+use cordon_mcp::{McpHost, McpOptions, StoreApprover};
 
 use crate::records::Records;
 use crate::toolbox_host::HomeTools;
@@ -42,12 +42,10 @@ pub async fn run(home: &Home, records: Records, args: McpArgs) -> anyhow::Result
         ..McpOptions::default()
     };
     let source = Arc::new(HomeTools::new(home.clone()));
-    let host = McpHost::new(
-        source,
-        Some(records.store),
-        Arc::new(NobodyElse),
-        options,
-    );
+    // A client that cannot ask its user leaves the question in the store, for cordon serve's
+    // approvals API and console and for `cordon approve`.
+    let approver = Arc::new(StoreApprover::new(records.store.clone()));
+    let host = McpHost::new(source, Some(records.store), approver, options);
     cordon_mcp::serve_stdio(host.connection()).await?;
     Ok(())
 }

@@ -66,6 +66,86 @@ impl Approver for NobodyElse {
     }
 }
 
+/// The approver of `cordon mcp`: the question waits in the store, where `cordon serve`'s
+/// approvals API and console and `cordon approve` see and answer it.
+pub struct StoreApprover {
+    store: cordon_store::Store,
+    /// How often the store is checked for the answer.
+    poll: Duration,
+}
+
+impl StoreApprover {
+    /// An approver over `store`.
+    pub fn new(store: cordon_store::Store) -> Self {
+        Self {
+            store,
+            poll: Duration::from_millis(200),
+        }
+    }
+}
+
+#[async_trait]
+impl Approver for StoreApprover {
+    async fn ask(
+        &self,
+        question: &ApprovalRequest,
+        client: &str,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> GivenAnswer {
+        let unreachable = |e: cordon_store::StoreError| {
+            GivenAnswer::new(
+                ApprovalAnswer::Refused {
+                    reason: format!("the question could not be put to anyone: {e}"),
+                },
+                "nobody (the store of questions was unreachable)",
+            )
+        };
+        let waiting = match self
+            .store
+            .ask_approval(client, question, timeout.as_millis() as i64)
+            .await
+        {
+            Ok(waiting) => waiting,
+            Err(e) => return unreachable(e),
+        };
+        tracing::info!(
+            "`{}` waits for approval: answer with `cordon approve`, or in cordon serve's console",
+            question.tool
+        );
+        let deadline = tokio::time::Instant::now() + timeout;
+        let waited = format!("{} s", timeout.as_secs());
+        loop {
+            match self.store.approval_answer(&waiting.id).await {
+                Ok(Some(answer)) => return answer,
+                Ok(None) => {}
+                Err(e) => return unreachable(e),
+            }
+            let stop = tokio::select! {
+                () = tokio::time::sleep(self.poll) => None,
+                () = tokio::time::sleep_until(deadline) => Some((
+                    format!("nobody answered within {waited}, so it was denied"),
+                    format!("nobody (no answer within {waited})"),
+                )),
+                () = cancel.cancelled() => Some((
+                    "the client cancelled the call".to_string(),
+                    format!("MCP client `{client}` (cancelled)"),
+                )),
+            };
+            if let Some((reason, by)) = stop {
+                let _ = self.store.withdraw_approval(&waiting.id, &reason).await;
+                // An answer that arrived just before the withdrawal still counts.
+                if let Ok(Some(answer)) = self.store.approval_answer(&waiting.id).await
+                    && !matches!(answer.answer, ApprovalAnswer::Refused { .. })
+                {
+                    return answer;
+                }
+                return GivenAnswer::new(ApprovalAnswer::Refused { reason }, by);
+            }
+        }
+    }
+}
+
 /// Whether a client can show its user a form.
 pub fn can_elicit_form(capabilities: Option<&ClientCapabilities>) -> bool {
     // An empty `elicitation` object (2025-06-18) means forms; later revisions may list `form`
@@ -293,7 +373,10 @@ mod tests {
         else {
             panic!("not a form")
         };
-        assert!(message.contains("`write_file` of plugin `files`"), "{message}");
+        assert!(
+            message.contains("`write_file` of plugin `files`"),
+            "{message}"
+        );
         assert!(message.contains("Grants: read-write /data"), "{message}");
         // Control characters arrive escaped, and long arguments are cut on a char boundary.
         assert!(!message.contains('\u{1b}'), "{message}");

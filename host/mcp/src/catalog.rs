@@ -101,7 +101,11 @@ pub fn describe(spec: &ToolSpec) -> Tool {
     annotations.destructive_hint = Some(spec.proven.destructive);
     annotations.idempotent_hint = Some(spec.proven.idempotent);
     annotations.open_world_hint = Some(spec.proven.open_world);
-    let mut tool = Tool::new(spec.name.clone(), spec.description.clone(), Arc::new(schema));
+    let mut tool = Tool::new(
+        spec.name.clone(),
+        spec.description.clone(),
+        Arc::new(schema),
+    );
     tool.title = Some(title);
     tool.annotations = Some(annotations);
     let mut meta = serde_json::Map::new();

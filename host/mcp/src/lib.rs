@@ -17,18 +17,18 @@ mod asking;
 mod catalog;
 mod server;
 
-pub use asking::{Approver, NobodyElse, can_elicit_form};
+pub use asking::{Approver, NobodyElse, StoreApprover, can_elicit_form};
 pub use catalog::{Catalog, describe};
-pub use server::{McpHost, McpOptions, McpServer};
 /// The MCP SDK this server is built on, for transports.
 pub use rmcp;
+pub use server::{McpHost, McpOptions, McpServer};
 
 /// Why serving a client stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     /// The client never completed the start of the conversation.
     #[error("the MCP client did not start the conversation: {0}")]
-    Start(#[from] rmcp::service::ServerInitializeError),
+    Start(#[from] Box<rmcp::service::ServerInitializeError>),
     /// The connection failed while serving.
     #[error("serving the MCP client failed: {0}")]
     Serving(#[from] tokio::task::JoinError),
@@ -38,7 +38,10 @@ pub enum ServeError {
 /// may write to stdout meanwhile: it carries the protocol.
 pub async fn serve_stdio(server: McpServer) -> Result<(), ServeError> {
     use rmcp::ServiceExt;
-    let running = server.serve(rmcp::transport::stdio()).await?;
+    let running = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(Box::new)?;
     running.waiting().await?;
     Ok(())
 }

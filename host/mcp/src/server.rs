@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use cordon_agent::approval::decide;
 use cordon_agent::tools::render_failure;
 use cordon_agent::{
-    ApprovalAnswer, ApprovalConfig, ApprovalRequest, Content, GivenAnswer,
-    Policy, ToolFailure, ToolFailureKind, ToolSource, ToolSpec,
+    ApprovalAnswer, ApprovalConfig, ApprovalRequest, Content, GivenAnswer, Policy, ToolFailure,
+    ToolFailureKind, ToolSource, ToolSpec,
 };
 use cordon_core::{
     AuditEntry, AuditRecord, CallOutcome, CallReport, ToolCallAudit, arguments_sha256, now_ms,
@@ -107,7 +107,10 @@ impl McpHost {
     /// The tools offered now.
     pub async fn catalog(&self) -> Result<Arc<Catalog>, ErrorData> {
         self.catalogs.current().await.map_err(|e| {
-            ErrorData::internal_error(format!("the installed tools could not be loaded: {e}"), None)
+            ErrorData::internal_error(
+                format!("the installed tools could not be loaded: {e}"),
+                None,
+            )
         })
     }
 
@@ -420,7 +423,10 @@ impl McpServer {
         if let Err(e) = schema.check(&arguments) {
             let failure = ToolFailure::new(
                 ToolFailureKind::InvalidArguments,
-                format!("the arguments do not fit the schema of `{}`: {e}", spec.name),
+                format!(
+                    "the arguments do not fit the schema of `{}`: {e}",
+                    spec.name
+                ),
             );
             let approved = Approved {
                 decision: "invalid".to_string(),

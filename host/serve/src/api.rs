@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use cordon_agent::{AgentEvent, ApprovalAnswer, Conversation, GivenAnswer, TurnInput};
-use cordon_store::{AuditQuery, NewSession, SessionSettings};
+use cordon_store::{AuditQuery, NewSession, SessionSettings, WAITING_APPROVALS_SESSION};
 use futures::Stream;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -407,7 +407,7 @@ async fn cancel_turn(
 }
 
 async fn list_approvals(State(state): State<AppState>) -> Json<Value> {
-    Json(json!({"pending": state.host.pending()}))
+    Json(json!({"pending": state.host.pending().await}))
 }
 
 #[derive(Deserialize)]
@@ -433,6 +433,14 @@ async fn answer_approval(
             )));
         }
     };
+    let by = format!("API token `{}`", caller.0);
+    if session == WAITING_APPROVALS_SESSION {
+        let given = GivenAnswer::new(answer.clone(), by.clone());
+        state.host.store().answer_approval(&call_id, &given).await?;
+        return Ok(Json(
+            json!({"session": session, "call_id": call_id, "answer": answer.as_str(), "by": by}),
+        ));
+    }
     // A session this host drives answers from memory, so an answer still reaches a turn
     // while the store is away (the turn then stops if it cannot record it).
     let Some(live) = state.host.live_if_any(&session) else {
@@ -441,7 +449,6 @@ async fn answer_approval(
             "session `{session}` has no call waiting for an answer on this host"
         )));
     };
-    let by = format!("API token `{}`", caller.0);
     live.answer(&call_id, GivenAnswer::new(answer.clone(), by.clone()))?;
     Ok(Json(
         json!({"session": session, "call_id": call_id, "answer": answer.as_str(), "by": by}),

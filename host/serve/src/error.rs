@@ -57,7 +57,12 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         let message = e.to_string();
         match e {
-            StoreError::UnknownSession { .. } => ApiError::not_found(message),
+            StoreError::UnknownSession { .. } | StoreError::UnknownApproval { .. } => {
+                ApiError::not_found(message)
+            }
+            StoreError::ApprovalAnswered { .. } | StoreError::ApprovalExpired { .. } => {
+                ApiError::conflict(message)
+            }
             StoreError::SessionExists { .. }
             | StoreError::Busy { .. }
             | StoreError::LeaseLost { .. }

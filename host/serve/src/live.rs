@@ -59,8 +59,11 @@ pub enum HostEvent {
 /// A question waiting for an answer from the API or the console.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PendingApproval {
-    /// The session.
+    /// The session; `mcp:` for a call an MCP client made outside any session.
     pub session: String,
+    /// The MCP client that made the call, as it named itself (untrusted text).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
     /// The question (tool, arguments, grants, why it asks).
     #[serde(flatten)]
     pub request: ApprovalRequest,
@@ -274,6 +277,7 @@ impl Frontend for ServeFrontend {
         let asked_ms = now_ms();
         let rx = self.live.wait_for(PendingApproval {
             session: self.live.id.clone(),
+            client: None,
             request: request.clone(),
             asked_ms,
             expires_ms: asked_ms + self.approval_timeout.as_millis() as i64,

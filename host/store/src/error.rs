@@ -69,6 +69,28 @@ pub enum StoreError {
         /// What is wrong with it.
         reason: String,
     },
+    /// No question waits under this id.
+    #[error(
+        "no tool call waits for an answer under `{id}`; list the waiting ones with `cordon approve --list`"
+    )]
+    UnknownApproval {
+        /// The id given.
+        id: String,
+    },
+    /// The question was answered already (or its asker stopped waiting).
+    #[error("the call `{id}` was already answered ({earlier})")]
+    ApprovalAnswered {
+        /// The question.
+        id: String,
+        /// The first answer and who gave it.
+        earlier: String,
+    },
+    /// Nobody answered in time; the call was denied.
+    #[error("the call `{id}` is no longer waiting: nobody answered in time, so it was denied")]
+    ApprovalExpired {
+        /// The question.
+        id: String,
+    },
     /// Another host drives the session now.
     #[error(
         "session `{id}` is being driven by {holder} for {seconds} s more; wait for it, or for its lease to expire if that host is gone"

@@ -17,6 +17,7 @@
 //! Both backends run the same SQL (written with `$1` placeholders, which both read) through
 //! sqlx, with versioned migrations applied at open.
 
+mod approvals;
 mod audit;
 mod error;
 mod journal;
@@ -34,6 +35,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
+pub use approvals::{ApprovalWaiting, WAITING_APPROVALS_SESSION};
 pub use audit::{AuditQuery, StoredAudit};
 pub use cordon_agent::SessionSettings;
 pub use error::StoreError;
@@ -198,16 +200,30 @@ impl Store {
 
 /// The migrations, in order: (version, description, SQL). A new version gets a new file;
 /// a released file is never edited (sqlx checks their digests).
-const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "sessions and audit",
-    include_str!("../migrations/sqlite/0001_sessions_and_audit.sql"),
-)];
-const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "sessions and audit",
-    include_str!("../migrations/postgres/0001_sessions_and_audit.sql"),
-)];
+const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "sessions and audit",
+        include_str!("../migrations/sqlite/0001_sessions_and_audit.sql"),
+    ),
+    (
+        2,
+        "approvals",
+        include_str!("../migrations/sqlite/0002_approvals.sql"),
+    ),
+];
+const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "sessions and audit",
+        include_str!("../migrations/postgres/0001_sessions_and_audit.sql"),
+    ),
+    (
+        2,
+        "approvals",
+        include_str!("../migrations/postgres/0002_approvals.sql"),
+    ),
+];
 
 /// The file of a `sqlite:` URL (`sqlite:PATH`, `sqlite://PATH`) or of a bare path.
 fn sqlite_path(url: &str) -> Option<PathBuf> {

@@ -1,6 +1,7 @@
 //! The store's test suite, run against both backends: SQLite in a temporary directory, and a
 //! real PostgreSQL server (Debian's package, a throwaway cluster started by the harness).
 
+mod approvals;
 mod audit;
 mod sessions;
 
