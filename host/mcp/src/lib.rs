@@ -21,6 +21,11 @@ pub use asking::{Approver, NobodyElse, StoreApprover, can_elicit_form};
 pub use catalog::{Catalog, describe};
 /// The MCP SDK this server is built on, for transports.
 pub use rmcp;
+
+/// Who a transport authenticated (the name of the bearer token an HTTP request carried): put
+/// into the request's extensions, it is recorded beside the client's own name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authenticated(pub String);
 pub use server::{McpHost, McpOptions, McpServer};
 
 /// Why serving a client stopped.

@@ -154,15 +154,24 @@ pub struct McpServer {
     answers: Arc<Mutex<BTreeMap<String, Policy>>>,
 }
 
-/// Who the client says it is (`name version`), for approvals and the audit log.
+/// Who the client says it is (`name version`), and the token it authenticated with over
+/// HTTP, for approvals and the audit log.
 fn client_name(context: &RequestContext<RoleServer>) -> String {
-    match context.client_info() {
+    let named: String = match context.client_info() {
         Some(info) => format!("{} {}", info.name, info.version)
             .chars()
             .filter(|c| !c.is_control())
             .take(120)
             .collect(),
         None => "unnamed client".to_string(),
+    };
+    let token = context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<crate::Authenticated>());
+    match token {
+        Some(crate::Authenticated(name)) => format!("{named} (token `{name}`)"),
+        None => named,
     }
 }
 

@@ -43,7 +43,13 @@ struct Caller(String);
 /// The largest request body taken (a message, settings, an answer).
 const MAX_BODY: usize = 1 << 20;
 
-pub(crate) fn router(state: AppState) -> Router {
+/// The MCP endpoint's service (see [`crate::mcp`]).
+pub(crate) type McpService = cordon_mcp::rmcp::transport::streamable_http_server::StreamableHttpService<
+    cordon_mcp::McpServer,
+    cordon_mcp::rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+>;
+
+pub(crate) fn router(state: AppState, mcp: McpService) -> Router {
     let api = Router::new()
         .route("/sessions", get(list_sessions).post(create_session))
         .route("/sessions/{id}", get(get_session).delete(delete_session))
@@ -57,12 +63,16 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/audit", get(query_audit))
         .route("/tools", get(list_tools))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    let mcp = Router::new()
+        .route_service("/mcp", mcp)
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/", get(console::page))
         .route("/console.js", get(console::script))
         .route("/console.css", get(console::style))
         .route("/api/v1/health", get(health))
         .nest("/api/v1", api)
+        .merge(mcp)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), check_host))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
@@ -115,6 +125,9 @@ async fn require_token(
     match presented.and_then(|t| state.tokens.check(t)) {
         Some(name) => {
             let caller = Caller(name.to_string());
+            request
+                .extensions_mut()
+                .insert(cordon_mcp::Authenticated(caller.0.clone()));
             request.extensions_mut().insert(caller);
             next.run(request).await
         }

@@ -19,6 +19,7 @@ mod console;
 mod error;
 mod host;
 mod live;
+mod mcp;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -84,7 +85,7 @@ pub async fn serve(
         })?;
     let addr = listener.local_addr().map_err(ServeError::Io)?;
     let lease = store.options().lease_ttl;
-    let host = Host::new(store.clone(), source, options.host)
+    let host = Host::new(store.clone(), source.clone(), options.host)
         .await
         .map_err(ServeError::Tools)?;
     let state = api::AppState {
@@ -92,7 +93,14 @@ pub async fn serve(
         tokens: Arc::new(options.tokens),
         allowed_hosts: Arc::new(allowed_hosts(addr)),
     };
-    let app = api::router(state);
+    let mcp = mcp::service(
+        &store,
+        source.clone(),
+        &host.options,
+        addr,
+        host.stopping.child_token(),
+    );
+    let app = api::router(state, mcp);
     on_listening(addr);
     host.resume_orphans().await;
     tokio::spawn(
