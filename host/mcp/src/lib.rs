@@ -16,6 +16,7 @@
 mod asking;
 mod catalog;
 mod server;
+mod stdio;
 
 pub use asking::{Approver, NobodyElse, StoreApprover, can_elicit_form};
 pub use catalog::{Catalog, describe};
@@ -44,7 +45,7 @@ pub enum ServeError {
 pub async fn serve_stdio(server: McpServer) -> Result<(), ServeError> {
     use rmcp::ServiceExt;
     let running = server
-        .serve(rmcp::transport::stdio())
+        .serve(stdio::StdioTransport::new())
         .await
         .map_err(Box::new)?;
     running.waiting().await?;

@@ -120,16 +120,21 @@ impl McpHost {
         let every = self.options.watch_every;
         self.watching.call_once(|| {
             tokio::spawn(async move {
+                // The first look only learns the list: nobody has been told of another.
+                let mut first = true;
                 loop {
-                    tokio::time::sleep(every).await;
+                    if !first {
+                        tokio::time::sleep(every).await;
+                    }
                     let Some(host) = weak.upgrade() else { break };
                     match host.catalogs.current().await {
                         Ok(catalog) => {
                             host.listed.send_if_modified(|listed| {
-                                let changed = *listed != catalog.digest;
+                                let changed = !first && *listed != catalog.digest;
                                 listed.clone_from(&catalog.digest);
                                 changed
                             });
+                            first = false;
                         }
                         Err(e) => tracing::warn!("the installed tools could not be loaded: {e}"),
                     }

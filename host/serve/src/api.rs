@@ -44,10 +44,11 @@ struct Caller(String);
 const MAX_BODY: usize = 1 << 20;
 
 /// The MCP endpoint's service (see [`crate::mcp`]).
-pub(crate) type McpService = cordon_mcp::rmcp::transport::streamable_http_server::StreamableHttpService<
-    cordon_mcp::McpServer,
-    cordon_mcp::rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
->;
+pub(crate) type McpService =
+    cordon_mcp::rmcp::transport::streamable_http_server::StreamableHttpService<
+        cordon_mcp::McpServer,
+        cordon_mcp::rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+    >;
 
 pub(crate) fn router(state: AppState, mcp: McpService) -> Router {
     let api = Router::new()
@@ -65,6 +66,7 @@ pub(crate) fn router(state: AppState, mcp: McpService) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     let mcp = Router::new()
         .route_service("/mcp", mcp)
+        .route_layer(middleware::from_fn(crate::mcp::check_message))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/", get(console::page))

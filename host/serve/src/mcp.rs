@@ -5,13 +5,20 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use cordon_agent::ToolSource;
+use cordon_mcp::rmcp::model::{ClientJsonRpcMessage, ProtocolVersion};
 use cordon_mcp::rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use cordon_mcp::rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService,
 };
 use cordon_mcp::{McpHost, McpOptions, StoreApprover};
 use cordon_store::Store;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::host::HostOptions;
@@ -58,4 +65,101 @@ pub(crate) fn service(
         Arc::new(LocalSessionManager::default()),
         config,
     )
+}
+
+/// The largest MCP message `/mcp` takes.
+const MAX_MESSAGE: usize = 16 << 20;
+
+/// A JSON-RPC error response with HTTP status `status`.
+fn rpc_error(
+    status: StatusCode,
+    id: Value,
+    code: i64,
+    message: String,
+    data: Option<Value>,
+) -> Response {
+    let mut error = json!({"code": code, "message": message});
+    if let Some(data) = data {
+        error["data"] = data;
+    }
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": error});
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// Answers what the MCP SDK would answer with plain text (or not at all) with the JSON-RPC
+/// error for it: a body that is not JSON (`-32700`), not a JSON-RPC message (`-32600`), too
+/// large, or a protocol version this server does not speak (`-32022`, with the versions it
+/// does).
+pub(crate) async fn check_message(request: Request, next: Next) -> Response {
+    let version = request
+        .headers()
+        .get("mcp-protocol-version")
+        .map(|v| v.to_str().unwrap_or("(not text)").to_string());
+    if let Some(version) = version
+        && !ProtocolVersion::KNOWN_VERSIONS
+            .iter()
+            .any(|known| known.as_str() == version)
+    {
+        let supported: Vec<&str> = ProtocolVersion::KNOWN_VERSIONS
+            .iter()
+            .map(ProtocolVersion::as_str)
+            .collect();
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            -32022,
+            format!(
+                "Unsupported protocol version `{}`; this server speaks {}",
+                version.chars().take(40).collect::<String>(),
+                supported.join(", ")
+            ),
+            Some(json!({"supported": supported, "requested": version})),
+        );
+    }
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = match axum::body::to_bytes(body, MAX_MESSAGE).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            return rpc_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                Value::Null,
+                -32600,
+                format!(
+                    "Invalid Request: the message is larger than {} MiB",
+                    MAX_MESSAGE >> 20
+                ),
+                None,
+            );
+        }
+    };
+    if serde_json::from_slice::<ClientJsonRpcMessage>(&bytes).is_err() {
+        let (id, code, message) = match serde_json::from_slice::<Value>(&bytes) {
+            Err(e) => (
+                Value::Null,
+                -32700,
+                format!("Parse error: the body is not JSON ({e})"),
+            ),
+            Ok(value) => (
+                match value.get("id") {
+                    Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
+                    _ => Value::Null,
+                },
+                -32600,
+                "Invalid Request: not a JSON-RPC 2.0 request, notification or response this \
+                 server takes"
+                    .to_string(),
+            ),
+        };
+        return rpc_error(StatusCode::BAD_REQUEST, id, code, message, None);
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
 }
