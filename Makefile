@@ -29,7 +29,7 @@ export CFLAGS_wasm32_wasip2 := --target=wasm32-wasi -msimd128 -mbulk-memory \
   -include '$(ROOT)/plugins/sql/c/sqlite_mem.h' -include '$(ROOT)/plugins/sql/c/sqlite_sorter.h' \
   -DCORDON_HEADERS_DIGEST=$(SQLITE_HEADERS_DIGEST)
 
-.PHONY: build toolchain host plugins rust-plugins python-plugin fixtures test test-services browser-test lint demo bench bench-tools clean
+.PHONY: build toolchain host plugins rust-plugins python-plugin fixtures test test-services browser-test mcp-test lint demo bench bench-tools clean
 
 build: host plugins
 
@@ -79,6 +79,7 @@ lint: toolchain
 	cd sdk/python && "$(ROOT)/$(VENV)/bin/ruff" format --check . && "$(ROOT)/$(VENV)/bin/ruff" check .
 	cd plugins/python && "$(ROOT)/$(VENV)/bin/ruff" format --check . && "$(ROOT)/$(VENV)/bin/ruff" check .
 	cd tests/browser && "$(ROOT)/$(VENV)/bin/ruff" format --check . && "$(ROOT)/$(VENV)/bin/ruff" check .
+	cd tests/mcp && "$(ROOT)/$(VENV)/bin/ruff" format --check . && "$(ROOT)/$(VENV)/bin/ruff" check .
 
 ## What the tests run for real: PostgreSQL's server programs (Debian's `postgresql`; the tests
 ## start throwaway clusters of their own in temporary directories, never the system's).
@@ -95,6 +96,7 @@ test: host plugins test-services
 	cd plugins && CARGO_TARGET_DIR="$(ROOT)/$(WASM_TARGET)" cargo test
 	$(MAKE) -C plugins/python test
 	$(MAKE) browser-test
+	$(MAKE) mcp-test
 
 ## The console in a real browser: Debian's headless Chromium driven through chromium-driver by
 ## selenium (in the private virtualenv), against `cordon serve` and the scripted model.
@@ -107,6 +109,19 @@ browser-test: host plugins
 	fi
 	@$(VENV)/bin/python -c 'import selenium, sys; sys.exit(selenium.__version__ != "4.51.0")' 2>/dev/null || $(VENV)/bin/python -m pip install -q selenium==4.51.0
 	$(VENV)/bin/python tests/browser/test_console.py
+
+## MCP clients nobody here wrote, against `cordon mcp` (stdio) and `cordon serve` (/mcp): the
+## official MCP Python SDK driven by pytest (in the private virtualenv), and the MCP Inspector's
+## CLI mode (npm, installed into target/npm; Debian's nodejs and npm when node is missing).
+mcp-test: host plugins
+	@$(VENV)/bin/python -c 'import mcp, pytest, sys; from importlib.metadata import version; sys.exit(version("mcp") != "2.3.0" or pytest.__version__ != "9.2.0")' 2>/dev/null || $(VENV)/bin/python -m pip install -q mcp==2.3.0 pytest==9.2.0
+	@if ! command -v npm >/dev/null; then \
+	  echo "installing nodejs and npm (Debian packages)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends nodejs npm; \
+	fi
+	@[ -x $(TARGET)/npm/node_modules/.bin/mcp-inspector ] || npm install --prefix $(TARGET)/npm --no-audit --no-fund --loglevel=error @modelcontextprotocol/inspector@2.12.0
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/mcp
 
 demo: host plugins
 	bash tests/demo.sh

@@ -160,7 +160,8 @@ const QUOTED_ARGUMENTS: usize = 2000;
 
 /// The form that asks about a call: what runs, with which grants, why Cordon asks, and the
 /// three answers.
-pub fn question_form(question: &ApprovalRequest) -> ElicitRequestParams {
+/// `always_holds` says how long an `always` answer holds.
+pub fn question_form(question: &ApprovalRequest, always_holds: &str) -> ElicitRequestParams {
     // JSON text escapes control characters, so arguments cannot forge lines in the client.
     let mut arguments = question.arguments.to_string();
     if arguments.len() > QUOTED_ARGUMENTS {
@@ -178,8 +179,8 @@ pub fn question_form(question: &ApprovalRequest) -> ElicitRequestParams {
     };
     let message = format!(
         "Cordon asks before running `{}` of plugin `{}`: {}.\nGrants: {grants}\nArguments: \
-         {arguments}\nonce: run this call. always: run every call of this tool until the \
-         client disconnects. deny: refuse this call.",
+         {arguments}\nonce: run this call. always: run every call of this tool \
+         {always_holds}. deny: refuse this call.",
         question.tool,
         question.plugin,
         question.reason.trim_end_matches('.'),
@@ -369,7 +370,7 @@ mod tests {
             message,
             requested_schema,
             ..
-        } = question_form(&question())
+        } = question_form(&question(), "until the client disconnects")
         else {
             panic!("not a form")
         };

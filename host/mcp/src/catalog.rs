@@ -11,7 +11,7 @@ use cordon_core::InputSchema;
 use rmcp::model::{JsonObject, MetaObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, watch};
 
 /// One tool a client may call.
 pub struct Offered {
@@ -123,6 +123,10 @@ pub struct Catalogs {
     source: Arc<dyn ToolSource>,
     approval: ApprovalConfig,
     current: Mutex<Option<Arc<Catalog>>>,
+    /// The digest of the list last loaded; changes whenever a load finds the list different
+    /// from the one before, whoever made it load (a client's request or the watcher), so no
+    /// change a client may have seen goes unannounced.
+    listed: watch::Sender<String>,
 }
 
 impl Catalogs {
@@ -132,7 +136,15 @@ impl Catalogs {
             source,
             approval,
             current: Mutex::new(None),
+            listed: watch::Sender::new(String::new()),
         }
+    }
+
+    /// Follows changes to the tool list from now on.
+    pub fn subscribe(&self) -> watch::Receiver<String> {
+        let mut changes = self.listed.subscribe();
+        changes.mark_unchanged();
+        changes
     }
 
     /// The catalog for the tools installed now; loads them again only when they changed.
@@ -149,7 +161,14 @@ impl Catalogs {
         for line in &catalog.left_out {
             tracing::warn!("{line}");
         }
+        let first = current.is_none();
         *current = Some(catalog.clone());
+        drop(current);
+        self.listed.send_if_modified(|listed| {
+            let changed = !first && *listed != catalog.digest;
+            listed.clone_from(&catalog.digest);
+            changed
+        });
         Ok(catalog)
     }
 }

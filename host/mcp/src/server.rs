@@ -24,7 +24,6 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use serde_json::Value;
-use tokio::sync::watch;
 
 use crate::asking::{
     APPROVAL_INPUT, Approver, Outstanding, Redeemed, can_elicit_form, question_form, read_answer,
@@ -70,8 +69,9 @@ pub struct McpHost {
     approver: Arc<dyn Approver>,
     options: McpOptions,
     outstanding: Outstanding,
-    /// The digest of the tool list clients were last told about.
-    listed: watch::Sender<String>,
+    /// `always` answers of clients on 2026-07-28 over HTTP, which have no connection to keep
+    /// them in: by client name and token, in the order first answered.
+    stateless_answers: Mutex<Vec<(String, Answers)>>,
     watching: std::sync::Once,
 }
 
@@ -90,7 +90,7 @@ impl McpHost {
             approver,
             options,
             outstanding: Outstanding::default(),
-            listed: watch::Sender::new(String::new()),
+            stateless_answers: Mutex::new(Vec::new()),
             watching: std::sync::Once::new(),
         })
     }
@@ -114,30 +114,20 @@ impl McpHost {
         })
     }
 
-    /// Starts (once) the task that notices changes to the tool list and tells subscribers.
+    /// Starts (once) the task that looks at the installed tools every `watch_every`, so a
+    /// change is announced even when no client asks for the list.
     fn watch(self: &Arc<Self>) {
         let weak: Weak<Self> = Arc::downgrade(self);
         let every = self.options.watch_every;
         self.watching.call_once(|| {
             tokio::spawn(async move {
-                // The first look only learns the list: nobody has been told of another.
-                let mut first = true;
                 loop {
-                    if !first {
-                        tokio::time::sleep(every).await;
-                    }
                     let Some(host) = weak.upgrade() else { break };
-                    match host.catalogs.current().await {
-                        Ok(catalog) => {
-                            host.listed.send_if_modified(|listed| {
-                                let changed = !first && *listed != catalog.digest;
-                                listed.clone_from(&catalog.digest);
-                                changed
-                            });
-                            first = false;
-                        }
-                        Err(e) => tracing::warn!("the installed tools could not be loaded: {e}"),
+                    if let Err(e) = host.catalogs.current().await {
+                        tracing::warn!("the installed tools could not be loaded: {e}");
                     }
+                    drop(host);
+                    tokio::time::sleep(every).await;
                 }
             });
         });
@@ -152,11 +142,18 @@ impl McpHost {
     }
 }
 
+/// The tools a client's user answered `always` for, by identity.
+type Answers = Arc<Mutex<BTreeMap<String, Policy>>>;
+
+/// How many stateless clients' `always` answers a host keeps; past it the oldest client's
+/// are forgotten (it is asked again).
+const MAX_STATELESS_CLIENTS: usize = 1024;
+
 /// One client connection: what its user answered `always` to.
 #[derive(Clone)]
 pub struct McpServer {
     host: Arc<McpHost>,
-    answers: Arc<Mutex<BTreeMap<String, Policy>>>,
+    answers: Answers,
 }
 
 /// Who the client says it is (`name version`), and the token it authenticated with over
@@ -278,8 +275,42 @@ impl McpServer {
         }
     }
 
-    /// Applies an answer: `always` holds for this connection.
-    fn take_answer(&self, spec: &ToolSpec, given: GivenAnswer) -> Asked {
+    /// Where the `always` answers of the client behind `context` are kept, and for how long
+    /// they hold (for the question's text): this connection's, or, for a client on
+    /// 2026-07-28 over HTTP (no connection), its name and token's until the host stops.
+    fn answers_for(
+        &self,
+        context: &RequestContext<RoleServer>,
+        client: &str,
+    ) -> (Answers, &'static str) {
+        let over_http = context.extensions.get::<http::request::Parts>().is_some();
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        if !(over_http && modern) {
+            return (self.answers.clone(), "until the client disconnects");
+        }
+        let mut kept = self
+            .host
+            .stateless_answers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let answers = match kept.iter().find(|(who, _)| who == client) {
+            Some((_, answers)) => answers.clone(),
+            None => {
+                if kept.len() >= MAX_STATELESS_CLIENTS {
+                    kept.remove(0);
+                }
+                let answers = Answers::default();
+                kept.push((client.to_string(), answers.clone()));
+                answers
+            }
+        };
+        (answers, "from this client until cordon serve stops")
+    }
+
+    /// Applies an answer: `always` holds as long as `answers` are kept.
+    fn take_answer(&self, answers: &Answers, spec: &ToolSpec, given: GivenAnswer) -> Asked {
         let approved = Approved {
             decision: given.answer.as_str().to_string(),
             by: given.by.clone(),
@@ -287,7 +318,7 @@ impl McpServer {
         match given.answer {
             ApprovalAnswer::Yes => Asked::Run(approved),
             ApprovalAnswer::Always => {
-                self.answers
+                answers
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .insert(spec.identity(), Policy::Auto);
@@ -312,9 +343,10 @@ impl McpServer {
         context: &RequestContext<RoleServer>,
     ) -> Asked {
         let spec = facts.spec;
+        let (answers, always_holds) = self.answers_for(context, facts.client);
         let decision = {
-            let answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
-            decide(&self.host.options.approval, &answers, spec)
+            let given = answers.lock().unwrap_or_else(|e| e.into_inner());
+            decide(&self.host.options.approval, &given, spec)
         };
         match decision.policy {
             Policy::Auto => {
@@ -355,7 +387,7 @@ impl McpServer {
                 response,
                 facts.client,
             ) {
-                Redeemed::Answer(given) => self.take_answer(spec, given),
+                Redeemed::Answer(given) => self.take_answer(&answers, spec, given),
                 Redeemed::Stale(why) => Asked::Refused(
                     Approved {
                         decision: "refused".to_string(),
@@ -375,16 +407,18 @@ impl McpServer {
                     .host
                     .outstanding
                     .ask(&spec.name, facts.arguments, timeout);
-                let elicit = rmcp::model::ElicitRequest::new(question_form(&question));
+                let elicit =
+                    rmcp::model::ElicitRequest::new(question_form(&question, always_holds));
                 let requests = BTreeMap::from([(
                     APPROVAL_INPUT.to_string(),
                     InputRequest::Elicitation(elicit),
                 )]);
                 return Asked::Sent(InputRequiredResult::new(Some(requests), Some(handle)));
             }
-            let asked = context
-                .peer
-                .create_elicitation_with_timeout(question_form(&question), Some(timeout));
+            let asked = context.peer.create_elicitation_with_timeout(
+                question_form(&question, always_holds),
+                Some(timeout),
+            );
             let given = tokio::select! {
                 answer = asked => match answer {
                     Ok(result) => read_answer(&result, facts.client),
@@ -400,14 +434,14 @@ impl McpServer {
                     format!("MCP client `{}` (cancelled)", facts.client),
                 ),
             };
-            return self.take_answer(spec, given);
+            return self.take_answer(&answers, spec, given);
         }
         let given = self
             .host
             .approver
             .ask(&question, facts.client, timeout, &context.ct)
             .await;
-        self.take_answer(spec, given)
+        self.take_answer(&answers, spec, given)
     }
 
     async fn call(
@@ -501,8 +535,7 @@ impl McpServer {
     /// Tells `peer` (a client that connected with `initialize`) whenever the tool list
     /// changes, until it disconnects.
     fn forward_list_changes(&self, peer: Peer<RoleServer>) {
-        let mut changes = self.host.listed.subscribe();
-        changes.mark_unchanged();
+        let mut changes = self.host.catalogs.subscribe();
         tokio::spawn(async move {
             while changes.changed().await.is_ok() {
                 if peer.is_transport_closed() || peer.notify_tool_list_changed().await.is_err() {
@@ -586,8 +619,7 @@ impl ServerHandler for McpServer {
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        let mut changes = self.host.listed.subscribe();
-        changes.mark_unchanged();
+        let mut changes = self.host.catalogs.subscribe();
         loop {
             tokio::select! {
                 () = context.cancelled() => return Ok(()),

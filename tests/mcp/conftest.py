@@ -1,0 +1,214 @@
+"""Shared set-up of the MCP tests: one Cordon home with the bundled tools, `cordon mcp` on
+stdio, and `cordon serve` with `/mcp` over Streamable HTTP, all on 127.0.0.1.
+
+The clients are the official MCP Python SDK (`mcp` from PyPI): nothing here speaks MCP by
+itself except the tests of malformed input, which must send what no SDK would.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+ROOT = Path(__file__).resolve().parents[2]
+CORDON = ROOT / "target/debug/cordon"
+PLUGINS = ROOT / "target/plugins"
+
+# Modern (2026-07-28, no initialize) and handshake-era (initialize, 2025-11-25) connections.
+MODES = ["2026-07-28", "legacy"]
+TRANSPORTS = ["stdio", "http"]
+
+CONFIG = """
+[approval.plugins]
+sql = "auto"
+
+[serve]
+approval_timeout_secs = 20
+"""
+
+
+@dataclass
+class World:
+    root: Path
+    home: Path
+    data: Path
+    scratch: Path
+    db: Path
+    config: Path
+    env: dict
+    serve_url: str = ""
+    token: str = ""
+    serve: subprocess.Popen | None = None
+    serve_log: list = field(default_factory=list)
+
+    def cordon(self, *args, check=True, timeout=60):
+        """Runs the cordon CLI on this home; returns the completed process."""
+        done = subprocess.run(
+            [str(CORDON), *args],
+            env=self.env,
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"cordon {' '.join(args)} failed: {done.stderr}")
+        return done
+
+    def audit(self):
+        """The audit log's tool calls, oldest first."""
+        out = self.cordon("audit", "--kind", "tool_call", "--json", "--limit", "100000").stdout
+        return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+    def client(self, transport, mode, **kwargs):
+        """An MCP SDK client connected to Cordon over `transport`."""
+        if transport == "stdio":
+            server = StdioServerParameters(
+                command=str(CORDON),
+                args=["mcp"],
+                env=self.env,
+                cwd=str(self.root),
+            )
+        else:
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {self.token}"}, timeout=60)
+            server = streamable_http_client(self.serve_url + "/mcp", http_client=http)
+        return Client(server, mode=mode, read_timeout_seconds=60, **kwargs)
+
+
+def _start_serve(world):
+    proc = subprocess.Popen(
+        [str(CORDON), "serve", "--listen", "127.0.0.1:0"],
+        env=world.env,
+        cwd=world.root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    found = threading.Event()
+
+    def read():
+        for line in proc.stderr:
+            world.serve_log.append(line)
+            m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+            if m:
+                world.serve_url = m.group(1)
+                found.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    if not found.wait(60):
+        proc.kill()
+        raise AssertionError("cordon serve did not start:\n" + "".join(world.serve_log))
+    world.serve = proc
+    text = (world.home / "serve-token").read_text()
+    world.token = text.split()[-1]
+
+
+@pytest.fixture(scope="session")
+def world():
+    root = Path(tempfile.mkdtemp(prefix="cordon-mcp-"))
+    w = World(
+        root=root,
+        home=root / "home",
+        data=root / "data",
+        scratch=root / "scratch",
+        db=root / "db",
+        config=root / "cordon.toml",
+        env={},
+    )
+    for d in (w.data, w.scratch, w.db):
+        d.mkdir()
+    (w.data / "hello.txt").write_text("hello from the granted directory\n")
+    w.config.write_text(CONFIG)
+    w.env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(root),
+        "USER": "tester",
+        "CORDON_HOME": str(w.home),
+        "CORDON_CONFIG": str(w.config),
+        "NO_COLOR": "1",
+        "RUST_LOG": "warn",
+    }
+    w.cordon("plugin", "install", str(PLUGINS / "sql.wasm"), "--grant", f"fs:{w.db}:/db:rw")
+    w.cordon("plugin", "install", str(PLUGINS / "files.wasm"), "--grant", f"fs:{w.data}:/data:ro")
+    w.cordon(
+        "plugin", "install", str(PLUGINS / "files.wasm"), "--name", "fw",
+        "--grant", f"fs:{w.scratch}:/scratch:rw",
+    )  # fmt: skip
+    w.cordon("plugin", "install", str(PLUGINS / "files.wasm"), "--name", "lc")
+    w.cordon("plugin", "install", str(PLUGINS / "python.wasm"), "--limit", "time=4s")
+    _start_serve(w)
+    try:
+        yield w
+    finally:
+        if w.serve is not None:
+            os.killpg(w.serve.pid, signal.SIGTERM)
+            try:
+                w.serve.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(w.serve.pid, signal.SIGKILL)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+def wait_until(predicate, timeout=15.0, what="the condition"):
+    """Polls `predicate` until it returns something true, for at most `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+INSPECTOR = ROOT / "target/npm/node_modules/.bin/mcp-inspector"
+
+
+@pytest.fixture(scope="session")
+def inspector():
+    """Runs the MCP Inspector's CLI mode (installed by `make mcp-test`) against Cordon."""
+    if not INSPECTOR.exists():
+        pytest.fail(f"the MCP Inspector is not installed at {INSPECTOR}; run `make mcp-test`")
+
+    def run(world, transport, *args):
+        if transport == "stdio":
+            target = [
+                "-e", f"CORDON_HOME={world.home}",
+                "-e", f"CORDON_CONFIG={world.config}",
+                str(CORDON), "mcp",
+            ]  # fmt: skip
+        else:
+            target = [
+                world.serve_url + "/mcp",
+                "--transport", "http",
+                "--header", f"Authorization: Bearer {world.token}",
+            ]  # fmt: skip
+        done = subprocess.run(
+            [str(INSPECTOR), "--cli", *target, *args],
+            env={**world.env, "HOME": str(world.root)},
+            cwd=world.root,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, f"inspector failed: {done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    return run
