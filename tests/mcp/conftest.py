@@ -34,6 +34,9 @@ CONFIG = """
 [approval.plugins]
 sql = "auto"
 
+[approval.tools]
+"lc.read_file" = "deny"
+
 [serve]
 approval_timeout_secs = 20
 """
@@ -68,9 +71,18 @@ class World:
         return done
 
     def audit(self):
-        """The audit log's tool calls, oldest first."""
-        out = self.cordon("audit", "--kind", "tool_call", "--json", "--limit", "100000").stdout
-        return [json.loads(line) for line in out.splitlines() if line.strip()]
+        """The audit log's tool calls, oldest first, once the records of calls just made are
+        written (MCP calls' records are written in the background within milliseconds: two
+        reads 150 ms apart must agree)."""
+        last = None
+        for _ in range(40):
+            out = self.cordon("audit", "--kind", "tool_call", "--json", "--limit", "100000").stdout
+            records = [json.loads(line) for line in out.splitlines() if line.strip()]
+            if records == last:
+                return records
+            last = records
+            time.sleep(0.15)
+        raise AssertionError("the audit log kept changing")
 
     def client(self, transport, mode, **kwargs):
         """An MCP SDK client connected to Cordon over `transport`."""

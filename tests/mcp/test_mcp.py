@@ -59,6 +59,16 @@ async def test_tools_are_listed_with_what_cordon_proves(world, transport, mode):
 
 
 @BOTH
+async def test_a_tool_policy_denies_is_neither_listed_nor_callable(world, transport):
+    async with world.client(transport, "2026-07-28") as c:
+        names = {t.name for t in (await c.list_tools()).tools}
+        assert "lc__list_dir" in names and "lc__read_file" not in names
+        with pytest.raises(Exception) as refused:
+            await c.call_tool("lc__read_file", {"path": "/x"})
+        assert "there is no tool `lc__read_file`" in str(refused.value)
+
+
+@BOTH
 async def test_the_bundled_tools_run_in_the_sandbox(world, transport):
     db = f"/db/{transport}.db"
     async with world.client(transport, "2026-07-28") as c:

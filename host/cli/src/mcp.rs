@@ -46,6 +46,6 @@ pub async fn run(home: &Home, records: Records, args: McpArgs) -> anyhow::Result
     // approvals API and console and for `cordon approve`.
     let approver = Arc::new(StoreApprover::new(records.store.clone()));
     let host = McpHost::new(source, Some(records.store), approver, options);
-    cordon_mcp::serve_stdio(host.connection()).await?;
+    cordon_mcp::serve_stdio(&host).await?;
     Ok(())
 }

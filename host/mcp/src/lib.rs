@@ -14,6 +14,7 @@
 //! [`ToolSource`](cordon_agent::ToolSource).
 
 mod asking;
+mod audit;
 mod catalog;
 mod server;
 mod stdio;
@@ -42,12 +43,15 @@ pub enum ServeError {
 
 /// Serves one client over this process's stdin and stdout until it disconnects. Nothing else
 /// may write to stdout meanwhile: it carries the protocol.
-pub async fn serve_stdio(server: McpServer) -> Result<(), ServeError> {
+pub async fn serve_stdio(host: &std::sync::Arc<McpHost>) -> Result<(), ServeError> {
     use rmcp::ServiceExt;
-    let running = server
+    let running = host
+        .connection()
         .serve(stdio::StdioTransport::new())
         .await
         .map_err(Box::new)?;
-    running.waiting().await?;
+    let served = running.waiting().await;
+    host.finish().await;
+    served?;
     Ok(())
 }

@@ -28,6 +28,7 @@ use serde_json::Value;
 use crate::asking::{
     APPROVAL_INPUT, Approver, Outstanding, Redeemed, can_elicit_form, question_form, read_answer,
 };
+use crate::audit::AuditWriter;
 use crate::catalog::{Catalog, Catalogs, Offered};
 
 /// How an MCP server behaves.
@@ -65,7 +66,7 @@ impl Default for McpOptions {
 /// and questions in flight.
 pub struct McpHost {
     catalogs: Catalogs,
-    store: Option<Store>,
+    audit: Option<AuditWriter>,
     approver: Arc<dyn Approver>,
     options: McpOptions,
     outstanding: Outstanding,
@@ -86,7 +87,7 @@ impl McpHost {
     ) -> Arc<Self> {
         Arc::new(Self {
             catalogs: Catalogs::new(source, options.approval.clone()),
-            store,
+            audit: store.map(AuditWriter::new),
             approver,
             options,
             outstanding: Outstanding::default(),
@@ -134,10 +135,15 @@ impl McpHost {
     }
 
     async fn audit(&self, record: AuditRecord) {
-        if let Some(store) = &self.store
-            && let Err(e) = store.append_audit(&record).await
-        {
-            tracing::error!("the audit log did not record a tool call: {e}");
+        if let Some(audit) = &self.audit {
+            audit.record(record).await;
+        }
+    }
+
+    /// Writes the audit records still queued; for a server about to exit.
+    pub async fn finish(&self) {
+        if let Some(audit) = &self.audit {
+            audit.finish().await;
         }
     }
 }

@@ -93,7 +93,7 @@ pub async fn serve(
         tokens: Arc::new(options.tokens),
         allowed_hosts: Arc::new(allowed_hosts(addr)),
     };
-    let mcp = mcp::service(
+    let (mcp, mcp_host) = mcp::service(
         &store,
         source.clone(),
         &host.options,
@@ -125,6 +125,7 @@ pub async fn serve(
         } => {}
     }
     host.finish().await;
+    mcp_host.finish().await;
     store.close().await;
     Ok(())
 }

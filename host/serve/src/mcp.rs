@@ -23,14 +23,18 @@ use tokio_util::sync::CancellationToken;
 
 use crate::host::HostOptions;
 
-/// The `/mcp` endpoint's service. `stop` ends its streams when the host stops.
+/// The `/mcp` endpoint's service, and its host (to [`McpHost::finish`] at shutdown). `stop`
+/// ends its streams when the host stops.
 pub(crate) fn service(
     store: &Store,
     source: Arc<dyn ToolSource>,
     options: &HostOptions,
     addr: SocketAddr,
     stop: CancellationToken,
-) -> StreamableHttpService<cordon_mcp::McpServer, LocalSessionManager> {
+) -> (
+    StreamableHttpService<cordon_mcp::McpServer, LocalSessionManager>,
+    Arc<McpHost>,
+) {
     let mcp = McpHost::new(
         source,
         Some(store.clone()),
@@ -60,11 +64,13 @@ pub(crate) fn service(
         // Exposed on purpose: no web page may use it from a browser.
         config.enforce_origin_validation()
     };
-    StreamableHttpService::new(
+    let host = mcp.clone();
+    let service = StreamableHttpService::new(
         move || Ok(mcp.connection()),
         Arc::new(LocalSessionManager::default()),
         config,
-    )
+    );
+    (service, host)
 }
 
 /// The largest MCP message `/mcp` takes.

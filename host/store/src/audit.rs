@@ -36,38 +36,32 @@ pub struct StoredAudit {
 impl Store {
     /// Appends one record.
     pub async fn append_audit(&self, record: &AuditRecord) -> Result<(), StoreError> {
-        let (kind, session, tool, plugin, outcome) = match &record.entry {
-            AuditEntry::ToolCall(call) => (
-                "tool_call",
-                call.session.clone(),
-                Some(call.tool.clone()),
-                Some(call.plugin.clone()),
-                Some(call.outcome.label().to_string()),
-            ),
-            AuditEntry::HomeChange(change) => (
-                "home_change",
-                None,
-                None,
-                Some(change.plugin.clone()),
-                Some(change.action.clone()),
-            ),
-        };
-        // Plain data with string keys: serialising cannot fail.
-        let json = serde_json::to_string(record).unwrap_or_default();
-        let sql = "INSERT INTO audit (at_ms, kind, origin, session, tool, plugin, outcome, record) \
-                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
-        let result = on_backend!(self, pool => sqlx::query(sql)
-            .bind(record.at_ms)
-            .bind(kind)
-            .bind(&record.origin)
-            .bind(&session)
-            .bind(&tool)
-            .bind(&plugin)
-            .bind(&outcome)
-            .bind(&json)
-            .execute(pool)
-            .await
-            .map(|_| ()));
+        self.append_audits(std::slice::from_ref(record)).await
+    }
+
+    /// Appends records in order, in one database transaction: all or none.
+    pub async fn append_audits(&self, records: &[AuditRecord]) -> Result<(), StoreError> {
+        const SQL: &str = "INSERT INTO audit (at_ms, kind, origin, session, tool, plugin, outcome, record) \
+                           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+        let rows: Vec<AuditRow> = records.iter().map(AuditRow::of).collect();
+        let result = on_backend!(self, pool => async {
+            let mut tx = pool.begin().await?;
+            for row in &rows {
+                sqlx::query(SQL)
+                    .bind(row.at_ms)
+                    .bind(row.kind)
+                    .bind(&row.origin)
+                    .bind(&row.session)
+                    .bind(&row.tool)
+                    .bind(&row.plugin)
+                    .bind(&row.outcome)
+                    .bind(&row.json)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await
+        }
+        .await);
         result.map_err(|e| self.failed(e))
     }
 
@@ -102,5 +96,49 @@ impl Store {
             }
         }
         Ok(out)
+    }
+}
+
+/// The columns of one audit record.
+struct AuditRow {
+    at_ms: i64,
+    kind: &'static str,
+    origin: String,
+    session: Option<String>,
+    tool: Option<String>,
+    plugin: Option<String>,
+    outcome: Option<String>,
+    json: String,
+}
+
+impl AuditRow {
+    fn of(record: &AuditRecord) -> Self {
+        let (kind, session, tool, plugin, outcome) = match &record.entry {
+            AuditEntry::ToolCall(call) => (
+                "tool_call",
+                call.session.clone(),
+                Some(call.tool.clone()),
+                Some(call.plugin.clone()),
+                Some(call.outcome.label().to_string()),
+            ),
+            AuditEntry::HomeChange(change) => (
+                "home_change",
+                None,
+                None,
+                Some(change.plugin.clone()),
+                Some(change.action.clone()),
+            ),
+        };
+        Self {
+            at_ms: record.at_ms,
+            kind,
+            origin: record.origin.clone(),
+            session,
+            tool,
+            plugin,
+            outcome,
+            // Plain data with string keys: serialising cannot fail.
+            json: serde_json::to_string(record).unwrap_or_default(),
+        }
     }
 }

@@ -1,0 +1,344 @@
+//! Cordon as an MCP server, measured against a baseline in the same run.
+//!
+//! 1. **stdio round trip.** One MCP client (rmcp) calls a no-op tool over stdio, alternately
+//!    through `cordon mcp` (the `noop` fixture component, a fresh sandbox per call, the audit
+//!    log written) and through a minimal native rmcp server doing the same no-op (this program,
+//!    re-run with `--native-noop-server`). Medians per call and their ratio (target ≤ 1.2×).
+//! 2. **Concurrent calls over Streamable HTTP.** `--concurrent` (1,000) no-op `tools/call`s at
+//!    once against `cordon serve`'s `/mcp` (protocol 2026-07-28, one POST each): all must
+//!    succeed; calls per second and the server's peak resident memory (target < 512 MiB).
+//!
+//! `cargo run --release -p cordon-tests --example mcp_bench -- [--cordon target/release/cordon]
+//! [--noop target/fixtures/noop.wasm] [--calls 2000] [--concurrent 1000]`. Everything listens on
+//! 127.0.0.1; every loop is bounded.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolRequestParams, CallToolResponse, ServerCapabilities, ServerConfig};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+
+const NATIVE_FLAG: &str = "--native-noop-server";
+const TOKEN: &str = "bench-token-0123456789abcdef";
+/// The longest the concurrent calls may take together.
+const RUN_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The baseline: an MCP server whose one tool does nothing, natively.
+struct NativeNoop;
+
+impl ServerHandler for NativeNoop {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, ErrorData> {
+        let schema = serde_json::Map::from_iter([("type".to_string(), json!("object"))]);
+        let tool = rmcp::model::Tool::new("noop", "Does nothing.", Arc::new(schema));
+        Ok(rmcp::model::ListToolsResult::with_all_items(vec![tool]))
+    }
+
+    async fn call_tool(
+        &self,
+        _request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        Ok(rmcp::model::CallToolResult::success(vec![]).into())
+    }
+}
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+fn number(args: &[String], name: &str, default: usize) -> usize {
+    arg(args, name)
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} takes a number, not {v:?}"))
+        })
+        .unwrap_or(default)
+}
+
+fn cordon(bin: &Path, home: &Path, args: &[&str]) {
+    let out = Command::new(bin)
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .current_dir(home)
+        .env_remove("CORDON_CONFIG")
+        .env_remove("CORDON_STORE")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run cordon");
+    assert!(
+        out.status.success(),
+        "cordon {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn micros(d: Duration) -> String {
+    format!("{:.1} µs", d.as_secs_f64() * 1e6)
+}
+
+/// A `/proc/PID/status` field in KiB.
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with(field))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+type Client = rmcp::service::RunningService<rmcp::RoleClient, ()>;
+
+async fn connect(mut cmd: tokio::process::Command) -> Client {
+    cmd.stderr(Stdio::null());
+    let transport = rmcp::transport::TokioChildProcess::new(cmd).expect("start the MCP server");
+    ().serve(transport)
+        .await
+        .expect("connect to the MCP server")
+}
+
+/// `n` sequential no-op calls; the time of each.
+async fn calls(client: &Client, n: usize) -> Vec<Duration> {
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = Instant::now();
+        let result = client
+            .call_tool(CallToolRequestParams::new("noop"))
+            .await
+            .expect("tools/call");
+        assert_ne!(result.is_error, Some(true), "{result:?}");
+        times.push(start.elapsed());
+    }
+    times
+}
+
+/// Stops the server it holds on drop (SIGTERM, then SIGKILL after 20 s).
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        // SAFETY: signals our own child process by its id.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_serve(bin: &Path, home: &Path) -> (Serve, String) {
+    let mut child = Command::new(bin)
+        .arg("--home")
+        .arg(home)
+        .args(["serve", "--listen", "127.0.0.1:0", "--token-file"])
+        .arg(home.join("bench-token"))
+        .current_dir(home)
+        .env_remove("CORDON_CONFIG")
+        .env_remove("CORDON_STORE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start cordon serve");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let serve = Serve(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.split("listening on http://").nth(1) {
+                let addr = rest.split_whitespace().next().unwrap_or_default();
+                let _ = tx.send(format!("http://{addr}"));
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("cordon serve did not say where it listens");
+    (serve, url)
+}
+
+/// One no-op `tools/call` on protocol 2026-07-28 (stateless: one POST, the answer as an SSE
+/// event or JSON).
+async fn http_call(client: &reqwest::Client, url: &str, id: usize) -> Result<(), String> {
+    let body = json!({
+        "jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "noop", "arguments": {}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "mcp_bench", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }},
+    });
+    let response = client
+        .post(url)
+        .bearer_auth(TOKEN)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "noop")
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    let text = response.text().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("{status}: {text}"));
+    }
+    let message = text
+        .lines()
+        .find_map(|l| l.strip_prefix("data: ").filter(|d| !d.trim().is_empty()))
+        .unwrap_or(&text);
+    let value: Value = serde_json::from_str(message).map_err(|e| format!("{e}: {text}"))?;
+    if value["result"]["isError"] != json!(false) {
+        return Err(format!("not a successful result: {value}"));
+    }
+    Ok(())
+}
+
+async fn native_server() {
+    let service = NativeNoop
+        .serve(rmcp::transport::stdio())
+        .await
+        .expect("serve stdio");
+    let _ = service.waiting().await;
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == NATIVE_FLAG) {
+        native_server().await;
+        return;
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let bin = arg(&args, "--cordon")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/release/cordon"));
+    let noop = arg(&args, "--noop")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/fixtures/noop.wasm"));
+    // Children run in the home: their paths must not depend on this directory.
+    let bin = std::fs::canonicalize(&bin).unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+    let noop = std::fs::canonicalize(&noop).unwrap_or_else(|e| panic!("{}: {e}", noop.display()));
+    let n = number(&args, "--calls", 2000).max(10);
+    let concurrent = number(&args, "--concurrent", 1000).max(1);
+    let dir = tempfile::tempdir().expect("temporary home");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).expect("home directory");
+    cordon(
+        &bin,
+        &home,
+        &["plugin", "install", noop.to_str().expect("path")],
+    );
+    std::fs::write(home.join("bench-token"), format!("bench {TOKEN}\n")).expect("token");
+
+    // 1. stdio: the same client, alternating rounds, so drift affects both alike.
+    let mut cordon_cmd = tokio::process::Command::new(&bin);
+    cordon_cmd
+        .arg("--home")
+        .arg(&home)
+        .arg("mcp")
+        .current_dir(&home);
+    cordon_cmd
+        .env_remove("CORDON_CONFIG")
+        .env_remove("CORDON_STORE");
+    let through_cordon = connect(cordon_cmd).await;
+    let mut native_cmd = tokio::process::Command::new(std::env::current_exe().expect("exe"));
+    native_cmd.arg(NATIVE_FLAG);
+    let native = connect(native_cmd).await;
+    calls(&through_cordon, 100).await;
+    calls(&native, 100).await;
+    let (mut cordon_times, mut native_times) = (Vec::new(), Vec::new());
+    let rounds = 5;
+    for _ in 0..rounds {
+        native_times.extend(calls(&native, n / rounds).await);
+        cordon_times.extend(calls(&through_cordon, n / rounds).await);
+    }
+    let _ = through_cordon.cancel().await;
+    let _ = native.cancel().await;
+    let (c, b) = (median(cordon_times), median(native_times));
+    println!("MCP over stdio, no-op tools/call round trip ({n} calls each, same rmcp client):");
+    println!("  native rmcp server (no sandbox)        {:>10}", micros(b));
+    println!("  cordon mcp (fresh sandbox, audit log)  {:>10}", micros(c));
+    println!(
+        "  ratio cordon / native                  {:>9.2}×   (target ≤ 1.2×)",
+        c.as_secs_f64() / b.as_secs_f64()
+    );
+
+    // 2. Streamable HTTP: all calls at once.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let (serve, base) = start_serve(&bin, &home);
+    let url = format!("{base}/mcp");
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .expect("HTTP client");
+    http_call(&client, &url, 0).await.expect("a first call");
+    let pid = serve.0.id();
+    let started = Instant::now();
+    let tasks: Vec<_> = (1..=concurrent)
+        .map(|id| {
+            let (client, url) = (client.clone(), url.clone());
+            tokio::spawn(async move { http_call(&client, &url, id).await })
+        })
+        .collect();
+    let results = tokio::time::timeout(RUN_TIMEOUT, futures::future::join_all(tasks))
+        .await
+        .expect("the concurrent calls took longer than the run's timeout");
+    let took = started.elapsed();
+    let failed: Vec<String> = results
+        .into_iter()
+        .filter_map(|r| match r {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e),
+            Err(e) => Some(e.to_string()),
+        })
+        .collect();
+    let peak = status_kib(pid, "VmHWM:").unwrap_or(0);
+    drop(serve);
+    println!(
+        "MCP over Streamable HTTP, {concurrent} no-op tools/calls at once (cordon serve /mcp):"
+    );
+    println!(
+        "  {} succeeded, {} failed in {:.2} s: {:.0} calls/s",
+        concurrent - failed.len(),
+        failed.len(),
+        took.as_secs_f64(),
+        concurrent as f64 / took.as_secs_f64()
+    );
+    println!(
+        "  cordon serve peak RSS (VmHWM) {:.1} MiB (target < 512 MiB)",
+        peak as f64 / 1024.0
+    );
+    if let Some(first) = failed.first() {
+        panic!("{} calls failed; the first: {first}", failed.len());
+    }
+}
