@@ -139,7 +139,8 @@ bench-tools:
 
 ## The benchmarks (docs/performance.md): the runtime; the bundled tools against the native
 ## programs; what recording a session's every transition costs (SQLite, and PostgreSQL when its
-## server programs are installed); 200 sessions at once on one release `cordon serve`.
+## server programs are installed); 200 sessions at once on one release `cordon serve`; Cordon's
+## MCP server against a native rmcp server, and 1,000 concurrent MCP calls over HTTP.
 bench: toolchain plugins bench-tools
 	cargo run --release -p cordon-runtime --example bench
 	cargo build --release -p cordon
@@ -148,6 +149,7 @@ bench: toolchain plugins bench-tools
 	  bash tests/bench/tools.sh
 	cargo run --release -p cordon-store --example bench_persistence
 	cargo run --release -p cordon-tests --example serve_load -- --cordon target/release/cordon --noop $(FIXTURE_OUT)/noop.wasm
+	cargo run --release -p cordon-tests --example mcp_bench -- --cordon target/release/cordon --noop $(FIXTURE_OUT)/noop.wasm
 
 clean:
 	cargo clean
