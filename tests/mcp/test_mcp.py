@@ -112,6 +112,7 @@ async def test_refusals_limits_and_bad_arguments_are_error_results(world, transp
         r = await c.call_tool("run_python", {"code": "while True:\n    pass"})
         assert r.is_error
         assert "time limit of 4s" in text(r), text(r)
+        assert "cordon limit" in text(r)
         # Refused before the sandbox starts, naming what is wrong.
         r = await c.call_tool("sql_query", {"database": "/db/x.db", "sql": 5})
         assert r.is_error

@@ -19,8 +19,8 @@ use crate::term::{Stream, errln, outln};
 
 #[derive(Debug, Args)]
 pub struct ApproveArgs {
-    /// The session of the call to answer. Without SESSION, CALL and ANSWER, each waiting
-    /// question is shown and asked on the terminal.
+    /// The session of the call to answer (`mcp:` for a call an MCP client made). Without
+    /// SESSION, CALL and ANSWER, each waiting question is shown and asked on the terminal.
     session: Option<String>,
     /// The call (`c3`), as `--list` shows it.
     call: Option<String>,

@@ -193,9 +193,12 @@ fn failed(failure: &ToolFailure) -> CallToolResult {
             "\nThe sandbox allows only the grants the user gave this tool (`cordon grant`); \
              they cannot be widened from here. Try a path or host inside them, or ask the user."
         }
-        ToolFailureKind::Cancelled => "",
-        ToolFailureKind::NotFound => "",
-        ToolFailureKind::Failed => "",
+        // The sandbox's limit errors say "the call exceeded its <limit> limit".
+        ToolFailureKind::Failed if failure.message.contains("exceeded its") => {
+            "\nMake the call do less (a smaller input, fewer rows, a narrower search), or ask \
+             the user to raise the plugin's limit (`cordon limit`)."
+        }
+        ToolFailureKind::Cancelled | ToolFailureKind::NotFound | ToolFailureKind::Failed => "",
     };
     CallToolResult::error(vec![ContentBlock::text(format!(
         "{}{advice}",

@@ -261,7 +261,8 @@ function renderApprovals(container, pending) {
   container.replaceChildren();
   for (const p of pending) {
     const box = el("div", { class: "approval", "data-session": p.session, "data-call": p.call_id },
-      el("div", {}, el("strong", { text: `${p.tool}` }), ` (plugin ${p.plugin}) in session ${p.session} wants to run with:`),
+      el("div", {}, el("strong", { text: `${p.tool}` }),
+        ` (plugin ${p.plugin}) ${p.client ? `from MCP client ${p.client}` : `in session ${p.session}`} wants to run with:`),
       el("pre", { class: "arguments", text: JSON.stringify(p.arguments, null, 2) }),
       el("div", { class: "grants", text: p.grants.length ? "Grants: " + p.grants.join(", ") : "Grants: none" }),
       el("div", { class: "why", text: "Asked because " + p.reason + "." }),
