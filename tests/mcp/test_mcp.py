@@ -8,6 +8,7 @@ Run by `make mcp-test` (part of `make test`), or by hand after `make`:
 """
 
 import json
+import signal
 import subprocess
 import threading
 
@@ -498,3 +499,23 @@ def test_an_unknown_protocol_version_is_answered_with_one_cordon_speaks(world):
         assert init["result"]["protocolVersion"] == "2025-11-25"
     finally:
         raw.close()
+
+
+def test_a_server_stopped_by_sigterm_records_its_calls_and_exits(world):
+    raw = RawStdio(world)
+    try:
+        raw.send(_initialize("2025-11-25").replace("raw-test", "sigterm-test"))
+        raw.reply(lambda m: m.get("id") == 1)
+        raw.send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        raw.send(
+            '{"jsonrpc":"2.0","id":2,"method":"tools/call",'
+            '"params":{"name":"run_python","arguments":{"code":"6 * 7"}}}'
+        )
+        assert "42" in json.dumps(raw.reply(lambda m: m.get("id") == 2))
+        # Stopped at once after its answer: the record queued for the audit log is written.
+        raw.proc.send_signal(signal.SIGTERM)
+        assert raw.proc.wait(10) == 0
+    finally:
+        raw.close()
+    records = [r for r in world.audit() if r.get("client") == "sigterm-test 1"]
+    assert len(records) == 1 and records[0]["outcome"]["status"] == "ok"

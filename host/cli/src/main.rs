@@ -366,7 +366,13 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .context("could not start the async runtime")
-        .and_then(|rt| rt.block_on(run(cli, one_shot)));
+        .and_then(|rt| {
+            let result = rt.block_on(run(cli, one_shot));
+            // A read of stdin still blocked in tokio's pool (`cordon mcp` stopped by a signal)
+            // must not keep the process alive; everything that matters is done by now.
+            rt.shutdown_timeout(std::time::Duration::from_secs(1));
+            result
+        });
     match result {
         Ok(code) => code,
         Err(e) => {

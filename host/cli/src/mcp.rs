@@ -46,6 +46,11 @@ pub async fn run(home: &Home, records: Records, args: McpArgs) -> anyhow::Result
     // approvals API and console and for `cordon approve`.
     let approver = Arc::new(StoreApprover::new(records.store.clone()));
     let host = McpHost::new(source, Some(records.store), approver, options);
-    cordon_mcp::serve_stdio(&host).await?;
+    // A client that stops its server with SIGTERM (or a Ctrl-C) still gets every audit record
+    // of its calls written.
+    tokio::select! {
+        served = cordon_mcp::serve_stdio(&host) => served?,
+        () = crate::serve::stop_requested() => host.finish().await,
+    }
     Ok(())
 }

@@ -43,7 +43,7 @@ impl ServeArgs {
 }
 
 /// Resolves when the process is asked to stop (SIGTERM, or Ctrl-C).
-async fn stop_requested() {
+pub(crate) async fn stop_requested() {
     #[cfg(unix)]
     {
         let mut term =
