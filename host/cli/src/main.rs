@@ -356,8 +356,12 @@ fn main() -> ExitCode {
     }
     init_logging(cli.verbose);
     // A one-shot command runs on the calling thread: starting worker threads costs more than
-    // anything such a command does concurrently.
-    let mut builder = if one_shot {
+    // anything such a command does concurrently. So does `cordon mcp`, which serves one
+    // client: without hand-offs between threads its round trip is 1.3–1.4× a native MCP server's
+    // instead of 1.7× (docs/performance.md), and a spinning guest still yields at every epoch
+    // tick.
+    let one_thread = one_shot || matches!(cli.command, Command::Mcp(_));
+    let mut builder = if one_thread {
         tokio::runtime::Builder::new_current_thread()
     } else {
         tokio::runtime::Builder::new_multi_thread()
