@@ -12,19 +12,18 @@
 //! [--noop target/fixtures/noop.wasm] [--calls 2000] [--concurrent 1000]`. Everything listens on
 //! 127.0.0.1; every loop is bounded.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cordon_tests::bench::{TOKEN, arg, cordon, number, start_serve, status_kib, write_token};
 use rmcp::model::{CallToolRequestParams, CallToolResponse, ServerCapabilities, ServerConfig};
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
 const NATIVE_FLAG: &str = "--native-noop-server";
-const TOKEN: &str = "bench-token-0123456789abcdef";
 /// The longest the concurrent calls may take together.
 const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -55,40 +54,6 @@ impl ServerHandler for NativeNoop {
     }
 }
 
-fn arg(args: &[String], name: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-}
-
-fn number(args: &[String], name: &str, default: usize) -> usize {
-    arg(args, name)
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name} takes a number, not {v:?}"))
-        })
-        .unwrap_or(default)
-}
-
-fn cordon(bin: &Path, home: &Path, args: &[&str]) {
-    let out = Command::new(bin)
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .current_dir(home)
-        .env_remove("CORDON_CONFIG")
-        .env_remove("CORDON_STORE")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run cordon");
-    assert!(
-        out.status.success(),
-        "cordon {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -96,18 +61,6 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 fn micros(d: Duration) -> String {
     format!("{:.1} µs", d.as_secs_f64() * 1e6)
-}
-
-/// A `/proc/PID/status` field in KiB.
-fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with(field))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
 }
 
 type Client = rmcp::service::RunningService<rmcp::RoleClient, ()>;
@@ -133,56 +86,6 @@ async fn calls(client: &Client, n: usize) -> Vec<Duration> {
         times.push(start.elapsed());
     }
     times
-}
-
-/// Stops the server it holds on drop (SIGTERM, then SIGKILL after 20 s).
-struct Serve(Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        // SAFETY: signals our own child process by its id.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_serve(bin: &Path, home: &Path) -> (Serve, String) {
-    let mut child = Command::new(bin)
-        .arg("--home")
-        .arg(home)
-        .args(["serve", "--listen", "127.0.0.1:0", "--token-file"])
-        .arg(home.join("bench-token"))
-        .current_dir(home)
-        .env_remove("CORDON_CONFIG")
-        .env_remove("CORDON_STORE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start cordon serve");
-    let stderr = child.stderr.take().expect("piped stderr");
-    let serve = Serve(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(rest) = line.split("listening on http://").nth(1) {
-                let addr = rest.split_whitespace().next().unwrap_or_default();
-                let _ = tx.send(format!("http://{addr}"));
-            }
-        }
-    });
-    let url = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("cordon serve did not say where it listens");
-    (serve, url)
 }
 
 /// One no-op `tools/call` on protocol 2026-07-28 (stateless: one POST, the answer as an SSE
@@ -258,7 +161,7 @@ async fn main() {
         &home,
         &["plugin", "install", noop.to_str().expect("path")],
     );
-    std::fs::write(home.join("bench-token"), format!("bench {TOKEN}\n")).expect("token");
+    write_token(&home);
 
     // 1. stdio: the same client, alternating rounds, so drift affects both alike.
     let mut cordon_cmd = tokio::process::Command::new(&bin);
@@ -295,7 +198,7 @@ async fn main() {
 
     // 2. Streamable HTTP: all calls at once.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let (serve, base) = start_serve(&bin, &home);
+    let (serve, base) = start_serve(&bin, &home, &[]);
     let url = format!("{base}/mcp");
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(120))

@@ -10,67 +10,18 @@
 //! [--noop target/fixtures/noop.wasm] [--sessions 200] [--turns 10]`. Without the fixture the
 //! model answers with text only (no tool call).
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cordon_scripted_llm::{Script, ScriptedCall, ScriptedServer, Step};
+use cordon_tests::bench::{TOKEN, arg, cordon, number, start_serve, status_kib, write_token};
 use serde_json::{Value, json};
 
 /// The longest one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// The longest the turns of all sessions may take together.
 const RUN_TIMEOUT: Duration = Duration::from_secs(600);
-const TOKEN: &str = "bench-token-0123456789abcdef";
-
-fn arg(args: &[String], name: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-}
-
-fn number(args: &[String], name: &str, default: usize) -> usize {
-    arg(args, name)
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name} takes a number, not {v:?}"))
-        })
-        .unwrap_or(default)
-}
-
-/// Runs `cordon` on the home, failing on a non-zero exit.
-fn cordon(bin: &Path, home: &Path, args: &[&str]) {
-    let out = Command::new(bin)
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .current_dir(home)
-        .env_remove("CORDON_CONFIG")
-        .env_remove("CORDON_STORE")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run cordon");
-    assert!(
-        out.status.success(),
-        "cordon {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A `/proc/PID/status` field in KiB.
-fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with(field))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
 
 /// CPU time (user and system) a process used so far, in seconds.
 fn cpu_seconds(pid: u32) -> f64 {
@@ -92,61 +43,6 @@ fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "unknown".to_string())
-}
-
-/// Stops the server it holds on drop (SIGTERM, then SIGKILL after 20 s), whatever happened.
-struct Serve(Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        // SAFETY: signals our own child process by its id.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `cordon serve` on the home and returns it with its base URL.
-fn start_serve(bin: &Path, home: &Path, llm_url: &str) -> (Serve, String) {
-    let mut child = Command::new(bin)
-        .arg("--home")
-        .arg(home)
-        .args(["serve", "--listen", "127.0.0.1:0", "--token-file"])
-        .arg(home.join("bench-token"))
-        .args(["--llm-url", llm_url, "--model", "scripted"])
-        .current_dir(home)
-        .env_remove("CORDON_CONFIG")
-        .env_remove("CORDON_STORE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start cordon serve");
-    let stderr = child.stderr.take().expect("piped stderr");
-    let serve = Serve(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    // Reads stderr to its end, so the server never blocks on a full pipe; the address goes back.
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(rest) = line.split("listening on http://").nth(1) {
-                let addr = rest.split_whitespace().next().unwrap_or_default();
-                let _ = tx.send(format!("http://{addr}"));
-            } else if line.contains("error") || line.contains("warn") {
-                eprintln!("serve: {line}");
-            }
-        }
-    });
-    let url = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("cordon serve says where it listens within 60 s");
-    (serve, url)
 }
 
 #[derive(Default)]
@@ -264,17 +160,7 @@ async fn main() {
         .tempdir()
         .expect("a temporary home");
     std::fs::create_dir_all(home.path()).unwrap();
-    {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(home.path().join("bench-token"))
-            .expect("write the token file");
-        writeln!(f, "bench {TOKEN}").unwrap();
-    }
+    write_token(home.path());
     let script = if with_tools {
         cordon(
             &bin,
@@ -299,7 +185,12 @@ async fn main() {
         .await
         .expect("start the scripted model");
 
-    let (serve, base) = start_serve(&bin, home.path(), &model.base_url());
+    let model_url = model.base_url();
+    let (serve, base) = start_serve(
+        &bin,
+        home.path(),
+        &["--llm-url", &model_url, "--model", "scripted"],
+    );
     let pid = serve.0.id();
     let started_kib = status_kib(pid, "VmHWM:").unwrap_or(0);
     // reqwest is built without a TLS provider of its own; none is used here (plain HTTP on

@@ -1,0 +1,128 @@
+//! What the benchmark programs in `examples/` share: their command line, `cordon` run on a
+//! throwaway home, and a `cordon serve` started on it and stopped however the run ends.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The token benchmarks' clients present to `cordon serve` (see [`write_token`]).
+pub const TOKEN: &str = "bench-token-0123456789abcdef";
+
+/// The value after `name` on the command line.
+pub fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+/// The number after `name` on the command line, else `default`.
+pub fn number(args: &[String], name: &str, default: usize) -> usize {
+    arg(args, name)
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} takes a number, not {v:?}"))
+        })
+        .unwrap_or(default)
+}
+
+/// Runs `cordon` on the home, failing on a non-zero exit.
+pub fn cordon(bin: &Path, home: &Path, args: &[&str]) {
+    let out = Command::new(bin)
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .current_dir(home)
+        .env_remove("CORDON_CONFIG")
+        .env_remove("CORDON_STORE")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run cordon");
+    assert!(
+        out.status.success(),
+        "cordon {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Writes the home's `bench-token` file (mode 0600) holding [`TOKEN`], named `bench`.
+pub fn write_token(home: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(home.join("bench-token"))
+        .expect("write the token file");
+    writeln!(f, "bench {TOKEN}").expect("write the token file");
+}
+
+/// A `/proc/PID/status` field in KiB.
+pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with(field))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// A running `cordon serve`, stopped on drop (SIGTERM, then SIGKILL after 20 s), whatever
+/// happened.
+pub struct Serve(pub Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        // SAFETY: signals our own child process by its id.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `cordon serve` on the home (any free port on 127.0.0.1, the `bench-token` file,
+/// then `extra` arguments) and returns it with its base URL.
+pub fn start_serve(bin: &Path, home: &Path, extra: &[&str]) -> (Serve, String) {
+    let mut child = Command::new(bin)
+        .arg("--home")
+        .arg(home)
+        .args(["serve", "--listen", "127.0.0.1:0", "--token-file"])
+        .arg(home.join("bench-token"))
+        .args(extra)
+        .current_dir(home)
+        .env_remove("CORDON_CONFIG")
+        .env_remove("CORDON_STORE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start cordon serve");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let serve = Serve(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Reads stderr to its end, so the server never blocks on a full pipe; the address goes back.
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.split("listening on http://").nth(1) {
+                let addr = rest.split_whitespace().next().unwrap_or_default();
+                let _ = tx.send(format!("http://{addr}"));
+            } else if line.contains("error") || line.contains("warn") {
+                eprintln!("serve: {line}");
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("cordon serve says where it listens within 60 s");
+    (serve, url)
+}
