@@ -53,10 +53,8 @@ impl StdioTransport {
         }
     }
 
-    async fn answer_error(&self, id: Value, code: i64, message: String) {
-        let error =
-            json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
-        let _ = self.outbox.send(error.to_string()).await;
+    async fn answer(&self, refusal: Refusal) {
+        let _ = self.outbox.send(refusal.to_response().to_string()).await;
     }
 }
 
@@ -66,29 +64,48 @@ impl Default for StdioTransport {
     }
 }
 
-/// The JSON-RPC error for a line that is not a message this server takes: its code, message,
-/// and the request id when one can be read.
-pub fn refusal(line: &str) -> (Value, i64, String) {
-    match serde_json::from_str::<Value>(line) {
-        Err(e) => (
-            Value::Null,
-            -32700,
-            format!("Parse error: the message is not JSON ({e})"),
-        ),
-        Ok(value) => {
-            let id = match value.get("id") {
+/// Why a message was refused, as the JSON-RPC error that answers it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    /// The request's id when one can be read, else `null`.
+    pub id: Value,
+    /// `-32700` (not JSON) or `-32600` (not a message this server takes).
+    pub code: i64,
+    /// What was wrong.
+    pub message: String,
+}
+
+impl Refusal {
+    /// The JSON-RPC error response.
+    pub fn to_response(&self) -> Value {
+        json!({"jsonrpc": "2.0", "id": self.id, "error": {"code": self.code, "message": self.message}})
+    }
+}
+
+/// Reads one message a client sent (a stdio line, an HTTP body), or says, as JSON-RPC does,
+/// why it is not one: not JSON (`-32700`), or JSON but no JSON-RPC 2.0 request, notification
+/// or response (`-32600`, with the id when it has one). Both transports answer alike.
+pub fn read_message(text: &[u8]) -> Result<RxJsonRpcMessage<RoleServer>, Refusal> {
+    if let Ok(message) = serde_json::from_slice(text) {
+        return Ok(message);
+    }
+    Err(match serde_json::from_slice::<Value>(text) {
+        Err(e) => Refusal {
+            id: Value::Null,
+            code: -32700,
+            message: format!("Parse error: the message is not JSON ({e})"),
+        },
+        Ok(value) => Refusal {
+            id: match value.get("id") {
                 Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
                 _ => Value::Null,
-            };
-            (
-                id,
-                -32600,
-                "Invalid Request: not a JSON-RPC 2.0 request, notification or response this \
-                 server takes"
-                    .to_string(),
-            )
-        }
-    }
+            },
+            code: -32600,
+            message: "Invalid Request: not a JSON-RPC 2.0 request, notification or response \
+                      this server takes"
+                .to_string(),
+        },
+    })
 }
 
 impl Transport<RoleServer> for StdioTransport {
@@ -115,20 +132,21 @@ impl Transport<RoleServer> for StdioTransport {
                     if line.trim().is_empty() {
                         continue;
                     }
-                    match serde_json::from_str::<RxJsonRpcMessage<RoleServer>>(&line) {
+                    match read_message(line.as_bytes()) {
                         Ok(message) => return Some(message),
-                        Err(_) => {
-                            let (id, code, message) = refusal(&line);
-                            self.answer_error(id, code, message).await;
-                        }
+                        Err(refusal) => self.answer(refusal).await,
                     }
                 }
                 Err(LinesCodecError::MaxLineLengthExceeded) => {
-                    let message = format!(
-                        "Invalid Request: the message is longer than {} MiB",
-                        MAX_LINE >> 20
-                    );
-                    self.answer_error(Value::Null, -32600, message).await;
+                    self.answer(Refusal {
+                        id: Value::Null,
+                        code: -32600,
+                        message: format!(
+                            "Invalid Request: the message is longer than {} MiB",
+                            MAX_LINE >> 20
+                        ),
+                    })
+                    .await;
                 }
                 Err(LinesCodecError::Io(_)) => return None,
             }
@@ -146,11 +164,21 @@ mod tests {
 
     #[test]
     fn lines_that_are_not_messages_get_the_right_error() {
-        assert_eq!(refusal("{not json").1, -32700);
-        assert_eq!(refusal("{not json").0, Value::Null);
-        let (id, code, _) = refusal(r#"{"jsonrpc":"2.0","id":7,"methd":"x"}"#);
-        assert_eq!((id, code), (json!(7), -32600));
-        let (id, code, _) = refusal(r#"[1,2]"#);
-        assert_eq!((id, code), (Value::Null, -32600));
+        let e = read_message(b"{not json").unwrap_err();
+        assert_eq!((e.id, e.code), (Value::Null, -32700));
+        let e = read_message(br#"{"jsonrpc":"2.0","id":7,"methd":"x"}"#).unwrap_err();
+        assert_eq!((e.id, e.code), (json!(7), -32600));
+        let e = read_message(b"[1,2]").unwrap_err();
+        assert_eq!((e.id, e.code), (Value::Null, -32600));
+        assert!(read_message(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).is_ok());
+        assert_eq!(
+            Refusal {
+                id: json!(3),
+                code: -32600,
+                message: "m".into()
+            }
+            .to_response(),
+            json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32600, "message": "m"}})
+        );
     }
 }

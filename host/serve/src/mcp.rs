@@ -11,7 +11,7 @@ use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use cordon_agent::ToolSource;
-use cordon_mcp::rmcp::model::{ClientJsonRpcMessage, ProtocolVersion};
+use cordon_mcp::rmcp::model::ProtocolVersion;
 use cordon_mcp::rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use cordon_mcp::rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService,
@@ -146,25 +146,14 @@ pub(crate) async fn check_message(request: Request, next: Next) -> Response {
             );
         }
     };
-    if serde_json::from_slice::<ClientJsonRpcMessage>(&bytes).is_err() {
-        let (id, code, message) = match serde_json::from_slice::<Value>(&bytes) {
-            Err(e) => (
-                Value::Null,
-                -32700,
-                format!("Parse error: the body is not JSON ({e})"),
-            ),
-            Ok(value) => (
-                match value.get("id") {
-                    Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
-                    _ => Value::Null,
-                },
-                -32600,
-                "Invalid Request: not a JSON-RPC 2.0 request, notification or response this \
-                 server takes"
-                    .to_string(),
-            ),
-        };
-        return rpc_error(StatusCode::BAD_REQUEST, id, code, message, None);
+    if let Err(refusal) = cordon_mcp::read_message(&bytes) {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            refusal.id,
+            refusal.code,
+            refusal.message,
+            None,
+        );
     }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
