@@ -165,11 +165,7 @@ impl Answerer {
                 .await?
                 .into_iter()
                 .map(|w| {
-                    let mut question = serde_json::to_value(&w.request).unwrap_or_default();
-                    question["session"] = json!(WAITING_APPROVALS_SESSION);
-                    question["call_id"] = json!(w.id);
-                    question["client"] = json!(w.client);
-                    question
+                    serde_json::to_value(cordon_serve::PendingApproval::from(w)).unwrap_or_default()
                 })
                 .collect()),
         }

@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use cordon_agent::{
-    Agent, AgentConfig, AgentError, ApprovalRequest, AuditContext, CancellationToken, Conversation,
-    Driven, JournalError, State, ToolHost, ToolSource, TurnInput, TurnIo,
+    Agent, AgentConfig, AgentError, AuditContext, CancellationToken, Conversation, Driven,
+    JournalError, State, ToolHost, ToolSource, TurnInput, TurnIo,
 };
-use cordon_store::{SessionJournal, SessionSettings, Store, WAITING_APPROVALS_SESSION};
+use cordon_store::{SessionJournal, SessionSettings, Store};
 use tokio::sync::broadcast;
 use tokio_util::task::TaskTracker;
 
@@ -218,16 +218,7 @@ impl Host {
         let mut all: Vec<PendingApproval> = live.iter().flat_map(|l| l.pending()).collect();
         // Questions MCP clients' calls wait on in the store (from `/mcp`, or `cordon mcp`).
         match self.store.waiting_approvals().await {
-            Ok(waiting) => all.extend(waiting.into_iter().map(|w| PendingApproval {
-                session: WAITING_APPROVALS_SESSION.to_string(),
-                client: Some(w.client),
-                request: ApprovalRequest {
-                    call_id: w.id,
-                    ..w.request
-                },
-                asked_ms: w.asked_ms,
-                expires_ms: w.expires_ms,
-            })),
+            Ok(waiting) => all.extend(waiting.into_iter().map(PendingApproval::from)),
             Err(e) => tracing::warn!("the questions waiting in the store could not be read: {e}"),
         }
         all.sort_by_key(|p| p.asked_ms);

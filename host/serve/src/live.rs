@@ -73,6 +73,23 @@ pub struct PendingApproval {
     pub expires_ms: i64,
 }
 
+impl From<cordon_store::ApprovalWaiting> for PendingApproval {
+    /// A question an MCP client's call waits on in the store, as the approvals API lists it:
+    /// session `mcp:`, answered by its id.
+    fn from(w: cordon_store::ApprovalWaiting) -> Self {
+        PendingApproval {
+            session: cordon_store::WAITING_APPROVALS_SESSION.to_string(),
+            client: Some(w.client),
+            request: ApprovalRequest {
+                call_id: w.id,
+                ..w.request
+            },
+            asked_ms: w.asked_ms,
+            expires_ms: w.expires_ms,
+        }
+    }
+}
+
 struct Waiting {
     approval: PendingApproval,
     reply: oneshot::Sender<GivenAnswer>,
