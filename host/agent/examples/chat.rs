@@ -35,6 +35,7 @@ impl ToolHost for DemoTools {
             tool: name.into(),
             description: description.into(),
             input_schema: schema,
+            output_schema: None,
             hints: ToolHints::default(),
             plugin: "demo".into(),
             grants: if can_change {

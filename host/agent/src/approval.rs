@@ -258,6 +258,7 @@ mod tests {
             tool: name.into(),
             description: String::new(),
             input_schema: serde_json::json!({"type": "object"}),
+            output_schema: None,
             hints: ToolHints {
                 read_only: read_only_hint,
                 destructive,

@@ -28,6 +28,10 @@ pub struct ToolSpec {
     pub description: String,
     /// JSON Schema the arguments must satisfy.
     pub input_schema: Value,
+    /// JSON Schema of the tool's result, for a tool that returns one JSON object (see
+    /// [`cordon_core::ToolDescriptor::output_schema`]); the host checked the result against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
     /// The author's hints.
     #[serde(default)]
     pub hints: ToolHints,
@@ -121,6 +125,7 @@ impl ToolSpec {
             tool: descriptor.name,
             description: descriptor.description,
             input_schema: descriptor.input_schema,
+            output_schema: descriptor.output_schema,
             hints: descriptor.hints,
             plugin: plugin.into(),
             grants,
@@ -202,6 +207,7 @@ mod tests {
                     destructive: true,
                     ..ToolHints::default()
                 },
+                output_schema: None,
             },
             "p",
             vec!["read /x".into()],

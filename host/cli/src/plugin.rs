@@ -377,11 +377,13 @@ fn print_upgrade(name: &str, diff: &UpgradeDiff) {
                 name,
                 description,
                 schema,
+                output_schema,
                 hints,
             } => {
                 let what: Vec<&str> = [
                     (*description, "description"),
                     (*schema, "input schema"),
+                    (*output_schema, "output schema"),
                     (*hints, "hints"),
                 ]
                 .into_iter()

@@ -8,16 +8,15 @@
 //! Cordon targets Unix hosts: paths are handled with Unix semantics (`/` separators, symlinks),
 //! and Windows drive letters or UNC paths are not given any meaning.
 
-mod arguments;
 mod audit;
 mod ceiling;
 mod grant;
 mod limits;
 mod reserved;
+mod schema;
 mod stamp;
 mod tool;
 
-pub use arguments::{ArgumentError, InputSchema, SchemaError};
 pub use audit::{
     AuditEntry, AuditRecord, CallOutcome, CallReport, HomeChangeAudit, MAX_REFUSALS_RECORDED,
     ToolCallAudit, arguments_sha256, local_user, now_ms,
@@ -29,6 +28,7 @@ pub use limits::{
     parse_bytes, parse_duration,
 };
 pub use reserved::{FileId, Relation, ReservedKind, ReservedOverlap, ReservedPaths};
+pub use schema::{CompiledSchema, SchemaError, SchemaViolations};
 pub use stamp::{
     BadStamp, CompiledPin, DigestCheck, DigestRecord, FileStamp, replace_file,
     replace_file_stamped, verify_file_digest,

@@ -33,6 +33,11 @@ pub struct ToolDescriptor {
     pub input_schema: serde_json::Value,
     /// Behaviour hints.
     pub hints: ToolHints,
+    /// JSON Schema of the tool's result, for a tool that returns one JSON object (WIT 0.1.3
+    /// `tool-outputs`): its every successful result holds exactly one JSON piece, an object the
+    /// schema accepts. `None` for tools without one, and for every plugin built before 0.1.3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<serde_json::Value>,
 }
 
 /// Longest tool name accepted, in bytes (what chat APIs accept for a function name).
@@ -45,8 +50,9 @@ pub const MAX_DESCRIPTION_BYTES: usize = 4 << 10;
 pub const MAX_SCHEMA_BYTES: usize = 64 << 10;
 
 impl ToolDescriptor {
-    /// Checks the size of what the model will read of this tool on every request: its
-    /// description and input schema (see [`MAX_DESCRIPTION_BYTES`], [`MAX_SCHEMA_BYTES`]).
+    /// Checks the size of what the model and clients will read of this tool on every request:
+    /// its description, input schema and output schema (see [`MAX_DESCRIPTION_BYTES`],
+    /// [`MAX_SCHEMA_BYTES`]).
     pub fn check_sizes(&self) -> Result<(), String> {
         let description = self.description.len();
         if description > MAX_DESCRIPTION_BYTES {
@@ -65,6 +71,19 @@ impl ToolDescriptor {
                  it is sent to the model with every request",
                 self.name,
                 crate::format_bytes_rounded(schema as u64),
+                crate::format_bytes(MAX_SCHEMA_BYTES as u64)
+            ));
+        }
+        let output = self
+            .output_schema
+            .as_ref()
+            .map_or(0, |s| s.to_string().len());
+        if output > MAX_SCHEMA_BYTES {
+            return Err(format!(
+                "the output schema of tool `{}` is {} long as JSON; at most {} is accepted, \
+                 since it is sent to clients with every tool list",
+                self.name,
+                crate::format_bytes_rounded(output as u64),
                 crate::format_bytes(MAX_SCHEMA_BYTES as u64)
             ));
         }
@@ -185,11 +204,14 @@ fn canonical_json(v: &serde_json::Value, out: &mut String) {
 /// A digest of a tool list (names, descriptions, schemas and hints, in the given order) as
 /// `sha256:<hex>`. The home records it at install time; a plugin whose list later hashes
 /// differently has changed what it tells the model ("rug pull") and is refused.
+///
+/// An output schema counts only when there is one, so the hash of a tool without one is what
+/// it was before output schemas existed and lock files written then stay valid.
 pub fn tools_hash(tools: &[ToolDescriptor]) -> String {
     let list: Vec<serde_json::Value> = tools
         .iter()
         .map(|t| {
-            serde_json::json!({
+            let mut entry = serde_json::json!({
                 "name": t.name,
                 "description": t.description,
                 "input_schema": t.input_schema,
@@ -199,7 +221,11 @@ pub fn tools_hash(tools: &[ToolDescriptor]) -> String {
                     "idempotent": t.hints.idempotent,
                     "open_world": t.hints.open_world,
                 },
-            })
+            });
+            if let Some(schema) = &t.output_schema {
+                entry["output_schema"] = schema.clone();
+            }
+            entry
         })
         .collect();
     let mut text = String::new();
@@ -217,6 +243,7 @@ mod tests {
             description: "d".repeat(description),
             input_schema: serde_json::json!({"type": "object", "description": "p".repeat(schema_padding)}),
             hints: ToolHints::default(),
+            output_schema: None,
         }
     }
 
@@ -255,6 +282,7 @@ mod tests {
             description: "d".into(),
             input_schema: schema,
             hints: ToolHints::default(),
+            output_schema: None,
         }
     }
 
@@ -284,6 +312,36 @@ mod tests {
         let b = tool("reads", a.input_schema.clone());
         assert_ne!(tools_hash(&[b]), h);
         assert_ne!(tools_hash(&[]), h);
+        let mut b = a.clone();
+        b.output_schema = Some(json!({"type": "object"}));
+        let with_output = tools_hash(&[b.clone()]);
+        assert_ne!(with_output, h);
+        b.output_schema = Some(json!({"type": "object", "required": ["n"]}));
+        assert_ne!(tools_hash(&[b]), with_output);
+    }
+
+    #[test]
+    fn hashes_of_tools_without_output_schemas_did_not_change() {
+        // Recorded before output schemas existed: lock files of that time must still verify.
+        let t = tool("read", json!({"type": "object"}));
+        assert_eq!(
+            tools_hash(&[t]),
+            "sha256:e934256be514b059385150bfe01a4dc6b2bdf5f6926df7305afbe2e625d3fd33"
+        );
+    }
+
+    #[test]
+    fn output_schemas_are_capped_and_optional_in_json() {
+        let mut t = sized(0, 0);
+        let text = serde_json::to_string(&t).unwrap();
+        assert!(!text.contains("output_schema"), "{text}");
+        t.output_schema =
+            Some(json!({"type": "object", "description": "p".repeat(MAX_SCHEMA_BYTES)}));
+        let e = t.check_sizes().unwrap_err();
+        assert!(e.contains("output schema of tool `t`"), "{e}");
+        let back: ToolDescriptor =
+            serde_json::from_str(&serde_json::to_string(&t).unwrap()).unwrap();
+        assert_eq!(back, t);
     }
 
     #[test]

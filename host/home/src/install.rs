@@ -35,7 +35,7 @@ pub enum ToolChange {
     Added(String),
     /// Only in the installed component.
     Removed(String),
-    /// In both, with different description, schema or hints (each flag says which).
+    /// In both, with different description, schemas or hints (each flag says which).
     Changed {
         /// The tool name.
         name: String,
@@ -43,6 +43,8 @@ pub enum ToolChange {
         description: bool,
         /// The input schema differs.
         schema: bool,
+        /// The output schema differs (added, removed or changed).
+        output_schema: bool,
         /// The behaviour hints differ.
         hints: bool,
     },
@@ -312,16 +314,18 @@ impl Home {
                 .as_ref()
                 .and_then(|ts| ts.iter().find(|t| t.name == tool.name))
             {
-                let (description, schema, hints) = (
+                let (description, schema, output_schema, hints) = (
                     before.description != tool.description,
                     before.input_schema != tool.input_schema,
+                    before.output_schema != tool.output_schema,
                     before.hints != tool.hints,
                 );
-                if description || schema || hints {
+                if description || schema || output_schema || hints {
                     changes.push(ToolChange::Changed {
                         name: tool.name.clone(),
                         description,
                         schema,
+                        output_schema,
                         hints,
                     });
                 }
@@ -335,8 +339,8 @@ impl Home {
 }
 
 /// Checks the tool list against the contract in `wit/tool.wit`: valid, unique names, input
-/// schemas that are valid JSON Schemas describing an object, and descriptions and schemas of a
-/// size a model can be sent on every request.
+/// and output schemas that are valid JSON Schemas describing an object, and descriptions and
+/// schemas of a size a model can be sent on every request.
 fn check_tool_list(source_name: &str, tools: &[ToolDescriptor]) -> Result<(), HomeError> {
     let bad = |reason: String| HomeError::BadToolList {
         source_name: source_name.to_string(),
@@ -354,6 +358,10 @@ fn check_tool_list(source_name: &str, tools: &[ToolDescriptor]) -> Result<(), Ho
         }
         crate::toolbox::compile_schema(&tool.input_schema)
             .map_err(|e| bad(format!("tool `{}`: {e}", tool.name)))?;
+        if let Some(schema) = &tool.output_schema {
+            crate::toolbox::compile_output_schema(schema)
+                .map_err(|e| bad(format!("tool `{}`: {e}", tool.name)))?;
+        }
     }
     Ok(())
 }

@@ -3,8 +3,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
+use cordon_core::Content;
 use cordon_core::{
-    CallReport, CompiledPin, DigestCheck, Grants, InputSchema, LimitKind, Limits, ReservedPaths,
+    CallReport, CompiledPin, CompiledSchema, DigestCheck, Grants, LimitKind, Limits, ReservedPaths,
     ToolDescriptor, tools_hash, verify_file_digest,
 };
 use cordon_runtime::{CallError, CancellationToken, Plugin, Runtime, Sandbox, ToolOutput};
@@ -16,7 +17,7 @@ use crate::lockfile::{LockFile, PluginRecord};
 use crate::{Home, digest_hex};
 
 /// Compiles a tool's input schema; the error text says what is wrong with the schema.
-pub(crate) fn compile_schema(schema: &Value) -> Result<InputSchema, String> {
+pub(crate) fn compile_schema(schema: &Value) -> Result<CompiledSchema, String> {
     let Some(object) = schema.as_object() else {
         return Err("its input schema must be a JSON object".into());
     };
@@ -27,7 +28,13 @@ pub(crate) fn compile_schema(schema: &Value) -> Result<InputSchema, String> {
             "its input schema must describe a JSON object (`\"type\": \"object\"`), not {ty}"
         ));
     }
-    InputSchema::compile(schema).map_err(|e| format!("its input schema is invalid: {e}"))
+    CompiledSchema::compile(schema).map_err(|e| format!("its input schema is invalid: {e}"))
+}
+
+/// Compiles a tool's output schema (the runtime already checked it is an object schema); the
+/// error text says what is wrong with it.
+pub(crate) fn compile_output_schema(schema: &Value) -> Result<CompiledSchema, String> {
+    CompiledSchema::compile(schema).map_err(|e| format!("its output schema is invalid: {e}"))
 }
 
 /// One callable tool with everything needed to decide about and run a call.
@@ -55,7 +62,9 @@ pub struct ToolEntry {
     pub can_change_anything: bool,
     /// Compiled on first use: a one-shot call validates one tool, and compiling every schema
     /// of a plugin up front costs more than the call. The schemas were checked at install.
-    schema: Arc<OnceLock<Result<InputSchema, String>>>,
+    schema: Arc<OnceLock<Result<CompiledSchema, String>>>,
+    /// The output schema, compiled on the first result that is checked against it.
+    output_schema: Arc<OnceLock<Result<CompiledSchema, String>>>,
     component: Plugin,
 }
 
@@ -99,6 +108,46 @@ impl ToolEntry {
                 plugin: self.plugin.clone(),
                 errors: e.violations().to_vec(),
             })
+    }
+}
+
+impl ToolEntry {
+    /// Checks a successful result against the tool's output schema, when it has one: the
+    /// plugin promised exactly one JSON piece, an object the schema accepts, and clients (MCP's
+    /// `structuredContent`) rely on that. Text pieces beside it are allowed. A result that
+    /// breaks the promise is the plugin's fault, reported as a malformed result.
+    fn check_result(&self, output: &ToolOutput) -> Result<(), CallError> {
+        let Some(schema) = &self.descriptor.output_schema else {
+            return Ok(());
+        };
+        let broken = |what: String| {
+            CallError::Malformed(format!(
+                "the result of tool `{}` does not match the output schema it declared: {what}",
+                self.descriptor.name
+            ))
+        };
+        let mut json = output.content.iter().filter_map(|piece| match piece {
+            Content::Json(v) => Some(v),
+            Content::Text(_) => None,
+        });
+        let (Some(document), None) = (json.next(), json.next()) else {
+            let count = output
+                .content
+                .iter()
+                .filter(|p| matches!(p, Content::Json(_)))
+                .count();
+            return Err(broken(format!(
+                "it holds {count} JSON pieces, where exactly one is promised"
+            )));
+        };
+        let compiled = self
+            .output_schema
+            .get_or_init(|| compile_output_schema(schema))
+            .as_ref()
+            .map_err(|reason| broken(reason.clone()))?;
+        compiled
+            .check(document)
+            .map_err(|violations| broken(violations.to_string()))
     }
 }
 
@@ -322,10 +371,12 @@ impl Toolbox {
             .component
             .call_tool_reported(&sandbox, &tool.descriptor.name, &arguments.to_string())
             .await;
-        let result = result.map_err(|source| HomeError::Call {
-            tool: tool.call_name.clone(),
-            source,
-        });
+        let result = result
+            .and_then(|output| tool.check_result(&output).map(|()| output))
+            .map_err(|source| HomeError::Call {
+                tool: tool.call_name.clone(),
+                source,
+            });
         (result, Some(report))
     }
 }
@@ -436,6 +487,7 @@ async fn load_plugin(
                 limits,
                 can_change_anything,
                 schema: Arc::new(OnceLock::new()),
+                output_schema: Arc::new(OnceLock::new()),
                 component: component.clone(),
             }
         })

@@ -1,5 +1,6 @@
-//! The toolbox's reported calls: the sandbox's report of every call that reached it, none for
-//! a call refused before, and the component digest each tool names.
+//! The toolbox's calls: the sandbox's report of every call that reached it, none for a call
+//! refused before, the component digest each tool names, and results checked against the
+//! output schemas plugins declared.
 
 use std::path::PathBuf;
 
@@ -9,7 +10,13 @@ use serde_json::json;
 
 /// The probe test fixture, built by `make plugins`.
 fn probe_path() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/fixtures/probe.wasm");
+    fixture_path("probe")
+}
+
+/// A test fixture built by `make plugins`.
+fn fixture_path(name: &str) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../../target/fixtures/{name}.wasm"));
     assert!(
         path.exists(),
         "fixture {} is missing; run `make plugins` first",
@@ -128,4 +135,84 @@ async fn reported_calls_carry_the_sandbox_report_and_tools_their_digest() {
             .await,
         Err(HomeError::Call { .. })
     ));
+}
+
+#[tokio::test]
+async fn results_must_keep_the_output_schema_their_plugin_declared() {
+    let home_dir = tempfile::tempdir().unwrap();
+    let home = Home::at(home_dir.path().join("home"));
+    let prepared = home
+        .prepare_install(
+            InstallRequest {
+                source: InstallSource::File {
+                    path: fixture_path("outputs"),
+                    sha256: None,
+                },
+                name: Some("outputs".into()),
+                grants: Vec::new(),
+                limits: Vec::new(),
+            },
+            &|_| {},
+        )
+        .await
+        .unwrap();
+    let schemas: Vec<bool> = prepared
+        .tools()
+        .iter()
+        .map(|t| t.output_schema.is_some())
+        .collect();
+    assert_eq!(schemas, [true, false]);
+    // The output schema is part of what the lock file's hash pins.
+    assert_eq!(
+        prepared.record().tools_hash,
+        cordon_core::tools_hash(prepared.tools())
+    );
+    prepared.commit().unwrap();
+    let toolbox = Toolbox::load(&home).await.unwrap();
+    let shaped = toolbox.resolve("shaped").unwrap();
+    assert_eq!(
+        shaped.descriptor.output_schema.as_ref().unwrap()["required"],
+        json!(["n"])
+    );
+
+    for mode in ["good", "with_text"] {
+        let out = toolbox
+            .call_value("shaped", &json!({"mode": mode}))
+            .await
+            .unwrap_or_else(|e| panic!("{mode}: {e}"));
+        assert!(
+            out.content
+                .contains(&cordon_core::Content::Json(json!({"n": 1}))),
+            "{mode}: {out:?}"
+        );
+    }
+    for (mode, why) in [
+        ("wrong_type", "at /n: \"one\" is not of type \"integer\""),
+        (
+            "two",
+            "it holds 2 JSON pieces, where exactly one is promised",
+        ),
+        ("text", "it holds 0 JSON pieces"),
+        ("array", "[1] is not of type \"object\""),
+    ] {
+        let (result, report) = toolbox
+            .call_value_reported("shaped", &json!({"mode": mode}), &Default::default())
+            .await;
+        let e = result.unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                HomeError::Call {
+                    source: CallError::Malformed(m),
+                    ..
+                } if m.contains("the result of tool `shaped` does not match the output schema it declared")
+                    && m.contains(why)
+            ),
+            "{mode}: {e}"
+        );
+        assert!(report.is_some(), "{mode}: the call ran");
+    }
+    // A tool without an output schema may return any content.
+    let out = toolbox.call_value("plain", &json!({})).await.unwrap();
+    assert_eq!(out.content, [cordon_core::Content::Json(json!([1, 2]))]);
 }

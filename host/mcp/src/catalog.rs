@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use cordon_agent::approval::decide;
 use cordon_agent::{ApprovalConfig, Policy, ToolHost, ToolSource, ToolSpec};
-use cordon_core::InputSchema;
+use cordon_core::CompiledSchema;
 use rmcp::model::{JsonObject, MetaObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -19,7 +19,7 @@ pub struct Offered {
     pub spec: ToolSpec,
     /// Its input schema, compiled, so arguments are checked before anyone is asked or the
     /// sandbox starts.
-    pub schema: InputSchema,
+    pub schema: CompiledSchema,
 }
 
 /// The tools of one load of the tool source.
@@ -49,7 +49,7 @@ impl Catalog {
             if decide(approval, &BTreeMap::new(), &spec).policy == Policy::Deny {
                 continue;
             }
-            let schema = match InputSchema::compile(&spec.input_schema) {
+            let schema = match CompiledSchema::compile(&spec.input_schema) {
                 Ok(schema) => schema,
                 Err(e) => {
                     left_out.push(format!(
@@ -87,7 +87,7 @@ impl Catalog {
 /// How a tool is described to MCP clients. The annotations are what Cordon can prove from
 /// the tool's effective grants ([`cordon_core::ProvenHints`]); all four are always stated,
 /// since MCP reads a missing `destructiveHint` as `true` and a missing `openWorldHint` as
-/// `true`.
+/// `true`. A tool that declared an output schema has it as `outputSchema`.
 pub fn describe(spec: &ToolSpec) -> Tool {
     let schema: JsonObject = match &spec.input_schema {
         Value::Object(map) => map.clone(),
@@ -108,6 +108,9 @@ pub fn describe(spec: &ToolSpec) -> Tool {
     );
     tool.title = Some(title);
     tool.annotations = Some(annotations);
+    if let Some(Value::Object(output)) = &spec.output_schema {
+        tool.output_schema = Some(Arc::new(output.clone()));
+    }
     let mut meta = serde_json::Map::new();
     meta.insert("cordon/plugin".into(), json!(spec.plugin));
     meta.insert("cordon/grants".into(), json!(spec.grants));
@@ -184,6 +187,7 @@ mod tests {
             tool: name.into(),
             description: format!("{name} things"),
             input_schema: json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+            output_schema: None,
             hints: Default::default(),
             plugin: "p".into(),
             grants: vec!["read /data".into()],

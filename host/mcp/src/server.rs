@@ -206,11 +206,16 @@ fn failed(failure: &ToolFailure) -> CallToolResult {
     ))])
 }
 
-/// A successful result: each piece as text, and a JSON object result also as
-/// `structuredContent`.
+/// A successful result: each piece as text, and the JSON object, when the result holds
+/// exactly one JSON piece and it is an object, also as `structuredContent`. A tool with an
+/// output schema always returns that (the home checked this result against the schema).
 fn succeeded(content: Vec<Content>) -> CallToolResult {
-    let structured = match content.as_slice() {
-        [Content::Json(v @ Value::Object(_))] => Some(v.clone()),
+    let mut json = content.iter().filter_map(|piece| match piece {
+        Content::Json(v) => Some(v),
+        Content::Text(_) => None,
+    });
+    let structured = match (json.next(), json.next()) {
+        (Some(v @ Value::Object(_)), None) => Some(v.clone()),
         _ => None,
     };
     let blocks: Vec<ContentBlock> = content

@@ -16,3 +16,24 @@ wasmtime::component::bindgen!({
     },
     with: { "cordon:tool/bulk-read.reader": crate::bulk_read::Reader },
 });
+
+/// The optional `cordon:tool/tool-outputs` export (WIT 0.1.3, world `plugin-with-outputs`).
+///
+/// Kept apart from the `plugin` bindings because a component need not export it: a plugin is
+/// linked through `plugin`, and this interface's functions are looked up in each component
+/// separately ([`tool_outputs::GuestIndices::new`] fails for a component without it). The
+/// shared interfaces are the `plugin` bindings' own, so their types are the same Rust types.
+pub(crate) mod outputs {
+    wasmtime::component::bindgen!({
+        path: "../../wit",
+        world: "plugin-with-outputs",
+        exports: { default: async },
+        with: {
+            "cordon:tool/types": crate::bindings::cordon::tool::types,
+            "cordon:tool/log": crate::bindings::cordon::tool::log,
+            "cordon:tool/bulk-read": crate::bindings::cordon::tool::bulk_read,
+        },
+    });
+
+    pub(crate) use exports::cordon::tool::tool_outputs;
+}

@@ -292,10 +292,14 @@ impl Runtime {
                 imports: vec![format!("{e:#}")],
             }
         })?;
-        let pre = bindings::PluginPre::new(pre)
+        // Optional (WIT 0.1.3): a component without the export has no output schemas.
+        let outputs = bindings::outputs::tool_outputs::GuestIndices::new(&pre).ok();
+        let tools = bindings::PluginIndices::new(&pre)
             .map_err(|e| RuntimeError::NotAPlugin(NotAPlugin::Exports(e)))?;
         Ok(Plugin::new(PluginInner {
             pre,
+            tools,
+            outputs,
             digest: format!("sha256:{sha}"),
             imports,
             compiled,

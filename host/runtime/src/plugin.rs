@@ -18,7 +18,11 @@ use crate::sandbox::{HostState, Sandbox, build_state};
 /// (`pre.engine()`), so a plugin needs nothing of the runtime that loaded it: the engine builds
 /// plugins, never the reverse.
 pub(crate) struct PluginInner {
-    pub(crate) pre: bindings::PluginPre<HostState>,
+    pub(crate) pre: wasmtime::component::InstancePre<HostState>,
+    /// Where the `tools` export is in each instance.
+    pub(crate) tools: bindings::PluginIndices,
+    /// Where the optional `tool-outputs` export is, when the component has it.
+    pub(crate) outputs: Option<bindings::outputs::tool_outputs::GuestIndices>,
     pub(crate) digest: String,
     pub(crate) imports: Vec<String>,
     pub(crate) compiled: Option<CompiledPin>,
@@ -41,6 +45,12 @@ pub struct ToolOutput {
     /// Whether some of that output, or some `cordon:tool/log` records, were dropped for
     /// exceeding the log limit.
     pub stderr_truncated: bool,
+}
+
+/// The exports of one fresh instance: `tools`, and `tool-outputs` when the component has it.
+pub(crate) struct Exports {
+    tools: bindings::Plugin,
+    outputs: Option<bindings::outputs::tool_outputs::Guest>,
 }
 
 /// How many lines of a stopped or crashed call's last output its error quotes.
@@ -92,54 +102,31 @@ impl Plugin {
         Ceiling::from_imports(&self.inner.imports)
     }
 
-    /// Asks the plugin for its tools, in an instance with no grants at all.
+    /// Asks the plugin for its tools, in an instance with no grants at all: `list-tools`, and
+    /// `output-schemas` when the component exports `tool-outputs` (WIT 0.1.3).
     pub async fn list_tools(&self, limits: &Limits) -> Result<Vec<ToolDescriptor>, CallError> {
         let sandbox = Sandbox {
             limits: *limits,
             ..Sandbox::default()
         };
-        let raw = self
-            .run(&sandbox, &mut CallReport::default(), |bindings, store| {
-                Box::pin(async move { bindings.cordon_tool_tools().call_list_tools(store).await })
+        let (raw, outputs) = self
+            .run(&sandbox, &mut CallReport::default(), |exports, store| {
+                Box::pin(async move {
+                    let tools = exports
+                        .tools
+                        .cordon_tool_tools()
+                        .call_list_tools(&mut *store)
+                        .await?;
+                    let outputs = match &exports.outputs {
+                        Some(outputs) => outputs.call_output_schemas(&mut *store).await?,
+                        None => Vec::new(),
+                    };
+                    Ok((tools, outputs))
+                })
             })
             .await?
             .0;
-        let mut seen = std::collections::HashSet::new();
-        let mut tools = Vec::with_capacity(raw.len());
-        for t in raw {
-            ToolDescriptor::check_name(&t.name).map_err(CallError::Malformed)?;
-            if !seen.insert(t.name.clone()) {
-                return Err(CallError::Malformed(format!(
-                    "the tool name `{}` appears twice",
-                    t.name
-                )));
-            }
-            let input_schema: serde_json::Value =
-                serde_json::from_str(&t.input_schema).map_err(|e| {
-                    CallError::Malformed(format!(
-                        "the input schema of tool `{}` is not JSON: {e}",
-                        t.name
-                    ))
-                })?;
-            if !input_schema.is_object() {
-                return Err(CallError::Malformed(format!(
-                    "the input schema of tool `{}` is not a JSON object",
-                    t.name
-                )));
-            }
-            tools.push(ToolDescriptor {
-                name: t.name,
-                description: t.description,
-                input_schema,
-                hints: ToolHints {
-                    read_only: t.hints.read_only,
-                    destructive: t.hints.destructive,
-                    idempotent: t.hints.idempotent,
-                    open_world: t.hints.open_world,
-                },
-            });
-        }
-        Ok(tools)
+        descriptors(raw, outputs)
     }
 
     /// Instantiates the plugin once with no grants and calls nothing: checks that it starts
@@ -226,9 +213,10 @@ impl Plugin {
         }
         let (tool_owned, args_owned) = (tool.to_string(), arguments.to_string());
         let (result, stderr, stderr_truncated) = self
-            .run(sandbox, report, move |bindings, store| {
+            .run(sandbox, report, move |exports, store| {
                 Box::pin(async move {
-                    bindings
+                    exports
+                        .tools
                         .cordon_tool_tools()
                         .call_call_tool(store, &tool_owned, &args_owned)
                         .await
@@ -316,7 +304,7 @@ impl Plugin {
     where
         R: Send,
         F: for<'a> FnOnce(
-                &'a bindings::Plugin,
+                &'a Exports,
                 &'a mut Store<HostState>,
             ) -> std::pin::Pin<
                 Box<dyn std::future::Future<Output = wasmtime::Result<R>> + Send + 'a>,
@@ -340,10 +328,17 @@ impl Plugin {
                 Ok(UpdateDeadline::Yield(1))
             }
         });
-        let pre = &self.inner.pre;
+        let inner = &self.inner;
         let work = async {
-            let bindings = pre.instantiate_async(&mut store).await?;
-            f(&bindings, &mut store).await
+            let instance = inner.pre.instantiate_async(&mut store).await?;
+            let exports = Exports {
+                tools: inner.tools.load(&mut store, &instance)?,
+                outputs: match &inner.outputs {
+                    Some(indices) => Some(indices.load(&mut store, &instance)?),
+                    None => None,
+                },
+            };
+            f(&exports, &mut store).await
         };
         // The epoch callback stops running guest code at the deadline; this timeout also stops
         // a guest blocked in a host call (a slow HTTP server, a sleep).
@@ -431,4 +426,158 @@ fn held_too_many_handles(e: &wasmtime::Error) -> bool {
             Some(wasmtime::component::ResourceTableError::Full)
         ) || cause.to_string().contains("store handle limit exceeded")
     })
+}
+
+/// The tool list a component reported, checked against the contract: valid, unique names,
+/// input schemas that are JSON objects, and output schemas (from `output-schemas`) that name
+/// listed tools once each and describe objects.
+fn descriptors(
+    raw: Vec<bindings::cordon::tool::types::ToolDescriptor>,
+    outputs: Vec<bindings::outputs::tool_outputs::OutputSchema>,
+) -> Result<Vec<ToolDescriptor>, CallError> {
+    let mut seen = std::collections::HashSet::new();
+    let mut tools = Vec::with_capacity(raw.len());
+    for t in raw {
+        ToolDescriptor::check_name(&t.name).map_err(CallError::Malformed)?;
+        if !seen.insert(t.name.clone()) {
+            return Err(CallError::Malformed(format!(
+                "the tool name `{}` appears twice",
+                t.name
+            )));
+        }
+        let input_schema: serde_json::Value =
+            serde_json::from_str(&t.input_schema).map_err(|e| {
+                CallError::Malformed(format!(
+                    "the input schema of tool `{}` is not JSON: {e}",
+                    t.name
+                ))
+            })?;
+        if !input_schema.is_object() {
+            return Err(CallError::Malformed(format!(
+                "the input schema of tool `{}` is not a JSON object",
+                t.name
+            )));
+        }
+        tools.push(ToolDescriptor {
+            name: t.name,
+            description: t.description,
+            input_schema,
+            hints: ToolHints {
+                read_only: t.hints.read_only,
+                destructive: t.hints.destructive,
+                idempotent: t.hints.idempotent,
+                open_world: t.hints.open_world,
+            },
+            output_schema: None,
+        });
+    }
+    for output in outputs {
+        let Some(tool) = tools.iter_mut().find(|t| t.name == output.tool) else {
+            return Err(CallError::Malformed(format!(
+                "`output-schemas` names tool `{}`, which `list-tools` does not list",
+                output.tool
+            )));
+        };
+        if tool.output_schema.is_some() {
+            return Err(CallError::Malformed(format!(
+                "`output-schemas` gives tool `{}` a schema twice",
+                output.tool
+            )));
+        }
+        let schema: serde_json::Value = serde_json::from_str(&output.schema).map_err(|e| {
+            CallError::Malformed(format!(
+                "the output schema of tool `{}` is not JSON: {e}",
+                output.tool
+            ))
+        })?;
+        if schema.get("type").and_then(serde_json::Value::as_str) != Some("object") {
+            return Err(CallError::Malformed(format!(
+                "the output schema of tool `{}` must be a JSON object with \"type\": \"object\" \
+                 (a structured result is one JSON object)",
+                output.tool
+            )));
+        }
+        tool.output_schema = Some(schema);
+    }
+    Ok(tools)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bindings::cordon::tool::types as wit;
+    use bindings::outputs::tool_outputs::OutputSchema;
+
+    fn tool(name: &str) -> wit::ToolDescriptor {
+        wit::ToolDescriptor {
+            name: name.into(),
+            description: "d".into(),
+            input_schema: r#"{"type":"object"}"#.into(),
+            hints: wit::ToolHints {
+                read_only: true,
+                destructive: false,
+                idempotent: true,
+                open_world: false,
+            },
+        }
+    }
+
+    fn output(tool: &str, schema: &str) -> OutputSchema {
+        OutputSchema {
+            tool: tool.into(),
+            schema: schema.into(),
+        }
+    }
+
+    fn refused(outputs: Vec<OutputSchema>) -> String {
+        match descriptors(vec![tool("a"), tool("b")], outputs) {
+            Err(CallError::Malformed(why)) => why,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn output_schemas_attach_to_the_tools_they_name() {
+        let tools = descriptors(
+            vec![tool("a"), tool("b")],
+            vec![output("b", r#"{"type":"object","required":["n"]}"#)],
+        )
+        .unwrap();
+        assert_eq!(tools[0].output_schema, None);
+        assert_eq!(
+            tools[1].output_schema,
+            Some(serde_json::json!({"type": "object", "required": ["n"]}))
+        );
+    }
+
+    #[test]
+    fn output_schemas_that_break_the_contract_are_refused() {
+        let why = refused(vec![output("c", r#"{"type":"object"}"#)]);
+        assert!(
+            why.contains("names tool `c`, which `list-tools` does not list"),
+            "{why}"
+        );
+        let why = refused(vec![
+            output("a", r#"{"type":"object"}"#),
+            output("a", r#"{"type":"object"}"#),
+        ]);
+        assert!(why.contains("gives tool `a` a schema twice"), "{why}");
+        let why = refused(vec![output("a", "{")]);
+        assert!(
+            why.contains("output schema of tool `a` is not JSON"),
+            "{why}"
+        );
+        for not_object in [
+            r#"{"type":"array"}"#,
+            "{}",
+            "true",
+            r#"{"type":["object"]}"#,
+        ] {
+            let why = refused(vec![output("a", not_object)]);
+            assert!(
+                why.contains(r#"must be a JSON object with "type": "object""#),
+                "{why}"
+            );
+        }
+    }
 }

@@ -479,6 +479,7 @@ mod tests {
                 tool: "ping".into(),
                 description: "Answers pong.".into(),
                 input_schema: json!({"type": "object"}),
+                output_schema: None,
                 hints: ToolHints {
                     read_only: true,
                     ..ToolHints::default()

@@ -43,6 +43,7 @@ fn spec(name: &str) -> ToolSpec {
         tool: name.into(),
         description: format!("The {name} tool."),
         input_schema: json!({"type": "object", "properties": {"key": {"type": "string"}}}),
+        output_schema: None,
         hints: ToolHints {
             read_only: true,
             ..ToolHints::default()

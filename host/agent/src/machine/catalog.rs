@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use cordon_core::{InputSchema, SchemaError};
+use cordon_core::{CompiledSchema, SchemaError};
 use serde_json::Value;
 
 use crate::approval::{self, ApprovalConfig, Decision, Policy};
@@ -11,7 +11,7 @@ use crate::tools::ToolSpec;
 
 /// The tools known to the turn, with compiled schemas and the user's approval rules.
 pub struct ToolCatalog {
-    tools: BTreeMap<String, (ToolSpec, Result<InputSchema, SchemaError>)>,
+    tools: BTreeMap<String, (ToolSpec, Result<CompiledSchema, SchemaError>)>,
     approval: ApprovalConfig,
 }
 
@@ -27,7 +27,7 @@ impl ToolCatalog {
         let tools = specs
             .into_iter()
             .map(|s| {
-                let v = InputSchema::compile(&s.input_schema);
+                let v = CompiledSchema::compile(&s.input_schema);
                 (s.name.clone(), (s, v))
             })
             .collect();

@@ -18,6 +18,7 @@ fn spec(name: &str, can_change: bool) -> ToolSpec {
         tool: name.into(),
         description: format!("{name} tool"),
         input_schema: json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"], "additionalProperties": false}),
+        output_schema: None,
         hints: ToolHints::default(),
         plugin: "p".into(),
         grants: vec![format!("{name} grant")],

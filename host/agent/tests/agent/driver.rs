@@ -28,6 +28,7 @@ fn spec(name: &str, can_change: bool, schema: Value) -> ToolSpec {
         tool: name.into(),
         description: format!("The {name} tool."),
         input_schema: schema,
+        output_schema: None,
         hints: ToolHints {
             read_only: true,
             ..ToolHints::default()

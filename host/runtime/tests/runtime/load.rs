@@ -262,7 +262,7 @@ fn unsupported_import_is_named() {
 async fn plugins_built_against_0_1_0_still_run() {
     let _process = shared();
     // The fixture keeps the 0.1.0 contract as it was published: the host serves it through
-    // the semver-compatible 0.1.2 interfaces.
+    // the semver-compatible 0.1.3 interfaces.
     let plugin = load("abi010");
     assert!(
         plugin
@@ -275,6 +275,8 @@ async fn plugins_built_against_0_1_0_still_run() {
     let tools = plugin.list_tools(&Limits::default()).await.unwrap();
     assert_eq!(tools.len(), 1);
     assert_eq!(tools[0].name, "echo");
+    // No `tool-outputs` export before 0.1.3: no output schemas, and no error either.
+    assert_eq!(tools[0].output_schema, None);
     let out = call(
         &plugin,
         &cordon_runtime::Sandbox::default(),
@@ -384,7 +386,7 @@ async fn bundled_plugins_load_if_built() {
 async fn plugins_built_against_0_1_1_still_read_in_bulk() {
     let _process = shared();
     // The fixture keeps the 0.1.1 contract, whose bulk-read reader has no sifting: the host
-    // serves it through the semver-compatible 0.1.2 interface.
+    // serves it through the semver-compatible 0.1.3 interface.
     let plugin = load("abi011");
     assert!(
         plugin
@@ -410,5 +412,33 @@ async fn plugins_built_against_0_1_1_still_read_in_bulk() {
         [cordon_core::Content::Text(
             "/d/a.txt: alpha\n/d/missing: ReadError::NotFound".into()
         )]
+    );
+}
+
+#[tokio::test]
+async fn output_schemas_come_from_the_optional_tool_outputs_export() {
+    let _process = shared();
+    let plugin = load("outputs");
+    let tools = plugin.list_tools(&Limits::default()).await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["shaped", "plain"]);
+    assert_eq!(
+        tools[0].output_schema.as_ref().unwrap()["required"],
+        serde_json::json!(["n"])
+    );
+    assert_eq!(tools[1].output_schema, None);
+    // The runtime hands results over as the plugin made them; the home checks them against
+    // the schema (see the home's tests).
+    let out = call(
+        &plugin,
+        &cordon_runtime::Sandbox::default(),
+        "shaped",
+        serde_json::json!({"mode": "wrong_type"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        out.content,
+        [cordon_core::Content::Json(serde_json::json!({"n": "one"}))]
     );
 }

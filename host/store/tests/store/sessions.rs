@@ -19,6 +19,7 @@ fn catalog() -> ToolCatalog {
             tool: "read".into(),
             description: "reads".into(),
             input_schema: json!({"type": "object"}),
+            output_schema: None,
             hints: Default::default(),
             plugin: "p".into(),
             grants: vec![],

@@ -1,19 +1,20 @@
-//! Checking a tool call's arguments against the tool's input schema.
+//! Checking JSON against a tool's schemas: a call's arguments against its input schema, and a
+//! result against its output schema.
 //!
-//! The home (before a sandboxed call) and the agent (before a call is approved or run) both
-//! check arguments; they share this checker so a violation reads the same wherever it is
-//! reported: the JSON pointer of the offending value, then what is wrong with it.
+//! The home (before a sandboxed call, and on its result) and the agent (before a call is
+//! approved or run) both check; they share this checker so a violation reads the same wherever
+//! it is reported: the JSON pointer of the offending value, then what is wrong with it.
 
 use serde_json::Value;
 
-/// A tool's input schema, compiled once and used for every call of the tool.
-pub struct InputSchema {
+/// A tool's input or output schema, compiled once and used for every call of the tool.
+pub struct CompiledSchema {
     validator: jsonschema::Validator,
 }
 
-impl std::fmt::Debug for InputSchema {
+impl std::fmt::Debug for CompiledSchema {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InputSchema").finish_non_exhaustive()
+        f.debug_struct("CompiledSchema").finish_non_exhaustive()
     }
 }
 
@@ -22,22 +23,22 @@ impl std::fmt::Debug for InputSchema {
 #[error("{0}")]
 pub struct SchemaError(pub String);
 
-/// Arguments that do not match an input schema.
+/// A value (arguments, a result) that does not match a schema.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}", .violations.join("; "))]
-pub struct ArgumentError {
+pub struct SchemaViolations {
     violations: Vec<String>,
 }
 
-impl ArgumentError {
+impl SchemaViolations {
     /// One line per violation, in the validator's order: `at /pointer: what is wrong`, or
-    /// only what is wrong when it concerns the arguments as a whole.
+    /// only what is wrong when it concerns the value as a whole.
     pub fn violations(&self) -> &[String] {
         &self.violations
     }
 }
 
-impl InputSchema {
+impl CompiledSchema {
     /// Compiles a schema.
     pub fn compile(schema: &Value) -> Result<Self, SchemaError> {
         jsonschema::validator_for(schema)
@@ -45,11 +46,11 @@ impl InputSchema {
             .map_err(|e| SchemaError(e.to_string()))
     }
 
-    /// Checks arguments against the schema, listing every violation.
-    pub fn check(&self, arguments: &Value) -> Result<(), ArgumentError> {
+    /// Checks a value against the schema, listing every violation.
+    pub fn check(&self, value: &Value) -> Result<(), SchemaViolations> {
         let violations: Vec<String> = self
             .validator
-            .iter_errors(arguments)
+            .iter_errors(value)
             .map(|e| {
                 let at = e.instance_path().to_string();
                 if at.is_empty() {
@@ -62,7 +63,7 @@ impl InputSchema {
         if violations.is_empty() {
             Ok(())
         } else {
-            Err(ArgumentError { violations })
+            Err(SchemaViolations { violations })
         }
     }
 }
@@ -72,8 +73,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn schema() -> InputSchema {
-        InputSchema::compile(&json!({
+    fn schema() -> CompiledSchema {
+        CompiledSchema::compile(&json!({
             "type": "object",
             "properties": {"q": {"type": "string"}, "n": {"type": "integer"}},
             "required": ["q"]
@@ -108,7 +109,7 @@ mod tests {
 
     #[test]
     fn invalid_schemas_do_not_compile() {
-        let e = InputSchema::compile(&json!({"type": 7})).unwrap_err();
+        let e = CompiledSchema::compile(&json!({"type": 7})).unwrap_err();
         assert!(!e.0.is_empty());
     }
 }
