@@ -102,6 +102,52 @@ INPUT_SCHEMA = {
     "additionalProperties": False,
 }
 
+#: What ``run_python`` returns (``pyrunner.run_code``'s report), for clients that use the
+#: result's fields (MCP's ``outputSchema``).
+OUTPUT_SCHEMA = {
+    "type": "object",
+    "description": "What running the code did.",
+    "properties": {
+        "ok": {
+            "type": "boolean",
+            "description": "Whether the code ran to the end without an exception.",
+        },
+        "result": {
+            "description": (
+                "The value of the last statement when it is an expression, as JSON (left out "
+                "when it is None, not JSON, or too large; see result_repr)."
+            ),
+        },
+        "result_repr": {
+            "type": "string",
+            "description": "repr() of that value, possibly truncated.",
+        },
+        "stdout": {"type": "string", "description": "What the code printed."},
+        "stderr": {"type": "string", "description": "What the code wrote to stderr."},
+        "error": {
+            "type": "object",
+            "description": "The exception that stopped the code, when ok is false.",
+            "properties": {
+                "type": {"type": "string", "description": "The exception's class name."},
+                "message": {"type": "string"},
+                "line": {
+                    "type": ["integer", "null"],
+                    "description": "The line of the code where it was raised, if known.",
+                },
+                "traceback": {"type": "string"},
+            },
+            "required": ["type", "message", "line", "traceback"],
+        },
+        "notes": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "What was cut or left out of this report, and why.",
+        },
+    },
+    "required": ["ok", "stdout", "stderr"],
+    "additionalProperties": False,
+}
+
 plugin = Plugin()
 
 
@@ -114,6 +160,7 @@ plugin = Plugin()
     # Not idempotent: under such a grant the same code (e.g. appending to a file) has an
     # effect each time, so a caller must not retry it blindly.
     hints=Hints(read_only=True, destructive=False, idempotent=False, open_world=False),
+    output_schema=OUTPUT_SCHEMA,
 )
 def run_python(args: dict) -> Json:
     """Runs ``args['code']`` with ``args.get('input')`` bound to ``input``."""
@@ -131,3 +178,4 @@ def run_python(args: dict) -> Json:
 
 
 Tools = plugin.exports()
+ToolOutputs = plugin.output_exports()

@@ -75,6 +75,11 @@ __all__ = [
 #: The WIT world every Cordon plugin targets; pass it to ``componentize-py -w``.
 WIT_WORLD = "plugin"
 
+#: The world of a plugin that declares output schemas (WIT 0.1.3): ``plugin`` plus the
+#: ``tool-outputs`` export. Build with ``componentize-py -w plugin-with-outputs`` and end the
+#: app module with ``ToolOutputs = plugin.output_exports()`` as well as ``Tools``.
+WIT_WORLD_WITH_OUTPUTS = "plugin-with-outputs"
+
 _NAME_RE = re.compile(r"[a-z][a-z0-9_]*\Z")
 
 
@@ -152,12 +157,16 @@ class Hints:
 
 @dataclass(frozen=True)
 class ToolDescriptor:
-    """One declared tool as the host sees it; ``input_schema`` is canonical JSON text."""
+    """One declared tool as the host sees it; the schemas are canonical JSON text.
+
+    ``output_schema`` is ``None`` for a tool declared without one.
+    """
 
     name: str
     description: str
     input_schema: str
     hints: Hints
+    output_schema: str | None = None
 
 
 @dataclass(frozen=True)
@@ -188,6 +197,7 @@ class _Tool:
     descriptor: ToolDescriptor
     schema: dict
     handler: Handler
+    output_schema: dict | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -210,6 +220,7 @@ class Plugin:
         description: str,
         input_schema: dict,
         hints: Hints = Hints(),
+        output_schema: dict | None = None,
     ) -> Callable[[Handler], Handler]:
         """Declares the decorated function as tool ``name``.
 
@@ -218,6 +229,12 @@ class Plugin:
         the full schema before calling). It returns a ``str`` (one text content), a
         :class:`Text` or :class:`Json`, a list of those, ``None`` (no content), or any other
         JSON-serialisable value (one JSON content).
+
+        With ``output_schema`` (a JSON Schema with ``"type": "object"``) the tool is
+        structured: clients learn the shape of its result before calling (MCP's
+        ``outputSchema``), and every result must hold exactly one JSON object that the schema
+        accepts (text pieces beside it are allowed). The SDK checks that with :func:`validate`
+        and the host checks it fully. Build such a plugin for :data:`WIT_WORLD_WITH_OUTPUTS`.
         """
 
         def decorate(handler: Handler) -> Handler:
@@ -227,6 +244,7 @@ class Plugin:
                 description=description,
                 input_schema=input_schema,
                 hints=hints,
+                output_schema=output_schema,
             )
             return handler
 
@@ -240,6 +258,7 @@ class Plugin:
         description: str,
         input_schema: dict,
         hints: Hints = Hints(),
+        output_schema: dict | None = None,
     ) -> None:
         """Declares ``handler`` as tool ``name``; the non-decorator form of :meth:`tool`."""
         if not isinstance(name, str) or not _NAME_RE.match(name):
@@ -279,10 +298,34 @@ class Plugin:
             raise ToolDefinitionError(f"tool {name!r}: hints must be a cordon_sdk.Hints")
         if not callable(handler):
             raise ToolDefinitionError(f"tool {name!r}: the handler is not callable")
-        descriptor = ToolDescriptor(name, description, schema_text, hints)
-        # Keep a private copy of the schema so later mutation by the author cannot make the
+        output_text = None
+        if output_schema is not None:
+            if not isinstance(output_schema, dict) or output_schema.get("type") != "object":
+                raise ToolDefinitionError(
+                    f'tool {name!r}: output_schema must be a dict with "type": "object", '
+                    "because a structured result is one JSON object"
+                )
+            try:
+                output_text = json.dumps(
+                    output_schema,
+                    sort_keys=True,
+                    separators=(",", ":"),
+                    ensure_ascii=False,
+                    allow_nan=False,
+                )
+            except (TypeError, ValueError) as err:
+                raise ToolDefinitionError(
+                    f"tool {name!r}: output_schema is not valid JSON ({err})"
+                ) from None
+        descriptor = ToolDescriptor(name, description, schema_text, hints, output_text)
+        # Keep private copies of the schemas so later mutation by the author cannot make the
         # checks disagree with the hashed descriptor.
-        self._tools[name] = _Tool(descriptor, json.loads(schema_text), handler)
+        self._tools[name] = _Tool(
+            descriptor,
+            json.loads(schema_text),
+            handler,
+            None if output_text is None else json.loads(output_text),
+        )
 
     def descriptors(self) -> list[ToolDescriptor]:
         """The declared tools, in declaration order; identical on every call."""
@@ -322,7 +365,10 @@ class Plugin:
             raise
         except (Exception, SystemExit) as err:  # nothing may escape the export
             raise _map_unexpected(name, err) from None
-        return _to_contents(name, value)
+        contents = _to_contents(name, value)
+        if tool.output_schema is not None:
+            _check_structured(name, tool.output_schema, contents)
+        return contents
 
     def exports(self) -> type:
         """Returns the class ``componentize-py`` instantiates for the exported ``tools``.
@@ -368,6 +414,30 @@ class Plugin:
                     raise Err(_to_wit_error(wit, _map_unexpected(name, err))) from None
 
         return Tools
+
+    def output_exports(self) -> type:
+        """Returns the class ``componentize-py`` instantiates for the exported ``tool-outputs``.
+
+        Assign it to a module-level name ``ToolOutputs`` in the app module of a plugin built
+        for :data:`WIT_WORLD_WITH_OUTPUTS`; it lists the output schemas declared with
+        ``output_schema``.
+        """
+        plugin = self
+
+        class ToolOutputs:
+            """The ``cordon:tool/tool-outputs`` export, backed by a :class:`Plugin`."""
+
+            def output_schemas(self) -> list:
+                """The declared output schemas as WIT ``output-schema`` records."""
+                from wit_world.exports import tool_outputs as wit
+
+                return [
+                    wit.OutputSchema(tool=d.name, schema=_wit_str(d.output_schema))
+                    for d in plugin.descriptors()
+                    if d.output_schema is not None
+                ]
+
+        return ToolOutputs
 
 
 # --------------------------------------------------------------------------------------------
@@ -579,6 +649,25 @@ def _to_contents(tool: str, value: Any) -> list[Content]:
                     "this is a bug in the tool"
                 ) from None
     return contents
+
+
+def _check_structured(tool: str, schema: dict, contents: list[Content]) -> None:
+    """Checks a structured tool's result: exactly one JSON object, accepted by its schema."""
+    documents = [c.value for c in contents if isinstance(c, Json)]
+    if len(documents) != 1 or not isinstance(documents[0], dict):
+        raise Failed(
+            f"tool {tool!r} declares an output schema, so its result must hold exactly one JSON "
+            f"object; it returned {len(documents)} JSON pieces"
+            + ("" if len(documents) != 1 else f" ({_json_type_name(documents[0])})")
+            + "; this is a bug in the tool"
+        )
+    try:
+        validate(schema, documents[0], "result")
+    except InvalidArguments as err:
+        raise Failed(
+            f"the result of tool {tool!r} does not match its output schema: {err.message}; "
+            "this is a bug in the tool"
+        ) from None
 
 
 def _map_unexpected(tool: str, err: BaseException) -> ToolError:

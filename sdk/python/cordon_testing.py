@@ -39,9 +39,10 @@ except ImportError:  # checked in ComponentHost so that importing this module ne
     wasmtime = None
 
 _TICK_S = 0.01
-_INTERFACE = "cordon:tool/tools@0.1.2"
-_LOG = "cordon:tool/log@0.1.2"
-_BULK_READ = "cordon:tool/bulk-read@0.1.2"
+_INTERFACE = "cordon:tool/tools@0.1.3"
+_OUTPUTS = "cordon:tool/tool-outputs@0.1.3"
+_LOG = "cordon:tool/log@0.1.3"
+_BULK_READ = "cordon:tool/bulk-read@0.1.3"
 _READER = 1  # the host resource type of bulk-read's `reader`
 _MAX_QUEUED = 4096
 _MAX_QUEUED_BYTES = 1 << 20
@@ -166,9 +167,19 @@ class ComponentHost:
         self._ticker.join()
 
     def list_tools(self) -> list[ToolDescriptor]:
-        """Calls ``list-tools`` on a fresh instance."""
+        """Calls ``list-tools`` on a fresh instance, and ``output-schemas`` when the component
+        exports ``tool-outputs``, as the host does."""
         store, func = self._export("list-tools", None, self.timeout_s, self.memory_bytes)
         records = self._run(func, store)
+        outputs: dict[str, str] = {}
+        try:
+            store, func = self._export(
+                "output-schemas", None, self.timeout_s, self.memory_bytes, _OUTPUTS
+            )
+        except ComponentTrap:
+            pass  # a plugin of the world `plugin`: no output schemas
+        else:
+            outputs = {o.tool: o.schema for o in self._run(func, store)}
         return [
             ToolDescriptor(
                 name=r.name,
@@ -180,6 +191,7 @@ class ComponentHost:
                     idempotent=r.hints.idempotent,
                     open_world=getattr(r.hints, "open-world"),
                 ),
+                output_schema=outputs.get(r.name),
             )
             for r in records
         ]
@@ -213,7 +225,7 @@ class ComponentHost:
             ]
         raise _ERRORS.get(result.tag, ToolError)(result.payload)
 
-    def _export(self, func_name, preopens, timeout_s, memory_bytes):
+    def _export(self, func_name, preopens, timeout_s, memory_bytes, interface_name=_INTERFACE):
         store = wasmtime.Store(self._engine)
         self._preopens = list(preopens or ())
         self._readers.clear()  # a call's readers end with it, even if it trapped
@@ -225,9 +237,9 @@ class ComponentHost:
         store.set_limits(memory_size=memory_bytes)
         store.set_epoch_deadline(max(1, round(timeout_s / _TICK_S)))
         instance = self._linker.instantiate(store, self._component)
-        interface = instance.get_export_index(store, _INTERFACE)
+        interface = instance.get_export_index(store, interface_name)
         if interface is None:
-            raise ComponentTrap(f"the component does not export {_INTERFACE}")
+            raise ComponentTrap(f"the component does not export {interface_name}")
         func = instance.get_func(store, instance.get_export_index(store, func_name, interface))
         return store, func
 

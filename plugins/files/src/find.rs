@@ -1,9 +1,10 @@
 //! `find_files`: glob over a walk that honours .gitignore/.ignore.
 
-use cordon_sdk::{Json, ToolError};
+use cordon_sdk::ToolError;
 use globset::{Glob, GlobBuilder, GlobMatcher};
 use ignore::WalkBuilder;
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::Serialize;
 
 use crate::args::{FindFilesArgs, cap};
 use cordon_sdk::paths::{GrantedDirs, join};
@@ -67,7 +68,28 @@ pub fn relative(root: &str, entry: &std::path::Path) -> String {
         .to_owned()
 }
 
-pub fn run(fs_view: &GrantedDirs, args: FindFilesArgs) -> Result<Json<Value>, ToolError> {
+/// What `find_files` returns.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Found {
+    /// The glob pattern, as given.
+    pub pattern: String,
+    /// The directories searched.
+    pub searched: Vec<String>,
+    /// The matching files' absolute guest paths, sorted within each searched directory.
+    pub files: Vec<String>,
+    /// How many paths `files` holds.
+    pub count: usize,
+    /// Whether the search stopped at `max_results`.
+    pub truncated: bool,
+    /// What to do to see more, when it stopped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// How many entries could not be read (permissions), when any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreadable_entries: Option<usize>,
+}
+
+pub fn run(fs_view: &GrantedDirs, args: FindFilesArgs) -> Result<Found, ToolError> {
     let max = cap("max_results", args.max_results, 500, 10_000)?;
     let glob = PathGlob::new(&args.pattern, "pattern")?;
     let roots = fs_view.resolve_or_roots(args.path.as_deref(), "path")?;
@@ -101,22 +123,17 @@ pub fn run(fs_view: &GrantedDirs, args: FindFilesArgs) -> Result<Json<Value>, To
             files.push(join(root, &rel));
         }
     }
-    let mut out = json!({
-        "pattern": args.pattern,
-        "searched": roots,
-        "files": files,
-        "count": files.len(),
-        "truncated": truncated,
-    });
-    if truncated {
-        out["note"] = json!(format!(
-            "stopped at {max} paths; use a narrower pattern or path, or raise max_results"
-        ));
-    }
-    if unreadable > 0 {
-        out["unreadable_entries"] = json!(unreadable);
-    }
-    Ok(Json(out))
+    Ok(Found {
+        pattern: args.pattern,
+        searched: roots,
+        count: files.len(),
+        files,
+        truncated,
+        note: truncated.then(|| {
+            format!("stopped at {max} paths; use a narrower pattern or path, or raise max_results")
+        }),
+        unreadable_entries: (unreadable > 0).then_some(unreadable),
+    })
 }
 
 /// Fails clearly when a search root cannot be read, before walking it.

@@ -20,14 +20,14 @@ pub use cordon_sdk::paths::GrantedDirs;
 /// The four tools over the granted directories of this instance.
 pub fn plugin() -> Plugin {
     Plugin::new()
-        .tool(
+        .structured_tool(
             "list_dir",
             "Lists one directory: names, types (file, dir, symlink) and file sizes. `/` shows \
              the granted directories. Use find_files to look for files by name across a tree.",
             Hints::READ_ONLY,
             |a: ListDirArgs| list::run(&GrantedDirs::from_env(), a),
         )
-        .tool(
+        .structured_tool(
             "find_files",
             "Finds files by glob pattern (e.g. `*.rs`, `src/**/test_*.py`, `{README,LICENSE}*`) \
              under a directory, skipping hidden files and anything excluded by .gitignore or \

@@ -416,7 +416,7 @@ fn paths_outside_grants_are_denied() {
         serde_json::from_value::<ListDirArgs>(json!({ "path": "/" })).unwrap(),
     )
     .unwrap();
-    assert_eq!(v.0["entries"][0]["name"], json!(root));
+    assert_eq!(v.entries[0].name, root);
     // Without a path, search and find cover every grant.
     let out = logic::search_text(
         &fs_view,
@@ -430,7 +430,7 @@ fn paths_outside_grants_are_denied() {
             .unwrap(),
     )
     .unwrap();
-    assert_eq!(v.0["count"], 1);
+    assert_eq!(v.count, 1);
     let e = logic::find_files(
         &GrantedDirs::with_roots(&[]),
         serde_json::from_value::<FindFilesArgs>(json!({ "pattern": "*" })).unwrap(),

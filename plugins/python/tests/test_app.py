@@ -48,6 +48,20 @@ class Descriptor(unittest.TestCase):
             if module not in ("collections.abc", "os.path"):
                 self.assertIn(module, description)
 
+    def test_every_report_fits_the_output_schema(self):
+        # The SDK checks each result against the declared schema; these reach every field.
+        from cordon_sdk import validate
+
+        schema = json.loads(app.plugin.descriptors()[0].output_schema)
+        for code in (
+            "1 + 1",
+            "print('x')",
+            "raise ValueError('v')",
+            "def f(:",
+            "import sys\nsys.exit(3)",
+        ):
+            validate(schema, call({"code": code}), "result")
+
     def test_the_exported_class_is_named_tools(self):
         self.assertEqual(app.Tools.__name__, "Tools")
         self.assertTrue(callable(getattr(app.Tools, "call_tool", None)))

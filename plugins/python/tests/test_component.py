@@ -55,6 +55,10 @@ class Component(unittest.TestCase):
         self.assertEqual(descriptor.name, "run_python")
         self.assertTrue(descriptor.hints.read_only)
         self.assertEqual(json.loads(descriptor.input_schema)["required"], ["code"])
+        # Exported through tool-outputs, as the host reads it.
+        output = json.loads(descriptor.output_schema)
+        self.assertEqual(output["type"], "object")
+        self.assertEqual(output["required"], ["ok", "stdout", "stderr"])
 
     def test_cases(self):
         with open(os.path.join(HERE, "component_cases.json"), encoding="utf-8") as handle:

@@ -1,9 +1,11 @@
 //! `sql_execute`: writes, in one transaction.
 
-use cordon_sdk::{Json, ToolError};
+use cordon_sdk::ToolError;
 use fallible_iterator::FallibleIterator;
 use rusqlite::{Batch, Connection, Statement};
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
 
 use crate::args::{DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, ExecuteArgs};
 use crate::db::{bind, open_write, resolve_database, sqlite_error};
@@ -60,7 +62,28 @@ fn run_all(conn: &Connection, args: &ExecuteArgs) -> Result<Outcome, ToolError> 
     Ok(out)
 }
 
-pub fn run(mut args: ExecuteArgs) -> Result<Json<Value>, ToolError> {
+/// What `sql_execute` returns.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ExecuteResult {
+    /// How many statements ran.
+    pub statements: usize,
+    /// How many rows they inserted, updated or deleted.
+    pub changes: u64,
+    /// The rowid of the last row inserted on this connection (0 if none).
+    pub last_insert_rowid: i64,
+    /// The column names of the last statement that returned rows (`RETURNING`, a SELECT in
+    /// a script); only when one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub columns: Option<Vec<String>>,
+    /// Its rows, each an array of values in column order, capped as in `sql_query`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rows: Option<Vec<Value>>,
+    /// Whether it returned more rows than are shown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<bool>,
+}
+
+pub fn run(mut args: ExecuteArgs) -> Result<ExecuteResult, ToolError> {
     args.database = resolve_database(&args.database)?;
     if args.sql.trim().is_empty() {
         return Err(ToolError::invalid(
@@ -79,15 +102,20 @@ pub fn run(mut args: ExecuteArgs) -> Result<Json<Value>, ToolError> {
         ));
     }
     tx.commit().map_err(|e| sqlite_error(&args.database, &e))?;
-    let mut result = json!({
-        "statements": outcome.statements,
-        "changes": outcome.changes,
-        "last_insert_rowid": conn.last_insert_rowid(),
-    });
-    if let Some(rows) = outcome.returned {
-        result["columns"] = json!(rows.columns);
-        result["rows"] = json!(rows.rows);
-        result["truncated"] = json!(rows.truncated_by.is_some());
-    }
-    Ok(Json(result))
+    let (columns, rows, truncated) = match outcome.returned {
+        Some(r) => (
+            Some(r.columns),
+            Some(r.rows),
+            Some(r.truncated_by.is_some()),
+        ),
+        None => (None, None, None),
+    };
+    Ok(ExecuteResult {
+        statements: outcome.statements,
+        changes: outcome.changes,
+        last_insert_rowid: conn.last_insert_rowid(),
+        columns,
+        rows,
+        truncated,
+    })
 }

@@ -24,7 +24,7 @@ pub use args::{ExecuteArgs, QueryArgs, SchemaArgs};
 /// The three tools, in the order models see them.
 pub fn plugin() -> Plugin {
     Plugin::new()
-        .tool(
+        .structured_tool(
             "sql_schema",
             "Describes a SQLite database: its tables and views with columns and types, \
              indexes, foreign keys and row counts. Call this first to learn table and column \
@@ -33,7 +33,7 @@ pub fn plugin() -> Plugin {
             Hints::READ_ONLY,
             schema::run,
         )
-        .tool(
+        .structured_tool(
             "sql_query",
             "Runs one read-only SQL statement (SELECT, WITH, read-only PRAGMA, EXPLAIN) on a \
              SQLite database and returns the column names and rows as JSON. Pass values through \
@@ -44,7 +44,7 @@ pub fn plugin() -> Plugin {
             Hints::READ_ONLY,
             query::run,
         )
-        .tool(
+        .structured_tool(
             "sql_execute",
             "Changes a SQLite database: INSERT, UPDATE, DELETE, CREATE, ALTER, DROP. Runs one \
              statement with `params`, or without params a script of several statements \

@@ -1,7 +1,9 @@
 //! `sql_query`: one read-only statement, capped.
 
-use cordon_sdk::{Json, ToolError};
-use serde_json::{Value, json};
+use cordon_sdk::ToolError;
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
 
 use crate::args::{
     DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, LIMIT_MAX_BYTES, LIMIT_MAX_ROWS, QueryArgs,
@@ -20,7 +22,27 @@ fn cap(name: &str, value: Option<u32>, default: u32, limit: u32) -> Result<usize
     }
 }
 
-pub fn run(mut args: QueryArgs) -> Result<Json<Value>, ToolError> {
+/// What `sql_query` returns.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct QueryResult {
+    /// The result's column names, in order.
+    pub columns: Vec<String>,
+    /// How many rows `rows` holds.
+    pub row_count: usize,
+    /// The rows, each an array of values in column order: a string, number or null, or for a
+    /// BLOB an object `{"blob_hex": …, "bytes": n}`.
+    pub rows: Vec<Value>,
+    /// Whether more rows exist than were returned.
+    pub truncated: bool,
+    /// Which cap stopped reading (`max_rows` or `max_bytes`); only when truncated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncated_by: Option<String>,
+    /// What to do to see the rest; only when truncated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+pub fn run(mut args: QueryArgs) -> Result<QueryResult, ToolError> {
     args.database = resolve_database(&args.database)?;
     let max_rows = cap("max_rows", args.max_rows, DEFAULT_MAX_ROWS, LIMIT_MAX_ROWS)?;
     let max_bytes = cap(
@@ -48,22 +70,20 @@ pub fn run(mut args: QueryArgs) -> Result<Json<Value>, ToolError> {
     }
     bind(&mut stmt, args.params.as_ref())?;
     let rows = collect(&mut stmt, max_rows, max_bytes)?;
-    let mut out = json!({
-        "columns": rows.columns,
-        "row_count": rows.rows.len(),
-        "rows": rows.rows,
-        "truncated": rows.truncated_by.is_some(),
+    let note = rows.truncated_by.map(|by| match by {
+        "max_rows" => format!(
+            "more rows exist beyond the first {max_rows}; raise max_rows, add LIMIT/OFFSET, or aggregate"
+        ),
+        _ => format!(
+            "stopped at about {max_bytes} bytes of rows; select fewer or narrower columns, or raise max_bytes"
+        ),
     });
-    if let Some(by) = rows.truncated_by {
-        out["truncated_by"] = json!(by);
-        out["note"] = json!(match by {
-            "max_rows" => format!(
-                "more rows exist beyond the first {max_rows}; raise max_rows, add LIMIT/OFFSET, or aggregate"
-            ),
-            _ => format!(
-                "stopped at about {max_bytes} bytes of rows; select fewer or narrower columns, or raise max_bytes"
-            ),
-        });
-    }
-    Ok(Json(out))
+    Ok(QueryResult {
+        columns: rows.columns,
+        row_count: rows.rows.len(),
+        rows: rows.rows,
+        truncated: rows.truncated_by.is_some(),
+        truncated_by: rows.truncated_by.map(str::to_owned),
+        note,
+    })
 }

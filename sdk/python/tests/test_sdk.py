@@ -118,6 +118,59 @@ class Dispatch(unittest.TestCase):
     def test_decorator_returns_the_handler(self):
         self.assertIs(self.echo({"v": 1}), 1)
 
+    def test_a_structured_tool_must_return_one_object_its_schema_accepts(self):
+        plugin = Plugin()
+        schema = {
+            "type": "object",
+            "properties": {"n": {"type": "integer"}},
+            "required": ["n"],
+        }
+
+        @plugin.tool(
+            name="count",
+            description="Counts.",
+            input_schema={"type": "object", "properties": {"give": {}}},
+            output_schema=schema,
+        )
+        def count(args):
+            return args["give"]
+
+        (d,) = plugin.descriptors()
+        self.assertEqual(json.loads(d.output_schema), schema)
+        self.assertEqual(plugin.call("count", '{"give": {"n": 2}}'), [Json({"n": 2})])
+
+        @plugin.tool(
+            name="told",
+            description="Counts and says so.",
+            input_schema={"type": "object"},
+            output_schema=schema,
+        )
+        def told(args):
+            return [Text("two"), Json({"n": 2})]
+
+        self.assertEqual(plugin.call("told", "{}"), [Text("two"), Json({"n": 2})])
+        for give, fragment in [
+            ('{"n": "2"}', "does not match its output schema: `result.n` must be"),
+            ("{}", "does not match its output schema"),
+            ("[1]", "exactly one JSON object; it returned 1 JSON pieces (an array)"),
+            ("null", "it returned 0 JSON pieces"),
+        ]:
+            with self.subTest(give), self.assertRaises(Failed) as caught:
+                plugin.call("count", f'{{"give": {give}}}')
+            self.assertIn(fragment, caught.exception.message)
+        self.assertIsNone(self.plugin.descriptors()[0].output_schema)
+
+    def test_output_schema_must_be_an_object_schema(self):
+        for bad in ({"type": "array"}, [], {"type": "object", "x": float("nan")}):
+            with self.subTest(bad), self.assertRaises(ToolDefinitionError):
+                Plugin().add_tool(
+                    lambda a: a,
+                    name="t",
+                    description="d",
+                    input_schema={"type": "object"},
+                    output_schema=bad,
+                )
+
     def test_return_value_conversion(self):
         cases = [
             ("hi", [Text("hi")]),
@@ -454,7 +507,7 @@ class Exports(unittest.TestCase):
                 "-d",
                 os.path.join(HERE, "..", "wit"),
                 "-w",
-                "plugin",
+                "plugin-with-outputs",
                 "bindings",
                 cls.tmp.name,
             ],
@@ -463,9 +516,10 @@ class Exports(unittest.TestCase):
         )
         sys.path.insert(0, cls.tmp.name)
         from componentize_py_types import Err
+        from wit_world.exports import tool_outputs
         from wit_world.imports import types as wit
 
-        cls.Err, cls.wit = Err, wit
+        cls.Err, cls.wit, cls.tool_outputs = Err, wit, tool_outputs
 
         plugin = Plugin()
 
@@ -488,15 +542,38 @@ class Exports(unittest.TestCase):
                 return [Text("a\udc80b"), Json({"s": "\ud800"})]
             return f"Hello, {args['name']}!"
 
+        @plugin.tool(
+            name="size",
+            description="Sizes a word.",
+            input_schema={"type": "object", "properties": {"w": {"type": "string"}}},
+            output_schema={
+                "type": "object",
+                "properties": {"length": {"type": "integer"}},
+                "required": ["length"],
+            },
+        )
+        def size(args):
+            return {"length": len(args.get("w", ""))}
+
         cls.tools = plugin.exports()()
+        cls.outputs = plugin.output_exports()()
 
     @classmethod
     def tearDownClass(cls):
         sys.path.remove(cls.tmp.name)
         cls.tmp.cleanup()
 
+    def test_output_schemas_are_listed_for_structured_tools_only(self):
+        (o,) = self.outputs.output_schemas()
+        self.assertIsInstance(o, self.tool_outputs.OutputSchema)
+        self.assertEqual(o.tool, "size")
+        self.assertEqual(json.loads(o.schema)["required"], ["length"])
+        self.assertEqual(
+            self.tools.call_tool("size", '{"w": "abc"}'), [self.wit.Content_Json('{"length": 3}')]
+        )
+
     def test_list_tools(self):
-        (d,) = self.tools.list_tools()
+        d, _ = self.tools.list_tools()
         self.assertIsInstance(d, self.wit.ToolDescriptor)
         self.assertEqual(d.name, "greet")
         self.assertEqual(

@@ -1,4 +1,5 @@
-//! Bindings generated from `wit/tool.wit` (world `plugin`).
+//! Bindings generated from `wit/tool.wit` (world `plugin-with-outputs`: the `plugin` world plus
+//! the `tool-outputs` export, through which structured tools state their output schemas).
 //!
 //! The WIT is this crate's own copy (`sdk/rust/wit`), so the SDK builds wherever it is copied;
 //! `tests/wit_sync.rs` fails when it differs from the contract in the repository's `wit/`.
@@ -9,7 +10,7 @@
 
 wit_bindgen::generate!({
     path: "wit",
-    world: "plugin",
+    world: "plugin-with-outputs",
     pub_export_macro: true,
     export_macro_name: "export",
     default_bindings_module: "cordon_sdk::bindings",

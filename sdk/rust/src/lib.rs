@@ -1,11 +1,13 @@
 //! Write [Cordon](https://example.invalid/cordon) tool plugins as typed Rust functions.
 //!
-//! A Cordon plugin is a WASI Preview 2 component implementing the `plugin` world of
+//! A Cordon plugin is a WASI Preview 2 component implementing the `plugin-with-outputs` world of
 //! `wit/tool.wit`. This crate hides the WIT glue: you declare each tool as a function taking
 //! a `Deserialize + JsonSchema` argument struct, and the SDK
 //!
 //! - derives the tool's input schema from the struct (field doc comments become descriptions;
 //!   the struct's own doc comment does not, the tool's description says what it is for),
+//! - for a [`Plugin::structured_tool`], derives the output schema from the result type too,
+//!   so clients know the shape of the result before calling,
 //! - parses the host's JSON arguments into it, turning serde errors into `invalid-arguments`
 //!   that name the offending field,
 //! - maps your error type to the WIT `tool-error` variants (through [`ToolError`]),
@@ -77,7 +79,7 @@ use std::fmt;
 
 pub use content::{Content, IntoContents, Json};
 pub use error::ToolError;
-pub use schema::input_schema;
+pub use schema::{input_schema, output_schema};
 
 /// Re-exported so plugins need not pin their own versions of what the SDK is built on.
 pub use schemars;
@@ -155,6 +157,9 @@ pub struct ToolDescriptor {
     pub input_schema: String,
     /// Behaviour hints.
     pub hints: Hints,
+    /// JSON Schema (draft 2020-12) of the result, as JSON text, for a tool added with
+    /// [`Plugin::structured_tool`]; sent to the host in `output-schemas`.
+    pub output_schema: Option<String>,
 }
 
 type Handler = Box<dyn Fn(&str) -> Result<Vec<Content>, ToolError> + Send + Sync>;
@@ -167,6 +172,9 @@ struct Entry {
     /// instance, so the schema is only derived when the tool list is asked for.
     make_schema: fn() -> Result<serde_json::Value, String>,
     schema: std::sync::OnceLock<(String, Option<String>)>,
+    /// The output schema of a structured tool, derived like the input schema: only when asked.
+    make_output_schema: Option<fn() -> Result<serde_json::Value, String>>,
+    output_schema: std::sync::OnceLock<Option<(String, Option<String>)>>,
     handler: Handler,
 }
 
@@ -179,12 +187,26 @@ impl Entry {
         })
     }
 
+    /// The output schema as JSON text and why it is unusable if it is; `None` for a tool
+    /// without one.
+    fn output_schema(&self) -> Option<&(String, Option<String>)> {
+        self.output_schema
+            .get_or_init(|| {
+                self.make_output_schema.map(|make| match make() {
+                    Ok(schema) => (schema.to_string(), None),
+                    Err(e) => (r#"{"type":"object"}"#.to_owned(), Some(e)),
+                })
+            })
+            .as_ref()
+    }
+
     fn descriptor(&self) -> ToolDescriptor {
         ToolDescriptor {
             name: self.name.clone(),
             description: self.description.clone(),
             input_schema: self.schema().0.clone(),
             hints: self.hints,
+            output_schema: self.output_schema().map(|(schema, _)| schema.clone()),
         }
     }
 }
@@ -221,7 +243,7 @@ impl Plugin {
     ///
     /// `f` receives the parsed arguments and returns anything that converts into content
     /// ([`IntoContents`]) or an error that converts into [`ToolError`].
-    pub fn tool<A, R, E, F>(mut self, name: &str, description: &str, hints: Hints, f: F) -> Self
+    pub fn tool<A, R, E, F>(self, name: &str, description: &str, hints: Hints, f: F) -> Self
     where
         A: serde::de::DeserializeOwned + schemars::JsonSchema + 'static,
         R: IntoContents,
@@ -233,12 +255,61 @@ impl Plugin {
             let args: A = parse_arguments(&tool_name, arguments)?;
             f(args).map_err(Into::into)?.into_contents()
         });
+        self.push(name, description, hints, input_schema::<A>, None, handler)
+    }
+
+    /// Adds tool `name` whose every result is one JSON object of type `O`: its output schema
+    /// is derived from `O` (as the input schema is from `A`), so clients learn the shape of the
+    /// result before calling (MCP's `outputSchema`) and get it as structured data. The host
+    /// checks each result against that schema.
+    ///
+    /// `O` must serialise to a JSON object: a struct with named fields, or a map.
+    pub fn structured_tool<A, O, E, F>(
+        self,
+        name: &str,
+        description: &str,
+        hints: Hints,
+        f: F,
+    ) -> Self
+    where
+        A: serde::de::DeserializeOwned + schemars::JsonSchema + 'static,
+        O: serde::Serialize + schemars::JsonSchema + 'static,
+        E: Into<ToolError>,
+        F: Fn(A) -> Result<O, E> + Send + Sync + 'static,
+    {
+        let tool_name = name.to_owned();
+        let handler: Handler = Box::new(move |arguments: &str| {
+            let args: A = parse_arguments(&tool_name, arguments)?;
+            let result = f(args).map_err(Into::into)?;
+            Ok(vec![Content::json(&result)?])
+        });
+        self.push(
+            name,
+            description,
+            hints,
+            input_schema::<A>,
+            Some(output_schema::<O>),
+            handler,
+        )
+    }
+
+    fn push(
+        mut self,
+        name: &str,
+        description: &str,
+        hints: Hints,
+        make_schema: fn() -> Result<serde_json::Value, String>,
+        make_output_schema: Option<fn() -> Result<serde_json::Value, String>>,
+        handler: Handler,
+    ) -> Self {
         self.entries.push(Entry {
             name: name.to_owned(),
             description: description.to_owned(),
             hints,
-            make_schema: input_schema::<A>,
+            make_schema,
             schema: std::sync::OnceLock::new(),
+            make_output_schema,
+            output_schema: std::sync::OnceLock::new(),
             handler,
         });
         self
@@ -289,6 +360,9 @@ impl Plugin {
                 problems.push(format!("tool `{}` has no description", entry.name));
             }
             if let Some(err) = &entry.schema().1 {
+                problems.push(format!("tool `{}`: {err}", entry.name));
+            }
+            if let Some((_, Some(err))) = entry.output_schema() {
                 problems.push(format!("tool `{}`: {err}", entry.name));
             }
             if entry.hints.read_only && entry.hints.destructive {
@@ -407,6 +481,15 @@ macro_rules! export_plugin {
         }
 
         #[cfg(target_arch = "wasm32")]
+        impl $crate::bindings::exports::cordon::tool::tool_outputs::Guest for __CordonPluginExport {
+            fn output_schemas() -> ::std::vec::Vec<
+                $crate::bindings::exports::cordon::tool::tool_outputs::OutputSchema,
+            > {
+                $crate::__wit_output_schemas(Self::plugin())
+            }
+        }
+
+        #[cfg(target_arch = "wasm32")]
         $crate::bindings::export!(__CordonPluginExport with_types_in $crate::bindings);
     };
 }
@@ -427,6 +510,24 @@ pub fn __wit_descriptors(plugin: &Plugin) -> Vec<bindings::cordon::tool::types::
                 idempotent: d.hints.idempotent,
                 open_world: d.hints.open_world,
             },
+        })
+        .collect()
+}
+
+#[doc(hidden)]
+pub fn __wit_output_schemas(
+    plugin: &Plugin,
+) -> Vec<bindings::exports::cordon::tool::tool_outputs::OutputSchema> {
+    plugin
+        .descriptors()
+        .into_iter()
+        .filter_map(|d| {
+            d.output_schema.map(|schema| {
+                bindings::exports::cordon::tool::tool_outputs::OutputSchema {
+                    tool: d.name,
+                    schema,
+                }
+            })
         })
         .collect()
 }

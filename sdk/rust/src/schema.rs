@@ -19,32 +19,57 @@ use serde_json::Value;
 ///
 /// Fails if the top level is not an object, because tool arguments always are.
 pub fn input_schema<A: JsonSchema>() -> Result<Value, String> {
+    let mut value = object_schema::<A>().map_err(|kind| {
+        format!(
+            "the argument type `{}` must be a struct with named fields (its schema must have \
+             \"type\": \"object\"){kind}, because tool arguments are always a JSON object",
+            std::any::type_name::<A>()
+        )
+    })?;
+    if let Some(object) = value.as_object_mut() {
+        object.remove("description");
+        // An argument struct without fields still needs `properties` for some model APIs.
+        object
+            .entry("properties")
+            .or_insert_with(|| Value::Object(Default::default()));
+    }
+    Ok(value)
+}
+
+/// Builds the output schema of a tool whose results are values of type `O` (see
+/// [`Plugin::structured_tool`](crate::Plugin::structured_tool)), as [`input_schema`] builds
+/// an input schema, but keeping `O`'s doc comment as the top-level `description`: nothing else
+/// tells a client what the result is.
+///
+/// Fails if the top level is not an object, because a structured result is one JSON object.
+pub fn output_schema<O: JsonSchema>() -> Result<Value, String> {
+    object_schema::<O>().map_err(|kind| {
+        format!(
+            "the result type `{}` must be a struct with named fields or a map (its schema must \
+             have \"type\": \"object\"){kind}, because a structured result is one JSON object",
+            std::any::type_name::<O>()
+        )
+    })
+}
+
+/// The tidied, inlined draft 2020-12 schema of `T` without its `title`; Err says what its top
+/// level is instead of an object schema (empty when it is not even a JSON object).
+fn object_schema<T: JsonSchema>() -> Result<Value, String> {
     let settings = SchemaSettings::draft2020_12().with(|s| {
         s.inline_subschemas = true;
     });
-    let schema = settings.into_generator().into_root_schema_for::<A>();
+    let schema = settings.into_generator().into_root_schema_for::<T>();
     let mut value = schema.to_value();
     tidy(&mut value);
     let Some(object) = value.as_object_mut() else {
-        return Err(format!(
-            "the schema of `{}` is not a JSON object",
-            std::any::type_name::<A>()
-        ));
+        return Err(String::new());
     };
     object.remove("title");
-    object.remove("description");
-    if object.get("type").and_then(Value::as_str) != Some("object") {
-        return Err(format!(
-            "the argument type `{}` must be a struct with named fields (its schema must have \
-             \"type\": \"object\"), because tool arguments are always a JSON object",
-            std::any::type_name::<A>()
-        ));
+    match object.get("type") {
+        Some(Value::String(t)) if t == "object" => Ok(value),
+        Some(other) => Err(format!(", not {other}")),
+        None => Err(String::new()),
     }
-    // An argument struct without fields still needs `properties` for some model APIs.
-    object
-        .entry("properties")
-        .or_insert_with(|| Value::Object(Default::default()));
-    Ok(value)
 }
 
 /// Rust integer and float formats schemars emits; not JSON Schema formats, and some model

@@ -398,3 +398,88 @@ fn hints_builders() {
     let h = Hints::WRITES.idempotent().open_world();
     assert!(h.idempotent && h.open_world && !h.read_only);
 }
+
+/// What `count` returns.
+#[derive(Debug, serde::Serialize, JsonSchema)]
+struct Counted {
+    /// How many words the text has.
+    words: usize,
+    /// The longest word, if there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    longest: Option<String>,
+}
+
+/// Arguments of `count`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Text {
+    /// The text to count the words of.
+    text: String,
+}
+
+fn structured() -> Plugin {
+    plugin().structured_tool(
+        "count",
+        "Counts words.",
+        Hints::READ_ONLY,
+        |t: Text| -> Result<Counted, ToolError> {
+            Ok(Counted {
+                words: t.text.split_whitespace().count(),
+                longest: t
+                    .text
+                    .split_whitespace()
+                    .max_by_key(|w| w.len())
+                    .map(str::to_owned),
+            })
+        },
+    )
+}
+
+#[test]
+fn a_structured_tool_states_its_output_schema_and_returns_one_json_object() {
+    let p = structured();
+    p.check().unwrap();
+    let d = p.descriptors();
+    assert!(d[..3].iter().all(|d| d.output_schema.is_none()));
+    let schema: Value = serde_json::from_str(d[3].output_schema.as_deref().unwrap()).unwrap();
+    assert_eq!(schema["type"], "object");
+    assert!(schema.get("title").is_none(), "{schema}");
+    assert_eq!(schema["description"], "What `count` returns.");
+    assert_eq!(
+        schema["properties"]["words"]["description"],
+        "How many words the text has."
+    );
+    assert_eq!(schema["required"], json!(["words"]));
+    let out = p.call("count", r#"{"text": "a bb ccc"}"#).unwrap();
+    assert_eq!(
+        out,
+        vec![Content::Json(r#"{"words":3,"longest":"ccc"}"#.into())]
+    );
+    let out = p.call("count", r#"{"text": ""}"#).unwrap();
+    assert_eq!(out, vec![Content::Json(r#"{"words":0}"#.into())]);
+    // Arguments are parsed as for any tool.
+    let e = p.call("count", r#"{"txt": ""}"#).unwrap_err();
+    assert!(matches!(e, ToolError::InvalidArguments(_)), "{e:?}");
+}
+
+#[test]
+fn a_structured_tool_whose_result_is_not_an_object_is_reported_by_check() {
+    let p = Plugin::new().structured_tool("n", "A number.", Hints::READ_ONLY, |_: Empty| {
+        Ok::<u32, ToolError>(1)
+    });
+    let err = p.check().unwrap_err();
+    assert!(
+        err.contains("tool `n`: the result type `u32` must be a struct")
+            && err.contains("not \"integer\""),
+        "{err}"
+    );
+    // A map is an object.
+    let p = Plugin::new().structured_tool("m", "A map.", Hints::READ_ONLY, |_: Empty| {
+        Ok::<std::collections::BTreeMap<String, u32>, ToolError>(Default::default())
+    });
+    p.check().unwrap();
+    assert_eq!(
+        cordon_sdk::output_schema::<std::collections::BTreeMap<String, u32>>().unwrap()["type"],
+        "object"
+    );
+}
