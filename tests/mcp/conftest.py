@@ -25,6 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 ROOT = Path(__file__).resolve().parents[2]
 CORDON = ROOT / "target/debug/cordon"
 PLUGINS = ROOT / "target/plugins"
+FIXTURES = ROOT / "target/fixtures"
 
 # Modern (2026-07-28, no initialize) and handshake-era (initialize, 2025-11-25) connections.
 MODES = ["2026-07-28", "legacy"]
@@ -161,6 +162,8 @@ def world():
     )  # fmt: skip
     w.cordon("plugin", "install", str(PLUGINS / "files.wasm"), "--name", "lc")
     w.cordon("plugin", "install", str(PLUGINS / "python.wasm"), "--limit", "time=4s")
+    # Declares an output schema and breaks it on request.
+    w.cordon("plugin", "install", str(FIXTURES / "outputs.wasm"))
     _start_serve(w)
     try:
         yield w

@@ -14,6 +14,7 @@ import threading
 
 import anyio
 import httpx2
+import jsonschema
 import mcp.types as types
 import pytest
 
@@ -57,6 +58,19 @@ async def test_tools_are_listed_with_what_cordon_proves(world, transport, mode):
     assert tools["sql_query"].input_schema["required"] == ["database", "sql"]
     assert tools["sql_query"].title == "sql_query (sql)"
     assert "Python" in tools["run_python"].description
+    # Tools that return one JSON object say its shape; text tools do not.
+    structured = {n for n, t in tools.items() if t.output_schema is not None}
+    assert {"sql_query", "sql_execute", "sql_schema", "run_python", "fw__list_dir"} <= structured
+    assert {"files__find_files", "shaped"} <= structured
+    assert not {"files__read_file", "files__search_text", "plain"} & structured
+    assert tools["sql_query"].output_schema["required"] == [
+        "columns",
+        "row_count",
+        "rows",
+        "truncated",
+    ]
+    for tool in structured:
+        jsonschema.Draft202012Validator.check_schema(tools[tool].output_schema)
 
 
 @BOTH
@@ -85,14 +99,17 @@ async def test_the_bundled_tools_run_in_the_sandbox(world, transport):
         r = await c.call_tool("sql_query", {"database": db, "sql": "SELECT sum(x) AS s FROM t"})
         assert not r.is_error, text(r)
         assert "42" in text(r)
-        # JSON results also come as structuredContent.
-        assert r.structured_content is not None
-        assert "42" in json.dumps(r.structured_content)
+        # JSON results also come as structuredContent, in the shape the tool declared.
+        assert r.structured_content["columns"] == ["s"]
+        assert r.structured_content["rows"] == [[42]]
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+        jsonschema.validate(r.structured_content, tools["sql_query"].output_schema)
         r = await c.call_tool("files__read_file", {"path": "/data/hello.txt"})
         assert not r.is_error and "hello from the granted directory" in text(r), text(r)
         r = await c.call_tool("run_python", {"code": "sum(range(10))"})
         assert not r.is_error, text(r)
         assert r.structured_content["result"] == 45
+        jsonschema.validate(r.structured_content, tools["run_python"].output_schema)
     assert (world.db / f"{transport}.db").exists()
     record = last_call(world, "run_python")
     assert record["origin"] == ("mcp" if transport == "stdio" else "mcp-http")
@@ -101,6 +118,18 @@ async def test_the_bundled_tools_run_in_the_sandbox(world, transport):
         assert "token `default`" in record["client"]
     assert record["decision"] == "auto"
     assert record["outcome"]["status"] == "ok"
+
+
+@BOTH
+async def test_a_result_that_breaks_its_output_schema_is_an_error_result(world, transport):
+    async with world.client(transport, "2026-07-28") as c:
+        r = await c.call_tool("shaped", {"mode": "with_text"})
+        assert not r.is_error, text(r)
+        assert r.structured_content == {"n": 1}
+        # The plugin promised {"n": integer}; Cordon does not pass on what breaks the promise.
+        r = await c.call_tool("shaped", {"mode": "wrong_type"})
+        assert r.is_error and r.structured_content is None, text(r)
+        assert "does not match the output schema it declared" in text(r), text(r)
 
 
 @BOTH
