@@ -4,6 +4,9 @@
 //!    through `cordon mcp` (the `noop` fixture component, a fresh sandbox per call, the audit
 //!    log written) and through a minimal native rmcp server doing the same no-op (this program,
 //!    re-run with `--native-noop-server`). Medians per call and their ratio (target ≤ 1.2×).
+//!    The native server is also run on Cordon's own stdio transport (`--native-noop-server
+//!    --cordon-transport`), which reads and writes pipes on the runtime's thread where rmcp's
+//!    uses helper threads: the ratio to that one is what the sandbox, policy and audit cost.
 //! 2. **Concurrent calls over Streamable HTTP.** `--concurrent` (1,000) no-op `tools/call`s at
 //!    once against `cordon serve`'s `/mcp` (protocol 2026-07-28, one POST each): all must
 //!    succeed; calls per second and the server's peak resident memory (target < 512 MiB).
@@ -24,6 +27,7 @@ use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
 const NATIVE_FLAG: &str = "--native-noop-server";
+const OWN_TRANSPORT_FLAG: &str = "--cordon-transport";
 /// The longest the concurrent calls may take together.
 const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -126,11 +130,13 @@ async fn http_call(client: &reqwest::Client, url: &str, id: usize) -> Result<(),
     Ok(())
 }
 
-async fn native_server() {
-    let service = NativeNoop
-        .serve(rmcp::transport::stdio())
-        .await
-        .expect("serve stdio");
+async fn native_server(cordon_transport: bool) {
+    let service = if cordon_transport {
+        NativeNoop.serve(cordon_mcp::StdioTransport::new()).await
+    } else {
+        NativeNoop.serve(rmcp::transport::stdio()).await
+    }
+    .expect("serve stdio");
     let _ = service.waiting().await;
 }
 
@@ -138,7 +144,7 @@ async fn native_server() {
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|a| a == NATIVE_FLAG) {
-        native_server().await;
+        native_server(args.iter().any(|a| a == OWN_TRANSPORT_FLAG)).await;
         return;
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -177,23 +183,47 @@ async fn main() {
     let mut native_cmd = tokio::process::Command::new(std::env::current_exe().expect("exe"));
     native_cmd.arg(NATIVE_FLAG);
     let native = connect(native_cmd).await;
-    calls(&through_cordon, 100).await;
-    calls(&native, 100).await;
-    let (mut cordon_times, mut native_times) = (Vec::new(), Vec::new());
+    let mut own_cmd = tokio::process::Command::new(std::env::current_exe().expect("exe"));
+    own_cmd.arg(NATIVE_FLAG).arg(OWN_TRANSPORT_FLAG);
+    let native_own = connect(own_cmd).await;
+    for client in [&through_cordon, &native, &native_own] {
+        calls(client, 100).await;
+    }
+    let (mut cordon_times, mut native_times, mut own_times) = (Vec::new(), Vec::new(), Vec::new());
     let rounds = 5;
     for _ in 0..rounds {
         native_times.extend(calls(&native, n / rounds).await);
+        own_times.extend(calls(&native_own, n / rounds).await);
         cordon_times.extend(calls(&through_cordon, n / rounds).await);
     }
-    let _ = through_cordon.cancel().await;
-    let _ = native.cancel().await;
-    let (c, b) = (median(cordon_times), median(native_times));
+    for client in [through_cordon, native, native_own] {
+        let _ = client.cancel().await;
+    }
+    let (c, b, o) = (
+        median(cordon_times),
+        median(native_times),
+        median(own_times),
+    );
     println!("MCP over stdio, no-op tools/call round trip ({n} calls each, same rmcp client):");
-    println!("  native rmcp server (no sandbox)        {:>10}", micros(b));
-    println!("  cordon mcp (fresh sandbox, audit log)  {:>10}", micros(c));
     println!(
-        "  ratio cordon / native                  {:>9.2}×   (target ≤ 1.2×)",
+        "  native rmcp server (no sandbox)                  {:>10}",
+        micros(b)
+    );
+    println!(
+        "  native rmcp server on cordon's stdio transport   {:>10}",
+        micros(o)
+    );
+    println!(
+        "  cordon mcp (fresh sandbox, audit log)            {:>10}",
+        micros(c)
+    );
+    println!(
+        "  ratio cordon / native                            {:>9.2}×   (target ≤ 1.2×)",
         c.as_secs_f64() / b.as_secs_f64()
+    );
+    println!(
+        "  ratio cordon / native on the same transport      {:>9.2}×   (sandbox, policy, audit)",
+        c.as_secs_f64() / o.as_secs_f64()
     );
 
     // 2. Streamable HTTP: all calls at once.

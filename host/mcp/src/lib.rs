@@ -29,7 +29,7 @@ pub use rmcp;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Authenticated(pub String);
 pub use server::{McpHost, McpOptions, McpServer};
-pub use stdio::{Refusal, read_message};
+pub use stdio::{Refusal, StdioTransport, read_message};
 
 /// Why serving a client stopped.
 #[derive(Debug, thiserror::Error)]

@@ -3,12 +3,16 @@
 //! the JSON-RPC error for it (`-32700`, `-32600`) instead of being dropped without a word, and
 //! a line longer than [`MAX_LINE`] is refused without being held in memory.
 
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+
 use futures::StreamExt;
 use rmcp::RoleServer;
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
@@ -21,8 +25,47 @@ const OUTBOX: usize = 256;
 
 /// The transport of `cordon mcp`.
 pub struct StdioTransport {
-    lines: FramedRead<tokio::io::Stdin, LinesCodec>,
+    lines: FramedRead<Box<dyn AsyncRead + Send + Sync + Unpin>, LinesCodec>,
     outbox: mpsc::Sender<String>,
+}
+
+/// Stdin as the transport reads it. A pipe, which is how MCP clients start servers, is read
+/// by the runtime's own event loop, so a message wakes the thread that handles it directly;
+/// tokio's `stdin()` reads on a helper thread that must then wake it (a hand-off per message,
+/// on a 2-core machine a good part of a no-op call's round trip). Anything else (a terminal, a
+/// file) is read that way.
+fn stdin_reader() -> Box<dyn AsyncRead + Send + Sync + Unpin> {
+    let pipe = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .ok()
+        .and_then(|fd| pipe::Receiver::from_owned_fd(fd).ok());
+    match pipe {
+        Some(pipe) => Box::new(pipe),
+        None => Box::new(tokio::io::stdin()),
+    }
+}
+
+/// Stdout as the transport writes it: a pipe directly from the runtime's thread, for the
+/// reason [`stdin_reader`] gives; anything else through tokio's `stdout()`. Also that when
+/// stderr is the same pipe (`2>&1`): writing a pipe this way makes it non-blocking, and a log
+/// line written to a full non-blocking stderr would fail instead of waiting.
+fn stdout_writer() -> Box<dyn AsyncWrite + Send + Unpin> {
+    let same_as_stderr = match (
+        std::fs::metadata("/proc/self/fd/1"),
+        std::fs::metadata("/proc/self/fd/2"),
+    ) {
+        (Ok(out), Ok(err)) => out.dev() == err.dev() && out.ino() == err.ino(),
+        _ => true,
+    };
+    let pipe = (!same_as_stderr)
+        .then(|| std::io::stdout().as_fd().try_clone_to_owned().ok())
+        .flatten()
+        .and_then(|fd| pipe::Sender::from_owned_fd(fd).ok());
+    match pipe {
+        Some(pipe) => Box::new(pipe),
+        None => Box::new(tokio::io::stdout()),
+    }
 }
 
 /// Writing to stdout failed (the client went away).
@@ -34,8 +77,8 @@ impl StdioTransport {
     /// Reads stdin and writes stdout (through a task that owns it).
     pub fn new() -> Self {
         let (outbox, mut rx) = mpsc::channel::<String>(OUTBOX);
+        let mut stdout = stdout_writer();
         tokio::spawn(async move {
-            let mut stdout = tokio::io::stdout();
             while let Some(mut line) = rx.recv().await {
                 line.push('\n');
                 if stdout.write_all(line.as_bytes()).await.is_err() || stdout.flush().await.is_err()
@@ -45,10 +88,7 @@ impl StdioTransport {
             }
         });
         Self {
-            lines: FramedRead::new(
-                tokio::io::stdin(),
-                LinesCodec::new_with_max_length(MAX_LINE),
-            ),
+            lines: FramedRead::new(stdin_reader(), LinesCodec::new_with_max_length(MAX_LINE)),
             outbox,
         }
     }
