@@ -29,7 +29,7 @@ export CFLAGS_wasm32_wasip2 := --target=wasm32-wasi -msimd128 -mbulk-memory \
   -include '$(ROOT)/plugins/sql/c/sqlite_mem.h' -include '$(ROOT)/plugins/sql/c/sqlite_sorter.h' \
   -DCORDON_HEADERS_DIGEST=$(SQLITE_HEADERS_DIGEST)
 
-.PHONY: build toolchain host plugins rust-plugins python-plugin fixtures test test-services browser-test mcp-test lint demo bench bench-tools clean
+.PHONY: build toolchain host plugins rust-plugins python-plugin fixtures test test-services browser-test mcp-test gateway-test lint demo bench bench-tools clean
 
 build: host plugins
 
@@ -80,6 +80,7 @@ lint: toolchain
 	cd plugins/python && "$(ROOT)/$(VENV)/bin/ruff" format --check . && "$(ROOT)/$(VENV)/bin/ruff" check .
 	cd tests/browser && "$(ROOT)/$(VENV)/bin/ruff" format --check . && "$(ROOT)/$(VENV)/bin/ruff" check .
 	cd tests/mcp && "$(ROOT)/$(VENV)/bin/ruff" format --check . && "$(ROOT)/$(VENV)/bin/ruff" check .
+	cd tests/gateway && "$(ROOT)/$(VENV)/bin/ruff" format --check . && "$(ROOT)/$(VENV)/bin/ruff" check .
 
 ## What the tests run for real: PostgreSQL's server programs (Debian's `postgresql`; the tests
 ## start throwaway clusters of their own in temporary directories, never the system's).
@@ -97,6 +98,7 @@ test: host plugins test-services
 	$(MAKE) -C plugins/python test
 	$(MAKE) browser-test
 	$(MAKE) mcp-test
+	$(MAKE) gateway-test
 
 ## The console in a real browser: Debian's headless Chromium driven through chromium-driver by
 ## selenium (in the private virtualenv), against `cordon serve` and the scripted model.
@@ -122,6 +124,12 @@ mcp-test: host plugins
 	fi
 	@[ -x $(TARGET)/npm/node_modules/.bin/mcp-inspector ] || npm install --prefix $(TARGET)/npm --no-audit --no-fund --loglevel=error @modelcontextprotocol/inspector@2.12.0
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/mcp
+
+## The OpenAI-compatible gateway of `cordon serve`, driven by the official `openai` Python SDK
+## (in the private virtualenv) in front of the scripted model.
+gateway-test: host plugins
+	@$(VENV)/bin/python -c 'import openai, pytest, sys; sys.exit(openai.__version__ != "2.54.0" or pytest.__version__ != "9.2.0")' 2>/dev/null || $(VENV)/bin/python -m pip install -q openai==2.54.0 pytest==9.2.0
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/gateway
 
 demo: host plugins
 	bash tests/demo.sh

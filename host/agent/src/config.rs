@@ -64,6 +64,9 @@ pub struct AgentConfig {
     /// `cordon serve`.
     #[serde(default)]
     pub serve: ServeConfig,
+    /// `cordon serve`'s OpenAI-compatible gateway (`/v1/chat/completions`).
+    #[serde(default)]
+    pub gateway: GatewayConfig,
 }
 
 /// What one conversation uses instead of the configuration's defaults: what a session records,
@@ -156,6 +159,30 @@ impl Default for ServeConfig {
             listen: "127.0.0.1:8420".to_string(),
             approval_timeout_secs: 300,
             shutdown_grace_secs: 30,
+        }
+    }
+}
+
+/// `cordon serve`'s OpenAI-compatible gateway.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    /// The models clients may name, each with the upstream model it stands for
+    /// (`"gpt-4o" = "qwen2.5-7b-instruct"`). Empty: the configured model (`llm.model`), under
+    /// its own name.
+    pub models: std::collections::BTreeMap<String, String>,
+}
+
+impl GatewayConfig {
+    /// The model names clients may use, each with the upstream model it stands for.
+    pub fn offered(&self, configured: &str) -> Vec<(String, String)> {
+        if self.models.is_empty() {
+            vec![(configured.to_string(), configured.to_string())]
+        } else {
+            self.models
+                .iter()
+                .map(|(name, upstream)| (name.clone(), upstream.clone()))
+                .collect()
         }
     }
 }
@@ -430,6 +457,19 @@ impl AgentConfig {
                 format!(
                     "`{}` is not an address and port, e.g. 127.0.0.1:8420",
                     self.serve.listen
+                ),
+            ));
+        }
+        if let Some((name, _)) = self
+            .gateway
+            .models
+            .iter()
+            .find(|(name, upstream)| name.trim().is_empty() || upstream.trim().is_empty())
+        {
+            return Err(invalid(
+                "gateway.models",
+                format!(
+                    "`{name}`: a model name and the upstream model it stands for must not be empty"
                 ),
             ));
         }

@@ -58,8 +58,8 @@ pub mod tools;
 pub use approval::{ApprovalAnswer, ApprovalConfig, Decision, GivenAnswer, Policy};
 pub use async_trait::async_trait;
 pub use config::{
-    AgentConfig, AuditConfig, ConfigError, ContextConfig, LlmConfig, LoopConfig, PruneStrategy,
-    RetryConfig, ServeConfig, SessionSettings, StoreConfig, ToolFormat,
+    AgentConfig, AuditConfig, ConfigError, ContextConfig, GatewayConfig, LlmConfig, LoopConfig,
+    PruneStrategy, RetryConfig, ServeConfig, SessionSettings, StoreConfig, ToolFormat,
 };
 pub use conversation::{CallApproval, Conversation, ConversationError, TurnOutcome};
 pub use driver::{

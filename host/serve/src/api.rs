@@ -34,6 +34,8 @@ pub(crate) struct AppState {
     pub tokens: Arc<Tokens>,
     /// The `Host` header values a request may carry (empty: any), against DNS rebinding.
     pub allowed_hosts: Arc<Vec<String>>,
+    /// The gateway's sessions of the histories its clients sent.
+    pub histories: Arc<crate::gateway::Histories>,
 }
 
 /// Who made a request: the name of the token it carried.
@@ -41,7 +43,7 @@ pub(crate) struct AppState {
 struct Caller(String);
 
 /// The largest request body taken (a message, settings, an answer).
-const MAX_BODY: usize = 1 << 20;
+pub(crate) const MAX_BODY: usize = 1 << 20;
 
 /// The MCP endpoint's service (see [`crate::mcp`]).
 pub(crate) type McpService =
@@ -64,6 +66,13 @@ pub(crate) fn router(state: AppState, mcp: McpService) -> Router {
         .route("/audit", get(query_audit))
         .route("/tools", get(list_tools))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    let gateway = Router::new()
+        .route(
+            "/v1/chat/completions",
+            post(crate::gateway::chat_completions),
+        )
+        .route("/v1/models", get(crate::gateway::list_models))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     let mcp = Router::new()
         .route_service("/mcp", mcp)
         .route_layer(middleware::from_fn(crate::mcp::check_message))
@@ -75,6 +84,7 @@ pub(crate) fn router(state: AppState, mcp: McpService) -> Router {
         .route("/api/v1/health", get(health))
         .nest("/api/v1", api)
         .merge(mcp)
+        .merge(gateway)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), check_host))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
@@ -82,7 +92,9 @@ pub(crate) fn router(state: AppState, mcp: McpService) -> Router {
 }
 
 async fn not_found() -> ApiError {
-    ApiError::not_found("no such route; the API is under /api/v1 (see the README)")
+    ApiError::not_found(
+        "no such route; the API is under /api/v1, the OpenAI-compatible gateway under /v1 (see the README)",
+    )
 }
 
 /// Refuses requests whose `Host` is not one this server answers to when it listens on a

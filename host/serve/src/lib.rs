@@ -17,6 +17,7 @@ mod api;
 mod auth;
 mod console;
 mod error;
+mod gateway;
 mod host;
 mod live;
 mod mcp;
@@ -92,6 +93,7 @@ pub async fn serve(
         host: host.clone(),
         tokens: Arc::new(options.tokens),
         allowed_hosts: Arc::new(allowed_hosts(addr)),
+        histories: Arc::default(),
     };
     let (mcp, mcp_host) = mcp::service(
         &store,

@@ -1,0 +1,188 @@
+"""Shared set-up of the gateway tests: one Cordon home with the bundled `sql` and `python`
+tools, and for each test a scripted model (`scripted-llm`, the steps that test needs) with a
+`cordon serve` in front of it, both on 127.0.0.1.
+
+The client is the official `openai` Python SDK, pointed at `cordon serve` with its token as
+the API key; nothing here speaks the Chat Completions API by itself except the tests of
+malformed bodies, which must send what no SDK would.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import tempfile
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CORDON = ROOT / "target/debug/cordon"
+SCRIPTED_LLM = ROOT / "target/debug/scripted-llm"
+PLUGINS = ROOT / "target/plugins"
+
+CONFIG = """
+[llm]
+model = "scripted"
+
+[llm.retry]
+initial_backoff_ms = 10
+max_backoff_ms = 40
+
+[gateway.models]
+"gpt-cordon" = "scripted"
+
+[approval.plugins]
+sql = "auto"
+python = "auto"
+
+[serve]
+approval_timeout_secs = 20
+"""
+
+
+@dataclass
+class Home:
+    root: Path
+    home: Path
+    db: Path
+    config: Path
+    env: dict
+
+
+@pytest.fixture(scope="session")
+def home():
+    root = Path(tempfile.mkdtemp(prefix="cordon-gateway-"))
+    h = Home(
+        root=root,
+        home=root / "home",
+        db=root / "db",
+        config=root / "cordon.toml",
+        env={},
+    )
+    h.db.mkdir()
+    with sqlite3.connect(h.db / "shop.db") as db:
+        db.execute("CREATE TABLE orders(amount INTEGER)")
+        db.executemany("INSERT INTO orders VALUES (?)", [(40,), (2,)])
+    h.config.write_text(CONFIG)
+    h.env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(root),
+        "CORDON_HOME": str(h.home),
+        "CORDON_CONFIG": str(h.config),
+        "NO_COLOR": "1",
+        "RUST_LOG": "warn",
+    }
+    for args in (
+        ["plugin", "install", str(PLUGINS / "sql.wasm"), "--grant", f"fs:{h.db}:/db:ro"],
+        ["plugin", "install", str(PLUGINS / "python.wasm"), "--limit", "time=30s"],
+    ):
+        subprocess.run([str(CORDON), *args], env=h.env, cwd=root, check=True, capture_output=True)
+    yield h
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@dataclass
+class Gateway:
+    url: str
+    token: str
+    llm_record: Path
+    procs: list = field(default_factory=list)
+
+    def client(self, **kwargs):
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=self.token, max_retries=0, **kwargs)
+
+    def api(self, method, path, **kwargs):
+        r = httpx.request(
+            method,
+            f"{self.url}/api/v1{path}",
+            headers={"authorization": f"Bearer {self.token}"},
+            timeout=30,
+            **kwargs,
+        )
+        r.raise_for_status()
+        return r.json()
+
+    def model_requests(self):
+        """What the scripted model received (written when it stops)."""
+        return [json.loads(line) for line in self.llm_record.read_text().splitlines() if line]
+
+
+def _start(args, env, cwd, pattern, stream_name):
+    proc = subprocess.Popen(
+        [str(a) for a in args],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    found = threading.Event()
+    seen = []
+    url = {}
+
+    def read(stream):
+        for line in stream:
+            seen.append(line)
+            m = re.search(pattern, line)
+            if m and not found.is_set():
+                url["url"] = m.group(1)
+                found.set()
+
+    for stream in (proc.stdout, proc.stderr):
+        threading.Thread(target=read, args=(stream,), daemon=True).start()
+    if not found.wait(60):
+        proc.kill()
+        raise AssertionError(f"{args[0]} did not start:\n" + "".join(seen))
+    return proc, url["url"]
+
+
+def _stop(proc):
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def gateway(home, tmp_path):
+    """Starts a scripted model with the given steps and a `cordon serve` in front of it."""
+
+    @contextmanager
+    def start(steps):
+        script = tmp_path / "script.json"
+        script.write_text(json.dumps({"steps": steps}))
+        record = tmp_path / "requests.jsonl"
+        llm, llm_url = _start(
+            [SCRIPTED_LLM, "--script", script, "--addr", "127.0.0.1:0", "--record", record],
+            home.env,
+            home.root,
+            r"^(http://127\.0\.0\.1:\d+/v1)\s*$",
+            "stdout",
+        )
+        serve, url = _start(
+            [CORDON, "serve", "--listen", "127.0.0.1:0"],
+            {**home.env, "CORDON_LLM_URL": llm_url},
+            home.root,
+            r"listening on (http://127\.0\.0\.1:\d+)",
+            "stderr",
+        )
+        token = (home.home / "serve-token").read_text().split()[-1]
+        g = Gateway(url=url, token=token, llm_record=record, procs=[serve, llm])
+        try:
+            yield g
+        finally:
+            for proc in g.procs:
+                _stop(proc)
+
+    return start

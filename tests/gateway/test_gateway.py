@@ -1,0 +1,223 @@
+"""`cordon serve`'s OpenAI-compatible gateway, driven by the official `openai` Python SDK, with
+a scripted model upstream.
+
+Run by `make gateway-test` (part of `make test`), or by hand after `make`:
+
+    target/venv/bin/python -m pytest tests/gateway
+"""
+
+import sqlite3
+import time
+
+import httpx
+import openai
+import pytest
+
+
+def calls(*calls):
+    return {"kind": "tool_calls", "calls": [{"name": n, "arguments": a} for n, a in calls]}
+
+
+def text(t, **extra):
+    return {"kind": "text", "text": t, **extra}
+
+
+def audit(g, tool):
+    return [r for r in g.api("GET", "/audit")["records"] if r.get("tool") == tool]
+
+
+def test_an_answer_that_used_sql_query(gateway):
+    steps = [
+        calls(("sql_query", {"database": "/db/shop.db", "sql": "SELECT sum(amount) FROM orders"})),
+        text("The orders add up to 42.", usage={"prompt_tokens": 30, "completion_tokens": 7}),
+    ]
+    with gateway(steps) as g:
+        raw = g.client().chat.completions.with_raw_response.create(
+            model="gpt-cordon",
+            messages=[{"role": "user", "content": "What do the orders add up to?"}],
+        )
+        done = raw.parse()
+        session = raw.headers["x-cordon-session"]
+        assert done.object == "chat.completion" and done.model == "gpt-cordon"
+        assert done.choices[0].message.content == "The orders add up to 42."
+        assert done.choices[0].finish_reason == "stop"
+        assert done.usage.completion_tokens >= 7
+        # The tool ran in the sandbox, recorded in the session's audit; its activity is not in
+        # the answer's content.
+        (record,) = audit(g, "sql_query")
+        assert record["session"] == session and record["outcome"]["status"] == "ok"
+        transcript = g.api("GET", f"/sessions/{session}")["messages"]
+        assert any(m["role"] == "tool" and "42" in m["content"] for m in transcript), transcript
+
+
+def test_a_streamed_answer_that_used_run_python(gateway):
+    steps = [
+        calls(("run_python", {"code": "6 * 7"})),
+        text("Six sevens are 42.", chunk=3, usage={"prompt_tokens": 5, "completion_tokens": 6}),
+    ]
+    with gateway(steps) as g:
+        stream = g.client().chat.completions.create(
+            model="gpt-cordon",
+            messages=[{"role": "user", "content": "6 times 7?"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        chunks = list(stream)
+        assert all(c.object == "chat.completion.chunk" for c in chunks)
+        deltas = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta]
+        assert "".join(d for d in deltas if d) == "Six sevens are 42."
+        # Text arrives in pieces, as the upstream streamed it.
+        assert len([d for d in deltas if d]) >= 3
+        finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+        assert finishes[-1] == "stop" and set(finishes[:-1]) == {None}
+        assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens >= 6
+        (record,) = audit(g, "run_python")
+        assert record["outcome"]["status"] == "ok"
+
+
+def test_a_client_sending_the_whole_history_stays_in_one_session(gateway):
+    steps = [text("Hello, Ada."), text("You said your name is Ada."), text("Hi.")]
+    with gateway(steps) as g:
+        client = g.client()
+        first = client.chat.completions.with_raw_response.create(
+            model="gpt-cordon",
+            messages=[
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "I am Ada."},
+            ],
+        )
+        session = first.headers["x-cordon-session"]
+        answer = first.parse().choices[0].message.content
+        second = client.chat.completions.with_raw_response.create(
+            model="gpt-cordon",
+            messages=[
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "I am Ada."},
+                {"role": "assistant", "content": answer},
+                {"role": "user", "content": "What is my name?"},
+            ],
+        )
+        assert second.headers["x-cordon-session"] == session
+        assert g.api("GET", f"/sessions/{session}")["session"]["turns"] == 2
+        # Another conversation is another session.
+        third = client.chat.completions.with_raw_response.create(
+            model="gpt-cordon",
+            messages=[{"role": "user", "content": "Hi"}],
+        )
+        assert third.headers["x-cordon-session"] != session
+
+
+def test_the_session_header_picks_the_session(gateway):
+    with gateway([text("One."), text("Two.")]) as g:
+        client = g.client()
+        first = client.chat.completions.with_raw_response.create(
+            model="gpt-cordon", messages=[{"role": "user", "content": "a"}]
+        )
+        session = first.headers["x-cordon-session"]
+        second = client.chat.completions.with_raw_response.create(
+            model="gpt-cordon",
+            messages=[{"role": "user", "content": "b"}],
+            extra_headers={"X-Cordon-Session": session},
+        )
+        assert second.headers["x-cordon-session"] == session
+        with pytest.raises(openai.NotFoundError):
+            client.chat.completions.create(
+                model="gpt-cordon",
+                messages=[{"role": "user", "content": "c"}],
+                extra_headers={"X-Cordon-Session": "s-nope"},
+            )
+
+
+def test_models_and_an_unknown_model(gateway):
+    with gateway([]) as g:
+        client = g.client()
+        assert [m.id for m in client.models.list()] == ["gpt-cordon"]
+        with pytest.raises(openai.NotFoundError) as e:
+            client.chat.completions.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "x"}]
+            )
+        assert e.value.code == "model_not_found" and "`gpt-cordon`" in e.value.body["message"]
+
+
+def test_upstream_failures(gateway):
+    steps = [
+        {"kind": "status", "status": 503, "message": "warming up"},
+        text("Ready."),
+        {"kind": "status", "status": 400, "message": "this model cannot do that"},
+    ]
+    with gateway(steps) as g:
+        client = g.client()
+        # A transient failure is retried by Cordon; the client sees the answer.
+        done = client.chat.completions.create(
+            model="gpt-cordon", messages=[{"role": "user", "content": "hello"}]
+        )
+        assert done.choices[0].message.content == "Ready."
+        with pytest.raises(openai.APIStatusError) as e:
+            client.chat.completions.create(
+                model="gpt-cordon", messages=[{"role": "user", "content": "again"}]
+            )
+        assert e.value.status_code == 502
+        assert "this model cannot do that" in e.value.body["message"], e.value.body
+
+
+def test_a_client_that_goes_away_cancels_the_running_tool(gateway):
+    steps = [calls(("run_python", {"code": "while True: pass"})), text("never")]
+    with gateway(steps) as g:
+
+        def ids():
+            return {(r["session"], r["call_id"]): r for r in audit(g, "run_python")}
+
+        before = ids()
+        client = g.client(timeout=httpx.Timeout(3.0))
+        with pytest.raises(openai.APITimeoutError):
+            client.chat.completions.create(
+                model="gpt-cordon", messages=[{"role": "user", "content": "spin"}]
+            )
+        # The runaway call is stopped in the sandbox, well before its 30 s time limit (the
+        # home, and so the audit log, is shared with the other tests).
+        for _ in range(100):
+            new = [r for key, r in ids().items() if key not in before]
+            if new:
+                break
+            time.sleep(0.1)
+        (record,) = new
+        # Recorded within seconds of the client's going away: not stopped by the time limit.
+        assert record["outcome"]["kind"] == "cancelled", record["outcome"]
+
+
+def test_bad_requests_are_refused_with_the_reason(gateway):
+    with gateway([]) as g:
+        client = g.client()
+        user = [{"role": "user", "content": "x"}]
+        for kwargs, fragment in [
+            ({"n": 2}, "one answer per request"),
+            ({"temperature": 0.1}, "`temperature` is not supported"),
+            (
+                {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]},
+                "offers the installed tools",
+            ),
+        ]:
+            with pytest.raises(openai.BadRequestError) as e:
+                client.chat.completions.create(model="gpt-cordon", messages=user, **kwargs)
+            assert fragment in e.value.body["message"], e.value.body
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(
+                model="gpt-cordon", messages=[{"role": "assistant", "content": "x"}]
+            )
+        assert "the last message must be the user's" in e.value.body["message"]
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=f"{g.url}/v1", api_key="wrong", max_retries=0).models.list()
+        raw = httpx.post(
+            f"{g.url}/v1/chat/completions",
+            headers={"authorization": f"Bearer {g.token}", "content-type": "application/json"},
+            content=b"{not json",
+        )
+        assert raw.status_code == 400
+        assert raw.json()["error"]["type"] == "invalid_request_error"
+        # The server goes on serving.
+        assert [m.id for m in client.models.list()] == ["gpt-cordon"]
+
+
+def test_the_database_was_only_read(home):
+    with sqlite3.connect(home.db / "shop.db") as db:
+        assert db.execute("SELECT count(*) FROM orders").fetchone() == (2,)
