@@ -185,6 +185,104 @@ def test_a_client_that_goes_away_cancels_the_running_tool(gateway):
         assert record["outcome"]["kind"] == "cancelled", record["outcome"]
 
 
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+def test_a_client_tool_round_trip(gateway):
+    steps = [
+        calls(("get_weather", {"city": "Oslo"})),
+        text("It is sunny in Oslo."),
+    ]
+    with gateway(steps) as g:
+        client = g.client()
+        messages = [{"role": "user", "content": "Weather in Oslo?"}]
+        first = client.chat.completions.with_raw_response.create(
+            model="gpt-cordon", messages=messages, tools=[WEATHER]
+        )
+        session = first.headers["x-cordon-session"]
+        choice = first.parse().choices[0]
+        # The model called the client's tool: the response ends as an upstream's would.
+        assert choice.finish_reason == "tool_calls"
+        (call,) = choice.message.tool_calls
+        assert call.function.name == "get_weather"
+        assert call.function.arguments == '{"city":"Oslo"}'
+        messages.append(choice.message.model_dump(exclude_none=True))
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": "sunny, 21 C"})
+        second = client.chat.completions.with_raw_response.create(
+            model="gpt-cordon", messages=messages, tools=[WEATHER]
+        )
+        assert second.headers["x-cordon-session"] == session
+        assert second.parse().choices[0].message.content == "It is sunny in Oslo."
+        # The client's result went to the model as the call's result, in the same turn.
+        session_info = g.api("GET", f"/sessions/{session}")
+        assert session_info["session"]["turns"] == 1
+        results = [m for m in session_info["messages"] if m["role"] == "tool"]
+        assert [m["content"] for m in results] == ["sunny, 21 C"]
+        (record,) = [r for r in audit(g, "get_weather") if r["session"] == session]
+        assert record["plugin"] == "client" and record["outcome"]["status"] == "ok"
+
+
+def test_a_streamed_answer_mixing_cordon_and_client_tools(gateway):
+    steps = [
+        calls(
+            ("sql_query", {"database": "/db/shop.db", "sql": "SELECT count(*) FROM orders"}),
+            ("get_weather", {"city": "Bergen"}),
+        ),
+        text("Two orders, and rain in Bergen.", chunk=4),
+    ]
+    with gateway(steps) as g:
+        client = g.client()
+        messages = [{"role": "user", "content": "Orders and Bergen weather?"}]
+        chunks = list(
+            client.chat.completions.create(
+                model="gpt-cordon", messages=messages, tools=[WEATHER], stream=True
+            )
+        )
+        assert chunks[-1].choices[0].finish_reason == "tool_calls"
+        deltas = [c.choices[0].delta for c in chunks if c.choices]
+        calls_seen = [tc for d in deltas if d.tool_calls for tc in d.tool_calls]
+        # Only the client's call is handed to the client; Cordon runs its own.
+        assert [c.function.name for c in calls_seen] == ["get_weather"]
+        call = calls_seen[0]
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {
+                            "name": call.function.name,
+                            "arguments": call.function.arguments,
+                        },
+                    }
+                ],
+            }
+        )
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": "rain"})
+        rest = list(
+            client.chat.completions.create(
+                model="gpt-cordon", messages=messages, tools=[WEATHER], stream=True
+            )
+        )
+        text_ = "".join(c.choices[0].delta.content or "" for c in rest if c.choices)
+        assert text_ == "Two orders, and rain in Bergen."
+        assert rest[-1].choices[0].finish_reason == "stop"
+        assert [r["outcome"]["status"] for r in audit(g, "sql_query")][-1] == "ok"
+
+
 def test_bad_requests_are_refused_with_the_reason(gateway):
     with gateway([]) as g:
         client = g.client()
@@ -192,9 +290,10 @@ def test_bad_requests_are_refused_with_the_reason(gateway):
         for kwargs, fragment in [
             ({"n": 2}, "one answer per request"),
             ({"temperature": 0.1}, "`temperature` is not supported"),
+            ({"tool_choice": "required"}, "the model chooses"),
             (
-                {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]},
-                "offers the installed tools",
+                {"tools": [{"type": "function", "function": {"name": "sql_query"}}]},
+                "clashes with a tool Cordon offers",
             ),
         ]:
             with pytest.raises(openai.BadRequestError) as e:

@@ -36,6 +36,8 @@ pub(crate) struct AppState {
     pub allowed_hosts: Arc<Vec<String>>,
     /// The gateway's sessions of the histories its clients sent.
     pub histories: Arc<crate::gateway::Histories>,
+    /// The calls of gateway clients' own tools that turns wait on.
+    pub client_calls: Arc<crate::gateway::ClientCalls>,
 }
 
 /// Who made a request: the name of the token it carried.

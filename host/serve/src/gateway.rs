@@ -17,22 +17,28 @@
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, body::Bytes};
-use cordon_agent::{AgentEvent, Conversation, Message, SessionSettings, TurnInput, TurnOutcome};
+use cordon_agent::{
+    AgentEvent, CancellationToken, Content as ToolContent, Conversation, Message, SessionSettings,
+    ToolCall, ToolFailure, ToolFailureKind, ToolHost, ToolSpec, TurnInput, TurnOutcome,
+    async_trait,
+};
+use cordon_core::CallReport;
 use cordon_store::NewSession;
 use futures::Stream;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, oneshot};
 
 use crate::api::AppState;
 use crate::error::ApiError;
-use crate::host::Host;
+use crate::host::{Host, ToolsForTurn};
 use crate::live::{HostEvent, SessionEvent};
 
 /// The header that names a request's session, in requests and responses.
@@ -43,8 +49,18 @@ pub const SESSION_HEADER: &str = "x-cordon-session";
 const REMEMBERED_HISTORIES: usize = 10_000;
 
 /// Request fields taken. Any other field is refused with a 400 that names it, rather than
-/// silently ignored: a client that sets `temperature` or `tools` expects them to act.
-const TAKEN_FIELDS: &[&str] = &["model", "messages", "stream", "stream_options", "n", "user"];
+/// silently ignored: a client that sets `temperature` expects it to act.
+const TAKEN_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "stream",
+    "stream_options",
+    "n",
+    "user",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+];
 
 /// An error as OpenAI's API reports it: `{"error": {"message", "type", "param", "code"}}`, so
 /// clients' SDKs raise their usual exceptions.
@@ -66,6 +82,13 @@ impl GatewayError {
             param: Some(param.into()),
             message: message.into(),
         }
+    }
+}
+
+impl GatewayError {
+    fn with_code(mut self, code: &'static str) -> Self {
+        self.code = Some(code);
+        self
     }
 }
 
@@ -134,6 +157,40 @@ impl Histories {
 struct Said {
     role: Role,
     text: String,
+    /// An assistant message's tool calls.
+    tool_calls: Vec<WireCall>,
+    /// The call a tool message answers.
+    tool_call_id: Option<String>,
+}
+
+impl Said {
+    fn new(role: Role, text: impl Into<String>) -> Self {
+        Said {
+            role,
+            text: text.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+/// A tool call as the Chat Completions API carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct WireCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+impl WireCall {
+    fn to_json(&self, index: usize) -> Value {
+        json!({
+            "index": index,
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,6 +198,7 @@ enum Role {
     System,
     User,
     Assistant,
+    Tool,
 }
 
 impl Role {
@@ -149,8 +207,27 @@ impl Role {
             Role::System => "system",
             Role::User => "user",
             Role::Assistant => "assistant",
+            Role::Tool => "tool",
         }
     }
+}
+
+/// A tool the client defined and runs itself.
+#[derive(Debug, Clone, PartialEq)]
+struct ClientTool {
+    name: String,
+    description: String,
+    parameters: Value,
+}
+
+/// What a request adds to its conversation.
+#[derive(Debug, Clone, PartialEq)]
+enum Input {
+    /// A new user message: a new turn.
+    Message(String),
+    /// The results of the client's own tools that the last response asked for: the turn
+    /// that asked goes on.
+    ToolResults(Vec<(String, String)>),
 }
 
 /// A checked request.
@@ -160,20 +237,29 @@ struct ChatRequest {
     model: String,
     /// The upstream model it stands for.
     upstream: String,
-    /// Everything before the new user message.
+    /// Every message before `input`.
     history: Vec<Said>,
-    /// The new user message.
-    message: String,
+    /// Every message the client sent.
+    sent: Vec<Said>,
+    input: Input,
+    client_tools: Vec<ClientTool>,
     stream: bool,
     include_usage: bool,
 }
 
-/// The digest of a conversation as a client sends it: the model and each message's role and
-/// text, in order.
+/// The digest of a conversation as a client sends it: the model and each message's role,
+/// text, tool calls and the call it answers, in order.
 fn history_digest(model: &str, history: &[Said]) -> String {
     let list: Vec<Value> = history
         .iter()
-        .map(|s| json!([s.role.name(), s.text]))
+        .map(|s| {
+            let calls: Vec<Value> = s
+                .tool_calls
+                .iter()
+                .map(|c| json!([c.id, c.name, c.arguments]))
+                .collect();
+            json!([s.role.name(), s.text, calls, s.tool_call_id])
+        })
         .collect();
     let text = json!([model, list]).to_string();
     hex::encode(Sha256::digest(text.as_bytes()))
@@ -210,6 +296,103 @@ fn content_text(content: &Value, at: &str) -> Result<String, GatewayError> {
     }
 }
 
+/// The tools a request defines (`tools`), checked as an upstream would check them.
+fn client_tools(value: Option<&Value>) -> Result<Vec<ClientTool>, GatewayError> {
+    let list = match value {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(list)) => list,
+        Some(_) => return Err(GatewayError::invalid("tools", "`tools` must be a list")),
+    };
+    let mut tools: Vec<ClientTool> = Vec::with_capacity(list.len());
+    for (i, tool) in list.iter().enumerate() {
+        let at = format!("tools[{i}]");
+        if tool["type"] != "function" {
+            return Err(GatewayError::invalid(
+                format!("{at}.type"),
+                "only tools of type `function` are supported",
+            ));
+        }
+        let function = &tool["function"];
+        let name = function["name"].as_str().unwrap_or_default();
+        let valid = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !valid {
+            return Err(GatewayError::invalid(
+                format!("{at}.function.name"),
+                format!("the tool name `{name}` is invalid: 1 to 64 letters, digits, `_` or `-`"),
+            ));
+        }
+        if tools.iter().any(|t| t.name == name) {
+            return Err(GatewayError::invalid(
+                format!("{at}.function.name"),
+                format!("the tool `{name}` is defined twice"),
+            ));
+        }
+        let parameters = match &function["parameters"] {
+            Value::Null => json!({"type": "object", "properties": {}}),
+            p @ Value::Object(_) => p.clone(),
+            _ => {
+                return Err(GatewayError::invalid(
+                    format!("{at}.function.parameters"),
+                    "`parameters` must be a JSON Schema object",
+                ));
+            }
+        };
+        if let Err(e) = cordon_core::CompiledSchema::compile(&parameters) {
+            return Err(GatewayError::invalid(
+                format!("{at}.function.parameters"),
+                format!("`parameters` of `{name}` is not a valid JSON Schema: {e}"),
+            ));
+        }
+        tools.push(ClientTool {
+            name: name.to_string(),
+            description: function["description"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            parameters,
+        });
+    }
+    Ok(tools)
+}
+
+/// An assistant message's `tool_calls`.
+fn wire_calls(value: Option<&Value>, at: &str) -> Result<Vec<WireCall>, GatewayError> {
+    let list = match value {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(list)) => list,
+        Some(_) => {
+            return Err(GatewayError::invalid(
+                format!("{at}.tool_calls"),
+                "`tool_calls` must be a list",
+            ));
+        }
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, call)| {
+            let (Some(id), Some(name)) = (call["id"].as_str(), call["function"]["name"].as_str())
+            else {
+                return Err(GatewayError::invalid(
+                    format!("{at}.tool_calls[{i}]"),
+                    "a tool call needs an `id` and a `function.name`",
+                ));
+            };
+            Ok(WireCall {
+                id: id.to_string(),
+                name: name.to_string(),
+                arguments: call["function"]["arguments"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            })
+        })
+        .collect()
+}
+
 fn parse_request(body: &[u8], offered: &[(String, String)]) -> Result<ChatRequest, GatewayError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         GatewayError::invalid(
@@ -227,15 +410,14 @@ fn parse_request(body: &[u8], offered: &[(String, String)]) -> Result<ChatReques
         .collect();
     refused.sort_unstable();
     if let Some(first) = refused.first() {
-        let tools = refused
+        let functions = refused
             .iter()
-            .any(|k| matches!(*k, "tools" | "tool_choice" | "functions" | "function_call"));
+            .any(|k| matches!(*k, "functions" | "function_call"));
         return Err(GatewayError::invalid(
             *first,
-            if tools {
+            if functions {
                 format!(
-                    "{} not supported by Cordon's gateway yet: it offers the installed tools to \
-                     the model itself and runs them in its sandbox; leave them out",
+                    "{} not supported by Cordon's gateway: define your tools with `tools`",
                     names(&refused)
                 )
             } else {
@@ -282,6 +464,27 @@ fn parse_request(body: &[u8], offered: &[(String, String)]) -> Result<ChatReques
             ));
         }
     }
+    match fields.get("tool_choice") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(c)) if c == "auto" => {}
+        Some(other) => {
+            return Err(GatewayError::invalid(
+                "tool_choice",
+                format!(
+                    "`tool_choice` {other} is not supported: the model chooses (`\"auto\"`), \
+                     since it also has Cordon's tools"
+                ),
+            ));
+        }
+    }
+    if fields.get("parallel_tool_calls") == Some(&Value::Bool(false)) {
+        return Err(GatewayError::invalid(
+            "parallel_tool_calls",
+            "`parallel_tool_calls: false` is not supported: the model may call several tools \
+             in one answer",
+        ));
+    }
+    let client_tools = client_tools(fields.get("tools"))?;
     let stream = match fields.get("stream") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
@@ -318,7 +521,7 @@ fn parse_request(body: &[u8], offered: &[(String, String)]) -> Result<ChatReques
             "`messages` must be a list of messages",
         ));
     };
-    let mut said = Vec::with_capacity(messages.len());
+    let mut sent = Vec::with_capacity(messages.len());
     for (i, m) in messages.iter().enumerate() {
         let at = format!("messages[{i}]");
         let Value::Object(m) = m else {
@@ -328,55 +531,96 @@ fn parse_request(body: &[u8], offered: &[(String, String)]) -> Result<ChatReques
             Some("system" | "developer") => Role::System,
             Some("user") => Role::User,
             Some("assistant") => Role::Assistant,
-            Some("tool" | "function") => {
-                return Err(GatewayError::invalid(
-                    format!("{at}.role"),
-                    "tool results are not supported by Cordon's gateway yet: it runs the \
-                     installed tools itself and keeps their results in the session",
-                ));
-            }
+            Some("tool") => Role::Tool,
             other => {
                 return Err(GatewayError::invalid(
                     format!("{at}.role"),
                     format!(
-                        "the role {} is not one of system, developer, user, assistant",
+                        "the role {} is not one of system, developer, user, assistant, tool",
                         other.map_or("(none)".to_string(), |r| format!("`{r}`"))
                     ),
                 ));
             }
         };
-        if m.get("tool_calls").is_some_and(|c| !c.is_null()) {
-            return Err(GatewayError::invalid(
-                format!("{at}.tool_calls"),
-                "assistant messages with `tool_calls` are not supported by Cordon's gateway \
-                 yet; send the assistant's text only",
-            ));
+        let mut said = Said::new(
+            role,
+            content_text(m.get("content").unwrap_or(&Value::Null), &at)?,
+        );
+        match role {
+            Role::Assistant => said.tool_calls = wire_calls(m.get("tool_calls"), &at)?,
+            Role::Tool => match m.get("tool_call_id").and_then(Value::as_str) {
+                Some(id) => said.tool_call_id = Some(id.to_string()),
+                None => {
+                    return Err(GatewayError::invalid(
+                        format!("{at}.tool_call_id"),
+                        "a tool message needs the `tool_call_id` of the call it answers",
+                    ));
+                }
+            },
+            _ => {}
         }
-        let text = content_text(m.get("content").unwrap_or(&Value::Null), &at)?;
-        said.push(Said { role, text });
+        sent.push(said);
     }
-    let Some(Said {
-        role: Role::User,
-        text: message,
-    }) = said.pop()
-    else {
-        return Err(GatewayError::invalid(
-            "messages",
-            "the last message must be the user's (`\"role\": \"user\"`): each request is one \
-             turn that answers it",
-        ));
+    let results = sent
+        .iter()
+        .rev()
+        .take_while(|s| s.role == Role::Tool)
+        .count();
+    let (history, input) = if results > 0 {
+        let history = sent[..sent.len() - results].to_vec();
+        let asked = history
+            .last()
+            .map(|s| s.tool_calls.as_slice())
+            .unwrap_or_default();
+        let mut answers = Vec::with_capacity(results);
+        for (i, said) in sent[sent.len() - results..].iter().enumerate() {
+            let id = said.tool_call_id.clone().unwrap_or_default();
+            if !asked.iter().any(|c| c.id == id) {
+                return Err(GatewayError::invalid(
+                    format!("messages[{}].tool_call_id", sent.len() - results + i),
+                    format!(
+                        "`{id}` is not a call of the assistant message before the tool results"
+                    ),
+                ));
+            }
+            answers.push((id, said.text.clone()));
+        }
+        (history, Input::ToolResults(answers))
+    } else {
+        match sent.last() {
+            Some(Said {
+                role: Role::User,
+                text,
+                ..
+            }) if !text.trim().is_empty() => (
+                sent[..sent.len() - 1].to_vec(),
+                Input::Message(text.clone()),
+            ),
+            Some(Said {
+                role: Role::User, ..
+            }) => {
+                return Err(GatewayError::invalid(
+                    format!("messages[{}].content", sent.len() - 1),
+                    "the user's message is empty",
+                ));
+            }
+            _ => {
+                return Err(GatewayError::invalid(
+                    "messages",
+                    "the last message must be the user's (`\"role\": \"user\"`), or the \
+                     results of the tool calls the last answer asked for (`\"role\": \
+                     \"tool\"`): each request is one turn, or the rest of one",
+                ));
+            }
+        }
     };
-    if message.trim().is_empty() {
-        return Err(GatewayError::invalid(
-            format!("messages[{}].content", said.len()),
-            "the user's message is empty",
-        ));
-    }
     Ok(ChatRequest {
         model,
         upstream: upstream.clone(),
-        history: said,
-        message,
+        history,
+        sent,
+        input,
+        client_tools,
         stream,
         include_usage,
     })
@@ -389,6 +633,217 @@ fn names(fields: &[&str]) -> String {
     } else {
         format!("{} are", quoted.join(", "))
     }
+}
+
+/// The calls of clients' own tools that turns wait on, by session: each waits for the result
+/// the client sends with its next request.
+#[derive(Default)]
+pub(crate) struct ClientCalls {
+    sessions: Mutex<HashMap<String, Vec<Expected>>>,
+}
+
+/// One call of a client's tool that the client was asked to run.
+struct Expected {
+    call: WireCall,
+    arguments: Value,
+    /// Whether the engine's call of the tool was matched to it.
+    claimed: bool,
+    /// Whether the client sent its result.
+    answered: bool,
+    result: Option<String>,
+    waiter: Option<oneshot::Sender<String>>,
+}
+
+impl ClientCalls {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Expected>>> {
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The client is asked to run `calls` of session `session`.
+    fn expect(&self, session: &str, calls: &[WireCall]) {
+        let mut sessions = self.lock();
+        let expected = sessions.entry(session.to_string()).or_default();
+        for call in calls {
+            expected.push(Expected {
+                call: call.clone(),
+                arguments: serde_json::from_str(&call.arguments).unwrap_or(Value::Null),
+                claimed: false,
+                answered: false,
+                result: None,
+                waiter: None,
+            });
+        }
+    }
+
+    /// The result of the engine's call of client tool `name` with `arguments`, once the client
+    /// sends it: matched to the first call of that tool with those arguments not yet matched.
+    fn result_of(
+        &self,
+        session: &str,
+        name: &str,
+        arguments: &Value,
+    ) -> Option<oneshot::Receiver<String>> {
+        let mut sessions = self.lock();
+        let expected = sessions
+            .get_mut(session)?
+            .iter_mut()
+            .find(|e| !e.claimed && e.call.name == name && e.arguments == *arguments)?;
+        expected.claimed = true;
+        let (tx, rx) = oneshot::channel();
+        match expected.result.take() {
+            Some(result) => {
+                let _ = tx.send(result);
+            }
+            None => expected.waiter = Some(tx),
+        }
+        Some(rx)
+    }
+
+    /// The client's results; every id must be a call it was asked to run and has not answered.
+    fn supply(&self, session: &str, results: &[(String, String)]) -> Result<(), String> {
+        let mut sessions = self.lock();
+        let Some(expected) = sessions.get_mut(session) else {
+            return Err(format!(
+                "session `{session}` waits for no results of your tools (its turn ended, or \
+                 the host restarted since it asked); send the next user message instead"
+            ));
+        };
+        for (id, _) in results {
+            if !expected.iter().any(|e| e.call.id == *id && !e.answered) {
+                return Err(format!(
+                    "session `{session}` does not wait for a result of the call `{id}`"
+                ));
+            }
+        }
+        for (id, result) in results {
+            if let Some(e) = expected
+                .iter_mut()
+                .find(|e| e.call.id == *id && !e.answered)
+            {
+                e.answered = true;
+                match e.waiter.take() {
+                    Some(waiter) => {
+                        let _ = waiter.send(result.clone());
+                    }
+                    None => e.result = Some(result.clone()),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets a session's calls (its turn ended).
+    fn forget(&self, session: &str) {
+        self.lock().remove(session);
+    }
+}
+
+/// The tools plugin `client` stands for in approval rules and the audit log: the ones the
+/// gateway's client defines and runs itself.
+pub const CLIENT_PLUGIN: &str = "client";
+
+/// A session's tools with the client's own added: a call of one of those waits for the
+/// result the client sends (up to the approval timeout).
+struct WithClientTools {
+    inner: Arc<dyn ToolHost>,
+    client: Vec<ToolSpec>,
+    calls: Arc<ClientCalls>,
+    session: String,
+    timeout: Duration,
+}
+
+#[async_trait]
+impl ToolHost for WithClientTools {
+    fn tools(&self) -> Vec<ToolSpec> {
+        let mut tools = self.inner.tools();
+        tools.extend(self.client.iter().cloned());
+        tools
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        cancel: CancellationToken,
+    ) -> Result<Vec<ToolContent>, ToolFailure> {
+        self.call_reported(name, arguments, cancel).await.0
+    }
+
+    async fn call_reported(
+        &self,
+        name: &str,
+        arguments: Value,
+        cancel: CancellationToken,
+    ) -> (Result<Vec<ToolContent>, ToolFailure>, Option<CallReport>) {
+        if !self.client.iter().any(|s| s.name == name) {
+            return self.inner.call_reported(name, arguments, cancel).await;
+        }
+        let Some(result) = self.calls.result_of(&self.session, name, &arguments) else {
+            return (
+                Err(ToolFailure::new(
+                    ToolFailureKind::Failed,
+                    format!("the call of `{name}` was not sent to the client, so it has no result"),
+                )),
+                None,
+            );
+        };
+        let outcome = tokio::select! {
+            result = result => result.map(|r| vec![ToolContent::Text(r)]).map_err(|_| {
+                ToolFailure::new(ToolFailureKind::Failed, "the client's result was lost")
+            }),
+            () = cancel.cancelled() => Err(ToolFailure::new(
+                ToolFailureKind::Cancelled,
+                "cancelled while waiting for the client's result",
+            )),
+            () = tokio::time::sleep(self.timeout) => Err(ToolFailure::new(
+                ToolFailureKind::Failed,
+                format!(
+                    "the client did not send the result of `{name}` within {} s",
+                    self.timeout.as_secs()
+                ),
+            )),
+        };
+        (outcome, None)
+    }
+}
+
+/// How a session's tools change for a request that defines its own.
+fn with_client_tools(
+    state: &AppState,
+    session: &str,
+    tools: &[ClientTool],
+) -> Option<ToolsForTurn> {
+    if tools.is_empty() {
+        return None;
+    }
+    let specs: Vec<ToolSpec> = tools
+        .iter()
+        .map(|t| ToolSpec {
+            name: t.name.clone(),
+            tool: t.name.clone(),
+            description: t.description.clone(),
+            input_schema: t.parameters.clone(),
+            output_schema: None,
+            hints: Default::default(),
+            plugin: CLIENT_PLUGIN.to_string(),
+            grants: vec!["none: the client runs it".to_string()],
+            can_change_anything: false,
+            digest: String::new(),
+            proven: Default::default(),
+        })
+        .collect();
+    let calls = state.client_calls.clone();
+    let session = session.to_string();
+    let timeout = state.host.options.approval_timeout;
+    Some(Arc::new(move |inner: Arc<dyn ToolHost>| {
+        Arc::new(WithClientTools {
+            inner,
+            client: specs.clone(),
+            calls: calls.clone(),
+            session: session.clone(),
+            timeout,
+        }) as Arc<dyn ToolHost>
+    }))
 }
 
 /// `GET /v1/models`.
@@ -424,36 +879,118 @@ async fn complete(state: AppState, request: Request) -> Result<Response, Gateway
     let config = &state.host.options.config;
     let offered = config.gateway.offered(&config.llm.model);
     let chat = parse_request(&body, &offered)?;
-    let host = &state.host;
-    let session = match named {
-        Some(id) => host.store().session(&id).await.map_err(ApiError::from)?.id,
+    let host = state.host.clone();
+    let known = match named {
+        Some(id) => Some(host.store().session(&id).await.map_err(ApiError::from)?.id),
         None => match state
             .histories
             .get(&history_digest(&chat.model, &chat.history))
         {
-            Some(id) if host.store().session(&id).await.is_ok() => id,
-            _ => new_session(host, &chat).await?,
+            Some(id) if host.store().session(&id).await.is_ok() => Some(id),
+            _ => None,
         },
     };
-    let events = host
-        .start_turn(&session, TurnInput::Message(chat.message.clone()))
-        .await?;
+    let (session, events) = match &chat.input {
+        Input::Message(message) => {
+            let session = match known {
+                Some(id) => id,
+                None => new_session(&host, &chat).await?,
+            };
+            check_names(&host, &session, &chat.client_tools).await?;
+            let tools = with_client_tools(&state, &session, &chat.client_tools);
+            let events = host
+                .start_turn_with(&session, TurnInput::Message(message.clone()), tools)
+                .await?;
+            (session, events)
+        }
+        Input::ToolResults(results) => {
+            let Some(session) = known else {
+                return Err(GatewayError {
+                    status: StatusCode::CONFLICT,
+                    kind: "invalid_request_error",
+                    code: Some("no_waiting_turn"),
+                    param: Some("messages".into()),
+                    message: "no turn waits for these tool results: the history does not \
+                              continue a response of this host that asked for them; send the \
+                              X-Cordon-Session header of that response, or the next user \
+                              message"
+                        .into(),
+                });
+            };
+            // Follow before the results go in, so no event of the rest of the turn is missed.
+            let events = host.follow(&session);
+            state
+                .client_calls
+                .supply(&session, results)
+                .map_err(|message| GatewayError {
+                    status: StatusCode::CONFLICT,
+                    kind: "invalid_request_error",
+                    code: Some("no_waiting_turn"),
+                    param: Some("messages".into()),
+                    message,
+                })?;
+            (session, events)
+        }
+    };
     let guard = CancelOnDrop {
         host: host.clone(),
         session: session.clone(),
         armed: true,
     };
-    let id = format!("chatcmpl-{session}-{}", cordon_core::now_ms());
+    let reading = Reading {
+        state: state.clone(),
+        id: format!("chatcmpl-{session}-{}", cordon_core::now_ms()),
+        client_names: chat.client_tools.iter().map(|t| t.name.clone()).collect(),
+        chat,
+        events,
+        guard,
+        usage: cordon_agent::Usage::default(),
+        said: String::new(),
+    };
     let header = HeaderValue::from_str(&session).ok();
-    let mut response = if chat.stream {
-        stream_response(state.clone(), chat, events, guard, id).into_response()
+    let mut response = if reading.chat.stream {
+        stream_response(reading).into_response()
     } else {
-        whole_response(&state, chat, events, guard, id).await?
+        whole_response(reading).await?
     };
     if let Some(value) = header {
         response.headers_mut().insert(SESSION_HEADER, value);
     }
     Ok(response)
+}
+
+/// Refuses client tools named like a tool Cordon offers in the session: the model could not
+/// tell them apart, and a call could reach the wrong one.
+async fn check_names(
+    host: &Arc<Host>,
+    session: &str,
+    tools: &[ClientTool],
+) -> Result<(), GatewayError> {
+    if tools.is_empty() {
+        return Ok(());
+    }
+    let info = host
+        .store()
+        .session(session)
+        .await
+        .map_err(ApiError::from)?;
+    let agent = host.agent(&info.settings).await?;
+    let ours: Vec<String> = agent
+        .offered_tools(&Conversation::new())
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    match tools.iter().position(|t| ours.contains(&t.name)) {
+        Some(i) => Err(GatewayError::invalid(
+            format!("tools[{i}].function.name"),
+            format!(
+                "the tool `{}` clashes with a tool Cordon offers under that name; rename yours",
+                tools[i].name
+            ),
+        )
+        .with_code("tool_name_clash")),
+        None => Ok(()),
+    }
 }
 
 fn named_session(headers: &HeaderMap) -> Result<Option<String>, GatewayError> {
@@ -485,17 +1022,40 @@ async fn new_session(host: &Arc<Host>, chat: &ChatRequest) -> Result<String, Gat
     };
     host.agent(&settings).await?;
     let mut conversation = Conversation::new();
+    let mut names: HashMap<&str, &str> = HashMap::new();
     for said in &chat.history {
         match said.role {
             Role::System => {}
             Role::User => conversation.messages.push(Message::User {
                 content: said.text.clone(),
             }),
-            Role::Assistant => conversation.messages.push(Message::Assistant {
-                content: said.text.clone(),
-                tool_calls: Vec::new(),
-                partial: false,
-            }),
+            Role::Assistant => {
+                for call in &said.tool_calls {
+                    names.insert(&call.id, &call.name);
+                }
+                conversation.messages.push(Message::Assistant {
+                    content: said.text.clone(),
+                    tool_calls: said
+                        .tool_calls
+                        .iter()
+                        .map(|c| ToolCall {
+                            id: c.id.clone(),
+                            name: c.name.clone(),
+                            arguments: c.arguments.clone(),
+                        })
+                        .collect(),
+                    partial: false,
+                });
+            }
+            Role::Tool => {
+                let id = said.tool_call_id.clone().unwrap_or_default();
+                conversation.messages.push(Message::Tool {
+                    name: names.get(id.as_str()).unwrap_or(&"").to_string(),
+                    tool_call_id: id,
+                    content: said.text.clone(),
+                    is_error: false,
+                });
+            }
         }
     }
     let info = host
@@ -512,8 +1072,8 @@ async fn new_session(host: &Arc<Host>, chat: &ChatRequest) -> Result<String, Gat
     Ok(info.id)
 }
 
-/// Cancels the session's turn when the client goes away before it ended (the response, or
-/// the stream, is dropped): the running tool call is stopped too.
+/// Cancels the session's turn when the client goes away before its response ended (the
+/// response, or the stream, is dropped): the running tool call is stopped too.
 struct CancelOnDrop {
     host: Arc<Host>,
     session: String,
@@ -531,12 +1091,109 @@ impl Drop for CancelOnDrop {
     }
 }
 
-/// How a turn ended, for the client.
+/// How a response ends.
 enum Ending {
     /// An answer (`finish_reason: "stop"`).
     Answer(String),
+    /// The model called the client's tools (`finish_reason: "tool_calls"`); the turn waits
+    /// for their results. With what the model said before calling.
+    ClientCalls(String, Vec<WireCall>),
     /// No answer: the error to report.
     Error(GatewayError),
+}
+
+/// What a response reads from its turn's events.
+enum Read {
+    /// Text the model streamed.
+    Text(String),
+    /// The end of the response.
+    End(Ending),
+}
+
+/// A response reading its turn.
+struct Reading {
+    state: AppState,
+    chat: ChatRequest,
+    events: broadcast::Receiver<Arc<SessionEvent>>,
+    guard: CancelOnDrop,
+    id: String,
+    client_names: Vec<String>,
+    usage: cordon_agent::Usage,
+    /// What the model said in its current answer.
+    said: String,
+}
+
+impl Reading {
+    /// The next thing the response shows, or `None` for an event it does not show.
+    async fn next(&mut self) -> Read {
+        loop {
+            let event = match self.events.recv().await {
+                Ok(event) => event,
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => {
+                    return self.end(Ending::Error(GatewayError::from(ApiError::internal(
+                        "the turn's events ended before the turn did",
+                    ))));
+                }
+            };
+            match &*event {
+                SessionEvent::Agent(AgentEvent::ModelRequest { .. }) => self.said.clear(),
+                SessionEvent::Agent(AgentEvent::TextDelta { text }) if !text.is_empty() => {
+                    self.said.push_str(text);
+                    return Read::Text(text.clone());
+                }
+                SessionEvent::Agent(AgentEvent::Usage { usage }) => self.usage.add(*usage),
+                SessionEvent::Agent(AgentEvent::ToolCallsRequested { calls }) => {
+                    let theirs: Vec<WireCall> = calls
+                        .iter()
+                        .filter(|c| self.client_names.contains(&c.call.name))
+                        // A call whose arguments are not a JSON object is refused by the
+                        // engine; the model hears why and tries again.
+                        .filter(|c| {
+                            serde_json::from_str::<Value>(&c.call.arguments)
+                                .is_ok_and(|v| v.is_object())
+                        })
+                        .map(|c| WireCall {
+                            id: c.call.id.clone(),
+                            name: c.call.name.clone(),
+                            arguments: c.call.arguments.clone(),
+                        })
+                        .collect();
+                    if !theirs.is_empty() {
+                        self.state.client_calls.expect(&self.guard.session, &theirs);
+                        let said = std::mem::take(&mut self.said);
+                        return self.end(Ending::ClientCalls(said, theirs));
+                    }
+                }
+                _ => {}
+            }
+            if let Some(end) = ending(&event) {
+                self.state.client_calls.forget(&self.guard.session);
+                return self.end(end);
+            }
+        }
+    }
+
+    /// The response ends: the turn goes on without it (a client's tool calls) or has ended,
+    /// so the client leaving no longer cancels it; the history the client will send next is
+    /// the session's.
+    fn end(&mut self, ending: Ending) -> Read {
+        self.guard.armed = false;
+        let mut history = self.chat.sent.clone();
+        match &ending {
+            Ending::Answer(answer) => history.push(Said::new(Role::Assistant, answer.clone())),
+            Ending::ClientCalls(said, calls) => history.push(Said {
+                tool_calls: calls.clone(),
+                ..Said::new(Role::Assistant, said.clone())
+            }),
+            Ending::Error(_) => return Read::End(ending),
+        }
+        self.state.histories.remember(
+            history_digest(&self.chat.model, &history),
+            self.guard.session.clone(),
+        );
+        Read::End(ending)
+    }
 }
 
 fn ending(event: &SessionEvent) -> Option<Ending> {
@@ -594,66 +1251,43 @@ fn created() -> i64 {
     cordon_core::now_ms() / 1000
 }
 
-/// After an answer: the history the client will send next (with this exchange) belongs to
-/// the same session.
-fn remember_exchange(state: &AppState, chat: &ChatRequest, session: &str, answer: &str) {
-    let mut history = chat.history.clone();
-    history.push(Said {
-        role: Role::User,
-        text: chat.message.clone(),
-    });
-    history.push(Said {
-        role: Role::Assistant,
-        text: answer.to_string(),
-    });
-    state
-        .histories
-        .remember(history_digest(&chat.model, &history), session.to_string());
-}
-
-async fn whole_response(
-    state: &AppState,
-    chat: ChatRequest,
-    mut events: broadcast::Receiver<Arc<SessionEvent>>,
-    mut guard: CancelOnDrop,
-    id: String,
-) -> Result<Response, GatewayError> {
-    let mut usage = cordon_agent::Usage::default();
-    let end = loop {
-        match events.recv().await {
-            Ok(event) => {
-                if let SessionEvent::Agent(AgentEvent::Usage { usage: u }) = &*event {
-                    usage.add(*u);
-                }
-                if let Some(end) = ending(&event) {
-                    break end;
-                }
+async fn whole_response(mut reading: Reading) -> Result<Response, GatewayError> {
+    let (message, finish) = loop {
+        match reading.next().await {
+            Read::Text(_) => {}
+            Read::End(Ending::Answer(answer)) => {
+                break (json!({"role": "assistant", "content": answer}), "stop");
             }
-            Err(broadcast::error::RecvError::Lagged(_)) => continue,
-            Err(broadcast::error::RecvError::Closed) => {
-                break Ending::Error(GatewayError::from(ApiError::internal(
-                    "the turn's events ended before the turn did",
-                )));
+            Read::End(Ending::ClientCalls(said, calls)) => {
+                let calls: Vec<Value> = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        let mut call = c.to_json(i);
+                        call.as_object_mut().map(|o| o.remove("index"));
+                        call
+                    })
+                    .collect();
+                let content = if said.is_empty() {
+                    Value::Null
+                } else {
+                    json!(said)
+                };
+                break (
+                    json!({"role": "assistant", "content": content, "tool_calls": calls}),
+                    "tool_calls",
+                );
             }
+            Read::End(Ending::Error(e)) => return Err(e),
         }
     };
-    guard.armed = false;
-    let answer = match end {
-        Ending::Answer(answer) => answer,
-        Ending::Error(e) => return Err(e),
-    };
-    remember_exchange(state, &chat, &guard.session, &answer);
     Ok(Json(json!({
-        "id": id,
+        "id": reading.id,
         "object": "chat.completion",
         "created": created(),
-        "model": chat.model,
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": answer},
-            "finish_reason": "stop",
-        }],
-        "usage": usage_json(&usage),
+        "model": reading.chat.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": usage_json(&reading.usage),
     }))
     .into_response())
 }
@@ -676,112 +1310,83 @@ fn chunk(id: &str, model: &str, delta: Value, finish: Option<&str>) -> SseEvent 
     )
 }
 
-/// Where a stream is.
-struct Streaming {
-    state: AppState,
-    chat: ChatRequest,
-    events: broadcast::Receiver<Arc<SessionEvent>>,
-    guard: CancelOnDrop,
-    id: String,
-    usage: cordon_agent::Usage,
-    /// Events still to send before reading more.
-    queued: VecDeque<SseEvent>,
-    started: bool,
-    done: bool,
-}
-
-fn stream_response(
-    state: AppState,
-    chat: ChatRequest,
-    events: broadcast::Receiver<Arc<SessionEvent>>,
-    guard: CancelOnDrop,
-    id: String,
-) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let streaming = Streaming {
-        state,
-        chat,
-        events,
-        guard,
-        id,
-        usage: cordon_agent::Usage::default(),
-        queued: VecDeque::new(),
-        started: false,
-        done: false,
-    };
-    let stream = futures::stream::unfold(streaming, |mut s| async move {
-        loop {
-            if let Some(event) = s.queued.pop_front() {
-                return Some((Ok(event), s));
-            }
-            if s.done {
-                return None;
-            }
-            if !s.started {
-                s.started = true;
-                s.queued.push_back(chunk(
-                    &s.id,
-                    &s.chat.model,
-                    json!({"role": "assistant", "content": ""}),
-                    None,
-                ));
-                continue;
-            }
-            let event = match s.events.recv().await {
-                Ok(event) => event,
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => {
-                    s.done = true;
-                    s.guard.armed = false;
-                    let e = GatewayError::from(ApiError::internal(
-                        "the turn's events ended before the turn did",
-                    ));
-                    s.queued
-                        .push_back(SseEvent::default().data(error_body(&e).to_string()));
-                    s.queued.push_back(SseEvent::default().data("[DONE]"));
-                    continue;
+/// The turn as `chat.completion.chunk`s: a first chunk with the role, the model's text as it
+/// streams, a last chunk with the finish reason (and the tool calls, when the model called
+/// the client's tools), the usage when asked for, then `[DONE]`. An error after the stream
+/// began comes as an `{"error": …}` event, as OpenAI's API sends one.
+fn stream_response(reading: Reading) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let first = chunk(
+        &reading.id,
+        &reading.chat.model,
+        json!({"role": "assistant", "content": ""}),
+        None,
+    );
+    let queued = VecDeque::from([first]);
+    let stream = futures::stream::unfold(
+        (reading, queued, false),
+        |(mut reading, mut queued, mut done)| async move {
+            loop {
+                if let Some(event) = queued.pop_front() {
+                    return Some((Ok(event), (reading, queued, done)));
                 }
-            };
-            match &*event {
-                SessionEvent::Agent(AgentEvent::TextDelta { text }) if !text.is_empty() => {
-                    s.queued
-                        .push_back(chunk(&s.id, &s.chat.model, json!({"content": text}), None));
+                if done {
+                    return None;
                 }
-                SessionEvent::Agent(AgentEvent::Usage { usage }) => s.usage.add(*usage),
-                _ => {}
-            }
-            if let Some(end) = ending(&event) {
-                s.done = true;
-                s.guard.armed = false;
-                match end {
-                    Ending::Answer(answer) => {
-                        remember_exchange(&s.state, &s.chat, &s.guard.session, &answer);
-                        s.queued
-                            .push_back(chunk(&s.id, &s.chat.model, json!({}), Some("stop")));
-                        if s.chat.include_usage {
-                            s.queued.push_back(
+                let (id, model) = (reading.id.clone(), reading.chat.model.clone());
+                match reading.next().await {
+                    Read::Text(text) => {
+                        queued.push_back(chunk(&id, &model, json!({"content": text}), None));
+                        continue;
+                    }
+                    Read::End(end) => {
+                        done = true;
+                        match end {
+                            Ending::Answer(_) => {
+                                queued.push_back(chunk(&id, &model, json!({}), Some("stop")));
+                            }
+                            Ending::ClientCalls(_, calls) => {
+                                let calls: Vec<Value> = calls
+                                    .iter()
+                                    .enumerate()
+                                    .map(|(i, c)| c.to_json(i))
+                                    .collect();
+                                queued.push_back(chunk(
+                                    &id,
+                                    &model,
+                                    json!({"tool_calls": calls}),
+                                    None,
+                                ));
+                                queued.push_back(chunk(&id, &model, json!({}), Some("tool_calls")));
+                            }
+                            Ending::Error(e) => {
+                                queued.push_back(
+                                    SseEvent::default().data(error_body(&e).to_string()),
+                                );
+                                queued.push_back(SseEvent::default().data("[DONE]"));
+                                continue;
+                            }
+                        }
+                        if reading.chat.include_usage {
+                            queued.push_back(
                                 SseEvent::default().data(
                                     json!({
-                                        "id": s.id,
+                                        "id": id,
                                         "object": "chat.completion.chunk",
                                         "created": created(),
-                                        "model": s.chat.model,
+                                        "model": model,
                                         "choices": [],
-                                        "usage": usage_json(&s.usage),
+                                        "usage": usage_json(&reading.usage),
                                     })
                                     .to_string(),
                                 ),
                             );
                         }
-                    }
-                    Ending::Error(e) => {
-                        s.queued
-                            .push_back(SseEvent::default().data(error_body(&e).to_string()));
+                        queued.push_back(SseEvent::default().data("[DONE]"));
                     }
                 }
-                s.queued.push_back(SseEvent::default().data("[DONE]"));
             }
-        }
-    });
+        },
+    );
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
@@ -818,7 +1423,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(chat.upstream, "upstream");
-        assert_eq!(chat.message, "Sum 1 and 2");
+        assert_eq!(chat.input, Input::Message("Sum 1 and 2".into()));
         assert!(chat.stream && chat.include_usage);
         let roles: Vec<Role> = chat.history.iter().map(|s| s.role).collect();
         assert_eq!(roles, [Role::System, Role::User, Role::Assistant]);
@@ -843,8 +1448,17 @@ mod tests {
                 .contains("`seed`, `temperature` are not supported"),
             "{e:?}"
         );
-        let e = refused(base(json!({"tools": []})));
-        assert!(e.message.contains("offers the installed tools"), "{e:?}");
+        let e = refused(base(json!({"functions": []})));
+        assert!(
+            e.message.contains("define your tools with `tools`"),
+            "{e:?}"
+        );
+        let e = refused(base(json!({"tool_choice": "required"})));
+        assert_eq!(e.param.as_deref(), Some("tool_choice"));
+        let e = refused(base(
+            json!({"tools": [{"type": "function", "function": {"name": "a b"}}]}),
+        ));
+        assert!(e.message.contains("`a b` is invalid"), "{e:?}");
         let e = refused(base(json!({"n": 2})));
         assert!(e.message.contains("one answer per request"), "{e:?}");
         let e = refused(json!({"model": "nope", "messages": []}));
@@ -863,7 +1477,18 @@ mod tests {
         let e = refused(base(
             json!({"messages": [{"role": "tool", "content": "x"}]}),
         ));
-        assert_eq!(e.param.as_deref(), Some("messages[0].role"));
+        assert_eq!(e.param.as_deref(), Some("messages[0].tool_call_id"));
+        let e = refused(base(json!({"messages": [
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "b", "content": "x"},
+        ]})));
+        assert!(
+            e.message
+                .contains("`b` is not a call of the assistant message"),
+            "{e:?}"
+        );
         let e = refused(base(json!({"messages": [
             {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}
         ]})));
@@ -873,11 +1498,60 @@ mod tests {
     }
 
     #[test]
-    fn histories_are_told_apart_by_model_roles_and_text() {
-        let said = |role, text: &str| Said {
-            role,
-            text: text.to_string(),
+    fn tool_results_continue_the_turn_that_asked_for_them() {
+        let chat = parse_request(
+            json!({
+                "model": "gpt-x",
+                "tools": [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}],
+                "messages": [
+                    {"role": "user", "content": "Look it up"},
+                    {"role": "assistant", "content": null, "tool_calls": [
+                        {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+                    ]},
+                    {"role": "tool", "tool_call_id": "call_1", "content": "found"},
+                ],
+            })
+            .to_string()
+            .as_bytes(),
+            &offered(),
+        )
+        .unwrap();
+        assert_eq!(
+            chat.input,
+            Input::ToolResults(vec![("call_1".into(), "found".into())])
+        );
+        assert_eq!(chat.history.len(), 2);
+        assert_eq!(chat.client_tools[0].name, "lookup");
+    }
+
+    #[test]
+    fn client_results_reach_the_call_they_answer_whichever_comes_first() {
+        let calls = ClientCalls::default();
+        let call = |id: &str, args: &str| WireCall {
+            id: id.into(),
+            name: "f".into(),
+            arguments: args.into(),
         };
+        calls.expect("s", &[call("1", r#"{"a":1}"#), call("2", r#"{"a":2}"#)]);
+        // The result of call 2 comes before the engine runs it.
+        calls.supply("s", &[("2".into(), "two".into())]).unwrap();
+        let mut two = calls.result_of("s", "f", &json!({"a": 2})).unwrap();
+        assert_eq!(two.try_recv().unwrap(), "two");
+        let mut one = calls.result_of("s", "f", &json!({"a": 1})).unwrap();
+        assert!(one.try_recv().is_err());
+        calls.supply("s", &[("1".into(), "one".into())]).unwrap();
+        assert_eq!(one.try_recv().unwrap(), "one");
+        // Each call is answered once, and only calls that were asked for.
+        assert!(calls.supply("s", &[("1".into(), "again".into())]).is_err());
+        assert!(calls.supply("s", &[("9".into(), "x".into())]).is_err());
+        assert!(calls.result_of("s", "f", &json!({"a": 3})).is_none());
+        calls.forget("s");
+        assert!(calls.supply("s", &[("1".into(), "x".into())]).is_err());
+    }
+
+    #[test]
+    fn histories_are_told_apart_by_model_roles_and_text() {
+        let said = |role, text: &str| Said::new(role, text);
         let a = history_digest("m", &[said(Role::User, "hi")]);
         assert_eq!(a, history_digest("m", &[said(Role::User, "hi")]));
         assert_ne!(a, history_digest("n", &[said(Role::User, "hi")]));

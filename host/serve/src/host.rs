@@ -17,6 +17,9 @@ use tokio_util::task::TaskTracker;
 use crate::error::ApiError;
 use crate::live::{HostEvent, LiveSession, PendingApproval, ServeFrontend, SessionEvent};
 
+/// Changes a session's tools for one turn: the gateway adds the tools its client runs.
+pub(crate) type ToolsForTurn = Arc<dyn Fn(Arc<dyn ToolHost>) -> Arc<dyn ToolHost> + Send + Sync>;
+
 /// How many engines (one per distinct set of session settings) the host keeps made.
 const MAX_CACHED_ENGINES: usize = 64;
 
@@ -157,6 +160,21 @@ impl Host {
         Ok(agent)
     }
 
+    /// An engine for a session's settings whose tools `wrap` changes, made for one turn (not
+    /// kept: what a client adds differs from request to request).
+    fn agent_with(
+        &self,
+        settings: &SessionSettings,
+        tools: Arc<dyn ToolHost>,
+        wrap: &ToolsForTurn,
+    ) -> Result<Arc<Agent>, ApiError> {
+        let mut config = self.options.config.clone();
+        settings.apply(&mut config);
+        let agent = Agent::new(config, wrap(settings.tools(tools)))
+            .map_err(|e| ApiError::bad_request(format!("the session's settings: {e}")))?;
+        Ok(Arc::new(agent))
+    }
+
     /// Marks a turn of session `id` as running on this host (its live record made if need be),
     /// unless one already runs. Under the map's lock, so a sweep cannot drop the record
     /// between its lookup and its claim.
@@ -245,13 +263,23 @@ impl Host {
         id: &str,
         input: TurnInput,
     ) -> Result<broadcast::Receiver<Arc<SessionEvent>>, ApiError> {
+        self.start_turn_with(id, input, None).await
+    }
+
+    /// [`Host::start_turn`], with the session's tools changed by `tools` for this turn.
+    pub(crate) async fn start_turn_with(
+        self: &Arc<Self>,
+        id: &str,
+        input: TurnInput,
+        tools: Option<ToolsForTurn>,
+    ) -> Result<broadcast::Receiver<Arc<SessionEvent>>, ApiError> {
         if self.is_stopping() {
             return Err(ApiError::unavailable(
                 "the host is shutting down and takes no new turns; try again when it is back",
             ));
         }
         let live = self.claim(id)?;
-        match self.prepare_turn(id, &input).await {
+        match self.prepare_turn(id, &input, tools.as_ref()).await {
             Ok((journal, conversation, agent)) => {
                 let events = live.subscribe();
                 let host = self.clone();
@@ -271,9 +299,13 @@ impl Host {
         &self,
         id: &str,
         input: &TurnInput,
+        tools: Option<&ToolsForTurn>,
     ) -> Result<(SessionJournal, Conversation, Arc<Agent>), ApiError> {
         let info = self.store.session(id).await?;
-        let agent = self.agent(&info.settings).await?;
+        let agent = match tools {
+            None => self.agent(&info.settings).await?,
+            Some(wrap) => self.agent_with(&info.settings, self.tools().await.0, wrap)?,
+        };
         let (journal, conversation) = self.store.drive(id).await?;
         let fits = match input {
             TurnInput::Message(_) => conversation.is_idle().then_some(()).ok_or_else(|| {
