@@ -128,7 +128,7 @@ mcp-test: host plugins
 ## The OpenAI-compatible gateway of `cordon serve`, driven by the official `openai` Python SDK
 ## (in the private virtualenv) in front of the scripted model.
 gateway-test: host plugins
-	@$(VENV)/bin/python -c 'import openai, pytest, sys; sys.exit(openai.__version__ != "2.54.0" or pytest.__version__ != "9.2.0")' 2>/dev/null || $(VENV)/bin/python -m pip install -q openai==2.54.0 pytest==9.2.0
+	@$(VENV)/bin/python -c 'import openai, pytest, sys; sys.exit(openai.__version__ != "3.51.0" or pytest.__version__ != "9.2.0")' 2>/dev/null || $(VENV)/bin/python -m pip install -q openai==3.51.0 pytest==9.2.0
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/gateway
 
 demo: host plugins

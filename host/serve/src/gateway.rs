@@ -659,44 +659,65 @@ impl ClientCalls {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The client is asked to run `calls` of session `session`.
+    /// The client is asked to run `calls` of session `session`. The engine may already be
+    /// waiting for some of them (it runs a call as soon as the model made it, while the
+    /// response telling the client is still on its way): those are matched by tool and
+    /// arguments.
     fn expect(&self, session: &str, calls: &[WireCall]) {
         let mut sessions = self.lock();
         let expected = sessions.entry(session.to_string()).or_default();
         for call in calls {
-            expected.push(Expected {
-                call: call.clone(),
-                arguments: serde_json::from_str(&call.arguments).unwrap_or(Value::Null),
-                claimed: false,
-                answered: false,
-                result: None,
-                waiter: None,
-            });
+            let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
+            match expected.iter_mut().find(|e| {
+                e.call.id.is_empty() && e.call.name == call.name && e.arguments == arguments
+            }) {
+                Some(waiting) => waiting.call.id = call.id.clone(),
+                None => expected.push(Expected {
+                    call: call.clone(),
+                    arguments,
+                    claimed: false,
+                    answered: false,
+                    result: None,
+                    waiter: None,
+                }),
+            }
         }
     }
 
     /// The result of the engine's call of client tool `name` with `arguments`, once the client
-    /// sends it: matched to the first call of that tool with those arguments not yet matched.
-    fn result_of(
-        &self,
-        session: &str,
-        name: &str,
-        arguments: &Value,
-    ) -> Option<oneshot::Receiver<String>> {
+    /// sends it: matched to the first call of that tool with those arguments not yet matched,
+    /// or waiting for the client to be asked for it (see [`ClientCalls::expect`]).
+    fn result_of(&self, session: &str, name: &str, arguments: &Value) -> oneshot::Receiver<String> {
         let mut sessions = self.lock();
-        let expected = sessions
-            .get_mut(session)?
-            .iter_mut()
-            .find(|e| !e.claimed && e.call.name == name && e.arguments == *arguments)?;
-        expected.claimed = true;
+        let expected = sessions.entry(session.to_string()).or_default();
         let (tx, rx) = oneshot::channel();
-        match expected.result.take() {
-            Some(result) => {
-                let _ = tx.send(result);
+        match expected
+            .iter_mut()
+            .find(|e| !e.claimed && e.call.name == name && e.arguments == *arguments)
+        {
+            Some(e) => {
+                e.claimed = true;
+                match e.result.take() {
+                    Some(result) => {
+                        let _ = tx.send(result);
+                    }
+                    None => e.waiter = Some(tx),
+                }
             }
-            None => expected.waiter = Some(tx),
+            None => expected.push(Expected {
+                call: WireCall {
+                    id: String::new(),
+                    name: name.to_string(),
+                    arguments: String::new(),
+                },
+                arguments: arguments.clone(),
+                claimed: true,
+                answered: false,
+                result: None,
+                waiter: Some(tx),
+            }),
         }
-        Some(rx)
+        rx
     }
 
     /// The client's results; every id must be a call it was asked to run and has not answered.
@@ -709,7 +730,7 @@ impl ClientCalls {
             ));
         };
         for (id, _) in results {
-            if !expected.iter().any(|e| e.call.id == *id && !e.answered) {
+            if id.is_empty() || !expected.iter().any(|e| e.call.id == *id && !e.answered) {
                 return Err(format!(
                     "session `{session}` does not wait for a result of the call `{id}`"
                 ));
@@ -778,15 +799,7 @@ impl ToolHost for WithClientTools {
         if !self.client.iter().any(|s| s.name == name) {
             return self.inner.call_reported(name, arguments, cancel).await;
         }
-        let Some(result) = self.calls.result_of(&self.session, name, &arguments) else {
-            return (
-                Err(ToolFailure::new(
-                    ToolFailureKind::Failed,
-                    format!("the call of `{name}` was not sent to the client, so it has no result"),
-                )),
-                None,
-            );
-        };
+        let result = self.calls.result_of(&self.session, name, &arguments);
         let outcome = tokio::select! {
             result = result => result.map(|r| vec![ToolContent::Text(r)]).map_err(|_| {
                 ToolFailure::new(ToolFailureKind::Failed, "the client's result was lost")
@@ -1535,16 +1548,21 @@ mod tests {
         calls.expect("s", &[call("1", r#"{"a":1}"#), call("2", r#"{"a":2}"#)]);
         // The result of call 2 comes before the engine runs it.
         calls.supply("s", &[("2".into(), "two".into())]).unwrap();
-        let mut two = calls.result_of("s", "f", &json!({"a": 2})).unwrap();
+        let mut two = calls.result_of("s", "f", &json!({"a": 2}));
         assert_eq!(two.try_recv().unwrap(), "two");
-        let mut one = calls.result_of("s", "f", &json!({"a": 1})).unwrap();
+        let mut one = calls.result_of("s", "f", &json!({"a": 1}));
         assert!(one.try_recv().is_err());
         calls.supply("s", &[("1".into(), "one".into())]).unwrap();
         assert_eq!(one.try_recv().unwrap(), "one");
         // Each call is answered once, and only calls that were asked for.
         assert!(calls.supply("s", &[("1".into(), "again".into())]).is_err());
         assert!(calls.supply("s", &[("9".into(), "x".into())]).is_err());
-        assert!(calls.result_of("s", "f", &json!({"a": 3})).is_none());
+        // The engine may run a call before the client is asked for it.
+        let mut three = calls.result_of("s", "f", &json!({"a": 3}));
+        assert!(calls.supply("s", &[("3".into(), "x".into())]).is_err());
+        calls.expect("s", &[call("3", r#"{"a": 3}"#)]);
+        calls.supply("s", &[("3".into(), "three".into())]).unwrap();
+        assert_eq!(three.try_recv().unwrap(), "three");
         calls.forget("s");
         assert!(calls.supply("s", &[("1".into(), "x".into())]).is_err());
     }
