@@ -34,8 +34,10 @@ CONFIG = """
 model = "scripted"
 
 [llm.retry]
+max_retries = 2
 initial_backoff_ms = 10
 max_backoff_ms = 40
+max_retry_after_ms = 2000
 
 [gateway.models]
 "gpt-cordon" = "scripted"
@@ -43,6 +45,9 @@ max_backoff_ms = 40
 [approval.plugins]
 sql = "auto"
 python = "auto"
+
+[approval.tools]
+"sql.sql_schema" = "ask"
 
 [serve]
 approval_timeout_secs = 20

@@ -7,6 +7,7 @@ Run by `make gateway-test` (part of `make test`), or by hand after `make`:
 """
 
 import sqlite3
+import threading
 import time
 
 import httpx
@@ -75,6 +76,45 @@ def test_a_streamed_answer_that_used_run_python(gateway):
         assert record["outcome"]["status"] == "ok"
 
 
+def test_an_approval_answered_through_the_api_mid_stream(gateway):
+    steps = [
+        calls(("sql_schema", {"database": "/db/shop.db"})),
+        text("The table is orders.", chunk=5),
+    ]
+    with gateway(steps) as g:
+        stream = g.client().chat.completions.create(
+            model="gpt-cordon",
+            messages=[{"role": "user", "content": "Which tables are there?"}],
+            stream=True,
+        )
+        answered = {}
+
+        def answer():
+            for _ in range(200):
+                pending = g.api("GET", "/approvals")["pending"]
+                if pending:
+                    (p,) = pending
+                    answered["tool"] = p["tool"]
+                    g.api(
+                        "POST",
+                        f"/approvals/{p['session']}/{p['call_id']}",
+                        json={"answer": "yes"},
+                    )
+                    return
+                time.sleep(0.05)
+
+        # The stream waits while the question waits; someone answers it through the API.
+        thread = threading.Thread(target=answer)
+        thread.start()
+        text_ = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        thread.join(30)
+        assert answered == {"tool": "sql_schema"}
+        assert text_ == "The table is orders."
+        (record,) = audit(g, "sql_schema")
+        assert record["decision"] == "yes" and record["outcome"]["status"] == "ok", record
+        assert record["decided_by"] == "API token `default`"
+
+
 def test_a_client_sending_the_whole_history_stays_in_one_session(gateway):
     steps = [text("Hello, Ada."), text("You said your name is Ada."), text("Hi.")]
     with gateway(steps) as g:
@@ -140,24 +180,39 @@ def test_models_and_an_unknown_model(gateway):
 
 
 def test_upstream_failures(gateway):
+    status = {"kind": "status", "status": 503, "message": "overloaded"}
     steps = [
-        {"kind": "status", "status": 503, "message": "warming up"},
+        {**status, "message": "warming up"},
         text("Ready."),
         {"kind": "status", "status": 400, "message": "this model cannot do that"},
+        # More 503s than Cordon retries (2 retries: 3 attempts), streamed.
+        status,
+        status,
+        status,
+        # A 429 asking to wait longer than Cordon waits (llm.retry.max_retry_after_ms).
+        {"kind": "status", "status": 429, "message": "slow down", "retry_after": 30},
     ]
     with gateway(steps) as g:
         client = g.client()
+        user = [{"role": "user", "content": "hello"}]
         # A transient failure is retried by Cordon; the client sees the answer.
-        done = client.chat.completions.create(
-            model="gpt-cordon", messages=[{"role": "user", "content": "hello"}]
-        )
+        done = client.chat.completions.create(model="gpt-cordon", messages=user)
         assert done.choices[0].message.content == "Ready."
+        # A request the model server refuses is the gateway's upstream failing.
         with pytest.raises(openai.APIStatusError) as e:
-            client.chat.completions.create(
-                model="gpt-cordon", messages=[{"role": "user", "content": "again"}]
-            )
+            client.chat.completions.create(model="gpt-cordon", messages=user)
         assert e.value.status_code == 502
         assert "this model cannot do that" in e.value.body["message"], e.value.body
+        # After Cordon's retries, a 5xx reaches the client as that 5xx, also when it asked
+        # for a stream (nothing was streamed yet).
+        with pytest.raises(openai.InternalServerError) as e:
+            list(client.chat.completions.create(model="gpt-cordon", messages=user, stream=True))
+        assert e.value.status_code == 503 and "overloaded" in e.value.body["message"]
+        # A 429 as a 429, with the model server's Retry-After.
+        with pytest.raises(openai.RateLimitError) as e:
+            client.chat.completions.create(model="gpt-cordon", messages=user)
+        assert e.value.response.headers["retry-after"] == "30"
+        assert "slow down" in e.value.body["message"]
 
 
 def test_a_client_that_goes_away_cancels_the_running_tool(gateway):

@@ -57,6 +57,13 @@ pub enum TurnOutcome {
     Failed {
         /// The error.
         error: String,
+        /// The model server's HTTP status, when it answered the last attempt with an error:
+        /// what a gateway reports to its own client (a 429 as a 429).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        upstream_status: Option<u16>,
+        /// The model server's `Retry-After` with that error, in milliseconds.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_after_ms: Option<u64>,
     },
 }
 
@@ -342,7 +349,7 @@ impl Conversation {
         copy.turns.truncate(keep_turns);
         copy.notes.retain(|n| n.at_message <= end);
         copy.state = match copy.turns.last().and_then(|t| t.outcome.clone()) {
-            Some(TurnOutcome::Failed { error }) => State::Failed {
+            Some(TurnOutcome::Failed { error, .. }) => State::Failed {
                 error,
                 final_pass: false,
             },

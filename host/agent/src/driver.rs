@@ -380,6 +380,8 @@ if a call is refused or declined, tell the user instead of trying to get around 
                 .and_then(|t| t.outcome.clone())
                 .unwrap_or(TurnOutcome::Failed {
                     error: format!("the turn stopped while {}", conv.state.name()),
+                    upstream_status: None,
+                    retry_after_ms: None,
                 }),
         ))
     }

@@ -302,7 +302,7 @@ impl Frontend for Terminal {
             )),
             AgentEvent::TurnFinished { outcome, .. } => match outcome {
                 TurnOutcome::NoProgress { explanation } => self.note(&format!("  {explanation}")),
-                TurnOutcome::Failed { error } => self.note(&format!("error: {error}")),
+                TurnOutcome::Failed { error, .. } => self.note(&format!("error: {error}")),
                 TurnOutcome::Cancelled => self.note("  (cancelled)"),
                 _ => {
                     if !self.at_line_start {

@@ -31,7 +31,6 @@ use cordon_agent::{
 };
 use cordon_core::CallReport;
 use cordon_store::NewSession;
-use futures::Stream;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::{broadcast, oneshot};
@@ -71,6 +70,8 @@ pub struct GatewayError {
     code: Option<&'static str>,
     param: Option<String>,
     message: String,
+    /// Seconds for a `Retry-After` header (the model server's, passed on).
+    retry_after_secs: Option<u64>,
 }
 
 impl GatewayError {
@@ -81,6 +82,7 @@ impl GatewayError {
             code: None,
             param: Some(param.into()),
             message: message.into(),
+            retry_after_secs: None,
         }
     }
 }
@@ -107,13 +109,20 @@ impl From<ApiError> for GatewayError {
             code: Some(e.kind),
             param: None,
             message: e.message,
+            retry_after_secs: None,
         }
     }
 }
 
 impl IntoResponse for GatewayError {
     fn into_response(self) -> Response {
-        (self.status, Json(error_body(&self))).into_response()
+        let mut response = (self.status, Json(error_body(&self))).into_response();
+        if let Some(secs) = self.retry_after_secs {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
     }
 }
 
@@ -452,6 +461,7 @@ fn parse_request(body: &[u8], offered: &[(String, String)]) -> Result<ChatReques
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
+            retry_after_secs: None,
         });
     };
     match fields.get("n") {
@@ -928,6 +938,7 @@ async fn complete(state: AppState, request: Request) -> Result<Response, Gateway
                               X-Cordon-Session header of that response, or the next user \
                               message"
                         .into(),
+                    retry_after_secs: None,
                 });
             };
             // Follow before the results go in, so no event of the rest of the turn is missed.
@@ -941,6 +952,7 @@ async fn complete(state: AppState, request: Request) -> Result<Response, Gateway
                     code: Some("no_waiting_turn"),
                     param: Some("messages".into()),
                     message,
+                    retry_after_secs: None,
                 })?;
             (session, events)
         }
@@ -962,7 +974,7 @@ async fn complete(state: AppState, request: Request) -> Result<Response, Gateway
     };
     let header = HeaderValue::from_str(&session).ok();
     let mut response = if reading.chat.stream {
-        stream_response(reading).into_response()
+        stream_response(reading).await?
     } else {
         whole_response(reading).await?
     };
@@ -1119,6 +1131,8 @@ enum Ending {
 enum Read {
     /// Text the model streamed.
     Text(String),
+    /// The model called Cordon's tools: the turn goes on (runs them, may ask about them).
+    CordonCalls,
     /// The end of the response.
     End(Ending),
 }
@@ -1177,6 +1191,7 @@ impl Reading {
                         let said = std::mem::take(&mut self.said);
                         return self.end(Ending::ClientCalls(said, theirs));
                     }
+                    return Read::CordonCalls;
                 }
                 _ => {}
             }
@@ -1230,14 +1245,33 @@ fn ending(event: &SessionEvent) -> Option<Ending> {
                 message: "the turn was cancelled (through the API or the console) before it \
                           answered"
                     .into(),
+                retry_after_secs: None,
             }),
-            TurnOutcome::Failed { error } => Ending::Error(GatewayError {
-                status: StatusCode::BAD_GATEWAY,
-                kind: "upstream_error",
-                code: Some("upstream_failed"),
-                param: None,
-                message: format!("the turn failed: {error}"),
-            }),
+            TurnOutcome::Failed {
+                error,
+                upstream_status,
+                retry_after_ms,
+            } => {
+                // As the model server would report it: a 429 as a 429 (with its Retry-After)
+                // and a 5xx as that 5xx, after Cordon's own retries; anything else (a refused
+                // request, no answer at all) is the gateway's upstream failing.
+                let (status, kind) =
+                    match upstream_status.and_then(|s| StatusCode::from_u16(s).ok()) {
+                        Some(StatusCode::TOO_MANY_REQUESTS) => {
+                            (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error")
+                        }
+                        Some(s) if s.is_server_error() => (s, "server_error"),
+                        _ => (StatusCode::BAD_GATEWAY, "upstream_error"),
+                    };
+                Ending::Error(GatewayError {
+                    status,
+                    kind,
+                    code: Some("upstream_failed"),
+                    param: None,
+                    message: format!("the turn failed: {error}"),
+                    retry_after_secs: retry_after_ms.map(|ms| ms.div_ceil(1000)),
+                })
+            }
         }),
         SessionEvent::Host(HostEvent::TurnStopped { reason }) => {
             Some(Ending::Error(GatewayError {
@@ -1246,6 +1280,7 @@ fn ending(event: &SessionEvent) -> Option<Ending> {
                 code: Some("turn_stopped"),
                 param: None,
                 message: format!("the turn stopped before it answered: {reason}"),
+                retry_after_secs: None,
             }))
         }
         _ => None,
@@ -1267,7 +1302,7 @@ fn created() -> i64 {
 async fn whole_response(mut reading: Reading) -> Result<Response, GatewayError> {
     let (message, finish) = loop {
         match reading.next().await {
-            Read::Text(_) => {}
+            Read::Text(_) | Read::CordonCalls => {}
             Read::End(Ending::Answer(answer)) => {
                 break (json!({"role": "assistant", "content": answer}), "stop");
             }
@@ -1323,84 +1358,92 @@ fn chunk(id: &str, model: &str, delta: Value, finish: Option<&str>) -> SseEvent 
     )
 }
 
+/// The chunks that show `read`; true when the stream ends with them.
+fn chunks_of(read: Read, reading: &Reading, queued: &mut VecDeque<SseEvent>) -> bool {
+    let (id, model) = (&reading.id, &reading.chat.model);
+    let end = match read {
+        Read::Text(text) => {
+            queued.push_back(chunk(id, model, json!({"content": text}), None));
+            return false;
+        }
+        Read::CordonCalls => return false,
+        Read::End(end) => end,
+    };
+    match end {
+        Ending::Answer(_) => queued.push_back(chunk(id, model, json!({}), Some("stop"))),
+        Ending::ClientCalls(_, calls) => {
+            let calls: Vec<Value> = calls
+                .iter()
+                .enumerate()
+                .map(|(i, c)| c.to_json(i))
+                .collect();
+            queued.push_back(chunk(id, model, json!({"tool_calls": calls}), None));
+            queued.push_back(chunk(id, model, json!({}), Some("tool_calls")));
+        }
+        Ending::Error(e) => {
+            queued.push_back(SseEvent::default().data(error_body(&e).to_string()));
+            queued.push_back(SseEvent::default().data("[DONE]"));
+            return true;
+        }
+    }
+    if reading.chat.include_usage {
+        queued.push_back(
+            SseEvent::default().data(
+                json!({
+                    "id": id,
+                    "object": "chat.completion.chunk",
+                    "created": created(),
+                    "model": model,
+                    "choices": [],
+                    "usage": usage_json(&reading.usage),
+                })
+                .to_string(),
+            ),
+        );
+    }
+    queued.push_back(SseEvent::default().data("[DONE]"));
+    true
+}
+
 /// The turn as `chat.completion.chunk`s: a first chunk with the role, the model's text as it
 /// streams, a last chunk with the finish reason (and the tool calls, when the model called
-/// the client's tools), the usage when asked for, then `[DONE]`. An error after the stream
-/// began comes as an `{"error": …}` event, as OpenAI's API sends one.
-fn stream_response(reading: Reading) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let first = chunk(
+/// the client's tools), the usage when asked for, then `[DONE]`.
+///
+/// The response starts once the model first answered (text, tool calls, or the turn's end),
+/// so a turn that fails before that (a 429 the retries did not get past) is answered with the
+/// status an upstream would give; while Cordon's tools run or wait for approval, the started
+/// stream keeps the connection alive. An error after that comes as an `{"error": …}` event,
+/// as OpenAI's API sends one.
+async fn stream_response(mut reading: Reading) -> Result<Response, GatewayError> {
+    let first = match reading.next().await {
+        Read::End(Ending::Error(e)) => return Err(e),
+        read => read,
+    };
+    let mut queued = VecDeque::from([chunk(
         &reading.id,
         &reading.chat.model,
         json!({"role": "assistant", "content": ""}),
         None,
-    );
-    let queued = VecDeque::from([first]);
+    )]);
+    let done = chunks_of(first, &reading, &mut queued);
     let stream = futures::stream::unfold(
-        (reading, queued, false),
+        (reading, queued, done),
         |(mut reading, mut queued, mut done)| async move {
             loop {
                 if let Some(event) = queued.pop_front() {
-                    return Some((Ok(event), (reading, queued, done)));
+                    return Some((Ok::<_, Infallible>(event), (reading, queued, done)));
                 }
                 if done {
                     return None;
                 }
-                let (id, model) = (reading.id.clone(), reading.chat.model.clone());
-                match reading.next().await {
-                    Read::Text(text) => {
-                        queued.push_back(chunk(&id, &model, json!({"content": text}), None));
-                        continue;
-                    }
-                    Read::End(end) => {
-                        done = true;
-                        match end {
-                            Ending::Answer(_) => {
-                                queued.push_back(chunk(&id, &model, json!({}), Some("stop")));
-                            }
-                            Ending::ClientCalls(_, calls) => {
-                                let calls: Vec<Value> = calls
-                                    .iter()
-                                    .enumerate()
-                                    .map(|(i, c)| c.to_json(i))
-                                    .collect();
-                                queued.push_back(chunk(
-                                    &id,
-                                    &model,
-                                    json!({"tool_calls": calls}),
-                                    None,
-                                ));
-                                queued.push_back(chunk(&id, &model, json!({}), Some("tool_calls")));
-                            }
-                            Ending::Error(e) => {
-                                queued.push_back(
-                                    SseEvent::default().data(error_body(&e).to_string()),
-                                );
-                                queued.push_back(SseEvent::default().data("[DONE]"));
-                                continue;
-                            }
-                        }
-                        if reading.chat.include_usage {
-                            queued.push_back(
-                                SseEvent::default().data(
-                                    json!({
-                                        "id": id,
-                                        "object": "chat.completion.chunk",
-                                        "created": created(),
-                                        "model": model,
-                                        "choices": [],
-                                        "usage": usage_json(&reading.usage),
-                                    })
-                                    .to_string(),
-                                ),
-                            );
-                        }
-                        queued.push_back(SseEvent::default().data("[DONE]"));
-                    }
-                }
+                let read = reading.next().await;
+                done = chunks_of(read, &reading, &mut queued);
             }
         },
     );
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response())
 }
 
 #[cfg(test)]

@@ -114,7 +114,11 @@ pub(super) fn model_failed(
         } else {
             failure.message
         };
-        fail(conv, error, final_pass, out);
+        let upstream = Upstream {
+            status: failure.status,
+            retry_after_ms: failure.retry_after_ms,
+        };
+        fail(conv, error, upstream, final_pass, out);
     }
 }
 
@@ -289,20 +293,32 @@ fn finish(conv: &mut Conversation, outcome: TurnOutcome, out: &mut Vec<Action>) 
     }));
 }
 
-fn fail(conv: &mut Conversation, error: String, final_pass: bool, out: &mut Vec<Action>) {
-    if let Some(t) = conv.turns.last_mut() {
-        t.outcome = Some(TurnOutcome::Failed {
-            error: error.clone(),
-        });
-    }
-    conv.state = State::Failed {
+/// What the model server said with the failure that ended a turn.
+struct Upstream {
+    status: Option<u16>,
+    retry_after_ms: Option<u64>,
+}
+
+fn fail(
+    conv: &mut Conversation,
+    error: String,
+    upstream: Upstream,
+    final_pass: bool,
+    out: &mut Vec<Action>,
+) {
+    let outcome = TurnOutcome::Failed {
         error: error.clone(),
-        final_pass,
+        upstream_status: upstream.status,
+        retry_after_ms: upstream.retry_after_ms,
     };
+    if let Some(t) = conv.turns.last_mut() {
+        t.outcome = Some(outcome.clone());
+    }
+    conv.state = State::Failed { error, final_pass };
     out.push(Action::Persist);
     out.push(Action::Emit(AgentEvent::TurnFinished {
         turn: conv.turns.len().saturating_sub(1),
-        outcome: TurnOutcome::Failed { error },
+        outcome,
         answer: String::new(),
     }));
 }

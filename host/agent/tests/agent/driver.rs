@@ -595,7 +595,7 @@ async fn retries_exhausted_fail_with_a_clear_error_and_history_intact() {
     c.llm.retry.max_retries = 2;
     let agent = Agent::new(c, FakeTools::new()).unwrap();
     let r = run(&agent, Conversation::new(), "hi", &[]).await;
-    let TurnOutcome::Failed { error } = &r.outcome else {
+    let TurnOutcome::Failed { error, .. } = &r.outcome else {
         panic!("{:?}", r.outcome)
     };
     assert!(
@@ -636,7 +636,7 @@ async fn client_errors_fail_at_once_with_the_server_message() {
     .unwrap();
     let agent = Agent::new(config(&server), FakeTools::new()).unwrap();
     let r = run(&agent, Conversation::new(), "hi", &[]).await;
-    let TurnOutcome::Failed { error } = &r.outcome else {
+    let TurnOutcome::Failed { error, .. } = &r.outcome else {
         panic!("{:?}", r.outcome)
     };
     assert!(
@@ -658,7 +658,7 @@ async fn garbage_from_the_model_is_a_clear_error() {
         c.llm.stream = stream;
         let agent = Agent::new(c, FakeTools::new()).unwrap();
         let r = run(&agent, Conversation::new(), "hi", &[]).await;
-        let TurnOutcome::Failed { error } = &r.outcome else {
+        let TurnOutcome::Failed { error, .. } = &r.outcome else {
             panic!("{:?}", r.outcome)
         };
         assert!(
@@ -681,7 +681,7 @@ async fn unreachable_endpoint_fails_after_retries() {
     c.llm.retry.initial_backoff_ms = 5;
     let agent = Agent::new(c, FakeTools::new()).unwrap();
     let r = run(&agent, Conversation::new(), "hi", &[]).await;
-    let TurnOutcome::Failed { error } = &r.outcome else {
+    let TurnOutcome::Failed { error, .. } = &r.outcome else {
         panic!("{:?}", r.outcome)
     };
     assert!(
