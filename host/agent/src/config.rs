@@ -581,7 +581,7 @@ mod tests {
         assert!(all.llm.api_key_env.is_some() && all.llm.temperature.is_some());
         assert!(all.llm.max_tokens.is_some() && all.agent.system_prompt.is_some());
         assert!(!all.approval.tools.is_empty() && !all.approval.plugins.is_empty());
-        assert!(all.store.url.is_some());
+        assert!(all.store.url.is_some() && !all.gateway.models.is_empty());
         fn keys(prefix: &str, v: &toml::Value, out: &mut Vec<String>) {
             if let toml::Value::Table(t) = v {
                 for (k, v) in t {
@@ -594,8 +594,9 @@ mod tests {
         keys("", &toml::Value::try_from(&all).unwrap(), &mut every);
         for key in every {
             let leaf = key.rsplit('.').next().unwrap();
-            let is_rule =
-                key.starts_with("approval.tools.") || key.starts_with("approval.plugins.");
+            let is_rule = key.starts_with("approval.tools.")
+                || key.starts_with("approval.plugins.")
+                || key.starts_with("gateway.models.");
             assert!(
                 is_rule
                     || block.contains(&format!("{leaf} = "))
