@@ -158,6 +158,7 @@ bench: toolchain plugins bench-tools
 	cargo run --release -p cordon-store --example bench_persistence
 	cargo run --release -p cordon-tests --example serve_load -- --cordon target/release/cordon --noop $(FIXTURE_OUT)/noop.wasm
 	cargo run --release -p cordon-tests --example mcp_bench -- --cordon target/release/cordon --noop $(FIXTURE_OUT)/noop.wasm
+	cargo run --release -p cordon-tests --example gateway_bench -- --cordon target/release/cordon
 
 clean:
 	cargo clean

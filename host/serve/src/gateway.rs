@@ -915,16 +915,22 @@ async fn complete(state: AppState, request: Request) -> Result<Response, Gateway
     };
     let (session, events) = match &chat.input {
         Input::Message(message) => {
-            let session = match known {
-                Some(id) => id,
-                None => new_session(&host, &chat).await?,
-            };
-            check_names(&host, &session, &chat.client_tools).await?;
-            let tools = with_client_tools(&state, &session, &chat.client_tools);
-            let events = host
-                .start_turn_with(&session, TurnInput::Message(message.clone()), tools)
-                .await?;
-            (session, events)
+            let input = TurnInput::Message(message.clone());
+            match known {
+                Some(session) => {
+                    check_names(&host, &session, &chat.client_tools).await?;
+                    let tools = with_client_tools(&state, &session, &chat.client_tools);
+                    let events = host.start_turn_with(&session, input, tools).await?;
+                    (session, events)
+                }
+                None => {
+                    let new = new_session(&chat);
+                    let id = new.id.clone().unwrap_or_default();
+                    check_names_for(&host, &new.settings, &chat.client_tools).await?;
+                    let tools = with_client_tools(&state, &id, &chat.client_tools);
+                    host.start_new_turn(new, input, tools).await?
+                }
+            }
         }
         Input::ToolResults(results) => {
             let Some(session) = known else {
@@ -999,7 +1005,19 @@ async fn check_names(
         .session(session)
         .await
         .map_err(ApiError::from)?;
-    let agent = host.agent(&info.settings).await?;
+    check_names_for(host, &info.settings, tools).await
+}
+
+/// [`check_names`] for a session with `settings`.
+async fn check_names_for(
+    host: &Arc<Host>,
+    settings: &SessionSettings,
+    tools: &[ClientTool],
+) -> Result<(), GatewayError> {
+    if tools.is_empty() {
+        return Ok(());
+    }
+    let agent = host.agent(settings).await?;
     let ours: Vec<String> = agent
         .offered_tools(&Conversation::new())
         .into_iter()
@@ -1033,7 +1051,7 @@ fn named_session(headers: &HeaderMap) -> Result<Option<String>, GatewayError> {
 
 /// A session for a history nobody has a session of: its earlier messages as the client sent
 /// them, the client's system message as its system prompt.
-async fn new_session(host: &Arc<Host>, chat: &ChatRequest) -> Result<String, GatewayError> {
+fn new_session(chat: &ChatRequest) -> NewSession {
     let system: Vec<&str> = chat
         .history
         .iter()
@@ -1045,7 +1063,6 @@ async fn new_session(host: &Arc<Host>, chat: &ChatRequest) -> Result<String, Gat
         system_prompt: (!system.is_empty()).then(|| system.join("\n\n")),
         tools: None,
     };
-    host.agent(&settings).await?;
     let mut conversation = Conversation::new();
     let mut names: HashMap<&str, &str> = HashMap::new();
     for said in &chat.history {
@@ -1083,18 +1100,17 @@ async fn new_session(host: &Arc<Host>, chat: &ChatRequest) -> Result<String, Gat
             }
         }
     }
-    let info = host
-        .store()
-        .create_session(NewSession {
-            id: None,
-            origin: "gateway".to_string(),
-            parent: None,
-            settings,
-            conversation,
-        })
-        .await
-        .map_err(ApiError::from)?;
-    Ok(info.id)
+    NewSession {
+        // Named here, so the client's tools can be bound to the session before it exists.
+        id: Some(format!(
+            "s-{:012x}",
+            rand::random::<u64>() & 0xffff_ffff_ffff
+        )),
+        origin: "gateway".to_string(),
+        parent: None,
+        settings,
+        conversation,
+    }
 }
 
 /// Cancels the session's turn when the client goes away before its response ended (the

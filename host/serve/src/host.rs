@@ -10,7 +10,7 @@ use cordon_agent::{
     Agent, AgentConfig, AgentError, AuditContext, CancellationToken, Conversation, Driven,
     JournalError, State, ToolHost, ToolSource, TurnInput, TurnIo,
 };
-use cordon_store::{SessionJournal, SessionSettings, Store};
+use cordon_store::{NewSession, SessionJournal, SessionSettings, Store};
 use tokio::sync::broadcast;
 use tokio_util::task::TaskTracker;
 
@@ -293,6 +293,41 @@ impl Host {
                 Err(e)
             }
         }
+    }
+
+    /// Creates a session and starts its first turn at once (see [`Host::start_turn`]): the
+    /// session is created with this host's lease on it, and the turn drives the conversation
+    /// it was created with, without reading it back.
+    pub(crate) async fn start_new_turn(
+        self: &Arc<Self>,
+        new: NewSession,
+        input: TurnInput,
+        tools: Option<ToolsForTurn>,
+    ) -> Result<(String, broadcast::Receiver<Arc<SessionEvent>>), ApiError> {
+        if self.is_stopping() {
+            return Err(ApiError::unavailable(
+                "the host is shutting down and takes no new turns; try again when it is back",
+            ));
+        }
+        // Settings that cannot make an engine are refused before anything is created.
+        let agent = match &tools {
+            None => self.agent(&new.settings).await?,
+            Some(wrap) => self.agent_with(&new.settings, self.tools().await.0, wrap)?,
+        };
+        let (id, journal, conversation) = self.store.create_and_drive(new).await?;
+        let live = match self.claim(&id) {
+            Ok(live) => live,
+            Err(e) => {
+                let _ = journal.release().await;
+                return Err(e);
+            }
+        };
+        let events = live.subscribe();
+        let host = self.clone();
+        self.turns.spawn(async move {
+            host.drive(live, journal, conversation, agent, input).await;
+        });
+        Ok((id, events))
     }
 
     async fn prepare_turn(

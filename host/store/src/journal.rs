@@ -9,7 +9,7 @@ use cordon_core::{AuditRecord, now_ms};
 use sqlx::Row;
 
 use crate::sessions::title_of;
-use crate::{Store, StoreError, on_backend};
+use crate::{NewSession, Store, StoreError, on_backend};
 
 /// The right to drive one session, and the record of its transitions.
 ///
@@ -46,18 +46,37 @@ impl Store {
                 return Err(e);
             }
         };
+        Ok((self.journal(id, info.seq, &conv), conv))
+    }
+
+    /// Creates a session holding `new.conversation` with this process's lease on it already,
+    /// and its journal: [`Store::create_session`] and [`Store::drive`] in one transaction, for
+    /// a host that drives a new session's first turn at once (the OpenAI gateway does for
+    /// most requests), without reading back what it just wrote.
+    pub async fn create_and_drive(
+        &self,
+        new: NewSession,
+    ) -> Result<(String, SessionJournal, Conversation), StoreError> {
+        let conv = new.conversation.clone();
+        let id = self.insert_session(new, true).await?;
+        let journal = self.journal(&id, 0, &conv);
+        Ok((id, journal, conv))
+    }
+
+    /// The journal of a session this process holds the lease on, at `seq`, and the task that
+    /// keeps the lease.
+    fn journal(&self, id: &str, seq: i64, conv: &Conversation) -> SessionJournal {
         let lost = CancellationToken::new();
         let keeper = tokio::spawn(keep_lease(self.clone(), id.to_string(), lost.clone()));
-        let journal = SessionJournal {
+        SessionJournal {
             store: self.clone(),
             id: id.to_string(),
-            seq: info.seq,
+            seq,
             messages: conv.messages.len(),
             since_snapshot: 0,
             lost,
             keeper,
-        };
-        Ok((journal, conv))
+        }
     }
 }
 

@@ -168,6 +168,17 @@ macro_rules! info_from_row {
 impl Store {
     /// Creates a session holding `new.conversation` (recorded as its first snapshot).
     pub async fn create_session(&self, new: NewSession) -> Result<SessionInfo, StoreError> {
+        let id = self.insert_session(new, false).await?;
+        self.session(&id).await
+    }
+
+    /// Inserts a session and its first snapshot in one transaction; with `leased`, this
+    /// process holds its lease from the start. Returns its id.
+    pub(crate) async fn insert_session(
+        &self,
+        new: NewSession,
+        leased: bool,
+    ) -> Result<String, StoreError> {
         let id = match new.id {
             Some(id) => {
                 validate_session_id(&id)?;
@@ -179,9 +190,18 @@ impl Store {
         let now = now_ms();
         let settings = serde_json::to_string(&new.settings).unwrap_or_else(|_| "{}".into());
         let snapshot = conv.to_json();
+        let (holder, until) = if leased {
+            (
+                Some(self.holder.clone()),
+                Some(now + self.options.lease_ttl.as_millis() as i64),
+            )
+        } else {
+            (None, None)
+        };
         let insert = "INSERT INTO sessions (id, created_ms, updated_ms, origin, parent, title, \
-                      state, turns, messages, seq, settings) \
-                      VALUES ($1, $2, $2, $3, $4, $5, $6, $7, $8, 0, $9) ON CONFLICT (id) DO NOTHING";
+                      state, turns, messages, seq, settings, lease_holder, lease_until_ms) \
+                      VALUES ($1, $2, $2, $3, $4, $5, $6, $7, $8, 0, $9, $10, $11) \
+                      ON CONFLICT (id) DO NOTHING";
         let snap = "INSERT INTO snapshots (session, seq, conversation) VALUES ($1, 0, $2)";
         let created = on_backend!(self, pool => async {
             let mut tx = pool.begin().await?;
@@ -195,6 +215,8 @@ impl Store {
                 .bind(conv.turns.len() as i64)
                 .bind(conv.messages.len() as i64)
                 .bind(&settings)
+                .bind(&holder)
+                .bind(until)
                 .execute(&mut *tx)
                 .await?;
             if done.rows_affected() == 0 {
@@ -208,7 +230,7 @@ impl Store {
         if !created {
             return Err(StoreError::SessionExists { id });
         }
-        self.session(&id).await
+        Ok(id)
     }
 
     /// One session's listing.

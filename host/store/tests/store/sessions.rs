@@ -345,3 +345,63 @@ each_backend!(
 );
 
 use cordon_store::StoreOptions;
+
+each_backend!(
+    a_session_created_to_be_driven_is_leased_from_the_start,
+    |backend: Backend| async move {
+        let ttl = Duration::from_secs(30);
+        let (first, url, _dir) = fresh(backend, options(ttl, 64)).await;
+        let second = Store::open(&url, options(ttl, 64)).await.unwrap();
+        let seed = {
+            let mut conv = Conversation::new();
+            conv.messages.push(cordon_agent::Message::User {
+                content: "earlier".into(),
+            });
+            conv
+        };
+        let (id, mut journal, mut conv) = first
+            .create_and_drive(NewSession {
+                id: Some("driven".into()),
+                origin: "gateway".into(),
+                parent: None,
+                settings: SessionSettings::default(),
+                conversation: seed.clone(),
+            })
+            .await
+            .unwrap();
+        assert_eq!((id.as_str(), &conv), ("driven", &seed));
+        // Nobody else can take it, not even for a moment after its creation.
+        let busy = second.drive("driven").await.unwrap_err();
+        assert!(matches!(busy, StoreError::Busy { .. }), "{busy}");
+        apply(
+            &mut conv,
+            &mut journal,
+            Event::UserMessage { text: "hi".into() },
+        )
+        .await
+        .unwrap();
+        let (info, loaded) = first.load("driven").await.unwrap();
+        assert_eq!((info.seq, info.origin.as_str()), (1, "gateway"));
+        assert_eq!(loaded, conv);
+        // The same name again is refused, as for create_session.
+        let again = first
+            .create_and_drive(NewSession {
+                id: Some("driven".into()),
+                origin: "gateway".into(),
+                parent: None,
+                settings: SessionSettings::default(),
+                conversation: Conversation::new(),
+            })
+            .await;
+        assert!(matches!(again, Err(StoreError::SessionExists { .. })));
+        journal.release().await.unwrap();
+        second
+            .drive("driven")
+            .await
+            .unwrap()
+            .0
+            .release()
+            .await
+            .unwrap();
+    }
+);

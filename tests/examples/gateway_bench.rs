@@ -1,0 +1,207 @@
+//! Cordon's OpenAI-compatible gateway, measured against its upstream in the same run.
+//!
+//! 1. **Time to first token.** The same scripted upstream (streaming a text answer) is asked
+//!    directly and through `cordon serve`'s `/v1/chat/completions` (a new session per request,
+//!    as a client that sends its history gets), alternately, `--requests` times each: the time
+//!    from sending the request to the first content delta. Medians, and what the gateway adds
+//!    (target ≤ 1 ms at p50).
+//! 2. **Concurrent streams.** `--concurrent` (200) streaming requests at once through the
+//!    gateway: all must complete with the whole answer; the server's peak resident memory
+//!    (target < 512 MiB).
+//!
+//! `cargo run --release -p cordon-tests --example gateway_bench -- [--cordon
+//! target/release/cordon] [--requests 300] [--concurrent 200]`. Everything listens on
+//! 127.0.0.1; every loop is bounded.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cordon_scripted_llm::{Script, ScriptedServer, Step};
+use cordon_tests::bench::{TOKEN, arg, number, start_serve, status_kib, write_token};
+use futures::StreamExt;
+use serde_json::json;
+
+/// The answer the upstream streams, 7 characters a delta.
+const ANSWER: &str = "The gateway streamed this answer through Cordon, delta by delta.";
+/// The longest the concurrent requests may take together.
+const RUN_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+/// One streaming request: the time to the first content delta, and the whole text.
+async fn stream(
+    client: &reqwest::Client,
+    url: &str,
+    model: &str,
+    token: Option<&str>,
+) -> Result<(Duration, String), String> {
+    let body = json!({
+        "model": model,
+        "stream": true,
+        "messages": [{"role": "user", "content": "Say something."}],
+    });
+    let start = Instant::now();
+    let mut request = client.post(url).json(&body);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.map_err(|e| e.to_string())?;
+    if !response.status().is_success() {
+        let status = response.status();
+        return Err(format!(
+            "{status}: {}",
+            response.text().await.unwrap_or_default()
+        ));
+    }
+    let mut first = None;
+    let mut text = String::new();
+    let mut buffer = String::new();
+    let mut body = response.bytes_stream();
+    while let Some(piece) = body.next().await {
+        buffer.push_str(&String::from_utf8_lossy(&piece.map_err(|e| e.to_string())?));
+        while let Some(end) = buffer.find('\n') {
+            let line = buffer[..end].trim().to_string();
+            buffer.drain(..=end);
+            let Some(data) = line.strip_prefix("data:").map(str::trim) else {
+                continue;
+            };
+            if data == "[DONE]" {
+                return first
+                    .map(|f| (f, text.clone()))
+                    .ok_or_else(|| "no content before [DONE]".to_string());
+            }
+            let chunk: serde_json::Value =
+                serde_json::from_str(data).map_err(|e| format!("{e}: {data}"))?;
+            if let Some(delta) = chunk["choices"][0]["delta"]["content"].as_str()
+                && !delta.is_empty()
+            {
+                first.get_or_insert_with(|| start.elapsed());
+                text.push_str(delta);
+            }
+        }
+    }
+    Err("the stream ended without [DONE]".to_string())
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let bin = arg(&args, "--cordon")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/release/cordon"));
+    let bin = std::fs::canonicalize(&bin).unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+    let n = number(&args, "--requests", 300).max(10);
+    let concurrent = number(&args, "--concurrent", 200).max(1);
+    let dir = tempfile::tempdir().expect("temporary home");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).expect("home directory");
+    write_token(&home);
+
+    let answer = Step::Text {
+        text: ANSWER.to_string(),
+        chunk: Some(7),
+        delay_ms: None,
+        usage: None,
+    };
+    let model = ScriptedServer::start(Script::by_role(answer.clone(), answer))
+        .await
+        .expect("start the scripted model");
+    let model_url = model.base_url();
+    let (serve, base) = start_serve(
+        &bin,
+        &home,
+        &["--llm-url", &model_url, "--model", "scripted"],
+    );
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(concurrent)
+        .build()
+        .expect("an HTTP client");
+    let direct = format!("{model_url}/chat/completions");
+    let gateway = format!("{base}/v1/chat/completions");
+
+    // 1. Time to first token, alternating rounds so drift affects both alike.
+    for _ in 0..20 {
+        stream(&client, &direct, "scripted", None)
+            .await
+            .expect("direct");
+        stream(&client, &gateway, "scripted", Some(TOKEN))
+            .await
+            .expect("gateway");
+    }
+    let (mut direct_times, mut gateway_times) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        let (t, text) = stream(&client, &direct, "scripted", None)
+            .await
+            .expect("direct");
+        assert_eq!(text, ANSWER);
+        direct_times.push(t);
+        let (t, text) = stream(&client, &gateway, "scripted", Some(TOKEN))
+            .await
+            .expect("gateway");
+        assert_eq!(text, ANSWER);
+        gateway_times.push(t);
+    }
+    let (d, g) = (median(direct_times), median(gateway_times));
+    println!(
+        "OpenAI gateway, time to first token ({n} streaming requests each, a new session each):"
+    );
+    println!("  the scripted upstream, directly      {:>10}", ms(d));
+    println!("  through cordon serve /v1             {:>10}", ms(g));
+    println!(
+        "  added by the gateway (p50)           {:>10}   (target ≤ 1 ms)",
+        ms(g.saturating_sub(d))
+    );
+
+    // 2. Concurrent streams.
+    let pid = serve.0.id();
+    let started = Instant::now();
+    let client = Arc::new(client);
+    let gateway = Arc::new(gateway);
+    let tasks: Vec<_> = (0..concurrent)
+        .map(|_| {
+            let (client, gateway) = (client.clone(), gateway.clone());
+            tokio::spawn(async move { stream(&client, &gateway, "scripted", Some(TOKEN)).await })
+        })
+        .collect();
+    let results = tokio::time::timeout(RUN_TIMEOUT, futures::future::join_all(tasks))
+        .await
+        .expect("the concurrent streams finish within the run timeout");
+    let elapsed = started.elapsed();
+    let mut failures = Vec::new();
+    let mut ok = 0;
+    for r in results {
+        match r {
+            Ok(Ok((_, text))) if text == ANSWER => ok += 1,
+            Ok(Ok((_, text))) => failures.push(format!("a partial answer: {text:?}")),
+            Ok(Err(e)) => failures.push(e),
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    let peak = status_kib(pid, "VmHWM:").unwrap_or(0);
+    println!("OpenAI gateway, {concurrent} streaming requests at once:");
+    println!(
+        "  {ok} complete, {} failed in {:.2} s: {:.0} requests/s",
+        failures.len(),
+        elapsed.as_secs_f64(),
+        ok as f64 / elapsed.as_secs_f64()
+    );
+    println!(
+        "  cordon serve peak RSS (VmHWM) {:.1} MiB (target < 512 MiB)",
+        peak as f64 / 1024.0
+    );
+    if let Some(first) = failures.first() {
+        eprintln!("first failure: {first}");
+        std::process::exit(1);
+    }
+    drop(serve);
+}
