@@ -74,6 +74,42 @@ def test_a_streamed_answer_that_used_run_python(gateway):
         assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens >= 6
         (record,) = audit(g, "run_python")
         assert record["outcome"]["status"] == "ok"
+        # Tool activity is not in the stream unless asked for.
+        assert all("cordon" not in (c.model_extra or {}) for c in chunks)
+
+
+def test_tool_activity_beside_the_answer_when_asked(gateway):
+    steps = [
+        calls(("run_python", {"code": "1 + 1"})),
+        text("Two."),
+        calls(("run_python", {"code": "2 + 2"})),
+        text("Four."),
+    ]
+    asked = {"X-Cordon-Tool-Events": "1"}
+    with gateway(steps) as g:
+        client = g.client()
+        done = client.chat.completions.create(
+            model="gpt-cordon",
+            messages=[{"role": "user", "content": "1+1?"}],
+            extra_headers=asked,
+        )
+        assert done.choices[0].message.content == "Two."
+        events = done.model_extra["cordon"]["events"]
+        assert [e["type"] for e in events] == ["tool_started", "tool_result"]
+        assert events[0]["tool"] == "run_python" and '"result":2' in events[1]["content"]
+        chunks = list(
+            client.chat.completions.create(
+                model="gpt-cordon",
+                messages=[{"role": "user", "content": "2+2?"}],
+                stream=True,
+                extra_headers=asked,
+            )
+        )
+        activity = [c.model_extra["cordon"] for c in chunks if "cordon" in (c.model_extra or {})]
+        assert [e["type"] for e in activity] == ["tool_started", "tool_result"]
+        assert all(c.choices == [] for c in chunks if "cordon" in (c.model_extra or {}))
+        text_ = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text_ == "Four."
 
 
 def test_an_approval_answered_through_the_api_mid_stream(gateway):

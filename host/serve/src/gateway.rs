@@ -43,6 +43,11 @@ use crate::live::{HostEvent, SessionEvent};
 /// The header that names a request's session, in requests and responses.
 pub const SESSION_HEADER: &str = "x-cordon-session";
 
+/// The request header that asks for Cordon's tool activity beside the answer (`1` or `true`):
+/// chunks with no choices and a `cordon` field holding the event, or (not streaming) a
+/// `cordon.events` list. Clients that do not ask never see them.
+pub const TOOL_EVENTS_HEADER: &str = "x-cordon-tool-events";
+
 /// How many histories the host remembers the session of; past that the oldest are forgotten
 /// (their clients' next request starts a new session from the history it sends).
 const REMEMBERED_HISTORIES: usize = 10_000;
@@ -891,6 +896,11 @@ pub(crate) async fn chat_completions(State(state): State<AppState>, request: Req
 
 async fn complete(state: AppState, request: Request) -> Result<Response, GatewayError> {
     let named = named_session(request.headers())?;
+    let tool_events = request
+        .headers()
+        .get(TOOL_EVENTS_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| matches!(v.trim(), "1" | "true"));
     let body: Bytes = axum::body::to_bytes(request.into_body(), crate::api::MAX_BODY)
         .await
         .map_err(|e| {
@@ -977,6 +987,7 @@ async fn complete(state: AppState, request: Request) -> Result<Response, Gateway
         guard,
         usage: cordon_agent::Usage::default(),
         said: String::new(),
+        tool_events,
     };
     let header = HeaderValue::from_str(&session).ok();
     let mut response = if reading.chat.stream {
@@ -1149,6 +1160,8 @@ enum Read {
     Text(String),
     /// The model called Cordon's tools: the turn goes on (runs them, may ask about them).
     CordonCalls,
+    /// Tool activity the client asked to see: an engine event as JSON.
+    Activity(Value),
     /// The end of the response.
     End(Ending),
 }
@@ -1164,6 +1177,8 @@ struct Reading {
     usage: cordon_agent::Usage,
     /// What the model said in its current answer.
     said: String,
+    /// Whether the client asked for Cordon's tool activity ([`TOOL_EVENTS_HEADER`]).
+    tool_events: bool,
 }
 
 impl Reading {
@@ -1186,6 +1201,13 @@ impl Reading {
                     return Read::Text(text.clone());
                 }
                 SessionEvent::Agent(AgentEvent::Usage { usage }) => self.usage.add(*usage),
+                SessionEvent::Agent(
+                    e @ (AgentEvent::ToolStarted { .. }
+                    | AgentEvent::ToolResult { .. }
+                    | AgentEvent::ToolCallRejected { .. }
+                    | AgentEvent::ApprovalNeeded { .. }
+                    | AgentEvent::ApprovalGiven { .. }),
+                ) if self.tool_events => return Read::Activity(json!(e)),
                 SessionEvent::Agent(AgentEvent::ToolCallsRequested { calls }) => {
                     let theirs: Vec<WireCall> = calls
                         .iter()
@@ -1316,9 +1338,11 @@ fn created() -> i64 {
 }
 
 async fn whole_response(mut reading: Reading) -> Result<Response, GatewayError> {
+    let mut activity = Vec::new();
     let (message, finish) = loop {
         match reading.next().await {
             Read::Text(_) | Read::CordonCalls => {}
+            Read::Activity(event) => activity.push(event),
             Read::End(Ending::Answer(answer)) => {
                 break (json!({"role": "assistant", "content": answer}), "stop");
             }
@@ -1345,15 +1369,18 @@ async fn whole_response(mut reading: Reading) -> Result<Response, GatewayError> 
             Read::End(Ending::Error(e)) => return Err(e),
         }
     };
-    Ok(Json(json!({
+    let mut completion = json!({
         "id": reading.id,
         "object": "chat.completion",
         "created": created(),
         "model": reading.chat.model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         "usage": usage_json(&reading.usage),
-    }))
-    .into_response())
+    });
+    if reading.tool_events {
+        completion["cordon"] = json!({"events": activity});
+    }
+    Ok(Json(completion).into_response())
 }
 
 /// One `chat.completion.chunk`.
@@ -1383,6 +1410,22 @@ fn chunks_of(read: Read, reading: &Reading, queued: &mut VecDeque<SseEvent>) -> 
             return false;
         }
         Read::CordonCalls => return false,
+        Read::Activity(event) => {
+            queued.push_back(
+                SseEvent::default().data(
+                    json!({
+                        "id": id,
+                        "object": "chat.completion.chunk",
+                        "created": created(),
+                        "model": model,
+                        "choices": [],
+                        "cordon": event,
+                    })
+                    .to_string(),
+                ),
+            );
+            return false;
+        }
         Read::End(end) => end,
     };
     match end {
