@@ -768,6 +768,24 @@ impl ClientCalls {
         Ok(())
     }
 
+    /// The engine is done with its call of `name` with `arguments` (it has the result, gave up
+    /// waiting, or was cancelled): its entry goes, so a turn the client never came back to
+    /// leaves nothing behind.
+    fn done(&self, session: &str, name: &str, arguments: &Value) {
+        let mut sessions = self.lock();
+        if let Some(expected) = sessions.get_mut(session) {
+            if let Some(i) = expected
+                .iter()
+                .position(|e| e.claimed && e.call.name == name && e.arguments == *arguments)
+            {
+                expected.remove(i);
+            }
+            if expected.is_empty() {
+                sessions.remove(session);
+            }
+        }
+    }
+
     /// Forgets a session's calls (its turn ended).
     fn forget(&self, session: &str) {
         self.lock().remove(session);
@@ -831,6 +849,7 @@ impl ToolHost for WithClientTools {
                 ),
             )),
         };
+        self.calls.done(&self.session, name, &arguments);
         (outcome, None)
     }
 }
@@ -1667,6 +1686,11 @@ mod tests {
         assert_eq!(three.try_recv().unwrap(), "three");
         calls.forget("s");
         assert!(calls.supply("s", &[("1".into(), "x".into())]).is_err());
+        // The engine's finished calls leave nothing behind.
+        calls.expect("t", &[call("1", "{}")]);
+        let _one = calls.result_of("t", "f", &json!({}));
+        calls.done("t", "f", &json!({}));
+        assert!(calls.lock().is_empty());
     }
 
     #[test]
