@@ -374,6 +374,32 @@ def test_a_streamed_answer_mixing_cordon_and_client_tools(gateway):
         assert [r["outcome"]["status"] for r in audit(g, "sql_query")][-1] == "ok"
 
 
+def test_a_stream_closed_mid_turn_cancels_the_running_tool(gateway):
+    steps = [calls(("run_python", {"code": "while True: pass"})), text("never")]
+    with gateway(steps) as g:
+
+        def ids():
+            return {(r["session"], r["call_id"]): r for r in audit(g, "run_python")}
+
+        before = ids()
+        stream = g.client().chat.completions.create(
+            model="gpt-cordon",
+            messages=[{"role": "user", "content": "spin, streamed"}],
+            stream=True,
+        )
+        first = next(iter(stream))
+        assert first.choices[0].delta.role == "assistant"
+        time.sleep(0.5)  # the tool is spinning in the sandbox now
+        stream.close()
+        for _ in range(100):
+            new = [r for key, r in ids().items() if key not in before]
+            if new:
+                break
+            time.sleep(0.1)
+        (record,) = new
+        assert record["outcome"]["kind"] == "cancelled", record["outcome"]
+
+
 def test_bad_requests_are_refused_with_the_reason(gateway):
     with gateway([]) as g:
         client = g.client()
