@@ -1,0 +1,424 @@
+//! The OpenAI-compatible gateway: `POST /v1/chat/completions` and `GET /v1/models`.
+//!
+//! A client that speaks only the Chat Completions API points at `cordon serve` instead of its
+//! model server and gets answers that used Cordon's sandboxed tools. Each request is one turn
+//! of a Cordon session: the host offers the installed tools to the upstream model, runs the
+//! calls it makes in the sandbox (asking where policy says so, through the approvals API and
+//! the console), and answers with the final text, streamed as `chat.completion.chunk`s when
+//! asked. Tool activity stays out of the content; it is in the session, the audit log and the
+//! console.
+//!
+//! Clients usually send the whole history with every request. The session a request belongs
+//! to is the one named by its `X-Cordon-Session` header, or else the one whose turns produced
+//! exactly that history (kept by a digest of it while this host runs); otherwise a new session
+//! starts from the history the client sent. Every response names its session in
+//! `X-Cordon-Session`.
+//!
+//! Here: the routes, errors, and finding or creating a request's session. `request` reads and
+//! checks a request, `client_tools` holds the tools a client runs itself, and `response` turns
+//! the turn's events into the answer.
+
+mod client_tools;
+mod request;
+mod response;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Json, body::Bytes};
+use cordon_agent::{Conversation, Message, SessionSettings, ToolCall, TurnInput};
+use cordon_store::NewSession;
+use serde_json::{Value, json};
+
+use crate::api::AppState;
+use crate::error::ApiError;
+use crate::host::Host;
+
+pub(crate) use client_tools::ClientCalls;
+use client_tools::with_client_tools;
+use request::{ChatRequest, ClientTool, Input, Role, history_digest, parse_request};
+use response::{Reading, stream_response, whole_response};
+
+/// The header that names a request's session, in requests and responses.
+pub const SESSION_HEADER: &str = "x-cordon-session";
+
+/// The request header that asks for Cordon's tool activity beside the answer (`1` or `true`):
+/// chunks with no choices and a `cordon` field holding the event, or (not streaming) a
+/// `cordon.events` list. Clients that do not ask never see them.
+pub const TOOL_EVENTS_HEADER: &str = "x-cordon-tool-events";
+
+/// How many histories the host remembers the session of; past that the oldest are forgotten
+/// (their clients' next request starts a new session from the history it sends).
+const REMEMBERED_HISTORIES: usize = 10_000;
+
+/// An error as OpenAI's API reports it: `{"error": {"message", "type", "param", "code"}}`, so
+/// clients' SDKs raise their usual exceptions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayError {
+    status: StatusCode,
+    kind: &'static str,
+    code: Option<&'static str>,
+    param: Option<String>,
+    message: String,
+    /// Seconds for a `Retry-After` header (the model server's, passed on).
+    retry_after_secs: Option<u64>,
+}
+
+impl GatewayError {
+    fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
+        GatewayError {
+            status: StatusCode::BAD_REQUEST,
+            kind: "invalid_request_error",
+            code: None,
+            param: Some(param.into()),
+            message: message.into(),
+            retry_after_secs: None,
+        }
+    }
+}
+
+impl GatewayError {
+    fn with_code(mut self, code: &'static str) -> Self {
+        self.code = Some(code);
+        self
+    }
+}
+
+impl From<ApiError> for GatewayError {
+    fn from(e: ApiError) -> Self {
+        let kind = match e.status {
+            StatusCode::BAD_REQUEST => "invalid_request_error",
+            StatusCode::NOT_FOUND => "not_found_error",
+            StatusCode::CONFLICT => "conflict_error",
+            StatusCode::SERVICE_UNAVAILABLE => "service_unavailable",
+            _ => "server_error",
+        };
+        GatewayError {
+            status: e.status,
+            kind,
+            code: Some(e.kind),
+            param: None,
+            message: e.message,
+            retry_after_secs: None,
+        }
+    }
+}
+
+impl IntoResponse for GatewayError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, Json(error_body(&self))).into_response();
+        if let Some(secs) = self.retry_after_secs {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
+    }
+}
+
+fn error_body(e: &GatewayError) -> Value {
+    json!({"error": {
+        "message": e.message,
+        "type": e.kind,
+        "param": e.param,
+        "code": e.code,
+    }})
+}
+
+/// The sessions of histories clients sent, by digest, while this host runs.
+#[derive(Default)]
+pub(crate) struct Histories {
+    inner: Mutex<(HashMap<String, String>, VecDeque<String>)>,
+}
+
+impl Histories {
+    fn get(&self, digest: &str) -> Option<String> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.0.get(digest).cloned()
+    }
+
+    fn remember(&self, digest: String, session: String) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let (map, order) = &mut *inner;
+        if map.insert(digest.clone(), session).is_none() {
+            order.push_back(digest);
+        }
+        while order.len() > REMEMBERED_HISTORIES {
+            if let Some(old) = order.pop_front() {
+                map.remove(&old);
+            }
+        }
+    }
+}
+
+/// `GET /v1/models`.
+pub(crate) async fn list_models(State(state): State<AppState>) -> Json<Value> {
+    let config = &state.host.options.config;
+    let data: Vec<Value> = config
+        .gateway
+        .offered(&config.llm.model)
+        .into_iter()
+        .map(|(name, _)| json!({"id": name, "object": "model", "created": 0, "owned_by": "cordon"}))
+        .collect();
+    Json(json!({"object": "list", "data": data}))
+}
+
+/// `POST /v1/chat/completions`.
+pub(crate) async fn chat_completions(State(state): State<AppState>, request: Request) -> Response {
+    match complete(state, request).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn complete(state: AppState, request: Request) -> Result<Response, GatewayError> {
+    let named = named_session(request.headers())?;
+    let tool_events = request
+        .headers()
+        .get(TOOL_EVENTS_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| matches!(v.trim(), "1" | "true"));
+    let body: Bytes = axum::body::to_bytes(request.into_body(), crate::api::MAX_BODY)
+        .await
+        .map_err(|e| {
+            GatewayError::invalid(
+                "",
+                format!("the body could not be read ({e}); at most 1 MiB"),
+            )
+        })?;
+    let config = &state.host.options.config;
+    let offered = config.gateway.offered(&config.llm.model);
+    let chat = parse_request(&body, &offered)?;
+    let host = state.host.clone();
+    let known = match named {
+        Some(id) => Some(host.store().session(&id).await.map_err(ApiError::from)?.id),
+        None => match state
+            .histories
+            .get(&history_digest(&chat.model, &chat.history))
+        {
+            Some(id) if host.store().session(&id).await.is_ok() => Some(id),
+            _ => None,
+        },
+    };
+    let (session, events) = match &chat.input {
+        Input::Message(message) => {
+            let input = TurnInput::Message(message.clone());
+            match known {
+                Some(session) => {
+                    check_names(&host, &session, &chat.client_tools).await?;
+                    let tools = with_client_tools(&state, &session, &chat.client_tools);
+                    let events = host.start_turn_with(&session, input, tools).await?;
+                    (session, events)
+                }
+                None => {
+                    let new = new_session(&chat);
+                    let id = new.id.clone().unwrap_or_default();
+                    check_names_for(&host, &new.settings, &chat.client_tools).await?;
+                    let tools = with_client_tools(&state, &id, &chat.client_tools);
+                    host.start_new_turn(new, input, tools).await?
+                }
+            }
+        }
+        Input::ToolResults(results) => {
+            let Some(session) = known else {
+                return Err(GatewayError {
+                    status: StatusCode::CONFLICT,
+                    kind: "invalid_request_error",
+                    code: Some("no_waiting_turn"),
+                    param: Some("messages".into()),
+                    message: "no turn waits for these tool results: the history does not \
+                              continue a response of this host that asked for them; send the \
+                              X-Cordon-Session header of that response, or the next user \
+                              message"
+                        .into(),
+                    retry_after_secs: None,
+                });
+            };
+            // Follow before the results go in, so no event of the rest of the turn is missed.
+            let events = host.follow(&session);
+            state
+                .client_calls
+                .supply(&session, results)
+                .map_err(|message| GatewayError {
+                    status: StatusCode::CONFLICT,
+                    kind: "invalid_request_error",
+                    code: Some("no_waiting_turn"),
+                    param: Some("messages".into()),
+                    message,
+                    retry_after_secs: None,
+                })?;
+            (session, events)
+        }
+    };
+    let guard = CancelOnDrop {
+        host: host.clone(),
+        session: session.clone(),
+        armed: true,
+    };
+    let reading = Reading {
+        state: state.clone(),
+        id: format!("chatcmpl-{session}-{}", cordon_core::now_ms()),
+        client_names: chat.client_tools.iter().map(|t| t.name.clone()).collect(),
+        chat,
+        events,
+        guard,
+        usage: cordon_agent::Usage::default(),
+        said: String::new(),
+        tool_events,
+    };
+    let header = HeaderValue::from_str(&session).ok();
+    let mut response = if reading.chat.stream {
+        stream_response(reading).await?
+    } else {
+        whole_response(reading).await?
+    };
+    if let Some(value) = header {
+        response.headers_mut().insert(SESSION_HEADER, value);
+    }
+    Ok(response)
+}
+
+/// Refuses client tools named like a tool Cordon offers in the session: the model could not
+/// tell them apart, and a call could reach the wrong one.
+async fn check_names(
+    host: &Arc<Host>,
+    session: &str,
+    tools: &[ClientTool],
+) -> Result<(), GatewayError> {
+    if tools.is_empty() {
+        return Ok(());
+    }
+    let info = host
+        .store()
+        .session(session)
+        .await
+        .map_err(ApiError::from)?;
+    check_names_for(host, &info.settings, tools).await
+}
+
+/// [`check_names`] for a session with `settings`.
+async fn check_names_for(
+    host: &Arc<Host>,
+    settings: &SessionSettings,
+    tools: &[ClientTool],
+) -> Result<(), GatewayError> {
+    if tools.is_empty() {
+        return Ok(());
+    }
+    let agent = host.agent(settings).await?;
+    let ours: Vec<String> = agent
+        .offered_tools(&Conversation::new())
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    match tools.iter().position(|t| ours.contains(&t.name)) {
+        Some(i) => Err(GatewayError::invalid(
+            format!("tools[{i}].function.name"),
+            format!(
+                "the tool `{}` clashes with a tool Cordon offers under that name; rename yours",
+                tools[i].name
+            ),
+        )
+        .with_code("tool_name_clash")),
+        None => Ok(()),
+    }
+}
+
+fn named_session(headers: &HeaderMap) -> Result<Option<String>, GatewayError> {
+    match headers.get(SESSION_HEADER) {
+        None => Ok(None),
+        Some(v) => match v.to_str() {
+            Ok(id) if !id.trim().is_empty() => Ok(Some(id.trim().to_string())),
+            _ => Err(GatewayError::invalid(
+                SESSION_HEADER,
+                "the X-Cordon-Session header must name a session",
+            )),
+        },
+    }
+}
+
+/// A session for a history nobody has a session of: its earlier messages as the client sent
+/// them, the client's system message as its system prompt.
+fn new_session(chat: &ChatRequest) -> NewSession {
+    let system: Vec<&str> = chat
+        .history
+        .iter()
+        .filter(|s| s.role == Role::System)
+        .map(|s| s.text.as_str())
+        .collect();
+    let settings = SessionSettings {
+        model: Some(chat.upstream.clone()),
+        system_prompt: (!system.is_empty()).then(|| system.join("\n\n")),
+        tools: None,
+    };
+    let mut conversation = Conversation::new();
+    let mut names: HashMap<&str, &str> = HashMap::new();
+    for said in &chat.history {
+        match said.role {
+            Role::System => {}
+            Role::User => conversation.messages.push(Message::User {
+                content: said.text.clone(),
+            }),
+            Role::Assistant => {
+                for call in &said.tool_calls {
+                    names.insert(&call.id, &call.name);
+                }
+                conversation.messages.push(Message::Assistant {
+                    content: said.text.clone(),
+                    tool_calls: said
+                        .tool_calls
+                        .iter()
+                        .map(|c| ToolCall {
+                            id: c.id.clone(),
+                            name: c.name.clone(),
+                            arguments: c.arguments.clone(),
+                        })
+                        .collect(),
+                    partial: false,
+                });
+            }
+            Role::Tool => {
+                let id = said.tool_call_id.clone().unwrap_or_default();
+                conversation.messages.push(Message::Tool {
+                    name: names.get(id.as_str()).unwrap_or(&"").to_string(),
+                    tool_call_id: id,
+                    content: said.text.clone(),
+                    is_error: false,
+                });
+            }
+        }
+    }
+    NewSession {
+        // Named here, so the client's tools can be bound to the session before it exists.
+        id: Some(format!(
+            "s-{:012x}",
+            rand::random::<u64>() & 0xffff_ffff_ffff
+        )),
+        origin: "gateway".to_string(),
+        parent: None,
+        settings,
+        conversation,
+    }
+}
+
+/// Cancels the session's turn when the client goes away before its response ended (the
+/// response, or the stream, is dropped): the running tool call is stopped too.
+struct CancelOnDrop {
+    host: Arc<Host>,
+    session: String,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if self.armed
+            && let Some(live) = self.host.live_if_any(&self.session)
+        {
+            tracing::info!(session = %self.session, "the gateway's client went away; cancelling the turn");
+            let _ = live.cancel();
+        }
+    }
+}

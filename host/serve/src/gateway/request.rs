@@ -1,0 +1,659 @@
+//! Reading a Chat Completions request: what it adds to its conversation (a user message, or
+//! the results of the client's own tools), the history before it, and the tools the client
+//! defines, each checked as an upstream would check it, with a 400 naming what is wrong.
+
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::GatewayError;
+
+/// Request fields taken. Any other field is refused with a 400 that names it, rather than
+/// silently ignored: a client that sets `temperature` expects it to act.
+pub(super) const TAKEN_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "stream",
+    "stream_options",
+    "n",
+    "user",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+];
+
+/// One message of a request, reduced to what a turn uses.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Said {
+    pub(super) role: Role,
+    pub(super) text: String,
+    /// An assistant message's tool calls.
+    pub(super) tool_calls: Vec<WireCall>,
+    /// The call a tool message answers.
+    pub(super) tool_call_id: Option<String>,
+}
+
+impl Said {
+    pub(super) fn new(role: Role, text: impl Into<String>) -> Self {
+        Said {
+            role,
+            text: text.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+/// A tool call as the Chat Completions API carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct WireCall {
+    pub(super) id: String,
+    pub(super) name: String,
+    pub(super) arguments: String,
+}
+
+impl WireCall {
+    pub(super) fn to_json(&self, index: usize) -> Value {
+        json!({
+            "index": index,
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+impl Role {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+}
+
+/// A tool the client defined and runs itself.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct ClientTool {
+    pub(super) name: String,
+    pub(super) description: String,
+    pub(super) parameters: Value,
+}
+
+/// What a request adds to its conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Input {
+    /// A new user message: a new turn.
+    Message(String),
+    /// The results of the client's own tools that the last response asked for: the turn
+    /// that asked goes on.
+    ToolResults(Vec<(String, String)>),
+}
+
+/// A checked request.
+#[derive(Debug)]
+pub(super) struct ChatRequest {
+    /// The model as the client named it.
+    pub(super) model: String,
+    /// The upstream model it stands for.
+    pub(super) upstream: String,
+    /// Every message before `input`.
+    pub(super) history: Vec<Said>,
+    /// Every message the client sent.
+    pub(super) sent: Vec<Said>,
+    pub(super) input: Input,
+    pub(super) client_tools: Vec<ClientTool>,
+    pub(super) stream: bool,
+    pub(super) include_usage: bool,
+}
+
+/// The digest of a conversation as a client sends it: the model and each message's role,
+/// text, tool calls and the call it answers, in order.
+pub(super) fn history_digest(model: &str, history: &[Said]) -> String {
+    let list: Vec<Value> = history
+        .iter()
+        .map(|s| {
+            let calls: Vec<Value> = s
+                .tool_calls
+                .iter()
+                .map(|c| json!([c.id, c.name, c.arguments]))
+                .collect();
+            json!([s.role.name(), s.text, calls, s.tool_call_id])
+        })
+        .collect();
+    let text = json!([model, list]).to_string();
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// The text of a message's `content`: a string, or text parts.
+pub(super) fn content_text(content: &Value, at: &str) -> Result<String, GatewayError> {
+    match content {
+        Value::String(s) => Ok(s.clone()),
+        Value::Null => Ok(String::new()),
+        Value::Array(parts) => {
+            let mut text = String::new();
+            for (i, part) in parts.iter().enumerate() {
+                match (part["type"].as_str(), part["text"].as_str()) {
+                    (Some("text"), Some(t)) => text.push_str(t),
+                    (kind, _) => {
+                        return Err(GatewayError::invalid(
+                            format!("{at}.content[{i}]"),
+                            format!(
+                                "content parts of type {} are not supported; send text parts \
+                                 (`{{\"type\": \"text\", \"text\": …}}`) or a string",
+                                kind.map_or("(none)".to_string(), |k| format!("`{k}`"))
+                            ),
+                        ));
+                    }
+                }
+            }
+            Ok(text)
+        }
+        _ => Err(GatewayError::invalid(
+            format!("{at}.content"),
+            "`content` must be a string or a list of text parts",
+        )),
+    }
+}
+
+/// The tools a request defines (`tools`), checked as an upstream would check them.
+pub(super) fn client_tools(value: Option<&Value>) -> Result<Vec<ClientTool>, GatewayError> {
+    let list = match value {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(list)) => list,
+        Some(_) => return Err(GatewayError::invalid("tools", "`tools` must be a list")),
+    };
+    let mut tools: Vec<ClientTool> = Vec::with_capacity(list.len());
+    for (i, tool) in list.iter().enumerate() {
+        let at = format!("tools[{i}]");
+        if tool["type"] != "function" {
+            return Err(GatewayError::invalid(
+                format!("{at}.type"),
+                "only tools of type `function` are supported",
+            ));
+        }
+        let function = &tool["function"];
+        let name = function["name"].as_str().unwrap_or_default();
+        let valid = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !valid {
+            return Err(GatewayError::invalid(
+                format!("{at}.function.name"),
+                format!("the tool name `{name}` is invalid: 1 to 64 letters, digits, `_` or `-`"),
+            ));
+        }
+        if tools.iter().any(|t| t.name == name) {
+            return Err(GatewayError::invalid(
+                format!("{at}.function.name"),
+                format!("the tool `{name}` is defined twice"),
+            ));
+        }
+        let parameters = match &function["parameters"] {
+            Value::Null => json!({"type": "object", "properties": {}}),
+            p @ Value::Object(_) => p.clone(),
+            _ => {
+                return Err(GatewayError::invalid(
+                    format!("{at}.function.parameters"),
+                    "`parameters` must be a JSON Schema object",
+                ));
+            }
+        };
+        if let Err(e) = cordon_core::CompiledSchema::compile(&parameters) {
+            return Err(GatewayError::invalid(
+                format!("{at}.function.parameters"),
+                format!("`parameters` of `{name}` is not a valid JSON Schema: {e}"),
+            ));
+        }
+        tools.push(ClientTool {
+            name: name.to_string(),
+            description: function["description"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            parameters,
+        });
+    }
+    Ok(tools)
+}
+
+/// An assistant message's `tool_calls`.
+pub(super) fn wire_calls(value: Option<&Value>, at: &str) -> Result<Vec<WireCall>, GatewayError> {
+    let list = match value {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(list)) => list,
+        Some(_) => {
+            return Err(GatewayError::invalid(
+                format!("{at}.tool_calls"),
+                "`tool_calls` must be a list",
+            ));
+        }
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, call)| {
+            let (Some(id), Some(name)) = (call["id"].as_str(), call["function"]["name"].as_str())
+            else {
+                return Err(GatewayError::invalid(
+                    format!("{at}.tool_calls[{i}]"),
+                    "a tool call needs an `id` and a `function.name`",
+                ));
+            };
+            Ok(WireCall {
+                id: id.to_string(),
+                name: name.to_string(),
+                arguments: call["function"]["arguments"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            })
+        })
+        .collect()
+}
+
+pub(super) fn parse_request(
+    body: &[u8],
+    offered: &[(String, String)],
+) -> Result<ChatRequest, GatewayError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        GatewayError::invalid(
+            "",
+            format!("the body is not JSON ({e}); send a JSON object"),
+        )
+    })?;
+    let Value::Object(fields) = value else {
+        return Err(GatewayError::invalid("", "the body must be a JSON object"));
+    };
+    let mut refused: Vec<&str> = fields
+        .iter()
+        .filter(|(k, v)| !TAKEN_FIELDS.contains(&k.as_str()) && !v.is_null())
+        .map(|(k, _)| k.as_str())
+        .collect();
+    refused.sort_unstable();
+    if let Some(first) = refused.first() {
+        let functions = refused
+            .iter()
+            .any(|k| matches!(*k, "functions" | "function_call"));
+        return Err(GatewayError::invalid(
+            *first,
+            if functions {
+                format!(
+                    "{} not supported by Cordon's gateway: define your tools with `tools`",
+                    names(&refused)
+                )
+            } else {
+                format!(
+                    "{} not supported by Cordon's gateway: sampling and output settings come \
+                     from cordon.toml's [llm] section; leave them out",
+                    names(&refused)
+                )
+            },
+        ));
+    }
+    let model = match fields.get("model") {
+        Some(Value::String(m)) if !m.is_empty() => m.clone(),
+        _ => {
+            return Err(GatewayError::invalid(
+                "model",
+                "`model` must be a model name",
+            ));
+        }
+    };
+    let Some((_, upstream)) = offered.iter().find(|(name, _)| *name == model) else {
+        return Err(GatewayError {
+            status: StatusCode::NOT_FOUND,
+            kind: "invalid_request_error",
+            code: Some("model_not_found"),
+            param: Some("model".into()),
+            message: format!(
+                "the model `{model}` does not exist here; the models are: {}",
+                offered
+                    .iter()
+                    .map(|(n, _)| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            retry_after_secs: None,
+        });
+    };
+    match fields.get("n") {
+        None | Some(Value::Null) => {}
+        Some(n) if n.as_u64() == Some(1) => {}
+        Some(n) => {
+            return Err(GatewayError::invalid(
+                "n",
+                format!("`n` is {n}: Cordon's gateway gives one answer per request (n = 1)"),
+            ));
+        }
+    }
+    match fields.get("tool_choice") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(c)) if c == "auto" => {}
+        Some(other) => {
+            return Err(GatewayError::invalid(
+                "tool_choice",
+                format!(
+                    "`tool_choice` {other} is not supported: the model chooses (`\"auto\"`), \
+                     since it also has Cordon's tools"
+                ),
+            ));
+        }
+    }
+    if fields.get("parallel_tool_calls") == Some(&Value::Bool(false)) {
+        return Err(GatewayError::invalid(
+            "parallel_tool_calls",
+            "`parallel_tool_calls: false` is not supported: the model may call several tools \
+             in one answer",
+        ));
+    }
+    let client_tools = client_tools(fields.get("tools"))?;
+    let stream = match fields.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(GatewayError::invalid(
+                "stream",
+                "`stream` must be a boolean",
+            ));
+        }
+    };
+    let include_usage = match fields.get("stream_options") {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(o)) => {
+            if let Some(k) = o.keys().find(|k| *k != "include_usage") {
+                return Err(GatewayError::invalid(
+                    format!("stream_options.{k}"),
+                    format!("`stream_options.{k}` is not supported; only `include_usage` is"),
+                ));
+            }
+            o.get("include_usage")
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+        }
+        Some(_) => {
+            return Err(GatewayError::invalid(
+                "stream_options",
+                "`stream_options` must be an object",
+            ));
+        }
+    };
+    let Some(Value::Array(messages)) = fields.get("messages") else {
+        return Err(GatewayError::invalid(
+            "messages",
+            "`messages` must be a list of messages",
+        ));
+    };
+    let mut sent = Vec::with_capacity(messages.len());
+    for (i, m) in messages.iter().enumerate() {
+        let at = format!("messages[{i}]");
+        let Value::Object(m) = m else {
+            return Err(GatewayError::invalid(at, "a message must be a JSON object"));
+        };
+        let role = match m.get("role").and_then(Value::as_str) {
+            Some("system" | "developer") => Role::System,
+            Some("user") => Role::User,
+            Some("assistant") => Role::Assistant,
+            Some("tool") => Role::Tool,
+            other => {
+                return Err(GatewayError::invalid(
+                    format!("{at}.role"),
+                    format!(
+                        "the role {} is not one of system, developer, user, assistant, tool",
+                        other.map_or("(none)".to_string(), |r| format!("`{r}`"))
+                    ),
+                ));
+            }
+        };
+        let mut said = Said::new(
+            role,
+            content_text(m.get("content").unwrap_or(&Value::Null), &at)?,
+        );
+        match role {
+            Role::Assistant => said.tool_calls = wire_calls(m.get("tool_calls"), &at)?,
+            Role::Tool => match m.get("tool_call_id").and_then(Value::as_str) {
+                Some(id) => said.tool_call_id = Some(id.to_string()),
+                None => {
+                    return Err(GatewayError::invalid(
+                        format!("{at}.tool_call_id"),
+                        "a tool message needs the `tool_call_id` of the call it answers",
+                    ));
+                }
+            },
+            _ => {}
+        }
+        sent.push(said);
+    }
+    let results = sent
+        .iter()
+        .rev()
+        .take_while(|s| s.role == Role::Tool)
+        .count();
+    let (history, input) = if results > 0 {
+        let history = sent[..sent.len() - results].to_vec();
+        let asked = history
+            .last()
+            .map(|s| s.tool_calls.as_slice())
+            .unwrap_or_default();
+        let mut answers = Vec::with_capacity(results);
+        for (i, said) in sent[sent.len() - results..].iter().enumerate() {
+            let id = said.tool_call_id.clone().unwrap_or_default();
+            if !asked.iter().any(|c| c.id == id) {
+                return Err(GatewayError::invalid(
+                    format!("messages[{}].tool_call_id", sent.len() - results + i),
+                    format!(
+                        "`{id}` is not a call of the assistant message before the tool results"
+                    ),
+                ));
+            }
+            answers.push((id, said.text.clone()));
+        }
+        (history, Input::ToolResults(answers))
+    } else {
+        match sent.last() {
+            Some(Said {
+                role: Role::User,
+                text,
+                ..
+            }) if !text.trim().is_empty() => (
+                sent[..sent.len() - 1].to_vec(),
+                Input::Message(text.clone()),
+            ),
+            Some(Said {
+                role: Role::User, ..
+            }) => {
+                return Err(GatewayError::invalid(
+                    format!("messages[{}].content", sent.len() - 1),
+                    "the user's message is empty",
+                ));
+            }
+            _ => {
+                return Err(GatewayError::invalid(
+                    "messages",
+                    "the last message must be the user's (`\"role\": \"user\"`), or the \
+                     results of the tool calls the last answer asked for (`\"role\": \
+                     \"tool\"`): each request is one turn, or the rest of one",
+                ));
+            }
+        }
+    };
+    Ok(ChatRequest {
+        model,
+        upstream: upstream.clone(),
+        history,
+        sent,
+        input,
+        client_tools,
+        stream,
+        include_usage,
+    })
+}
+
+pub(super) fn names(fields: &[&str]) -> String {
+    let quoted: Vec<String> = fields.iter().map(|f| format!("`{f}`")).collect();
+    if quoted.len() == 1 {
+        format!("{} is", quoted[0])
+    } else {
+        format!("{} are", quoted.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::Histories;
+
+    fn offered() -> Vec<(String, String)> {
+        vec![("gpt-x".to_string(), "upstream".to_string())]
+    }
+
+    fn refused(body: Value) -> GatewayError {
+        parse_request(body.to_string().as_bytes(), &offered()).unwrap_err()
+    }
+
+    #[test]
+    fn a_request_is_history_and_one_new_user_message() {
+        let chat = parse_request(
+            json!({
+                "model": "gpt-x",
+                "stream": true,
+                "stream_options": {"include_usage": true},
+                "temperature": null,
+                "messages": [
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": [{"type": "text", "text": "Hi"}]},
+                    {"role": "assistant", "content": "Hello."},
+                    {"role": "user", "content": "Sum 1 and 2"},
+                ],
+            })
+            .to_string()
+            .as_bytes(),
+            &offered(),
+        )
+        .unwrap();
+        assert_eq!(chat.upstream, "upstream");
+        assert_eq!(chat.input, Input::Message("Sum 1 and 2".into()));
+        assert!(chat.stream && chat.include_usage);
+        let roles: Vec<Role> = chat.history.iter().map(|s| s.role).collect();
+        assert_eq!(roles, [Role::System, Role::User, Role::Assistant]);
+        assert_eq!(chat.history[1].text, "Hi");
+    }
+
+    #[test]
+    fn what_cannot_be_honoured_is_refused_by_name() {
+        let base = |extra: Value| {
+            let mut body =
+                json!({"model": "gpt-x", "messages": [{"role": "user", "content": "x"}]});
+            body.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            body
+        };
+        let e = refused(base(json!({"temperature": 0.2, "seed": 1})));
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert_eq!(e.param.as_deref(), Some("seed"));
+        assert!(
+            e.message
+                .contains("`seed`, `temperature` are not supported"),
+            "{e:?}"
+        );
+        let e = refused(base(json!({"functions": []})));
+        assert!(
+            e.message.contains("define your tools with `tools`"),
+            "{e:?}"
+        );
+        let e = refused(base(json!({"tool_choice": "required"})));
+        assert_eq!(e.param.as_deref(), Some("tool_choice"));
+        let e = refused(base(
+            json!({"tools": [{"type": "function", "function": {"name": "a b"}}]}),
+        ));
+        assert!(e.message.contains("`a b` is invalid"), "{e:?}");
+        let e = refused(base(json!({"n": 2})));
+        assert!(e.message.contains("one answer per request"), "{e:?}");
+        let e = refused(json!({"model": "nope", "messages": []}));
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::NOT_FOUND, Some("model_not_found"))
+        );
+        assert!(e.message.contains("`gpt-x`"), "{e:?}");
+        let e = refused(base(
+            json!({"messages": [{"role": "assistant", "content": "x"}]}),
+        ));
+        assert!(
+            e.message.contains("the last message must be the user's"),
+            "{e:?}"
+        );
+        let e = refused(base(
+            json!({"messages": [{"role": "tool", "content": "x"}]}),
+        ));
+        assert_eq!(e.param.as_deref(), Some("messages[0].tool_call_id"));
+        let e = refused(base(json!({"messages": [
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "b", "content": "x"},
+        ]})));
+        assert!(
+            e.message
+                .contains("`b` is not a call of the assistant message"),
+            "{e:?}"
+        );
+        let e = refused(base(json!({"messages": [
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}
+        ]})));
+        assert!(e.message.contains("`image_url` are not supported"), "{e:?}");
+        let e = parse_request(b"{", &offered()).unwrap_err();
+        assert!(e.message.contains("not JSON"), "{e:?}");
+    }
+
+    #[test]
+    fn tool_results_continue_the_turn_that_asked_for_them() {
+        let chat = parse_request(
+            json!({
+                "model": "gpt-x",
+                "tools": [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}],
+                "messages": [
+                    {"role": "user", "content": "Look it up"},
+                    {"role": "assistant", "content": null, "tool_calls": [
+                        {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+                    ]},
+                    {"role": "tool", "tool_call_id": "call_1", "content": "found"},
+                ],
+            })
+            .to_string()
+            .as_bytes(),
+            &offered(),
+        )
+        .unwrap();
+        assert_eq!(
+            chat.input,
+            Input::ToolResults(vec![("call_1".into(), "found".into())])
+        );
+        assert_eq!(chat.history.len(), 2);
+        assert_eq!(chat.client_tools[0].name, "lookup");
+    }
+
+    #[test]
+    fn histories_are_told_apart_by_model_roles_and_text() {
+        let said = |role, text: &str| Said::new(role, text);
+        let a = history_digest("m", &[said(Role::User, "hi")]);
+        assert_eq!(a, history_digest("m", &[said(Role::User, "hi")]));
+        assert_ne!(a, history_digest("n", &[said(Role::User, "hi")]));
+        assert_ne!(a, history_digest("m", &[said(Role::Assistant, "hi")]));
+        assert_ne!(a, history_digest("m", &[said(Role::User, "hi ")]));
+        let histories = Histories::default();
+        histories.remember(a.clone(), "s-1".into());
+        assert_eq!(histories.get(&a).as_deref(), Some("s-1"));
+    }
+}
