@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
+import httpx2
 import openai
 import pytest
 
@@ -106,7 +106,7 @@ class Gateway:
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key=self.token, max_retries=0, **kwargs)
 
     def api(self, method, path, **kwargs):
-        r = httpx.request(
+        r = httpx2.request(
             method,
             f"{self.url}/api/v1{path}",
             headers={"authorization": f"Bearer {self.token}"},

@@ -10,7 +10,7 @@ import sqlite3
 import threading
 import time
 
-import httpx
+import httpx2
 import openai
 import pytest
 
@@ -259,7 +259,7 @@ def test_a_client_that_goes_away_cancels_the_running_tool(gateway):
             return {(r["session"], r["call_id"]): r for r in audit(g, "run_python")}
 
         before = ids()
-        client = g.client(timeout=httpx.Timeout(3.0))
+        client = g.client(timeout=httpx2.Timeout(3.0))
         with pytest.raises(openai.APITimeoutError):
             client.chat.completions.create(
                 model="gpt-cordon", messages=[{"role": "user", "content": "spin"}]
@@ -423,7 +423,7 @@ def test_bad_requests_are_refused_with_the_reason(gateway):
         assert "the last message must be the user's" in e.value.body["message"]
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=f"{g.url}/v1", api_key="wrong", max_retries=0).models.list()
-        raw = httpx.post(
+        raw = httpx2.post(
             f"{g.url}/v1/chat/completions",
             headers={"authorization": f"Bearer {g.token}", "content-type": "application/json"},
             content=b"{not json",
