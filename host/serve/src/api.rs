@@ -34,10 +34,6 @@ pub(crate) struct AppState {
     pub tokens: Arc<Tokens>,
     /// The `Host` header values a request may carry (empty: any), against DNS rebinding.
     pub allowed_hosts: Arc<Vec<String>>,
-    /// The gateway's sessions of the histories its clients sent.
-    pub histories: Arc<crate::gateway::Histories>,
-    /// The calls of gateway clients' own tools that turns wait on.
-    pub client_calls: Arc<crate::gateway::ClientCalls>,
 }
 
 /// Who made a request: the name of the token it carried.
@@ -45,7 +41,7 @@ pub(crate) struct AppState {
 struct Caller(String);
 
 /// The largest request body taken (a message, settings, an answer).
-pub(crate) const MAX_BODY: usize = 1 << 20;
+const MAX_BODY: usize = 1 << 20;
 
 /// The MCP endpoint's service (see [`crate::mcp`]).
 pub(crate) type McpService =
@@ -68,12 +64,7 @@ pub(crate) fn router(state: AppState, mcp: McpService) -> Router {
         .route("/audit", get(query_audit))
         .route("/tools", get(list_tools))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
-    let gateway = Router::new()
-        .route(
-            "/v1/chat/completions",
-            post(crate::gateway::chat_completions),
-        )
-        .route("/v1/models", get(crate::gateway::list_models))
+    let gateway = crate::gateway::router(state.host.clone())
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     let mcp = Router::new()
         .route_service("/mcp", mcp)

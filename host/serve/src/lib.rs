@@ -93,8 +93,6 @@ pub async fn serve(
         host: host.clone(),
         tokens: Arc::new(options.tokens),
         allowed_hosts: Arc::new(allowed_hosts(addr)),
-        histories: Arc::default(),
-        client_calls: Arc::default(),
     };
     let (mcp, mcp_host) = mcp::service(
         &store,

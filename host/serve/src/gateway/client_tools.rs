@@ -13,8 +13,8 @@ use cordon_core::CallReport;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+use super::GatewayState;
 use super::request::{ClientTool, WireCall};
-use crate::api::AppState;
 use crate::host::ToolsForTurn;
 
 /// The calls of clients' own tools that turns wait on, by session: each waits for the result
@@ -228,7 +228,7 @@ impl ToolHost for WithClientTools {
 
 /// How a session's tools change for a request that defines its own.
 pub(super) fn with_client_tools(
-    state: &AppState,
+    state: &GatewayState,
     session: &str,
     tools: &[ClientTool],
 ) -> Option<ToolsForTurn> {

@@ -28,12 +28,12 @@ use std::sync::{Arc, Mutex};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::{Json, body::Bytes};
+use axum::routing::{get, post};
+use axum::{Json, Router, body::Bytes};
 use cordon_agent::{Conversation, Message, SessionSettings, ToolCall, TurnInput};
 use cordon_store::NewSession;
 use serde_json::{Value, json};
 
-use crate::api::AppState;
 use crate::error::ApiError;
 use crate::host::Host;
 
@@ -41,6 +41,31 @@ pub(crate) use client_tools::ClientCalls;
 use client_tools::with_client_tools;
 use request::{ChatRequest, ClientTool, Input, Role, history_digest, parse_request};
 use response::{Reading, stream_response, whole_response};
+
+/// The largest request body taken, as for the rest of the API.
+const MAX_BODY: usize = 1 << 20;
+
+/// What the gateway's routes share.
+#[derive(Clone)]
+pub(crate) struct GatewayState {
+    host: Arc<Host>,
+    /// The sessions of the histories clients sent.
+    histories: Arc<Histories>,
+    /// The calls of clients' own tools that turns wait on.
+    client_calls: Arc<ClientCalls>,
+}
+
+/// The gateway's routes, `/v1/chat/completions` and `/v1/models`, over `host`'s sessions.
+pub(crate) fn router<S: Clone + Send + Sync + 'static>(host: Arc<Host>) -> Router<S> {
+    Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/models", get(list_models))
+        .with_state(GatewayState {
+            host,
+            histories: Arc::default(),
+            client_calls: Arc::default(),
+        })
+}
 
 /// The header that names a request's session, in requests and responses.
 pub const SESSION_HEADER: &str = "x-cordon-session";
@@ -155,7 +180,7 @@ impl Histories {
 }
 
 /// `GET /v1/models`.
-pub(crate) async fn list_models(State(state): State<AppState>) -> Json<Value> {
+pub(crate) async fn list_models(State(state): State<GatewayState>) -> Json<Value> {
     let config = &state.host.options.config;
     let data: Vec<Value> = config
         .gateway
@@ -167,21 +192,24 @@ pub(crate) async fn list_models(State(state): State<AppState>) -> Json<Value> {
 }
 
 /// `POST /v1/chat/completions`.
-pub(crate) async fn chat_completions(State(state): State<AppState>, request: Request) -> Response {
+pub(crate) async fn chat_completions(
+    State(state): State<GatewayState>,
+    request: Request,
+) -> Response {
     match complete(state, request).await {
         Ok(response) => response,
         Err(e) => e.into_response(),
     }
 }
 
-async fn complete(state: AppState, request: Request) -> Result<Response, GatewayError> {
+async fn complete(state: GatewayState, request: Request) -> Result<Response, GatewayError> {
     let named = named_session(request.headers())?;
     let tool_events = request
         .headers()
         .get(TOOL_EVENTS_HEADER)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| matches!(v.trim(), "1" | "true"));
-    let body: Bytes = axum::body::to_bytes(request.into_body(), crate::api::MAX_BODY)
+    let body: Bytes = axum::body::to_bytes(request.into_body(), MAX_BODY)
         .await
         .map_err(|e| {
             GatewayError::invalid(

@@ -15,8 +15,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
 use super::request::{ChatRequest, Role, Said, WireCall, history_digest};
-use super::{CancelOnDrop, GatewayError, error_body};
-use crate::api::AppState;
+use super::{CancelOnDrop, GatewayError, GatewayState, error_body};
 use crate::error::ApiError;
 use crate::live::{HostEvent, SessionEvent};
 
@@ -45,7 +44,7 @@ pub(super) enum Read {
 
 /// A response reading its turn.
 pub(super) struct Reading {
-    pub(super) state: AppState,
+    pub(super) state: GatewayState,
     pub(super) chat: ChatRequest,
     pub(super) events: broadcast::Receiver<Arc<SessionEvent>>,
     pub(super) guard: CancelOnDrop,
