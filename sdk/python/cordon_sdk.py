@@ -282,18 +282,7 @@ class Plugin:
                 f'tool {name!r}: input_schema must have "type": "object" because arguments '
                 "always arrive as a JSON object"
             )
-        try:
-            schema_text = json.dumps(
-                input_schema,
-                sort_keys=True,
-                separators=(",", ":"),
-                ensure_ascii=False,
-                allow_nan=False,
-            )
-        except (TypeError, ValueError) as err:
-            raise ToolDefinitionError(
-                f"tool {name!r}: input_schema is not valid JSON ({err})"
-            ) from None
+        schema_text = _schema_text(name, "input_schema", input_schema)
         if not isinstance(hints, Hints):
             raise ToolDefinitionError(f"tool {name!r}: hints must be a cordon_sdk.Hints")
         if not callable(handler):
@@ -305,18 +294,7 @@ class Plugin:
                     f'tool {name!r}: output_schema must be a dict with "type": "object", '
                     "because a structured result is one JSON object"
                 )
-            try:
-                output_text = json.dumps(
-                    output_schema,
-                    sort_keys=True,
-                    separators=(",", ":"),
-                    ensure_ascii=False,
-                    allow_nan=False,
-                )
-            except (TypeError, ValueError) as err:
-                raise ToolDefinitionError(
-                    f"tool {name!r}: output_schema is not valid JSON ({err})"
-                ) from None
+            output_text = _schema_text(name, "output_schema", output_schema)
         descriptor = ToolDescriptor(name, description, schema_text, hints, output_text)
         # Keep private copies of the schemas so later mutation by the author cannot make the
         # checks disagree with the hashed descriptor.
@@ -649,6 +627,16 @@ def _to_contents(tool: str, value: Any) -> list[Content]:
                     "this is a bug in the tool"
                 ) from None
     return contents
+
+
+def _schema_text(tool: str, field: str, schema: dict) -> str:
+    """A schema as canonical JSON text (sorted keys, no spaces): what the host hashes."""
+    try:
+        return json.dumps(
+            schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError) as err:
+        raise ToolDefinitionError(f"tool {tool!r}: {field} is not valid JSON ({err})") from None
 
 
 def _check_structured(tool: str, schema: dict, contents: list[Content]) -> None:

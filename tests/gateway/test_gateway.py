@@ -27,6 +27,22 @@ def audit(g, tool):
     return [r for r in g.api("GET", "/audit")["records"] if r.get("tool") == tool]
 
 
+def audited_calls(g, tool):
+    """The audit records of `tool`'s calls, by session and call."""
+    return {(r["session"], r["call_id"]): r for r in audit(g, tool)}
+
+
+def next_audited_call(g, tool, before):
+    """The one call of `tool` recorded since `before`, waiting up to 10 s for it."""
+    for _ in range(100):
+        new = [r for key, r in audited_calls(g, tool).items() if key not in before]
+        if new:
+            break
+        time.sleep(0.1)
+    (record,) = new
+    return record
+
+
 def test_an_answer_that_used_sql_query(gateway):
     steps = [
         calls(("sql_query", {"database": "/db/shop.db", "sql": "SELECT sum(amount) FROM orders"})),
@@ -254,11 +270,7 @@ def test_upstream_failures(gateway):
 def test_a_client_that_goes_away_cancels_the_running_tool(gateway):
     steps = [calls(("run_python", {"code": "while True: pass"})), text("never")]
     with gateway(steps) as g:
-
-        def ids():
-            return {(r["session"], r["call_id"]): r for r in audit(g, "run_python")}
-
-        before = ids()
+        before = audited_calls(g, "run_python")
         client = g.client(timeout=httpx2.Timeout(3.0))
         with pytest.raises(openai.APITimeoutError):
             client.chat.completions.create(
@@ -266,12 +278,7 @@ def test_a_client_that_goes_away_cancels_the_running_tool(gateway):
             )
         # The runaway call is stopped in the sandbox, well before its 30 s time limit (the
         # home, and so the audit log, is shared with the other tests).
-        for _ in range(100):
-            new = [r for key, r in ids().items() if key not in before]
-            if new:
-                break
-            time.sleep(0.1)
-        (record,) = new
+        record = next_audited_call(g, "run_python", before)
         # Recorded within seconds of the client's going away: not stopped by the time limit.
         assert record["outcome"]["kind"] == "cancelled", record["outcome"]
 
@@ -377,11 +384,7 @@ def test_a_streamed_answer_mixing_cordon_and_client_tools(gateway):
 def test_a_stream_closed_mid_turn_cancels_the_running_tool(gateway):
     steps = [calls(("run_python", {"code": "while True: pass"})), text("never")]
     with gateway(steps) as g:
-
-        def ids():
-            return {(r["session"], r["call_id"]): r for r in audit(g, "run_python")}
-
-        before = ids()
+        before = audited_calls(g, "run_python")
         stream = g.client().chat.completions.create(
             model="gpt-cordon",
             messages=[{"role": "user", "content": "spin, streamed"}],
@@ -391,12 +394,7 @@ def test_a_stream_closed_mid_turn_cancels_the_running_tool(gateway):
         assert first.choices[0].delta.role == "assistant"
         time.sleep(0.5)  # the tool is spinning in the sandbox now
         stream.close()
-        for _ in range(100):
-            new = [r for key, r in ids().items() if key not in before]
-            if new:
-                break
-            time.sleep(0.1)
-        (record,) = new
+        record = next_audited_call(g, "run_python", before)
         assert record["outcome"]["kind"] == "cancelled", record["outcome"]
 
 

@@ -259,22 +259,33 @@ pub(super) async fn whole_response(mut reading: Reading) -> Result<Response, Gat
     Ok(Json(completion).into_response())
 }
 
-/// One `chat.completion.chunk`.
+/// One `chat.completion.chunk` with the answer's one choice.
 pub(super) fn chunk(id: &str, model: &str, delta: Value, finish: Option<&str>) -> SseEvent {
     let mut choice = Map::new();
     choice.insert("index".into(), json!(0));
     choice.insert("delta".into(), delta);
     choice.insert("finish_reason".into(), json!(finish));
-    SseEvent::default().data(
-        json!({
-            "id": id,
-            "object": "chat.completion.chunk",
-            "created": created(),
-            "model": model,
-            "choices": [Value::Object(choice)],
-        })
-        .to_string(),
-    )
+    envelope(id, model, json!([Value::Object(choice)]), None)
+}
+
+/// A `chat.completion.chunk` with no choice, carrying `field` (the usage, or Cordon's tool
+/// activity) instead.
+fn choiceless_chunk(id: &str, model: &str, field: &str, value: Value) -> SseEvent {
+    envelope(id, model, json!([]), Some((field, value)))
+}
+
+fn envelope(id: &str, model: &str, choices: Value, extra: Option<(&str, Value)>) -> SseEvent {
+    let mut chunk = json!({
+        "id": id,
+        "object": "chat.completion.chunk",
+        "created": created(),
+        "model": model,
+        "choices": choices,
+    });
+    if let Some((field, value)) = extra {
+        chunk[field] = value;
+    }
+    SseEvent::default().data(chunk.to_string())
 }
 
 /// The chunks that show `read`; true when the stream ends with them.
@@ -287,19 +298,7 @@ pub(super) fn chunks_of(read: Read, reading: &Reading, queued: &mut VecDeque<Sse
         }
         Read::CordonCalls => return false,
         Read::Activity(event) => {
-            queued.push_back(
-                SseEvent::default().data(
-                    json!({
-                        "id": id,
-                        "object": "chat.completion.chunk",
-                        "created": created(),
-                        "model": model,
-                        "choices": [],
-                        "cordon": event,
-                    })
-                    .to_string(),
-                ),
-            );
+            queued.push_back(choiceless_chunk(id, model, "cordon", event));
             return false;
         }
         Read::End(end) => end,
@@ -322,19 +321,8 @@ pub(super) fn chunks_of(read: Read, reading: &Reading, queued: &mut VecDeque<Sse
         }
     }
     if reading.chat.include_usage {
-        queued.push_back(
-            SseEvent::default().data(
-                json!({
-                    "id": id,
-                    "object": "chat.completion.chunk",
-                    "created": created(),
-                    "model": model,
-                    "choices": [],
-                    "usage": usage_json(&reading.usage),
-                })
-                .to_string(),
-            ),
-        );
+        let usage = usage_json(&reading.usage);
+        queued.push_back(choiceless_chunk(id, model, "usage", usage));
     }
     queued.push_back(SseEvent::default().data("[DONE]"));
     true
