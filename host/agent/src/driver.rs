@@ -251,7 +251,9 @@ if a call is refused or declined, tell the user instead of trying to get around 
     }
 
     /// Drives one turn: each event goes through the state machine, the resulting conversation
-    /// is recorded in the journal, and only then are the transition's actions performed. So
+    /// is recorded in the journal, and only then are the transition's actions performed (a
+    /// model request, which changes nothing outside, may go out while the record is written;
+    /// its answer and everything shown wait for the record: see [`Agent::commit`]). So
     /// whatever stops the process, the journal holds a state from which the turn can go on
     /// ([`TurnInput::Resume`]) with nothing performed twice. `Err` for requests that do not fit
     /// the conversation's state (the conversation is unchanged) and when the journal fails
@@ -288,9 +290,24 @@ if a call is refused or declined, tell the user instead of trying to get around 
                 TurnInput::Resume => (machine::resume(conv, env)?, Cause::Resume),
             }
         };
-        io.journal.transition(conv, &cause).await?;
-        let mut queue: VecDeque<Action> = first.into();
-        while let Some(action) = queue.pop_front() {
+        let mut queue: VecDeque<Action> = VecDeque::new();
+        let mut next = self
+            .commit(conv, &mut catalog, cause, first, io, &mut queue)
+            .await?;
+        loop {
+            let action = match next {
+                Committed::Queued => match queue.pop_front() {
+                    Some(action) => action,
+                    None => break,
+                },
+                Committed::Answered(event) => {
+                    next = self
+                        .advance(conv, &mut catalog, event, io, &mut queue)
+                        .await?;
+                    continue;
+                }
+                Committed::Suspended => return Ok(Driven::Suspended),
+            };
             let suspended = io.suspend.is_some_and(CancellationToken::is_cancelled);
             let event = match action {
                 Action::Emit(e) => {
@@ -318,7 +335,9 @@ if a call is refused or declined, tell the user instead of trying to get around 
                 }
                 Action::CallModel { final_pass } => {
                     catalog = self.catalog();
-                    let call = self.call_model(conv, &catalog, final_pass, io.frontend, io.cancel);
+                    let frontend = &mut *io.frontend;
+                    let mut emit = |e: &AgentEvent| frontend.event(e);
+                    let call = self.call_model(conv, &catalog, final_pass, &mut emit, io.cancel);
                     match until_suspended(io.suspend, call).await {
                         Some(event) => Some(event),
                         None => return Ok(Driven::Suspended),
@@ -370,9 +389,13 @@ if a call is refused or declined, tell the user instead of trying to get around 
                     None
                 }
             };
-            if let Some(event) = event {
-                self.apply(conv, &catalog, event, io, &mut queue).await?;
-            }
+            next = match event {
+                Some(event) => {
+                    self.advance(conv, &mut catalog, event, io, &mut queue)
+                        .await?
+                }
+                None => Committed::Queued,
+            };
         }
         Ok(Driven::Finished(
             conv.turns
@@ -404,6 +427,104 @@ if a call is refused or declined, tell the user instead of trying to get around 
         io.journal.transition(conv, &Cause::Event { event }).await?;
         queue.extend(actions);
         Ok(())
+    }
+
+    /// One transition of the main loop: as [`Agent::apply`], but recorded by
+    /// [`Agent::commit`], so a transition that asks the model next asks it at once.
+    async fn advance(
+        &self,
+        conv: &mut Conversation,
+        catalog: &mut ToolCatalog,
+        event: Event,
+        io: &mut TurnIo<'_>,
+        queue: &mut VecDeque<Action>,
+    ) -> Result<Committed, AgentError> {
+        let env = Env {
+            catalog,
+            limits: &self.limits,
+        };
+        let actions = machine::step(conv, event.clone(), env)?;
+        self.commit(conv, catalog, Cause::Event { event }, actions, io, queue)
+            .await
+    }
+
+    /// Records the transition that produced `actions` and queues them; except when they only
+    /// announce (emit, persist) and then ask the model, with nothing else queued: then the
+    /// model is asked while the transition is being recorded, and what the turn shows (the
+    /// announcements, the model's deltas) is held back until the record is written. A model
+    /// request changes nothing outside, so if the process stops before the record, the turn
+    /// resumes from the previous one and asks again, and still nothing unrecorded was shown;
+    /// if the record fails, the request is dropped. This takes the write off the time to the
+    /// first token (one for a new session, which is written with its first transition).
+    async fn commit(
+        &self,
+        conv: &mut Conversation,
+        catalog: &mut ToolCatalog,
+        cause: Cause,
+        mut actions: Vec<Action>,
+        io: &mut TurnIo<'_>,
+        queue: &mut VecDeque<Action>,
+    ) -> Result<Committed, AgentError> {
+        let suspended = io.suspend.is_some_and(CancellationToken::is_cancelled);
+        let final_pass = match actions.last() {
+            Some(Action::CallModel { final_pass })
+                if queue.is_empty()
+                    && !suspended
+                    && actions[..actions.len() - 1]
+                        .iter()
+                        .all(|a| matches!(a, Action::Emit(_) | Action::Persist)) =>
+            {
+                *final_pass
+            }
+            _ => {
+                io.journal.transition(conv, &cause).await?;
+                queue.extend(actions);
+                return Ok(Committed::Queued);
+            }
+        };
+        actions.pop();
+        *catalog = self.catalog();
+        let held = HeldEvents::new(&mut *io.frontend);
+        for action in actions {
+            match action {
+                Action::Emit(e) => held.event(&e),
+                Action::Persist => held.persist_when_recorded(),
+                _ => {}
+            }
+        }
+        let (request, count) = self
+            .build_request(conv, catalog, final_pass, &mut |e| held.event(e), io.cancel)
+            .await;
+        let asking = Asking {
+            iteration: conv.progress.iterations + 1,
+            messages: conv.messages.len(),
+            final_pass,
+        };
+        let conv: &Conversation = conv;
+        let journal = &mut *io.journal;
+        let record = async {
+            journal.transition(conv, &cause).await?;
+            held.release(conv);
+            Ok::<(), AgentError>(())
+        };
+        let mut emit = |e: &AgentEvent| held.event(e);
+        let ask = until_suspended(
+            io.suspend,
+            self.ask_model(&request, count, asking, &mut emit, io.cancel),
+        );
+        tokio::pin!(record, ask);
+        let answered = tokio::select! {
+            biased;
+            recorded = &mut record => {
+                recorded?;
+                ask.await
+            }
+            answered = &mut ask => {
+                record.await?;
+                answered
+            }
+        };
+        Ok(answered.map_or(Committed::Suspended, Committed::Answered))
     }
 
     /// Runs the approved calls, at most `max_parallel_tools` at a time. Each result is audited
@@ -578,7 +699,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
         conv: &mut Conversation,
         catalog: &ToolCatalog,
         final_pass: bool,
-        frontend: &mut dyn Frontend,
+        emit: &mut (dyn FnMut(&AgentEvent) + Send),
         cancel: &CancellationToken,
     ) -> (ChatRequest, usize) {
         let offered: Vec<&ToolSpec> = if final_pass {
@@ -650,7 +771,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
                     text,
                 });
             }
-            frontend.event(&AgentEvent::ContextPruned {
+            emit(&AgentEvent::ContextPruned {
                 strategy: strategy.to_string(),
                 dropped_messages: plan.dropped.len(),
                 dropped_tokens: plan.dropped_tokens,
@@ -710,14 +831,37 @@ if a call is refused or declined, tell the user instead of trying to get around 
         conv: &mut Conversation,
         catalog: &ToolCatalog,
         final_pass: bool,
-        frontend: &mut dyn Frontend,
+        emit: &mut (dyn FnMut(&AgentEvent) + Send),
         cancel: &CancellationToken,
     ) -> Event {
         let (request, count) = self
-            .build_request(conv, catalog, final_pass, frontend, cancel)
+            .build_request(conv, catalog, final_pass, emit, cancel)
             .await;
-        frontend.event(&AgentEvent::ModelRequest {
+        let asking = Asking {
             iteration: conv.progress.iterations + 1,
+            messages: conv.messages.len(),
+            final_pass,
+        };
+        self.ask_model(&request, count, asking, emit, cancel).await
+    }
+
+    /// Sends a built request and turns the answer into the machine's event; deltas go to
+    /// `emit` as they arrive.
+    async fn ask_model(
+        &self,
+        request: &ChatRequest,
+        count: usize,
+        asking: Asking,
+        emit: &mut (dyn FnMut(&AgentEvent) + Send),
+        cancel: &CancellationToken,
+    ) -> Event {
+        let Asking {
+            iteration,
+            messages,
+            final_pass,
+        } = asking;
+        emit(&AgentEvent::ModelRequest {
+            iteration,
             final_pass,
             messages: count,
             tools: request.tools.len(),
@@ -732,22 +876,21 @@ if a call is refused or declined, tell the user instead of trying to get around 
                     t.to_string()
                 };
                 if !shown.is_empty() {
-                    frontend.event(&AgentEvent::TextDelta { text: shown });
+                    emit(&AgentEvent::TextDelta { text: shown });
                 }
             };
             self.llm
-                .complete(&request, self.config.llm.stream, &mut on_text, cancel)
+                .complete(request, self.config.llm.stream, &mut on_text, cancel)
                 .await
         };
         let rest = filter.finish();
         if !rest.is_empty() {
-            frontend.event(&AgentEvent::TextDelta { text: rest });
+            emit(&AgentEvent::TextDelta { text: rest });
         }
         match result {
             Ok(mut response) => {
-                if self.config.llm.tool_format == ToolFormat::Hermes && !final_pass {
-                    let (text, calls) =
-                        text_tool_calls::parse(&response.content, conv.messages.len());
+                if hermes {
+                    let (text, calls) = text_tool_calls::parse(&response.content, messages);
                     if !calls.is_empty() {
                         response.content = text;
                         response.tool_calls = calls;
@@ -783,6 +926,90 @@ if a call is refused or declined, tell the user instead of trying to get around 
             answers: atx,
             cancel,
             task,
+        }
+    }
+}
+
+/// How a transition went on in [`Agent::commit`].
+enum Committed {
+    /// Recorded; its actions are queued.
+    Queued,
+    /// Recorded, and the model it asked for has answered: the next event.
+    Answered(Event),
+    /// Recorded; the model was not asked to the end, since the host is stopping.
+    Suspended,
+}
+
+/// What a model request is counted as, for its event and for parsing its answer.
+#[derive(Debug, Clone, Copy)]
+struct Asking {
+    /// The iteration it starts.
+    iteration: u32,
+    /// The conversation's messages when it was built.
+    messages: usize,
+    final_pass: bool,
+}
+
+/// A turn's frontend, holding back what the turn shows until the transition before it is
+/// recorded (see [`Agent::commit`]). Shared by the record and the model request, which run
+/// together on the turn's task, so the lock is never contended for long.
+struct HeldEvents<'f> {
+    inner: std::sync::Mutex<Held<'f>>,
+}
+
+struct Held<'f> {
+    frontend: &'f mut dyn Frontend,
+    /// What waits for the record, in order; `None` once it is written.
+    waiting: Option<Vec<Shown>>,
+}
+
+/// One thing a turn shows.
+enum Shown {
+    Event(AgentEvent),
+    /// Saving the conversation.
+    Persist,
+}
+
+impl<'f> HeldEvents<'f> {
+    fn new(frontend: &'f mut dyn Frontend) -> Self {
+        Self {
+            inner: std::sync::Mutex::new(Held {
+                frontend,
+                waiting: Some(Vec::new()),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held<'f>> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Shows `event`, or keeps it until the record is written.
+    fn event(&self, event: &AgentEvent) {
+        let mut held = self.lock();
+        match &mut held.waiting {
+            Some(waiting) => waiting.push(Shown::Event(event.clone())),
+            None => held.frontend.event(event),
+        }
+    }
+
+    /// Saves the conversation once the record is written (it is, before anything is shown).
+    fn persist_when_recorded(&self) {
+        if let Some(waiting) = &mut self.lock().waiting {
+            waiting.push(Shown::Persist);
+        }
+    }
+
+    /// The record is written: what waited is shown, in order, and what follows goes
+    /// straight through.
+    fn release(&self, conv: &Conversation) {
+        let mut held = self.lock();
+        let Held { frontend, waiting } = &mut *held;
+        for shown in waiting.take().unwrap_or_default() {
+            match shown {
+                Shown::Event(event) => frontend.event(&event),
+                Shown::Persist => frontend.persist(conv),
+            }
         }
     }
 }

@@ -296,8 +296,9 @@ impl Host {
     }
 
     /// Creates a session and starts its first turn at once (see [`Host::start_turn`]): the
-    /// session is created with this host's lease on it, and the turn drives the conversation
-    /// it was created with, without reading it back.
+    /// turn drives the conversation the session is created with, and the session is written,
+    /// with this host's lease on it, together with the turn's first transition (so nothing
+    /// of a turn that cannot start is left behind, and no follower sees the session before).
     pub(crate) async fn start_new_turn(
         self: &Arc<Self>,
         new: NewSession,
@@ -314,7 +315,7 @@ impl Host {
             None => self.agent(&new.settings).await?,
             Some(wrap) => self.agent_with(&new.settings, self.tools().await.0, wrap)?,
         };
-        let (id, journal, conversation) = self.store.create_and_drive(new).await?;
+        let (id, journal, conversation) = self.store.create_and_drive(new)?;
         let live = match self.claim(&id) {
             Ok(live) => live,
             Err(e) => {

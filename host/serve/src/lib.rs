@@ -34,6 +34,7 @@ pub use error::ApiError;
 pub use host::{Host, HostOptions};
 pub use live::{HostEvent, PendingApproval, SessionEvent};
 
+use axum::serve::ListenerExt;
 use cordon_store::Store;
 
 /// Why the server could not run.
@@ -109,6 +110,13 @@ pub async fn serve(
             .watch((lease / 2).clamp(Duration::from_millis(500), Duration::from_secs(5))),
     );
     let stopping = host.clone();
+    // Streamed answers are many small writes: sent at once, not held back until the client
+    // acknowledges the previous one (Nagle's algorithm).
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("cannot set TCP_NODELAY on a connection: {e}");
+        }
+    });
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown.await;
         tracing::info!("stopping: no new turns; running tool calls may finish");

@@ -8,12 +8,13 @@ use cordon_agent::{CancellationToken, Cause, Conversation, Journal, JournalError
 use cordon_core::{AuditRecord, now_ms};
 use sqlx::Row;
 
-use crate::sessions::title_of;
+use crate::sessions::{INSERT_SESSION, INSERT_SNAPSHOT, new_session_id, title_of};
 use crate::{NewSession, Store, StoreError, on_backend};
 
 /// The right to drive one session, and the record of its transitions.
 ///
-/// Made by [`Store::drive`], which takes the session's lease and loads it. Each
+/// Made by [`Store::drive`], which takes the session's lease and loads it, or by
+/// [`Store::create_and_drive`] for a session written with its first transition. Each
 /// [`Journal::transition`] appends one row to the session's log, in one database transaction
 /// that also checks this process still holds the lease and that nobody appended since (so a
 /// host that lost its lease can never write), renews the lease, and every
@@ -31,7 +32,22 @@ pub struct SessionJournal {
     messages: usize,
     since_snapshot: u32,
     lost: CancellationToken,
-    keeper: tokio::task::JoinHandle<()>,
+    /// Renews the lease; started once the session is in the store.
+    keeper: Option<tokio::task::JoinHandle<()>>,
+    /// A session [`Store::create_and_drive`] made, not written yet: it is written with its
+    /// first transition.
+    unborn: Option<Unborn>,
+}
+
+/// What a new session is written with besides its first transition.
+#[derive(Debug)]
+struct Unborn {
+    origin: String,
+    parent: Option<String>,
+    /// Its settings as JSON.
+    settings: String,
+    /// The conversation it was created with as JSON, its snapshot 0.
+    start: String,
 }
 
 impl Store {
@@ -49,39 +65,62 @@ impl Store {
         Ok((self.journal(id, info.seq, &conv), conv))
     }
 
-    /// Creates a session holding `new.conversation` with this process's lease on it already,
-    /// and its journal: [`Store::create_session`] and [`Store::drive`] in one transaction, for
-    /// a host that drives a new session's first turn at once (the OpenAI gateway does for
-    /// most requests), without reading back what it just wrote.
-    pub async fn create_and_drive(
+    /// A new session holding `new.conversation`, ready to drive, and its journal: for a
+    /// host that drives a new session's first turn at once (the OpenAI gateway does for most
+    /// requests). Nothing is written yet: the session is inserted, with this process's lease
+    /// on it, in the same database transaction as its first transition, so a turn that
+    /// starts at once waits for one write, not two, and a turn that never records anything
+    /// leaves nothing behind. Until then nobody else can see the session, and its name is
+    /// taken only then (a name taken meanwhile fails that transition with
+    /// [`StoreError::SessionExists`]).
+    pub fn create_and_drive(
         &self,
         new: NewSession,
     ) -> Result<(String, SessionJournal, Conversation), StoreError> {
-        let conv = new.conversation.clone();
-        let id = self.insert_session(new, true).await?;
-        let journal = self.journal(&id, 0, &conv);
-        Ok((id, journal, conv))
+        let id = new_session_id(new.id)?;
+        let unborn = Unborn {
+            origin: new.origin,
+            parent: new.parent,
+            settings: serde_json::to_string(&new.settings).unwrap_or_else(|_| "{}".into()),
+            start: new.conversation.to_json(),
+        };
+        let journal = SessionJournal {
+            store: self.clone(),
+            id: id.clone(),
+            seq: 0,
+            messages: new.conversation.messages.len(),
+            since_snapshot: 0,
+            lost: CancellationToken::new(),
+            keeper: None,
+            unborn: Some(unborn),
+        };
+        Ok((id, journal, new.conversation))
     }
 
     /// The journal of a session this process holds the lease on, at `seq`, and the task that
     /// keeps the lease.
     fn journal(&self, id: &str, seq: i64, conv: &Conversation) -> SessionJournal {
         let lost = CancellationToken::new();
-        let keeper = tokio::spawn(keep_lease(self.clone(), id.to_string(), lost.clone()));
         SessionJournal {
             store: self.clone(),
             id: id.to_string(),
             seq,
             messages: conv.messages.len(),
             since_snapshot: 0,
+            keeper: Some(keep_lease(self.clone(), id.to_string(), lost.clone())),
             lost,
-            keeper,
+            unborn: None,
         }
     }
 }
 
-/// Renews a lease every third of its lifetime until it is lost or the task is stopped.
-async fn keep_lease(store: Store, id: String, lost: CancellationToken) {
+/// Starts renewing a lease every third of its lifetime until it is lost or the task is
+/// stopped.
+fn keep_lease(store: Store, id: String, lost: CancellationToken) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(renew_lease(store, id, lost))
+}
+
+async fn renew_lease(store: Store, id: String, lost: CancellationToken) {
     let every = store.options().lease_ttl / 3;
     loop {
         tokio::time::sleep(every.max(Duration::from_millis(50))).await;
@@ -116,12 +155,18 @@ impl SessionJournal {
 
     /// Stops driving: the lease is given up so another host (or command) may drive the
     /// session at once (as [`Journal::close`] does).
-    pub async fn release(self) -> Result<(), StoreError> {
-        self.keeper.abort();
-        if self.lost.is_cancelled() {
+    pub async fn release(mut self) -> Result<(), StoreError> {
+        self.stop_keeping();
+        if self.lost.is_cancelled() || self.unborn.is_some() {
             return Ok(());
         }
         self.store.release(&self.id).await
+    }
+
+    fn stop_keeping(&mut self) {
+        if let Some(keeper) = self.keeper.take() {
+            keeper.abort();
+        }
     }
 
     async fn append(&mut self, conv: &Conversation, cause: &Cause) -> Result<(), StoreError> {
@@ -130,8 +175,6 @@ impl SessionJournal {
                                WHERE id = $1 AND seq = $2 AND lease_holder = $10";
         const LOG: &str = "INSERT INTO transitions (session, seq, at_ms, cause, first_message, \
                            messages, tail) VALUES ($1, $2, $3, $4, $5, $6, $7)";
-        const SNAPSHOT: &str =
-            "INSERT INTO snapshots (session, seq, conversation) VALUES ($1, $2, $3)";
         const OLD_SNAPSHOTS: &str = "DELETE FROM snapshots WHERE session = $1 AND seq < $2";
         let first = self.messages.min(conv.messages.len());
         let added = serde_json::to_string(&conv.messages[first..]).unwrap_or_default();
@@ -145,21 +188,41 @@ impl SessionJournal {
         let store = &self.store;
         let appended = on_backend!(store, pool => async {
             let mut tx = pool.begin().await?;
-            let done = sqlx::query(SESSION)
-                .bind(&self.id)
-                .bind(self.seq)
-                .bind(seq)
-                .bind(now)
-                .bind(conv.state.key())
-                .bind(conv.turns.len() as i64)
-                .bind(conv.messages.len() as i64)
-                .bind(title_of(conv))
-                .bind(until)
-                .bind(store.holder())
-                .execute(&mut *tx)
-                .await?;
+            let done = match &self.unborn {
+                None => sqlx::query(SESSION)
+                    .bind(&self.id)
+                    .bind(self.seq)
+                    .bind(seq)
+                    .bind(now)
+                    .bind(conv.state.key())
+                    .bind(conv.turns.len() as i64)
+                    .bind(conv.messages.len() as i64)
+                    .bind(title_of(conv))
+                    .bind(until)
+                    .bind(store.holder())
+                    .execute(&mut *tx)
+                    .await?,
+                Some(unborn) => sqlx::query(INSERT_SESSION)
+                    .bind(&self.id)
+                    .bind(now)
+                    .bind(&unborn.origin)
+                    .bind(&unborn.parent)
+                    .bind(title_of(conv))
+                    .bind(conv.state.key())
+                    .bind(conv.turns.len() as i64)
+                    .bind(conv.messages.len() as i64)
+                    .bind(seq)
+                    .bind(&unborn.settings)
+                    .bind(store.holder())
+                    .bind(until)
+                    .execute(&mut *tx)
+                    .await?,
+            };
             if done.rows_affected() == 0 {
                 return Ok(false);
+            }
+            if let Some(unborn) = &self.unborn {
+                sqlx::query(INSERT_SNAPSHOT).bind(&self.id).bind(0_i64).bind(&unborn.start).execute(&mut *tx).await?;
             }
             sqlx::query(LOG)
                 .bind(&self.id)
@@ -172,13 +235,18 @@ impl SessionJournal {
                 .execute(&mut *tx)
                 .await?;
             if let Some(snapshot) = &snapshot {
-                sqlx::query(SNAPSHOT).bind(&self.id).bind(seq).bind(snapshot).execute(&mut *tx).await?;
+                sqlx::query(INSERT_SNAPSHOT).bind(&self.id).bind(seq).bind(snapshot).execute(&mut *tx).await?;
                 sqlx::query(OLD_SNAPSHOTS).bind(&self.id).bind(seq).execute(&mut *tx).await?;
             }
             tx.commit().await?;
             Ok::<_, sqlx::Error>(true)
         }.await)
         .map_err(|e| store.failed(e))?;
+        if !appended && self.unborn.is_some() {
+            return Err(StoreError::SessionExists {
+                id: self.id.clone(),
+            });
+        }
         if !appended {
             let holder = self.current_holder().await;
             self.lost.cancel();
@@ -186,6 +254,13 @@ impl SessionJournal {
                 id: self.id.clone(),
                 holder,
             });
+        }
+        if self.unborn.take().is_some() {
+            self.keeper = Some(keep_lease(
+                self.store.clone(),
+                self.id.clone(),
+                self.lost.clone(),
+            ));
         }
         self.seq = seq;
         self.messages = conv.messages.len();
@@ -218,7 +293,7 @@ impl SessionJournal {
 impl Drop for SessionJournal {
     fn drop(&mut self) {
         // The lease then lapses on its own unless released.
-        self.keeper.abort();
+        self.stop_keeping();
     }
 }
 
@@ -253,8 +328,8 @@ impl Journal for SessionJournal {
     }
 
     async fn close(&mut self) -> Result<(), JournalError> {
-        self.keeper.abort();
-        if self.lost.is_cancelled() {
+        self.stop_keeping();
+        if self.lost.is_cancelled() || self.unborn.is_some() {
             return Ok(());
         }
         self.store

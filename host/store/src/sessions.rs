@@ -118,6 +118,31 @@ pub fn validate_session_id(id: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// A new session's row: `$1` id, `$2` when (created and updated), `$3` origin, `$4` parent,
+/// `$5` title, `$6` state, `$7` turns, `$8` messages, `$9` seq, `$10` settings, `$11` lease
+/// holder, `$12` lease until. Adds nothing if the name is taken.
+pub(crate) const INSERT_SESSION: &str = "INSERT INTO sessions (id, created_ms, updated_ms, origin, parent, title, state, turns, \
+     messages, seq, settings, lease_holder, lease_until_ms) \
+     VALUES ($1, $2, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (id) DO NOTHING";
+
+/// A snapshot of a session's whole conversation: `$1` session, `$2` seq, `$3` conversation.
+pub(crate) const INSERT_SNAPSHOT: &str =
+    "INSERT INTO snapshots (session, seq, conversation) VALUES ($1, $2, $3)";
+
+/// The name a new session gets: the one asked for, checked, or a generated `s-…`.
+pub(crate) fn new_session_id(asked: Option<String>) -> Result<String, StoreError> {
+    match asked {
+        Some(id) => {
+            validate_session_id(&id)?;
+            Ok(id)
+        }
+        None => Ok(format!(
+            "s-{:012x}",
+            rand::random::<u64>() & 0xffff_ffff_ffff
+        )),
+    }
+}
+
 /// The start of a session's first user message, for listings.
 pub(crate) fn title_of(conv: &Conversation) -> String {
     let first = conv.messages.iter().find_map(|m| match m {
@@ -168,44 +193,20 @@ macro_rules! info_from_row {
 impl Store {
     /// Creates a session holding `new.conversation` (recorded as its first snapshot).
     pub async fn create_session(&self, new: NewSession) -> Result<SessionInfo, StoreError> {
-        let id = self.insert_session(new, false).await?;
+        let id = self.insert_session(new).await?;
         self.session(&id).await
     }
 
-    /// Inserts a session and its first snapshot in one transaction; with `leased`, this
-    /// process holds its lease from the start. Returns its id.
-    pub(crate) async fn insert_session(
-        &self,
-        new: NewSession,
-        leased: bool,
-    ) -> Result<String, StoreError> {
-        let id = match new.id {
-            Some(id) => {
-                validate_session_id(&id)?;
-                id
-            }
-            None => format!("s-{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff),
-        };
+    /// Inserts a session and its first snapshot in one transaction. Returns its id.
+    async fn insert_session(&self, new: NewSession) -> Result<String, StoreError> {
+        let id = new_session_id(new.id)?;
         let conv = &new.conversation;
         let now = now_ms();
         let settings = serde_json::to_string(&new.settings).unwrap_or_else(|_| "{}".into());
         let snapshot = conv.to_json();
-        let (holder, until) = if leased {
-            (
-                Some(self.holder.clone()),
-                Some(now + self.options.lease_ttl.as_millis() as i64),
-            )
-        } else {
-            (None, None)
-        };
-        let insert = "INSERT INTO sessions (id, created_ms, updated_ms, origin, parent, title, \
-                      state, turns, messages, seq, settings, lease_holder, lease_until_ms) \
-                      VALUES ($1, $2, $2, $3, $4, $5, $6, $7, $8, 0, $9, $10, $11) \
-                      ON CONFLICT (id) DO NOTHING";
-        let snap = "INSERT INTO snapshots (session, seq, conversation) VALUES ($1, 0, $2)";
         let created = on_backend!(self, pool => async {
             let mut tx = pool.begin().await?;
-            let done = sqlx::query(insert)
+            let done = sqlx::query(INSERT_SESSION)
                 .bind(&id)
                 .bind(now)
                 .bind(&new.origin)
@@ -214,15 +215,16 @@ impl Store {
                 .bind(conv.state.key())
                 .bind(conv.turns.len() as i64)
                 .bind(conv.messages.len() as i64)
+                .bind(0_i64)
                 .bind(&settings)
-                .bind(&holder)
-                .bind(until)
+                .bind(None::<String>)
+                .bind(None::<i64>)
                 .execute(&mut *tx)
                 .await?;
             if done.rows_affected() == 0 {
                 return Ok(false);
             }
-            sqlx::query(snap).bind(&id).bind(&snapshot).execute(&mut *tx).await?;
+            sqlx::query(INSERT_SNAPSHOT).bind(&id).bind(0_i64).bind(&snapshot).execute(&mut *tx).await?;
             tx.commit().await?;
             Ok::<_, sqlx::Error>(true)
         }.await)

@@ -1133,7 +1133,8 @@ mod journaled {
         .unwrap();
         assert_eq!(driven, Driven::Finished(TurnOutcome::Answered));
         let t = &journal.transitions;
-        // The model is asked only after the state that asks for it is recorded.
+        // A journal that records at once has recorded the state that asks for the model
+        // before the request goes out (a slow one lets it go out meanwhile; see below).
         let waits: Vec<usize> = t
             .iter()
             .filter(|(s, _, _)| s == "awaiting_model")
@@ -1284,5 +1285,120 @@ mod journaled {
         assert_eq!(driven, Driven::Finished(TurnOutcome::Answered));
         assert_eq!(rec.asked.len(), 1);
         assert_eq!(tools.calls().len(), 2);
+    }
+
+    /// A journal that takes `delay` over each record (and fails the first, with `fail`),
+    /// writing what happened into a timeline shared with the frontend.
+    struct SlowJournal {
+        delay: Duration,
+        fail: bool,
+        server: Arc<ScriptedServer>,
+        timeline: Arc<Mutex<Vec<String>>>,
+    }
+
+    #[async_trait]
+    impl Journal for SlowJournal {
+        async fn transition(&mut self, conv: &Conversation, _: &Cause) -> Result<(), JournalError> {
+            tokio::time::sleep(self.delay).await;
+            let requests = self.server.requests().len();
+            let mut timeline = self.timeline.lock().unwrap();
+            if std::mem::take(&mut self.fail) {
+                timeline.push(format!("record failed, {requests} requests"));
+                return Err(JournalError::Store("the disk is full".into()));
+            }
+            timeline.push(format!(
+                "recorded {}, {requests} requests",
+                conv.state.key()
+            ));
+            Ok(())
+        }
+
+        async fn audit(&mut self, _: AuditRecord) -> Result<(), JournalError> {
+            Ok(())
+        }
+    }
+
+    /// A frontend writing what it is shown into the timeline.
+    struct Shown(Arc<Mutex<Vec<String>>>);
+
+    #[async_trait]
+    impl Frontend for Shown {
+        fn event(&mut self, event: &AgentEvent) {
+            let name = match event {
+                AgentEvent::TurnStarted { .. } => "turn started".to_string(),
+                AgentEvent::ModelRequest { .. } => "model asked".to_string(),
+                AgentEvent::TextDelta { text } => format!("delta {text:?}"),
+                other => format!("{other:?}").chars().take(20).collect(),
+            };
+            self.0.lock().unwrap().push(format!("shown {name}"));
+        }
+        async fn approve(&mut self, _: &ApprovalRequest) -> GivenAnswer {
+            GivenAnswer::new(ApprovalAnswer::No, "the test")
+        }
+        fn persist(&mut self, _: &Conversation) {
+            self.0.lock().unwrap().push("persisted".into());
+        }
+    }
+
+    async fn drive_slowly(fail: bool) -> (Result<Driven, AgentError>, Vec<String>) {
+        let server = Arc::new(
+            ScriptedServer::start(Script::new([Step::text("quick answer")]))
+                .await
+                .unwrap(),
+        );
+        let agent = Agent::new(config(&server), FakeTools::new()).unwrap();
+        let timeline = Arc::new(Mutex::new(Vec::new()));
+        let mut journal = SlowJournal {
+            delay: Duration::from_millis(300),
+            fail,
+            server: server.clone(),
+            timeline: timeline.clone(),
+        };
+        let mut shown = Shown(timeline.clone());
+        let cancel = CancellationToken::new();
+        let mut io = TurnIo {
+            frontend: &mut shown,
+            journal: &mut journal,
+            cancel: &cancel,
+            suspend: None,
+            audit: AuditContext::default(),
+        };
+        let mut conv = Conversation::new();
+        let driven = agent
+            .drive(&mut conv, TurnInput::Message("go".into()), &mut io)
+            .await;
+        let timeline = timeline.lock().unwrap().clone();
+        (driven, timeline)
+    }
+
+    #[tokio::test]
+    async fn the_model_is_asked_while_the_turn_start_is_recorded_and_nothing_shows_before() {
+        let (driven, timeline) = drive_slowly(false).await;
+        assert_eq!(driven.unwrap(), Driven::Finished(TurnOutcome::Answered));
+        // The request went out during the slow record, yet the first thing shown (the turn
+        // start, the persist, the request, the deltas) comes after the record.
+        assert_eq!(
+            timeline[0], "recorded awaiting_model, 1 requests",
+            "{timeline:?}"
+        );
+        let shown: Vec<&str> = timeline[1..4].iter().map(String::as_str).collect();
+        assert_eq!(
+            shown,
+            ["shown turn started", "persisted", "shown model asked"],
+            "{timeline:?}"
+        );
+        assert!(
+            timeline.iter().any(|t| t.starts_with("shown delta")),
+            "{timeline:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_record_of_the_turn_start_drops_the_answer_unseen() {
+        let (driven, timeline) = drive_slowly(true).await;
+        let e = driven.unwrap_err();
+        assert!(matches!(e, AgentError::Journal(_)), "{e}");
+        // The model may have answered meanwhile: nothing of it, nor of the turn, was shown.
+        assert_eq!(timeline, ["record failed, 1 requests"], "{timeline:?}");
     }
 }

@@ -347,7 +347,7 @@ each_backend!(
 use cordon_store::StoreOptions;
 
 each_backend!(
-    a_session_created_to_be_driven_is_leased_from_the_start,
+    a_session_created_to_be_driven_is_written_with_its_first_transition_and_leased,
     |backend: Backend| async move {
         let ttl = Duration::from_secs(30);
         let (first, url, _dir) = fresh(backend, options(ttl, 64)).await;
@@ -359,20 +359,22 @@ each_backend!(
             });
             conv
         };
-        let (id, mut journal, mut conv) = first
-            .create_and_drive(NewSession {
-                id: Some("driven".into()),
-                origin: "gateway".into(),
-                parent: None,
-                settings: SessionSettings::default(),
-                conversation: seed.clone(),
-            })
-            .await
-            .unwrap();
+        let new = |id: &str, conversation: Conversation| NewSession {
+            id: Some(id.into()),
+            origin: "gateway".into(),
+            parent: None,
+            settings: SessionSettings::default(),
+            conversation,
+        };
+        let (id, mut journal, mut conv) =
+            first.create_and_drive(new("driven", seed.clone())).unwrap();
         assert_eq!((id.as_str(), &conv), ("driven", &seed));
-        // Nobody else can take it, not even for a moment after its creation.
-        let busy = second.drive("driven").await.unwrap_err();
-        assert!(matches!(busy, StoreError::Busy { .. }), "{busy}");
+        // Nothing is written before the first transition: nobody sees the session yet.
+        let unseen = second.drive("driven").await.unwrap_err();
+        assert!(
+            matches!(unseen, StoreError::UnknownSession { .. }),
+            "{unseen}"
+        );
         apply(
             &mut conv,
             &mut journal,
@@ -382,18 +384,41 @@ each_backend!(
         .unwrap();
         let (info, loaded) = first.load("driven").await.unwrap();
         assert_eq!((info.seq, info.origin.as_str()), (1, "gateway"));
+        assert_eq!(
+            info.lease.as_ref().map(|l| l.holder.as_str()),
+            Some(first.holder())
+        );
         assert_eq!(loaded, conv);
-        // The same name again is refused, as for create_session.
-        let again = first
-            .create_and_drive(NewSession {
-                id: Some("driven".into()),
-                origin: "gateway".into(),
-                parent: None,
-                settings: SessionSettings::default(),
-                conversation: Conversation::new(),
-            })
-            .await;
-        assert!(matches!(again, Err(StoreError::SessionExists { .. })));
+        let log = first.transitions("driven", 0).await.unwrap();
+        assert_eq!(log.iter().map(|t| t.seq).collect::<Vec<_>>(), vec![1]);
+        // Leased from its first record: nobody else can take it.
+        let busy = second.drive("driven").await.unwrap_err();
+        assert!(matches!(busy, StoreError::Busy { .. }), "{busy}");
+        // A name taken meanwhile fails the first transition, and nothing of it is written.
+        let (_, mut clash, mut other) = first
+            .create_and_drive(new("driven", Conversation::new()))
+            .unwrap();
+        let taken = apply(
+            &mut other,
+            &mut clash,
+            Event::UserMessage {
+                text: "mine".into(),
+            },
+        )
+        .await
+        .unwrap_err();
+        assert!(taken.to_string().contains("driven"), "{taken}");
+        assert_eq!(first.load("driven").await.unwrap().1, conv);
+        // A session whose turn never records anything leaves nothing behind.
+        let (_, never, _) = first.create_and_drive(new("never", seed.clone())).unwrap();
+        never.release().await.unwrap();
+        let gone = first.session("never").await.unwrap_err();
+        assert!(matches!(gone, StoreError::UnknownSession { .. }), "{gone}");
+        // A bad name is refused at once.
+        assert!(matches!(
+            first.create_and_drive(new("../x", Conversation::new())),
+            Err(StoreError::BadSessionId { .. })
+        ));
         journal.release().await.unwrap();
         second
             .drive("driven")
