@@ -180,6 +180,7 @@ fn describe_install(p: &PreparedInstall) {
     print_imports(&r.imports);
     print_ceiling(p.ceiling());
     outln!("  tools:   {}", r.tools.join(", "));
+    print_unavailable(p.unavailable_functions());
     print_grants(&r.grants);
     print_install_approval(p);
     for (tool, others) in p.shadowed_tools() {
@@ -480,6 +481,9 @@ async fn inspect(home: &Home, name: &str, config: Option<&Path>) -> anyhow::Resu
         return Err(anyhow::anyhow!("{error}"))
             .with_context(|| format!("plugin `{name}` cannot be used"));
     }
+    if let Some(entry) = toolbox.tools().first() {
+        print_unavailable(entry.unavailable_functions());
+    }
     outln!("tools:");
     outln!("  (approval: what `cordon chat`/`run` here would do, with {source})");
     for entry in toolbox.tools() {
@@ -491,6 +495,21 @@ async fn inspect(home: &Home, name: &str, config: Option<&Path>) -> anyhow::Resu
         );
     }
     Ok(())
+}
+
+/// The exported functions of a component without Cordon's contract that are not tools.
+fn print_unavailable(functions: &[cordon_runtime::Unavailable]) {
+    if functions.is_empty() {
+        return;
+    }
+    outln!("  not offered as tools (their types have no JSON form):");
+    for f in functions {
+        outln!(
+            "    {}: {}",
+            Stream::Stdout.show(&f.function),
+            Stream::Stdout.show(&f.reason)
+        );
+    }
 }
 
 fn print_tool(call_name: &str, tool: &ToolDescriptor, approval: &str) {

@@ -107,6 +107,7 @@ pub struct PreparedInstall {
     bytes: Vec<u8>,
     ceiling: Ceiling,
     shadowed: Vec<(String, Vec<String>)>,
+    unavailable: Vec<cordon_runtime::Unavailable>,
     staging: Option<tempfile::TempDir>,
 }
 
@@ -258,6 +259,7 @@ impl Home {
             bytes,
             ceiling,
             shadowed,
+            unavailable: plugin.unavailable().to_vec(),
             staging,
         })
     }
@@ -401,6 +403,12 @@ impl PreparedInstall {
     /// be called as `plugin.tool`.
     pub fn shadowed_tools(&self) -> &[(String, Vec<String>)] {
         &self.shadowed
+    }
+
+    /// For a component without Cordon's contract, its exported functions that are not
+    /// offered as tools, and why (shown so the user knows what they are not getting).
+    pub fn unavailable_functions(&self) -> &[cordon_runtime::Unavailable] {
+        &self.unavailable
     }
 
     /// Whether committing needs the user's confirmation (a different component under an

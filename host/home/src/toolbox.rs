@@ -81,6 +81,12 @@ impl std::fmt::Debug for ToolEntry {
 }
 
 impl ToolEntry {
+    /// The plugin's exported functions that are not tools (a component without Cordon's
+    /// contract), and why.
+    pub fn unavailable_functions(&self) -> &[cordon_runtime::Unavailable] {
+        self.component.unavailable()
+    }
+
     /// Checks arguments against the tool's input schema, listing every violation with the JSON
     /// pointer of the offending value.
     pub fn validate(&self, arguments: &Value) -> Result<(), HomeError> {

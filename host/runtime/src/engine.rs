@@ -14,9 +14,10 @@ use crate::bindings;
 use crate::cache::Cache;
 use crate::caps::{MAX_MEMORY, MAX_WASM_STACK};
 use crate::error::{EngineError, NotAComponent, NotAPlugin, RuntimeError};
-use crate::plugin::{Plugin, PluginInner};
+use crate::plugin::{Plugin, PluginExports, PluginInner};
 use crate::provided::provided;
 use crate::sandbox::HostState;
+use crate::typed::{Docs, TypedExports};
 
 /// How often the ticker advances the epoch. A spinning guest yields to tokio and has its
 /// wall-time deadline checked this often.
@@ -223,14 +224,34 @@ impl Runtime {
             (Some(cache), Some(pin)) => cache.get(&self.inner.engine, &sha, pin),
             _ => None,
         };
-        let (component, pin) = match cached {
-            Some((component, pin)) => {
+        let mut read = Some(wasm);
+        let mut bytes = None;
+        let (component, pin) = match (cached, read.take()) {
+            (Some((component, pin)), unread) => {
                 progress(CompileEvent::CacheHit);
+                read = unread;
                 (component, Some(pin))
             }
-            None => self.compile(&sha, &wasm()?, progress)?,
+            (None, Some(wasm)) => {
+                let wasm = wasm()?;
+                let compiled = self.compile(&sha, &wasm, progress)?;
+                bytes = Some(wasm);
+                compiled
+            }
+            (None, None) => unreachable!("the bytes are read once, here"),
         };
-        self.prepare(component, sha, pin)
+        // A component without the contract is described from its WIT's doc comments, which
+        // only its bytes hold: read them even when its code came from the cache.
+        let docs = if exports_contract(&component, &self.inner.engine) {
+            Docs::default()
+        } else {
+            match (bytes, read) {
+                (Some(wasm), _) => Docs::read(&wasm),
+                (None, Some(wasm)) => Docs::read(&wasm()?),
+                (None, None) => Docs::default(),
+            }
+        };
+        self.prepare(component, sha, pin, &docs)
     }
 
     /// Compiles a component and stores it in the cache, if there is one; returns the pin of
@@ -261,6 +282,7 @@ impl Runtime {
         component: Component,
         sha: String,
         compiled: Option<CompiledPin>,
+        docs: &Docs,
     ) -> Result<Plugin, RuntimeError> {
         let engine = &self.inner.engine;
         let ty = component.component_type();
@@ -281,30 +303,51 @@ impl Runtime {
                 imports: unsupported,
             });
         }
-        let exports_tools = ty
-            .exports(engine)
-            .any(|(name, _)| name.starts_with("cordon:tool/tools@"));
-        if !exports_tools {
-            return Err(RuntimeError::NotAPlugin(NotAPlugin::NoToolsExport));
-        }
         let pre = self.inner.linker.instantiate_pre(&component).map_err(|e| {
             RuntimeError::UnsupportedImports {
                 imports: vec![format!("{e:#}")],
             }
         })?;
+        if !exports_contract(&component, engine) {
+            let typed = TypedExports::discover(&component, engine, docs);
+            if typed.functions.is_empty() {
+                return Err(RuntimeError::NotAPlugin(NotAPlugin::NoTools {
+                    unavailable: typed
+                        .unavailable
+                        .iter()
+                        .map(|u| format!("{}: {}", u.function, u.reason))
+                        .collect(),
+                }));
+            }
+            return Ok(Plugin::new(PluginInner {
+                pre,
+                exports: PluginExports::Typed(Arc::new(typed)),
+                digest: format!("sha256:{sha}"),
+                imports,
+                compiled,
+            }));
+        }
         // Optional (WIT 0.1.3): a component without the export has no output schemas.
         let outputs = bindings::outputs::tool_outputs::GuestIndices::new(&pre).ok();
         let tools = bindings::PluginIndices::new(&pre)
             .map_err(|e| RuntimeError::NotAPlugin(NotAPlugin::Exports(e)))?;
         Ok(Plugin::new(PluginInner {
             pre,
-            tools,
-            outputs,
+            exports: PluginExports::Contract { tools, outputs },
             digest: format!("sha256:{sha}"),
             imports,
             compiled,
         }))
     }
+}
+
+/// Whether the component offers its tools through Cordon's contract (`cordon:tool/tools`);
+/// any other component offers its exported functions.
+fn exports_contract(component: &Component, engine: &Engine) -> bool {
+    component
+        .component_type()
+        .exports(engine)
+        .any(|(name, _)| name.starts_with("cordon:tool/tools@"))
 }
 
 /// Tells a core module, a non-wasm file and a component apart before compiling, so the error

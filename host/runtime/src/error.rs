@@ -98,9 +98,19 @@ pub enum NotAComponent {
 /// How a component breaks the plugin contract.
 #[derive(Debug, thiserror::Error)]
 pub enum NotAPlugin {
-    /// It exports no tools.
-    #[error("it does not export `cordon:tool/tools`")]
-    NoToolsExport,
+    /// It exports neither Cordon's contract nor any function that can be a tool.
+    #[error(
+        "it exports neither `cordon:tool/tools` nor a function that can be a tool{}",
+        if unavailable.is_empty() {
+            String::new()
+        } else {
+            format!(":\n  {}", unavailable.join("\n  "))
+        }
+    )]
+    NoTools {
+        /// Each exported function that cannot be a tool, and why.
+        unavailable: Vec<String>,
+    },
     /// Its exports do not have the contract's types.
     #[error("{0:#}")]
     Exports(#[source] wasmtime::Error),

@@ -29,6 +29,7 @@ mod plugin;
 mod provided;
 mod refusals;
 mod sandbox;
+mod typed;
 mod wasi_overrides;
 
 pub use cache::compiled_file_name;
@@ -42,6 +43,7 @@ pub use plugin::{Plugin, ToolOutput};
 pub use sandbox::{EnvSource, Sandbox};
 /// What fires [`Sandbox::cancel`].
 pub use tokio_util::sync::CancellationToken;
+pub use typed::Unavailable;
 
 /// How many lookups of names a directory listing had just shown absent were answered from
 /// that listing instead of the filesystem, in this process (see `wasi_overrides::filesystem_types::fresh_listing`). For tests

@@ -13,16 +13,14 @@ use crate::bindings;
 use crate::caps::{MAX_CONTENT_PIECES, MAX_HANDLES_PER_CALL, MAX_WASM_STACK};
 use crate::error::CallError;
 use crate::sandbox::{HostState, Sandbox, build_state};
+use crate::typed::{TypedExports, Unavailable};
 
 /// What a [`Plugin`] shares among its clones. Calls run on the engine `pre` was prepared on
 /// (`pre.engine()`), so a plugin needs nothing of the runtime that loaded it: the engine builds
 /// plugins, never the reverse.
 pub(crate) struct PluginInner {
     pub(crate) pre: wasmtime::component::InstancePre<HostState>,
-    /// Where the `tools` export is in each instance.
-    pub(crate) tools: bindings::PluginIndices,
-    /// Where the optional `tool-outputs` export is, when the component has it.
-    pub(crate) outputs: Option<bindings::outputs::tool_outputs::GuestIndices>,
+    pub(crate) exports: PluginExports,
     pub(crate) digest: String,
     pub(crate) imports: Vec<String>,
     pub(crate) compiled: Option<CompiledPin>,
@@ -47,10 +45,37 @@ pub struct ToolOutput {
     pub stderr_truncated: bool,
 }
 
-/// The exports of one fresh instance: `tools`, and `tool-outputs` when the component has it.
+/// How a plugin offers its tools.
+pub(crate) enum PluginExports {
+    /// Through Cordon's contract: where the `tools` export is in each instance, and the
+    /// optional `tool-outputs` export when the component has it.
+    Contract {
+        tools: bindings::PluginIndices,
+        outputs: Option<bindings::outputs::tool_outputs::GuestIndices>,
+    },
+    /// As plain typed functions, each a tool (see [`crate::typed`]).
+    Typed(Arc<TypedExports>),
+}
+
+/// One fresh instance, and the contract's exports in it for a plugin that has them.
 pub(crate) struct Exports {
+    instance: wasmtime::component::Instance,
+    contract: Option<ContractExports>,
+}
+
+/// The contract's exports of one instance: `tools`, and `tool-outputs` when the component
+/// has it.
+struct ContractExports {
     tools: bindings::Plugin,
     outputs: Option<bindings::outputs::tool_outputs::Guest>,
+}
+
+impl Exports {
+    fn contract(&self) -> wasmtime::Result<&ContractExports> {
+        self.contract.as_ref().ok_or_else(|| {
+            wasmtime::format_err!("the component does not export `cordon:tool/tools`")
+        })
+    }
 }
 
 /// How many lines of a stopped or crashed call's last output its error quotes.
@@ -102,9 +127,32 @@ impl Plugin {
         Ceiling::from_imports(&self.inner.imports)
     }
 
+    /// The exported functions of a component without the contract that are not offered as
+    /// tools, and why (empty for a plugin with the contract).
+    pub fn unavailable(&self) -> &[Unavailable] {
+        match &self.inner.exports {
+            PluginExports::Typed(typed) => &typed.unavailable,
+            PluginExports::Contract { .. } => &[],
+        }
+    }
+
+    /// Whether the component offers plain typed functions rather than Cordon's contract.
+    pub fn has_typed_exports(&self) -> bool {
+        matches!(self.inner.exports, PluginExports::Typed(_))
+    }
+
     /// Asks the plugin for its tools, in an instance with no grants at all: `list-tools`, and
     /// `output-schemas` when the component exports `tool-outputs` (WIT 0.1.3).
+    /// For a component without the contract, the tools derived from its exported functions'
+    /// types (nothing runs).
     pub async fn list_tools(&self, limits: &Limits) -> Result<Vec<ToolDescriptor>, CallError> {
+        if let PluginExports::Typed(typed) = &self.inner.exports {
+            return Ok(typed
+                .functions
+                .iter()
+                .map(|f| f.descriptor.clone())
+                .collect());
+        }
         let sandbox = Sandbox {
             limits: *limits,
             ..Sandbox::default()
@@ -112,12 +160,13 @@ impl Plugin {
         let (raw, outputs) = self
             .run(&sandbox, &mut CallReport::default(), |exports, store| {
                 Box::pin(async move {
-                    let tools = exports
+                    let contract = exports.contract()?;
+                    let tools = contract
                         .tools
                         .cordon_tool_tools()
                         .call_list_tools(&mut *store)
                         .await?;
-                    let outputs = match &exports.outputs {
+                    let outputs = match &contract.outputs {
                         Some(outputs) => outputs.call_output_schemas(&mut *store).await?,
                         None => Vec::new(),
                     };
@@ -211,11 +260,17 @@ impl Plugin {
                 ),
             });
         }
+        if let PluginExports::Typed(typed) = &self.inner.exports {
+            return self
+                .call_typed(typed, sandbox, tool, arguments, report)
+                .await;
+        }
         let (tool_owned, args_owned) = (tool.to_string(), arguments.to_string());
         let (result, stderr, stderr_truncated) = self
             .run(sandbox, report, move |exports, store| {
                 Box::pin(async move {
                     exports
+                        .contract()?
                         .tools
                         .cordon_tool_tools()
                         .call_call_tool(store, &tool_owned, &args_owned)
@@ -291,6 +346,53 @@ impl Plugin {
         })
     }
 
+    /// A call of a component without the contract: the arguments converted to the
+    /// function's parameters (refused, naming where they do not fit, before anything runs),
+    /// the function called, its result converted to JSON and held to the output limit.
+    async fn call_typed(
+        &self,
+        typed: &Arc<TypedExports>,
+        sandbox: &Sandbox,
+        tool: &str,
+        arguments: &str,
+        report: &mut CallReport,
+    ) -> Result<ToolOutput, CallError> {
+        let Some(function) = typed.find(tool) else {
+            return Err(CallError::Tool(ToolError {
+                kind: ToolErrorKind::NotFound,
+                message: format!("the plugin has no tool `{tool}`"),
+            }));
+        };
+        let params = function.arguments(arguments)?;
+        let (typed_owned, tool_owned) = (typed.clone(), tool.to_string());
+        let (results, stderr, stderr_truncated) = self
+            .run(sandbox, report, move |exports, store| {
+                Box::pin(async move {
+                    let function = typed_owned
+                        .find(&tool_owned)
+                        .ok_or_else(|| wasmtime::format_err!("no tool `{tool_owned}`"))?;
+                    function.call(store, &exports.instance, params).await
+                })
+            })
+            .await?;
+        let content = function.output(results)?;
+        let total: usize = content.iter().map(Content::size).sum();
+        if total as u64 > sandbox.limits.output {
+            return Err(CallError::LimitExceeded {
+                limit: LimitKind::Output,
+                detail: format!(
+                    "the result is {total} bytes as JSON; the output limit is {}",
+                    format_bytes(sandbox.limits.output)
+                ),
+            });
+        }
+        Ok(ToolOutput {
+            content,
+            stderr,
+            stderr_truncated,
+        })
+    }
+
     /// Instantiates a fresh instance and runs `f` in it under the sandbox's limits; returns
     /// what `f` returned plus the captured output, and puts what the sandbox measured and
     /// refused into `report` however the call ended. The store is dropped afterwards whatever
@@ -331,13 +433,17 @@ impl Plugin {
         let inner = &self.inner;
         let work = async {
             let instance = inner.pre.instantiate_async(&mut store).await?;
-            let exports = Exports {
-                tools: inner.tools.load(&mut store, &instance)?,
-                outputs: match &inner.outputs {
-                    Some(indices) => Some(indices.load(&mut store, &instance)?),
-                    None => None,
-                },
+            let contract = match &inner.exports {
+                PluginExports::Contract { tools, outputs } => Some(ContractExports {
+                    tools: tools.load(&mut store, &instance)?,
+                    outputs: match outputs {
+                        Some(indices) => Some(indices.load(&mut store, &instance)?),
+                        None => None,
+                    },
+                }),
+                PluginExports::Typed(_) => None,
             };
+            let exports = Exports { instance, contract };
             f(&exports, &mut store).await
         };
         // The epoch callback stops running guest code at the deadline; this timeout also stops

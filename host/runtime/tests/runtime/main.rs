@@ -16,3 +16,4 @@ mod net_env;
 mod pipe_race;
 mod report;
 mod runaway;
+mod typed;

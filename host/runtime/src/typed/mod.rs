@@ -1,0 +1,283 @@
+//! Components without Cordon's contract: every function a component exports (at the top of
+//! its world or in an exported interface) whose types have a JSON form becomes a tool, named
+//! `interface_function` (`function` for a world-level one), its input schema derived from the
+//! parameter types ([`schema`]) and its description from the WIT's doc comments when the
+//! component carries them ([`docs`]). A call converts the JSON arguments to component values,
+//! calls the function through wasmtime's dynamic API in the same sandbox as every plugin, and
+//! converts the result back ([`json`]); a `result` error becomes a tool error.
+
+mod docs;
+mod json;
+mod schema;
+
+use std::collections::HashSet;
+
+use cordon_core::{Content, ToolDescriptor, ToolError, ToolErrorKind, ToolHints};
+use serde_json::Value;
+use wasmtime::component::types::{ComponentItem, Type};
+use wasmtime::component::{Component, ComponentExportIndex, Instance, Val};
+use wasmtime::{Engine, Store};
+
+pub(crate) use docs::Docs;
+
+use crate::error::CallError;
+use crate::sandbox::HostState;
+
+/// An exported function that is not offered as a tool, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailable {
+    /// The function as the component exports it (`ns:pkg/iface@1.0.0#name`, or `name`).
+    pub function: String,
+    /// Why it cannot be a tool.
+    pub reason: String,
+}
+
+/// The tools of a component without the contract, and the functions that could not be tools.
+pub(crate) struct TypedExports {
+    pub(crate) functions: Vec<TypedFunction>,
+    pub(crate) unavailable: Vec<Unavailable>,
+}
+
+/// One exported function offered as a tool.
+pub(crate) struct TypedFunction {
+    pub(crate) descriptor: ToolDescriptor,
+    index: ComponentExportIndex,
+    params: Vec<(String, Type)>,
+    result: Option<Type>,
+}
+
+/// The part of an export name a tool name is made of: `ns:pkg/calc@1.0.0` → `calc`.
+fn interface_short_name(export: &str) -> &str {
+    let name = export.rsplit_once('/').map_or(export, |(_, name)| name);
+    name.split_once('@').map_or(name, |(name, _)| name)
+}
+
+/// A WIT name as a tool name: `get-HTTP` → `get_http`.
+fn tool_word(wit: &str) -> String {
+    wit.replace('-', "_").to_ascii_lowercase()
+}
+
+impl TypedExports {
+    /// The exported functions of `component`, as tools where their types allow.
+    pub(crate) fn discover(component: &Component, engine: &Engine, docs: &Docs) -> TypedExports {
+        let mut found = Vec::new();
+        let ty = component.component_type();
+        for (export, item) in ty.exports(engine) {
+            match item.ty {
+                ComponentItem::ComponentFunc(func) => {
+                    if let Some(index) = component.get_export_index(None, export) {
+                        found.push((None, export.to_string(), func, index));
+                    }
+                }
+                ComponentItem::ComponentInstance(instance) => {
+                    let Some(parent) = component.get_export_index(None, export) else {
+                        continue;
+                    };
+                    for (name, item) in instance.exports(engine) {
+                        if let ComponentItem::ComponentFunc(func) = item.ty
+                            && let Some(index) = component.get_export_index(Some(&parent), name)
+                        {
+                            found.push((Some(export.to_string()), name.to_string(), func, index));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut exports = TypedExports {
+            functions: Vec::new(),
+            unavailable: Vec::new(),
+        };
+        let mut names = HashSet::new();
+        for (interface, name, func, index) in found {
+            let shown = match &interface {
+                Some(i) => format!("{i}#{name}"),
+                None => name.clone(),
+            };
+            let refuse = |reason: String| Unavailable {
+                function: shown.clone(),
+                reason,
+            };
+            if name.starts_with('[') {
+                exports.unavailable.push(refuse(
+                    "it is a resource's constructor, method or static function; resources have \
+                     no JSON form"
+                        .into(),
+                ));
+                continue;
+            }
+            if func.async_() {
+                exports.unavailable.push(refuse(
+                    "it is an `async` function, which Cordon does not call yet".into(),
+                ));
+                continue;
+            }
+            let params: Vec<(String, Type)> =
+                func.params().map(|(n, t)| (n.to_string(), t)).collect();
+            let result = func.results().next();
+            let why_not = params
+                .iter()
+                .find_map(|(n, t)| {
+                    schema::unsupported(t).map(|why| format!("its parameter `{n}`: {why}"))
+                })
+                .or_else(|| {
+                    result
+                        .as_ref()
+                        .and_then(schema::unsupported)
+                        .map(|why| format!("its result: {why}"))
+                });
+            if let Some(why) = why_not {
+                exports.unavailable.push(refuse(why));
+                continue;
+            }
+            let tool = match &interface {
+                Some(i) => format!(
+                    "{}_{}",
+                    tool_word(interface_short_name(i)),
+                    tool_word(&name)
+                ),
+                None => tool_word(&name),
+            };
+            if let Err(why) = ToolDescriptor::check_name(&tool) {
+                exports.unavailable.push(refuse(why));
+                continue;
+            }
+            if !names.insert(tool.clone()) {
+                exports.unavailable.push(refuse(format!(
+                    "its tool name `{tool}` is already another exported function's"
+                )));
+                continue;
+            }
+            let mut input_schema =
+                schema::object(params.iter().map(|(n, t)| (n.as_str(), t.clone())));
+            let description = docs
+                .function(interface.as_deref(), &name)
+                .unwrap_or_else(|| {
+                    format!("Calls `{shown}` of the component (its WIT has no doc comment for it).")
+                });
+            if let Some(about) = docs.interface(interface.as_deref()) {
+                input_schema["description"] = Value::from(about);
+            }
+            // A record result (or a `result` whose ok value is one) is a structured result.
+            let output_schema = match &result {
+                Some(Type::Record(r)) => Some(schema::object(r.fields().map(|f| (f.name, f.ty)))),
+                Some(Type::Result(r)) => match r.ok() {
+                    Some(Type::Record(rec)) => {
+                        Some(schema::object(rec.fields().map(|f| (f.name, f.ty))))
+                    }
+                    _ => None,
+                },
+                _ => None,
+            };
+            exports.functions.push(TypedFunction {
+                descriptor: ToolDescriptor {
+                    name: tool,
+                    description,
+                    input_schema,
+                    hints: ToolHints::default(),
+                    output_schema,
+                },
+                index,
+                params,
+                result,
+            });
+        }
+        exports
+    }
+
+    /// The function offered as `tool`.
+    pub(crate) fn find(&self, tool: &str) -> Option<&TypedFunction> {
+        self.functions.iter().find(|f| f.descriptor.name == tool)
+    }
+}
+
+impl TypedFunction {
+    /// The arguments (JSON text) as the function's parameters, or why they are not.
+    pub(crate) fn arguments(&self, arguments: &str) -> Result<Vec<Val>, CallError> {
+        let invalid = |message: String| {
+            CallError::Tool(ToolError {
+                kind: ToolErrorKind::InvalidArguments,
+                message,
+            })
+        };
+        let value: Value = serde_json::from_str(arguments)
+            .map_err(|e| invalid(format!("the arguments are not JSON: {e}")))?;
+        let fields =
+            json::fields(&self.params, &value, &mut json::Path::default()).map_err(|m| {
+                invalid(format!(
+                    "the arguments do not fit `{}`: {m}",
+                    self.descriptor.name
+                ))
+            })?;
+        Ok(fields.into_iter().map(|(_, v)| v).collect())
+    }
+
+    /// Calls the function in `instance`.
+    pub(crate) async fn call(
+        &self,
+        store: &mut Store<HostState>,
+        instance: &Instance,
+        params: Vec<Val>,
+    ) -> wasmtime::Result<Vec<Val>> {
+        let func = instance
+            .get_func(&mut *store, self.index)
+            .ok_or_else(|| wasmtime::format_err!("the component no longer exports the function"))?;
+        let mut results = vec![Val::Bool(false); usize::from(self.result.is_some())];
+        func.call_async(&mut *store, &params, &mut results).await?;
+        Ok(results)
+    }
+
+    /// What the function returned, as the tool's result: its value as one JSON piece (none
+    /// for a function without a result); a top-level `result` error is the tool's error.
+    pub(crate) fn output(&self, results: Vec<Val>) -> Result<Vec<Content>, CallError> {
+        let (Some(ty), Some(val)) = (&self.result, results.into_iter().next()) else {
+            return Ok(Vec::new());
+        };
+        let malformed = |e: json::NotJson| {
+            CallError::Malformed(format!(
+                "`{}` returned a value JSON cannot carry: {}",
+                self.descriptor.name, e.0
+            ))
+        };
+        let mut path = json::Path::default();
+        match (ty, &val) {
+            (Type::Result(r), Val::Result(Ok(ok))) => match (r.ok(), ok) {
+                (Some(ty), Some(v)) => Ok(vec![Content::Json(
+                    json::to_json(&ty, v, &mut path).map_err(malformed)?,
+                )]),
+                _ => Ok(Vec::new()),
+            },
+            (Type::Result(r), Val::Result(Err(err))) => {
+                let message = match (r.err(), err) {
+                    (Some(ty), Some(v)) => {
+                        match json::to_json(&ty, v, &mut path).map_err(malformed)? {
+                            Value::String(s) => s,
+                            other => other.to_string(),
+                        }
+                    }
+                    _ => "the function returned an error without a value".to_string(),
+                };
+                Err(CallError::Tool(ToolError {
+                    kind: ToolErrorKind::Failed,
+                    message,
+                }))
+            }
+            _ => Ok(vec![Content::Json(
+                json::to_json(ty, &val, &mut path).map_err(malformed)?,
+            )]),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_names_come_from_the_interface_and_the_function() {
+        assert_eq!(interface_short_name("fixture:typed/calc@0.1.0"), "calc");
+        assert_eq!(interface_short_name("wasi:cli/run@0.2.6"), "run");
+        assert_eq!(interface_short_name("local"), "local");
+        assert_eq!(tool_word("echo-HTTP-point"), "echo_http_point");
+    }
+}
