@@ -1,10 +1,12 @@
 //! Cordon runtime benchmark (`make bench`): medians of compile, load from cache, instantiate,
 //! and a warm no-op call with a fresh instance per call, for the smallest SDK plugin (the
-//! `noop` fixture) and for one importing every WASI interface (`probe`), compared in the same
+//! `noop` fixture), for one importing every WASI interface (`probe`) and for a component
+//! without Cordon's contract called through its typed exports (`typed`), compared in the same
 //! run with the same no-op served by a minimal native MCP server (rmcp, stdio transport, child
 //! process — this example re-executes itself as that server).
 //!
-//! Targets: no-op call ≤ 25 µs and ≥ 10× faster than MCP stdio; load from cache ≤ 5 ms.
+//! Targets: no-op call ≤ 25 µs and ≥ 10× faster than MCP stdio; load from cache ≤ 5 ms; the
+//! typed-exports no-op ≤ 1.5× the contract's.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -211,6 +213,29 @@ async fn main() -> Result<()> {
             probe_granted.push(between.elapsed());
         }
     }
+    // A component without Cordon's contract: its `calc.noop` function (no parameters, no
+    // result) and `calc.add` (two s32 in, one out) through the dynamic API, interleaved with
+    // the contract's no-op (the noop fixture) so the ratio comes from one loop.
+    let typed = rt.load(&fixture("typed")?, None, &|_| {})?.named("typed");
+    let (mut contract_noop, mut typed_noop, mut typed_add) =
+        (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    for i in 0..n + 200 {
+        let start = Instant::now();
+        plugin.call_tool(&sandbox, "noop", "{}").await?;
+        let contract_done = Instant::now();
+        typed.call_tool(&sandbox, "calc_noop", "{}").await?;
+        let noop_done = Instant::now();
+        typed
+            .call_tool(&sandbox, "calc_add", r#"{"a": 40, "b": 2}"#)
+            .await?;
+        if i >= 200 {
+            contract_noop.push(contract_done - start);
+            typed_noop.push(noop_done - contract_done);
+            typed_add.push(noop_done.elapsed());
+        }
+    }
+    let (contract_noop, typed_noop, typed_add) =
+        (median(contract_noop), median(typed_noop), median(typed_add));
     let probe_noop = median(probe_noop);
     let probe_granted = median(probe_granted);
     let compile = median(compile);
@@ -238,6 +263,16 @@ async fn main() -> Result<()> {
         "no-op, probe, one fs grant    {:>10}   (+{} for the grant: opened by identity, kept off the home)",
         fmt(probe_granted),
         fmt(probe_granted.saturating_sub(probe_noop))
+    );
+    println!(
+        "no-op, typed exports          {:>10}   ({:.2}× the cordon:tool no-op's {} in the same loop; target ≤ 1.5×)",
+        fmt(typed_noop),
+        typed_noop.as_secs_f64() / contract_noop.as_secs_f64(),
+        fmt(contract_noop)
+    );
+    println!(
+        "add(s32, s32), typed exports  {:>10}   (JSON arguments converted, result back)",
+        fmt(typed_add)
     );
     println!(
         "no-op via MCP stdio (rmcp)    {:>10}   (warm server process)",
