@@ -29,7 +29,7 @@ export CFLAGS_wasm32_wasip2 := --target=wasm32-wasi -msimd128 -mbulk-memory \
   -include '$(ROOT)/plugins/sql/c/sqlite_mem.h' -include '$(ROOT)/plugins/sql/c/sqlite_sorter.h' \
   -DCORDON_HEADERS_DIGEST=$(SQLITE_HEADERS_DIGEST)
 
-.PHONY: build toolchain host plugins rust-plugins python-plugin fixtures test test-services browser-test mcp-test gateway-test lint demo bench bench-tools clean
+.PHONY: build toolchain c-toolchain host plugins rust-plugins python-plugin c-fixtures fixtures test test-services browser-test mcp-test gateway-test lint demo bench bench-tools clean
 
 build: host plugins
 
@@ -55,7 +55,7 @@ host: toolchain
 	cargo build --workspace --all-targets
 
 ## The bundled tools and the test fixtures, built from source into components.
-plugins: rust-plugins python-plugin
+plugins: rust-plugins python-plugin c-fixtures
 
 rust-plugins: toolchain
 	cd plugins && CARGO_TARGET_DIR="$(ROOT)/$(WASM_TARGET)" cargo build --release --target wasm32-wasip2
@@ -68,6 +68,27 @@ rust-plugins: toolchain
 
 python-plugin: toolchain
 	$(MAKE) -C plugins/python
+
+## C components: clang 19 (it knows WebAssembly components' linker, wasm-component-ld, which
+## rustup ships) with wasi-libc, and wit-bindgen's C generator, pinned, in target/tools.
+WIT_BINDGEN := $(TARGET)/tools/bin/wit-bindgen
+c-toolchain: $(TARGET)/.c-toolchain
+$(TARGET)/.c-toolchain: | toolchain
+	@if ! command -v clang-19 >/dev/null || ! command -v wasm-ld-19 >/dev/null || [ ! -d /usr/lib/llvm-19/lib/clang/19/lib/wasi ] || [ ! -d /usr/include/wasm32-wasi ]; then \
+	  echo "installing clang-19, lld-19, its wasm32 runtime and wasi-libc (Debian packages)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends clang-19 lld-19 libclang-rt-19-dev-wasm32 wasi-libc; \
+	fi
+	@[ -x $(WIT_BINDGEN) ] && $(WIT_BINDGEN) --version | grep -q ' 0.63.0' || \
+	  CARGO_TARGET_DIR="$(ROOT)/$(TARGET)/tools/build" cargo install -q wit-bindgen-cli --version =0.63.0 --locked --root "$(ROOT)/$(TARGET)/tools"
+	@rm -rf $(TARGET)/tools/build
+	@touch $@
+
+c-fixtures: c-toolchain
+	@mkdir -p $(FIXTURE_OUT)
+	@for d in plugins/fixtures-c/*/; do \
+	  $(MAKE) -C $$d WIT_BINDGEN="$(ROOT)/$(WIT_BINDGEN)" OUT="$(ROOT)/$(FIXTURE_OUT)" || exit 1; \
+	done
 
 lint: toolchain
 	python3 tests/lint/module_cycles.py host/*/ tests tests/scripted-llm sdk/rust

@@ -217,8 +217,11 @@ async fn main() -> Result<()> {
     // result) and `calc.add` (two s32 in, one out) through the dynamic API, interleaved with
     // the contract's no-op (the noop fixture) so the ratio comes from one loop.
     let typed = rt.load(&fixture("typed")?, None, &|_| {})?.named("typed");
-    let (mut contract_noop, mut typed_noop, mut typed_add) =
-        (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut contract_noop, mut typed_noop, mut typed_add) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
     for i in 0..n + 200 {
         let start = Instant::now();
         plugin.call_tool(&sandbox, "noop", "{}").await?;

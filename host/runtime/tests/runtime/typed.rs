@@ -13,9 +13,18 @@ fn typed() -> &'static Plugin {
     P.get_or_init(|| load("typed"))
 }
 
+fn typed_c() -> &'static Plugin {
+    static P: OnceLock<Plugin> = OnceLock::new();
+    P.get_or_init(|| load("typed-c"))
+}
+
 /// The one JSON value a call returned.
 async fn value(tool: &str, args: Value) -> Value {
-    let out = call(typed(), &Sandbox::default(), tool, args.clone())
+    value_of(typed(), tool, args).await
+}
+
+async fn value_of(plugin: &Plugin, tool: &str, args: Value) -> Value {
+    let out = call(plugin, &Sandbox::default(), tool, args.clone())
         .await
         .unwrap_or_else(|e| panic!("{tool}({args}): {e}"));
     match out.content.as_slice() {
@@ -26,7 +35,11 @@ async fn value(tool: &str, args: Value) -> Value {
 
 /// What a refused or failed call said.
 async fn refusal(tool: &str, args: Value) -> (ToolErrorKind, String) {
-    match call(typed(), &Sandbox::default(), tool, args.clone()).await {
+    refusal_of(typed(), tool, args).await
+}
+
+async fn refusal_of(plugin: &Plugin, tool: &str, args: Value) -> (ToolErrorKind, String) {
+    match call(plugin, &Sandbox::default(), tool, args.clone()).await {
         Err(CallError::Tool(e)) => (e.kind, e.message),
         other => panic!("{tool}({args}): {other:?}"),
     }
@@ -129,24 +142,7 @@ async fn values_of_every_kind_round_trip() {
         .await
         .unwrap();
     assert!(noop.content.is_empty());
-    let cases = [
-        (
-            "kinds_echo_point",
-            json!({"p": {"x": -5, "y": 18446744073709551615u64, "label": "ü"}}),
-        ),
-        ("kinds_echo_shape", json!({"s": {"circle": 1.5}})),
-        ("kinds_echo_shape", json!({"s": "nothing"})),
-        ("kinds_echo_color", json!({"c": "green"})),
-        ("kinds_echo_perms", json!({"p": ["read", "exec"]})),
-        ("kinds_echo_perms", json!({"p": []})),
-        ("kinds_echo_tuple", json!({"t": [255, "", "𝄞"]})),
-        ("kinds_echo_nested", json!({"o": null})),
-        ("kinds_echo_nested", json!({"o": {"some": null}})),
-        ("kinds_echo_nested", json!({"o": {"some": 65535}})),
-        ("kinds_echo_lists", json!({"l": [[], ["a", "ß"], []]})),
-        ("kinds_echo_lists", json!({"l": []})),
-    ];
-    for (tool, args) in cases {
+    for (tool, args) in echo_cases() {
         let given = args.as_object().unwrap().values().next().unwrap().clone();
         assert_eq!(value(tool, args.clone()).await, given, "{tool}({args})");
         // What the converter accepts, the derived schema accepts too.
@@ -390,5 +386,67 @@ async fn doc_comments_the_component_carries_become_descriptions() {
         greet.description.starts_with("Calls `greet`"),
         "{}",
         greet.description
+    );
+}
+
+/// Arguments each echo function must give back unchanged, in the Rust and the C fixture.
+fn echo_cases() -> Vec<(&'static str, Value)> {
+    vec![
+        (
+            "kinds_echo_point",
+            json!({"p": {"x": -5, "y": 18446744073709551615u64, "label": "ü"}}),
+        ),
+        ("kinds_echo_shape", json!({"s": {"circle": 1.5}})),
+        ("kinds_echo_shape", json!({"s": "nothing"})),
+        ("kinds_echo_color", json!({"c": "green"})),
+        ("kinds_echo_perms", json!({"p": ["read", "exec"]})),
+        ("kinds_echo_perms", json!({"p": []})),
+        ("kinds_echo_tuple", json!({"t": [255, "", "𝄞"]})),
+        ("kinds_echo_nested", json!({"o": null})),
+        ("kinds_echo_nested", json!({"o": {"some": null}})),
+        ("kinds_echo_nested", json!({"o": {"some": 65535}})),
+        ("kinds_echo_lists", json!({"l": [[], ["a", "ß"], []]})),
+        ("kinds_echo_lists", json!({"l": []})),
+    ]
+}
+
+#[tokio::test]
+async fn a_c_component_round_trips_the_same_values() {
+    let _s = shared();
+    let c = typed_c();
+    assert!(c.unavailable().is_empty(), "{:?}", c.unavailable());
+    for (tool, args) in echo_cases() {
+        let given = args.as_object().unwrap().values().next().unwrap().clone();
+        assert_eq!(
+            value_of(c, tool, args.clone()).await,
+            given,
+            "C {tool}({args})"
+        );
+    }
+    assert_eq!(
+        value_of(c, "calc_add", json!({"a": 2147483647, "b": 1})).await,
+        json!(-2147483648)
+    );
+    assert_eq!(
+        value_of(c, "greet", json!({"name": "wörld 𝄞"})).await,
+        json!("Hello, wörld 𝄞!")
+    );
+    assert_eq!(
+        value_of(c, "kinds_u64_max", json!({})).await,
+        json!(u64::MAX)
+    );
+    assert_eq!(
+        refusal_of(c, "calc_divide", json!({"a": 1, "b": 0})).await,
+        (ToolErrorKind::Failed, "cannot divide by zero".to_string())
+    );
+    assert_eq!(
+        refusal_of(c, "kinds_echo_result", json!({"r": {"err": "from C"}})).await,
+        (ToolErrorKind::Failed, "from C".to_string())
+    );
+    let (kind, message) = refusal_of(c, "kinds_echo_point", json!({"p": {"x": "1", "y": 2}})).await;
+    assert_eq!(kind, ToolErrorKind::InvalidArguments);
+    assert!(
+        message.contains("at /p/x: expected an integer (s64)"),
+        "{message}"
     );
 }
