@@ -425,3 +425,50 @@ fn author_text_and_install_sources_cannot_drive_the_terminal() {
             "not toml \\x1b]0;pwned-title\\x07",
         ]);
 }
+
+#[test]
+fn a_component_without_the_contract_installs_with_its_typed_exports_as_tools() {
+    let home = TestHome::new();
+    let typed = fixture("typed").display().to_string();
+    home.cordon(&["plugin", "install", &typed])
+        .ok()
+        .stdout_has(&[
+            "tools:   greet, calc_add, calc_divide, calc_noop, kinds_echo_point,",
+            "not offered as tools (their types have no JSON form):",
+            "fixture:typed/kinds@0.1.0#count: its parameter `c`: it passes a resource",
+            "Installed plugin `typed`",
+        ]);
+    home.cordon(&["plugin", "inspect", "typed"])
+        .ok()
+        .stdout_has(&[
+            "not offered as tools",
+            "  calc_add\n",
+            "Calls `fixture:typed/calc@0.1.0#add` of the component",
+            "\"maximum\": 2147483647",
+        ]);
+    home.cordon(&["call", "calc_add", r#"{"a": 40, "b": 2}"#])
+        .ok()
+        .stdout_has(&["42"]);
+    home.cordon(&["call", "kinds_get_extremes", "{}"])
+        .ok()
+        .stdout_has(&["18446744073709551615", "𝄞"]);
+    // The derived schema refuses what does not fit before anything runs, naming where.
+    home.cordon(&["call", "kinds_echo_point", r#"{"p": {"x": 1, "y": -1}}"#])
+        .code(2)
+        .stderr_has(&["at /p/y"]);
+    // A `result` error is the tool's error.
+    home.cordon(&["call", "calc_divide", r#"{"a": 1, "b": 0}"#])
+        .code(1)
+        .stderr_has(&["cannot divide by zero"]);
+    // A C component installs the same way.
+    home.cordon(&[
+        "plugin",
+        "install",
+        &fixture("typed-c").display().to_string(),
+    ])
+    .ok()
+    .stdout_has(&["Installed plugin `typed-c`"]);
+    home.cordon(&["call", "typed-c.greet", r#"{"name": "C"}"#])
+        .ok()
+        .stdout_has(&["Hello, C!"]);
+}
