@@ -29,7 +29,7 @@ export CFLAGS_wasm32_wasip2 := --target=wasm32-wasi -msimd128 -mbulk-memory \
   -include '$(ROOT)/plugins/sql/c/sqlite_mem.h' -include '$(ROOT)/plugins/sql/c/sqlite_sorter.h' \
   -DCORDON_HEADERS_DIGEST=$(SQLITE_HEADERS_DIGEST)
 
-.PHONY: build toolchain c-toolchain host plugins rust-plugins python-plugin c-fixtures fixtures test test-services browser-test mcp-test gateway-test lint demo bench bench-tools clean
+.PHONY: build toolchain c-toolchain js-toolchain host plugins rust-plugins python-plugin c-fixtures js-plugins js-sdk-test fixtures test test-services browser-test mcp-test gateway-test lint demo bench bench-tools clean
 
 build: host plugins
 
@@ -55,7 +55,7 @@ host: toolchain
 	cargo build --workspace --all-targets
 
 ## The bundled tools and the test fixtures, built from source into components.
-plugins: rust-plugins python-plugin c-fixtures
+plugins: rust-plugins python-plugin c-fixtures js-plugins
 
 rust-plugins: toolchain
 	cd plugins && CARGO_TARGET_DIR="$(ROOT)/$(WASM_TARGET)" cargo build --release --target wasm32-wasip2
@@ -83,6 +83,36 @@ $(TARGET)/.c-toolchain: | toolchain
 	  CARGO_TARGET_DIR="$(ROOT)/$(TARGET)/tools/build" cargo install -q wit-bindgen-cli --version =0.63.0 --locked --root "$(ROOT)/$(TARGET)/tools"
 	@rm -rf $(TARGET)/tools/build
 	@touch $@
+
+## JavaScript: Node.js and npm (Debian), componentize-js (npm, pinned) in target/js.
+JS_TOOLS := $(TARGET)/js
+js-toolchain: $(TARGET)/.js-toolchain
+$(TARGET)/.js-toolchain:
+	@mkdir -p $(TARGET)
+	@if ! command -v npm >/dev/null; then \
+	  echo "installing nodejs and npm (Debian packages)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends nodejs npm; \
+	fi
+	npm install --prefix $(JS_TOOLS) --no-audit --no-fund --loglevel=error @bytecodealliance/componentize-js@0.23.0
+	@touch $@
+
+## The JavaScript template, built as a project outside the tree gets it (the SDK copied in),
+## into target/fixtures/js-template.wasm for the end-to-end tests.
+JS_TEMPLATE := $(TARGET)/js-template
+js-plugins: $(FIXTURE_OUT)/js-template.wasm
+$(FIXTURE_OUT)/js-template.wasm: $(wildcard sdk/js/*.js sdk/js/testing/*.js sdk/js/testing/host/*.js sdk/js/wit/* sdk/js/template/*.js sdk/js/template/package.json) | js-toolchain
+	rm -rf $(JS_TEMPLATE) && mkdir -p $(JS_TEMPLATE) $(FIXTURE_OUT)
+	cp -r sdk/js/template/. sdk/js/cordon_sdk.js sdk/js/wit sdk/js/testing $(JS_TEMPLATE)/
+	ln -s "$(ROOT)/$(JS_TOOLS)/node_modules" $(JS_TEMPLATE)/node_modules
+	cd $(JS_TEMPLATE) && npm run --silent build
+	cp $(JS_TEMPLATE)/build/plugin.wasm $@
+
+## The SDK's own tests and the template's, under plain Node.js (the built component is tested
+## end to end by tests/e2e/tools_js.rs).
+js-sdk-test: js-plugins
+	cd sdk/js && node --import ./testing/register.js --test tests/
+	cd $(JS_TEMPLATE) && npm test --silent
 
 c-fixtures: c-toolchain
 	@mkdir -p $(FIXTURE_OUT)
@@ -117,6 +147,7 @@ test: host plugins test-services
 	cd sdk/rust && CARGO_TARGET_DIR="$(ROOT)/$(TARGET)/sdk" cargo test
 	cd plugins && CARGO_TARGET_DIR="$(ROOT)/$(WASM_TARGET)" cargo test
 	$(MAKE) -C plugins/python test
+	$(MAKE) js-sdk-test
 	$(MAKE) browser-test
 	$(MAKE) mcp-test
 	$(MAKE) gateway-test

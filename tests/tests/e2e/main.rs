@@ -10,5 +10,6 @@ mod run_conversation;
 mod serve;
 mod sessions;
 mod tools_files;
+mod tools_js;
 mod tools_python;
 mod tools_sql;
