@@ -14,6 +14,7 @@ mod chat;
 mod grants;
 mod log_format;
 mod mcp;
+mod new;
 mod plugin;
 mod records;
 mod serve;
@@ -79,14 +80,17 @@ enum Command {
     /// Serve the installed tools to an MCP client over stdin and stdout (for Claude, VS Code,
     /// Cursor, Codex, …): each call sandboxed, approved and audited as everywhere else.
     Mcp(mcp::McpArgs),
+    /// Create a plugin project (rust, python, js or c) that builds outside the Cordon tree.
+    New(new::NewArgs),
 }
 
 /// What a failed command exits with: 2 for bad input (the user can fix the command), 1 for
 /// everything else (a tool failed, the home or a plugin is broken).
 fn exit_code(error: &anyhow::Error) -> u8 {
     let usage = error.chain().any(|e| {
-        e.downcast_ref::<HomeError>()
-            .is_some_and(HomeError::is_usage)
+        e.is::<new::NewError>()
+            || e.downcast_ref::<HomeError>()
+                .is_some_and(HomeError::is_usage)
             || e.downcast_ref::<cordon_store::StoreError>()
                 .is_some_and(|e| {
                     matches!(
@@ -286,6 +290,10 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
             let records =
                 records::open(&home, store, args.config.as_deref(), records::Opener::Mcp).await?;
             mcp::run(&home, records, args).await?;
+            0
+        }
+        Command::New(args) => {
+            new::run(args)?;
             0
         }
     };

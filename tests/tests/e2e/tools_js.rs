@@ -21,14 +21,18 @@ fn the_js_template_installs_and_its_tool_answers_and_fails_as_a_tool() {
         ]);
     let inspect = home.cordon(&["plugin", "inspect", "stats"]).ok();
     assert!(!inspect.stdout.contains("wasi:http"), "{}", inspect.stdout);
-    home.cordon(&["call", "text_stats", r#"{"text": "to be or not to be\nthat is"}"#])
-        .ok()
-        .stdout_has(&[
-            "\"characters\": 26",
-            "\"lines\": 2",
-            "\"most_frequent\": \"to\"",
-            "\"words\": 8",
-        ]);
+    home.cordon(&[
+        "call",
+        "text_stats",
+        r#"{"text": "to be or not to be\nthat is"}"#,
+    ])
+    .ok()
+    .stdout_has(&[
+        "\"characters\": 26",
+        "\"lines\": 2",
+        "\"most_frequent\": \"to\"",
+        "\"words\": 8",
+    ]);
     // Thrown on purpose: the SDK returns it as the WIT tool error it names.
     let long = format!(r#"{{"text": "{}"}}"#, "x".repeat(100_001));
     home.cordon(&["call", "text_stats", &long])
