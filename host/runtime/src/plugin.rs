@@ -364,8 +364,20 @@ impl Plugin {
             }));
         };
         let params = function.arguments(arguments)?;
+        // A result that takes far more memory lifted on the host than in the guest is bounded
+        // through the guest's memory (see `typed::lift`).
+        let capped;
+        let (sandbox, cap) = match function.memory_cap {
+            Some(cap) if cap < sandbox.limits.memory => {
+                let mut held = sandbox.clone();
+                held.limits.memory = cap;
+                capped = held;
+                (&capped, Some(cap))
+            }
+            _ => (sandbox, None),
+        };
         let (typed_owned, tool_owned) = (typed.clone(), tool.to_string());
-        let (results, stderr, stderr_truncated) = self
+        let ran = self
             .run(sandbox, report, move |exports, store| {
                 Box::pin(async move {
                     let function = typed_owned
@@ -374,7 +386,26 @@ impl Plugin {
                     function.call(store, &exports.instance, params).await
                 })
             })
-            .await?;
+            .await;
+        let (results, stderr, stderr_truncated) = match (ran, cap) {
+            (
+                Err(CallError::LimitExceeded {
+                    limit: LimitKind::Memory,
+                    detail,
+                }),
+                Some(cap),
+            ) => {
+                return Err(CallError::LimitExceeded {
+                    limit: LimitKind::Memory,
+                    detail: format!(
+                        "{detail} (`{tool}` is held to {}: the lists it returns would take far \
+                         more memory in the host than in the plugin)",
+                        format_bytes(cap)
+                    ),
+                });
+            }
+            (ran, _) => ran?,
+        };
         let content = function.output(results)?;
         let total: usize = content.iter().map(Content::size).sum();
         if total as u64 > sandbox.limits.output {

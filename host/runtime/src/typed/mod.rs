@@ -8,6 +8,7 @@
 
 mod docs;
 mod json;
+mod lift;
 mod schema;
 
 use std::collections::HashSet;
@@ -41,6 +42,9 @@ pub(crate) struct TypedExports {
 /// One exported function offered as a tool.
 pub(crate) struct TypedFunction {
     pub(crate) descriptor: ToolDescriptor,
+    /// The guest memory limit its calls are held to, when its result could otherwise make
+    /// the host allocate more than [`lift::HOST_LIFT_BUDGET`] (see [`lift`]).
+    pub(crate) memory_cap: Option<u64>,
     index: ComponentExportIndex,
     params: Vec<(String, Type)>,
     result: Option<Type>,
@@ -130,6 +134,14 @@ impl TypedExports {
                 exports.unavailable.push(refuse(why));
                 continue;
             }
+            let Some(ratio) = result.as_ref().map_or(Some(1.0), lift::amplification) else {
+                exports.unavailable.push(refuse(
+                    "its result holds a list of values that take no memory in the component, \
+                     which could stand for billions of values"
+                        .into(),
+                ));
+                continue;
+            };
             let tool = match &interface {
                 Some(i) => format!(
                     "{}_{}",
@@ -177,6 +189,7 @@ impl TypedExports {
                     hints: ToolHints::default(),
                     output_schema,
                 },
+                memory_cap: (ratio > 1.0).then(|| lift::memory_cap(ratio)),
                 index,
                 params,
                 result,

@@ -78,6 +78,7 @@ async fn every_function_with_a_json_form_is_a_tool_and_the_rest_say_why_not() {
         "kinds_get_extremes",
         "kinds_not_a_number",
         "kinds_checked",
+        "kinds_bytes",
     ] {
         assert!(
             names.contains(&expected),
@@ -449,4 +450,34 @@ async fn a_c_component_round_trips_the_same_values() {
         message.contains("at /p/x: expected an integer (s64)"),
         "{message}"
     );
+}
+
+#[tokio::test]
+async fn a_result_that_would_swell_on_the_host_is_bounded_through_the_guest_memory() {
+    let _s = shared();
+    // Small: within every limit.
+    let few = value("kinds_bytes", json!({"n": 1000})).await;
+    assert_eq!(few.as_array().map(Vec::len), Some(1000));
+    // 64 MiB of bytes fit the default 512 MiB memory limit in the component, but would take
+    // gigabytes as lifted values in the host: the call is held to a smaller guest memory.
+    match call(
+        typed(),
+        &Sandbox::default(),
+        "kinds_bytes",
+        json!({"n": 64 << 20}),
+    )
+    .await
+    {
+        Err(CallError::LimitExceeded {
+            limit: cordon_core::LimitKind::Memory,
+            detail,
+        }) => assert!(
+            detail.contains("`kinds_bytes` is held to 25MiB")
+                && detail.contains("far more memory in the host"),
+            "{detail}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    // Functions whose results do not swell keep the plugin's limit.
+    assert_eq!(value("calc_add", json!({"a": 1, "b": 1})).await, json!(2));
 }
