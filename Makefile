@@ -141,6 +141,13 @@ test-services:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends postgresql; \
 	fi
+	@# The CNCF distribution registry, for OCI installs; the tests start it on 127.0.0.1 with
+	@# their own configuration, never the package's service.
+	@if ! command -v docker-registry >/dev/null; then \
+	  echo "installing docker-registry (Debian package)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends docker-registry; \
+	fi
 
 test: host plugins test-services
 	cargo test --workspace

@@ -39,12 +39,26 @@ pub enum PluginCommand {
         /// The plugin name.
         name: String,
     },
+    /// Publish a component file to an OCI registry as a Wasm artifact (one
+    /// `application/wasm` layer). Credentials: CORDON_REGISTRY_USERNAME and
+    /// CORDON_REGISTRY_PASSWORD, else the Docker config.
+    Push {
+        /// The component file.
+        file: PathBuf,
+        /// Where: oci://REGISTRY/REPOSITORY:TAG (http only for a registry on a loopback address).
+        reference: String,
+    },
 }
 
 #[derive(Debug, Args)]
 pub struct InstallArgs {
-    /// A component file (.wasm), or an https:// URL (http:// only for loopback hosts).
+    /// A component file (.wasm), an https:// URL (http:// only for loopback hosts), or an
+    /// oci://REGISTRY/REPOSITORY:TAG (or @sha256:DIGEST) reference.
     source: String,
+    /// Install a registry plugin without a valid signature from a trusted key; the lock
+    /// records it and `plugin list` shows it.
+    #[arg(long)]
+    allow_unsigned: bool,
     /// The expected SHA-256 of the component (64 hex digits); required for URLs.
     #[arg(long, value_name = "HEX")]
     sha256: Option<String>,
@@ -83,6 +97,20 @@ pub async fn run(
     match command {
         PluginCommand::Install(args) => install(home, records, args).await,
         PluginCommand::List => list(home),
+        PluginCommand::Push { file, reference } => {
+            let reference = cordon_home::OciReference::parse(&reference)?;
+            let digest = cordon_home::push_component(&file, &reference).await?;
+            outln!(
+                "Pushed {} to {} ({digest}).",
+                file.display(),
+                reference.describe()
+            );
+            outln!(
+                "Install it pinned: cordon plugin install {}",
+                reference.at_digest(&digest).describe()
+            );
+            Ok(())
+        }
         PluginCommand::Inspect { name, config } => inspect(home, &name, config.as_deref()).await,
         PluginCommand::Remove { name } => {
             let record = home.remove(&name)?;
@@ -110,6 +138,7 @@ async fn install(home: &Home, records: Option<&Records>, args: InstallArgs) -> a
                 name: args.name,
                 grants: args.grants,
                 limits: args.limits,
+                allow_unsigned: args.allow_unsigned,
             },
             &|event| spinner.observe(event),
         )
@@ -440,8 +469,9 @@ fn list(home: &Home) -> anyhow::Result<()> {
                 .collect::<Vec<_>>()
                 .join(" ")
         };
+        let unsigned = if r.unsigned { "  (unsigned)" } else { "" };
         outln!(
-            "{name:width$}  {:12}  {:>5}  {grants}",
+            "{name:width$}  {:12}  {:>5}  {grants}{unsigned}",
             short_digest(&r.digest),
             r.tools.len()
         );

@@ -48,6 +48,14 @@ pub enum HomeError {
         /// Why not.
         reason: String,
     },
+    /// The file to publish cannot be a component.
+    #[error("{} cannot be pushed: {reason}", .path.display())]
+    NotPushable {
+        /// The path as given.
+        path: PathBuf,
+        /// Why not.
+        reason: String,
+    },
     /// The URL to install from is not acceptable.
     #[error("cannot install from `{url}`: {reason}")]
     BadUrl {
@@ -70,6 +78,33 @@ pub enum HomeError {
     BadDigest {
         /// The value as given.
         given: String,
+    },
+    /// A registry plugin needs a signature check the user has not waived.
+    #[error(
+        "{reference} comes from a registry, and Cordon installs registry plugins only with a \
+         valid signature from a key you trust; this version cannot check signatures yet, so \
+         install it with --allow-unsigned to accept it unsigned (the lock records that, and \
+         `cordon plugin list` shows it)"
+    )]
+    SignatureRequired {
+        /// The `oci://` reference.
+        reference: String,
+    },
+    /// A registry could not be reached or refused a request.
+    #[error("registry error for {reference}: {reason}")]
+    Registry {
+        /// The `oci://` reference.
+        reference: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The artifact is not a Wasm component as Cordon reads them.
+    #[error("{reference} is not a Wasm component artifact: {reason}. Nothing was installed")]
+    NotAWasmArtifact {
+        /// The `oci://` reference.
+        reference: String,
+        /// What it is instead.
+        reason: String,
     },
     /// The download failed.
     #[error("could not download {url}: {reason}")]
@@ -257,6 +292,8 @@ impl HomeError {
                 | HomeError::BadUrl { .. }
                 | HomeError::DigestRequired { .. }
                 | HomeError::BadDigest { .. }
+                | HomeError::SignatureRequired { .. }
+                | HomeError::NotPushable { .. }
                 | HomeError::BadPluginName { .. }
                 | HomeError::UnknownPlugin { .. }
                 | HomeError::Grant(_)

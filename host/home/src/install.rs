@@ -26,6 +26,9 @@ pub struct InstallRequest {
     pub grants: Vec<String>,
     /// Limit overrides (`memory=64MiB`), in addition to those carried over.
     pub limits: Vec<String>,
+    /// For a registry source: install it without a valid signature from a trusted key. The
+    /// lock records it.
+    pub allow_unsigned: bool,
 }
 
 /// How one tool differs between the installed and the new component.
@@ -159,7 +162,14 @@ impl Home {
         let new_grants = self.parse_grants(&request.grants)?;
         Limits::default().with_overrides(request.limits.iter().map(String::as_str))?;
 
-        let bytes = request.source.fetch().await?;
+        let from_registry = matches!(request.source, InstallSource::Oci(_));
+        if from_registry && !request.allow_unsigned {
+            return Err(HomeError::SignatureRequired {
+                reference: source_name.clone(),
+            });
+        }
+        let fetched = request.source.fetch().await?;
+        let bytes = fetched.bytes;
         let digest = sha256_digest(&bytes);
 
         // A component already installed is compiled in the home's cache; anything new is
@@ -232,6 +242,8 @@ impl Home {
             grants: with_grants(base_grants, &new_grants),
             limits: base_limits,
             compiled: plugin.compiled_pin().cloned(),
+            oci_manifest: fetched.oci_manifest,
+            unsigned: from_registry,
         };
         record.set_limits(request.limits.iter().map(String::as_str))?;
 

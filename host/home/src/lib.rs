@@ -19,6 +19,7 @@ mod error;
 mod fsutil;
 mod install;
 mod lockfile;
+mod oci;
 mod source;
 mod toolbox;
 
@@ -33,7 +34,8 @@ pub use install::{
     InstallReport, InstallRequest, PreparedInstall, ToolChange, ToolDiff, UpgradeDiff,
 };
 pub use lockfile::{LOCK_VERSION, LockFile, PluginRecord};
-pub use source::{InstallSource, MAX_COMPONENT_BYTES, normalise_digest};
+pub use oci::{OciReference, WASM_CONFIG, WASM_LAYER, push_component};
+pub use source::{Fetched, InstallSource, MAX_COMPONENT_BYTES, normalise_digest};
 pub use toolbox::{ToolEntry, Toolbox};
 
 use fsutil::{io_err, sync_dir};

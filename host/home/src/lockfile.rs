@@ -54,6 +54,14 @@ pub struct PluginRecord {
     /// Limit overrides by key (`memory`, `time`, `output`, `args`, `log`); the rest default.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub limits: BTreeMap<String, String>,
+    /// For a plugin from a registry, the digest of the manifest it was installed from: later
+    /// starts use the stored component, and `plugin update` compares the tag against this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oci_manifest: Option<String>,
+    /// Installed from a registry without a signature check, as the user asked with
+    /// `--allow-unsigned`; `plugin list` shows it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unsigned: bool,
     /// The component's compiled code in the home's cache, as the host recorded it when it
     /// compiled it: the cache entry is loaded only if it still matches. Kept here, where only
     /// the host writes, because the compiled code runs natively in the host.
@@ -232,6 +240,8 @@ mod tests {
             tools_hash: "sha256:00".into(),
             grants: Grants::new(),
             limits: BTreeMap::new(),
+            oci_manifest: None,
+            unsigned: false,
             compiled: None,
         }
     }

@@ -1,4 +1,5 @@
-//! Where a component comes from: a local file, or an `https://` URL pinned by its digest.
+//! Where a component comes from: a local file, an `https://` URL pinned by its digest, or an
+//! `oci://` reference to a registry.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use reqwest::redirect::Policy;
 
 use crate::error::HomeError;
 use crate::fsutil::{io_err, sha256_digest};
+use crate::oci::{self, OciReference};
 
 /// The largest component Cordon will download or read: far above the ~20 MB a CPython
 /// component needs, low enough that a hostile server cannot exhaust memory.
@@ -32,6 +34,18 @@ pub enum InstallSource {
         /// `sha256:<hex>` the downloaded bytes must have.
         sha256: String,
     },
+    /// A component artifact in an OCI registry, by tag or by digest (HTTP only for a
+    /// registry on a loopback address).
+    Oci(OciReference),
+}
+
+/// The bytes of a component and where exactly they came from.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    /// The component.
+    pub bytes: Vec<u8>,
+    /// For a registry source, the digest of the manifest read.
+    pub oci_manifest: Option<String>,
 }
 
 impl InstallSource {
@@ -39,6 +53,17 @@ impl InstallSource {
     /// a path. `sha256` is the `--sha256` value, with or without the `sha256:` prefix.
     pub fn parse(arg: &str, sha256: Option<&str>) -> Result<InstallSource, HomeError> {
         let sha256 = sha256.map(normalise_digest).transpose()?;
+        if arg.starts_with("oci://") {
+            if sha256.is_some() {
+                return Err(HomeError::BadUrl {
+                    url: arg.to_string(),
+                    reason: "an oci:// reference is pinned by its own digest (…@sha256:HEX), not \
+                             --sha256"
+                        .into(),
+                });
+            }
+            return Ok(InstallSource::Oci(OciReference::parse(arg)?));
+        }
         if let Some((scheme, _)) = arg.split_once("://") {
             let url = Url::parse(arg).map_err(|e| HomeError::BadUrl {
                 url: arg.to_string(),
@@ -59,8 +84,8 @@ impl InstallSource {
                     return Err(HomeError::BadUrl {
                         url: arg.to_string(),
                         reason: format!(
-                            "the `{other}` scheme is not supported; give a local file path or \
-                             an https:// URL"
+                            "the `{other}` scheme is not supported; give a local file path, an \
+                             https:// URL or an oci:// reference"
                         ),
                     });
                 }
@@ -85,6 +110,7 @@ impl InstallSource {
                 .display()
                 .to_string(),
             InstallSource::Url { url, .. } => url.to_string(),
+            InstallSource::Oci(reference) => reference.describe(),
         }
     }
 
@@ -94,6 +120,7 @@ impl InstallSource {
         let last = match self {
             InstallSource::File { path, .. } => path.file_name()?.to_str()?.to_string(),
             InstallSource::Url { url, .. } => url.path_segments()?.next_back()?.to_string(),
+            InstallSource::Oci(reference) => reference.name_hint().to_string(),
         };
         let stem = last
             .strip_suffix(".wasm")
@@ -104,10 +131,18 @@ impl InstallSource {
 
     /// Reads or downloads the bytes and checks the pinned digest before anything else sees
     /// them.
-    pub async fn fetch(&self) -> Result<Vec<u8>, HomeError> {
+    pub async fn fetch(&self) -> Result<Fetched, HomeError> {
         let (bytes, expected) = match self {
             InstallSource::File { path, sha256 } => (read_file(path)?, sha256.as_deref()),
             InstallSource::Url { url, sha256 } => (download(url).await?, Some(sha256.as_str())),
+            // Every digest of the artifact is checked against the bytes received in `pull`.
+            InstallSource::Oci(reference) => {
+                let pulled = oci::pull(reference).await?;
+                return Ok(Fetched {
+                    bytes: pulled.bytes,
+                    oci_manifest: Some(pulled.manifest_digest),
+                });
+            }
         };
         if let Some(expected) = expected {
             let actual = sha256_digest(&bytes);
@@ -119,7 +154,10 @@ impl InstallSource {
                 });
             }
         }
-        Ok(bytes)
+        Ok(Fetched {
+            bytes,
+            oci_manifest: None,
+        })
     }
 }
 

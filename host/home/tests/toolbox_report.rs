@@ -42,6 +42,7 @@ async fn reported_calls_carry_the_sandbox_report_and_tools_their_digest() {
                 name: Some("probe".into()),
                 grants: vec![format!("fs:{}:/ro:ro", data_path.display())],
                 limits: Vec::new(),
+                allow_unsigned: false,
             },
             &|_| {},
         )
@@ -151,6 +152,7 @@ async fn results_must_keep_the_output_schema_their_plugin_declared() {
                 name: Some("outputs".into()),
                 grants: Vec::new(),
                 limits: Vec::new(),
+                allow_unsigned: false,
             },
             &|_| {},
         )

@@ -5,6 +5,7 @@ mod cli_call;
 mod cli_grants;
 mod cli_install;
 mod cli_new;
+mod cli_oci;
 mod cli_upgrade;
 mod model;
 mod run_conversation;

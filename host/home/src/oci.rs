@@ -1,0 +1,430 @@
+//! Plugins in OCI registries: a component is an artifact with one layer of media type
+//! `application/wasm` and a config of `application/vnd.wasm.config.v0+json` (the layout
+//! wasm-pkg-tools and Wassette use). Cordon reads the manifest itself and computes every digest
+//! it relies on from the bytes it received, so a registry cannot hand over something other than
+//! what a digest names.
+
+use std::path::Path;
+use std::str::FromStr;
+
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+use serde::Deserialize;
+
+use crate::error::HomeError;
+use crate::fsutil::sha256_digest;
+use crate::source::MAX_COMPONENT_BYTES;
+
+/// The media type of the component layer.
+pub const WASM_LAYER: &str = "application/wasm";
+/// The media type of a Wasm artifact's config.
+pub const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
+const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+/// The largest manifest Cordon reads.
+const MAX_MANIFEST_BYTES: usize = 4 << 20;
+
+/// An artifact in a registry: `oci://REGISTRY/REPOSITORY:TAG` or `…@sha256:DIGEST`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OciReference {
+    reference: Reference,
+}
+
+impl OciReference {
+    /// Parses `oci://…`. The registry must be named (a host with a dot or a port, or
+    /// `localhost`), so a reference never silently means Docker Hub.
+    pub fn parse(arg: &str) -> Result<OciReference, HomeError> {
+        let bad = |reason: &str| HomeError::BadUrl {
+            url: arg.to_string(),
+            reason: reason.to_string(),
+        };
+        let rest = arg
+            .strip_prefix("oci://")
+            .ok_or_else(|| bad("an OCI reference starts with oci://"))?;
+        let (registry, path) = rest.split_once('/').ok_or_else(|| {
+            bad("name the registry and the repository: oci://ghcr.io/owner/plugin:1.0")
+        })?;
+        let host = registry.rsplit_once(':').map_or(registry, |(h, _)| h);
+        if !(registry.contains('.') || registry.contains(':') || host == "localhost") {
+            return Err(bad(
+                "name the registry host first (ghcr.io, registry.example.com:5000, localhost:5000); \
+                 Cordon does not assume Docker Hub",
+            ));
+        }
+        if path.is_empty() {
+            return Err(bad("the repository is missing after the registry"));
+        }
+        // Without one the parser would assume `latest`, which names nothing in particular.
+        let last = path.rsplit('/').next().unwrap_or_default();
+        if !last.contains(':') && !path.contains('@') {
+            return Err(bad("name a tag (:1.0) or a digest (@sha256:…)"));
+        }
+        let reference = Reference::from_str(rest).map_err(|e| bad(&e.to_string()))?;
+        Ok(OciReference { reference })
+    }
+
+    /// `oci://…` as the user would write it.
+    pub fn describe(&self) -> String {
+        format!("oci://{}", self.reference.whole())
+    }
+
+    /// The registry host (and port).
+    pub fn registry(&self) -> &str {
+        self.reference.resolve_registry()
+    }
+
+    /// The repository's last segment, a default plugin name.
+    pub fn name_hint(&self) -> &str {
+        self.reference
+            .repository()
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+    }
+
+    /// The digest the reference pins, if it names one.
+    pub fn pinned_digest(&self) -> Option<&str> {
+        self.reference.digest()
+    }
+
+    /// The same repository at `digest`.
+    pub fn at_digest(&self, digest: &str) -> OciReference {
+        OciReference {
+            reference: Reference::with_digest(
+                self.reference.registry().to_string(),
+                self.reference.repository().to_string(),
+                digest.to_string(),
+            ),
+        }
+    }
+
+    /// The same repository at `tag`.
+    pub fn at_tag(&self, tag: &str) -> OciReference {
+        OciReference {
+            reference: Reference::with_tag(
+                self.reference.registry().to_string(),
+                self.reference.repository().to_string(),
+                tag.to_string(),
+            ),
+        }
+    }
+
+    fn is_loopback(&self) -> bool {
+        let registry = self.registry();
+        let host = match registry.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or_default(),
+            None => registry.rsplit_once(':').map_or(registry, |(h, _)| h),
+        };
+        host == "localhost"
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    }
+
+    fn client(&self) -> Result<Client, HomeError> {
+        // reqwest is built without a TLS crypto provider of its own: ring is the process's.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        // Plain HTTP only for a registry on this machine, as for URL installs.
+        let protocol = if self.is_loopback() {
+            ClientProtocol::HttpsExcept(vec![self.registry().to_string()])
+        } else {
+            ClientProtocol::Https
+        };
+        Client::try_from(ClientConfig {
+            protocol,
+            platform_resolver: None,
+            ..ClientConfig::default()
+        })
+        .map_err(|e| self.failed(format!("cannot set up the registry client: {e}")))
+    }
+
+    /// Credentials for the registry: `CORDON_REGISTRY_USERNAME` and `CORDON_REGISTRY_PASSWORD`,
+    /// else the Docker config (`$DOCKER_CONFIG/config.json` or `~/.docker/config.json`, with its
+    /// credential helpers), else none. Never stored by Cordon.
+    fn auth(&self) -> RegistryAuth {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        if let (Some(user), Some(password)) = (
+            env("CORDON_REGISTRY_USERNAME"),
+            env("CORDON_REGISTRY_PASSWORD"),
+        ) {
+            return RegistryAuth::Basic(user, password);
+        }
+        match docker_credential::get_credential(self.registry()) {
+            Ok(docker_credential::DockerCredential::UsernamePassword(user, password)) => {
+                RegistryAuth::Basic(user, password)
+            }
+            Ok(docker_credential::DockerCredential::IdentityToken(token)) => {
+                RegistryAuth::Bearer(token)
+            }
+            Err(_) => RegistryAuth::Anonymous,
+        }
+    }
+
+    fn failed(&self, reason: String) -> HomeError {
+        HomeError::Registry {
+            reference: self.describe(),
+            reason,
+        }
+    }
+
+    fn not_wasm(&self, reason: String) -> HomeError {
+        HomeError::NotAWasmArtifact {
+            reference: self.describe(),
+            reason,
+        }
+    }
+}
+
+/// A component pulled from a registry.
+#[derive(Debug, Clone)]
+pub struct Pulled {
+    /// The component.
+    pub bytes: Vec<u8>,
+    /// `sha256:…` of the manifest Cordon read (computed from its bytes).
+    pub manifest_digest: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Manifest {
+    #[serde(default)]
+    media_type: Option<String>,
+    #[serde(default)]
+    layers: Vec<Descriptor>,
+    #[serde(default)]
+    manifests: Option<Vec<Descriptor>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Descriptor {
+    media_type: String,
+    digest: String,
+    size: i64,
+}
+
+/// What a registry error means to the user.
+fn registry_error(e: &oci_client::errors::OciDistributionError) -> String {
+    let text = e.to_string();
+    let chain = std::error::Error::source(e)
+        .map(|s| format!(" ({s})"))
+        .unwrap_or_default();
+    format!("{text}{chain}")
+}
+
+/// The manifest at `reference`, its bytes and digest (computed here).
+async fn manifest(
+    client: &Client,
+    reference: &OciReference,
+    auth: &RegistryAuth,
+) -> Result<(Manifest, String), HomeError> {
+    let (bytes, _claimed) = client
+        .pull_manifest_raw(
+            &reference.reference,
+            auth,
+            &[OCI_MANIFEST, DOCKER_MANIFEST, OCI_INDEX, DOCKER_LIST],
+        )
+        .await
+        .map_err(|e| reference.failed(registry_error(&e)))?;
+    if bytes.len() > MAX_MANIFEST_BYTES {
+        return Err(reference.not_wasm(format!(
+            "its manifest is {} bytes, more than Cordon reads",
+            bytes.len()
+        )));
+    }
+    let digest = sha256_digest(&bytes);
+    if let Some(pinned) = reference.pinned_digest()
+        && pinned != digest
+    {
+        return Err(HomeError::DigestMismatch {
+            source_name: reference.describe(),
+            expected: pinned.to_string(),
+            actual: digest,
+        });
+    }
+    let manifest: Manifest = serde_json::from_slice(&bytes)
+        .map_err(|e| reference.not_wasm(format!("its manifest is not valid JSON: {e}")))?;
+    Ok((manifest, digest))
+}
+
+/// Pulls the component at `reference`: its manifest must be an image manifest with exactly
+/// one `application/wasm` layer, whose bytes must have the layer's digest.
+pub async fn pull(reference: &OciReference) -> Result<Pulled, HomeError> {
+    let client = reference.client()?;
+    let auth = reference.auth();
+    let (manifest, manifest_digest) = manifest(&client, reference, &auth).await?;
+    if let Some(entries) = &manifest.manifests {
+        return Err(reference.not_wasm(format!(
+            "it is a manifest list ({} entries), not a Wasm component artifact; install one \
+             entry by its digest (oci://{}@sha256:…) if it is one",
+            entries.len(),
+            reference.reference.resolve_registry().to_owned()
+                + "/"
+                + reference.reference.repository()
+        )));
+    }
+    let wasm: Vec<&Descriptor> = manifest
+        .layers
+        .iter()
+        .filter(|l| l.media_type == WASM_LAYER)
+        .collect();
+    let [layer] = wasm.as_slice() else {
+        let types: Vec<&str> = manifest
+            .layers
+            .iter()
+            .map(|l| l.media_type.as_str())
+            .collect();
+        return Err(reference.not_wasm(format!(
+            "a component artifact has exactly one `{WASM_LAYER}` layer; this one has {} \
+             (layers: {}; manifest type {})",
+            wasm.len(),
+            if types.is_empty() {
+                "none".to_string()
+            } else {
+                types.join(", ")
+            },
+            manifest.media_type.as_deref().unwrap_or("unstated")
+        )));
+    };
+    if layer.size < 0 || layer.size as u64 > MAX_COMPONENT_BYTES as u64 {
+        return Err(reference.not_wasm(format!(
+            "its component layer is {} bytes; at most {MAX_COMPONENT_BYTES} are accepted",
+            layer.size
+        )));
+    }
+    let mut bytes = Vec::with_capacity(layer.size as usize);
+    client
+        .pull_blob(&reference.reference, layer.digest.as_str(), &mut bytes)
+        .await
+        .map_err(|e| match e {
+            oci_client::errors::OciDistributionError::DigestError(
+                oci_client::errors::DigestError::VerificationError { expected, actual },
+            ) => HomeError::DigestMismatch {
+                source_name: format!("the component layer of {}", reference.describe()),
+                expected,
+                actual,
+            },
+            e => reference.failed(registry_error(&e)),
+        })?;
+    let actual = sha256_digest(&bytes);
+    if actual != layer.digest || bytes.len() as i64 != layer.size {
+        return Err(HomeError::DigestMismatch {
+            source_name: format!("the component layer of {}", reference.describe()),
+            expected: layer.digest.clone(),
+            actual,
+        });
+    }
+    Ok(Pulled {
+        bytes,
+        manifest_digest,
+    })
+}
+
+/// Publishes the component in file `path` at `reference` (a tag) as a Wasm artifact and
+/// returns the manifest digest. Refuses a file that is not a WebAssembly component.
+pub async fn push_component(path: &Path, reference: &OciReference) -> Result<String, HomeError> {
+    if reference.reference.tag().is_none() {
+        return Err(HomeError::BadUrl {
+            url: reference.describe(),
+            reason: "push to a tag (oci://registry/repo:1.0); the digest follows from the bytes"
+                .into(),
+        });
+    }
+    let not_pushable = |reason: String| HomeError::NotPushable {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let size = std::fs::metadata(path)
+        .map_err(|e| not_pushable(e.to_string()))?
+        .len();
+    if size > MAX_COMPONENT_BYTES as u64 {
+        return Err(not_pushable(format!(
+            "it is {size} bytes; at most {MAX_COMPONENT_BYTES} are accepted"
+        )));
+    }
+    let component = std::fs::read(path).map_err(|e| not_pushable(e.to_string()))?;
+    if !component.starts_with(b"\0asm\x0d\x00\x01\x00") {
+        return Err(not_pushable(
+            "it is not a WebAssembly component (a core module or another file)".into(),
+        ));
+    }
+    let component = component.as_slice();
+    let client = reference.client()?;
+    let auth = reference.auth();
+    let layer_digest = sha256_digest(component);
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "wasm",
+        "os": "wasip2",
+        "layerDigests": [layer_digest],
+    }))
+    .expect("a JSON value serialises");
+    let config_digest = sha256_digest(&config);
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": WASM_CONFIG,
+        "config": {"mediaType": WASM_CONFIG, "digest": config_digest, "size": config.len()},
+        "layers": [{"mediaType": WASM_LAYER, "digest": layer_digest, "size": component.len()}],
+    }))
+    .expect("a JSON value serialises");
+    let fail = |e: oci_client::errors::OciDistributionError| reference.failed(registry_error(&e));
+    client
+        .auth(
+            &reference.reference,
+            &auth,
+            oci_client::RegistryOperation::Push,
+        )
+        .await
+        .map_err(fail)?;
+    client
+        .push_blob(&reference.reference, config, &config_digest)
+        .await
+        .map_err(fail)?;
+    client
+        .push_blob(&reference.reference, component.to_vec(), &layer_digest)
+        .await
+        .map_err(fail)?;
+    let digest = sha256_digest(&manifest);
+    client
+        .push_manifest_raw(
+            &reference.reference,
+            manifest,
+            reqwest::header::HeaderValue::from_static(OCI_MANIFEST),
+        )
+        .await
+        .map_err(fail)?;
+    Ok(digest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_name_their_registry_and_a_tag_or_digest() {
+        let r = OciReference::parse("oci://127.0.0.1:5000/plugins/echo:1.0").unwrap();
+        assert_eq!(r.registry(), "127.0.0.1:5000");
+        assert_eq!(r.name_hint(), "echo");
+        assert!(r.is_loopback());
+        assert_eq!(r.describe(), "oci://127.0.0.1:5000/plugins/echo:1.0");
+        let d = format!("oci://ghcr.io/o/p@sha256:{}", "a".repeat(64));
+        let r = OciReference::parse(&d).unwrap();
+        assert_eq!(
+            r.pinned_digest(),
+            Some(format!("sha256:{}", "a".repeat(64)).as_str())
+        );
+        assert!(!r.is_loopback());
+        for (bad, why) in [
+            ("oci://library/echo:1", "Cordon does not assume Docker Hub"),
+            ("oci://ghcr.io", "name the registry and the repository"),
+            ("oci://ghcr.io/o/p", "name a tag"),
+            ("https://ghcr.io/o/p:1", "starts with oci://"),
+        ] {
+            let e = OciReference::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+}
