@@ -81,6 +81,64 @@ impl Drop for Registry {
     }
 }
 
+/// Pushes `manifest` (with the blobs it names) to `repo:tag` as another tool would, over the
+/// registry's HTTP API.
+fn push_raw(
+    registry: &Registry,
+    repo: &str,
+    tag: &str,
+    blobs: &[&[u8]],
+    media_type: &str,
+    manifest: &str,
+) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let base = format!("http://127.0.0.1:{}/v2/{repo}", registry.port);
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let client = reqwest::Client::new();
+        for blob in blobs {
+            let digest = format!("sha256:{}", sha256_hex(blob));
+            let started = client
+                .post(format!("{base}/blobs/uploads/"))
+                .send()
+                .await
+                .unwrap();
+            let location = started.headers()["location"].to_str().unwrap().to_string();
+            let location = if location.starts_with("http") {
+                location
+            } else {
+                format!("http://127.0.0.1:{}{location}", registry.port)
+            };
+            let separator = if location.contains('?') { '&' } else { '?' };
+            let done = client
+                .put(format!("{location}{separator}digest={digest}"))
+                .header("Content-Type", "application/octet-stream")
+                .body(blob.to_vec())
+                .send()
+                .await
+                .unwrap();
+            assert!(done.status().is_success(), "blob upload: {}", done.status());
+        }
+        let done = client
+            .put(format!("{base}/manifests/{tag}"))
+            .header("Content-Type", media_type)
+            .body(manifest.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            done.status().is_success(),
+            "manifest: {} {}",
+            done.status(),
+            done.text().await.unwrap()
+        );
+    });
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
 /// The manifest digest `cordon plugin push` printed.
 fn pushed(home: &TestHome, file: &Path, reference: &str) -> String {
     let run = home
@@ -197,4 +255,67 @@ fn a_tampered_layer_or_an_artifact_without_a_component_installs_nothing() {
     ])
     .code(2)
     .stderr_has(&["cannot be pushed", "not a WebAssembly component"]);
+}
+
+#[test]
+fn artifacts_that_are_not_one_wasm_component_are_refused_naming_what_they_are() {
+    let registry = Registry::start();
+    let home = TestHome::new();
+    let config = br#"{"architecture":"amd64","os":"linux"}"#;
+    let layer = b"not a component, a tarball";
+    let image = format!(
+        r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:{}","size":{}}},"layers":[{{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"sha256:{}","size":{}}}]}}"#,
+        sha256_hex(config),
+        config.len(),
+        sha256_hex(layer),
+        layer.len()
+    );
+    push_raw(
+        &registry,
+        "images/app",
+        "1",
+        &[config, layer],
+        "application/vnd.oci.image.manifest.v1+json",
+        &image,
+    );
+    home.fails_unchanged(
+        &[
+            "plugin",
+            "install",
+            &registry.reference("images/app:1"),
+            "--allow-unsigned",
+        ],
+        1,
+    )
+    .stderr_has(&[
+        "is not a Wasm component artifact",
+        "exactly one `application/wasm` layer; this one has 0",
+        "application/vnd.oci.image.layer.v1.tar",
+    ]);
+    let index = format!(
+        r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:{}","size":{},"platform":{{"architecture":"amd64","os":"linux"}}}}]}}"#,
+        sha256_hex(image.as_bytes()),
+        image.len()
+    );
+    push_raw(
+        &registry,
+        "images/app",
+        "multi",
+        &[],
+        "application/vnd.oci.image.index.v1+json",
+        &index,
+    );
+    home.fails_unchanged(
+        &[
+            "plugin",
+            "install",
+            &registry.reference("images/app:multi"),
+            "--allow-unsigned",
+        ],
+        1,
+    )
+    .stderr_has(&[
+        "it is a manifest list (1 entries)",
+        "install one entry by its digest",
+    ]);
 }
