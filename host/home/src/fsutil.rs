@@ -8,6 +8,10 @@ use sha2::{Digest, Sha256};
 
 use crate::error::HomeError;
 
+/// The largest component Cordon will download or read: far above the ~20 MB a CPython
+/// component needs, low enough that a hostile server cannot exhaust memory.
+pub const MAX_COMPONENT_BYTES: usize = 256 * 1024 * 1024;
+
 /// The `sha256:<hex>` form used everywhere in Cordon for component digests.
 pub fn sha256_digest(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))

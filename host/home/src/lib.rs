@@ -29,13 +29,13 @@ use cordon_core::{Grant, Grants, Limits, ReservedKind, ReservedPaths};
 use cordon_runtime::{Runtime, RuntimeConfig};
 
 pub use error::HomeError;
-pub use fsutil::{HomeLock, sha256_digest};
+pub use fsutil::{HomeLock, MAX_COMPONENT_BYTES, sha256_digest};
 pub use install::{
     InstallReport, InstallRequest, PreparedInstall, ToolChange, ToolDiff, UpgradeDiff,
 };
 pub use lockfile::{LOCK_VERSION, LockFile, PluginRecord};
 pub use oci::{OciReference, WASM_CONFIG, WASM_LAYER, push_component};
-pub use source::{Fetched, InstallSource, MAX_COMPONENT_BYTES, normalise_digest};
+pub use source::{Fetched, InstallSource, normalise_digest};
 pub use toolbox::{ToolEntry, Toolbox};
 
 use fsutil::{io_err, sync_dir};

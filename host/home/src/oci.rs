@@ -13,8 +13,7 @@ use oci_client::{Client, Reference};
 use serde::Deserialize;
 
 use crate::error::HomeError;
-use crate::fsutil::sha256_digest;
-use crate::source::MAX_COMPONENT_BYTES;
+use crate::fsutil::{MAX_COMPONENT_BYTES, sha256_digest};
 
 /// The media type of the component layer.
 pub const WASM_LAYER: &str = "application/wasm";

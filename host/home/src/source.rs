@@ -8,12 +8,8 @@ use reqwest::Url;
 use reqwest::redirect::Policy;
 
 use crate::error::HomeError;
-use crate::fsutil::{io_err, sha256_digest};
+use crate::fsutil::{MAX_COMPONENT_BYTES, io_err, sha256_digest};
 use crate::oci::{self, OciReference};
-
-/// The largest component Cordon will download or read: far above the ~20 MB a CPython
-/// component needs, low enough that a hostile server cannot exhaust memory.
-pub const MAX_COMPONENT_BYTES: usize = 256 * 1024 * 1024;
 
 /// Where to get the component bytes from, with the digest they must have.
 #[derive(Debug, Clone, PartialEq, Eq)]
