@@ -449,7 +449,8 @@ if a call is refused or declined, tell the user instead of trying to get around 
     }
 
     /// Records the transition that produced `actions` and queues them; except when they only
-    /// announce (emit, persist) and then ask the model, with nothing else queued: then the
+    /// announce (emit, persist) and then ask the model, with nothing else queued and no context
+    /// summary to make first: then the
     /// model is asked while the transition is being recorded, and what the turn shows (the
     /// announcements, the model's deltas) is held back until the record is written. A model
     /// request changes nothing outside, so if the process stops before the record, the turn
@@ -466,10 +467,14 @@ if a call is refused or declined, tell the user instead of trying to get around 
         queue: &mut VecDeque<Action>,
     ) -> Result<Committed, AgentError> {
         let suspended = io.suspend.is_some_and(CancellationToken::is_cancelled);
+        // Summarising a pruned context is a model call of its own, made while the request is
+        // built: the transition is recorded first then, so it never waits for one.
+        let summarizes = self.config.context.summarize;
         let final_pass = match actions.last() {
             Some(Action::CallModel { final_pass })
                 if queue.is_empty()
                     && !suspended
+                    && !summarizes
                     && actions[..actions.len() - 1]
                         .iter()
                         .all(|a| matches!(a, Action::Emit(_) | Action::Persist)) =>

@@ -1341,12 +1341,21 @@ mod journaled {
     }
 
     async fn drive_slowly(fail: bool) -> (Result<Driven, AgentError>, Vec<String>) {
+        drive_slowly_with(fail, false).await
+    }
+
+    async fn drive_slowly_with(
+        fail: bool,
+        summarize: bool,
+    ) -> (Result<Driven, AgentError>, Vec<String>) {
         let server = Arc::new(
             ScriptedServer::start(Script::new([Step::text("quick answer")]))
                 .await
                 .unwrap(),
         );
-        let agent = Agent::new(config(&server), FakeTools::new()).unwrap();
+        let mut cfg = config(&server);
+        cfg.context.summarize = summarize;
+        let agent = Agent::new(cfg, FakeTools::new()).unwrap();
         let timeline = Arc::new(Mutex::new(Vec::new()));
         let mut journal = SlowJournal {
             delay: Duration::from_millis(300),
@@ -1400,5 +1409,17 @@ mod journaled {
         assert!(matches!(e, AgentError::Journal(_)), "{e}");
         // The model may have answered meanwhile: nothing of it, nor of the turn, was shown.
         assert_eq!(timeline, ["record failed, 1 requests"], "{timeline:?}");
+    }
+
+    #[tokio::test]
+    async fn with_context_summaries_on_the_turn_start_is_recorded_before_the_model_is_asked() {
+        // A summary is a model call made while the request is built; the user's message must
+        // not wait for it to be recorded.
+        let (driven, timeline) = drive_slowly_with(false, true).await;
+        assert_eq!(driven.unwrap(), Driven::Finished(TurnOutcome::Answered));
+        assert_eq!(
+            timeline[0], "recorded awaiting_model, 0 requests",
+            "{timeline:?}"
+        );
     }
 }
