@@ -34,7 +34,7 @@ pub use install::{
     InstallReport, InstallRequest, PreparedInstall, ToolChange, ToolDiff, UpgradeDiff,
 };
 pub use lockfile::{LOCK_VERSION, LockFile, PluginRecord};
-pub use oci::{OciReference, WASM_CONFIG, WASM_LAYER, push_component};
+pub use oci::{OciReference, push_component};
 pub use source::{Fetched, InstallSource, normalise_digest};
 pub use toolbox::{ToolEntry, Toolbox};
 

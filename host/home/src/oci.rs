@@ -100,17 +100,6 @@ impl OciReference {
         }
     }
 
-    /// The same repository at `tag`.
-    pub fn at_tag(&self, tag: &str) -> OciReference {
-        OciReference {
-            reference: Reference::with_tag(
-                self.reference.registry().to_string(),
-                self.reference.repository().to_string(),
-                tag.to_string(),
-            ),
-        }
-    }
-
     fn is_loopback(&self) -> bool {
         let registry = self.registry();
         let host = match registry.strip_prefix('[') {

@@ -116,6 +116,15 @@ fn integer<T: TryFrom<i128>>(value: &Value, name: &str, path: &Path) -> Result<T
     T::try_from(n).map_err(|_| path.mismatch(format!("{n} is out of range for {name}")))
 }
 
+/// Converts each of `items` to a value of `item`.
+fn each(item: &Type, items: &[Value], path: &mut Path) -> Result<Vec<Val>, Mismatch> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, v)| path.at(i, |p| to_val(item, v, p)))
+        .collect()
+}
+
 /// Converts `value` to a value of `ty`.
 pub(crate) fn to_val(ty: &Type, value: &Value, path: &mut Path) -> Result<Val, Mismatch> {
     let expected = |what: &str, path: &Path| {
@@ -158,14 +167,7 @@ pub(crate) fn to_val(ty: &Type, value: &Value, path: &mut Path) -> Result<Val, M
             let Value::Array(items) = value else {
                 return expected("an array", path);
             };
-            let item = l.ty();
-            Val::List(
-                items
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| path.at(i, |p| to_val(&item, v, p)))
-                    .collect::<Result<_, _>>()?,
-            )
+            Val::List(each(&l.ty(), items, path)?)
         }
         Type::FixedLengthList(l) => {
             let Value::Array(items) = value else {
@@ -174,14 +176,7 @@ pub(crate) fn to_val(ty: &Type, value: &Value, path: &mut Path) -> Result<Val, M
             if items.len() != l.len() as usize {
                 return expected(&format!("an array of exactly {}", l.len()), path);
             }
-            let item = l.ty();
-            Val::FixedLengthList(
-                items
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| path.at(i, |p| to_val(&item, v, p)))
-                    .collect::<Result<_, _>>()?,
-            )
+            Val::FixedLengthList(each(&l.ty(), items, path)?)
         }
         Type::Map(m) => {
             let (key, val) = (m.key(), m.value());
