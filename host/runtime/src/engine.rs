@@ -224,34 +224,27 @@ impl Runtime {
             (Some(cache), Some(pin)) => cache.get(&self.inner.engine, &sha, pin),
             _ => None,
         };
-        let mut read = Some(wasm);
-        let mut bytes = None;
-        let (component, pin) = match (cached, read.take()) {
-            (Some((component, pin)), unread) => {
-                progress(CompileEvent::CacheHit);
-                read = unread;
-                (component, Some(pin))
-            }
-            (None, Some(wasm)) => {
-                let wasm = wasm()?;
-                let compiled = self.compile(&sha, &wasm, progress)?;
-                bytes = Some(wasm);
-                compiled
-            }
-            (None, None) => unreachable!("the bytes are read once, here"),
-        };
         // A component without the contract is described from its WIT's doc comments, which
-        // only its bytes hold: read them even when its code came from the cache.
-        let docs = if exports_contract(&component, &self.inner.engine) {
-            Docs::default()
-        } else {
-            match (bytes, read) {
-                (Some(wasm), _) => Docs::read(&wasm),
-                (None, Some(wasm)) => Docs::read(&wasm()?),
-                (None, None) => Docs::default(),
+        // only its bytes hold: they are read even when its code came from the cache. `None`
+        // for a component with the contract.
+        let engine = &self.inner.engine;
+        let (component, pin, docs) = match cached {
+            Some((component, pin)) => {
+                progress(CompileEvent::CacheHit);
+                let docs = match exports_contract(&component, engine) {
+                    true => None,
+                    false => Some(Docs::read(&wasm()?)),
+                };
+                (component, Some(pin), docs)
+            }
+            None => {
+                let wasm = wasm()?;
+                let (component, pin) = self.compile(&sha, &wasm, progress)?;
+                let docs = (!exports_contract(&component, engine)).then(|| Docs::read(&wasm));
+                (component, pin, docs)
             }
         };
-        self.prepare(component, sha, pin, &docs)
+        self.prepare(component, sha, pin, docs)
     }
 
     /// Compiles a component and stores it in the cache, if there is one; returns the pin of
@@ -282,7 +275,7 @@ impl Runtime {
         component: Component,
         sha: String,
         compiled: Option<CompiledPin>,
-        docs: &Docs,
+        docs: Option<Docs>,
     ) -> Result<Plugin, RuntimeError> {
         let engine = &self.inner.engine;
         let ty = component.component_type();
@@ -308,8 +301,8 @@ impl Runtime {
                 imports: vec![format!("{e:#}")],
             }
         })?;
-        if !exports_contract(&component, engine) {
-            let typed = TypedExports::discover(&component, engine, docs);
+        if let Some(docs) = docs {
+            let typed = TypedExports::discover(&component, engine, &docs);
             if typed.functions.is_empty() {
                 return Err(RuntimeError::NotAPlugin(NotAPlugin::NoTools {
                     unavailable: typed
