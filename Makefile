@@ -132,6 +132,7 @@ lint: toolchain
 	cd tests/browser && "$(ROOT)/$(VENV)/bin/ruff" format --check . && "$(ROOT)/$(VENV)/bin/ruff" check .
 	cd tests/mcp && "$(ROOT)/$(VENV)/bin/ruff" format --check . && "$(ROOT)/$(VENV)/bin/ruff" check .
 	cd tests/gateway && "$(ROOT)/$(VENV)/bin/ruff" format --check . && "$(ROOT)/$(VENV)/bin/ruff" check .
+	cd tests/interop && "$(ROOT)/$(VENV)/bin/ruff" format --check . && "$(ROOT)/$(VENV)/bin/ruff" check .
 
 ## What the tests run for real: PostgreSQL's server programs (Debian's `postgresql`; the tests
 ## start throwaway clusters of their own in temporary directories, never the system's).
@@ -148,6 +149,9 @@ test-services:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends docker-registry; \
 	fi
+	@# Another OCI tool for the interoperability tests: the oras Python SDK, in the private venv.
+	@[ -x $(VENV)/bin/pip ] || python3 -m venv $(VENV)
+	@$(VENV)/bin/python -c 'import oras, sys; sys.exit(oras.__version__ != "0.2.43")' 2>/dev/null || $(VENV)/bin/python -m pip install -q oras==0.2.43
 
 test: host plugins test-services
 	cargo test --workspace

@@ -21,6 +21,7 @@ mod serve;
 mod sessions;
 mod term;
 mod toolbox_host;
+mod trust;
 mod ui;
 
 use std::path::PathBuf;
@@ -56,6 +57,9 @@ enum Command {
     /// Install, list, inspect and remove plugins.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
+    /// Choose whose signatures you accept on plugins: add, list and remove public keys.
+    #[command(subcommand)]
+    Trust(trust::TrustCommand),
     /// Give a plugin capabilities: fs:<dir>[:<guest>][:ro|rw], env:NAME, net:https://host[:port], net:tcp://ip:port.
     Grant(grants::GrantArgs),
     /// Take capabilities away from a plugin.
@@ -107,7 +111,7 @@ fn exit_code(error: &anyhow::Error) -> u8 {
 
 /// The error and its causes, skipping a cause whose text the message before already includes
 /// (library errors often quote their source), so nothing is printed twice.
-fn render_error(error: &anyhow::Error) -> String {
+pub(crate) fn render_error(error: &anyhow::Error) -> String {
     let mut text = String::new();
     for cause in error.chain() {
         let part = cause.to_string();
@@ -202,6 +206,14 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
                 false => None,
             };
             plugin::run(&home, records.as_ref(), cmd).await?;
+            0
+        }
+        Command::Trust(cmd) => {
+            let records = match cmd.changes_home() {
+                true => Some(records::open(&home, store, None, records::Opener::OneShot).await?),
+                false => None,
+            };
+            trust::run(&home, records.as_ref(), cmd).await?;
             0
         }
         Command::Grant(args) => {

@@ -1,4 +1,4 @@
-//! `cordon plugin install | list | inspect | remove`.
+//! `cordon plugin install | list | inspect | remove | push | sign | keygen | outdated | update`.
 
 use std::path::{Path, PathBuf};
 
@@ -8,8 +8,8 @@ use cordon_agent::approval::{self, ApprovalConfig, Decision, Policy};
 use cordon_agent::{AgentConfig, ToolSpec};
 use cordon_core::{Capability, Ceiling, Grants, LimitKind, ToolDescriptor};
 use cordon_home::{
-    Home, HomeError, InstallRequest, InstallSource, PluginRecord, PreparedInstall, ToolChange,
-    Toolbox, UpgradeDiff,
+    Availability, Home, HomeError, InstallRequest, InstallSource, PluginRecord, PreparedInstall,
+    ToolChange, Toolbox, UpgradeDiff,
 };
 
 use crate::audit;
@@ -48,6 +48,50 @@ pub enum PluginCommand {
         /// Where: oci://REGISTRY/REPOSITORY:TAG (http only for a registry on a loopback address).
         reference: String,
     },
+    /// Sign a component with your private key: an oci:// artifact gets a cosign-compatible
+    /// signature stored beside it in the registry; a file gets a detached signature file
+    /// (as `cosign sign-blob` writes) to publish with it.
+    Sign {
+        /// oci://REGISTRY/REPOSITORY:TAG (or @sha256:DIGEST), or a component file.
+        target: String,
+        /// The private key (PEM, PKCS#8 or SEC1; readable by you only).
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+        /// For a file: where to write the signature (default: FILE.sig).
+        #[arg(long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+    /// Create a signing key pair: PREFIX.key (private, mode 600) and PREFIX.pub (give it to
+    /// your users for `cordon trust add`).
+    Keygen {
+        /// The path prefix of the two files.
+        prefix: PathBuf,
+    },
+    /// For each plugin installed from a registry tag, whether the tag now names another
+    /// manifest. Reads the registries only; an unreachable one is reported, not fatal.
+    Outdated {
+        /// Only these plugins (default: all from registries).
+        names: Vec<String>,
+    },
+    /// Update registry plugins to what their tags name now: the signature is verified, and
+    /// the changes to imports, ceiling, grants and tools are shown before you confirm.
+    Update(UpdateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct UpdateArgs {
+    /// The plugins to update.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    names: Vec<String>,
+    /// Update every plugin installed from a registry tag.
+    #[arg(long)]
+    all: bool,
+    /// Accept a new version without a valid signature from a trusted key (the lock records it).
+    #[arg(long)]
+    allow_unsigned: bool,
+    /// Replace without asking.
+    #[arg(long, short = 'y')]
+    yes: bool,
 }
 
 #[derive(Debug, Args)]
@@ -59,6 +103,10 @@ pub struct InstallArgs {
     /// records it and `plugin list` shows it.
     #[arg(long)]
     allow_unsigned: bool,
+    /// For a file or URL: a detached signature of the component (a file or URL, as `cordon
+    /// plugin sign FILE` or `cosign sign-blob` write) that a key you trust must have made.
+    #[arg(long, value_name = "FILE|URL")]
+    signature: Option<String>,
     /// The expected SHA-256 of the component (64 hex digits); required for URLs.
     #[arg(long, value_name = "HEX")]
     sha256: Option<String>,
@@ -82,7 +130,7 @@ impl PluginCommand {
     pub fn changes_home(&self) -> bool {
         matches!(
             self,
-            PluginCommand::Install(_) | PluginCommand::Remove { .. }
+            PluginCommand::Install(_) | PluginCommand::Remove { .. } | PluginCommand::Update(_)
         )
     }
 }
@@ -111,6 +159,14 @@ pub async fn run(
             );
             Ok(())
         }
+        PluginCommand::Sign {
+            target,
+            key,
+            output,
+        } => crate::trust::sign(&target, &key, output.as_deref()).await,
+        PluginCommand::Keygen { prefix } => crate::trust::keygen(&prefix),
+        PluginCommand::Outdated { names } => outdated(home, &names).await,
+        PluginCommand::Update(args) => update(home, records, args).await,
         PluginCommand::Inspect { name, config } => inspect(home, &name, config.as_deref()).await,
         PluginCommand::Remove { name } => {
             let record = home.remove(&name)?;
@@ -139,15 +195,27 @@ async fn install(home: &Home, records: Option<&Records>, args: InstallArgs) -> a
                 grants: args.grants,
                 limits: args.limits,
                 allow_unsigned: args.allow_unsigned,
+                signature: args.signature,
             },
             &|event| spinner.observe(event),
         )
         .await?;
     drop(spinner);
     describe_install(&prepared);
+    confirm_and_commit(home, records, prepared, args.yes).await
+}
+
+/// Shows what replacing an installed plugin changes and asks (unless `yes`), then records the
+/// install and its audit entry.
+async fn confirm_and_commit(
+    home: &Home,
+    records: Option<&Records>,
+    prepared: PreparedInstall,
+    yes: bool,
+) -> anyhow::Result<()> {
     if let Some(diff) = prepared.upgrade() {
         print_upgrade(prepared.name(), diff);
-        if !args.yes {
+        if !yes {
             let question = format!("Replace the installed `{}`?", prepared.name());
             match confirm(&question) {
                 Some(true) => {}
@@ -183,6 +251,10 @@ async fn install(home: &Home, records: Option<&Records>, args: InstallArgs) -> a
             _ => "install",
         };
         let mut details = vec![format!("from {}", report.record.source)];
+        if let Some(manifest) = &report.record.oci_manifest {
+            details.push(format!("manifest {manifest}"));
+        }
+        details.push(signature_words(&report.record));
         if let Some(old) = &report.previous
             && old.digest != report.record.digest
         {
@@ -202,10 +274,107 @@ async fn install(home: &Home, records: Option<&Records>, args: InstallArgs) -> a
     Ok(())
 }
 
+/// Who signed the component, in words.
+fn signature_words(record: &PluginRecord) -> String {
+    match (&record.signed_by, record.unsigned) {
+        (Some(by), _) => format!("signed by `{}` ({})", by.key, by.fingerprint),
+        (None, true) => "NOT signed by a trusted key (installed with --allow-unsigned)".into(),
+        (None, false) => "no signature checked (installed from a file or URL)".into(),
+    }
+}
+
+async fn outdated(home: &Home, names: &[String]) -> anyhow::Result<()> {
+    let plugins = home.outdated(names).await?;
+    if plugins.is_empty() {
+        outln!("No plugins from registries are installed.");
+        return Ok(());
+    }
+    for p in &plugins {
+        let status = match &p.availability {
+            Availability::UpToDate => "up to date".to_string(),
+            Availability::PinnedByDigest => "pinned by digest; nothing to follow".to_string(),
+            Availability::NewManifest(now) => format!(
+                "NEW: {} -> {}; `cordon plugin update {}` shows what changes",
+                short_digest(&p.installed_manifest),
+                short_digest(now),
+                p.name
+            ),
+            Availability::Unknown(e) => format!("unknown, the registry did not answer: {e}"),
+        };
+        outln!(
+            "{}  {}  {status}",
+            p.name,
+            Stream::Stdout.show(&p.reference.describe())
+        );
+    }
+    Ok(())
+}
+
+async fn update(home: &Home, records: Option<&Records>, args: UpdateArgs) -> anyhow::Result<()> {
+    let plugins = home.outdated(&args.names).await?;
+    if plugins.is_empty() {
+        outln!("No plugins from registries are installed.");
+        return Ok(());
+    }
+    let mut failed = Vec::new();
+    for plugin in &plugins {
+        match &plugin.availability {
+            Availability::UpToDate => {
+                outln!("`{}` is up to date.", plugin.name);
+                continue;
+            }
+            Availability::PinnedByDigest => {
+                outln!(
+                    "`{}` is pinned by digest ({}); install another reference to change it.",
+                    plugin.name,
+                    plugin.reference.describe()
+                );
+                continue;
+            }
+            Availability::Unknown(e) => {
+                crate::term::errln!("`{}` was not updated: {e}", plugin.name);
+                failed.push(plugin.name.clone());
+                continue;
+            }
+            Availability::NewManifest(_) => {}
+        }
+        let spinner = CompileSpinner::new();
+        let prepared = home
+            .prepare_install(home.update_request(plugin, args.allow_unsigned), &|event| {
+                spinner.observe(event)
+            })
+            .await;
+        drop(spinner);
+        let result = match prepared {
+            Ok(prepared) => {
+                describe_install(&prepared);
+                confirm_and_commit(home, records, prepared, args.yes).await
+            }
+            Err(e) => Err(e.into()),
+        };
+        if let Err(e) = result {
+            if plugins.len() == 1 {
+                return Err(e);
+            }
+            crate::term::errln!(
+                "`{}` was not updated: {}",
+                plugin.name,
+                crate::render_error(&e)
+            );
+            failed.push(plugin.name.clone());
+        }
+    }
+    if !failed.is_empty() {
+        anyhow::bail!("not updated: {}", failed.join(", "));
+    }
+    Ok(())
+}
+
 fn describe_install(p: &PreparedInstall) {
     let r = p.record();
     outln!("Plugin `{}` ({})", p.name(), r.digest);
     outln!("  source:  {}", r.source);
+    outln!("  signed:  {}", signature_words(r));
     print_imports(&r.imports);
     print_ceiling(p.ceiling());
     outln!("  tools:   {}", r.tools.join(", "));
@@ -411,7 +580,7 @@ fn print_upgrade(name: &str, diff: &UpgradeDiff) {
                 hints,
             } => {
                 let what: Vec<&str> = [
-                    (*description, "description"),
+                    (description.is_some(), "description"),
                     (*schema, "input schema"),
                     (*output_schema, "output schema"),
                     (*hints, "hints"),
@@ -420,6 +589,11 @@ fn print_upgrade(name: &str, diff: &UpgradeDiff) {
                 .filter_map(|(b, s)| b.then_some(s))
                 .collect();
                 outln!("  ~ tool    {name}: {} changed", what.join(", "));
+                if let Some((before, after)) = description {
+                    // What the model will read instead: the user sees both in full.
+                    print_description("was", before);
+                    print_description("now", after);
+                }
             }
         }
     }
@@ -434,6 +608,17 @@ fn print_upgrade(name: &str, diff: &UpgradeDiff) {
     }
     if diff.is_empty() {
         outln!("  (same imports, tools and grants)");
+    }
+}
+
+fn print_description(label: &str, text: &str) {
+    let mut lines = text.lines();
+    outln!(
+        "              {label}: {}",
+        Stream::Stdout.show(lines.next().unwrap_or_default())
+    );
+    for line in lines {
+        outln!("                   {}", Stream::Stdout.show(line));
     }
 }
 
@@ -486,6 +671,10 @@ async fn inspect(home: &Home, name: &str, config: Option<&Path>) -> anyhow::Resu
     outln!("Plugin `{name}`");
     outln!("  digest:  {}", record.digest);
     outln!("  source:  {}", record.source);
+    if let Some(manifest) = &record.oci_manifest {
+        outln!("  manifest: {manifest}");
+    }
+    outln!("  signed:  {}", signature_words(record));
     outln!("  installed: {}", record.installed_at);
     print_imports(&record.imports);
     print_ceiling(&record.ceiling());

@@ -79,16 +79,84 @@ pub enum HomeError {
         /// The value as given.
         given: String,
     },
-    /// A registry plugin needs a signature check the user has not waived.
+    /// A signature must be checked, and no key is trusted to check it with.
     #[error(
-        "{reference} comes from a registry, and Cordon installs registry plugins only with a \
-         valid signature from a key you trust; this version cannot check signatures yet, so \
-         install it with --allow-unsigned to accept it unsigned (the lock records that, and \
-         `cordon plugin list` shows it)"
+        "{source_name} must carry a valid signature from a key you trust, and you trust no keys \
+         yet: add the publisher's public key with `cordon trust add KEY.pub`{waiver}"
     )]
-    SignatureRequired {
+    NoTrustedKeys {
+        /// What was being installed.
+        source_name: String,
+        /// How to install without a signature, where that is allowed.
+        waiver: String,
+    },
+    /// A registry artifact carries no signature at all.
+    #[error(
+        "{reference} ({manifest}) is not signed: the registry has nothing under its signature tag \
+         `{tag}`. Ask the publisher to sign it (`cordon plugin sign` or `cosign sign --key`), or \
+         install it with --allow-unsigned to accept it unsigned (the lock records that). Nothing \
+         was installed"
+    )]
+    Unsigned {
         /// The `oci://` reference.
         reference: String,
+        /// The manifest digest whose signature was looked for.
+        manifest: String,
+        /// The tag signatures are stored under.
+        tag: String,
+    },
+    /// Signatures exist, but none is a valid one of this artifact by a trusted key.
+    #[error(
+        "{source_name} has {count} signature(s), but none is a valid signature of it by a key you \
+         trust (trusted: {trusted}){problems}. Nothing was installed"
+    )]
+    UntrustedSignature {
+        /// What was being installed, with its digest.
+        source_name: String,
+        /// How many signatures were found.
+        count: usize,
+        /// The names of the trusted keys tried.
+        trusted: String,
+        /// Why particular signatures were rejected, if anything more specific than "no
+        /// trusted key verifies it" is known.
+        problems: String,
+    },
+    /// `plugin update` was asked for a plugin that did not come from a registry.
+    #[error(
+        "`{name}` was installed from {source_name}, not from a registry, so it has no tag to \
+         follow; install the new version with `cordon plugin install`"
+    )]
+    NotFromRegistry {
+        /// The plugin name.
+        name: String,
+        /// Where it came from.
+        source_name: String,
+    },
+    /// A key file cannot be used.
+    #[error("{} is not a usable key: {reason}", .path.display())]
+    BadKey {
+        /// The key file.
+        path: PathBuf,
+        /// Why not.
+        reason: String,
+    },
+    /// No trusted key has this name.
+    #[error("no trusted key is named `{name}`; `cordon trust list` shows them")]
+    UnknownKey {
+        /// The name given.
+        name: String,
+    },
+    /// The key is trusted already, or the name is taken.
+    #[error("{reason}")]
+    KeyConflict {
+        /// What clashes, and what to do.
+        reason: String,
+    },
+    /// A signature was given where none can be checked.
+    #[error("{reason}")]
+    SignatureMisplaced {
+        /// Why, and what to do.
+        reason: String,
     },
     /// A registry could not be reached or refused a request.
     #[error("registry error for {reference}: {reason}")]
@@ -292,7 +360,12 @@ impl HomeError {
                 | HomeError::BadUrl { .. }
                 | HomeError::DigestRequired { .. }
                 | HomeError::BadDigest { .. }
-                | HomeError::SignatureRequired { .. }
+                | HomeError::NoTrustedKeys { .. }
+                | HomeError::BadKey { .. }
+                | HomeError::NotFromRegistry { .. }
+                | HomeError::UnknownKey { .. }
+                | HomeError::KeyConflict { .. }
+                | HomeError::SignatureMisplaced { .. }
                 | HomeError::NotPushable { .. }
                 | HomeError::BadPluginName { .. }
                 | HomeError::UnknownPlugin { .. }

@@ -29,6 +29,9 @@ pub struct InstallRequest {
     /// For a registry source: install it without a valid signature from a trusted key. The
     /// lock records it.
     pub allow_unsigned: bool,
+    /// For a file or URL source: a detached signature of the component (a file or URL) that
+    /// a trusted key must have made.
+    pub signature: Option<String>,
 }
 
 /// How one tool differs between the installed and the new component.
@@ -42,8 +45,9 @@ pub enum ToolChange {
     Changed {
         /// The tool name.
         name: String,
-        /// The description text differs.
-        description: bool,
+        /// The description before and after, when it differs: the text a model reads to decide
+        /// what the tool does, so the user sees both.
+        description: Option<(String, String)>,
         /// The input schema differs.
         schema: bool,
         /// The output schema differs (added, removed or changed).
@@ -162,13 +166,22 @@ impl Home {
         let new_grants = self.parse_grants(&request.grants)?;
         Limits::default().with_overrides(request.limits.iter().map(String::as_str))?;
 
-        let from_registry = matches!(request.source, InstallSource::Oci(_));
-        if from_registry && !request.allow_unsigned {
-            return Err(HomeError::SignatureRequired {
-                reference: source_name.clone(),
-            });
-        }
+        self.check_signature_possible(
+            &request.source,
+            request.signature.as_deref(),
+            request.allow_unsigned,
+        )?;
         let fetched = request.source.fetch().await?;
+        // Checked before the component is compiled: an untrusted component is not even
+        // handed to the compiler.
+        let signature = self
+            .check_signature(
+                &request.source,
+                &fetched,
+                request.signature.as_deref(),
+                request.allow_unsigned,
+            )
+            .await?;
         let bytes = fetched.bytes;
         let digest = sha256_digest(&bytes);
 
@@ -243,7 +256,8 @@ impl Home {
             limits: base_limits,
             compiled: plugin.compiled_pin().cloned(),
             oci_manifest: fetched.oci_manifest,
-            unsigned: from_registry,
+            unsigned: signature.unsigned,
+            signed_by: signature.signed_by,
         };
         record.set_limits(request.limits.iter().map(String::as_str))?;
 
@@ -329,12 +343,13 @@ impl Home {
                 .and_then(|ts| ts.iter().find(|t| t.name == tool.name))
             {
                 let (description, schema, output_schema, hints) = (
-                    before.description != tool.description,
+                    (before.description != tool.description)
+                        .then(|| (before.description.clone(), tool.description.clone())),
                     before.input_schema != tool.input_schema,
                     before.output_schema != tool.output_schema,
                     before.hints != tool.hints,
                 );
-                if description || schema || output_schema || hints {
+                if description.is_some() || schema || output_schema || hints {
                     changes.push(ToolChange::Changed {
                         name: tool.name.clone(),
                         description,

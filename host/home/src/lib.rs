@@ -20,8 +20,11 @@ mod fsutil;
 mod install;
 mod lockfile;
 mod oci;
+mod signing;
 mod source;
 mod toolbox;
+mod trust;
+mod update;
 
 use std::path::{Path, PathBuf};
 
@@ -33,10 +36,13 @@ pub use fsutil::{HomeLock, MAX_COMPONENT_BYTES, sha256_digest};
 pub use install::{
     InstallReport, InstallRequest, PreparedInstall, ToolChange, ToolDiff, UpgradeDiff,
 };
-pub use lockfile::{LOCK_VERSION, LockFile, PluginRecord};
-pub use oci::{OciReference, push_component};
+pub use lockfile::{LOCK_VERSION, LockFile, PluginRecord, SignedBy};
+pub use oci::{OciReference, attach_signature, push_component, resolve, signature_tag};
+pub use signing::{PrivateKey, PublicKey};
 pub use source::{Fetched, InstallSource, normalise_digest};
 pub use toolbox::{ToolEntry, Toolbox};
+pub use trust::TrustedKey;
+pub use update::{Availability, RegistryPlugin};
 
 use fsutil::{io_err, sync_dir};
 

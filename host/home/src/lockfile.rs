@@ -62,11 +62,24 @@ pub struct PluginRecord {
     /// `--allow-unsigned`; `plugin list` shows it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unsigned: bool,
+    /// The trusted key whose signature was verified at install, if one was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_by: Option<SignedBy>,
     /// The component's compiled code in the home's cache, as the host recorded it when it
     /// compiled it: the cache entry is loaded only if it still matches. Kept here, where only
     /// the host writes, because the compiled code runs natively in the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compiled: Option<CompiledPin>,
+}
+
+/// Who signed an installed component: the trusted key's name then, and its fingerprint,
+/// which stays meaningful if the name is later given to another key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignedBy {
+    /// The name the key was trusted under.
+    pub key: String,
+    /// `sha256:<hex>` of the key (see `cordon trust list`).
+    pub fingerprint: String,
 }
 
 impl PluginRecord {
@@ -242,6 +255,7 @@ mod tests {
             limits: BTreeMap::new(),
             oci_manifest: None,
             unsigned: false,
+            signed_by: None,
             compiled: None,
         }
     }

@@ -14,6 +14,7 @@ use serde::Deserialize;
 
 use crate::error::HomeError;
 use crate::fsutil::{MAX_COMPONENT_BYTES, sha256_digest};
+use crate::signing::{AttachedSignature, PrivateKey, simple_signing_payload};
 
 /// The media type of the component layer.
 pub const WASM_LAYER: &str = "application/wasm";
@@ -25,6 +26,16 @@ const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+j
 const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
 /// The largest manifest Cordon reads.
 const MAX_MANIFEST_BYTES: usize = 4 << 20;
+/// The layer media type of a cosign signature: the simple signing payload it signs.
+pub const SIMPLE_SIGNING: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
+/// The annotation of a signature layer that holds the signature.
+pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
+/// The config media type of a signature manifest, as cosign writes it.
+const IMAGE_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+/// At most this many signatures of one artifact are read.
+const MAX_SIGNATURES: usize = 64;
+/// The largest signature payload read (cosign's are a few hundred bytes).
+const MAX_PAYLOAD_BYTES: i64 = 64 * 1024;
 
 /// An artifact in a registry: `oci://REGISTRY/REPOSITORY:TAG` or `…@sha256:DIGEST`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +109,31 @@ impl OciReference {
                 digest.to_string(),
             ),
         }
+    }
+
+    /// The same repository at `tag`.
+    fn at_tag(&self, tag: &str) -> OciReference {
+        OciReference {
+            reference: Reference::with_tag(
+                self.reference.registry().to_string(),
+                self.reference.repository().to_string(),
+                tag.to_string(),
+            ),
+        }
+    }
+
+    /// Whether the reference names a tag (which can move), rather than a digest.
+    pub fn is_tag(&self) -> bool {
+        self.reference.digest().is_none()
+    }
+
+    /// `registry/repository`, as a signature payload names the artifact it signs.
+    pub fn repository_path(&self) -> String {
+        format!(
+            "{}/{}",
+            self.reference.registry(),
+            self.reference.repository()
+        )
     }
 
     fn is_loopback(&self) -> bool {
@@ -192,6 +228,27 @@ struct Descriptor {
     media_type: String,
     digest: String,
     size: i64,
+    #[serde(default)]
+    annotations: std::collections::BTreeMap<String, String>,
+}
+
+/// The tag cosign stores the signatures of manifest `manifest_digest` under.
+pub fn signature_tag(manifest_digest: &str) -> String {
+    format!("{}.sig", manifest_digest.replace(':', "-"))
+}
+
+/// Whether a registry error says the manifest asked for does not exist.
+fn is_not_found(e: &oci_client::errors::OciDistributionError) -> bool {
+    use oci_client::errors::{OciDistributionError as E, OciErrorCode as C};
+    match e {
+        E::ImageManifestNotFoundError(_) => true,
+        E::RegistryError { envelope, .. } => envelope
+            .errors
+            .iter()
+            .any(|e| matches!(e.code, C::ManifestUnknown | C::NotFound | C::NameUnknown)),
+        E::ServerError { code, .. } => *code == 404,
+        _ => false,
+    }
 }
 
 /// What a registry error means to the user.
@@ -209,14 +266,29 @@ async fn manifest(
     reference: &OciReference,
     auth: &RegistryAuth,
 ) -> Result<(Manifest, String), HomeError> {
-    let (bytes, _claimed) = client
+    manifest_if_any(client, reference, auth)
+        .await?
+        .ok_or_else(|| reference.failed("the registry has no manifest by that name".into()))
+}
+
+/// The manifest at `reference`, or `None` if the registry has none by that name.
+async fn manifest_if_any(
+    client: &Client,
+    reference: &OciReference,
+    auth: &RegistryAuth,
+) -> Result<Option<(Manifest, String)>, HomeError> {
+    let bytes = match client
         .pull_manifest_raw(
             &reference.reference,
             auth,
             &[OCI_MANIFEST, DOCKER_MANIFEST, OCI_INDEX, DOCKER_LIST],
         )
         .await
-        .map_err(|e| reference.failed(registry_error(&e)))?;
+    {
+        Ok((bytes, _claimed)) => bytes,
+        Err(e) if is_not_found(&e) => return Ok(None),
+        Err(e) => return Err(reference.failed(registry_error(&e))),
+    };
     if bytes.len() > MAX_MANIFEST_BYTES {
         return Err(reference.not_wasm(format!(
             "its manifest is {} bytes, more than Cordon reads",
@@ -235,7 +307,7 @@ async fn manifest(
     }
     let manifest: Manifest = serde_json::from_slice(&bytes)
         .map_err(|e| reference.not_wasm(format!("its manifest is not valid JSON: {e}")))?;
-    Ok((manifest, digest))
+    Ok(Some((manifest, digest)))
 }
 
 /// Pulls the component at `reference`: its manifest must be an image manifest with exactly
@@ -244,14 +316,31 @@ pub async fn pull(reference: &OciReference) -> Result<Pulled, HomeError> {
     let client = reference.client()?;
     let auth = reference.auth();
     let (manifest, manifest_digest) = manifest(&client, reference, &auth).await?;
+    let layer = component_layer(reference, &manifest)?;
+    if layer.size < 0 || layer.size as u64 > MAX_COMPONENT_BYTES as u64 {
+        return Err(reference.not_wasm(format!(
+            "its component layer is {} bytes; at most {MAX_COMPONENT_BYTES} are accepted",
+            layer.size
+        )));
+    }
+    let bytes = blob(&client, reference, layer, "the component layer").await?;
+    Ok(Pulled {
+        bytes,
+        manifest_digest,
+    })
+}
+
+/// The one `application/wasm` layer of a component artifact's manifest.
+fn component_layer<'m>(
+    reference: &OciReference,
+    manifest: &'m Manifest,
+) -> Result<&'m Descriptor, HomeError> {
     if let Some(entries) = &manifest.manifests {
         return Err(reference.not_wasm(format!(
             "it is a manifest list ({} entries), not a Wasm component artifact; install one \
              entry by its digest (oci://{}@sha256:…) if it is one",
             entries.len(),
-            reference.reference.resolve_registry().to_owned()
-                + "/"
-                + reference.reference.repository()
+            reference.repository_path()
         )));
     }
     let wasm: Vec<&Descriptor> = manifest
@@ -277,38 +366,164 @@ pub async fn pull(reference: &OciReference) -> Result<Pulled, HomeError> {
             manifest.media_type.as_deref().unwrap_or("unstated")
         )));
     };
-    if layer.size < 0 || layer.size as u64 > MAX_COMPONENT_BYTES as u64 {
-        return Err(reference.not_wasm(format!(
-            "its component layer is {} bytes; at most {MAX_COMPONENT_BYTES} are accepted",
-            layer.size
-        )));
-    }
-    let mut bytes = Vec::with_capacity(layer.size as usize);
+    Ok(layer)
+}
+
+/// The blob `layer` names, whose bytes must have its digest and size (`what` names it in
+/// errors). The caller has checked the size is one it accepts.
+async fn blob(
+    client: &Client,
+    reference: &OciReference,
+    layer: &Descriptor,
+    what: &str,
+) -> Result<Vec<u8>, HomeError> {
+    let mismatch = |expected: String, actual: String| HomeError::DigestMismatch {
+        source_name: format!("{what} of {}", reference.describe()),
+        expected,
+        actual,
+    };
+    let mut bytes = Vec::with_capacity(layer.size.max(0) as usize);
     client
         .pull_blob(&reference.reference, layer.digest.as_str(), &mut bytes)
         .await
         .map_err(|e| match e {
             oci_client::errors::OciDistributionError::DigestError(
                 oci_client::errors::DigestError::VerificationError { expected, actual },
-            ) => HomeError::DigestMismatch {
-                source_name: format!("the component layer of {}", reference.describe()),
-                expected,
-                actual,
-            },
+            ) => mismatch(expected, actual),
             e => reference.failed(registry_error(&e)),
         })?;
     let actual = sha256_digest(&bytes);
     if actual != layer.digest || bytes.len() as i64 != layer.size {
-        return Err(HomeError::DigestMismatch {
-            source_name: format!("the component layer of {}", reference.describe()),
-            expected: layer.digest.clone(),
-            actual,
+        return Err(mismatch(layer.digest.clone(), actual));
+    }
+    Ok(bytes)
+}
+
+/// The digest of the manifest `reference` names now: for a tag, what it points to.
+pub async fn resolve(reference: &OciReference) -> Result<String, HomeError> {
+    let client = reference.client()?;
+    let (manifest, digest) = manifest(&client, reference, &reference.auth()).await?;
+    component_layer(reference, &manifest)?;
+    Ok(digest)
+}
+
+/// The signatures stored beside the manifest `manifest_digest` of `reference`'s repository
+/// under cosign's tag, or `None` if there are none. Layers that are not simple signing
+/// payloads with a signature annotation are not signatures and are passed over.
+pub async fn attached_signatures(
+    reference: &OciReference,
+    manifest_digest: &str,
+) -> Result<Option<Vec<AttachedSignature>>, HomeError> {
+    let client = reference.client()?;
+    let auth = reference.auth();
+    let at = reference.at_tag(&signature_tag(manifest_digest));
+    let Some((manifest, _)) = manifest_if_any(&client, &at, &auth).await? else {
+        return Ok(None);
+    };
+    let mut found = Vec::new();
+    for layer in manifest
+        .layers
+        .iter()
+        .filter(|l| l.media_type == SIMPLE_SIGNING)
+        .take(MAX_SIGNATURES)
+    {
+        let Some(signature) = layer.annotations.get(SIGNATURE_ANNOTATION) else {
+            continue;
+        };
+        if !(0..=MAX_PAYLOAD_BYTES).contains(&layer.size) {
+            continue;
+        }
+        let payload = blob(&client, &at, layer, "a signature payload").await?;
+        found.push(AttachedSignature {
+            payload,
+            signature: signature.clone(),
         });
     }
-    Ok(Pulled {
-        bytes,
-        manifest_digest,
-    })
+    Ok(Some(found))
+}
+
+/// Signs the component artifact `reference` names with `key` and stores the signature under
+/// cosign's tag beside it, keeping the signatures already there. Returns the manifest digest
+/// signed and whether the signature is new (signing twice with one key adds nothing).
+pub async fn attach_signature(
+    reference: &OciReference,
+    key: &PrivateKey,
+) -> Result<(String, bool), HomeError> {
+    let client = reference.client()?;
+    let auth = reference.auth();
+    let (manifest, digest) = manifest(&client, reference, &auth).await?;
+    component_layer(reference, &manifest)?;
+    let at = reference.at_tag(&signature_tag(&digest));
+    let mut layers: Vec<serde_json::Value> = Vec::new();
+    let existing = manifest_if_any(&client, &at, &auth).await?;
+    let public = key.public();
+    if let Some((existing, _)) = &existing {
+        for layer in &existing.layers {
+            if layer.media_type == SIMPLE_SIGNING && layer.size <= MAX_PAYLOAD_BYTES {
+                let payload = blob(&client, &at, layer, "a signature payload").await?;
+                let already = layer
+                    .annotations
+                    .get(SIGNATURE_ANNOTATION)
+                    .is_some_and(|s| public.verifies(&payload, s))
+                    && crate::signing::check_payload(&payload, &digest).is_ok();
+                if already {
+                    return Ok((digest, false));
+                }
+            }
+            layers.push(serde_json::json!({
+                "mediaType": layer.media_type,
+                "digest": layer.digest,
+                "size": layer.size,
+                "annotations": layer.annotations,
+            }));
+        }
+    }
+    let payload = simple_signing_payload(&reference.repository_path(), &digest);
+    let payload_digest = sha256_digest(&payload);
+    layers.push(serde_json::json!({
+        "mediaType": SIMPLE_SIGNING,
+        "digest": payload_digest,
+        "size": payload.len(),
+        "annotations": {SIGNATURE_ANNOTATION: key.sign(&payload)},
+    }));
+    let diff_ids: Vec<&serde_json::Value> = layers.iter().map(|l| &l["digest"]).collect();
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "",
+        "os": "",
+        "config": {},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+    }))
+    .expect("a JSON value serialises");
+    let config_digest = sha256_digest(&config);
+    let signatures = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": IMAGE_CONFIG, "digest": config_digest, "size": config.len()},
+        "layers": layers,
+    }))
+    .expect("a JSON value serialises");
+    let fail = |e: oci_client::errors::OciDistributionError| at.failed(registry_error(&e));
+    client
+        .auth(&at.reference, &auth, oci_client::RegistryOperation::Push)
+        .await
+        .map_err(fail)?;
+    client
+        .push_blob(&at.reference, payload, &payload_digest)
+        .await
+        .map_err(fail)?;
+    client
+        .push_blob(&at.reference, config, &config_digest)
+        .await
+        .map_err(fail)?;
+    client
+        .push_manifest_raw(
+            &at.reference,
+            signatures,
+            reqwest::header::HeaderValue::from_static(OCI_MANIFEST),
+        )
+        .await
+        .map_err(fail)?;
+    Ok((digest, true))
 }
 
 /// Publishes the component in file `path` at `reference` (a tag) as a Wasm artifact and

@@ -202,7 +202,7 @@ fn is_loopback(url: &Url) -> bool {
     }
 }
 
-async fn download(url: &Url) -> Result<Vec<u8>, HomeError> {
+pub(crate) async fn download(url: &Url) -> Result<Vec<u8>, HomeError> {
     let fail = |reason: String| HomeError::Download {
         url: url.to_string(),
         reason,

@@ -43,6 +43,7 @@ async fn reported_calls_carry_the_sandbox_report_and_tools_their_digest() {
                 grants: vec![format!("fs:{}:/ro:ro", data_path.display())],
                 limits: Vec::new(),
                 allow_unsigned: false,
+                signature: None,
             },
             &|_| {},
         )
@@ -153,6 +154,7 @@ async fn results_must_keep_the_output_schema_their_plugin_declared() {
                 grants: Vec::new(),
                 limits: Vec::new(),
                 allow_unsigned: false,
+                signature: None,
             },
             &|_| {},
         )

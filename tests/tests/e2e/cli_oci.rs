@@ -2,9 +2,12 @@
 //! distribution registry) on 127.0.0.1 with its storage in a temporary directory; `cordon
 //! plugin push`, installs by tag and by digest pinned in the lock, and refusals that leave the
 //! home unchanged: no signature check waived, a tampered layer, a digest the registry does not
-//! have, a manifest that is not a Wasm component artifact.
+//! have, a manifest that is not a Wasm component artifact. Signatures (cosign's key-pair
+//! scheme) decide what installs; `plugin outdated` and `plugin update` follow tags and ask
+//! again; and artifacts move both ways between Cordon and another OCI tool (the `oras` SDK).
 
 use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -156,9 +159,13 @@ fn push_then_install_by_tag_and_by_digest_pinned_in_the_lock() {
     let tag = registry.reference("plugins/typed:1.0");
     let manifest = pushed(&home, &fixture("typed"), &tag);
 
-    // Registry plugins need a signature check, or the user's explicit waiver.
+    // Registry plugins need a signature by a trusted key, or the user's explicit waiver.
     home.fails_unchanged(&["plugin", "install", &tag], 2)
-        .stderr_has(&["comes from a registry", "--allow-unsigned"]);
+        .stderr_has(&[
+            "you trust no keys yet",
+            "cordon trust add",
+            "--allow-unsigned",
+        ]);
     home.cordon(&["plugin", "install", &tag, "--allow-unsigned"])
         .ok()
         .stdout_has(&["Plugin `typed`", "calc_add", "Installed plugin `typed`"]);
@@ -318,4 +325,325 @@ fn artifacts_that_are_not_one_wasm_component_are_refused_naming_what_they_are() 
         "it is a manifest list (1 entries)",
         "install one entry by its digest",
     ]);
+}
+
+/// `cordon plugin keygen DIR/NAME`: the private and public key files.
+fn keygen(home: &TestHome, name: &str) -> (String, String) {
+    let prefix = home.scratch("keys").join(name);
+    home.cordon(&["plugin", "keygen", &prefix.display().to_string()])
+        .ok()
+        .stdout_has(&["Fingerprint: sha256:"]);
+    let path = |ext: &str| format!("{}.{ext}", prefix.display());
+    (path("key"), path("pub"))
+}
+
+/// A manifest as the registry serves it.
+fn get_manifest(registry: &Registry, repo: &str, reference: &str) -> String {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let url = format!(
+        "http://127.0.0.1:{}/v2/{repo}/manifests/{reference}",
+        registry.port
+    );
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let response = reqwest::Client::new()
+            .get(url)
+            .header("Accept", "application/vnd.oci.image.manifest.v1+json")
+            .send()
+            .await
+            .unwrap();
+        assert!(response.status().is_success(), "{}", response.status());
+        response.text().await.unwrap()
+    })
+}
+
+fn signature_tag(manifest: &str) -> String {
+    format!("{}.sig", manifest.replace(':', "-"))
+}
+
+#[test]
+fn only_a_signature_by_a_trusted_key_of_this_very_manifest_installs() {
+    let registry = Registry::start();
+    let home = TestHome::new();
+    let (alice_key, alice_pub) = keygen(&home, "alice");
+    let (mallory_key, _) = keygen(&home, "mallory");
+    let tag = registry.reference("plugins/greeter:1");
+    let manifest = pushed(&home, &fixture("greeter"), &tag);
+    home.cordon(&["trust", "add", &alice_pub])
+        .ok()
+        .stdout_has(&["Trusting key `alice` (sha256:"]);
+    home.cordon(&["trust", "list"])
+        .ok()
+        .stdout_has(&["alice  sha256:"]);
+
+    // Not signed at all.
+    home.fails_unchanged(&["plugin", "install", &tag], 1)
+        .stderr_has(&[
+            "is not signed",
+            &signature_tag(&manifest),
+            "--allow-unsigned",
+        ]);
+    // Signed, by a key the user does not trust.
+    home.cordon(&["plugin", "sign", &tag, "--key", &mallory_key])
+        .ok()
+        .stdout_has(&["Signed", &manifest]);
+    home.fails_unchanged(&["plugin", "install", &tag], 1)
+        .stderr_has(&[
+            "has 1 signature(s), but none is a valid signature of it by a key you trust \
+             (trusted: alice)",
+        ]);
+
+    // Alice's genuine signature of another artifact in the same repository, replayed as a
+    // signature of this one.
+    let other = registry.reference("plugins/greeter:other");
+    let other_manifest = pushed(&home, &fixture("noop"), &other);
+    home.cordon(&["plugin", "sign", &other, "--key", &alice_key])
+        .ok();
+    let replayed = get_manifest(
+        &registry,
+        "plugins/greeter",
+        &signature_tag(&other_manifest),
+    );
+    push_raw(
+        &registry,
+        "plugins/greeter",
+        &signature_tag(&manifest),
+        &[],
+        "application/vnd.oci.image.manifest.v1+json",
+        &replayed,
+    );
+    home.fails_unchanged(&["plugin", "install", &tag], 1)
+        .stderr_has(&[
+            "none is a valid signature of it by a key you trust",
+            &format!("`alice`'s signature: it signs manifest {other_manifest}, not {manifest}"),
+        ]);
+
+    // Alice signs it: accepted, and the lock says by whom. Signing twice adds nothing.
+    home.cordon(&["plugin", "sign", &tag, "--key", &alice_key])
+        .ok()
+        .stdout_has(&["Signed"]);
+    home.cordon(&["plugin", "sign", &tag, "--key", &alice_key])
+        .ok()
+        .stdout_has(&["already carries a signature"]);
+    home.cordon(&["plugin", "install", &tag]).ok().stdout_has(&[
+        "signed:  signed by `alice` (sha256:",
+        "Installed plugin `greeter`",
+    ]);
+    let lock = std::fs::read_to_string(home.path().join("plugins.toml")).unwrap();
+    assert!(lock.contains("key = \"alice\""), "{lock}");
+    assert!(!lock.contains("unsigned"), "{lock}");
+    home.cordon(&["call", "greet", r#"{"name": "Ada"}"#])
+        .ok()
+        .stdout_has(&["Hello, Ada!"]);
+    home.cordon(&["audit"]).ok().stdout_has(&["trust", "alice"]);
+
+    // A private key others can read is refused, as ssh does.
+    let loose = home.scratch("keys").join("loose.key");
+    std::fs::copy(&alice_key, &loose).unwrap();
+    std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o644)).unwrap();
+    home.cordon(&[
+        "plugin",
+        "sign",
+        &tag,
+        "--key",
+        &loose.display().to_string(),
+    ])
+    .code(2)
+    .stderr_has(&["other users can read it", "chmod 600"]);
+    // A private key is not something to trust.
+    home.cordon(&["trust", "add", &alice_key, "--name", "oops"])
+        .code(2)
+        .stderr_has(&["it is a private key"]);
+}
+
+#[test]
+fn a_file_or_url_install_may_carry_a_detached_signature() {
+    let home = TestHome::new();
+    let (alice_key, alice_pub) = keygen(&home, "alice");
+    let (mallory_key, _) = keygen(&home, "mallory");
+    let component = home.scratch("dist").join("greeter.wasm");
+    std::fs::copy(fixture("greeter"), &component).unwrap();
+    let file = component.display().to_string();
+    let signature = format!("{file}.sig");
+    home.cordon(&["plugin", "sign", &file, "--key", &alice_key])
+        .ok()
+        .stdout_has(&["Wrote the signature"]);
+    // Nobody trusted yet: the signature cannot be checked, so nothing installs.
+    home.fails_unchanged(&["plugin", "install", &file, "--signature", &signature], 2)
+        .stderr_has(&["you trust no keys yet"]);
+    home.cordon(&["trust", "add", &alice_pub]).ok();
+    // Mallory's signature, and Alice's signature of other bytes, are refused.
+    let forged = home.scratch("dist").join("forged.sig");
+    home.cordon(&[
+        "plugin",
+        "sign",
+        &file,
+        "--key",
+        &mallory_key,
+        "--output",
+        &forged.display().to_string(),
+    ])
+    .ok();
+    home.fails_unchanged(
+        &[
+            "plugin",
+            "install",
+            &file,
+            "--signature",
+            &forged.display().to_string(),
+        ],
+        1,
+    )
+    .stderr_has(&["none is a valid signature of it by a key you trust (trusted: alice)"]);
+    let noop = fixture("noop").display().to_string();
+    home.fails_unchanged(&["plugin", "install", &noop, "--signature", &signature], 1)
+        .stderr_has(&["none is a valid signature"]);
+    home.cordon(&["plugin", "install", &file, "--signature", &signature])
+        .ok()
+        .stdout_has(&["signed:  signed by `alice`"]);
+    home.cordon(&["plugin", "inspect", "greeter"])
+        .ok()
+        .stdout_has(&["signed:  signed by `alice`"]);
+}
+
+#[test]
+fn update_follows_the_tag_verifies_and_shows_what_changes_before_asking() {
+    let registry = Registry::start();
+    let home = TestHome::new();
+    let (alice_key, alice_pub) = keygen(&home, "alice");
+    home.cordon(&["trust", "add", &alice_pub]).ok();
+    let tag = registry.reference("plugins/greeter:stable");
+    let v1 = pushed(&home, &fixture("greeter"), &tag);
+    home.cordon(&["plugin", "sign", &tag, "--key", &alice_key])
+        .ok();
+    home.cordon(&["plugin", "install", &tag, "--grant", "env:HOME"])
+        .ok();
+    home.cordon(&["plugin", "install", &fixture("noop").display().to_string()])
+        .ok();
+    // A second registry plugin whose registry then goes away.
+    let gone = Registry::start();
+    let gone_tag = gone.reference("plugins/typed:1");
+    pushed(&home, &fixture("typed"), &gone_tag);
+    home.cordon(&["plugin", "install", &gone_tag, "--allow-unsigned"])
+        .ok();
+    drop(gone);
+
+    home.cordon(&["plugin", "outdated"]).ok().stdout_has(&[
+        "greeter  oci://127.0.0.1:",
+        "up to date",
+        "typed  oci://127.0.0.1:",
+        "unknown, the registry did not answer",
+    ]);
+    home.cordon(&["plugin", "update", "noop"])
+        .code(2)
+        .stderr_has(&["not from a registry"]);
+
+    // The tag moves to a release that is not signed yet.
+    let v2 = pushed(&home, &fixture("greeter-v2"), &tag);
+    home.cordon(&["plugin", "outdated", "greeter"])
+        .ok()
+        .stdout_has(&[&format!("NEW: {} -> {}", &v1[7..19], &v2[7..19])]);
+    home.fails_unchanged(&["plugin", "update", "greeter"], 1)
+        .stderr_has(&["is not signed"]);
+
+    // Signed now: the update shows the new imports, the ceiling and the old and new
+    // description, and without a terminal or --yes changes nothing.
+    home.cordon(&["plugin", "sign", &tag, "--key", &alice_key])
+        .ok();
+    let asked = home.fails_unchanged(&["plugin", "update", "greeter"], 2);
+    for needle in [
+        "signed:  signed by `alice`",
+        "!!! WARNING: the new component can use TCP addresses (net:tcp://)",
+        "+ import  wasi:sockets/tcp",
+        "~ tool    greet: description changed",
+        "was: Greets someone by name.",
+        "now: Greets someone by name, and tells the greeting service about it.",
+        "= grant   env:HOME (kept)",
+    ] {
+        assert!(
+            asked.stdout.contains(needle),
+            "lacks {needle:?}:\n{}",
+            asked.stdout
+        );
+    }
+    asked.stderr_has(&["--yes"]);
+
+    home.cordon(&["plugin", "update", "greeter", "--yes"])
+        .ok()
+        .stdout_has(&["Upgraded plugin `greeter`"]);
+    let lock = std::fs::read_to_string(home.path().join("plugins.toml")).unwrap();
+    assert!(lock.contains(&format!("oci_manifest = \"{v2}\"")), "{lock}");
+    assert!(lock.contains("env:HOME"), "{lock}");
+    home.cordon(&["plugin", "outdated", "greeter"])
+        .ok()
+        .stdout_has(&["up to date"]);
+    home.cordon(&["plugin", "update", "--all"])
+        .code(1)
+        .stdout_has(&["`greeter` is up to date."])
+        .stderr_has(&["`typed` was not updated", "not updated: typed"]);
+}
+
+#[test]
+fn artifacts_move_both_ways_between_cordon_and_the_oras_sdk() {
+    let registry = Registry::start();
+    let home = TestHome::new();
+    let python = cordon_tests::workspace_root().join("target/venv/bin/python");
+    let script = cordon_tests::workspace_root().join("tests/interop/oras_tool.py");
+    let port = registry.port;
+
+    // Pushed by oras, as `wkg oci push` lays it out; installed unchanged by Cordon.
+    let status = Command::new(&python)
+        .arg(&script)
+        .args(["push", &format!("127.0.0.1:{port}/interop/greeter:1")])
+        .arg(fixture("greeter"))
+        .status()
+        .expect("the venv's python runs (make test-services installs oras)");
+    assert!(status.success());
+    home.cordon(&[
+        "plugin",
+        "install",
+        &registry.reference("interop/greeter:1"),
+        "--allow-unsigned",
+    ])
+    .ok();
+    let lock = std::fs::read_to_string(home.path().join("plugins.toml")).unwrap();
+    assert!(
+        lock.contains(&format!(
+            "digest = \"{}\"",
+            file_digest(&fixture("greeter"))
+        )),
+        "{lock}"
+    );
+
+    // Pushed by Cordon; read back by oras with the expected media types and bytes.
+    pushed(
+        &home,
+        &fixture("noop"),
+        &registry.reference("interop/noop:1"),
+    );
+    let out = home.scratch("oras").join("noop.wasm");
+    let read = Command::new(&python)
+        .arg(&script)
+        .args(["read", &format!("127.0.0.1:{port}/interop/noop:1")])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        read.status.success(),
+        "{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+    let manifest: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
+    assert_eq!(
+        manifest["mediaType"],
+        "application/vnd.oci.image.manifest.v1+json"
+    );
+    assert_eq!(
+        manifest["config"]["mediaType"],
+        "application/vnd.wasm.config.v0+json"
+    );
+    assert_eq!(manifest["layers"][0]["mediaType"], "application/wasm");
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        std::fs::read(fixture("noop")).unwrap()
+    );
 }

@@ -1,0 +1,215 @@
+//! `cordon trust add | list | remove`, and the publisher's side: `cordon plugin keygen` and
+//! `cordon plugin sign`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Subcommand;
+use cordon_home::{Home, OciReference, PrivateKey};
+
+use crate::audit;
+use crate::records::Records;
+use crate::term::outln;
+
+#[derive(Debug, Subcommand)]
+pub enum TrustCommand {
+    /// Trust a publisher's public key (PEM, ECDSA P-256, as `cordon plugin keygen` and `cosign
+    /// generate-key-pair` write) to sign the plugins you install from registries.
+    Add {
+        /// The public key file (.pub).
+        key: PathBuf,
+        /// The name to know it by (default: the file name without .pub).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List the trusted keys with their fingerprints.
+    List,
+    /// Stop trusting a key. Plugins it signed stay installed; their updates need another
+    /// trusted signature.
+    Remove {
+        /// The key's name.
+        name: String,
+    },
+}
+
+impl TrustCommand {
+    /// Whether the command changes the home (and so goes to the audit log).
+    pub fn changes_home(&self) -> bool {
+        !matches!(self, TrustCommand::List)
+    }
+}
+
+pub async fn run(
+    home: &Home,
+    records: Option<&Records>,
+    command: TrustCommand,
+) -> anyhow::Result<()> {
+    match command {
+        TrustCommand::Add { key, name } => {
+            let added = home.trust_add(&key, name.as_deref())?;
+            outln!(
+                "Trusting key `{}` ({}) to sign plugins.",
+                added.name,
+                added.key.fingerprint()
+            );
+            if let Some(records) = records {
+                let details = vec![format!("from {}", key.display())];
+                audit::home_change(
+                    &records.store,
+                    "trust",
+                    &added.name,
+                    added.key.fingerprint(),
+                    details,
+                )
+                .await?;
+            }
+        }
+        TrustCommand::List => {
+            let keys = home.trusted_keys()?;
+            if keys.is_empty() {
+                outln!(
+                    "No trusted keys. Add a publisher's public key with `cordon trust add KEY.pub`."
+                );
+            }
+            for k in keys {
+                outln!("{}  {}", k.name, k.key.fingerprint());
+            }
+        }
+        TrustCommand::Remove { name } => {
+            let removed = home.trust_remove(&name)?;
+            let signed: Vec<String> = home
+                .read()?
+                .plugins
+                .into_iter()
+                .filter(|(_, r)| {
+                    r.signed_by
+                        .as_ref()
+                        .is_some_and(|s| s.fingerprint == removed.key.fingerprint())
+                })
+                .map(|(n, _)| n)
+                .collect();
+            outln!(
+                "No longer trusting key `{name}` ({}).",
+                removed.key.fingerprint()
+            );
+            if !signed.is_empty() {
+                outln!(
+                    "Installed plugins it signed stay installed: {}. Their updates will need \
+                     a signature by a key you still trust.",
+                    signed.join(", ")
+                );
+            }
+            if let Some(records) = records {
+                audit::home_change(
+                    &records.store,
+                    "distrust",
+                    &name,
+                    removed.key.fingerprint(),
+                    Vec::new(),
+                )
+                .await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `cordon plugin keygen PREFIX`: writes PREFIX.key (mode 600) and PREFIX.pub, refusing to
+/// overwrite either.
+pub fn keygen(prefix: &Path) -> anyhow::Result<()> {
+    let with = |ext: &str| {
+        let mut name = prefix.as_os_str().to_owned();
+        name.push(ext);
+        PathBuf::from(name)
+    };
+    let (private_path, public_path) = (with(".key"), with(".pub"));
+    let key = PrivateKey::generate();
+    let create = |path: &Path, mode: u32| {
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, mode);
+        options.open(path).with_context(|| {
+            format!(
+                "cannot create {} (an existing key is never overwritten)",
+                path.display()
+            )
+        })
+    };
+    if public_path.exists() {
+        anyhow::bail!(
+            "{} exists already (an existing key is never overwritten)",
+            public_path.display()
+        );
+    }
+    let mut private = create(&private_path, 0o600)?;
+    private.write_all(key.to_pem().as_bytes())?;
+    private.sync_all()?;
+    let mut public = create(&public_path, 0o644)?;
+    public.write_all(key.public().to_pem().as_bytes())?;
+    public.sync_all()?;
+    outln!(
+        "Wrote {} (private: keep it to yourself) and {} (public: your users trust it with \
+         `cordon trust add`).",
+        private_path.display(),
+        public_path.display()
+    );
+    outln!("Fingerprint: {}", key.public().fingerprint());
+    Ok(())
+}
+
+/// `cordon plugin sign TARGET --key KEY`.
+pub async fn sign(target: &str, key: &Path, output: Option<&Path>) -> anyhow::Result<()> {
+    let key = PrivateKey::load(key)?;
+    if target.starts_with("oci://") {
+        let reference = OciReference::parse(target)?;
+        let (digest, new) = cordon_home::attach_signature(&reference, &key).await?;
+        let pinned = reference.at_digest(&digest);
+        if new {
+            outln!(
+                "Signed {} ({digest}) with key {}; the signature is stored under the tag {}.",
+                reference.describe(),
+                key.public().fingerprint(),
+                cordon_home::signature_tag(&digest)
+            );
+        } else {
+            outln!(
+                "{} ({digest}) already carries a signature by key {}.",
+                reference.describe(),
+                key.public().fingerprint()
+            );
+        }
+        outln!(
+            "Install it pinned: cordon plugin install {}",
+            pinned.describe()
+        );
+        return Ok(());
+    }
+    let file = Path::new(target);
+    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    if !bytes.starts_with(b"\0asm\x0d\x00\x01\x00") {
+        anyhow::bail!(
+            "{} is not a WebAssembly component; sign the component file you publish",
+            file.display()
+        );
+    }
+    let output = output.map(Path::to_path_buf).unwrap_or_else(|| {
+        let mut name = file.as_os_str().to_owned();
+        name.push(".sig");
+        PathBuf::from(name)
+    });
+    std::fs::write(&output, format!("{}\n", key.sign(&bytes)))
+        .with_context(|| format!("cannot write {}", output.display()))?;
+    outln!(
+        "Wrote the signature of {} ({}) to {}. Users install it with: cordon plugin install \
+         <URL or file> --sha256 {} --signature <its URL or file>",
+        file.display(),
+        cordon_home::sha256_digest(&bytes),
+        output.display(),
+        cordon_home::sha256_digest(&bytes)
+            .strip_prefix("sha256:")
+            .unwrap_or_default()
+    );
+    Ok(())
+}

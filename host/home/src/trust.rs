@@ -1,0 +1,470 @@
+//! The keys the user trusts to sign plugins, kept in the home as `trust/<name>.pub`, and the
+//! one place that decides whether a component's signatures are good enough to install it.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::HomeError;
+use crate::fsutil::{HomeLock, atomic_write, ensure_dir, io_err, sync_dir};
+use crate::lockfile::SignedBy;
+use crate::signing::{AttachedSignature, MAX_SIGNATURE_TEXT, PublicKey, check_payload};
+use crate::source::{Fetched, InstallSource};
+use crate::{Home, validate_plugin_name};
+
+/// A key the user trusts, by the name they gave it.
+#[derive(Debug, Clone)]
+pub struct TrustedKey {
+    /// The name (`trust/<name>.pub`).
+    pub name: String,
+    /// The key.
+    pub key: PublicKey,
+}
+
+impl TrustedKey {
+    fn signed_by(&self) -> SignedBy {
+        SignedBy {
+            key: self.name.clone(),
+            fingerprint: self.key.fingerprint().to_string(),
+        }
+    }
+}
+
+impl Home {
+    /// Where trusted keys are kept.
+    pub fn trust_dir(&self) -> PathBuf {
+        self.root.join("trust")
+    }
+
+    /// The trusted keys, by name. A key file that no longer parses is an error, not silently
+    /// skipped: the user meant to trust something.
+    pub fn trusted_keys(&self) -> Result<Vec<TrustedKey>, HomeError> {
+        let _guard = HomeLock::shared(&self.root)?;
+        self.read_trusted_keys()
+    }
+
+    fn read_trusted_keys(&self) -> Result<Vec<TrustedKey>, HomeError> {
+        let dir = self.trust_dir();
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err("read", &dir)(e)),
+        };
+        let mut keys = Vec::new();
+        for entry in entries {
+            let path = entry.map_err(io_err("read", &dir))?.path();
+            let Some(name) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".pub"))
+            else {
+                continue;
+            };
+            let text = std::fs::read_to_string(&path).map_err(io_err("read", &path))?;
+            keys.push(TrustedKey {
+                name: name.to_string(),
+                key: PublicKey::from_pem(&text, &path)?,
+            });
+        }
+        keys.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(keys)
+    }
+
+    /// Trusts the public key in file `path` under `name` (default: the file name without
+    /// `.pub`). The same key under another name, or another key under this name, is refused.
+    pub fn trust_add(&self, path: &Path, name: Option<&str>) -> Result<TrustedKey, HomeError> {
+        let bad = |reason: String| HomeError::BadKey {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let meta = std::fs::metadata(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
+        if meta.len() > 64 * 1024 {
+            return Err(bad("it is too large to be a public key".into()));
+        }
+        let text =
+            std::fs::read_to_string(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
+        let key = PublicKey::from_pem(&text, path)?;
+        let name = match name {
+            Some(n) => n.to_string(),
+            None => {
+                let stem = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .map(|n| n.strip_suffix(".pub").unwrap_or(n).replace('.', "-"))
+                    .unwrap_or_default();
+                if stem == "cosign" {
+                    return Err(HomeError::KeyConflict {
+                        reason: "`cosign` says nothing about whose key it is: name it after \
+                                 its owner with --name"
+                            .into(),
+                    });
+                }
+                stem
+            }
+        };
+        validate_plugin_name(&name).map_err(|_| HomeError::KeyConflict {
+            reason: format!(
+                "`{name}` cannot name a key: use lowercase letters, digits, `-` and `_`, \
+                 starting with a letter (--name)"
+            ),
+        })?;
+        ensure_dir(&self.root)?;
+        let _guard = HomeLock::exclusive(&self.root)?;
+        for existing in self.read_trusted_keys()? {
+            if existing.key.fingerprint() == key.fingerprint() {
+                return Err(HomeError::KeyConflict {
+                    reason: format!(
+                        "this key ({}) is already trusted as `{}`",
+                        key.fingerprint(),
+                        existing.name
+                    ),
+                });
+            }
+            if existing.name == name {
+                return Err(HomeError::KeyConflict {
+                    reason: format!(
+                        "another key ({}) is trusted as `{name}`; choose another --name, or \
+                         `cordon trust remove {name}` first",
+                        existing.key.fingerprint()
+                    ),
+                });
+            }
+        }
+        let dir = self.trust_dir();
+        ensure_dir(&dir)?;
+        atomic_write(&dir.join(format!("{name}.pub")), key.to_pem().as_bytes())?;
+        Ok(TrustedKey { name, key })
+    }
+
+    /// Stops trusting the key `name`. Plugins it signed stay installed (their lock entries
+    /// still say who signed them); updates of them will need another trusted signature.
+    pub fn trust_remove(&self, name: &str) -> Result<TrustedKey, HomeError> {
+        let _guard = HomeLock::exclusive(&self.root)?;
+        let key = self
+            .read_trusted_keys()?
+            .into_iter()
+            .find(|k| k.name == name)
+            .ok_or_else(|| HomeError::UnknownKey {
+                name: name.to_string(),
+            })?;
+        let path = self.trust_dir().join(format!("{name}.pub"));
+        std::fs::remove_file(&path).map_err(io_err("remove", &path))?;
+        sync_dir(&self.trust_dir())?;
+        Ok(key)
+    }
+
+    /// The trusted keys, or the error saying none are, for `source_name`.
+    pub(crate) fn keys_to_check(
+        &self,
+        source_name: &str,
+        waiver: &str,
+    ) -> Result<Vec<TrustedKey>, HomeError> {
+        let keys = self.trusted_keys()?;
+        if keys.is_empty() {
+            return Err(HomeError::NoTrustedKeys {
+                source_name: source_name.to_string(),
+                waiver: waiver.to_string(),
+            });
+        }
+        Ok(keys)
+    }
+}
+
+/// What the signature check of an install found.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SignatureCheck {
+    /// The trusted key whose valid signature was found.
+    pub signed_by: Option<SignedBy>,
+    /// A registry plugin accepted without one, as the user asked.
+    pub unsigned: bool,
+}
+
+/// Where a detached signature is read from: a file, or a URL (https, or http on loopback).
+async fn read_detached(given: &str) -> Result<String, HomeError> {
+    let bytes = match InstallSource::parse(given, Some(&"0".repeat(64)))? {
+        InstallSource::Url { url, .. } => crate::source::download(&url).await?,
+        _ => {
+            let path = Path::new(given);
+            let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => HomeError::SourceNotFound {
+                    path: path.to_path_buf(),
+                },
+                _ => io_err("read", path)(e),
+            })?;
+            if meta.len() > MAX_SIGNATURE_TEXT as u64 {
+                return Err(HomeError::SignatureMisplaced {
+                    reason: format!(
+                        "{given} is {} bytes, far too large to be a signature",
+                        meta.len()
+                    ),
+                });
+            }
+            std::fs::read(path).map_err(io_err("read", path))?
+        }
+    };
+    String::from_utf8(bytes).map_err(|_| HomeError::SignatureMisplaced {
+        reason: format!("{given} is not a signature: it is not base64 text"),
+    })
+}
+
+impl Home {
+    /// The waiver a registry install may use instead of a signature.
+    const REGISTRY_WAIVER: &str = ", or install it with --allow-unsigned to accept it unsigned \
+                                   (the lock records that, and `cordon plugin list` shows it)";
+
+    /// Before anything is downloaded: whether the signature check can be made at all.
+    pub(crate) fn check_signature_possible(
+        &self,
+        source: &InstallSource,
+        signature: Option<&str>,
+        allow_unsigned: bool,
+    ) -> Result<(), HomeError> {
+        let name = source.describe();
+        match (source, signature) {
+            (InstallSource::Oci(_), Some(_)) => Err(HomeError::SignatureMisplaced {
+                reason: format!(
+                    "{name} comes from a registry, whose signatures are read from the registry \
+                     itself; drop --signature"
+                ),
+            }),
+            (InstallSource::Oci(_), None) if !allow_unsigned => {
+                self.keys_to_check(&name, Self::REGISTRY_WAIVER).map(drop)
+            }
+            (_, Some(_)) => self.keys_to_check(&name, "").map(drop),
+            _ => Ok(()),
+        }
+    }
+
+    /// The one decision on whether a fetched component's signatures let it be installed:
+    /// a registry plugin needs a valid signature of its manifest by a trusted key unless the
+    /// user waived that, and a detached signature, when given, must be valid.
+    pub(crate) async fn check_signature(
+        &self,
+        source: &InstallSource,
+        fetched: &Fetched,
+        signature: Option<&str>,
+        allow_unsigned: bool,
+    ) -> Result<SignatureCheck, HomeError> {
+        self.check_signature_possible(source, signature, allow_unsigned)?;
+        let name = source.describe();
+        match source {
+            InstallSource::Oci(reference) => {
+                let manifest = fetched
+                    .oci_manifest
+                    .as_deref()
+                    .expect("a registry fetch records its manifest");
+                let keys = self.trusted_keys()?;
+                let attached = crate::oci::attached_signatures(reference, manifest).await?;
+                let verdict = match attached.as_deref() {
+                    None | Some([]) => Err(HomeError::Unsigned {
+                        reference: name.clone(),
+                        manifest: manifest.to_string(),
+                        tag: crate::oci::signature_tag(manifest),
+                    }),
+                    Some(_) if keys.is_empty() => Err(HomeError::NoTrustedKeys {
+                        source_name: name.clone(),
+                        waiver: Self::REGISTRY_WAIVER.into(),
+                    }),
+                    Some(signatures) => verify_attached(&name, manifest, signatures, &keys),
+                };
+                match verdict {
+                    Ok(signer) => Ok(SignatureCheck {
+                        signed_by: Some(signer),
+                        unsigned: false,
+                    }),
+                    Err(e) if allow_unsigned => {
+                        let why = match &e {
+                            HomeError::Unsigned { .. } => "it carries no signature".to_string(),
+                            HomeError::NoTrustedKeys { .. } => "you trust no keys".to_string(),
+                            HomeError::UntrustedSignature {
+                                count, problems, ..
+                            } => format!(
+                                "none of its {count} signature(s) is a valid one by a key you \
+                                 trust{problems}"
+                            ),
+                            _ => return Err(e),
+                        };
+                        tracing::warn!(
+                            "{name}: accepted without a trusted signature, as --allow-unsigned \
+                             asks: {why}"
+                        );
+                        Ok(SignatureCheck {
+                            signed_by: None,
+                            unsigned: true,
+                        })
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            _ => match signature {
+                None => Ok(SignatureCheck::default()),
+                Some(given) => {
+                    let keys = self.keys_to_check(&name, "")?;
+                    let text = read_detached(given).await?;
+                    let signer = verify_detached(
+                        &format!("{name} ({})", crate::sha256_digest(&fetched.bytes)),
+                        &fetched.bytes,
+                        &text,
+                        &keys,
+                    )?;
+                    Ok(SignatureCheck {
+                        signed_by: Some(signer),
+                        unsigned: false,
+                    })
+                }
+            },
+        }
+    }
+}
+
+/// The names of `keys`, for messages.
+fn names(keys: &[TrustedKey]) -> String {
+    keys.iter()
+        .map(|k| k.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Which trusted key signed the registry manifest `manifest_digest`, going through its
+/// attached signatures: a signature counts only if its payload names this very manifest and
+/// a trusted key verifies it.
+pub(crate) fn verify_attached(
+    source_name: &str,
+    manifest_digest: &str,
+    signatures: &[AttachedSignature],
+    keys: &[TrustedKey],
+) -> Result<SignedBy, HomeError> {
+    let mut problems = Vec::new();
+    for attached in signatures {
+        let Some(signer) = keys
+            .iter()
+            .find(|k| k.key.verifies(&attached.payload, &attached.signature))
+        else {
+            continue;
+        };
+        // A trusted key's valid signature of some other manifest, copied here, proves nothing
+        // about this one.
+        match check_payload(&attached.payload, manifest_digest) {
+            Ok(()) => return Ok(signer.signed_by()),
+            Err(problem) => problems.push(format!("`{}`'s signature: {problem}", signer.name)),
+        }
+    }
+    Err(HomeError::UntrustedSignature {
+        source_name: format!("{source_name} ({manifest_digest})"),
+        count: signatures.len(),
+        trusted: names(keys),
+        problems: if problems.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", problems.join("; "))
+        },
+    })
+}
+
+/// Which trusted key made `signature` (a detached signature, as `cosign sign-blob` and `cordon
+/// plugin sign FILE` write) of the component `bytes`.
+pub(crate) fn verify_detached(
+    source_name: &str,
+    bytes: &[u8],
+    signature: &str,
+    keys: &[TrustedKey],
+) -> Result<SignedBy, HomeError> {
+    if signature.len() > MAX_SIGNATURE_TEXT {
+        return Err(HomeError::UntrustedSignature {
+            source_name: source_name.to_string(),
+            count: 1,
+            trusted: names(keys),
+            problems: "; the signature file is far too large to be one".into(),
+        });
+    }
+    keys.iter()
+        .find(|k| k.key.verifies(bytes, signature))
+        .map(TrustedKey::signed_by)
+        .ok_or_else(|| HomeError::UntrustedSignature {
+            source_name: source_name.to_string(),
+            count: 1,
+            trusted: names(keys),
+            problems: String::new(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signing::{PrivateKey, simple_signing_payload};
+
+    fn trusted(name: &str, key: &PrivateKey) -> TrustedKey {
+        TrustedKey {
+            name: name.into(),
+            key: key.public(),
+        }
+    }
+
+    #[test]
+    fn an_attached_signature_counts_only_for_the_manifest_it_names() {
+        let alice = PrivateKey::generate();
+        let mallory = PrivateKey::generate();
+        let this = format!("sha256:{}", "1".repeat(64));
+        let other = format!("sha256:{}", "2".repeat(64));
+        let sign = |key: &PrivateKey, digest: &str| {
+            let payload = simple_signing_payload("r.example/p", digest);
+            AttachedSignature {
+                signature: key.sign(&payload),
+                payload,
+            }
+        };
+        let keys = [trusted("alice", &alice)];
+        let ok = verify_attached(
+            "p",
+            &this,
+            &[sign(&mallory, &this), sign(&alice, &this)],
+            &keys,
+        )
+        .unwrap();
+        assert_eq!(ok.key, "alice");
+        assert_eq!(ok.fingerprint, alice.public().fingerprint());
+
+        let e = verify_attached("p", &this, &[sign(&mallory, &this)], &keys).unwrap_err();
+        assert!(e.to_string().contains("1 signature(s), but none"), "{e}");
+        // Alice's real signature of another manifest, replayed.
+        let e = verify_attached("p", &this, &[sign(&alice, &other)], &keys).unwrap_err();
+        assert!(
+            e.to_string().contains("it signs manifest sha256:222"),
+            "{e}"
+        );
+        // A payload edited after signing.
+        let mut edited = sign(&alice, &other);
+        edited.payload = simple_signing_payload("r.example/p", &this);
+        assert!(verify_attached("p", &this, &[edited], &keys).is_err());
+    }
+
+    #[test]
+    fn keys_are_added_listed_and_removed_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::at(dir.path().join("home"));
+        let alice = PrivateKey::generate();
+        let file = dir.path().join("alice.pub");
+        std::fs::write(&file, alice.public().to_pem()).unwrap();
+        assert!(home.trusted_keys().unwrap().is_empty());
+        let added = home.trust_add(&file, None).unwrap();
+        assert_eq!(added.name, "alice");
+        let e = home.trust_add(&file, Some("again")).unwrap_err();
+        assert!(e.to_string().contains("already trusted as `alice`"), "{e}");
+        let bob = dir.path().join("bob.pub");
+        std::fs::write(&bob, PrivateKey::generate().public().to_pem()).unwrap();
+        let e = home.trust_add(&bob, Some("alice")).unwrap_err();
+        assert!(e.to_string().contains("another key"), "{e}");
+        home.trust_add(&bob, None).unwrap();
+        let names: Vec<String> = home
+            .trusted_keys()
+            .unwrap()
+            .into_iter()
+            .map(|k| k.name)
+            .collect();
+        assert_eq!(names, ["alice", "bob"]);
+        home.trust_remove("alice").unwrap();
+        assert!(matches!(
+            home.trust_remove("alice"),
+            Err(HomeError::UnknownKey { .. })
+        ));
+        assert_eq!(home.trusted_keys().unwrap().len(), 1);
+    }
+}
