@@ -503,6 +503,43 @@ fn a_file_or_url_install_may_carry_a_detached_signature() {
     home.cordon(&["plugin", "inspect", "greeter"])
         .ok()
         .stdout_has(&["signed:  signed by `alice`"]);
+
+    // From a URL, with the signature published beside it.
+    let server = cordon_tests::HttpServer::serve(std::collections::BTreeMap::from([
+        (
+            "/greeter.wasm".to_string(),
+            std::fs::read(&component).unwrap(),
+        ),
+        (
+            "/greeter.wasm.sig".to_string(),
+            std::fs::read(&signature).unwrap(),
+        ),
+        ("/forged.sig".to_string(), std::fs::read(&forged).unwrap()),
+    ]));
+    let url = server.url("/greeter.wasm");
+    let hex = &file_digest(&component)[7..];
+    let install_from_url = |signature: &str| {
+        vec![
+            "plugin".to_string(),
+            "install".into(),
+            url.clone(),
+            "--sha256".into(),
+            hex.to_string(),
+            "--name".into(),
+            "from-url".into(),
+            "--signature".into(),
+            server.url(signature),
+        ]
+    };
+    let args = install_from_url("/forged.sig");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    home.fails_unchanged(&args, 1)
+        .stderr_has(&["none is a valid signature"]);
+    let args = install_from_url("/greeter.wasm.sig");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    home.cordon(&args)
+        .ok()
+        .stdout_has(&["signed:  signed by `alice`", "Installed plugin `from-url`"]);
 }
 
 #[test]
