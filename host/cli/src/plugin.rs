@@ -299,7 +299,7 @@ async fn outdated(home: &Home, names: &[String]) -> anyhow::Result<()> {
                 short_digest(now),
                 p.name
             ),
-            Availability::Unknown(e) => format!("unknown, the registry did not answer: {e}"),
+            Availability::Unknown(e) => format!("unknown: {e}"),
         };
         outln!(
             "{}  {}  {status}",
@@ -332,7 +332,7 @@ async fn update(home: &Home, records: Option<&Records>, args: UpdateArgs) -> any
                 continue;
             }
             Availability::Unknown(e) => {
-                crate::term::errln!("`{}` was not updated: {e}", plugin.name);
+                crate::term::errln!("`{}`: not updated, {e}", plugin.name);
                 failed.push(plugin.name.clone());
                 continue;
             }
@@ -356,16 +356,14 @@ async fn update(home: &Home, records: Option<&Records>, args: UpdateArgs) -> any
             if plugins.len() == 1 {
                 return Err(e);
             }
-            crate::term::errln!(
-                "`{}` was not updated: {}",
-                plugin.name,
-                crate::render_error(&e)
-            );
+            // The error says whether anything changed (an unrecorded audit entry follows a
+            // change that was made).
+            crate::term::errln!("`{}`: {}", plugin.name, crate::render_error(&e));
             failed.push(plugin.name.clone());
         }
     }
     if !failed.is_empty() {
-        anyhow::bail!("not updated: {}", failed.join(", "));
+        anyhow::bail!("some updates failed: {}", failed.join(", "));
     }
     Ok(())
 }

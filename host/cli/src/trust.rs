@@ -77,9 +77,9 @@ pub async fn run(
             }
         }
         TrustCommand::Remove { name } => {
+            let lock = home.read()?;
             let removed = home.trust_remove(&name)?;
-            let signed: Vec<String> = home
-                .read()?
+            let signed: Vec<String> = lock
                 .plugins
                 .into_iter()
                 .filter(|(_, r)| {
@@ -137,18 +137,27 @@ pub fn keygen(prefix: &Path) -> anyhow::Result<()> {
             )
         })
     };
-    if public_path.exists() {
+    if public_path.symlink_metadata().is_ok() {
         anyhow::bail!(
             "{} exists already (an existing key is never overwritten)",
             public_path.display()
         );
     }
     let mut private = create(&private_path, 0o600)?;
-    private.write_all(key.to_pem().as_bytes())?;
-    private.sync_all()?;
-    let mut public = create(&public_path, 0o644)?;
-    public.write_all(key.public().to_pem().as_bytes())?;
-    public.sync_all()?;
+    let written = private
+        .write_all(key.to_pem().as_bytes())
+        .and_then(|()| private.sync_all())
+        .map_err(anyhow::Error::from)
+        .and_then(|()| {
+            let mut public = create(&public_path, 0o644)?;
+            public.write_all(key.public().to_pem().as_bytes())?;
+            Ok(public.sync_all()?)
+        });
+    if let Err(e) = written {
+        // Half a key pair is of no use; the private half must not linger either.
+        let _ = std::fs::remove_file(&private_path);
+        return Err(e);
+    }
     outln!(
         "Wrote {} (private: keep it to yourself) and {} (public: your users trust it with \
          `cordon trust add`).",
@@ -164,22 +173,30 @@ pub async fn sign(target: &str, key: &Path, output: Option<&Path>) -> anyhow::Re
     let key = PrivateKey::load(key)?;
     if target.starts_with("oci://") {
         let reference = OciReference::parse(target)?;
-        let (digest, new) = cordon_home::attach_signature(&reference, &key).await?;
-        let pinned = reference.at_digest(&digest);
-        if new {
+        let signed = cordon_home::attach_signature(&reference, &key).await?;
+        let pinned = reference.at_digest(&signed.manifest);
+        if signed.new {
             outln!(
-                "Signed {} ({digest}) with key {}; the signature is stored under the tag {}.",
+                "Signed {} ({}) with key {}; the signature is stored under the tag {}.",
                 reference.describe(),
+                signed.manifest,
                 key.public().fingerprint(),
-                cordon_home::signature_tag(&digest)
+                cordon_home::signature_tag(&signed.manifest)
             );
         } else {
             outln!(
-                "{} ({digest}) already carries a signature by key {}.",
+                "{} ({}) already carries a signature by key {}.",
                 reference.describe(),
+                signed.manifest,
                 key.public().fingerprint()
             );
         }
+        // A tag names whatever the registry says now: the publisher compares this with the
+        // digest of the file they pushed (`sha256sum`).
+        outln!(
+            "The signed manifest holds the component {}.",
+            signed.component
+        );
         outln!(
             "Install it pinned: cordon plugin install {}",
             pinned.describe()
@@ -199,7 +216,15 @@ pub async fn sign(target: &str, key: &Path, output: Option<&Path>) -> anyhow::Re
         name.push(".sig");
         PathBuf::from(name)
     });
-    std::fs::write(&output, format!("{}\n", key.sign(&bytes)))
+    // Replaced whole, never written through a link that happens to be there.
+    let dir = output
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut temp = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("cannot write in {}", dir.display()))?;
+    writeln!(temp, "{}", key.sign(&bytes))?;
+    temp.persist(&output)
         .with_context(|| format!("cannot write {}", output.display()))?;
     outln!(
         "Wrote the signature of {} ({}) to {}. Users install it with: cordon plugin install \

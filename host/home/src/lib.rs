@@ -37,7 +37,7 @@ pub use install::{
     InstallReport, InstallRequest, PreparedInstall, ToolChange, ToolDiff, UpgradeDiff,
 };
 pub use lockfile::{LOCK_VERSION, LockFile, PluginRecord, SignedBy};
-pub use oci::{OciReference, attach_signature, push_component, resolve, signature_tag};
+pub use oci::{OciReference, Signed, attach_signature, push_component, resolve, signature_tag};
 pub use signing::{PrivateKey, PublicKey};
 pub use source::{Fetched, InstallSource, normalise_digest};
 pub use toolbox::{ToolEntry, Toolbox};

@@ -160,6 +160,9 @@ impl OciReference {
         Client::try_from(ClientConfig {
             protocol,
             platform_resolver: None,
+            // A registry that stops answering fails the command instead of hanging it.
+            connect_timeout: Some(std::time::Duration::from_secs(15)),
+            read_timeout: Some(std::time::Duration::from_secs(60)),
             ..ClientConfig::default()
         })
         .map_err(|e| self.failed(format!("cannot set up the registry client: {e}")))
@@ -382,21 +385,72 @@ async fn blob(
         expected,
         actual,
     };
-    let mut bytes = Vec::with_capacity(layer.size.max(0) as usize);
+    // The manifest says how big the blob is: a registry sending more is cut off there, so a
+    // hostile one cannot make Cordon buffer without end.
+    let mut sink = CappedBuffer {
+        bytes: Vec::with_capacity(layer.size.max(0) as usize),
+        cap: layer.size.max(0) as usize,
+    };
     client
-        .pull_blob(&reference.reference, layer.digest.as_str(), &mut bytes)
+        .pull_blob(&reference.reference, layer.digest.as_str(), &mut sink)
         .await
         .map_err(|e| match e {
             oci_client::errors::OciDistributionError::DigestError(
                 oci_client::errors::DigestError::VerificationError { expected, actual },
             ) => mismatch(expected, actual),
+            oci_client::errors::OciDistributionError::IoError(e)
+                if e.kind() == std::io::ErrorKind::FileTooLarge =>
+            {
+                reference.failed(format!(
+                    "the registry sent more than the {} bytes the manifest gives {what}",
+                    layer.size
+                ))
+            }
             e => reference.failed(registry_error(&e)),
         })?;
+    let bytes = sink.bytes;
     let actual = sha256_digest(&bytes);
     if actual != layer.digest || bytes.len() as i64 != layer.size {
         return Err(mismatch(layer.digest.clone(), actual));
     }
     Ok(bytes)
+}
+
+/// A write target that takes at most `cap` bytes and fails on more.
+struct CappedBuffer {
+    bytes: Vec<u8>,
+    cap: usize,
+}
+
+impl tokio::io::AsyncWrite for CappedBuffer {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if self.bytes.len() + buf.len() > self.cap {
+            return std::task::Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::FileTooLarge,
+                "more bytes than the manifest gives",
+            )));
+        }
+        self.bytes.extend_from_slice(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
 }
 
 /// The digest of the manifest `reference` names now: for a tag, what it points to.
@@ -407,52 +461,80 @@ pub async fn resolve(reference: &OciReference) -> Result<String, HomeError> {
     Ok(digest)
 }
 
+/// The signatures stored beside a manifest, and why some layers there could not be read as
+/// signatures.
+#[derive(Debug, Default)]
+pub struct Attached {
+    /// The signatures read.
+    pub signatures: Vec<AttachedSignature>,
+    /// What was wrong with the layers that were passed over.
+    pub unreadable: Vec<String>,
+}
+
 /// The signatures stored beside the manifest `manifest_digest` of `reference`'s repository
 /// under cosign's tag, or `None` if there are none. Layers that are not simple signing
-/// payloads with a signature annotation are not signatures and are passed over.
+/// payloads with a signature annotation are not signatures and are passed over; one that
+/// cannot be read is noted and does not hide the others.
 pub async fn attached_signatures(
     reference: &OciReference,
     manifest_digest: &str,
-) -> Result<Option<Vec<AttachedSignature>>, HomeError> {
+) -> Result<Option<Attached>, HomeError> {
     let client = reference.client()?;
     let auth = reference.auth();
     let at = reference.at_tag(&signature_tag(manifest_digest));
     let Some((manifest, _)) = manifest_if_any(&client, &at, &auth).await? else {
         return Ok(None);
     };
-    let mut found = Vec::new();
-    for layer in manifest
+    let mut attached = Attached::default();
+    let layers: Vec<&Descriptor> = manifest
         .layers
         .iter()
         .filter(|l| l.media_type == SIMPLE_SIGNING)
-        .take(MAX_SIGNATURES)
-    {
+        .collect();
+    if layers.len() > MAX_SIGNATURES {
+        attached.unreadable.push(format!(
+            "only the first {MAX_SIGNATURES} of {} signatures were read",
+            layers.len()
+        ));
+    }
+    for layer in layers.into_iter().take(MAX_SIGNATURES) {
         let Some(signature) = layer.annotations.get(SIGNATURE_ANNOTATION) else {
+            attached.unreadable.push(format!(
+                "layer {} has no signature annotation",
+                layer.digest
+            ));
             continue;
         };
         if !(0..=MAX_PAYLOAD_BYTES).contains(&layer.size) {
+            attached.unreadable.push(format!(
+                "layer {} is {} bytes, not a signature payload",
+                layer.digest, layer.size
+            ));
             continue;
         }
-        let payload = blob(&client, &at, layer, "a signature payload").await?;
-        found.push(AttachedSignature {
-            payload,
-            signature: signature.clone(),
-        });
+        match blob(&client, &at, layer, "a signature payload").await {
+            Ok(payload) => attached.signatures.push(AttachedSignature {
+                payload,
+                signature: signature.clone(),
+            }),
+            Err(e) => attached.unreadable.push(e.to_string()),
+        }
     }
-    Ok(Some(found))
+    Ok(Some(attached))
 }
 
 /// Signs the component artifact `reference` names with `key` and stores the signature under
 /// cosign's tag beside it, keeping the signatures already there. Returns the manifest digest
-/// signed and whether the signature is new (signing twice with one key adds nothing).
+/// signed, the component's digest in it (for the publisher to compare with what they pushed)
+/// and whether the signature is new (signing twice with one key adds nothing).
 pub async fn attach_signature(
     reference: &OciReference,
     key: &PrivateKey,
-) -> Result<(String, bool), HomeError> {
+) -> Result<Signed, HomeError> {
     let client = reference.client()?;
     let auth = reference.auth();
     let (manifest, digest) = manifest(&client, reference, &auth).await?;
-    component_layer(reference, &manifest)?;
+    let component = component_layer(reference, &manifest)?.digest.clone();
     let at = reference.at_tag(&signature_tag(&digest));
     let mut layers: Vec<serde_json::Value> = Vec::new();
     let existing = manifest_if_any(&client, &at, &auth).await?;
@@ -465,9 +547,18 @@ pub async fn attach_signature(
                     .annotations
                     .get(SIGNATURE_ANNOTATION)
                     .is_some_and(|s| public.verifies(&payload, s))
-                    && crate::signing::check_payload(&payload, &digest).is_ok();
+                    && crate::signing::check_payload(
+                        &payload,
+                        &reference.repository_path(),
+                        &digest,
+                    )
+                    .is_ok();
                 if already {
-                    return Ok((digest, false));
+                    return Ok(Signed {
+                        manifest: digest,
+                        component,
+                        new: false,
+                    });
                 }
             }
             layers.push(serde_json::json!({
@@ -523,7 +614,22 @@ pub async fn attach_signature(
         )
         .await
         .map_err(fail)?;
-    Ok((digest, true))
+    Ok(Signed {
+        manifest: digest,
+        component,
+        new: true,
+    })
+}
+
+/// What `attach_signature` signed.
+#[derive(Debug, Clone)]
+pub struct Signed {
+    /// The manifest digest signed.
+    pub manifest: String,
+    /// The component layer's digest in that manifest.
+    pub component: String,
+    /// Whether the signature was added now (not already there).
+    pub new: bool,
 }
 
 /// Publishes the component in file `path` at `reference` (a tag) as a Wasm artifact and

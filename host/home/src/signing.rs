@@ -141,6 +141,9 @@ impl PrivateKey {
             reason,
         };
         let meta = std::fs::metadata(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
+        if !meta.is_file() {
+            return Err(bad("it is not a regular file".into()));
+        }
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
@@ -237,9 +240,16 @@ struct Payload {
 
 #[derive(Deserialize)]
 struct Critical {
+    identity: PayloadIdentity,
     image: PayloadImage,
     #[serde(rename = "type")]
     kind: String,
+}
+
+#[derive(Deserialize)]
+struct PayloadIdentity {
+    #[serde(rename = "docker-reference")]
+    docker_reference: String,
 }
 
 #[derive(Deserialize)]
@@ -248,9 +258,15 @@ struct PayloadImage {
     docker_manifest_digest: String,
 }
 
-/// Checks that a signed payload is about the manifest `manifest_digest`: a valid signature
-/// of a payload naming another manifest says nothing about this one.
-pub fn check_payload(payload: &[u8], manifest_digest: &str) -> Result<(), String> {
+/// Checks that a signed payload is about the manifest `manifest_digest` in `repository`
+/// (`registry/path`): a valid signature naming another manifest says nothing about this one,
+/// and one naming another repository was given for another plugin, which could otherwise be
+/// served under this one's name.
+pub fn check_payload(
+    payload: &[u8],
+    repository: &str,
+    manifest_digest: &str,
+) -> Result<(), String> {
     let parsed: Payload = serde_json::from_slice(payload)
         .map_err(|e| format!("its payload is not a simple signing document ({e})"))?;
     if parsed.critical.kind != PAYLOAD_TYPE {
@@ -263,6 +279,12 @@ pub fn check_payload(payload: &[u8], manifest_digest: &str) -> Result<(), String
         return Err(format!(
             "it signs manifest {}, not {manifest_digest}",
             parsed.critical.image.docker_manifest_digest
+        ));
+    }
+    if parsed.critical.identity.docker_reference != repository {
+        return Err(format!(
+            "it was made for the repository `{}`, not `{repository}`",
+            parsed.critical.identity.docker_reference
         ));
     }
     Ok(())
@@ -306,7 +328,14 @@ mod tests {
         // implementation wrote them, not as this one would.
         let public = PublicKey::from_pem(COSIGN_PUB, Path::new("cosign.pub")).unwrap();
         assert!(public.verifies(COSIGN_PAYLOAD.as_bytes(), COSIGN_SIGNATURE));
-        assert!(check_payload(COSIGN_PAYLOAD.as_bytes(), COSIGN_DIGEST).is_ok());
+        assert!(
+            check_payload(
+                COSIGN_PAYLOAD.as_bytes(),
+                "registry-testing.svc.lan/busybox",
+                COSIGN_DIGEST
+            )
+            .is_ok()
+        );
         // The payload Cordon writes for the same artifact is byte for byte cosign's.
         assert_eq!(
             simple_signing_payload("registry-testing.svc.lan/busybox", COSIGN_DIGEST),
@@ -320,14 +349,19 @@ mod tests {
     fn a_payload_must_name_the_manifest() {
         let digest = format!("sha256:{}", "a".repeat(64));
         let payload = simple_signing_payload("127.0.0.1:5000/p", &digest);
-        assert!(check_payload(&payload, &digest).is_ok());
+        assert!(check_payload(&payload, "127.0.0.1:5000/p", &digest).is_ok());
         let other = format!("sha256:{}", "b".repeat(64));
-        let e = check_payload(&payload, &other).unwrap_err();
+        let e = check_payload(&payload, "127.0.0.1:5000/p", &other).unwrap_err();
         assert!(e.contains("it signs manifest sha256:aaa"), "{e}");
-        assert!(check_payload(b"{}", &digest).is_err());
-        let wrong_type = br#"{"critical":{"identity":{},"image":{"docker-manifest-digest":"x"},"type":"other"}}"#;
+        let e = check_payload(&payload, "127.0.0.1:5000/q", &digest).unwrap_err();
         assert!(
-            check_payload(wrong_type, "x")
+            e.contains("made for the repository `127.0.0.1:5000/p`"),
+            "{e}"
+        );
+        assert!(check_payload(b"{}", "p", &digest).is_err());
+        let wrong_type = br#"{"critical":{"identity":{"docker-reference":"p"},"image":{"docker-manifest-digest":"x"},"type":"other"}}"#;
+        assert!(
+            check_payload(wrong_type, "p", "x")
                 .unwrap_err()
                 .contains("of type `other`")
         );

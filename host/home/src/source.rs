@@ -130,7 +130,10 @@ impl InstallSource {
     pub async fn fetch(&self) -> Result<Fetched, HomeError> {
         let (bytes, expected) = match self {
             InstallSource::File { path, sha256 } => (read_file(path)?, sha256.as_deref()),
-            InstallSource::Url { url, sha256 } => (download(url).await?, Some(sha256.as_str())),
+            InstallSource::Url { url, sha256 } => (
+                download(url, MAX_COMPONENT_BYTES).await?,
+                Some(sha256.as_str()),
+            ),
             // Every digest of the artifact is checked against the bytes received in `pull`.
             InstallSource::Oci(reference) => {
                 let pulled = oci::pull(reference).await?;
@@ -202,7 +205,8 @@ fn is_loopback(url: &Url) -> bool {
     }
 }
 
-pub(crate) async fn download(url: &Url) -> Result<Vec<u8>, HomeError> {
+/// Downloads `url`, refusing a body of more than `max_bytes`.
+pub(crate) async fn download(url: &Url, max_bytes: usize) -> Result<Vec<u8>, HomeError> {
     let fail = |reason: String| HomeError::Download {
         url: url.to_string(),
         reason,
@@ -246,10 +250,10 @@ pub(crate) async fn download(url: &Url) -> Result<Vec<u8>, HomeError> {
     }
     if response
         .content_length()
-        .is_some_and(|n| n > MAX_COMPONENT_BYTES as u64)
+        .is_some_and(|n| n > max_bytes as u64)
     {
         return Err(fail(format!(
-            "the server announces more than the {MAX_COMPONENT_BYTES}-byte limit for a component"
+            "the server announces more than the {max_bytes}-byte limit"
         )));
     }
     let mut bytes = Vec::new();
@@ -258,9 +262,9 @@ pub(crate) async fn download(url: &Url) -> Result<Vec<u8>, HomeError> {
         .await
         .map_err(|e| fail(format!("the download broke off: {}", error_chain(&e))))?
     {
-        if bytes.len() + chunk.len() > MAX_COMPONENT_BYTES {
+        if bytes.len() + chunk.len() > max_bytes {
             return Err(fail(format!(
-                "the body is larger than the {MAX_COMPONENT_BYTES}-byte limit for a component"
+                "the body is larger than the {max_bytes}-byte limit"
             )));
         }
         bytes.extend_from_slice(&chunk);

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use crate::error::HomeError;
 use crate::fsutil::{HomeLock, atomic_write, ensure_dir, io_err, sync_dir};
 use crate::lockfile::SignedBy;
-use crate::signing::{AttachedSignature, MAX_SIGNATURE_TEXT, PublicKey, check_payload};
+use crate::oci::Attached;
+use crate::signing::{MAX_SIGNATURE_TEXT, PublicKey, check_payload};
 use crate::source::{Fetched, InstallSource};
 use crate::{Home, validate_plugin_name};
 
@@ -76,6 +77,9 @@ impl Home {
             reason,
         };
         let meta = std::fs::metadata(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
+        if !meta.is_file() {
+            return Err(bad("it is not a regular file".into()));
+        }
         if meta.len() > 64 * 1024 {
             return Err(bad("it is too large to be a public key".into()));
         }
@@ -180,7 +184,7 @@ pub(crate) struct SignatureCheck {
 /// Where a detached signature is read from: a file, or a URL (https, or http on loopback).
 async fn read_detached(given: &str) -> Result<String, HomeError> {
     let bytes = match InstallSource::parse(given, Some(&"0".repeat(64)))? {
-        InstallSource::Url { url, .. } => crate::source::download(&url).await?,
+        InstallSource::Url { url, .. } => crate::source::download(&url, MAX_SIGNATURE_TEXT).await?,
         _ => {
             let path = Path::new(given);
             let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
@@ -189,6 +193,11 @@ async fn read_detached(given: &str) -> Result<String, HomeError> {
                 },
                 _ => io_err("read", path)(e),
             })?;
+            if !meta.is_file() {
+                return Err(HomeError::SignatureMisplaced {
+                    reason: format!("{given} is not a regular file"),
+                });
+            }
             if meta.len() > MAX_SIGNATURE_TEXT as u64 {
                 return Err(HomeError::SignatureMisplaced {
                     reason: format!(
@@ -252,18 +261,24 @@ impl Home {
                     .as_deref()
                     .expect("a registry fetch records its manifest");
                 let keys = self.trusted_keys()?;
-                let attached = crate::oci::attached_signatures(reference, manifest).await?;
-                let verdict = match attached.as_deref() {
-                    None | Some([]) => Err(HomeError::Unsigned {
+                let verdict = match crate::oci::attached_signatures(reference, manifest).await {
+                    Err(e) => Err(e),
+                    Ok(None) => Err(HomeError::Unsigned {
                         reference: name.clone(),
                         manifest: manifest.to_string(),
                         tag: crate::oci::signature_tag(manifest),
                     }),
-                    Some(_) if keys.is_empty() => Err(HomeError::NoTrustedKeys {
+                    Ok(Some(_)) if keys.is_empty() => Err(HomeError::NoTrustedKeys {
                         source_name: name.clone(),
                         waiver: Self::REGISTRY_WAIVER.into(),
                     }),
-                    Some(signatures) => verify_attached(&name, manifest, signatures, &keys),
+                    Ok(Some(attached)) => verify_attached(
+                        &name,
+                        &reference.repository_path(),
+                        manifest,
+                        &attached,
+                        &keys,
+                    ),
                 };
                 match verdict {
                     Ok(signer) => Ok(SignatureCheck {
@@ -323,16 +338,18 @@ fn names(keys: &[TrustedKey]) -> String {
         .join(", ")
 }
 
-/// Which trusted key signed the registry manifest `manifest_digest`, going through its
-/// attached signatures: a signature counts only if its payload names this very manifest and
-/// a trusted key verifies it.
+/// Which trusted key signed the registry manifest `manifest_digest` of `repository`, going
+/// through its attached signatures: a signature counts only if a trusted key verifies it and
+/// its payload names this very manifest in this repository.
 pub(crate) fn verify_attached(
     source_name: &str,
+    repository: &str,
     manifest_digest: &str,
-    signatures: &[AttachedSignature],
+    attached: &Attached,
     keys: &[TrustedKey],
 ) -> Result<SignedBy, HomeError> {
-    let mut problems = Vec::new();
+    let signatures = &attached.signatures;
+    let mut problems = attached.unreadable.clone();
     for attached in signatures {
         let Some(signer) = keys
             .iter()
@@ -342,14 +359,14 @@ pub(crate) fn verify_attached(
         };
         // A trusted key's valid signature of some other manifest, copied here, proves nothing
         // about this one.
-        match check_payload(&attached.payload, manifest_digest) {
+        match check_payload(&attached.payload, repository, manifest_digest) {
             Ok(()) => return Ok(signer.signed_by()),
             Err(problem) => problems.push(format!("`{}`'s signature: {problem}", signer.name)),
         }
     }
     Err(HomeError::UntrustedSignature {
         source_name: format!("{source_name} ({manifest_digest})"),
-        count: signatures.len(),
+        count: signatures.len() + attached.unreadable.len(),
         trusted: names(keys),
         problems: if problems.is_empty() {
             String::new()
@@ -389,7 +406,7 @@ pub(crate) fn verify_detached(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signing::{PrivateKey, simple_signing_payload};
+    use crate::signing::{AttachedSignature, PrivateKey, simple_signing_payload};
 
     fn trusted(name: &str, key: &PrivateKey) -> TrustedKey {
         TrustedKey {
@@ -404,36 +421,51 @@ mod tests {
         let mallory = PrivateKey::generate();
         let this = format!("sha256:{}", "1".repeat(64));
         let other = format!("sha256:{}", "2".repeat(64));
-        let sign = |key: &PrivateKey, digest: &str| {
-            let payload = simple_signing_payload("r.example/p", digest);
+        let sign = |key: &PrivateKey, repository: &str, digest: &str| {
+            let payload = simple_signing_payload(repository, digest);
             AttachedSignature {
                 signature: key.sign(&payload),
                 payload,
             }
         };
         let keys = [trusted("alice", &alice)];
-        let ok = verify_attached(
-            "p",
-            &this,
-            &[sign(&mallory, &this), sign(&alice, &this)],
-            &keys,
-        )
+        let check = |signatures: Vec<AttachedSignature>| {
+            let attached = Attached {
+                signatures,
+                unreadable: Vec::new(),
+            };
+            verify_attached("p", "r.example/p", &this, &attached, &keys)
+        };
+        let ok = check(vec![
+            sign(&mallory, "r.example/p", &this),
+            sign(&alice, "r.example/p", &this),
+        ])
         .unwrap();
         assert_eq!(ok.key, "alice");
         assert_eq!(ok.fingerprint, alice.public().fingerprint());
 
-        let e = verify_attached("p", &this, &[sign(&mallory, &this)], &keys).unwrap_err();
+        let e = check(vec![sign(&mallory, "r.example/p", &this)]).unwrap_err();
         assert!(e.to_string().contains("1 signature(s), but none"), "{e}");
         // Alice's real signature of another manifest, replayed.
-        let e = verify_attached("p", &this, &[sign(&alice, &other)], &keys).unwrap_err();
+        let e = check(vec![sign(&alice, "r.example/p", &other)]).unwrap_err();
         assert!(
             e.to_string().contains("it signs manifest sha256:222"),
             "{e}"
         );
+        // Alice's real signature of this manifest as another plugin of hers: served under
+        // this name, it must not pass for this one.
+        let e = check(vec![sign(&alice, "r.example/q", &this)]).unwrap_err();
+        assert!(e.to_string().contains("made for the repository"), "{e}");
         // A payload edited after signing.
-        let mut edited = sign(&alice, &other);
+        let mut edited = sign(&alice, "r.example/p", &other);
         edited.payload = simple_signing_payload("r.example/p", &this);
-        assert!(verify_attached("p", &this, &[edited], &keys).is_err());
+        assert!(check(vec![edited]).is_err());
+        // An unreadable signature layer is named and does not hide a good one.
+        let attached = Attached {
+            signatures: vec![sign(&alice, "r.example/p", &this)],
+            unreadable: vec!["layer sha256:9 has no signature annotation".into()],
+        };
+        assert!(verify_attached("p", "r.example/p", &this, &attached, &keys).is_ok());
     }
 
     #[test]

@@ -17,7 +17,8 @@ pub enum Availability {
     NewManifest(String),
     /// Installed by digest: there is nothing newer to follow.
     PinnedByDigest,
-    /// The registry could not answer; nothing is known, nothing was changed.
+    /// The registry could not be asked, did not answer, or answered with something that is
+    /// not a component artifact; nothing was changed.
     Unknown(HomeError),
 }
 
@@ -57,7 +58,14 @@ impl Home {
             if !names.is_empty() && !names.contains(name) {
                 continue;
             }
-            let reference = OciReference::parse(&record.source)?;
+            let reference = match OciReference::parse(&record.source) {
+                Ok(reference) => reference,
+                // A lock entry edited by hand: reported, the others still listed.
+                Err(e) => {
+                    tracing::warn!("`{name}`: its source cannot be followed: {e}");
+                    continue;
+                }
+            };
             let availability = if !reference.is_tag() {
                 Availability::PinnedByDigest
             } else {
