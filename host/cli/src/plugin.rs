@@ -68,7 +68,8 @@ pub enum PluginCommand {
         prefix: PathBuf,
     },
     /// For each plugin installed from a registry tag, whether the tag now names another
-    /// manifest. Reads the registries only; an unreachable one is reported, not fatal.
+    /// manifest, and what updating would change or why it would be refused. Changes nothing;
+    /// an unreachable registry is reported, not fatal.
     Outdated {
         /// Only these plugins (default: all from registries).
         names: Vec<String>,
@@ -294,10 +295,9 @@ async fn outdated(home: &Home, names: &[String]) -> anyhow::Result<()> {
             Availability::UpToDate => "up to date".to_string(),
             Availability::PinnedByDigest => "pinned by digest; nothing to follow".to_string(),
             Availability::NewManifest(now) => format!(
-                "NEW: {} -> {}; `cordon plugin update {}` shows what changes",
+                "NEW: {} -> {}",
                 short_digest(&p.installed_manifest),
-                short_digest(now),
-                p.name
+                short_digest(now)
             ),
             Availability::Unknown(e) => format!("unknown: {e}"),
         };
@@ -306,6 +306,23 @@ async fn outdated(home: &Home, names: &[String]) -> anyhow::Result<()> {
             p.name,
             Stream::Stdout.show(&p.reference.describe())
         );
+        if matches!(p.availability, Availability::NewManifest(_)) {
+            // What `update` would show, worked out the same way; nothing is recorded.
+            let spinner = CompileSpinner::new();
+            let prepared = home
+                .prepare_install(home.update_request(p, false), &|event| {
+                    spinner.observe(event)
+                })
+                .await;
+            drop(spinner);
+            match prepared {
+                Ok(prepared) => match prepared.upgrade() {
+                    Some(diff) => print_upgrade(&p.name, diff),
+                    None => outln!("  (the same component in a new manifest)"),
+                },
+                Err(e) => outln!("  `cordon plugin update` would refuse it: {e}"),
+            }
+        }
     }
     Ok(())
 }

@@ -597,6 +597,18 @@ fn update_follows_the_tag_verifies_and_shows_what_changes_before_asking() {
     home.cordon(&["plugin", "install", &gone_tag, "--allow-unsigned"])
         .ok();
     drop(gone);
+    home.fails_unchanged(
+        &[
+            "plugin",
+            "install",
+            &gone_tag,
+            "--allow-unsigned",
+            "--name",
+            "again",
+        ],
+        1,
+    )
+    .stderr_has(&["registry error for", "plugins/typed:1"]);
 
     home.cordon(&["plugin", "outdated"]).ok().stdout_has(&[
         "greeter  oci://127.0.0.1:",
@@ -612,7 +624,11 @@ fn update_follows_the_tag_verifies_and_shows_what_changes_before_asking() {
     let v2 = pushed(&home, &fixture("greeter-v2"), &tag);
     home.cordon(&["plugin", "outdated", "greeter"])
         .ok()
-        .stdout_has(&[&format!("NEW: {} -> {}", &v1[7..19], &v2[7..19])]);
+        .stdout_has(&[
+            &format!("NEW: {} -> {}", &v1[7..19], &v2[7..19]),
+            "`cordon plugin update` would refuse it:",
+            "is not signed",
+        ]);
     home.fails_unchanged(&["plugin", "update", "greeter"], 1)
         .stderr_has(&["is not signed"]);
     let (mallory_key, _) = keygen(&home, "mallory");
@@ -625,6 +641,15 @@ fn update_follows_the_tag_verifies_and_shows_what_changes_before_asking() {
     // description, and without a terminal or --yes changes nothing.
     home.cordon(&["plugin", "sign", &tag, "--key", &alice_key])
         .ok();
+    let before = home.snapshot();
+    home.cordon(&["plugin", "outdated", "greeter"])
+        .ok()
+        .stdout_has(&[
+            "NEW: ",
+            "+ import  wasi:sockets/tcp",
+            "was: Greets someone by name.",
+        ]);
+    assert_eq!(before, home.snapshot(), "outdated changes nothing");
     let asked = home.fails_unchanged(&["plugin", "update", "greeter"], 2);
     for needle in [
         "signed:  signed by `alice`",
