@@ -41,7 +41,8 @@ pub enum PluginCommand {
     },
     /// Publish a component file to an OCI registry as a Wasm artifact (one
     /// `application/wasm` layer). Credentials: CORDON_REGISTRY_USERNAME and
-    /// CORDON_REGISTRY_PASSWORD, else the Docker config.
+    /// CORDON_REGISTRY_PASSWORD for the registry named in CORDON_REGISTRY, else the Docker
+    /// config.
     Push {
         /// The component file.
         file: PathBuf,

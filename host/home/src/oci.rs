@@ -168,16 +168,29 @@ impl OciReference {
         .map_err(|e| self.failed(format!("cannot set up the registry client: {e}")))
     }
 
-    /// Credentials for the registry: `CORDON_REGISTRY_USERNAME` and `CORDON_REGISTRY_PASSWORD`,
-    /// else the Docker config (`$DOCKER_CONFIG/config.json` or `~/.docker/config.json`, with its
-    /// credential helpers), else none. Never stored by Cordon.
+    /// Credentials for the registry: `CORDON_REGISTRY_USERNAME` and `CORDON_REGISTRY_PASSWORD`
+    /// when `CORDON_REGISTRY` names this registry (`host[:port]`), else the Docker config
+    /// (`$DOCKER_CONFIG/config.json` or `~/.docker/config.json`, with its credential helpers),
+    /// else none. Never stored by Cordon. The variables name their registry so that `plugin
+    /// update --all`, which contacts every registry plugins came from, sends them to that
+    /// registry only.
     fn auth(&self) -> RegistryAuth {
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         if let (Some(user), Some(password)) = (
             env("CORDON_REGISTRY_USERNAME"),
             env("CORDON_REGISTRY_PASSWORD"),
         ) {
-            return RegistryAuth::Basic(user, password);
+            match env("CORDON_REGISTRY") {
+                Some(registry) if registry.eq_ignore_ascii_case(self.registry()) => {
+                    return RegistryAuth::Basic(user, password);
+                }
+                Some(_) => {}
+                None => tracing::warn!(
+                    "CORDON_REGISTRY_USERNAME is set but CORDON_REGISTRY is not: set it to the \
+                     registry (host[:port]) these credentials are for; they were not sent to {}",
+                    self.registry()
+                ),
+            }
         }
         match docker_credential::get_credential(self.registry()) {
             Ok(docker_credential::DockerCredential::UsernamePassword(user, password)) => {

@@ -22,8 +22,23 @@ struct Registry {
     _dir: tempfile::TempDir,
 }
 
+/// The password of the user `publisher` in a registry started with [`Registry::with_login`].
+const REGISTRY_PASSWORD: &str = "plugin-pass";
+
 impl Registry {
     fn start() -> Registry {
+        Registry::start_with("")
+    }
+
+    /// A registry that wants the user `publisher` with [`REGISTRY_PASSWORD`] for everything.
+    fn with_login() -> Registry {
+        Registry::start_with(
+            // bcrypt of REGISTRY_PASSWORD, as htpasswd writes it.
+            "publisher:$2b$05$koXM3c5YDq/RDH7cBaVPvuGhbRDCClyrhl8PqGclDCslTVLEYOmdi\n",
+        )
+    }
+
+    fn start_with(htpasswd: &str) -> Registry {
         let dir = tempfile::tempdir().unwrap();
         let storage = dir.path().join("storage");
         let port = TcpListener::bind("127.0.0.1:0")
@@ -36,8 +51,18 @@ impl Registry {
             &config,
             format!(
                 "version: 0.1\nlog: {{level: error}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  \
-                 delete: {{enabled: true}}\nhttp: {{addr: 127.0.0.1:{port}}}\n",
-                storage.display()
+                 delete: {{enabled: true}}\nhttp: {{addr: 127.0.0.1:{port}}}\n{}",
+                storage.display(),
+                if htpasswd.is_empty() {
+                    String::new()
+                } else {
+                    let file = dir.path().join("htpasswd");
+                    std::fs::write(&file, htpasswd).unwrap();
+                    format!(
+                        "auth:\n  htpasswd: {{realm: cordon-tests, path: {}}}\n",
+                        file.display()
+                    )
+                }
             ),
         )
         .unwrap();
@@ -746,5 +771,44 @@ fn artifacts_move_both_ways_between_cordon_and_the_oras_sdk() {
     assert_eq!(
         std::fs::read(&out).unwrap(),
         std::fs::read(fixture("noop")).unwrap()
+    );
+}
+
+#[test]
+fn registry_credentials_go_only_to_the_registry_they_name() {
+    let registry = Registry::with_login();
+    let home = TestHome::new();
+    let tag = registry.reference("private/greeter:1");
+    let file = fixture("greeter").display().to_string();
+    let host = format!("127.0.0.1:{}", registry.port);
+    let login = [
+        ("CORDON_REGISTRY_USERNAME", "publisher"),
+        ("CORDON_REGISTRY_PASSWORD", REGISTRY_PASSWORD),
+    ];
+    // Without credentials the registry refuses.
+    home.cordon(&["plugin", "push", &file, &tag])
+        .code(1)
+        .stderr_has(&["registry error for"]);
+    // Credentials not said to be for this registry are not sent to it.
+    home.cordon_env(&["plugin", "push", &file, &tag], &login)
+        .code(1)
+        .stderr_has(&["CORDON_REGISTRY is not", "they were not sent to"]);
+    let elsewhere = [
+        login[0],
+        login[1],
+        ("CORDON_REGISTRY", "registry.example.com"),
+    ];
+    home.cordon_env(&["plugin", "push", &file, &tag], &elsewhere)
+        .code(1);
+    let here = [login[0], login[1], ("CORDON_REGISTRY", host.as_str())];
+    home.cordon_env(&["plugin", "push", &file, &tag], &here)
+        .ok()
+        .stdout_has(&["Pushed"]);
+    home.cordon_env(&["plugin", "install", &tag, "--allow-unsigned"], &here)
+        .ok();
+    let lock = std::fs::read_to_string(home.path().join("plugins.toml")).unwrap();
+    assert!(
+        !lock.contains(REGISTRY_PASSWORD),
+        "credentials are never stored"
     );
 }
