@@ -606,32 +606,47 @@ pub async fn attach_signature(
         "layers": layers,
     }))
     .expect("a JSON value serialises");
-    let fail = |e: oci_client::errors::OciDistributionError| at.failed(registry_error(&e));
-    client
-        .auth(&at.reference, &auth, oci_client::RegistryOperation::Push)
-        .await
-        .map_err(fail)?;
-    client
-        .push_blob(&at.reference, payload, &payload_digest)
-        .await
-        .map_err(fail)?;
-    client
-        .push_blob(&at.reference, config, &config_digest)
-        .await
-        .map_err(fail)?;
-    client
-        .push_manifest_raw(
-            &at.reference,
-            signatures,
-            reqwest::header::HeaderValue::from_static(OCI_MANIFEST),
-        )
-        .await
-        .map_err(fail)?;
+    upload(&client, &at, &auth, vec![payload, config], signatures).await?;
     Ok(Signed {
         manifest: digest,
         component,
         new: true,
     })
+}
+
+/// Uploads `blobs`, then `manifest` (an OCI image manifest naming them) to `reference`.
+async fn upload(
+    client: &Client,
+    reference: &OciReference,
+    auth: &RegistryAuth,
+    blobs: Vec<Vec<u8>>,
+    manifest: Vec<u8>,
+) -> Result<(), HomeError> {
+    let fail = |e: oci_client::errors::OciDistributionError| reference.failed(registry_error(&e));
+    client
+        .auth(
+            &reference.reference,
+            auth,
+            oci_client::RegistryOperation::Push,
+        )
+        .await
+        .map_err(fail)?;
+    for blob in blobs {
+        let digest = sha256_digest(&blob);
+        client
+            .push_blob(&reference.reference, blob, &digest)
+            .await
+            .map_err(fail)?;
+    }
+    client
+        .push_manifest_raw(
+            &reference.reference,
+            manifest,
+            reqwest::header::HeaderValue::from_static(OCI_MANIFEST),
+        )
+        .await
+        .map_err(fail)?;
+    Ok(())
 }
 
 /// What `attach_signature` signed.
@@ -692,32 +707,15 @@ pub async fn push_component(path: &Path, reference: &OciReference) -> Result<Str
         "layers": [{"mediaType": WASM_LAYER, "digest": layer_digest, "size": component.len()}],
     }))
     .expect("a JSON value serialises");
-    let fail = |e: oci_client::errors::OciDistributionError| reference.failed(registry_error(&e));
-    client
-        .auth(
-            &reference.reference,
-            &auth,
-            oci_client::RegistryOperation::Push,
-        )
-        .await
-        .map_err(fail)?;
-    client
-        .push_blob(&reference.reference, config, &config_digest)
-        .await
-        .map_err(fail)?;
-    client
-        .push_blob(&reference.reference, component.to_vec(), &layer_digest)
-        .await
-        .map_err(fail)?;
     let digest = sha256_digest(&manifest);
-    client
-        .push_manifest_raw(
-            &reference.reference,
-            manifest,
-            reqwest::header::HeaderValue::from_static(OCI_MANIFEST),
-        )
-        .await
-        .map_err(fail)?;
+    upload(
+        &client,
+        reference,
+        &auth,
+        vec![config, component.to_vec()],
+        manifest,
+    )
+    .await?;
     Ok(digest)
 }
 

@@ -112,6 +112,40 @@ fn decode_signature(text: &str) -> Option<Vec<u8>> {
     BASE64.decode(compact).ok()
 }
 
+/// The text of key file `path`: a regular file of key size. A private key must not be
+/// readable by other users, as ssh requires, since anyone who can read it can sign as its owner.
+pub(crate) fn read_key_file(
+    path: &Path,
+    private: bool,
+) -> Result<zeroize::Zeroizing<String>, HomeError> {
+    let bad = |reason: String| HomeError::BadKey {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
+    if !meta.is_file() {
+        return Err(bad("it is not a regular file".into()));
+    }
+    if meta.len() > 64 * 1024 {
+        return Err(bad("it is too large to be a key".into()));
+    }
+    #[cfg(unix)]
+    if private {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = meta.permissions().mode();
+        if mode & 0o077 != 0 {
+            return Err(bad(format!(
+                "other users can read it (mode {:o}); make it private with `chmod 600 {}`",
+                mode & 0o777,
+                path.display()
+            )));
+        }
+    }
+    std::fs::read_to_string(path)
+        .map(zeroize::Zeroizing::new)
+        .map_err(|e| bad(format!("cannot read it: {e}")))
+}
+
 /// A private key that signs components.
 pub struct PrivateKey {
     key: SigningKey,
@@ -133,35 +167,13 @@ impl PrivateKey {
     }
 
     /// Reads a PEM private key: PKCS#8 (`PRIVATE KEY`, as `cordon plugin keygen` and `openssl
-    /// genpkey` write) or SEC1 (`EC PRIVATE KEY`). A key readable by other users is refused,
-    /// as ssh does, since anyone who can read it can sign as its owner.
+    /// genpkey` write) or SEC1 (`EC PRIVATE KEY`). A key readable by other users is refused.
     pub fn load(path: &Path) -> Result<PrivateKey, HomeError> {
         let bad = |reason: String| HomeError::BadKey {
             path: path.to_path_buf(),
             reason,
         };
-        let meta = std::fs::metadata(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
-        if !meta.is_file() {
-            return Err(bad("it is not a regular file".into()));
-        }
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = meta.permissions().mode();
-            if mode & 0o077 != 0 {
-                return Err(bad(format!(
-                    "other users can read it (mode {:o}); make it private with `chmod 600 {}`",
-                    mode & 0o777,
-                    path.display()
-                )));
-            }
-        }
-        if meta.len() > 64 * 1024 {
-            return Err(bad("it is too large to be a key".into()));
-        }
-        let text = zeroize::Zeroizing::new(
-            std::fs::read_to_string(path).map_err(|e| bad(format!("cannot read it: {e}")))?,
-        );
+        let text = read_key_file(path, true)?;
         let key = if text.contains("-----BEGIN PRIVATE KEY-----") {
             SigningKey::from_pkcs8_pem(text.trim()).map_err(|e| {
                 bad(format!(

@@ -160,13 +160,18 @@ impl InstallSource {
     }
 }
 
-fn read_file(path: &std::path::Path) -> Result<Vec<u8>, HomeError> {
-    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+/// The metadata of a file the user named, or the error saying it is not there.
+pub(crate) fn metadata_of(path: &std::path::Path) -> Result<std::fs::Metadata, HomeError> {
+    std::fs::metadata(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => HomeError::SourceNotFound {
             path: path.to_path_buf(),
         },
         _ => io_err("read", path)(e),
-    })?;
+    })
+}
+
+fn read_file(path: &std::path::Path) -> Result<Vec<u8>, HomeError> {
+    let meta = metadata_of(path)?;
     if !meta.is_file() {
         return Err(HomeError::NotAComponentFile {
             path: path.to_path_buf(),

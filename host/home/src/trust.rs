@@ -7,7 +7,7 @@ use crate::error::HomeError;
 use crate::fsutil::{HomeLock, atomic_write, ensure_dir, io_err, sync_dir};
 use crate::lockfile::SignedBy;
 use crate::oci::Attached;
-use crate::signing::{MAX_SIGNATURE_TEXT, PublicKey, check_payload};
+use crate::signing::{MAX_SIGNATURE_TEXT, PublicKey, check_payload, read_key_file};
 use crate::source::{Fetched, InstallSource};
 use crate::{Home, validate_plugin_name};
 
@@ -72,20 +72,7 @@ impl Home {
     /// Trusts the public key in file `path` under `name` (default: the file name without
     /// `.pub`). The same key under another name, or another key under this name, is refused.
     pub fn trust_add(&self, path: &Path, name: Option<&str>) -> Result<TrustedKey, HomeError> {
-        let bad = |reason: String| HomeError::BadKey {
-            path: path.to_path_buf(),
-            reason,
-        };
-        let meta = std::fs::metadata(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
-        if !meta.is_file() {
-            return Err(bad("it is not a regular file".into()));
-        }
-        if meta.len() > 64 * 1024 {
-            return Err(bad("it is too large to be a public key".into()));
-        }
-        let text =
-            std::fs::read_to_string(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
-        let key = PublicKey::from_pem(&text, path)?;
+        let key = PublicKey::from_pem(&read_key_file(path, false)?, path)?;
         let name = match name {
             Some(n) => n.to_string(),
             None => {
@@ -187,12 +174,7 @@ async fn read_detached(given: &str) -> Result<String, HomeError> {
         InstallSource::Url { url, .. } => crate::source::download(&url, MAX_SIGNATURE_TEXT).await?,
         _ => {
             let path = Path::new(given);
-            let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => HomeError::SourceNotFound {
-                    path: path.to_path_buf(),
-                },
-                _ => io_err("read", path)(e),
-            })?;
+            let meta = crate::source::metadata_of(path)?;
             if !meta.is_file() {
                 return Err(HomeError::SignatureMisplaced {
                     reason: format!("{given} is not a regular file"),
