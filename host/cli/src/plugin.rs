@@ -55,18 +55,23 @@ pub enum PluginCommand {
     Sign {
         /// oci://REGISTRY/REPOSITORY:TAG (or @sha256:DIGEST), or a component file.
         target: String,
-        /// The private key (PEM, PKCS#8 or SEC1; readable by you only).
+        /// The private key (PEM: PKCS#8, encrypted or not, or SEC1; readable by you only). The
+        /// password of an encrypted one comes from CORDON_KEY_PASSWORD, else the terminal.
         #[arg(long, value_name = "FILE")]
         key: PathBuf,
         /// For a file: where to write the signature (default: FILE.sig).
         #[arg(long, value_name = "FILE")]
         output: Option<PathBuf>,
     },
-    /// Create a signing key pair: PREFIX.key (private, mode 600) and PREFIX.pub (give it to
-    /// your users for `cordon trust add`).
+    /// Create a signing key pair: PREFIX.key (private, mode 600, encrypted with a password from
+    /// CORDON_KEY_PASSWORD or asked on the terminal) and PREFIX.pub (give it to your users for
+    /// `cordon trust add`).
     Keygen {
         /// The path prefix of the two files.
         prefix: PathBuf,
+        /// Leave the private key unencrypted (for a key kept in a CI secret store).
+        #[arg(long)]
+        no_password: bool,
     },
     /// For each plugin installed from a registry tag, whether the tag now names another
     /// manifest, and what updating would change or why it would be refused. Changes nothing;
@@ -166,7 +171,10 @@ pub async fn run(
             key,
             output,
         } => crate::trust::sign(&target, &key, output.as_deref()).await,
-        PluginCommand::Keygen { prefix } => crate::trust::keygen(&prefix),
+        PluginCommand::Keygen {
+            prefix,
+            no_password,
+        } => crate::trust::keygen(&prefix, no_password),
         PluginCommand::Outdated { names } => outdated(home, &names).await,
         PluginCommand::Update(args) => update(home, records, args).await,
         PluginCommand::Inspect { name, config } => inspect(home, &name, config.as_deref()).await,

@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Subcommand;
-use cordon_home::{Home, OciReference, PrivateKey};
+use std::io::IsTerminal;
+
+use cordon_home::{Home, HomeError, OciReference, PrivateKey};
+use zeroize::Zeroizing;
 
 use crate::audit;
 use crate::records::Records;
@@ -115,15 +118,56 @@ pub async fn run(
     Ok(())
 }
 
-/// `cordon plugin keygen PREFIX`: writes PREFIX.key (mode 600) and PREFIX.pub, refusing to
-/// overwrite either.
-pub fn keygen(prefix: &Path) -> anyhow::Result<()> {
+/// The environment variable holding the password of a signing key.
+const KEY_PASSWORD_ENV: &str = "CORDON_KEY_PASSWORD";
+
+/// The password of a signing key: `CORDON_KEY_PASSWORD`, else asked on the terminal without
+/// echo (twice for a new key), else an error saying how to give it.
+fn key_password(purpose: &str, new: bool) -> Result<Zeroizing<String>, HomeError> {
+    if let Ok(password) = std::env::var(KEY_PASSWORD_ENV) {
+        return Ok(Zeroizing::new(password));
+    }
+    let refused = |reason: &str| HomeError::BadKey {
+        path: PathBuf::from(purpose),
+        reason: reason.to_string(),
+    };
+    if !std::io::stdin().is_terminal() {
+        return Err(refused(&format!(
+            "its password is needed: set {KEY_PASSWORD_ENV}, or run this on a terminal"
+        )));
+    }
+    let ask = |question: &str| {
+        rpassword::prompt_password(question)
+            .map(Zeroizing::new)
+            .map_err(|e| refused(&format!("the password could not be read: {e}")))
+    };
+    let password = ask(&format!("Password for {purpose}: "))?;
+    if new {
+        if password.is_empty() {
+            return Err(refused(
+                "an empty password protects nothing; use --no-password to mean it",
+            ));
+        }
+        if *ask("The same password again: ")? != *password {
+            return Err(refused("the two passwords differ"));
+        }
+    }
+    Ok(password)
+}
+
+/// `cordon plugin keygen PREFIX`: writes PREFIX.key (mode 600, encrypted with a password unless
+/// `no_password`) and PREFIX.pub, refusing to overwrite either.
+pub fn keygen(prefix: &Path, no_password: bool) -> anyhow::Result<()> {
     let with = |ext: &str| {
         let mut name = prefix.as_os_str().to_owned();
         name.push(ext);
         PathBuf::from(name)
     };
     let (private_path, public_path) = (with(".key"), with(".pub"));
+    let password = match no_password {
+        true => Zeroizing::new(String::new()),
+        false => key_password(&private_path.display().to_string(), true)?,
+    };
     let key = PrivateKey::generate();
     let create = |path: &Path, mode: u32| {
         let mut options = std::fs::OpenOptions::new();
@@ -145,7 +189,7 @@ pub fn keygen(prefix: &Path) -> anyhow::Result<()> {
     }
     let mut private = create(&private_path, 0o600)?;
     let written = private
-        .write_all(key.to_pem().as_bytes())
+        .write_all(key.to_pem(&password).as_bytes())
         .and_then(|()| private.sync_all())
         .map_err(anyhow::Error::from)
         .and_then(|()| {
@@ -159,9 +203,14 @@ pub fn keygen(prefix: &Path) -> anyhow::Result<()> {
         return Err(e);
     }
     outln!(
-        "Wrote {} (private: keep it to yourself) and {} (public: your users trust it with \
+        "Wrote {} (private{}: keep it to yourself) and {} (public: your users trust it with \
          `cordon trust add`).",
         private_path.display(),
+        if password.is_empty() {
+            ", not encrypted"
+        } else {
+            ", encrypted with your password"
+        },
         public_path.display()
     );
     outln!("Fingerprint: {}", key.public().fingerprint());
@@ -170,7 +219,7 @@ pub fn keygen(prefix: &Path) -> anyhow::Result<()> {
 
 /// `cordon plugin sign TARGET --key KEY`.
 pub async fn sign(target: &str, key: &Path, output: Option<&Path>) -> anyhow::Result<()> {
-    let key = PrivateKey::load(key)?;
+    let key = PrivateKey::load(key, || key_password(&key.display().to_string(), false))?;
     if target.starts_with("oci://") {
         let reference = OciReference::parse(target)?;
         let signed = cordon_home::attach_signature(&reference, &key).await?;

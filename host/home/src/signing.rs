@@ -166,15 +166,28 @@ impl PrivateKey {
         }
     }
 
-    /// Reads a PEM private key: PKCS#8 (`PRIVATE KEY`, as `cordon plugin keygen` and `openssl
-    /// genpkey` write) or SEC1 (`EC PRIVATE KEY`). A key readable by other users is refused.
-    pub fn load(path: &Path) -> Result<PrivateKey, HomeError> {
+    /// Reads a PEM private key: PKCS#8 (`PRIVATE KEY`, as `cordon plugin keygen --no-password`
+    /// and `openssl genpkey` write), encrypted PKCS#8 (`ENCRYPTED PRIVATE KEY`, as `cordon
+    /// plugin keygen` writes; `password` is asked for only then) or SEC1 (`EC PRIVATE KEY`). A
+    /// key readable by other users is refused.
+    pub fn load(
+        path: &Path,
+        password: impl FnOnce() -> Result<zeroize::Zeroizing<String>, HomeError>,
+    ) -> Result<PrivateKey, HomeError> {
         let bad = |reason: String| HomeError::BadKey {
             path: path.to_path_buf(),
             reason,
         };
         let text = read_key_file(path, true)?;
-        let key = if text.contains("-----BEGIN PRIVATE KEY-----") {
+        let key = if text.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----") {
+            let password = password()?;
+            SigningKey::from_pkcs8_encrypted_pem(text.trim(), password.as_bytes()).map_err(|e| {
+                bad(format!(
+                    "it cannot be decrypted: the password is wrong, or it is not an ECDSA \
+                         P-256 key ({e})"
+                ))
+            })?
+        } else if text.contains("-----BEGIN PRIVATE KEY-----") {
             SigningKey::from_pkcs8_pem(text.trim()).map_err(|e| {
                 bad(format!(
                     "it is not an ECDSA P-256 private key in PKCS#8 ({e})"
@@ -190,8 +203,8 @@ impl PrivateKey {
                 })?
         } else if text.contains("SIGSTORE PRIVATE KEY") || text.contains("COSIGN PRIVATE KEY") {
             return Err(bad(
-                "it is a password-protected cosign key; sign with `cosign sign --key` as the \
-                 README shows, or give a PKCS#8 key (`cordon plugin keygen`)"
+                "it is cosign's own key format; sign with `cosign sign --key` as the README \
+                 shows, or use a key from `cordon plugin keygen`"
                     .into(),
             ));
         } else {
@@ -202,11 +215,18 @@ impl PrivateKey {
         Ok(PrivateKey { key })
     }
 
-    /// The private key as PKCS#8 PEM, for writing to a file only its owner can read.
-    pub fn to_pem(&self) -> zeroize::Zeroizing<String> {
+    /// The private key as PEM: PKCS#8, encrypted with `password` unless it is empty. Written
+    /// to a file only its owner can read either way.
+    pub fn to_pem(&self, password: &str) -> zeroize::Zeroizing<String> {
+        if password.is_empty() {
+            return self
+                .key
+                .to_pkcs8_pem(LineEnding::LF)
+                .expect("a valid P-256 key encodes as PKCS#8");
+        }
         self.key
-            .to_pkcs8_pem(LineEnding::LF)
-            .expect("a valid P-256 key encodes as PKCS#8")
+            .to_pkcs8_encrypted_pem(password.as_bytes(), LineEnding::LF)
+            .expect("a valid P-256 key encrypts as PKCS#8")
     }
 
     /// The matching public key.
@@ -328,7 +348,7 @@ mod tests {
         let again = PublicKey::from_pem(&public.to_pem(), Path::new("k.pub")).unwrap();
         assert_eq!(again.fingerprint(), public.fingerprint());
         assert!(public.fingerprint().starts_with("sha256:"));
-        let e = PublicKey::from_pem(&key.to_pem(), Path::new("k.key")).unwrap_err();
+        let e = PublicKey::from_pem(&key.to_pem(""), Path::new("k.key")).unwrap_err();
         assert!(e.to_string().contains("it is a private key"), "{e}");
         let e = PublicKey::from_pem("hello", Path::new("k.pub")).unwrap_err();
         assert!(e.to_string().contains("not a PEM public key"), "{e}");
@@ -355,6 +375,26 @@ mod tests {
         );
         let edited = COSIGN_PAYLOAD.replace("busybox", "busyboy");
         assert!(!public.verifies(edited.as_bytes(), COSIGN_SIGNATURE));
+    }
+
+    #[test]
+    fn an_encrypted_key_opens_only_with_its_password() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.key");
+        let key = PrivateKey::generate();
+        let pem = key.to_pem("correct horse");
+        assert!(pem.contains("ENCRYPTED PRIVATE KEY"));
+        let mut options = std::fs::OpenOptions::new();
+        std::os::unix::fs::OpenOptionsExt::mode(options.write(true).create_new(true), 0o600);
+        std::io::Write::write_all(&mut options.open(&path).unwrap(), pem.as_bytes()).unwrap();
+        let opened = PrivateKey::load(&path, || {
+            Ok(zeroize::Zeroizing::new("correct horse".into()))
+        })
+        .unwrap();
+        assert_eq!(opened.public().fingerprint(), key.public().fingerprint());
+        let e =
+            PrivateKey::load(&path, || Ok(zeroize::Zeroizing::new("wrong".into()))).unwrap_err();
+        assert!(e.to_string().contains("the password is wrong"), "{e}");
     }
 
     #[test]

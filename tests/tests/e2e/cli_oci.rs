@@ -363,9 +363,14 @@ fn artifacts_that_are_not_one_wasm_component_are_refused_naming_what_they_are() 
 /// `cordon plugin keygen DIR/NAME`: the private and public key files.
 fn keygen(home: &TestHome, name: &str) -> (String, String) {
     let prefix = home.scratch("keys").join(name);
-    home.cordon(&["plugin", "keygen", &prefix.display().to_string()])
-        .ok()
-        .stdout_has(&["Fingerprint: sha256:"]);
+    home.cordon(&[
+        "plugin",
+        "keygen",
+        &prefix.display().to_string(),
+        "--no-password",
+    ])
+    .ok()
+    .stdout_has(&["not encrypted", "Fingerprint: sha256:"]);
     let path = |ext: &str| format!("{}.{ext}", prefix.display());
     let mode = std::fs::metadata(path("key")).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "the private key is the owner's only");
@@ -494,6 +499,36 @@ fn only_a_signature_by_a_trusted_key_of_this_very_manifest_installs() {
         "{}",
         audit.stdout
     );
+
+    // A key encrypted with a password signs only with it.
+    let prefix = home.scratch("keys").join("carol").display().to_string();
+    let password = [("CORDON_KEY_PASSWORD", "correct horse battery")];
+    home.cordon(&["plugin", "keygen", &prefix])
+        .code(2)
+        .stderr_has(&[
+            "its password is needed: set CORDON_KEY_PASSWORD, or run this on a terminal",
+        ]);
+    home.cordon_env(&["plugin", "keygen", &prefix], &password)
+        .ok()
+        .stdout_has(&["encrypted with your password"]);
+    let carol_key = format!("{prefix}.key");
+    assert!(
+        std::fs::read_to_string(&carol_key)
+            .unwrap()
+            .starts_with("-----BEGIN ENCRYPTED PRIVATE KEY-----")
+    );
+    home.cordon_env(
+        &["plugin", "sign", &tag, "--key", &carol_key],
+        &[("CORDON_KEY_PASSWORD", "wrong")],
+    )
+    .code(2)
+    .stderr_has(&["cannot be decrypted: the password is wrong"]);
+    home.cordon(&["plugin", "sign", &tag, "--key", &carol_key])
+        .code(2)
+        .stderr_has(&["set CORDON_KEY_PASSWORD"]);
+    home.cordon_env(&["plugin", "sign", &tag, "--key", &carol_key], &password)
+        .ok()
+        .stdout_has(&["Signed"]);
 
     // A private key others can read is refused, as ssh does.
     let loose = home.scratch("keys").join("loose.key");
