@@ -101,6 +101,13 @@ class Gateway:
     token: str
     llm_record: Path
     procs: list = field(default_factory=list)
+    # Starts another `cordon serve` on the same home, store and model (see `restart`).
+    start_serve: object = None
+
+    def restart(self):
+        """Stops `cordon serve` and starts it again: what it knows must come from the store."""
+        _stop(self.procs[0])
+        self.procs[0], self.url = self.start_serve()
 
     def client(self, **kwargs):
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key=self.token, max_retries=0, **kwargs)
@@ -175,15 +182,21 @@ def gateway(home, tmp_path):
             r"^(http://127\.0\.0\.1:\d+/v1)\s*$",
             "stdout",
         )
-        serve, url = _start(
-            [CORDON, "serve", "--listen", "127.0.0.1:0"],
-            {**home.env, "CORDON_LLM_URL": llm_url},
-            home.root,
-            r"listening on (http://127\.0\.0\.1:\d+)",
-            "stderr",
-        )
+
+        def start_serve():
+            return _start(
+                [CORDON, "serve", "--listen", "127.0.0.1:0"],
+                {**home.env, "CORDON_LLM_URL": llm_url},
+                home.root,
+                r"listening on (http://127\.0\.0\.1:\d+)",
+                "stderr",
+            )
+
+        serve, url = start_serve()
         token = (home.home / "serve-token").read_text().split()[-1]
-        g = Gateway(url=url, token=token, llm_record=record, procs=[serve, llm])
+        g = Gateway(
+            url=url, token=token, llm_record=record, procs=[serve, llm], start_serve=start_serve
+        )
         try:
             yield g
         finally:

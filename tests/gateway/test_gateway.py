@@ -199,6 +199,28 @@ def test_a_client_sending_the_whole_history_stays_in_one_session(gateway):
         assert third.headers["x-cordon-session"] != session
 
 
+def test_a_restarted_host_continues_the_session_a_history_belongs_to(gateway):
+    steps = [text("Hello, Ada."), text("You said your name is Ada.")]
+    with gateway(steps) as g:
+        first = g.client().chat.completions.with_raw_response.create(
+            model="gpt-cordon",
+            messages=[{"role": "user", "content": "I am Ada."}],
+        )
+        session = first.headers["x-cordon-session"]
+        answer = first.parse().choices[0].message.content
+        g.restart()
+        second = g.client().chat.completions.with_raw_response.create(
+            model="gpt-cordon",
+            messages=[
+                {"role": "user", "content": "I am Ada."},
+                {"role": "assistant", "content": answer},
+                {"role": "user", "content": "What is my name?"},
+            ],
+        )
+        assert second.headers["x-cordon-session"] == session
+        assert g.api("GET", f"/sessions/{session}")["session"]["turns"] == 2
+
+
 def test_the_session_header_picks_the_session(gateway):
     with gateway([text("One."), text("Two.")]) as g:
         client = g.client()

@@ -20,6 +20,7 @@
 mod approvals;
 mod audit;
 mod error;
+mod histories;
 mod journal;
 mod sessions;
 
@@ -211,6 +212,11 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "approvals",
         include_str!("../migrations/sqlite/0002_approvals.sql"),
     ),
+    (
+        3,
+        "gateway histories",
+        include_str!("../migrations/sqlite/0003_gateway_histories.sql"),
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -222,6 +228,11 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         2,
         "approvals",
         include_str!("../migrations/postgres/0002_approvals.sql"),
+    ),
+    (
+        3,
+        "gateway histories",
+        include_str!("../migrations/postgres/0003_gateway_histories.sql"),
     ),
 ];
 

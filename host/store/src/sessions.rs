@@ -418,6 +418,7 @@ impl Store {
                            AND (lease_holder IS NULL OR lease_holder = $2 OR lease_until_ms < $3)";
         const LOG: &str = "DELETE FROM transitions WHERE session = $1";
         const SNAPSHOTS: &str = "DELETE FROM snapshots WHERE session = $1";
+        const HISTORIES: &str = "DELETE FROM gateway_histories WHERE session = $1";
         let info = self.session(id).await?;
         let deleted = on_backend!(self, pool => async {
             let mut tx = pool.begin().await?;
@@ -427,6 +428,7 @@ impl Store {
             }
             sqlx::query(LOG).bind(id).execute(&mut *tx).await?;
             sqlx::query(SNAPSHOTS).bind(id).execute(&mut *tx).await?;
+            sqlx::query(HISTORIES).bind(id).execute(&mut *tx).await?;
             tx.commit().await?;
             Ok::<_, sqlx::Error>(true)
         }.await)

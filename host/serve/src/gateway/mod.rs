@@ -153,7 +153,8 @@ fn error_body(e: &GatewayError) -> Value {
     }})
 }
 
-/// The sessions of histories clients sent, by digest, while this host runs.
+/// The sessions of histories clients sent, by digest: the recent ones in memory, in front of
+/// the store's record, which outlives the host and is shared with other hosts on the store.
 #[derive(Default)]
 pub(crate) struct Histories {
     inner: Mutex<(HashMap<String, String>, VecDeque<String>)>,
@@ -163,6 +164,36 @@ impl Histories {
     fn get(&self, digest: &str) -> Option<String> {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         inner.0.get(digest).cloned()
+    }
+
+    /// The session `chat`'s history continues: remembered here, else recorded in the store
+    /// (by this host before it restarted, or by another host).
+    async fn find(&self, host: &Host, chat: &ChatRequest) -> Option<String> {
+        let digest = history_digest(&chat.model, &chat.history);
+        if let Some(found) = self.get(&digest) {
+            return Some(found);
+        }
+        match host.store().history_session(&digest).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!("the store could not say which session a history continues: {e}");
+                None
+            }
+        }
+    }
+
+    /// Remembers that `digest` continues `session`, here at once and in the store in the
+    /// background: the client's next request, which will carry this history, comes after the
+    /// response it is reading now.
+    fn record(&self, host: &Host, digest: String, session: String) {
+        let store = host.store().clone();
+        let (d, s) = (digest.clone(), session.clone());
+        tokio::spawn(async move {
+            if let Err(e) = store.remember_history(&d, &s).await {
+                tracing::warn!("the store did not record which session a history continues: {e}");
+            }
+        });
+        self.remember(digest, session);
     }
 
     fn remember(&self, digest: String, session: String) {
@@ -223,10 +254,7 @@ async fn complete(state: GatewayState, request: Request) -> Result<Response, Gat
     let host = state.host.clone();
     let known = match named {
         Some(id) => Some(host.store().session(&id).await.map_err(ApiError::from)?.id),
-        None => match state
-            .histories
-            .get(&history_digest(&chat.model, &chat.history))
-        {
+        None => match state.histories.find(&host, &chat).await {
             Some(id) if host.store().session(&id).await.is_ok() => Some(id),
             _ => None,
         },

@@ -130,7 +130,8 @@ impl Reading {
             }),
             Ending::Error(_) => return Read::End(ending),
         }
-        self.state.histories.remember(
+        self.state.histories.record(
+            &self.state.host,
             history_digest(&self.chat.model, &history),
             self.guard.session.clone(),
         );

@@ -3,6 +3,7 @@
 
 mod approvals;
 mod audit;
+mod histories;
 mod sessions;
 
 use std::time::Duration;
