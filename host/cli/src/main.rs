@@ -54,7 +54,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Install, list, inspect and remove plugins.
+    /// Install, list, inspect, update and remove plugins; publish and sign your own.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
     /// Choose whose signatures you accept on plugins: add, list and remove public keys.

@@ -20,7 +20,8 @@ use crate::ui::{CompileSpinner, confirm, short_digest};
 
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
-    /// Install a component from a file, or from a URL pinned with --sha256.
+    /// Install a component from a file, from a URL pinned with --sha256, or from an OCI
+    /// registry (oci://…, signed by a key you trust).
     Install(InstallArgs),
     /// List installed plugins.
     List,
