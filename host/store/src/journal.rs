@@ -8,7 +8,7 @@ use cordon_agent::{CancellationToken, Cause, Conversation, Journal, JournalError
 use cordon_core::{AuditRecord, now_ms};
 use sqlx::Row;
 
-use crate::sessions::{INSERT_SESSION, INSERT_SNAPSHOT, new_session_id, title_of};
+use crate::sessions::{INSERT_SNAPSHOT, SessionRow, new_session_id, title_of};
 use crate::{NewSession, Store, StoreError, on_backend};
 
 /// The right to drive one session, and the record of its transitions.
@@ -202,21 +202,18 @@ impl SessionJournal {
                     .bind(store.holder())
                     .execute(&mut *tx)
                     .await?,
-                Some(unborn) => sqlx::query(INSERT_SESSION)
-                    .bind(&self.id)
-                    .bind(now)
-                    .bind(&unborn.origin)
-                    .bind(&unborn.parent)
-                    .bind(title_of(conv))
-                    .bind(conv.state.key())
-                    .bind(conv.turns.len() as i64)
-                    .bind(conv.messages.len() as i64)
-                    .bind(seq)
-                    .bind(&unborn.settings)
-                    .bind(store.holder())
-                    .bind(until)
-                    .execute(&mut *tx)
-                    .await?,
+                Some(unborn) => SessionRow {
+                    id: &self.id,
+                    origin: &unborn.origin,
+                    parent: unborn.parent.as_deref(),
+                    conversation: conv,
+                    seq,
+                    settings: &unborn.settings,
+                    lease: Some((store.holder(), until)),
+                }
+                .insert(now)
+                .execute(&mut *tx)
+                .await?,
             };
             if done.rows_affected() == 0 {
                 return Ok(false);

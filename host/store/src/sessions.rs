@@ -125,6 +125,51 @@ pub(crate) const INSERT_SESSION: &str = "INSERT INTO sessions (id, created_ms, u
      messages, seq, settings, lease_holder, lease_until_ms) \
      VALUES ($1, $2, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (id) DO NOTHING";
 
+/// One new row of `sessions`, as [`INSERT_SESSION`] takes it: the one place its columns are
+/// bound, for a session created on its own and for one written with its first transition.
+pub(crate) struct SessionRow<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) origin: &'a str,
+    pub(crate) parent: Option<&'a str>,
+    pub(crate) conversation: &'a Conversation,
+    pub(crate) seq: i64,
+    /// The settings as JSON.
+    pub(crate) settings: &'a str,
+    /// The lease it is created with: this host's, until then.
+    pub(crate) lease: Option<(&'a str, i64)>,
+}
+
+impl<'a> SessionRow<'a> {
+    /// [`INSERT_SESSION`] with this row bound, for either backend; `now` is its creation time.
+    pub(crate) fn insert<'q, DB>(
+        &'q self,
+        now: i64,
+    ) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>
+    where
+        DB: sqlx::Database,
+        &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+        String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+        i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+        Option<&'q str>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+        Option<i64>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    {
+        let conv = self.conversation;
+        sqlx::query(INSERT_SESSION)
+            .bind(self.id)
+            .bind(now)
+            .bind(self.origin)
+            .bind(self.parent)
+            .bind(title_of(conv))
+            .bind(conv.state.key())
+            .bind(conv.turns.len() as i64)
+            .bind(conv.messages.len() as i64)
+            .bind(self.seq)
+            .bind(self.settings)
+            .bind(self.lease.map(|(holder, _)| holder))
+            .bind(self.lease.map(|(_, until)| until))
+    }
+}
+
 /// A snapshot of a session's whole conversation: `$1` session, `$2` seq, `$3` conversation.
 pub(crate) const INSERT_SNAPSHOT: &str =
     "INSERT INTO snapshots (session, seq, conversation) VALUES ($1, $2, $3)";
@@ -206,21 +251,16 @@ impl Store {
         let snapshot = conv.to_json();
         let created = on_backend!(self, pool => async {
             let mut tx = pool.begin().await?;
-            let done = sqlx::query(INSERT_SESSION)
-                .bind(&id)
-                .bind(now)
-                .bind(&new.origin)
-                .bind(&new.parent)
-                .bind(title_of(conv))
-                .bind(conv.state.key())
-                .bind(conv.turns.len() as i64)
-                .bind(conv.messages.len() as i64)
-                .bind(0_i64)
-                .bind(&settings)
-                .bind(None::<String>)
-                .bind(None::<i64>)
-                .execute(&mut *tx)
-                .await?;
+            let row = SessionRow {
+                id: &id,
+                origin: &new.origin,
+                parent: new.parent.as_deref(),
+                conversation: conv,
+                seq: 0,
+                settings: &settings,
+                lease: None,
+            };
+            let done = row.insert(now).execute(&mut *tx).await?;
             if done.rows_affected() == 0 {
                 return Ok(false);
             }
