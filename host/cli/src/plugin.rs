@@ -679,9 +679,13 @@ fn list(home: &Home) -> anyhow::Result<()> {
                 .collect::<Vec<_>>()
                 .join(" ")
         };
-        let unsigned = if r.unsigned { "  (unsigned)" } else { "" };
+        let provenance = match (&r.signed_by, r.unsigned) {
+            (Some(by), _) => format!("  (signed by `{}`)", by.key),
+            (None, true) => "  (unsigned)".to_string(),
+            (None, false) => String::new(),
+        };
         outln!(
-            "{name:width$}  {:12}  {:>5}  {grants}{unsigned}",
+            "{name:width$}  {:12}  {:>5}  {grants}{provenance}",
             short_digest(&r.digest),
             r.tools.len()
         );

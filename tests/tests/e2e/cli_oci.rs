@@ -487,6 +487,9 @@ fn only_a_signature_by_a_trusted_key_of_this_very_manifest_installs() {
     let lock = std::fs::read_to_string(home.path().join("plugins.toml")).unwrap();
     assert!(lock.contains("key = \"alice\""), "{lock}");
     assert!(!lock.contains("unsigned"), "{lock}");
+    home.cordon(&["plugin", "list"])
+        .ok()
+        .stdout_has(&["greeter", "(signed by `alice`)"]);
     home.cordon(&["call", "greet", r#"{"name": "Ada"}"#])
         .ok()
         .stdout_has(&["Hello, Ada!"]);
