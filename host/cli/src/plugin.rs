@@ -197,23 +197,27 @@ pub async fn run(
 
 async fn install(home: &Home, records: Option<&Records>, args: InstallArgs) -> anyhow::Result<()> {
     let source = InstallSource::parse(&args.source, args.sha256.as_deref())?;
-    let spinner = CompileSpinner::new();
-    let prepared = home
-        .prepare_install(
-            InstallRequest {
-                source,
-                name: args.name,
-                grants: args.grants,
-                limits: args.limits,
-                allow_unsigned: args.allow_unsigned,
-                signature: args.signature,
-            },
-            &|event| spinner.observe(event),
-        )
-        .await?;
-    drop(spinner);
+    let prepared = prepare(
+        home,
+        InstallRequest {
+            source,
+            name: args.name,
+            grants: args.grants,
+            limits: args.limits,
+            allow_unsigned: args.allow_unsigned,
+            signature: args.signature,
+        },
+    )
+    .await?;
     describe_install(&prepared);
     confirm_and_commit(home, records, prepared, args.yes).await
+}
+
+/// [`Home::prepare_install`], with a spinner while a large component compiles.
+async fn prepare(home: &Home, request: InstallRequest) -> Result<PreparedInstall, HomeError> {
+    let spinner = CompileSpinner::new();
+    home.prepare_install(request, &|event| spinner.observe(event))
+        .await
 }
 
 /// Shows what replacing an installed plugin changes and asks (unless `yes`), then records the
@@ -318,14 +322,7 @@ async fn outdated(home: &Home, names: &[String]) -> anyhow::Result<()> {
         );
         if matches!(p.availability, Availability::NewManifest(_)) {
             // What `update` would show, worked out the same way; nothing is recorded.
-            let spinner = CompileSpinner::new();
-            let prepared = home
-                .prepare_install(home.update_request(p, false), &|event| {
-                    spinner.observe(event)
-                })
-                .await;
-            drop(spinner);
-            match prepared {
+            match prepare(home, p.update_request(false)).await {
                 Ok(prepared) => match prepared.upgrade() {
                     Some(diff) => print_upgrade(&p.name, diff),
                     None => outln!("  (the same component in a new manifest)"),
@@ -365,14 +362,7 @@ async fn update(home: &Home, records: Option<&Records>, args: UpdateArgs) -> any
             }
             Availability::NewManifest(_) => {}
         }
-        let spinner = CompileSpinner::new();
-        let prepared = home
-            .prepare_install(home.update_request(plugin, args.allow_unsigned), &|event| {
-                spinner.observe(event)
-            })
-            .await;
-        drop(spinner);
-        let result = match prepared {
+        let result = match prepare(home, plugin.update_request(args.allow_unsigned)).await {
             Ok(prepared) => {
                 describe_install(&prepared);
                 confirm_and_commit(home, records, prepared, args.yes).await

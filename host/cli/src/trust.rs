@@ -158,12 +158,7 @@ fn key_password(purpose: &str, new: bool) -> Result<Zeroizing<String>, HomeError
 /// `cordon plugin keygen PREFIX`: writes PREFIX.key (mode 600, encrypted with a password unless
 /// `no_password`) and PREFIX.pub, refusing to overwrite either.
 pub fn keygen(prefix: &Path, no_password: bool) -> anyhow::Result<()> {
-    let with = |ext: &str| {
-        let mut name = prefix.as_os_str().to_owned();
-        name.push(ext);
-        PathBuf::from(name)
-    };
-    let (private_path, public_path) = (with(".key"), with(".pub"));
+    let (private_path, public_path) = (with_suffix(prefix, ".key"), with_suffix(prefix, ".pub"));
     let password = match no_password {
         true => Zeroizing::new(String::new()),
         false => key_password(&private_path.display().to_string(), true)?,
@@ -254,17 +249,15 @@ pub async fn sign(target: &str, key: &Path, output: Option<&Path>) -> anyhow::Re
     }
     let file = Path::new(target);
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-    if !bytes.starts_with(b"\0asm\x0d\x00\x01\x00") {
+    if let Err(why) = cordon_runtime::check_component_header(&bytes) {
         anyhow::bail!(
-            "{} is not a WebAssembly component; sign the component file you publish",
+            "{} is not a WebAssembly component ({why}); sign the component file you publish",
             file.display()
         );
     }
-    let output = output.map(Path::to_path_buf).unwrap_or_else(|| {
-        let mut name = file.as_os_str().to_owned();
-        name.push(".sig");
-        PathBuf::from(name)
-    });
+    let output = output
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| with_suffix(file, ".sig"));
     // Replaced whole, never written through a link that happens to be there.
     let dir = output
         .parent()
@@ -275,15 +268,21 @@ pub async fn sign(target: &str, key: &Path, output: Option<&Path>) -> anyhow::Re
     writeln!(temp, "{}", key.sign(&bytes))?;
     temp.persist(&output)
         .with_context(|| format!("cannot write {}", output.display()))?;
+    let digest = cordon_home::sha256_digest(&bytes);
     outln!(
-        "Wrote the signature of {} ({}) to {}. Users install it with: cordon plugin install \
-         <URL or file> --sha256 {} --signature <its URL or file>",
+        "Wrote the signature of {} ({digest}) to {}. Users install it with: cordon plugin \
+         install <URL or file> --sha256 {} --signature <its URL or file>",
         file.display(),
-        cordon_home::sha256_digest(&bytes),
         output.display(),
-        cordon_home::sha256_digest(&bytes)
-            .strip_prefix("sha256:")
-            .unwrap_or_default()
+        digest.strip_prefix("sha256:").unwrap_or_default()
     );
     Ok(())
+}
+
+/// `path` with `suffix` appended to its file name (`alice` → `alice.key`, `p.wasm` →
+/// `p.wasm.sig`).
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
 }

@@ -683,11 +683,8 @@ pub async fn push_component(path: &Path, reference: &OciReference) -> Result<Str
         )));
     }
     let component = std::fs::read(path).map_err(|e| not_pushable(e.to_string()))?;
-    if !component.starts_with(b"\0asm\x0d\x00\x01\x00") {
-        return Err(not_pushable(
-            "it is not a WebAssembly component (a core module or another file)".into(),
-        ));
-    }
+    cordon_runtime::check_component_header(&component)
+        .map_err(|why| not_pushable(format!("it is not a WebAssembly component: {why}")))?;
     let component = component.as_slice();
     let client = reference.client()?;
     let auth = reference.auth();

@@ -59,10 +59,9 @@ impl Home {
             else {
                 continue;
             };
-            let text = std::fs::read_to_string(&path).map_err(io_err("read", &path))?;
             keys.push(TrustedKey {
                 name: name.to_string(),
-                key: PublicKey::from_pem(&text, &path)?,
+                key: PublicKey::from_pem(&read_key_file(&path, false)?, &path)?,
             });
         }
         keys.sort_by(|a, b| a.name.cmp(&b.name));
@@ -226,7 +225,8 @@ impl Home {
 
     /// The one decision on whether a fetched component's signatures let it be installed:
     /// a registry plugin needs a valid signature of its manifest by a trusted key unless the
-    /// user waived that, and a detached signature, when given, must be valid.
+    /// user waived that, and a detached signature, when given, must be valid. The caller has
+    /// made [`Home::check_signature_possible`] before fetching.
     pub(crate) async fn check_signature(
         &self,
         source: &InstallSource,
@@ -234,7 +234,6 @@ impl Home {
         signature: Option<&str>,
         allow_unsigned: bool,
     ) -> Result<SignatureCheck, HomeError> {
-        self.check_signature_possible(source, signature, allow_unsigned)?;
         let name = source.describe();
         match source {
             InstallSource::Oci(reference) => {
@@ -359,21 +358,13 @@ pub(crate) fn verify_attached(
 }
 
 /// Which trusted key made `signature` (a detached signature, as `cosign sign-blob` and `cordon
-/// plugin sign FILE` write) of the component `bytes`.
+/// plugin sign FILE` write, read with its size bounded) of the component `bytes`.
 pub(crate) fn verify_detached(
     source_name: &str,
     bytes: &[u8],
     signature: &str,
     keys: &[TrustedKey],
 ) -> Result<SignedBy, HomeError> {
-    if signature.len() > MAX_SIGNATURE_TEXT {
-        return Err(HomeError::UntrustedSignature {
-            source_name: source_name.to_string(),
-            count: 1,
-            trusted: names(keys),
-            problems: "; the signature file is far too large to be one".into(),
-        });
-    }
     keys.iter()
         .find(|k| k.key.verifies(bytes, signature))
         .map(TrustedKey::signed_by)

@@ -84,13 +84,15 @@ impl Home {
         }
         Ok(selected)
     }
+}
 
-    /// The request that installs the registry plugin `name` anew from its tag, keeping its
-    /// grants and limits (the install's diff drops grants the new ceiling forbids).
-    pub fn update_request(&self, plugin: &RegistryPlugin, allow_unsigned: bool) -> InstallRequest {
+impl RegistryPlugin {
+    /// The request that installs this plugin anew from its tag, keeping its grants and limits
+    /// (the install's diff drops grants the new ceiling forbids).
+    pub fn update_request(&self, allow_unsigned: bool) -> InstallRequest {
         InstallRequest {
-            source: InstallSource::Oci(plugin.reference.clone()),
-            name: Some(plugin.name.clone()),
+            source: InstallSource::Oci(self.reference.clone()),
+            name: Some(self.name.clone()),
             grants: Vec::new(),
             limits: Vec::new(),
             allow_unsigned,

@@ -179,7 +179,7 @@ impl Runtime {
         pin: Option<&CompiledPin>,
         progress: &dyn Fn(CompileEvent),
     ) -> Result<Plugin, RuntimeError> {
-        check_header(wasm)?;
+        check_component_header(wasm)?;
         let sha = hex::encode(Sha256::digest(wasm));
         self.load_or_compile(sha, pin, || Ok(Cow::Borrowed(wasm)), progress)
     }
@@ -198,7 +198,7 @@ impl Runtime {
         let sha = sha256_hex.to_ascii_lowercase();
         let bytes = || {
             let wasm = read().map_err(RuntimeError::Unreadable)?;
-            check_header(&wasm)?;
+            check_component_header(&wasm)?;
             let actual = hex::encode(Sha256::digest(&wasm));
             if actual != sha {
                 return Err(RuntimeError::DigestMismatch {
@@ -343,18 +343,16 @@ fn exports_contract(component: &Component, engine: &Engine) -> bool {
         .any(|(name, _)| name.starts_with("cordon:tool/tools@"))
 }
 
-/// Tells a core module, a non-wasm file and a component apart before compiling, so the error
-/// says what the file actually is.
-fn check_header(wasm: &[u8]) -> Result<(), RuntimeError> {
-    let refused = |why| Err(RuntimeError::NotAComponent(why));
+/// Tells a core module, a non-wasm file and a component apart from its first eight bytes,
+/// without compiling, so the error says what the file actually is: before a component is
+/// compiled, and before it is published or signed.
+pub fn check_component_header(wasm: &[u8]) -> Result<(), NotAComponent> {
     match wasm.first_chunk::<8>() {
         Some([b'\0', b'a', b's', b'm', 0x0d, 0x00, 0x01, 0x00]) => Ok(()),
-        Some([b'\0', b'a', b's', b'm', 0x01, 0x00, 0x00, 0x00]) => {
-            refused(NotAComponent::CoreModule)
-        }
+        Some([b'\0', b'a', b's', b'm', 0x01, 0x00, 0x00, 0x00]) => Err(NotAComponent::CoreModule),
         Some([b'\0', b'a', b's', b'm', a, b, c, d]) => {
-            refused(NotAComponent::UnknownLayer([*a, *b, *c, *d]))
+            Err(NotAComponent::UnknownLayer([*a, *b, *c, *d]))
         }
-        _ => refused(NotAComponent::NoMagic),
+        _ => Err(NotAComponent::NoMagic),
     }
 }

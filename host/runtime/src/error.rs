@@ -13,7 +13,7 @@ pub enum RuntimeError {
     Engine(#[source] EngineError),
     /// The bytes are not a WebAssembly component.
     #[error("not a WebAssembly component: {0}")]
-    NotAComponent(#[source] NotAComponent),
+    NotAComponent(#[from] NotAComponent),
     /// The component is well-formed but failed validation or compilation.
     #[error("the component is invalid: {0:#}")]
     Invalid(#[source] wasmtime::Error),

@@ -37,7 +37,9 @@ pub use cordon_core::{
     CallReport, Ceiling, CompiledPin, Content, Grants, LimitKind, Limits, ReservedPaths,
     ToolDescriptor, ToolError,
 };
-pub use engine::{CompileEvent, DEFAULT_MAX_INSTANCES, Runtime, RuntimeConfig};
+pub use engine::{
+    CompileEvent, DEFAULT_MAX_INSTANCES, Runtime, RuntimeConfig, check_component_header,
+};
 pub use error::{CallError, Denial, EngineError, NotAComponent, NotAPlugin, RuntimeError};
 pub use plugin::{Plugin, ToolOutput};
 pub use sandbox::{EnvSource, Sandbox};

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use cordon_agent::Conversation;
-use cordon_store::{NewSession, SessionSettings, Store};
+use cordon_store::Store;
 
+use crate::sessions::new_session;
 use crate::{Backend, each_backend, fresh, options};
 
 each_backend!(
@@ -13,16 +13,7 @@ each_backend!(
     |backend: Backend| async move {
         let (store, url, _dir) = fresh(backend, options(Duration::from_secs(30), 64)).await;
         for id in ["first", "second"] {
-            store
-                .create_session(NewSession {
-                    id: Some(id.into()),
-                    origin: "gateway".into(),
-                    parent: None,
-                    settings: SessionSettings::default(),
-                    conversation: Conversation::new(),
-                })
-                .await
-                .unwrap();
+            new_session(&store, id).await;
         }
         assert_eq!(store.history_session("d1").await.unwrap(), None);
         store.remember_history("d1", "first").await.unwrap();

@@ -120,7 +120,8 @@ async fn tool_turn(conv: &mut Conversation, journal: &mut dyn Journal, n: usize)
     assert_eq!(conv.state, State::Idle);
 }
 
-async fn new_session(store: &Store, id: &str) {
+/// Creates the empty session `id`.
+pub(crate) async fn new_session(store: &Store, id: &str) {
     store
         .create_session(NewSession {
             id: Some(id.into()),
