@@ -449,7 +449,11 @@ fn describe_decision(d: &Decision) -> String {
 
 /// The decision for one tool as `cordon chat`/`run` make it (no answers given yet).
 fn decision(rules: &ApprovalConfig, spec: &ToolSpec) -> Decision {
-    approval::decide(rules, &Default::default(), spec)
+    let none = approval::Standing {
+        answers: &Default::default(),
+        requester: None,
+    };
+    approval::decide(rules, none, spec)
 }
 
 /// At install, tools grouped by what a conversation will do with their calls.

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use cordon_agent::approval::decide;
+use cordon_agent::approval::{Standing, StandingAnswer, decide};
 use cordon_agent::tools::render_failure;
 use cordon_agent::{
     ApprovalAnswer, ApprovalConfig, ApprovalRequest, Content, GivenAnswer, Policy, ToolFailure,
@@ -149,7 +149,7 @@ impl McpHost {
 }
 
 /// The tools a client's user answered `always` for, by identity.
-type Answers = Arc<Mutex<BTreeMap<String, Policy>>>;
+type Answers = Arc<Mutex<BTreeMap<String, StandingAnswer>>>;
 
 /// How many stateless clients' `always` answers a host keeps; past it the oldest client's
 /// are forgotten (it is asked again).
@@ -271,6 +271,7 @@ impl McpServer {
                 turn: None,
                 call_id: Some(facts.call_id.clone()),
                 client: Some(facts.client.to_string()),
+                requested_by: None,
                 tool: spec.tool.clone(),
                 plugin: spec.plugin.clone(),
                 digest: spec.digest.clone(),
@@ -332,10 +333,17 @@ impl McpServer {
         match given.answer {
             ApprovalAnswer::Yes => Asked::Run(approved),
             ApprovalAnswer::Always => {
-                answers
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(spec.identity(), Policy::Auto);
+                answers.lock().unwrap_or_else(|e| e.into_inner()).insert(
+                    spec.identity(),
+                    StandingAnswer {
+                        policy: Policy::Auto,
+                        by: given.by.clone(),
+                        at_ms: given.at_ms,
+                        call_id: String::new(),
+                        turn: 0,
+                        requester: None,
+                    },
+                );
                 Asked::Run(approved)
             }
             ApprovalAnswer::No | ApprovalAnswer::Never => {
@@ -360,7 +368,11 @@ impl McpServer {
         let (answers, always_holds) = self.answers_for(context, facts.client);
         let decision = {
             let given = answers.lock().unwrap_or_else(|e| e.into_inner());
-            decide(&self.host.options.approval, &given, spec)
+            let standing = Standing {
+                answers: &given,
+                requester: None,
+            };
+            decide(&self.host.options.approval, standing, spec)
         };
         match decision.policy {
             Policy::Auto => {
