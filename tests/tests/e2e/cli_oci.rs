@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 use cordon_tests::{TestHome, file_digest, fixture};
 
 /// A registry serving from a temporary directory until dropped.
-struct Registry {
+pub(super) struct Registry {
     child: Child,
     storage: PathBuf,
-    port: u16,
+    pub(super) port: u16,
     _dir: tempfile::TempDir,
 }
 
@@ -26,7 +26,7 @@ struct Registry {
 const REGISTRY_PASSWORD: &str = "plugin-pass";
 
 impl Registry {
-    fn start() -> Registry {
+    pub(super) fn start() -> Registry {
         Registry::start_with("")
     }
 
@@ -87,7 +87,7 @@ impl Registry {
         registry
     }
 
-    fn reference(&self, rest: &str) -> String {
+    pub(super) fn reference(&self, rest: &str) -> String {
         format!("oci://127.0.0.1:{}/{rest}", self.port)
     }
 
@@ -111,7 +111,7 @@ impl Drop for Registry {
 
 /// Pushes `manifest` (with the blobs it names) to `repo:tag` as another tool would, over the
 /// registry's HTTP API.
-fn push_raw(
+pub(super) fn push_raw(
     registry: &Registry,
     repo: &str,
     tag: &str,
@@ -168,7 +168,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// The manifest digest `cordon plugin push` printed.
-fn pushed(home: &TestHome, file: &Path, reference: &str) -> String {
+pub(super) fn pushed(home: &TestHome, file: &Path, reference: &str) -> String {
     let run = home
         .cordon(&["plugin", "push", &file.display().to_string(), reference])
         .ok()
@@ -361,7 +361,7 @@ fn artifacts_that_are_not_one_wasm_component_are_refused_naming_what_they_are() 
 }
 
 /// `cordon plugin keygen DIR/NAME`: the private and public key files.
-fn keygen(home: &TestHome, name: &str) -> (String, String) {
+pub(super) fn keygen(home: &TestHome, name: &str) -> (String, String) {
     let prefix = home.scratch("keys").join(name);
     home.cordon(&[
         "plugin",
@@ -378,7 +378,7 @@ fn keygen(home: &TestHome, name: &str) -> (String, String) {
 }
 
 /// A manifest as the registry serves it.
-fn get_manifest(registry: &Registry, repo: &str, reference: &str) -> String {
+pub(super) fn get_manifest(registry: &Registry, repo: &str, reference: &str) -> String {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let url = format!(
         "http://127.0.0.1:{}/v2/{repo}/manifests/{reference}",
