@@ -39,14 +39,7 @@ pub(crate) struct AppState {
 /// The largest request body taken (a message, settings, an answer).
 const MAX_BODY: usize = 1 << 20;
 
-/// The MCP endpoint's service (see [`crate::mcp`]).
-pub(crate) type McpService =
-    cordon_mcp::rmcp::transport::streamable_http_server::StreamableHttpService<
-        cordon_mcp::McpServer,
-        cordon_mcp::rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
-    >;
-
-pub(crate) fn router(state: AppState, mcp: McpService) -> Router {
+pub(crate) fn router(state: AppState, mcp: crate::mcp::Endpoint) -> Router {
     let api = Router::new()
         .route("/sessions", get(list_sessions).post(create_session))
         .route("/sessions/{id}", get(get_session).delete(delete_session))
@@ -62,9 +55,7 @@ pub(crate) fn router(state: AppState, mcp: McpService) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     let gateway = crate::gateway::router(state.host.clone())
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
-    let mcp = Router::new()
-        .route_service("/mcp", mcp)
-        .route_layer(middleware::from_fn(crate::mcp::check_message))
+    let mcp = crate::mcp::routes(mcp)
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/", get(console::page))
