@@ -117,6 +117,9 @@ async def test_the_bundled_tools_run_in_the_sandbox(world, transport):
     assert record["client"].startswith("mcp ")
     if transport == "http":
         assert "token `default`" in record["client"]
+        assert record["requested_by"] == {"token": "default"}
+    else:
+        assert "requested_by" not in record
     assert record["decision"] == "auto"
     assert record["outcome"]["status"] == "ok"
 

@@ -286,7 +286,7 @@ impl McpServer {
                 turn: None,
                 call_id: Some(facts.call_id.clone()),
                 client: Some(facts.client.to_string()),
-                requested_by: None,
+                requested_by: facts.token.map(cordon_core::Requester::token),
                 tool: spec.tool.clone(),
                 plugin: spec.plugin.clone(),
                 digest: spec.digest.clone(),
