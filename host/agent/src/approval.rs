@@ -188,6 +188,19 @@ pub struct StandingAnswer {
 }
 
 impl StandingAnswer {
+    /// An answer of an unknown person at the terminal: what a conversation recorded before
+    /// answers were attributed reads as (it covers only turns with no requester).
+    pub fn unattributed(policy: Policy) -> Self {
+        StandingAnswer {
+            policy,
+            by: "the user".to_string(),
+            at_ms: 0,
+            call_id: String::new(),
+            turn: 0,
+            requester: None,
+        }
+    }
+
     /// Whether the answer decides calls in a turn asked for by `requester`.
     pub fn covers(&self, requester: Option<&Requester>) -> bool {
         self.requester.as_ref() == requester
@@ -256,14 +269,7 @@ pub(crate) fn standing_answers<'de, D: serde::Deserializer<'de>>(
         .map(|(k, v)| {
             let answer = match v {
                 Recorded::Now(a) => a,
-                Recorded::Before(policy) => StandingAnswer {
-                    policy,
-                    by: "the user".to_string(),
-                    at_ms: 0,
-                    call_id: String::new(),
-                    turn: 0,
-                    requester: None,
-                },
+                Recorded::Before(policy) => StandingAnswer::unattributed(policy),
             };
             (k, answer)
         })
@@ -356,14 +362,7 @@ mod tests {
 
     /// An answer given at the terminal (no requester).
     fn answer(policy: Policy) -> StandingAnswer {
-        StandingAnswer {
-            policy,
-            by: "the user".into(),
-            at_ms: 0,
-            call_id: String::new(),
-            turn: 0,
-            requester: None,
-        }
+        StandingAnswer::unattributed(policy)
     }
 
     /// `answers` as they apply in a turn at the terminal.

@@ -628,14 +628,7 @@ fn always_binds_to_the_tool_identity_not_its_name() {
     let request = approval_of(&a).expect("the other plugin's tool is still asked about");
     assert_eq!(request.call_id, "c2");
     // Answers saved under a model-facing name move to the identity.
-    let answer = |policy| StandingAnswer {
-        policy,
-        by: "the user".into(),
-        at_ms: 0,
-        call_id: String::new(),
-        turn: 0,
-        requester: None,
-    };
+    let answer = StandingAnswer::unattributed;
     let mut legacy = BTreeMap::from([
         ("files2__read_file".to_string(), answer(Policy::Deny)),
         ("gone".to_string(), answer(Policy::Auto)),
