@@ -20,6 +20,7 @@ mod fsutil;
 mod install;
 mod lockfile;
 mod oci;
+mod registry;
 mod signing;
 mod source;
 mod toolbox;
