@@ -221,6 +221,12 @@ fn same_origin(a: &Url, b: &Url) -> bool {
         && a.port_or_known_default() == b.port_or_known_default()
 }
 
+/// `url` for a message: without its query, which may hold a signature (a storage service's
+/// signed URL a registry redirects to).
+fn shown(url: &Url) -> String {
+    format!("{}{}", url.origin().ascii_serialization(), url.path())
+}
+
 /// Refuses plain HTTP to another machine, where what it carries can be read and changed on the
 /// way. Only a registry on this machine (`local`) may send Cordon to plain HTTP on this machine:
 /// one elsewhere has no business with the user's local services.
@@ -229,8 +235,9 @@ fn check_transport(url: &Url, local: bool) -> Result<(), RegistryError> {
         "https" => Ok(()),
         "http" if local && is_loopback(url) => Ok(()),
         _ => Err(RegistryError::Refused(format!(
-            "the registry sent Cordon to {url}; Cordon uses plain HTTP only for a registry on \
-             this machine and only to this machine, so it did not go there"
+            "the registry sent Cordon to {}; Cordon uses plain HTTP only for a registry on \
+             this machine and only to this machine, so it did not go there",
+            shown(url)
         ))),
     }
 }
@@ -308,7 +315,7 @@ pub(crate) async fn read_capped(
             "the registry announced {announced} bytes; none were read"
         )));
     }
-    let url = response.url().to_string();
+    let url = shown(response.url());
     let mut body = Vec::with_capacity(response.content_length().unwrap_or(0) as usize);
     let mut pace = Pace::new(Instant::now(), limits);
     loop {
@@ -323,7 +330,7 @@ pub(crate) async fn read_capped(
             Ok(Err(e)) => {
                 return Err(RegistryError::Unreachable {
                     url,
-                    reason: format!("{what} broke off: {}", error_chain(&e)),
+                    reason: format!("{what} broke off: {}", error_chain(&e.without_url())),
                 });
             }
             // The window ended with nothing more received: judged below.
@@ -453,7 +460,7 @@ impl Session {
             .map_err(|e| {
                 RegistryError::Refused(format!(
                     "cannot set up the HTTP client: {}",
-                    error_chain(&e)
+                    error_chain(&e.without_url())
                 ))
             })?;
         Ok(Session {
@@ -526,8 +533,8 @@ impl Session {
                 .send()
                 .await
                 .map_err(|e| RegistryError::Unreachable {
-                    url: url.to_string(),
-                    reason: error_chain(&e),
+                    url: shown(&url),
+                    reason: error_chain(&e.without_url()),
                 })?;
             if response.status() != StatusCode::UNAUTHORIZED || challenged {
                 return Ok(response);
@@ -637,7 +644,7 @@ impl Session {
             .await
             .map_err(|e| RegistryError::Unreachable {
                 url: origin.clone(),
-                reason: error_chain(&e),
+                reason: error_chain(&e.without_url()),
             })?;
         let what = format!("the token response of {origin}");
         if !response.status().is_success() {
