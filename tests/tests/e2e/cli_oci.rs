@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use cordon_tests::{TestHome, file_digest, fixture};
 
 /// A registry serving from a temporary directory until dropped.
-struct Registry {
+pub(super) struct Registry {
     child: Child,
     storage: PathBuf,
     port: u16,
@@ -26,7 +26,7 @@ struct Registry {
 const REGISTRY_PASSWORD: &str = "plugin-pass";
 
 impl Registry {
-    fn start() -> Registry {
+    pub(super) fn start() -> Registry {
         Registry::start_with("")
     }
 
@@ -87,7 +87,7 @@ impl Registry {
         registry
     }
 
-    fn reference(&self, rest: &str) -> String {
+    pub(super) fn reference(&self, rest: &str) -> String {
         format!("oci://127.0.0.1:{}/{rest}", self.port)
     }
 
@@ -162,13 +162,13 @@ fn push_raw(
     });
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+pub(super) fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
 /// The manifest digest `cordon plugin push` printed.
-fn pushed(home: &TestHome, file: &Path, reference: &str) -> String {
+pub(super) fn pushed(home: &TestHome, file: &Path, reference: &str) -> String {
     let run = home
         .cordon(&["plugin", "push", &file.display().to_string(), reference])
         .ok()
