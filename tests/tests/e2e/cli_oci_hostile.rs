@@ -96,53 +96,74 @@ fn a_registry_cannot_make_cordon_read_more_than_its_caps() {
             announced,
             total: HUGE,
         };
-        let realm = format!(
-            "http://{}/token",
-            request.header("host").unwrap_or_default()
-        );
         match request.path() {
             "/v2/huge/announced/manifests/1" => Response::new(200, filler(Some(HUGE))),
             "/v2/huge/streamed/manifests/1" => Response::new(200, filler(None)),
             "/v2/huge/error/manifests/1" => Response::new(500, filler(None)),
-            "/v2/huge/token/manifests/1" => Response::status(401).with_header(
-                "WWW-Authenticate",
-                &format!(r#"Bearer realm="{realm}",service="fake""#),
-            ),
-            "/token" => Response::new(200, filler(None)),
             "/v2/huge/blob/manifests/1" => Response::ok(blob_manifest.clone()),
             p if p.starts_with("/v2/huge/blob/blobs/") => Response::new(200, filler(None)),
             _ => Response::status(404),
         }
     });
+    // This one wants a token for everything, and its token service answers without end.
+    let tokens = FakeRegistry::start(|request| {
+        if request.path() == "/token" {
+            return Response::new(
+                200,
+                Body::Filler {
+                    announced: None,
+                    total: HUGE,
+                },
+            );
+        }
+        let host = request.header("host").unwrap_or_default();
+        let challenge = format!(r#"Bearer realm="http://{host}/token",service="fake""#);
+        Response::status(401).with_header("WWW-Authenticate", &challenge)
+    });
+    let token_words = format!(
+        "the token response of http://{} is larger than 65536 bytes",
+        tokens.host()
+    );
     let home = TestHome::new();
-    for (repo, cap) in [
+    for (registry, repo, cap) in [
         (
+            &registry,
             "announced",
             "is larger than 4194304 bytes, the most Cordon reads of it (the registry announced 134217728 bytes; none were read)",
         ),
         (
+            &registry,
             "streamed",
             "is larger than 4194304 bytes, the most Cordon reads of it (the registry sent more; Cordon stopped reading at 4194304 bytes)",
         ),
         (
+            &registry,
             "error",
             "answered 500 Internal Server Error to the request for manifest `1` (its error body is larger than 65536 bytes",
         ),
-        ("token", "the token response of http://127.0.0.1:"),
+        (&tokens, "token", &token_words),
         (
+            &registry,
             "blob",
             "the component layer is larger than 13 bytes, the most Cordon reads of it",
         ),
     ] {
         let before = registry.body_bytes_sent();
         let reference = format!("oci://{}/huge/{repo}:1", registry.host());
-        install_fails(&home, &reference, &[])
-            .stderr_has(&[&format!("registry error for {reference}"), cap]);
+        let home_before = home.snapshot();
+        let run = home.cordon(&["plugin", "install", &reference, "--allow-unsigned"]);
         let sent = registry.body_bytes_sent() - before;
         // What a socket's buffers take beyond the cap, not the whole body.
         assert!(
             sent < HUGE / 4,
             "{repo}: Cordon took {sent} bytes of the body"
+        );
+        run.code(1)
+            .stderr_has(&[&format!("registry error for {reference}"), cap]);
+        assert_eq!(
+            home_before,
+            home.snapshot(),
+            "a failed install changed the home"
         );
     }
 }
@@ -313,26 +334,30 @@ fn registry_credentials_never_follow_a_token_realm_to_another_host_or_plain_http
 
     // One on another port is asked anonymously; the user is told why.
     *realm.lock().unwrap() = format!("http://{}/token", elsewhere.host());
-    install("other-port").ok().stderr_has(&[&format!(
-        "the credentials for {host} were not sent to the token service at http://{}",
-        elsewhere.host()
-    )]);
+    let run = install("other-port");
+    assert_eq!(basic_to(&elsewhere), 0, "credentials went to another port");
     assert!(
         !elsewhere.requests().is_empty(),
         "the other token service was not asked"
     );
-    assert_eq!(basic_to(&elsewhere), 0, "credentials went to another port");
+    run.ok().stderr_has(&[&format!(
+        "the credentials for {host} were not sent to the token service at http://{}",
+        elsewhere.host()
+    )]);
 
     // One on another machine over plain HTTP (reached through the proxy, if at all) is not
     // contacted.
     *realm.lock().unwrap() = "http://auth.example.test/token".into();
     let asked = elsewhere.requests().len();
-    install_fails(&home, &reference, &env)
-        .stderr_has(&["sends Cordon to http://auth.example.test for a token over plain HTTP"]);
+    let before = home.snapshot();
+    let run = install("plain-http");
+    assert_eq!(basic_to(&elsewhere), 0, "credentials went over plain HTTP");
     assert_eq!(
         elsewhere.requests().len(),
         asked,
         "the plain-HTTP realm was contacted"
     );
-    assert_eq!(basic_to(&elsewhere), 0, "credentials went over plain HTTP");
+    run.code(1)
+        .stderr_has(&["sends Cordon to http://auth.example.test for a token over plain HTTP"]);
+    assert_eq!(before, home.snapshot(), "a failed install changed the home");
 }
