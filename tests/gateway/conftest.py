@@ -25,7 +25,9 @@ import openai
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CORDON = ROOT / "target/debug/cordon"
+# The binary under test: $CORDON_BIN (e.g. an older build, to see an attack test fail), else
+# the one `make` built.
+CORDON = Path(os.environ.get("CORDON_BIN") or ROOT / "target/debug/cordon")
 SCRIPTED_LLM = ROOT / "target/debug/scripted-llm"
 PLUGINS = ROOT / "target/plugins"
 
@@ -103,20 +105,25 @@ class Gateway:
     procs: list = field(default_factory=list)
     # Starts another `cordon serve` on the same home, store and model (see `restart`).
     start_serve: object = None
+    # The named tokens serve accepts besides `token`, by name (see `gateway(..., tokens=)`).
+    tokens: dict = field(default_factory=dict)
 
     def restart(self):
         """Stops `cordon serve` and starts it again: what it knows must come from the store."""
         _stop(self.procs[0])
         self.procs[0], self.url = self.start_serve()
 
-    def client(self, **kwargs):
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=self.token, max_retries=0, **kwargs)
+    def client(self, as_=None, **kwargs):
+        """An SDK client with the token `as_` names (the default token when None)."""
+        key = self.tokens[as_] if as_ else self.token
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0, **kwargs)
 
-    def api(self, method, path, **kwargs):
+    def api(self, method, path, as_=None, **kwargs):
+        key = self.tokens[as_] if as_ else self.token
         r = httpx2.request(
             method,
             f"{self.url}/api/v1{path}",
-            headers={"authorization": f"Bearer {self.token}"},
+            headers={"authorization": f"Bearer {key}"},
             timeout=30,
             **kwargs,
         )
@@ -171,7 +178,17 @@ def gateway(home, tmp_path):
     """Starts a scripted model with the given steps and a `cordon serve` in front of it."""
 
     @contextmanager
-    def start(steps):
+    def start(steps, tokens=None):
+        """`tokens`: names of tokens serve accepts (a token file of its own, with `default`
+        first); None: the home's token file."""
+        token_args = []
+        secrets = {}
+        if tokens:
+            secrets = {name: f"{name}-{os.urandom(12).hex()}" for name in ["default", *tokens]}
+            token_file = tmp_path / "tokens"
+            token_file.write_text("".join(f"{n} {t}\n" for n, t in secrets.items()))
+            token_file.chmod(0o600)
+            token_args = ["--token-file", token_file]
         script = tmp_path / "script.json"
         script.write_text(json.dumps({"steps": steps}))
         record = tmp_path / "requests.jsonl"
@@ -185,7 +202,7 @@ def gateway(home, tmp_path):
 
         def start_serve():
             return _start(
-                [CORDON, "serve", "--listen", "127.0.0.1:0"],
+                [CORDON, "serve", "--listen", "127.0.0.1:0", *token_args],
                 {**home.env, "CORDON_LLM_URL": llm_url},
                 home.root,
                 r"listening on (http://127\.0\.0\.1:\d+)",
@@ -193,9 +210,14 @@ def gateway(home, tmp_path):
             )
 
         serve, url = start_serve()
-        token = (home.home / "serve-token").read_text().split()[-1]
+        token = secrets.pop("default", None) or (home.home / "serve-token").read_text().split()[-1]
         g = Gateway(
-            url=url, token=token, llm_record=record, procs=[serve, llm], start_serve=start_serve
+            url=url,
+            token=token,
+            llm_record=record,
+            procs=[serve, llm],
+            start_serve=start_serve,
+            tokens=secrets,
         )
         try:
             yield g

@@ -8,6 +8,7 @@ itself except the tests of malformed input, which must send what no SDK would.
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -95,14 +96,22 @@ class World:
                 cwd=str(self.root),
             )
         else:
-            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {self.token}"}, timeout=60)
-            server = streamable_http_client(self.serve_url + "/mcp", http_client=http)
+            return http_client(self.serve_url, self.token, mode, **kwargs)
         return Client(server, mode=mode, read_timeout_seconds=60, **kwargs)
 
 
-def _start_serve(world):
+def http_client(url, token, mode, **kwargs):
+    """An MCP SDK client connected to the `/mcp` of the `cordon serve` at `url` with `token`."""
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    server = streamable_http_client(url + "/mcp", http_client=http)
+    return Client(server, mode=mode, read_timeout_seconds=60, **kwargs)
+
+
+def start_serve(world, log, *args):
+    """Starts `cordon serve` on `world`'s home on a free port of 127.0.0.1, its stderr kept in
+    `log`; returns the process and its URL."""
     proc = subprocess.Popen(
-        [str(CORDON), "serve", "--listen", "127.0.0.1:0"],
+        [str(CORDON), "serve", "--listen", "127.0.0.1:0", *args],
         env=world.env,
         cwd=world.root,
         stdout=subprocess.DEVNULL,
@@ -111,20 +120,33 @@ def _start_serve(world):
         start_new_session=True,
     )
     found = threading.Event()
+    url = []
 
     def read():
         for line in proc.stderr:
-            world.serve_log.append(line)
+            log.append(line)
             m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
             if m:
-                world.serve_url = m.group(1)
+                url.append(m.group(1))
                 found.set()
 
     threading.Thread(target=read, daemon=True).start()
     if not found.wait(60):
         proc.kill()
-        raise AssertionError("cordon serve did not start:\n" + "".join(world.serve_log))
-    world.serve = proc
+        raise AssertionError("cordon serve did not start:\n" + "".join(log))
+    return proc, url[0]
+
+
+def stop_serve(proc):
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _start_serve(world):
+    world.serve, world.serve_url = start_serve(world, world.serve_log)
     text = (world.home / "serve-token").read_text()
     world.token = text.split()[-1]
 
@@ -169,12 +191,30 @@ def world():
         yield w
     finally:
         if w.serve is not None:
-            os.killpg(w.serve.pid, signal.SIGTERM)
-            try:
-                w.serve.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(w.serve.pid, signal.SIGKILL)
+            stop_serve(w.serve)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@dataclass
+class TwoTokens:
+    """A `cordon serve` on the world's home whose token file holds two named tokens."""
+
+    url: str
+    alice: str
+    bob: str
+
+
+@pytest.fixture(scope="session")
+def two_tokens(world):
+    alice, bob = secrets.token_hex(16), secrets.token_hex(16)
+    tokens = world.root / "two-tokens"
+    tokens.write_text(f"alice {alice}\nbob {bob}\n")
+    tokens.chmod(0o600)
+    proc, url = start_serve(world, [], "--token-file", str(tokens))
+    try:
+        yield TwoTokens(url=url, alice=alice, bob=bob)
+    finally:
+        stop_serve(proc)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ Run by `make mcp-test` (part of `make test`), or by hand after `make`:
 
 import json
 import signal
+import socket
 import subprocess
 import threading
 
@@ -18,7 +19,7 @@ import jsonschema
 import mcp.types as types
 import pytest
 
-from conftest import CORDON, MODES, TRANSPORTS, wait_until
+from conftest import CORDON, MODES, TRANSPORTS, http_client, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -116,6 +117,9 @@ async def test_the_bundled_tools_run_in_the_sandbox(world, transport):
     assert record["client"].startswith("mcp ")
     if transport == "http":
         assert "token `default`" in record["client"]
+        assert record["requested_by"] == {"token": "default"}
+    else:
+        assert "requested_by" not in record
     assert record["decision"] == "auto"
     assert record["outcome"]["status"] == "ok"
 
@@ -548,3 +552,151 @@ def test_a_server_stopped_by_sigterm_records_its_calls_and_exits(world):
         raw.close()
     records = [r for r in world.audit() if r.get("client") == "sigterm-test 1"]
     assert len(records) == 1 and records[0]["outcome"]["status"] == "ok"
+
+
+def _headers(token, session=None):
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    if session is not None:
+        headers["Mcp-Session-Id"] = session
+    return headers
+
+
+def _sse_messages(response):
+    """The JSON-RPC messages in a Server-Sent Events body."""
+    return [
+        json.loads(line[len("data:") :])
+        for line in response.text.splitlines()
+        if line.startswith("data:") and line[len("data:") :].strip()
+    ]
+
+
+def test_a_session_is_unknown_to_other_tokens(two_tokens):
+    """An MCP session, and with it the `always` answers its user gave and the questions it is
+    asked, belongs to the token that opened it: another token presenting its id is answered
+    as for a session that does not exist."""
+    url, alice, bob = two_tokens.url + "/mcp", two_tokens.alice, two_tokens.bob
+    opened = httpx2.post(
+        url, content=_initialize("2025-11-25"), headers=_headers(alice), timeout=30
+    )
+    assert opened.status_code == 200, opened.text
+    session = opened.headers["mcp-session-id"]
+    done = httpx2.post(
+        url,
+        content='{"jsonrpc":"2.0","method":"notifications/initialized"}',
+        headers=_headers(alice, session),
+        timeout=30,
+    )
+    assert done.status_code == 202, done.text
+    listing = '{"jsonrpc":"2.0","id":2,"method":"tools/list"}'
+    mine = httpx2.post(url, content=listing, headers=_headers(alice, session), timeout=30)
+    assert mine.status_code == 200 and _sse_messages(mine)[-1]["result"]["tools"], mine.text
+
+    theirs = httpx2.post(url, content=listing, headers=_headers(bob, session), timeout=30)
+    assert theirs.status_code == 404, theirs.text[:300]
+    assert "Session not found" in theirs.json()["error"]["message"]
+    # Nor can the other token follow its stream (the questions to its user) or close it.
+    stream = httpx2.get(
+        url, headers={**_headers(bob, session), "Accept": "text/event-stream"}, timeout=30
+    )
+    assert stream.status_code == 404, stream.text
+    closed = httpx2.delete(url, headers=_headers(bob, session), timeout=30)
+    assert closed.status_code == 404, closed.text
+    # A session nobody opened is answered alike.
+    unknown = httpx2.post(url, content=listing, headers=_headers(bob, "0" * 32), timeout=30)
+    assert (unknown.status_code, unknown.json()) == (theirs.status_code, theirs.json())
+
+    still = httpx2.post(url, content=listing, headers=_headers(alice, session), timeout=30)
+    assert still.status_code == 200 and _sse_messages(still)[-1]["result"]["tools"], still.text
+    assert httpx2.delete(url, headers=_headers(alice, session), timeout=30).status_code == 202
+
+
+async def test_an_approval_handle_is_unknown_to_other_tokens(two_tokens):
+    """On 2026-07-28 the question travels in an `InputRequiredResult`; its handle answers
+    only a call with the token that was asked."""
+    call = ("fw__list_dir", {"path": "/scratch"})
+    _asked, on_elicit = answering("once")
+    ask = {"elicitation_callback": on_elicit}
+    async with http_client(two_tokens.url, two_tokens.alice, "2026-07-28", **ask) as a:
+        first = await a.session.call_tool(*call, allow_input_required=True)
+        assert first.result_type == "input_required", first
+        key = next(iter(first.input_requests))
+        answer = {key: {"action": "accept", "content": {"answer": "once"}}}
+        retry = {
+            "input_responses": answer,
+            "request_state": first.request_state,
+            "allow_input_required": True,
+        }
+        async with http_client(two_tokens.url, two_tokens.bob, "2026-07-28", **ask) as b:
+            stolen = await b.session.call_tool(*call, **retry)
+            assert stolen.is_error and "unknown" in text(stolen), stolen
+        # The other token's try did not use it up.
+        mine = await a.session.call_tool(*call, **retry)
+        assert not mine.is_error, mine
+
+
+def test_a_line_over_16_mib_is_refused_and_the_server_goes_on(world):
+    raw = RawStdio(world)
+    try:
+        raw.send(_initialize("2025-11-25"))
+        raw.reply(lambda m: m.get("id") == 1)
+        raw.send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        raw.send(
+            '{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"pad":"'
+            + "x" * (17 << 20)
+            + '"}}'
+        )
+        refused = raw.reply(lambda m: m.get("error", {}).get("code") == -32600, timeout=60)
+        assert "16 MiB" in refused["error"]["message"], refused
+        raw.send('{"jsonrpc":"2.0","id":3,"method":"tools/list"}')
+        assert raw.reply(lambda m: m.get("id") == 3)["result"]["tools"]
+    finally:
+        raw.close()
+
+
+def test_a_body_over_the_cap_is_refused_naming_the_setting(world):
+    url = world.serve_url + "/mcp"
+    headers = _headers(world.token)
+    code = "x" * (2 << 20)
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "tools/call",
+            "params": {"name": "run_python", "arguments": {"code": code}},
+        }
+    ).encode()
+
+    def refused(r):
+        assert r.status_code == 413, r.text
+        error = r.json()["error"]
+        assert error["code"] == -32600
+        assert "1 MiB" in error["message"], error
+        assert "[serve] mcp_max_message_bytes" in error["message"], error
+        return True
+
+    # With its size declared, and streamed without one.
+    assert refused(httpx2.post(url, content=body, headers=headers, timeout=30))
+    chunks = [body[i : i + 65536] for i in range(0, len(body), 65536)]
+    assert refused(httpx2.post(url, content=iter(chunks), headers=headers, timeout=30))
+    # A declared size over the cap is refused before any of the body is read: the answer
+    # comes though the body never does.
+    host, port = world.serve_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        head = (
+            f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+            + f"Content-Length: {100 << 20}\r\n\r\n"
+        )
+        s.sendall(head.encode() + b'{"jsonrpc":')
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            got = s.recv(65536)
+            assert got, f"the connection closed without an answer: {answer!r}"
+            answer += got
+        assert answer.startswith(b"HTTP/1.1 413"), answer
+    assert _serve_is_alive(world)

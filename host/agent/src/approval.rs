@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use cordon_core::Requester;
 use serde::{Deserialize, Serialize};
 
 use crate::tools::ToolSpec;
@@ -137,7 +138,7 @@ impl ApprovalAnswer {
     }
 }
 
-/// An answer with who gave it: the audit log records both.
+/// An answer with who gave it and when: the audit log records them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GivenAnswer {
     /// The answer.
@@ -145,16 +146,128 @@ pub struct GivenAnswer {
     /// Who gave it: `user `ann` at the terminal`, `API token `ops``, `cordon run --approve
     /// auto`, `no answer within 5m`.
     pub by: String,
+    /// When, in milliseconds since the Unix epoch.
+    #[serde(default)]
+    pub at_ms: i64,
 }
 
 impl GivenAnswer {
-    /// An answer given by `by`.
+    /// An answer given by `by`, now.
     pub fn new(answer: ApprovalAnswer, by: impl Into<String>) -> Self {
         Self {
             answer,
             by: by.into(),
+            at_ms: cordon_core::now_ms(),
         }
     }
+}
+
+/// An `always` or `never` a person gave in a conversation, kept with what it is bound to:
+/// who gave it, when, the call it answered, and whose turns it covers. It decides later calls
+/// of the same tool only in turns asked for by the same requester as the turn it was given
+/// in, so a session that another token or end user reaches (through the API, which lets
+/// tokens act on each other's sessions until scopes exist) never inherits it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StandingAnswer {
+    /// `auto` for `always`, `deny` for `never`.
+    pub policy: Policy,
+    /// Who gave it (as the audit log names them).
+    pub by: String,
+    /// When, in milliseconds since the Unix epoch (0: recorded before this was kept).
+    #[serde(default)]
+    pub at_ms: i64,
+    /// Cordon's id of the call it answered (empty: recorded before this was kept).
+    #[serde(default)]
+    pub call_id: String,
+    /// The turn of that call (0-based).
+    #[serde(default)]
+    pub turn: usize,
+    /// The requester of that turn; the answer covers only their turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requester: Option<Requester>,
+}
+
+impl StandingAnswer {
+    /// Whether the answer decides calls in a turn asked for by `requester`.
+    pub fn covers(&self, requester: Option<&Requester>) -> bool {
+        self.requester.as_ref() == requester
+    }
+
+    /// The answer as the reason of a decision it makes: which answer, by whom, when, for
+    /// which call. The audit record of a call it lets run (or refuses) carries this.
+    pub fn reason(&self) -> String {
+        let word = match self.policy {
+            Policy::Auto => "always",
+            Policy::Deny => "never",
+            Policy::Ask => "ask",
+        };
+        let mut text = format!("{} answered `{word}` for this tool", self.by);
+        if self.at_ms > 0 {
+            text.push_str(&format!(" at {}", rfc3339_ms(self.at_ms)));
+        }
+        if !self.call_id.is_empty() {
+            text.push_str(&format!(" (call {}, turn {})", self.call_id, self.turn + 1));
+        }
+        text.push_str(" in this conversation");
+        text
+    }
+}
+
+/// `at_ms` as an RFC 3339 UTC time with milliseconds.
+fn rfc3339_ms(at_ms: i64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(at_ms.max(0) as u64);
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
+/// The standing answers of a conversation, seen from one requester's turn: only the answers
+/// that [cover](StandingAnswer::covers) the requester decide anything.
+#[derive(Debug, Clone, Copy)]
+pub struct Standing<'a> {
+    /// The answers, by tool identity.
+    pub answers: &'a BTreeMap<String, StandingAnswer>,
+    /// Who asked for the turn.
+    pub requester: Option<&'a Requester>,
+}
+
+impl<'a> Standing<'a> {
+    /// The answer for the tool `identity` that applies in this turn.
+    pub fn get(&self, identity: &str) -> Option<&'a StandingAnswer> {
+        self.answers
+            .get(identity)
+            .filter(|a| a.covers(self.requester))
+    }
+}
+
+/// Reads recorded standing answers: today's [`StandingAnswer`]s, or the bare policies
+/// (`"auto"`, `"deny"`) that conversations recorded before answers were attributed, which
+/// become answers of an unknown person covering only turns with no requester.
+pub(crate) fn standing_answers<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, StandingAnswer>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Recorded {
+        Now(StandingAnswer),
+        Before(Policy),
+    }
+    let map = BTreeMap::<String, Recorded>::deserialize(d)?;
+    Ok(map
+        .into_iter()
+        .map(|(k, v)| {
+            let answer = match v {
+                Recorded::Now(a) => a,
+                Recorded::Before(policy) => StandingAnswer {
+                    policy,
+                    by: "the user".to_string(),
+                    at_ms: 0,
+                    call_id: String::new(),
+                    turn: 0,
+                    requester: None,
+                },
+            };
+            (k, answer)
+        })
+        .collect())
 }
 
 /// A decision with the reason shown to the user.
@@ -166,18 +279,18 @@ pub struct Decision {
     pub reason: String,
 }
 
-/// Decides the policy for a tool. The config rules that apply to it are the `[approval.tools]`
-/// rule for its bare name, the one for `plugin.tool` and the `[approval.plugins]` rule for its
-/// plugin; the strictest of them counts (deny > ask > auto). A config `deny` wins over
-/// everything; then come the user's answers in this conversation (`always`/`never`, keyed by
-/// the tool's identity); then the strictest config rule; then the default — `ask` for tools that
-/// declare themselves destructive, `auto` for tools whose effective capabilities cannot change
-/// anything, `ask` for everything else.
-pub fn decide(
-    config: &ApprovalConfig,
-    session: &BTreeMap<String, Policy>,
-    spec: &ToolSpec,
-) -> Decision {
+/// Decides the policy for a tool in a turn. The config rules that
+/// apply to it are the `[approval.tools]` rule for its bare name, the one for `plugin.tool` and
+/// the `[approval.plugins]` rule for its plugin; the strictest of them counts (deny > ask >
+/// auto). In order of precedence:
+///
+/// 1. a config `deny`;
+/// 2. a standing answer in this conversation (`always`/`never`, keyed by the tool's identity)
+///    that covers the turn's requester (see [`StandingAnswer::covers`]);
+/// 3. the strictest config rule;
+/// 4. the default: `ask` for tools that declare themselves destructive, `auto` for tools whose
+///    effective capabilities cannot change anything, `ask` for everything else.
+pub fn decide(config: &ApprovalConfig, standing: Standing<'_>, spec: &ToolSpec) -> Decision {
     let identity = spec.identity();
     // Most specific first: on equal strictness the reason names the most specific rule.
     let candidates = [
@@ -205,15 +318,10 @@ pub fn decide(
             reason: format!("cordon.toml denies {subject}"),
         };
     }
-    if let Some(p) = session.get(&identity) {
-        let reason = match p {
-            Policy::Deny => "you answered `never` for this tool in this conversation",
-            Policy::Auto => "you answered `always` for this tool in this conversation",
-            Policy::Ask => "you asked to be asked for this tool",
-        };
+    if let Some(answer) = standing.get(&identity) {
         return Decision {
-            policy: *p,
-            reason: reason.to_string(),
+            policy: answer.policy,
+            reason: answer.reason(),
         };
     }
     if let Some((p, subject)) = strictest {
@@ -245,6 +353,26 @@ pub fn decide(
 mod tests {
     use super::*;
     use crate::tools::ToolHints;
+
+    /// An answer given at the terminal (no requester).
+    fn answer(policy: Policy) -> StandingAnswer {
+        StandingAnswer {
+            policy,
+            by: "the user".into(),
+            at_ms: 0,
+            call_id: String::new(),
+            turn: 0,
+            requester: None,
+        }
+    }
+
+    /// `answers` as they apply in a turn at the terminal.
+    fn local(answers: &BTreeMap<String, StandingAnswer>) -> Standing<'_> {
+        Standing {
+            answers,
+            requester: None,
+        }
+    }
 
     fn spec(
         name: &str,
@@ -286,17 +414,17 @@ mod tests {
         let c = ApprovalConfig::default();
         let s = BTreeMap::new();
         assert_eq!(
-            decide(&c, &s, &spec("a", "p", false, false, false)).policy,
+            decide(&c, local(&s), &spec("a", "p", false, false, false)).policy,
             Policy::Auto
         );
         // A tool that claims to be read-only but can write is still asked about.
         assert_eq!(
-            decide(&c, &s, &spec("a", "p", true, true, false)).policy,
+            decide(&c, local(&s), &spec("a", "p", true, true, false)).policy,
             Policy::Ask
         );
         // Destructive is always ask by default, even with harmless grants.
         assert_eq!(
-            decide(&c, &s, &spec("a", "p", false, true, true)).policy,
+            decide(&c, local(&s), &spec("a", "p", false, true, true)).policy,
             Policy::Ask
         );
     }
@@ -307,31 +435,41 @@ mod tests {
         c.tools.insert("a".into(), Policy::Auto);
         c.plugins.insert("p".into(), Policy::Deny);
         let mut s = BTreeMap::new();
-        s.insert("p.a".to_string(), Policy::Auto);
+        s.insert("p.a".to_string(), answer(Policy::Auto));
         assert_eq!(
-            decide(&c, &s, &spec("a", "p", true, false, false)).policy,
+            decide(&c, local(&s), &spec("a", "p", true, false, false)).policy,
             Policy::Deny
         );
         // A config rule sets the policy even against the default for destructive tools.
         c.plugins.clear();
         assert_eq!(
-            decide(&c, &BTreeMap::new(), &spec("a", "p", true, false, true)).policy,
+            decide(
+                &c,
+                local(&BTreeMap::new()),
+                &spec("a", "p", true, false, true)
+            )
+            .policy,
             Policy::Auto
         );
         c.plugins.insert("p".into(), Policy::Ask);
         assert_eq!(
-            decide(&c, &BTreeMap::new(), &spec("b", "p", false, false, false)).policy,
+            decide(
+                &c,
+                local(&BTreeMap::new()),
+                &spec("b", "p", false, false, false)
+            )
+            .policy,
             Policy::Ask
         );
-        s.insert("p.b".to_string(), Policy::Deny);
+        s.insert("p.b".to_string(), answer(Policy::Deny));
         assert_eq!(
-            decide(&c, &s, &spec("b", "p", false, false, false)).policy,
+            decide(&c, local(&s), &spec("b", "p", false, false, false)).policy,
             Policy::Deny
         );
         // A session `always` does not lift a config `deny`.
         c.tools.insert("b".into(), Policy::Deny);
-        s.insert("p.b".to_string(), Policy::Auto);
-        let d = decide(&c, &s, &spec("b", "p", false, false, false));
+        s.insert("p.b".to_string(), answer(Policy::Auto));
+        let d = decide(&c, local(&s), &spec("b", "p", false, false, false));
         assert_eq!(d.policy, Policy::Deny);
         assert_eq!(d.reason, "cordon.toml denies the tool `b`");
     }
@@ -342,7 +480,7 @@ mod tests {
         let mut c = ApprovalConfig::default();
         c.tools.insert("read_file".into(), Policy::Deny);
         for t in [&one, &two] {
-            let d = decide(&c, &BTreeMap::new(), t);
+            let d = decide(&c, local(&BTreeMap::new()), t);
             assert_eq!(d.policy, Policy::Deny, "{}", t.name);
             assert_eq!(d.reason, "cordon.toml denies the tool `read_file`");
         }
@@ -354,10 +492,13 @@ mod tests {
         let (one, two) = clashing();
         let mut c = ApprovalConfig::default();
         c.tools.insert("files.read_file".into(), Policy::Deny);
-        let d = decide(&c, &BTreeMap::new(), &one);
+        let d = decide(&c, local(&BTreeMap::new()), &one);
         assert_eq!(d.policy, Policy::Deny);
         assert_eq!(d.reason, "cordon.toml denies `files.read_file`");
-        assert_eq!(decide(&c, &BTreeMap::new(), &two).policy, Policy::Auto);
+        assert_eq!(
+            decide(&c, local(&BTreeMap::new()), &two).policy,
+            Policy::Auto
+        );
     }
 
     #[test]
@@ -370,11 +511,11 @@ mod tests {
         };
         // A permissive tool rule does not lift a stricter plugin rule, nor the reverse.
         let c = rules(&[("read_file", Policy::Auto)], &[("files", Policy::Ask)]);
-        let d = decide(&c, &none, &one);
+        let d = decide(&c, local(&none), &one);
         assert_eq!(d.policy, Policy::Ask);
         assert_eq!(d.reason, "cordon.toml sets `ask` for the plugin `files`");
         let c = rules(&[("read_file", Policy::Ask)], &[("files", Policy::Auto)]);
-        assert_eq!(decide(&c, &none, &one).policy, Policy::Ask);
+        assert_eq!(decide(&c, local(&none), &one).policy, Policy::Ask);
         // A qualified `auto` does not lift a bare `deny`.
         let c = rules(
             &[
@@ -383,14 +524,14 @@ mod tests {
             ],
             &[],
         );
-        assert_eq!(decide(&c, &none, &one).policy, Policy::Deny);
+        assert_eq!(decide(&c, local(&none), &one).policy, Policy::Deny);
         // A plugin `deny` beats a qualified `auto` and a session `always`.
         let c = rules(
             &[("files.read_file", Policy::Auto)],
             &[("files", Policy::Deny)],
         );
-        let always = BTreeMap::from([("files.read_file".to_string(), Policy::Auto)]);
-        let d = decide(&c, &always, &one);
+        let always = BTreeMap::from([("files.read_file".to_string(), answer(Policy::Auto))]);
+        let d = decide(&c, local(&always), &one);
         assert_eq!(d.policy, Policy::Deny);
         assert_eq!(d.reason, "cordon.toml denies the plugin `files`");
         // Equal strictness: the reason names the most specific rule.
@@ -399,24 +540,24 @@ mod tests {
             &[("files", Policy::Ask)],
         );
         assert_eq!(
-            decide(&c, &none, &one).reason,
+            decide(&c, local(&none), &one).reason,
             "cordon.toml sets `ask` for `files.read_file`"
         );
         // A session `always` still answers a config `ask`.
         let c = rules(&[("read_file", Policy::Ask)], &[]);
-        assert_eq!(decide(&c, &always, &one).policy, Policy::Auto);
+        assert_eq!(decide(&c, local(&always), &one).policy, Policy::Auto);
     }
 
     #[test]
     fn session_answers_bind_to_the_tool_identity() {
         let (one, two) = clashing();
         let c = ApprovalConfig::default();
-        let never = BTreeMap::from([("files.read_file".to_string(), Policy::Deny)]);
-        assert_eq!(decide(&c, &never, &one).policy, Policy::Deny);
-        assert_eq!(decide(&c, &never, &two).policy, Policy::Auto);
+        let never = BTreeMap::from([("files.read_file".to_string(), answer(Policy::Deny))]);
+        assert_eq!(decide(&c, local(&never), &one).policy, Policy::Deny);
+        assert_eq!(decide(&c, local(&never), &two).policy, Policy::Auto);
         // A key that is only a model-facing name binds to nothing.
-        let by_name = BTreeMap::from([("files2__read_file".to_string(), Policy::Deny)]);
-        assert_eq!(decide(&c, &by_name, &two).policy, Policy::Auto);
+        let by_name = BTreeMap::from([("files2__read_file".to_string(), answer(Policy::Deny))]);
+        assert_eq!(decide(&c, local(&by_name), &two).policy, Policy::Auto);
     }
 
     #[test]
@@ -429,7 +570,10 @@ mod tests {
         c.plugins.insert("gone".into(), Policy::Deny);
         c.plugins.insert("files".into(), Policy::Ask);
         // The model-facing name does not deny anything...
-        assert_eq!(decide(&c, &BTreeMap::new(), &one).policy, Policy::Ask);
+        assert_eq!(
+            decide(&c, local(&BTreeMap::new()), &one).policy,
+            Policy::Ask
+        );
         // ...and says so.
         let notes = c.unmatched_rules(&[one, two]);
         assert_eq!(notes.len(), 3, "{notes:?}");
@@ -446,6 +590,70 @@ mod tests {
             "{}",
             notes[2]
         );
+    }
+
+    #[test]
+    fn a_standing_answer_covers_only_its_requesters_turns_and_says_whose_it_is() {
+        let (one, _) = clashing();
+        let c = ApprovalConfig::default();
+        let ann = Requester::token("ann");
+        let bob = Requester::token("bob");
+        let given = StandingAnswer {
+            policy: Policy::Deny,
+            by: "API token `ops`".into(),
+            at_ms: 1_700_000_000_123,
+            call_id: "c3".into(),
+            turn: 1,
+            requester: Some(ann.clone()),
+        };
+        let answers = BTreeMap::from([("files.read_file".to_string(), given)]);
+        let turn_of = |requester| Standing {
+            answers: &answers,
+            requester,
+        };
+        let d = decide(&c, turn_of(Some(&ann)), &one);
+        assert_eq!(d.policy, Policy::Deny);
+        assert_eq!(
+            d.reason,
+            "API token `ops` answered `never` for this tool at 2023-11-14T22:13:20.123Z \
+             (call c3, turn 2) in this conversation"
+        );
+        // Another token's turn, the same token for another end user, or a turn at the
+        // terminal: the answer decides nothing there.
+        let ann_as_carol = Requester {
+            token: "ann".into(),
+            user: Some("carol".into()),
+        };
+        for other in [Some(&bob), Some(&ann_as_carol), None] {
+            assert_eq!(decide(&c, turn_of(other), &one).policy, Policy::Auto);
+        }
+    }
+
+    #[test]
+    fn answers_recorded_before_they_were_attributed_still_read() {
+        #[derive(Deserialize)]
+        struct Saved {
+            #[serde(deserialize_with = "standing_answers")]
+            answers: BTreeMap<String, StandingAnswer>,
+        }
+        let saved: Saved =
+            serde_json::from_str(r#"{"answers": {"p.a": "auto", "p.b": "deny"}}"#).unwrap();
+        assert_eq!(saved.answers["p.a"], answer(Policy::Auto));
+        assert_eq!(saved.answers["p.b"].policy, Policy::Deny);
+        // They keep covering turns at the terminal, where they were given.
+        let spec = spec("a", "p", true, false, false);
+        let standing = local(&saved.answers);
+        assert_eq!(
+            decide(&ApprovalConfig::default(), standing, &spec).policy,
+            Policy::Auto
+        );
+        let now = StandingAnswer {
+            requester: Some(Requester::token("ops")),
+            ..answer(Policy::Auto)
+        };
+        let text = serde_json::to_string(&BTreeMap::from([("p.a", &now)])).unwrap();
+        let saved: Saved = serde_json::from_str(&format!(r#"{{"answers": {text}}}"#)).unwrap();
+        assert_eq!(saved.answers["p.a"], now);
     }
 
     #[test]

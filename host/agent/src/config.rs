@@ -151,6 +151,9 @@ pub struct ServeConfig {
     pub approval_timeout_secs: u64,
     /// Seconds running tool calls get to finish when the host is asked to stop.
     pub shutdown_grace_secs: u64,
+    /// The largest request body `/mcp` takes, in bytes. Each body is held and parsed whole
+    /// before anything is refused, so this bounds the memory a token holder can tie up.
+    pub mcp_max_message_bytes: usize,
 }
 
 impl Default for ServeConfig {
@@ -159,6 +162,7 @@ impl Default for ServeConfig {
             listen: "127.0.0.1:8420".to_string(),
             approval_timeout_secs: 300,
             shutdown_grace_secs: 30,
+            mcp_max_message_bytes: 1 << 20,
         }
     }
 }
@@ -479,6 +483,15 @@ impl AgentConfig {
                 "must be at least 1 second".into(),
             ));
         }
+        if self.serve.mcp_max_message_bytes < 1024 {
+            return Err(invalid(
+                "serve.mcp_max_message_bytes",
+                format!(
+                    "{} bytes cannot hold an MCP message; use at least 1024 (the default is 1048576, 1 MiB)",
+                    self.serve.mcp_max_message_bytes
+                ),
+            ));
+        }
         match self.context.tokenizer.as_str() {
             "auto" | "estimate" | "cl100k_base" | "o200k_base" => {}
             other => {
@@ -551,6 +564,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("reserve_tokens"), "{e}");
+        let e = AgentConfig::from_toml("[serve]\nmcp_max_message_bytes = 10", "c")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("serve.mcp_max_message_bytes") && e.contains("1024"),
+            "{e}"
+        );
         let e = AgentConfig::load(Path::new("/nonexistent/cordon.toml"), true)
             .unwrap_err()
             .to_string();

@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::approval::Policy;
+use cordon_core::Requester;
+
+use crate::approval::{Standing, StandingAnswer};
 use crate::messages::{Message, ModelResponse, ToolCall, Usage};
 
 /// The save format version; bumped when the layout changes incompatibly.
@@ -74,6 +76,10 @@ pub struct Turn {
     pub first_message: usize,
     /// How it ended (`None` while it runs).
     pub outcome: Option<TurnOutcome>,
+    /// Who asked for it through a served door (`None`: a user at the terminal, or a turn
+    /// recorded before requesters were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<Requester>,
 }
 
 /// Something the transcript shows that is not a message (e.g. pruning).
@@ -258,8 +264,10 @@ pub struct Conversation {
     pub state: State,
     /// Counters of the running turn.
     pub progress: Progress,
-    /// The user's `always`/`never` answers, by tool identity (`plugin.tool`).
-    pub session_approvals: BTreeMap<String, Policy>,
+    /// The user's `always`/`never` answers, by tool identity (`plugin.tool`), each with who
+    /// gave it, when, for which call and for whose turns.
+    #[serde(deserialize_with = "crate::approval::standing_answers")]
+    pub session_approvals: BTreeMap<String, StandingAnswer>,
     /// Tool calls identified so far: the number in Cordon's id of the last call (`c7` → 7).
     #[serde(default)]
     pub next_call: u64,
@@ -380,7 +388,7 @@ pub struct ConversationTail<'a> {
     turns: &'a [Turn],
     state: &'a State,
     progress: &'a Progress,
-    session_approvals: &'a BTreeMap<String, Policy>,
+    session_approvals: &'a BTreeMap<String, StandingAnswer>,
     next_call: u64,
     notes: &'a [Note],
     usage: &'a Usage,
@@ -401,6 +409,19 @@ impl Conversation {
             usage: &self.usage,
             summary: &self.summary,
         }
+    }
+
+    /// The standing answers as they apply to the latest turn's requester.
+    pub fn standing(&self) -> Standing<'_> {
+        Standing {
+            answers: &self.session_approvals,
+            requester: self.requester(),
+        }
+    }
+
+    /// Who asked for the latest turn through a served door.
+    pub fn requester(&self) -> Option<&Requester> {
+        self.turns.last().and_then(|t| t.requested_by.as_ref())
     }
 
     /// Puts a conversation back together from a recorded tail (JSON of a
@@ -497,13 +518,24 @@ mod tests {
         conv.turns.push(Turn {
             first_message: 0,
             outcome: Some(TurnOutcome::Answered),
+            requested_by: Some(Requester::token("ops")),
         });
         conv.state = State::Failed {
             error: "x".into(),
             final_pass: true,
         };
         conv.progress.iterations = 2;
-        conv.session_approvals.insert("p.t".into(), Policy::Deny);
+        conv.session_approvals.insert(
+            "p.t".into(),
+            StandingAnswer {
+                policy: crate::approval::Policy::Deny,
+                by: "API token `ops`".into(),
+                at_ms: 1_700_000_000_000,
+                call_id: "c3".into(),
+                turn: 0,
+                requester: Some(Requester::token("ops")),
+            },
+        );
         conv.next_call = 7;
         conv.notes.push(Note {
             at_message: 1,

@@ -12,10 +12,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use cordon_core::{
-    AuditEntry, AuditRecord, CallOutcome, CallReport, ToolCallAudit, arguments_sha256, now_ms,
+    AuditEntry, AuditRecord, CallOutcome, CallReport, Requester, ToolCallAudit, arguments_sha256,
+    now_ms,
 };
 
-use crate::approval::{ApprovalAnswer, GivenAnswer};
+use crate::approval::{ApprovalAnswer, GivenAnswer, Standing};
 use crate::config::{AgentConfig, ConfigError, PruneStrategy, ToolFormat};
 use crate::context::{self, Tokenizer};
 use crate::conversation::{
@@ -116,6 +117,9 @@ pub struct AuditContext {
     pub origin: String,
     /// Whether the records keep the arguments themselves, not only their digest.
     pub keep_arguments: bool,
+    /// Who asks for a turn this starts, through a served door (`None`: a user at the
+    /// terminal). A resumed turn keeps the requester it was recorded with.
+    pub requested_by: Option<Requester>,
 }
 
 /// How [`Agent::drive`] stopped.
@@ -172,7 +176,11 @@ impl Agent {
         let catalog = self.catalog();
         let mut session = conv.session_approvals.clone();
         catalog.upgrade_session(&mut session);
-        catalog.offered(&session).into_iter().cloned().collect()
+        let standing = Standing {
+            answers: &session,
+            requester: conv.requester(),
+        };
+        catalog.offered(standing).into_iter().cloned().collect()
     }
 
     /// The approval policy that applies to each installed tool in `conv`, for `/tools`.
@@ -180,11 +188,15 @@ impl Agent {
         let catalog = self.catalog();
         let mut session = conv.session_approvals.clone();
         catalog.upgrade_session(&mut session);
+        let standing = Standing {
+            answers: &session,
+            requester: conv.requester(),
+        };
         self.tools
             .tools()
             .into_iter()
             .map(|s| {
-                let d = catalog.decision(&s, &session);
+                let d = catalog.decision(&s, standing);
                 (s, d)
             })
             .collect()
@@ -275,7 +287,10 @@ if a call is refused or declined, tell the user instead of trying to get around 
             };
             match input {
                 TurnInput::Message(text) => {
-                    let event = Event::UserMessage { text };
+                    let event = Event::UserMessage {
+                        text,
+                        by: io.audit.requested_by.clone(),
+                    };
                     (
                         machine::step(conv, event.clone(), env)?,
                         Cause::Event { event },
@@ -375,6 +390,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
                                 call_id: request.call_id.clone(),
                                 answer: given.answer,
                                 by: given.by,
+                                at_ms: given.at_ms,
                             },
                         }
                     };
@@ -654,6 +670,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
                 turn: Some(conv.turns.len().saturating_sub(1) as u64),
                 call_id: Some(call.id.clone()),
                 client: None,
+                requested_by: conv.requester().cloned(),
                 tool: spec.map_or_else(|| call.call.name.clone(), |s| s.tool.clone()),
                 plugin: spec.map(|s| s.plugin.clone()).unwrap_or_default(),
                 digest: spec.map(|s| s.digest.clone()).unwrap_or_default(),
@@ -710,7 +727,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
         let offered: Vec<&ToolSpec> = if final_pass {
             Vec::new()
         } else {
-            catalog.offered(&conv.session_approvals)
+            catalog.offered(conv.standing())
         };
         let system = self.system_prompt(&offered, final_pass);
         let tools: Vec<Value> = if self.config.llm.tool_format == ToolFormat::Native {

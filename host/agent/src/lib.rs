@@ -55,7 +55,9 @@ pub mod text_tool_calls;
 pub mod tool_host;
 pub mod tools;
 
-pub use approval::{ApprovalAnswer, ApprovalConfig, Decision, GivenAnswer, Policy};
+pub use approval::{
+    ApprovalAnswer, ApprovalConfig, Decision, GivenAnswer, Policy, Standing, StandingAnswer,
+};
 pub use async_trait::async_trait;
 pub use config::{
     AgentConfig, AuditConfig, ConfigError, ContextConfig, GatewayConfig, LlmConfig, LoopConfig,

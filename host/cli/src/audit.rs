@@ -110,6 +110,9 @@ fn print_record(stored: &StoredAudit) {
                 call.decision,
                 call.decided_by,
             );
+            if let Some(who) = &call.requested_by {
+                outln!("    asked for by {who}");
+            }
             if let Some(rep) = &call.report {
                 for refused in &rep.refused {
                     outln!("    refused: {refused}");
@@ -177,6 +180,7 @@ pub fn direct_call(
             turn: None,
             call_id: None,
             client: None,
+            requested_by: None,
             tool: tool.descriptor.name.clone(),
             plugin: tool.plugin.clone(),
             digest: tool.digest.clone(),

@@ -9,7 +9,7 @@ use cordon_agent::{AgentConfig, ToolSpec};
 use cordon_core::{Capability, Ceiling, Grants, LimitKind, ToolDescriptor};
 use cordon_home::{
     Availability, Home, HomeError, InstallRequest, InstallSource, PluginRecord, PreparedInstall,
-    ToolChange, Toolbox, UpgradeDiff,
+    Provenance, SignedBy, ToolChange, Toolbox, UpgradeDiff,
 };
 
 use crate::audit;
@@ -82,7 +82,9 @@ pub enum PluginCommand {
         names: Vec<String>,
     },
     /// Update registry plugins to what their tags name now: the signature is verified, and
-    /// the changes to imports, ceiling, grants and tools are shown before you confirm.
+    /// the changes to imports, ceiling, grants and tools are shown before you confirm. A tag
+    /// moved back to a manifest the plugin had before, and a version signed by another key
+    /// than the installed one, are refused unless allowed.
     Update(UpdateArgs),
 }
 
@@ -97,9 +99,24 @@ pub struct UpdateArgs {
     /// Accept a new version without a valid signature from a trusted key (the lock records it).
     #[arg(long)]
     allow_unsigned: bool,
+    #[command(flatten)]
+    provenance: ProvenanceArgs,
     /// Replace without asking.
     #[arg(long, short = 'y')]
     yes: bool,
+}
+
+/// The waivers of the provenance checks of a replacement.
+#[derive(Debug, Args)]
+pub struct ProvenanceArgs {
+    /// Accept a manifest the plugin had before (a tag moved back to an older release); the
+    /// audit log records it.
+    #[arg(long)]
+    allow_rollback: bool,
+    /// Accept a version signed by another trusted key than the one that signed the installed
+    /// version; the audit log records it.
+    #[arg(long)]
+    allow_new_signer: bool,
 }
 
 #[derive(Debug, Args)]
@@ -121,6 +138,8 @@ pub struct InstallArgs {
     /// The plugin name (default: the file name without .wasm).
     #[arg(long)]
     name: Option<String>,
+    #[command(flatten)]
+    provenance: ProvenanceArgs,
     /// A capability to give: fs:<dir>[:<guest>][:ro|rw], env:NAME, net:https://host[:port],
     /// net:tcp://ip:port. Repeatable. Nothing is granted by default.
     #[arg(long = "grant", value_name = "GRANT")]
@@ -206,6 +225,8 @@ async fn install(home: &Home, records: Option<&Records>, args: InstallArgs) -> a
             limits: args.limits,
             allow_unsigned: args.allow_unsigned,
             signature: args.signature,
+            allow_rollback: args.provenance.allow_rollback,
+            allow_new_signer: args.provenance.allow_new_signer,
         },
     )
     .await?;
@@ -228,6 +249,7 @@ async fn confirm_and_commit(
     prepared: PreparedInstall,
     yes: bool,
 ) -> anyhow::Result<()> {
+    print_provenance(prepared.name(), prepared.provenance(), true);
     if let Some(diff) = prepared.upgrade() {
         print_upgrade(prepared.name(), diff);
         if !yes {
@@ -249,9 +271,11 @@ async fn confirm_and_commit(
             }
         }
     }
+    let provenance = prepared.provenance().clone();
     let report = prepared.commit()?;
     let verb = match &report.previous {
         None => "Installed",
+        Some(_) if provenance.rollback.is_some() => "Rolled back",
         Some(old) if old.digest == report.record.digest => "Reinstalled",
         Some(_) => "Upgraded",
     };
@@ -262,10 +286,27 @@ async fn confirm_and_commit(
     );
     if let Some(records) = records {
         let action = match &report.previous {
+            Some(_) if provenance.rollback.is_some() => "rollback",
             Some(old) if old.digest != report.record.digest => "upgrade",
             _ => "install",
         };
-        let mut details = vec![format!("from {}", report.record.source)];
+        // What the user allowed against the checks comes first, in capitals.
+        let mut details = Vec::new();
+        if let Some(r) = &provenance.rollback {
+            details.push(format!(
+                "ROLLBACK to manifest {}, which it had {} version(s) ago, from {} (allowed with \
+                 --allow-rollback)",
+                r.to, r.versions_back, r.from
+            ));
+        }
+        if let Some(c) = &provenance.new_signer {
+            details.push(format!(
+                "NEW SIGNER {} instead of {} (allowed with --allow-new-signer)",
+                key_words(&c.to),
+                key_words(&c.from)
+            ));
+        }
+        details.push(format!("from {}", report.record.source));
         if let Some(manifest) = &report.record.oci_manifest {
             details.push(format!("manifest {manifest}"));
         }
@@ -287,6 +328,38 @@ async fn confirm_and_commit(
         .await?;
     }
     Ok(())
+}
+
+/// A key as `name` (fingerprint).
+fn key_words(by: &SignedBy) -> String {
+    format!("`{}` ({})", by.key, by.fingerprint)
+}
+
+/// Shows a rollback or a change of signer loudly. `allowed`: the user allowed them (install,
+/// update); otherwise (outdated) says what `update` needs to accept them.
+fn print_provenance(name: &str, provenance: &Provenance, allowed: bool) {
+    if let Some(r) = &provenance.rollback {
+        outln!(
+            "  !!! ROLLBACK: `{name}` goes back to manifest {}, which it had {} version(s) ago \
+             (it has {} now).",
+            r.to,
+            r.versions_back,
+            r.from
+        );
+        if !allowed {
+            outln!("      `cordon plugin update` refuses this without --allow-rollback.");
+        }
+    }
+    if let Some(c) = &provenance.new_signer {
+        outln!(
+            "  !!! NEW SIGNER: signed by {}, not by {}, who signed the version installed.",
+            key_words(&c.to),
+            key_words(&c.from)
+        );
+        if !allowed {
+            outln!("      `cordon plugin update` refuses this without --allow-new-signer.");
+        }
+    }
 }
 
 /// Who signed the component, in words.
@@ -313,6 +386,11 @@ async fn outdated(home: &Home, names: &[String]) -> anyhow::Result<()> {
                 short_digest(&p.installed_manifest),
                 short_digest(now)
             ),
+            Availability::PreviousManifest(now, back) => format!(
+                "ROLLBACK: {} -> {}, a manifest it had {back} version(s) ago",
+                short_digest(&p.installed_manifest),
+                short_digest(now)
+            ),
             Availability::Unknown(e) => format!("unknown: {e}"),
         };
         outln!(
@@ -320,13 +398,22 @@ async fn outdated(home: &Home, names: &[String]) -> anyhow::Result<()> {
             p.name,
             Stream::Stdout.show(&p.reference.describe())
         );
-        if matches!(p.availability, Availability::NewManifest(_)) {
-            // What `update` would show, worked out the same way; nothing is recorded.
-            match prepare(home, p.update_request(false)).await {
-                Ok(prepared) => match prepared.upgrade() {
-                    Some(diff) => print_upgrade(&p.name, diff),
-                    None => outln!("  (the same component in a new manifest)"),
-                },
+        if p.has_news() {
+            // What `update` would show, worked out the same way; nothing is recorded. A
+            // rollback or a new signer is let through here to be shown with the rest.
+            let request = InstallRequest {
+                allow_rollback: true,
+                allow_new_signer: true,
+                ..p.update_request()
+            };
+            match prepare(home, request).await {
+                Ok(prepared) => {
+                    print_provenance(&p.name, prepared.provenance(), false);
+                    match prepared.upgrade() {
+                        Some(diff) => print_upgrade(&p.name, diff),
+                        None => outln!("  (the same component in a new manifest)"),
+                    }
+                }
                 Err(e) => outln!("  `cordon plugin update` would refuse it: {e}"),
             }
         }
@@ -360,9 +447,15 @@ async fn update(home: &Home, records: Option<&Records>, args: UpdateArgs) -> any
                 failed.push(plugin.name.clone());
                 continue;
             }
-            Availability::NewManifest(_) => {}
+            Availability::NewManifest(_) | Availability::PreviousManifest(..) => {}
         }
-        let result = match prepare(home, plugin.update_request(args.allow_unsigned)).await {
+        let request = InstallRequest {
+            allow_unsigned: args.allow_unsigned,
+            allow_rollback: args.provenance.allow_rollback,
+            allow_new_signer: args.provenance.allow_new_signer,
+            ..plugin.update_request()
+        };
+        let result = match prepare(home, request).await {
             Ok(prepared) => {
                 describe_install(&prepared);
                 confirm_and_commit(home, records, prepared, args.yes).await
@@ -449,7 +542,11 @@ fn describe_decision(d: &Decision) -> String {
 
 /// The decision for one tool as `cordon chat`/`run` make it (no answers given yet).
 fn decision(rules: &ApprovalConfig, spec: &ToolSpec) -> Decision {
-    approval::decide(rules, &Default::default(), spec)
+    let none = approval::Standing {
+        answers: &Default::default(),
+        requester: None,
+    };
+    approval::decide(rules, none, spec)
 }
 
 /// At install, tools grouped by what a conversation will do with their calls.

@@ -163,7 +163,7 @@ pub async fn run(
             turns,
             new_name,
         } => {
-            let info = store.fork(&name, turns, new_name).await?;
+            let info = store.fork(&name, turns, new_name, None).await?;
             outln!(
                 "Forked `{name}` into `{}` ({} turn(s)); continue it with `cordon chat --session {}`.",
                 info.id,
@@ -263,6 +263,7 @@ pub async fn open_session(
                     parent: None,
                     settings: SessionSettings::default(),
                     conversation: Conversation::new(),
+                    created_by: None,
                 })
                 .await?;
         }
@@ -276,6 +277,7 @@ pub async fn open_session(
             session: Some(name.to_string()),
             origin: origin.to_string(),
             keep_arguments: records.keep_arguments,
+            requested_by: None,
         },
         conversation: Some(conversation),
         settings: info.settings,
@@ -290,6 +292,7 @@ pub fn audit_only(records: &Records, origin: &str) -> Recording {
             session: None,
             origin: origin.to_string(),
             keep_arguments: records.keep_arguments,
+            requested_by: None,
         },
         conversation: None,
         settings: SessionSettings::default(),
@@ -336,6 +339,7 @@ async fn replay(
             parent: Some(args.name.clone()),
             settings,
             conversation: Conversation::new(),
+            created_by: None,
         })
         .await?;
     if !args.unattended.json {
@@ -363,6 +367,7 @@ mod tests {
             conv.turns.push(cordon_agent::conversation::Turn {
                 first_message: i * 2,
                 outcome: None,
+                requested_by: None,
             });
             conv.messages.push(Message::assistant("ok"));
         }

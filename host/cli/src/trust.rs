@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Subcommand;
 use std::io::IsTerminal;
 
-use cordon_home::{Home, HomeError, OciReference, PrivateKey};
+use cordon_home::{Home, HomeError, OciReference, PrivateKey, TrustedKey};
 use zeroize::Zeroizing;
 
 use crate::audit;
@@ -25,8 +25,13 @@ pub enum TrustCommand {
         /// The name to know it by (default: the file name without .pub).
         #[arg(long)]
         name: Option<String>,
+        /// Trust it only for the registry repositories matching REGISTRY/PATH, where `*`
+        /// matches within one path segment and `**` any number of segments
+        /// (ghcr.io/alice/*). Repeatable. Without it the key may sign any plugin.
+        #[arg(long = "for", value_name = "REPO-PATTERN")]
+        scope: Vec<String>,
     },
-    /// List the trusted keys with their fingerprints.
+    /// List the trusted keys with their fingerprints and what each may sign.
     List,
     /// Stop trusting a key. Plugins it signed stay installed; their updates need another
     /// trusted signature.
@@ -49,15 +54,17 @@ pub async fn run(
     command: TrustCommand,
 ) -> anyhow::Result<()> {
     match command {
-        TrustCommand::Add { key, name } => {
-            let added = home.trust_add(&key, name.as_deref())?;
+        TrustCommand::Add { key, name, scope } => {
+            let added = home.trust_add(&key, name.as_deref(), &scope)?;
             outln!(
-                "Trusting key `{}` ({}) to sign plugins.",
+                "Trusting key `{}` ({}) to sign {}.",
                 added.name,
-                added.key.fingerprint()
+                added.key.fingerprint(),
+                scope_words(&added)
             );
             if let Some(records) = records {
-                let details = vec![format!("from {}", key.display())];
+                let mut details = vec![format!("from {}", key.display())];
+                details.extend(added.scope.iter().map(|p| format!("for {p}")));
                 audit::home_change(
                     &records.store,
                     "trust",
@@ -76,7 +83,7 @@ pub async fn run(
                 );
             }
             for k in keys {
-                outln!("{}  {}", k.name, k.key.fingerprint());
+                outln!("{}  {}  {}", k.name, k.key.fingerprint(), scope_words(&k));
             }
         }
         TrustCommand::Remove { name } => {
@@ -116,6 +123,15 @@ pub async fn run(
         }
     }
     Ok(())
+}
+
+/// What a trusted key may sign, in words.
+fn scope_words(key: &TrustedKey) -> String {
+    if key.scope.is_empty() {
+        return "any plugin".to_string();
+    }
+    let patterns: Vec<&str> = key.scope.iter().map(|p| p.as_str()).collect();
+    format!("plugins from {} only", patterns.join(", "))
 }
 
 /// The environment variable holding the password of a signing key.

@@ -92,6 +92,11 @@ pub struct ToolCallAudit {
     /// version); absent for Cordon's own doors. Untrusted text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<String>,
+    /// Who asked for the turn the call belongs to: the token a served request carried, and
+    /// the end user an OpenAI client named. Absent for a user at the terminal (`origin` says
+    /// which door) and for records written before requesters were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<Requester>,
     /// The tool's own name (not the name the model saw).
     pub tool: String,
     /// The plugin that offers it; empty when the model named no installed tool.
@@ -183,6 +188,39 @@ pub fn local_user() -> String {
         .unwrap_or_else(|| "a local user".to_string())
 }
 
+/// Who asked for a turn or a call through a served door: the name of the bearer token the
+/// request carried, and the end user a gateway client named in its `user` field. The token is
+/// authenticated; the user is the client's word, kept to tell its users apart, never trusted
+/// for anything else.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Requester {
+    /// The token's name (`default` for an unnamed token).
+    pub token: String,
+    /// The client's `user` field, when it sent one. Untrusted text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
+impl Requester {
+    /// A request made with the token named `token`.
+    pub fn token(token: impl Into<String>) -> Self {
+        Requester {
+            token: token.into(),
+            user: None,
+        }
+    }
+}
+
+impl std::fmt::Display for Requester {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "token `{}`", self.token)?;
+        if let Some(user) = &self.user {
+            write!(f, " (user {user:?})")?;
+        }
+        Ok(())
+    }
+}
+
 /// Milliseconds since the Unix epoch, now.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -229,6 +267,7 @@ mod tests {
                 turn: Some(0),
                 call_id: Some("c1".into()),
                 client: None,
+                requested_by: None,
                 tool: "sql_query".into(),
                 plugin: "sql".into(),
                 digest: "sha256:ab".into(),

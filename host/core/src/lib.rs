@@ -19,7 +19,7 @@ mod tool;
 
 pub use audit::{
     AuditEntry, AuditRecord, CallOutcome, CallReport, HomeChangeAudit, MAX_REFUSALS_RECORDED,
-    ToolCallAudit, arguments_sha256, local_user, now_ms,
+    Requester, ToolCallAudit, arguments_sha256, local_user, now_ms,
 };
 pub use ceiling::{CAPABILITY_IMPORTS, Capability, Ceiling, CeilingError};
 pub use grant::{FsGrant, FsMode, Grant, GrantError, Grants, HttpOrigin, HttpScheme};

@@ -132,6 +132,54 @@ pub enum HomeError {
         /// Where it came from.
         source_name: String,
     },
+    /// A tag now names a manifest the plugin had before: a rollback, refused unless asked for.
+    #[error(
+        "`{name}`: {source_name} now names {to}, a manifest this plugin had {versions_back} \
+         version(s) ago (it has {from} now). A tag moved back to an older release can bring back \
+         a flaw fixed since. Nothing was changed; to go back to it anyway, run this again with \
+         --allow-rollback"
+    )]
+    Rollback {
+        /// The plugin name.
+        name: String,
+        /// Where the new version comes from.
+        source_name: String,
+        /// The manifest installed now.
+        from: String,
+        /// The earlier manifest the tag names again.
+        to: String,
+        /// How many versions ago the plugin had it (1: the one before the current).
+        versions_back: usize,
+    },
+    /// The new version is signed by another key than the installed one: refused unless asked
+    /// for, since a key trusted for some plugins is not thereby the publisher of this one.
+    #[error(
+        "`{name}`: {source_name} is signed by {new_signer}, not by {old_signer}, who signed the \
+         version installed. A key you trust for other plugins is not the publisher of this one \
+         unless you say so. Nothing was changed; if {new_signer} now publishes `{name}`, run \
+         this again with --allow-new-signer"
+    )]
+    NewSigner {
+        /// The plugin name.
+        name: String,
+        /// Where the new version comes from.
+        source_name: String,
+        /// The key that signed the installed version: `name` (fingerprint).
+        old_signer: String,
+        /// The key that signed the new one, likewise.
+        new_signer: String,
+    },
+    /// A `trust add --for` pattern that cannot be used.
+    #[error(
+        "`{pattern}` is not a repository pattern: {reason}. Write REGISTRY/PATH, where `*` \
+         matches within one path segment and `**` any number of them (ghcr.io/alice/*)"
+    )]
+    BadRepositoryPattern {
+        /// The pattern as given.
+        pattern: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A key file cannot be used.
     #[error("{} is not a usable key: {reason}", .path.display())]
     BadKey {
@@ -373,6 +421,9 @@ impl HomeError {
                 | HomeError::NoTrustedKeys { .. }
                 | HomeError::BadKey { .. }
                 | HomeError::NotFromRegistry { .. }
+                | HomeError::Rollback { .. }
+                | HomeError::NewSigner { .. }
+                | HomeError::BadRepositoryPattern { .. }
                 | HomeError::UnknownKey { .. }
                 | HomeError::KeyConflict { .. }
                 | HomeError::SignatureMisplaced { .. }

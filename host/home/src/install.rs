@@ -11,7 +11,7 @@ use cordon_runtime::{CompileEvent, Plugin, Runtime, RuntimeConfig, compiled_file
 
 use crate::error::HomeError;
 use crate::fsutil::{HomeLock, atomic_write, ensure_dir, io_err, sha256_digest};
-use crate::lockfile::{LockFile, PluginRecord};
+use crate::lockfile::{LockFile, PluginRecord, SignedBy};
 use crate::source::InstallSource;
 use crate::{Home, digest_hex, validate_plugin_name, with_grants};
 
@@ -32,6 +32,81 @@ pub struct InstallRequest {
     /// For a file or URL source: a detached signature of the component (a file or URL) that
     /// a trusted key must have made.
     pub signature: Option<String>,
+    /// Replace an installed plugin with a registry manifest it had before (a tag moved back).
+    pub allow_rollback: bool,
+    /// Replace an installed plugin with a version signed by another key than the installed
+    /// one.
+    pub allow_new_signer: bool,
+}
+
+/// A return to a manifest the plugin had before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rollback {
+    /// The manifest installed now.
+    pub from: String,
+    /// The earlier manifest the source names again.
+    pub to: String,
+    /// How many versions ago the plugin had it (1: the one just before).
+    pub versions_back: usize,
+}
+
+/// A version signed by another key than the one that signed the installed version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignerChange {
+    /// The key that signed the installed version (or the last signed one).
+    pub from: SignedBy,
+    /// The key that signed the new one.
+    pub to: SignedBy,
+}
+
+/// How replacing an installed plugin changes where it comes from, beyond its component: each
+/// is refused unless the request allows it, and shown loudly when it is allowed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Provenance {
+    /// The new manifest is one the plugin had before.
+    pub rollback: Option<Rollback>,
+    /// The new version has another signer.
+    pub new_signer: Option<SignerChange>,
+}
+
+impl Provenance {
+    /// What replacing `previous` with a version from `manifest`, signed by `signer`, changes.
+    fn of(
+        previous: Option<&PluginRecord>,
+        manifest: Option<&str>,
+        signer: Option<&SignedBy>,
+    ) -> Provenance {
+        let Some(previous) = previous else {
+            return Provenance::default();
+        };
+        let rollback = manifest.and_then(|to| {
+            let versions_back = previous.versions_back(to)?;
+            Some(Rollback {
+                from: previous
+                    .oci_manifest
+                    .clone()
+                    .unwrap_or_else(|| previous.digest.clone()),
+                to: to.to_string(),
+                versions_back,
+            })
+        });
+        let new_signer = match (previous.established_signer(), signer) {
+            (Some(from), Some(to)) if from.fingerprint != to.fingerprint => Some(SignerChange {
+                from: from.clone(),
+                to: to.clone(),
+            }),
+            _ => None,
+        };
+        Provenance {
+            rollback,
+            new_signer,
+        }
+    }
+}
+
+/// `name` (fingerprint), for messages.
+fn signer_words(by: &SignedBy) -> String {
+    format!("`{}` ({})", by.key, by.fingerprint)
 }
 
 /// How one tool differs between the installed and the new component.
@@ -110,6 +185,7 @@ pub struct PreparedInstall {
     record: PluginRecord,
     previous: Option<PluginRecord>,
     upgrade: Option<UpgradeDiff>,
+    provenance: Provenance,
     tools: Vec<ToolDescriptor>,
     bytes: Vec<u8>,
     ceiling: Ceiling,
@@ -172,6 +248,13 @@ impl Home {
             request.allow_unsigned,
         )?;
         let fetched = request.source.fetch().await?;
+        // Of several valid signatures, the installed version's signer is the one to compare
+        // with (read again under the lock below; this only picks which to report).
+        let installed_signer = LockFile::load(&self.lock_path()).ok().and_then(|l| {
+            l.plugins
+                .get(&name)
+                .and_then(|r| r.established_signer().map(|s| s.fingerprint.clone()))
+        });
         // Checked before the component is compiled: an untrusted component is not even
         // handed to the compiler.
         let signature = self
@@ -180,6 +263,7 @@ impl Home {
                 &fetched,
                 request.signature.as_deref(),
                 request.allow_unsigned,
+                installed_signer.as_deref(),
             )
             .await?;
         let bytes = fetched.bytes;
@@ -235,6 +319,32 @@ impl Home {
         let guard = HomeLock::exclusive(&self.root)?;
         let lock = LockFile::load(&self.lock_path())?;
         let previous = lock.plugins.get(&name).cloned();
+        let provenance = Provenance::of(
+            previous.as_ref(),
+            fetched.oci_manifest.as_deref(),
+            signature.signed_by.as_ref(),
+        );
+        if let Some(rollback) = &provenance.rollback
+            && !request.allow_rollback
+        {
+            return Err(HomeError::Rollback {
+                name,
+                source_name,
+                from: rollback.from.clone(),
+                to: rollback.to.clone(),
+                versions_back: rollback.versions_back,
+            });
+        }
+        if let Some(change) = &provenance.new_signer
+            && !request.allow_new_signer
+        {
+            return Err(HomeError::NewSigner {
+                name,
+                source_name,
+                old_signer: signer_words(&change.from),
+                new_signer: signer_words(&change.to),
+            });
+        }
 
         let (base_grants, base_limits, upgrade) = match &previous {
             None => (Grants::new(), Default::default(), None),
@@ -255,6 +365,16 @@ impl Home {
             grants: with_grants(base_grants, &new_grants),
             limits: base_limits,
             compiled: plugin.compiled_pin().cloned(),
+            previous_manifests: previous
+                .as_ref()
+                .map(|old| old.manifests_after(fetched.oci_manifest.as_deref()))
+                .unwrap_or_default(),
+            previous_signer: match &signature.signed_by {
+                Some(_) => None,
+                None => previous
+                    .as_ref()
+                    .and_then(|old| old.established_signer().cloned()),
+            },
             oci_manifest: fetched.oci_manifest,
             unsigned: signature.unsigned,
             signed_by: signature.signed_by,
@@ -281,6 +401,7 @@ impl Home {
             record,
             previous,
             upgrade,
+            provenance,
             tools,
             bytes,
             ceiling,
@@ -424,6 +545,11 @@ impl PreparedInstall {
     /// The differences to confirm when the name is installed with a different component.
     pub fn upgrade(&self) -> Option<&UpgradeDiff> {
         self.upgrade.as_ref()
+    }
+
+    /// How the plugin's provenance changes (a rollback, a new signer), as the request allowed.
+    pub fn provenance(&self) -> &Provenance {
+        &self.provenance
     }
 
     /// Tools whose bare name other installed plugins also offer, with those plugins: they must

@@ -21,6 +21,7 @@ mod install;
 mod lockfile;
 mod oci;
 mod registry;
+mod scope;
 mod signing;
 mod source;
 mod toolbox;
@@ -35,10 +36,12 @@ use cordon_runtime::{Runtime, RuntimeConfig};
 pub use error::HomeError;
 pub use fsutil::{HomeLock, MAX_COMPONENT_BYTES, sha256_digest};
 pub use install::{
-    InstallReport, InstallRequest, PreparedInstall, ToolChange, ToolDiff, UpgradeDiff,
+    InstallReport, InstallRequest, PreparedInstall, Provenance, Rollback, SignerChange, ToolChange,
+    ToolDiff, UpgradeDiff,
 };
-pub use lockfile::{LOCK_VERSION, LockFile, PluginRecord, SignedBy};
+pub use lockfile::{LOCK_VERSION, LockFile, MAX_MANIFEST_HISTORY, PluginRecord, SignedBy};
 pub use oci::{OciReference, Signed, attach_signature, push_component, resolve, signature_tag};
+pub use scope::RepositoryPattern;
 pub use signing::{PrivateKey, PublicKey};
 pub use source::{Fetched, InstallSource, normalise_digest};
 pub use toolbox::{ToolEntry, Toolbox};

@@ -12,6 +12,10 @@ use crate::fsutil::{atomic_write, io_err};
 /// The lock file format version this build reads and writes.
 pub const LOCK_VERSION: u32 = 1;
 
+/// How many earlier manifests of one plugin the lock remembers: a tag moved back further than
+/// this many versions is no longer recognised as a rollback.
+pub const MAX_MANIFEST_HISTORY: usize = 64;
+
 const HEADER: &str = "\
 # Cordon lock and grants file. Cordon rewrites it atomically; edit with care.
 # Each plugin is pinned by the sha256 digest of its component and the hash of its tool list;
@@ -65,6 +69,16 @@ pub struct PluginRecord {
     /// The trusted key whose signature was verified at install, if one was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signed_by: Option<SignedBy>,
+    /// When the version installed was accepted without a signature (or came from a file), the
+    /// key that signed the last version that was signed: a later version signed by another
+    /// key is still a change of signer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_signer: Option<SignedBy>,
+    /// The registry manifests this plugin had before the one installed, oldest first, at most
+    /// [`MAX_MANIFEST_HISTORY`]: a tag moved back to one of them is a rollback, which
+    /// `plugin update` refuses unless asked (`--allow-rollback`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub previous_manifests: Vec<String>,
     /// The component's compiled code in the home's cache, as the host recorded it when it
     /// compiled it: the cache entry is loaded only if it still matches. Kept here, where only
     /// the host writes, because the compiled code runs natively in the host.
@@ -96,6 +110,50 @@ impl PluginRecord {
             limits.apply(&format!("{key}={value}"))?;
         }
         Ok(limits)
+    }
+
+    /// The key that signed the latest signed version of this plugin, if any did: the one
+    /// installed, or the one before it was replaced by a version without a signature.
+    pub fn established_signer(&self) -> Option<&SignedBy> {
+        self.signed_by.as_ref().or(self.previous_signer.as_ref())
+    }
+
+    /// If `manifest` is one this plugin had before the one installed, how many versions ago
+    /// (1: the version just before).
+    pub fn versions_back(&self, manifest: &str) -> Option<usize> {
+        if self.oci_manifest.as_deref() == Some(manifest) {
+            return None;
+        }
+        let at = self
+            .previous_manifests
+            .iter()
+            .rposition(|m| m == manifest)?;
+        Some(self.previous_manifests.len() - at)
+    }
+
+    /// The earlier manifests of the record that replaces this one with `manifest`: this one's
+    /// joins them; a return to one of them (a rollback the user allowed) forgets the versions
+    /// after it, so that following the tag forward again is not taken for another rollback.
+    /// The oldest are forgotten past [`MAX_MANIFEST_HISTORY`].
+    pub fn manifests_after(&self, manifest: Option<&str>) -> Vec<String> {
+        let mut history = self.previous_manifests.clone();
+        match manifest {
+            Some(new) if self.versions_back(new).is_some() => {
+                let at = history.iter().rposition(|m| m == new).expect("found above");
+                history.truncate(at);
+            }
+            _ => {
+                if let Some(current) = &self.oci_manifest
+                    && manifest != Some(current.as_str())
+                {
+                    history.retain(|m| m != current);
+                    history.push(current.clone());
+                }
+            }
+        }
+        let excess = history.len().saturating_sub(MAX_MANIFEST_HISTORY);
+        history.drain(..excess);
+        history
     }
 
     /// Applies `key=value` overrides, storing each in normalised form (`64MiB`, `5s`).
@@ -256,6 +314,8 @@ mod tests {
             oci_manifest: None,
             unsigned: false,
             signed_by: None,
+            previous_signer: None,
+            previous_manifests: Vec::new(),
             compiled: None,
         }
     }
@@ -297,6 +357,107 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("version 99")
+        );
+    }
+
+    fn manifest(n: u32) -> String {
+        format!("sha256:{n:064x}")
+    }
+
+    /// The record after installing the manifests `ids` in turn.
+    fn installed(ids: &[u32]) -> PluginRecord {
+        let mut rec = record(&["read"]);
+        for &id in ids {
+            rec.previous_manifests = rec.manifests_after(Some(&manifest(id)));
+            rec.oci_manifest = Some(manifest(id));
+        }
+        rec
+    }
+
+    #[test]
+    fn the_manifests_a_plugin_had_are_remembered_and_a_return_to_one_is_a_rollback() {
+        let rec = installed(&[1, 2, 3]);
+        assert_eq!(rec.previous_manifests, [manifest(1), manifest(2)]);
+        assert_eq!(rec.versions_back(&manifest(2)), Some(1));
+        assert_eq!(rec.versions_back(&manifest(1)), Some(2));
+        assert_eq!(rec.versions_back(&manifest(3)), None, "the one installed");
+        assert_eq!(rec.versions_back(&manifest(4)), None, "a new one");
+        // Reinstalling the same manifest changes nothing.
+        assert_eq!(
+            rec.manifests_after(Some(&manifest(3))),
+            rec.previous_manifests
+        );
+        // Going back to 1 (allowed) forgets 2 and 3: the tag moving forward to them again is
+        // not another rollback, and going back to 1 again from there is one.
+        let back = installed(&[1, 2, 3, 1]);
+        assert!(back.previous_manifests.is_empty(), "{back:?}");
+        assert_eq!(back.versions_back(&manifest(3)), None);
+        let forward = installed(&[1, 2, 3, 1, 3]);
+        assert_eq!(forward.versions_back(&manifest(1)), Some(1));
+        // A file installed over it keeps what came before.
+        let mut file = installed(&[1, 2]);
+        file.previous_manifests = file.manifests_after(None);
+        file.oci_manifest = None;
+        assert_eq!(file.versions_back(&manifest(1)), Some(2));
+        assert_eq!(file.versions_back(&manifest(2)), Some(1));
+    }
+
+    #[test]
+    fn the_history_is_bounded_to_the_latest_manifests() {
+        let ids: Vec<u32> = (0..(MAX_MANIFEST_HISTORY as u32 + 10)).collect();
+        let rec = installed(&ids);
+        assert_eq!(rec.previous_manifests.len(), MAX_MANIFEST_HISTORY);
+        let last = *ids.last().unwrap();
+        assert_eq!(rec.versions_back(&manifest(last - 1)), Some(1));
+        assert_eq!(
+            rec.versions_back(&manifest(last - MAX_MANIFEST_HISTORY as u32)),
+            Some(MAX_MANIFEST_HISTORY)
+        );
+        assert_eq!(rec.versions_back(&manifest(0)), None, "forgotten");
+    }
+
+    #[test]
+    fn a_lock_written_before_the_history_existed_still_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("plugins.toml");
+        let old = format!(
+            r#"version = 1
+
+[plugins.greeter]
+digest = "sha256:{a}"
+source = "oci://127.0.0.1:5000/plugins/greeter:1"
+installed_at = "2026-01-01T00:00:00Z"
+imports = []
+tools = ["greet"]
+tools_hash = "sha256:00"
+oci_manifest = "{m}"
+
+[plugins.greeter.signed_by]
+key = "alice"
+fingerprint = "sha256:ff"
+"#,
+            a = "a".repeat(64),
+            m = manifest(1)
+        );
+        std::fs::write(&path, old).unwrap();
+        let lock = LockFile::load(&path).unwrap();
+        let rec = &lock.plugins["greeter"];
+        assert!(rec.previous_manifests.is_empty());
+        assert_eq!(rec.previous_signer, None);
+        assert_eq!(rec.established_signer().unwrap().key, "alice");
+        // And what is new round-trips.
+        let mut lock = lock;
+        let rec = lock.plugin_mut("greeter").unwrap();
+        rec.previous_manifests = rec.manifests_after(Some(&manifest(2)));
+        rec.oci_manifest = Some(manifest(2));
+        rec.previous_signer = rec.signed_by.take();
+        lock.save(&path).unwrap();
+        let back = LockFile::load(&path).unwrap();
+        assert_eq!(back, lock);
+        assert_eq!(back.plugins["greeter"].versions_back(&manifest(1)), Some(1));
+        assert_eq!(
+            back.plugins["greeter"].established_signer().unwrap().key,
+            "alice"
         );
     }
 

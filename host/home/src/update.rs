@@ -15,6 +15,9 @@ pub enum Availability {
     UpToDate,
     /// The tag now names another manifest.
     NewManifest(String),
+    /// The tag now names a manifest the plugin had before, this many versions ago: a
+    /// rollback, which an update refuses unless asked to allow it.
+    PreviousManifest(String, usize),
     /// Installed by digest: there is nothing newer to follow.
     PinnedByDigest,
     /// The registry could not be asked, did not answer, or answered with something that is
@@ -71,7 +74,10 @@ impl Home {
             } else {
                 match oci::resolve(&reference).await {
                     Ok(now) if &now == installed => Availability::UpToDate,
-                    Ok(now) => Availability::NewManifest(now),
+                    Ok(now) => match record.versions_back(&now) {
+                        Some(back) => Availability::PreviousManifest(now, back),
+                        None => Availability::NewManifest(now),
+                    },
                     Err(e) => Availability::Unknown(e),
                 }
             };
@@ -88,15 +94,27 @@ impl Home {
 
 impl RegistryPlugin {
     /// The request that installs this plugin anew from its tag, keeping its grants and limits
-    /// (the install's diff drops grants the new ceiling forbids).
-    pub fn update_request(&self, allow_unsigned: bool) -> InstallRequest {
+    /// (the install's diff drops grants the new ceiling forbids). Nothing is waived: a version
+    /// without a trusted signature, a rollback and a new signer are refused unless the caller
+    /// sets the request's `allow_…` fields.
+    pub fn update_request(&self) -> InstallRequest {
         InstallRequest {
             source: InstallSource::Oci(self.reference.clone()),
             name: Some(self.name.clone()),
             grants: Vec::new(),
             limits: Vec::new(),
-            allow_unsigned,
+            allow_unsigned: false,
             signature: None,
+            allow_rollback: false,
+            allow_new_signer: false,
         }
+    }
+
+    /// Whether the tag names another manifest than the one installed.
+    pub fn has_news(&self) -> bool {
+        matches!(
+            self.availability,
+            Availability::NewManifest(_) | Availability::PreviousManifest(..)
+        )
     }
 }

@@ -44,6 +44,8 @@ async fn reported_calls_carry_the_sandbox_report_and_tools_their_digest() {
                 limits: Vec::new(),
                 allow_unsigned: false,
                 signature: None,
+                allow_rollback: false,
+                allow_new_signer: false,
             },
             &|_| {},
         )
@@ -155,6 +157,8 @@ async fn results_must_keep_the_output_schema_their_plugin_declared() {
                 limits: Vec::new(),
                 allow_unsigned: false,
                 signature: None,
+                allow_rollback: false,
+                allow_new_signer: false,
             },
             &|_| {},
         )

@@ -6,8 +6,8 @@
 //! arguments, a tool name) can approve a call or widen a grant. On protocol 2026-07-28 and
 //! later the server may not send requests to the client, so the question travels in an
 //! `InputRequiredResult` and the answer comes back with the retried call; its `requestState`
-//! is only a random handle to a question kept here, bound to the tool and the arguments, good
-//! for one answer and until the timeout.
+//! is only a random handle to a question kept here, bound to the tool, the arguments and the
+//! token the call came with, good for one answer and until the timeout.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -244,6 +244,9 @@ pub fn read_answer(result: &ElicitResult, client: &str) -> GivenAnswer {
 
 /// A question sent in an `InputRequiredResult`, waiting for the retried call.
 struct Asked {
+    /// The token the asking call authenticated with (none on stdio): only a call with the same
+    /// one may answer.
+    token: Option<String>,
     tool: String,
     arguments_sha256: String,
     expires: Instant,
@@ -260,17 +263,29 @@ pub struct Outstanding {
 pub enum Redeemed {
     /// The answer to the question the handle names.
     Answer(GivenAnswer),
-    /// The handle names no question of this call (unknown, used, expired, or another call's).
+    /// The handle names no question of this call (unknown, used, expired, another call's, or
+    /// asked of another token).
     Stale(String),
 }
+
+/// What a handle that names no question of the caller's is told.
+const UNKNOWN_HANDLE: &str = "the approval this call answers is unknown, already used or \
+                              expired; call the tool again to be asked anew";
 
 /// How many questions may wait at once: each is small, but a client must not grow the map
 /// without bound by never answering.
 const MAX_OUTSTANDING: usize = 10_000;
 
 impl Outstanding {
-    /// Keeps a question about `tool` with `arguments` for `timeout`; returns its handle.
-    pub fn ask(&self, tool: &str, arguments: &Value, timeout: Duration) -> String {
+    /// Keeps a question about `tool` with `arguments`, asked of a call that came with `token`,
+    /// for `timeout`; returns its handle.
+    pub fn ask(
+        &self,
+        token: Option<&str>,
+        tool: &str,
+        arguments: &Value,
+        timeout: Duration,
+    ) -> String {
         let handle = hex::encode(rand::random::<[u8; 16]>());
         let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
@@ -286,6 +301,7 @@ impl Outstanding {
         asked.insert(
             handle.clone(),
             Asked {
+                token: token.map(str::to_string),
                 tool: tool.to_string(),
                 arguments_sha256: arguments_sha256(arguments),
                 expires: now + timeout,
@@ -295,26 +311,26 @@ impl Outstanding {
     }
 
     /// The answer the client returned for the question `handle` names, if that question was
-    /// about this very call; the question is used up either way.
+    /// about this very call; the question is used up either way. To a call with another token
+    /// than the asking one's the handle is unknown, and it stays for the asking one.
     pub fn redeem(
         &self,
         handle: &str,
-        tool: &str,
-        arguments: &Value,
+        token: Option<&str>,
+        call: (&str, &Value),
         response: Option<&Value>,
         client: &str,
     ) -> Redeemed {
-        let asked = self
-            .asked
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(handle);
+        let (tool, arguments) = call;
+        let asked = {
+            let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
+            match asked.get(handle) {
+                Some(a) if a.token.as_deref() == token => asked.remove(handle),
+                _ => None,
+            }
+        };
         let Some(asked) = asked else {
-            return Redeemed::Stale(
-                "the approval this call answers is unknown, already used or expired; call the \
-                 tool again to be asked anew"
-                    .to_string(),
-            );
+            return Redeemed::Stale(UNKNOWN_HANDLE.to_string());
         };
         if asked.expires <= Instant::now() {
             return Redeemed::Stale(
@@ -414,32 +430,54 @@ mod tests {
         let out = Outstanding::default();
         let args = json!({"q": 1});
         let yes = json!({"action": "accept", "content": {"answer": "once"}});
-        let h = out.ask("t", &args, Duration::from_secs(60));
+        let h = out.ask(None, "t", &args, Duration::from_secs(60));
         assert!(matches!(
-            out.redeem(&h, "t", &json!({"q": 2}), Some(&yes), "c"),
+            out.redeem(&h, None, ("t", &json!({"q": 2})), Some(&yes), "c"),
             Redeemed::Stale(_)
         ));
         // Used up by the mismatched try.
         assert!(matches!(
-            out.redeem(&h, "t", &args, Some(&yes), "c"),
+            out.redeem(&h, None, ("t", &args), Some(&yes), "c"),
             Redeemed::Stale(_)
         ));
-        let h = out.ask("t", &args, Duration::from_secs(60));
+        let h = out.ask(None, "t", &args, Duration::from_secs(60));
         assert_eq!(
-            out.redeem(&h, "t", &args, Some(&yes), "c"),
+            out.redeem(&h, None, ("t", &args), Some(&yes), "c"),
             Redeemed::Answer(GivenAnswer::new(
                 ApprovalAnswer::Yes,
                 "the user of MCP client `c`"
             ))
         );
-        let h = out.ask("t", &args, Duration::ZERO);
+        let h = out.ask(None, "t", &args, Duration::ZERO);
         assert!(matches!(
-            out.redeem(&h, "t", &args, Some(&yes), "c"),
+            out.redeem(&h, None, ("t", &args), Some(&yes), "c"),
             Redeemed::Stale(m) if m.contains("expired") || m.contains("unknown")
         ));
         assert!(matches!(
-            out.redeem("forged", "t", &args, Some(&yes), "c"),
+            out.redeem("forged", None, ("t", &args), Some(&yes), "c"),
             Redeemed::Stale(_)
+        ));
+    }
+
+    #[test]
+    fn a_handle_is_unknown_to_another_token() {
+        let out = Outstanding::default();
+        let args = json!({"q": 1});
+        let yes = json!({"action": "accept", "content": {"answer": "once"}});
+        let h = out.ask(Some("alice"), "t", &args, Duration::from_secs(60));
+        for other in [Some("bob"), None] {
+            assert_eq!(
+                out.redeem(&h, other, ("t", &args), Some(&yes), "c"),
+                Redeemed::Stale(UNKNOWN_HANDLE.to_string())
+            );
+        }
+        // Not used up by the other tokens' tries.
+        assert!(matches!(
+            out.redeem(&h, Some("alice"), ("t", &args), Some(&yes), "c"),
+            Redeemed::Answer(GivenAnswer {
+                answer: ApprovalAnswer::Yes,
+                ..
+            })
         ));
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use cordon_agent::approval::decide;
+use cordon_agent::approval::{Standing, decide};
 use cordon_agent::{ApprovalConfig, Policy, ToolHost, ToolSource, ToolSpec};
 use cordon_core::CompiledSchema;
 use rmcp::model::{JsonObject, MetaObject, Tool, ToolAnnotations};
@@ -46,7 +46,11 @@ impl Catalog {
         let mut left_out = Vec::new();
         for spec in host.tools() {
             // Policy decides with no answers given: a tool cordon.toml denies is not offered.
-            if decide(approval, &BTreeMap::new(), &spec).policy == Policy::Deny {
+            let none = Standing {
+                answers: &BTreeMap::new(),
+                requester: None,
+            };
+            if decide(approval, none, &spec).policy == Policy::Deny {
                 continue;
             }
             let schema = match CompiledSchema::compile(&spec.input_schema) {

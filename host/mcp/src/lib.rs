@@ -25,7 +25,8 @@ pub use catalog::{Catalog, describe};
 pub use rmcp;
 
 /// Who a transport authenticated (the name of the bearer token an HTTP request carried): put
-/// into the request's extensions, it is recorded beside the client's own name.
+/// into the request's extensions, it is recorded beside the client's own name, and binds what
+/// the client's user answers (a question in an `InputRequiredResult`, `always`) to that token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Authenticated(pub String);
 pub use server::{McpHost, McpOptions, McpServer};

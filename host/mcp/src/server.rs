@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use cordon_agent::approval::decide;
+use cordon_agent::approval::{Standing, StandingAnswer, decide};
 use cordon_agent::tools::render_failure;
 use cordon_agent::{
     ApprovalAnswer, ApprovalConfig, ApprovalRequest, Content, GivenAnswer, Policy, ToolFailure,
@@ -71,8 +71,8 @@ pub struct McpHost {
     options: McpOptions,
     outstanding: Outstanding,
     /// `always` answers of clients on 2026-07-28 over HTTP, which have no connection to keep
-    /// them in: by client name and token, in the order first answered.
-    stateless_answers: Mutex<Vec<(String, Answers)>>,
+    /// them in: by token and client name, in the order first answered.
+    stateless_answers: Mutex<Vec<(Caller, Answers)>>,
     watching: std::sync::Once,
 }
 
@@ -149,7 +149,7 @@ impl McpHost {
 }
 
 /// The tools a client's user answered `always` for, by identity.
-type Answers = Arc<Mutex<BTreeMap<String, Policy>>>;
+type Answers = Arc<Mutex<BTreeMap<String, StandingAnswer>>>;
 
 /// How many stateless clients' `always` answers a host keeps; past it the oldest client's
 /// are forgotten (it is asked again).
@@ -160,6 +160,23 @@ const MAX_STATELESS_CLIENTS: usize = 1024;
 pub struct McpServer {
     host: Arc<McpHost>,
     answers: Answers,
+}
+
+/// Who made a call: the token it authenticated with over HTTP (none on stdio), and the name
+/// its client gave (`name version`, with the token's name), for approvals and the audit log.
+#[derive(Clone, PartialEq, Eq)]
+struct Caller {
+    token: Option<String>,
+    client: String,
+}
+
+/// The name of the token the request behind `context` authenticated with (over HTTP).
+fn token(context: &RequestContext<RoleServer>) -> Option<String> {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<crate::Authenticated>())
+        .map(|crate::Authenticated(name)| name.clone())
 }
 
 /// Who the client says it is (`name version`), and the token it authenticated with over
@@ -173,12 +190,8 @@ fn client_name(context: &RequestContext<RoleServer>) -> String {
             .collect(),
         None => "unnamed client".to_string(),
     };
-    let token = context
-        .extensions
-        .get::<http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<crate::Authenticated>());
-    match token {
-        Some(crate::Authenticated(name)) => format!("{named} (token `{name}`)"),
+    match token(context) {
+        Some(name) => format!("{named} (token `{name}`)"),
         None => named,
     }
 }
@@ -251,6 +264,8 @@ struct CallFacts<'a> {
     spec: &'a ToolSpec,
     arguments: &'a Value,
     client: &'a str,
+    /// The token the call came with (over HTTP).
+    token: Option<&'a str>,
     call_id: String,
 }
 
@@ -271,6 +286,7 @@ impl McpServer {
                 turn: None,
                 call_id: Some(facts.call_id.clone()),
                 client: Some(facts.client.to_string()),
+                requested_by: facts.token.map(cordon_core::Requester::token),
                 tool: spec.tool.clone(),
                 plugin: spec.plugin.clone(),
                 digest: spec.digest.clone(),
@@ -291,11 +307,11 @@ impl McpServer {
 
     /// Where the `always` answers of the client behind `context` are kept, and for how long
     /// they hold (for the question's text): this connection's, or, for a client on
-    /// 2026-07-28 over HTTP (no connection), its name and token's until the host stops.
+    /// 2026-07-28 over HTTP (no connection), its token and name's until the host stops.
     fn answers_for(
         &self,
         context: &RequestContext<RoleServer>,
-        client: &str,
+        facts: &CallFacts<'_>,
     ) -> (Answers, &'static str) {
         let over_http = context.extensions.get::<http::request::Parts>().is_some();
         let modern = context
@@ -309,14 +325,18 @@ impl McpServer {
             .stateless_answers
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let answers = match kept.iter().find(|(who, _)| who == client) {
+        let caller = Caller {
+            token: facts.token.map(str::to_string),
+            client: facts.client.to_string(),
+        };
+        let answers = match kept.iter().find(|(who, _)| *who == caller) {
             Some((_, answers)) => answers.clone(),
             None => {
                 if kept.len() >= MAX_STATELESS_CLIENTS {
                     kept.remove(0);
                 }
                 let answers = Answers::default();
-                kept.push((client.to_string(), answers.clone()));
+                kept.push((caller, answers.clone()));
                 answers
             }
         };
@@ -332,10 +352,17 @@ impl McpServer {
         match given.answer {
             ApprovalAnswer::Yes => Asked::Run(approved),
             ApprovalAnswer::Always => {
-                answers
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(spec.identity(), Policy::Auto);
+                answers.lock().unwrap_or_else(|e| e.into_inner()).insert(
+                    spec.identity(),
+                    StandingAnswer {
+                        policy: Policy::Auto,
+                        by: given.by.clone(),
+                        at_ms: given.at_ms,
+                        call_id: String::new(),
+                        turn: 0,
+                        requester: None,
+                    },
+                );
                 Asked::Run(approved)
             }
             ApprovalAnswer::No | ApprovalAnswer::Never => {
@@ -357,10 +384,14 @@ impl McpServer {
         context: &RequestContext<RoleServer>,
     ) -> Asked {
         let spec = facts.spec;
-        let (answers, always_holds) = self.answers_for(context, facts.client);
+        let (answers, always_holds) = self.answers_for(context, facts);
         let decision = {
             let given = answers.lock().unwrap_or_else(|e| e.into_inner());
-            decide(&self.host.options.approval, &given, spec)
+            let standing = Standing {
+                answers: &given,
+                requester: None,
+            };
+            decide(&self.host.options.approval, standing, spec)
         };
         match decision.policy {
             Policy::Auto => {
@@ -396,8 +427,8 @@ impl McpServer {
                 .and_then(|r| r.get(APPROVAL_INPUT));
             return match self.host.outstanding.redeem(
                 handle,
-                &spec.name,
-                facts.arguments,
+                facts.token,
+                (&spec.name, facts.arguments),
                 response,
                 facts.client,
             ) {
@@ -417,10 +448,10 @@ impl McpServer {
                 .protocol_version()
                 .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
             if modern {
-                let handle = self
-                    .host
-                    .outstanding
-                    .ask(&spec.name, facts.arguments, timeout);
+                let handle =
+                    self.host
+                        .outstanding
+                        .ask(facts.token, &spec.name, facts.arguments, timeout);
                 let elicit =
                     rmcp::model::ElicitRequest::new(question_form(&question, always_holds));
                 let requests = BTreeMap::from([(
@@ -476,10 +507,12 @@ impl McpServer {
         };
         let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
         let client = client_name(&context);
+        let token = token(&context);
         let facts = CallFacts {
             spec,
             arguments: &arguments,
             client: &client,
+            token: token.as_deref(),
             call_id: context.id.to_string(),
         };
         if let Err(e) = schema.check(&arguments) {

@@ -1,7 +1,8 @@
 //! MCP over this process's stdin and stdout, one JSON-RPC message per line. Unlike the SDK's
 //! own stdio transport, a line that is not JSON, or not a JSON-RPC message, is answered with
 //! the JSON-RPC error for it (`-32700`, `-32600`) instead of being dropped without a word, and
-//! a line longer than [`MAX_LINE`] is refused without being held in memory.
+//! a line longer than [`MAX_LINE`] is refused without being held in memory. Either way the
+//! server goes on reading: one bad line never ends the conversation.
 
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
@@ -14,7 +15,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
-use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+use tokio_util::bytes::BytesMut;
+use tokio_util::codec::{Decoder, FramedRead, LinesCodec, LinesCodecError};
 
 /// The longest message taken: arguments beyond any tool's limit are refused anyway.
 pub const MAX_LINE: usize = 16 << 20;
@@ -25,8 +27,54 @@ const OUTBOX: usize = 256;
 
 /// The transport of `cordon mcp`.
 pub struct StdioTransport {
-    lines: FramedRead<Box<dyn AsyncRead + Send + Sync + Unpin>, LinesCodec>,
+    lines: FramedRead<Box<dyn AsyncRead + Send + Sync + Unpin>, Lines>,
     outbox: mpsc::Sender<String>,
+}
+
+/// One line the client sent, as [`Lines`] reads it.
+#[derive(Debug, PartialEq)]
+enum Line {
+    /// A line of text.
+    Text(String),
+    /// A line longer than [`MAX_LINE`]; what was read of it is dropped, and so is the rest.
+    TooLong,
+    /// A line that is not UTF-8.
+    NotText,
+}
+
+/// Lines of at most [`MAX_LINE`] bytes, where a line too long or not UTF-8 is an item, not an
+/// error: `FramedRead` ends its stream after a decoder error, which would end the server.
+struct Lines(LinesCodec);
+
+impl Lines {
+    fn new(max: usize) -> Self {
+        Self(LinesCodec::new_with_max_length(max))
+    }
+
+    fn read(decoded: Result<Option<String>, LinesCodecError>) -> std::io::Result<Option<Line>> {
+        match decoded {
+            Ok(line) => Ok(line.map(Line::Text)),
+            // The codec goes on discarding up to the end of the line.
+            Err(LinesCodecError::MaxLineLengthExceeded) => Ok(Some(Line::TooLong)),
+            // The codec's only error of its own: the line, taken off the buffer, is not
+            // UTF-8. Reading stdin's own failures come to `FramedRead` as I/O errors, not
+            // through `decode`.
+            Err(LinesCodecError::Io(_)) => Ok(Some(Line::NotText)),
+        }
+    }
+}
+
+impl Decoder for Lines {
+    type Item = Line;
+    type Error = std::io::Error;
+
+    fn decode(&mut self, buf: &mut BytesMut) -> std::io::Result<Option<Line>> {
+        Self::read(self.0.decode(buf))
+    }
+
+    fn decode_eof(&mut self, buf: &mut BytesMut) -> std::io::Result<Option<Line>> {
+        Self::read(self.0.decode_eof(buf))
+    }
 }
 
 /// Stdin as the transport reads it. A pipe, which is how MCP clients start servers, is read
@@ -76,8 +124,15 @@ pub struct StdoutClosed(String);
 impl StdioTransport {
     /// Reads stdin and writes stdout (through a task that owns it).
     pub fn new() -> Self {
+        Self::over(stdin_reader(), stdout_writer())
+    }
+
+    /// Reads `input` and writes `output` (through a task that owns it).
+    fn over(
+        input: Box<dyn AsyncRead + Send + Sync + Unpin>,
+        mut stdout: Box<dyn AsyncWrite + Send + Unpin>,
+    ) -> Self {
         let (outbox, mut rx) = mpsc::channel::<String>(OUTBOX);
-        let mut stdout = stdout_writer();
         tokio::spawn(async move {
             while let Some(mut line) = rx.recv().await {
                 line.push('\n');
@@ -88,7 +143,7 @@ impl StdioTransport {
             }
         });
         Self {
-            lines: FramedRead::new(stdin_reader(), LinesCodec::new_with_max_length(MAX_LINE)),
+            lines: FramedRead::new(input, Lines::new(MAX_LINE)),
             outbox,
         }
     }
@@ -168,7 +223,7 @@ impl Transport<RoleServer> for StdioTransport {
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
         loop {
             match self.lines.next().await? {
-                Ok(line) => {
+                Ok(Line::Text(line)) => {
                     if line.trim().is_empty() {
                         continue;
                     }
@@ -177,18 +232,27 @@ impl Transport<RoleServer> for StdioTransport {
                         Err(refusal) => self.answer(refusal).await,
                     }
                 }
-                Err(LinesCodecError::MaxLineLengthExceeded) => {
+                Ok(Line::TooLong) => {
                     self.answer(Refusal {
                         id: Value::Null,
                         code: -32600,
                         message: format!(
-                            "Invalid Request: the message is longer than {} MiB",
+                            "Invalid Request: the message is longer than {} MiB, the most `cordon \
+                             mcp` takes; it was dropped",
                             MAX_LINE >> 20
                         ),
                     })
                     .await;
                 }
-                Err(LinesCodecError::Io(_)) => return None,
+                Ok(Line::NotText) => {
+                    self.answer(Refusal {
+                        id: Value::Null,
+                        code: -32700,
+                        message: "Parse error: the message is not UTF-8 text".to_string(),
+                    })
+                    .await;
+                }
+                Err(_) => return None,
             }
         }
     }
@@ -201,6 +265,44 @@ impl Transport<RoleServer> for StdioTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::AsyncBufReadExt;
+
+    /// A line over the limit is answered and dropped, and the next line is read: the server
+    /// does not end (tokio-util's `FramedRead` ends its stream after a decoder error).
+    #[tokio::test]
+    async fn a_line_too_long_is_answered_and_the_next_one_read() {
+        let (mut client, server_in) = tokio::io::duplex(1 << 16);
+        let (server_out, client_out) = tokio::io::duplex(1 << 16);
+        let mut transport = StdioTransport::over(Box::new(server_in), Box::new(server_out));
+        let writing = tokio::spawn(async move {
+            let mut long = vec![b'x'; MAX_LINE + (1 << 20)];
+            long.push(b'\n');
+            client.write_all(&long).await.unwrap();
+            client.write_all(b"\xff\xfe\n").await.unwrap();
+            client
+                .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"ping\"}\n")
+                .await
+                .unwrap();
+            client
+        });
+        let message = transport
+            .receive()
+            .await
+            .expect("the call after the long line");
+        let text = serde_json::to_value(&message).unwrap();
+        assert_eq!((&text["id"], &text["method"]), (&json!(9), &json!("ping")));
+        drop(transport);
+        drop(writing.await.unwrap());
+        let mut answers = tokio::io::BufReader::new(client_out).lines();
+        let too_long: Value =
+            serde_json::from_str(&answers.next_line().await.unwrap().unwrap()).unwrap();
+        assert_eq!(too_long["error"]["code"], json!(-32600));
+        let message = too_long["error"]["message"].as_str().unwrap();
+        assert!(message.contains("16 MiB"), "{message}");
+        let not_text: Value =
+            serde_json::from_str(&answers.next_line().await.unwrap().unwrap()).unwrap();
+        assert_eq!(not_text["error"]["code"], json!(-32700));
+    }
 
     #[test]
     fn lines_that_are_not_messages_get_the_right_error() {

@@ -12,7 +12,7 @@ use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use cordon_agent::{AgentEvent, ApprovalAnswer, Conversation, GivenAnswer, TurnInput};
 use cordon_store::{AuditQuery, NewSession, SessionSettings, WAITING_APPROVALS_SESSION};
 use futures::Stream;
@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-use crate::auth::Tokens;
+use crate::auth::{Caller, Tokens};
 use crate::console;
 use crate::error::ApiError;
 use crate::host::Host;
@@ -36,21 +36,10 @@ pub(crate) struct AppState {
     pub allowed_hosts: Arc<Vec<String>>,
 }
 
-/// Who made a request: the name of the token it carried.
-#[derive(Debug, Clone)]
-struct Caller(String);
-
 /// The largest request body taken (a message, settings, an answer).
 const MAX_BODY: usize = 1 << 20;
 
-/// The MCP endpoint's service (see [`crate::mcp`]).
-pub(crate) type McpService =
-    cordon_mcp::rmcp::transport::streamable_http_server::StreamableHttpService<
-        cordon_mcp::McpServer,
-        cordon_mcp::rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
-    >;
-
-pub(crate) fn router(state: AppState, mcp: McpService) -> Router {
+pub(crate) fn router(state: AppState, mcp: crate::mcp::Endpoint) -> Router {
     let api = Router::new()
         .route("/sessions", get(list_sessions).post(create_session))
         .route("/sessions/{id}", get(get_session).delete(delete_session))
@@ -66,9 +55,7 @@ pub(crate) fn router(state: AppState, mcp: McpService) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     let gateway = crate::gateway::router(state.host.clone())
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
-    let mcp = Router::new()
-        .route_service("/mcp", mcp)
-        .route_layer(middleware::from_fn(crate::mcp::check_message))
+    let mcp = crate::mcp::routes(mcp)
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/", get(console::page))
@@ -216,6 +203,7 @@ struct CreateSession {
 
 async fn create_session(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Body(body): Body<CreateSession>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     // Settings that cannot make an engine are refused now, not at the first message.
@@ -229,6 +217,7 @@ async fn create_session(
             parent: None,
             settings: body.settings,
             conversation: Conversation::new(),
+            created_by: Some(caller.0),
         })
         .await?;
     Ok((StatusCode::CREATED, Json(json!(info))))
@@ -277,10 +266,15 @@ struct Fork {
 
 async fn fork_session(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Body(body): Body<Fork>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let info = state.host.store().fork(&id, body.turns, body.id).await?;
+    let info = state
+        .host
+        .store()
+        .fork(&id, body.turns, body.id, Some(caller.0))
+        .await?;
     Ok((StatusCode::CREATED, Json(json!(info))))
 }
 
@@ -299,6 +293,7 @@ fn yes() -> bool {
 
 async fn send_message(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Body(body): Body<Message>,
 ) -> Result<Response, ApiError> {
@@ -309,7 +304,7 @@ async fn send_message(
     }
     let events = state
         .host
-        .start_turn(&id, TurnInput::Message(body.text))
+        .start_turn(&id, TurnInput::Message(body.text), Some(caller.requester()))
         .await?;
     Ok(turn_response(events, body.stream).await)
 }
@@ -326,7 +321,7 @@ async fn retry_turn(
     Path(id): Path<String>,
     Body(body): Body<Retry>,
 ) -> Result<Response, ApiError> {
-    let events = state.host.start_turn(&id, TurnInput::Retry).await?;
+    let events = state.host.start_turn(&id, TurnInput::Retry, None).await?;
     Ok(turn_response(events, body.stream).await)
 }
 

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use cordon_core::Requester;
 use sha2::{Digest, Sha256};
 
 /// Why the token file cannot be used.
@@ -34,6 +35,18 @@ pub enum TokenError {
         /// The file.
         path: PathBuf,
     },
+}
+
+/// Who made a request: the name of the token it carried (put in the request's extensions by
+/// the API's token check).
+#[derive(Debug, Clone)]
+pub(crate) struct Caller(pub(crate) String);
+
+impl Caller {
+    /// The caller as the requester of a turn.
+    pub(crate) fn requester(&self) -> Requester {
+        Requester::token(self.0.clone())
+    }
 }
 
 /// One accepted token.

@@ -10,6 +10,7 @@ use cordon_agent::{
     Agent, AgentConfig, AgentError, AuditContext, CancellationToken, Conversation, Driven,
     JournalError, State, ToolHost, ToolSource, TurnInput, TurnIo,
 };
+use cordon_core::Requester;
 use cordon_store::{NewSession, SessionJournal, SessionSettings, Store};
 use tokio::sync::broadcast;
 use tokio_util::task::TaskTracker;
@@ -258,12 +259,14 @@ impl Host {
     /// drives it. Returns a follower of the session's events subscribed before the turn
     /// starts, so it sees the whole turn. The turn's first transition is recorded before any
     /// event is published.
+    /// `by` is who asks, recorded on a turn a message starts.
     pub async fn start_turn(
         self: &Arc<Self>,
         id: &str,
         input: TurnInput,
+        by: Option<Requester>,
     ) -> Result<broadcast::Receiver<Arc<SessionEvent>>, ApiError> {
-        self.start_turn_with(id, input, None).await
+        self.start_turn_with(id, input, None, by).await
     }
 
     /// [`Host::start_turn`], with the session's tools changed by `tools` for this turn.
@@ -272,6 +275,7 @@ impl Host {
         id: &str,
         input: TurnInput,
         tools: Option<ToolsForTurn>,
+        by: Option<Requester>,
     ) -> Result<broadcast::Receiver<Arc<SessionEvent>>, ApiError> {
         if self.is_stopping() {
             return Err(ApiError::unavailable(
@@ -284,7 +288,8 @@ impl Host {
                 let events = live.subscribe();
                 let host = self.clone();
                 self.turns.spawn(async move {
-                    host.drive(live, journal, conversation, agent, input).await;
+                    host.drive(live, journal, conversation, agent, input, by)
+                        .await;
                 });
                 Ok(events)
             }
@@ -304,6 +309,7 @@ impl Host {
         new: NewSession,
         input: TurnInput,
         tools: Option<ToolsForTurn>,
+        by: Option<Requester>,
     ) -> Result<(String, broadcast::Receiver<Arc<SessionEvent>>), ApiError> {
         if self.is_stopping() {
             return Err(ApiError::unavailable(
@@ -326,7 +332,8 @@ impl Host {
         let events = live.subscribe();
         let host = self.clone();
         self.turns.spawn(async move {
-            host.drive(live, journal, conversation, agent, input).await;
+            host.drive(live, journal, conversation, agent, input, by)
+                .await;
         });
         Ok((id, events))
     }
@@ -379,6 +386,7 @@ impl Host {
         mut conversation: Conversation,
         agent: Arc<Agent>,
         input: TurnInput,
+        by: Option<Requester>,
     ) {
         let cancel = CancellationToken::new();
         live.set_cancel(cancel.clone());
@@ -407,6 +415,7 @@ impl Host {
                     session: Some(live.id.clone()),
                     origin: "serve".to_string(),
                     keep_arguments: self.options.config.audit.keep_arguments,
+                    requested_by: by,
                 },
             };
             agent.drive(&mut conversation, input, &mut io).await
@@ -474,7 +483,7 @@ impl Host {
             if self.live_if_any(&info.id).is_some_and(|l| l.is_running()) {
                 continue;
             }
-            match self.start_turn(&info.id, TurnInput::Resume).await {
+            match self.start_turn(&info.id, TurnInput::Resume, None).await {
                 Ok(_) => {
                     tracing::info!(session = %info.id, state = %info.state, "resumed a session stopped mid-turn")
                 }
@@ -603,6 +612,7 @@ mod tests {
                 parent: None,
                 settings: SessionSettings::default(),
                 conversation: Conversation::new(),
+                created_by: None,
             })
             .await
             .unwrap()
@@ -634,7 +644,7 @@ mod tests {
         let turns = 40;
         for n in 0..turns {
             let mut events = host
-                .start_turn(&id, TurnInput::Message(format!("ping {n}")))
+                .start_turn(&id, TurnInput::Message(format!("ping {n}")), None)
                 .await
                 .unwrap_or_else(|e| panic!("turn {n} refused: {}", e.message));
             let end = to_the_end(&mut events).await;
@@ -658,7 +668,7 @@ mod tests {
         let (host, _, id) = host_with_session(dir.path(), model.base_url()).await;
         let follower = host.follow(&id);
         let mut events = host
-            .start_turn(&id, TurnInput::Message("hi".into()))
+            .start_turn(&id, TurnInput::Message("hi".into()), None)
             .await
             .unwrap();
         to_the_end(&mut events).await;
@@ -671,7 +681,7 @@ mod tests {
         assert!(host.live_if_any(&id).is_none());
         // A session is taken up again as if it had never been here.
         let mut events = host
-            .start_turn(&id, TurnInput::Message("again".into()))
+            .start_turn(&id, TurnInput::Message("again".into()), None)
             .await
             .unwrap();
         assert!(to_the_end(&mut events).await.ends_turn());

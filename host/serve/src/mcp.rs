@@ -1,40 +1,64 @@
 //! MCP over Streamable HTTP at `/mcp`: the same tools, approvals and audit log as `cordon mcp`
 //! on stdio, behind the same token and `Host` check as the rest of the API, with browsers'
-//! `Origin`s refused unless they are this server's own.
+//! `Origin`s refused unless they are this server's own. An MCP session belongs to the token
+//! that opened it: to any other it does not exist. A body over `[serve]
+//! mcp_max_message_bytes` is refused before it is read whole.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use axum::body::Body;
-use axum::extract::Request;
-use axum::http::{Method, StatusCode, header};
-use axum::middleware::Next;
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use cordon_agent::ToolSource;
 use cordon_mcp::rmcp::model::ProtocolVersion;
+use cordon_mcp::rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use cordon_mcp::rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use cordon_mcp::rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService,
 };
-use cordon_mcp::{McpHost, McpOptions, StoreApprover};
+use cordon_mcp::{Authenticated, McpHost, McpOptions, StoreApprover};
 use cordon_store::Store;
+use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::host::HostOptions;
 
-/// The `/mcp` endpoint's service, and its host (to [`McpHost::finish`] at shutdown). `stop`
-/// ends its streams when the host stops.
+/// The `/mcp` endpoint: the SDK's service, and the checks in front of it.
+#[derive(Clone)]
+pub(crate) struct Endpoint {
+    service: StreamableHttpService<cordon_mcp::McpServer, LocalSessionManager>,
+    gate: Arc<Gate>,
+}
+
+/// What the checks in front of the SDK's service know.
+struct Gate {
+    /// The largest body taken.
+    max_message: usize,
+    /// The SDK's sessions, to forget the owners of those that ended.
+    sessions: Arc<LocalSessionManager>,
+    /// The token (by name) each open MCP session was opened with, by session id.
+    owners: Mutex<HashMap<String, String>>,
+}
+
+/// The setting that caps `/mcp` bodies, as errors name it.
+const MAX_MESSAGE_SETTING: &str = "[serve] mcp_max_message_bytes";
+
+/// The `/mcp` endpoint, and its host (to [`McpHost::finish`] at shutdown). `stop` ends its
+/// streams when the host stops.
 pub(crate) fn service(
     store: &Store,
     source: Arc<dyn ToolSource>,
     options: &HostOptions,
     addr: SocketAddr,
     stop: CancellationToken,
-) -> (
-    StreamableHttpService<cordon_mcp::McpServer, LocalSessionManager>,
-    Arc<McpHost>,
-) {
+) -> (Endpoint, Arc<McpHost>) {
+    let max_message = options.config.serve.mcp_max_message_bytes;
     let mcp = McpHost::new(
         source,
         Some(store.clone()),
@@ -51,6 +75,7 @@ pub(crate) fn service(
     // SDK's check, which knows only loopback names, is off.
     let config = StreamableHttpServerConfig::default()
         .disable_allowed_hosts()
+        .with_max_request_body_bytes(max_message)
         .with_cancellation_token(stop);
     let config = if addr.ip().is_loopback() {
         let port = addr.port();
@@ -65,16 +90,24 @@ pub(crate) fn service(
         config.enforce_origin_validation()
     };
     let host = mcp.clone();
-    let service = StreamableHttpService::new(
-        move || Ok(mcp.connection()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
-    (service, host)
+    let sessions = Arc::new(LocalSessionManager::default());
+    let service =
+        StreamableHttpService::new(move || Ok(mcp.connection()), sessions.clone(), config);
+    let gate = Arc::new(Gate {
+        max_message,
+        sessions,
+        owners: Mutex::new(HashMap::new()),
+    });
+    (Endpoint { service, gate }, host)
 }
 
-/// The largest MCP message `/mcp` takes.
-const MAX_MESSAGE: usize = 16 << 20;
+/// The `/mcp` route, its requests checked by [`check_message`]; the caller puts the token
+/// check in front (it must run first: sessions are bound to the token's name).
+pub(crate) fn routes<S: Clone + Send + Sync + 'static>(endpoint: Endpoint) -> Router<S> {
+    Router::new()
+        .route_service("/mcp", endpoint.service)
+        .route_layer(middleware::from_fn_with_state(endpoint.gate, check_message))
+}
 
 /// A JSON-RPC error response with HTTP status `status`.
 fn rpc_error(
@@ -97,11 +130,122 @@ fn rpc_error(
         .into_response()
 }
 
-/// Answers what the MCP SDK would answer with plain text (or not at all) with the JSON-RPC
-/// error for it: a body that is not JSON (`-32700`), not a JSON-RPC message (`-32600`), too
-/// large, or a protocol version this server does not speak (`-32022`, with the versions it
-/// does).
-pub(crate) async fn check_message(request: Request, next: Next) -> Response {
+/// `bytes` as people read sizes: `1 MiB`, `64 KiB`, `1000 bytes`.
+fn size(bytes: usize) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} bytes"),
+    }
+}
+
+/// The answer to a body over the cap: `413`, naming the cap and the setting that raises it.
+fn too_large(max: usize) -> Response {
+    rpc_error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        Value::Null,
+        -32600,
+        format!(
+            "Invalid Request: the message is larger than the {} /mcp takes; send less, or raise \
+             {MAX_MESSAGE_SETTING} in cordon.toml",
+            size(max)
+        ),
+        Some(json!({"limit_bytes": max, "setting": "serve.mcp_max_message_bytes"})),
+    )
+}
+
+/// The answer to a session id that names no session of the caller's token, whether the
+/// session is unknown, ended, or another token's: `404`, as the SDK answers an unknown
+/// session, after which a client starts a new one. Alike in each case, so it does not tell
+/// another token's session from none.
+fn unknown_session() -> Response {
+    rpc_error(
+        StatusCode::NOT_FOUND,
+        Value::Null,
+        -32600,
+        "Not Found: Session not found; start a new session (send initialize without \
+         Mcp-Session-Id)"
+            .to_string(),
+        None,
+    )
+}
+
+/// The body, up to `max` bytes; `Err` is the answer when it is larger or cannot be read. A
+/// `Content-Length` over `max` is refused before anything is read.
+async fn read_body(headers: &HeaderMap, body: Body, max: usize) -> Result<Bytes, Response> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(too_large(max));
+    }
+    let mut collected = Vec::with_capacity(declared.map_or(0, |n| n as usize));
+    let mut chunks = body.into_data_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| {
+            rpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                -32600,
+                format!("Invalid Request: the body could not be read ({e})"),
+                None,
+            )
+        })?;
+        if chunk.len() > max - collected.len() {
+            return Err(too_large(max));
+        }
+        collected.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(collected))
+}
+
+/// Whether the request says its body is JSON, as the SDK judges it.
+fn says_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            let essence = v.split_once(';').map_or(v, |(essence, _)| essence);
+            essence.trim().eq_ignore_ascii_case("application/json")
+        })
+}
+
+impl Gate {
+    /// Whether `session` is open and was opened with `token`.
+    fn owned_by(&self, session: &str, token: Option<&str>) -> bool {
+        let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        token.is_some_and(|token| owners.get(session).is_some_and(|owner| owner == token))
+    }
+
+    /// Records that `token` opened `session`, and forgets the owners of sessions that ended
+    /// (closed, or idle past the SDK's keep-alive).
+    async fn opened(&self, session: String, token: String) {
+        let open = self.sessions.sessions.read().await;
+        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        owners.retain(|id, _| open.contains_key(id.as_str()));
+        owners.insert(session, token);
+    }
+
+    fn closed(&self, session: &str) {
+        self.owners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(session);
+    }
+}
+
+/// Checks a request before the MCP SDK sees it:
+/// - an `Mcp-Session-Id` must name a session opened with the caller's token (else `404`, as
+///   for an unknown session), so no token uses another's session, its `always` answers or
+///   its questions;
+/// - a body over the cap is refused (`413`), before it is read whole when it says its size;
+/// - what the SDK would answer with plain text is answered with the JSON-RPC error for it: a
+///   body that is not JSON (`-32700`), not a JSON-RPC message (`-32600`), or a protocol
+///   version this server does not speak (`-32022`, with the versions it does).
+///
+/// The SDK parses the body; it is parsed here again only to explain a body the SDK refused.
+async fn check_message(State(gate): State<Arc<Gate>>, request: Request, next: Next) -> Response {
     let version = request
         .headers()
         .get("mcp-protocol-version")
@@ -127,26 +271,37 @@ pub(crate) async fn check_message(request: Request, next: Next) -> Response {
             Some(json!({"supported": supported, "requested": version})),
         );
     }
-    if request.method() != Method::POST {
-        return next.run(request).await;
+    let token = request
+        .extensions()
+        .get::<Authenticated>()
+        .map(|Authenticated(name)| name.clone());
+    let session = request
+        .headers()
+        .get(HEADER_SESSION_ID)
+        .map(|v| v.to_str().unwrap_or_default().to_string());
+    if let Some(session) = &session
+        && !gate.owned_by(session, token.as_deref())
+    {
+        return unknown_session();
     }
+    let method = request.method().clone();
     let (parts, body) = request.into_parts();
-    let bytes = match axum::body::to_bytes(body, MAX_MESSAGE).await {
-        Ok(bytes) => bytes,
-        Err(_) => {
-            return rpc_error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                Value::Null,
-                -32600,
-                format!(
-                    "Invalid Request: the message is larger than {} MiB",
-                    MAX_MESSAGE >> 20
-                ),
-                None,
-            );
+    let json = says_json(&parts.headers);
+    let (forwarded, bytes) = if method == Method::POST {
+        match read_body(&parts.headers, body, gate.max_message).await {
+            Ok(bytes) => (Body::from(bytes.clone()), Some(bytes)),
+            Err(refused) => return refused,
         }
+    } else {
+        (body, None)
     };
-    if let Err(refusal) = cordon_mcp::read_message(&bytes) {
+    let response = next.run(Request::from_parts(parts, forwarded)).await;
+    // The SDK answers a JSON body it cannot take as a message with a plain-text 415.
+    if let Some(bytes) = &bytes
+        && json
+        && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE
+        && let Err(refusal) = cordon_mcp::read_message(bytes)
+    {
         return rpc_error(
             StatusCode::BAD_REQUEST,
             refusal.id,
@@ -155,6 +310,16 @@ pub(crate) async fn check_message(request: Request, next: Next) -> Response {
             None,
         );
     }
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
+    match (&session, response.headers().get(HEADER_SESSION_ID), token) {
+        (None, Some(opened), Some(token)) if response.status().is_success() => {
+            if let Ok(opened) = opened.to_str() {
+                gate.opened(opened.to_string(), token).await;
+            }
+        }
+        (Some(session), _, _) if method == Method::DELETE && response.status().is_success() => {
+            gate.closed(session);
+        }
+        _ => {}
+    }
+    response
 }

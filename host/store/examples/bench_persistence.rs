@@ -148,6 +148,7 @@ async fn drive(
             session: session.map(str::to_string),
             origin: "bench".to_string(),
             keep_arguments: false,
+            requested_by: None,
         },
     };
     let start = Instant::now();
@@ -192,6 +193,7 @@ async fn measure(
                 parent: None,
                 settings: SessionSettings::default(),
                 conversation: Conversation::new(),
+                created_by: None,
             })
             .await
             .expect("create a session")

@@ -6,14 +6,18 @@ use sqlx::Row;
 
 use crate::{Store, StoreError, on_backend};
 
+/// How many sessions of one history are looked at: more than one already means the gateway
+/// starts a new session rather than guess, so a few tell that apart.
+pub const MAX_HISTORY_SESSIONS: i64 = 8;
+
 impl Store {
-    /// Records that the history with `digest` continues `session` (replacing what it
-    /// continued before: the newest turn wins).
+    /// Records that the history with `digest` may continue `session`, beside any other
+    /// session recorded for it: none replaces another, and the caller decides between them by
+    /// what each session holds now.
     pub async fn remember_history(&self, digest: &str, session: &str) -> Result<(), StoreError> {
         const SQL: &str = "INSERT INTO gateway_histories (digest, session, at_ms) \
                            VALUES ($1, $2, $3) \
-                           ON CONFLICT (digest) DO UPDATE \
-                           SET session = excluded.session, at_ms = excluded.at_ms";
+                           ON CONFLICT (digest, session) DO UPDATE SET at_ms = excluded.at_ms";
         let now = cordon_core::now_ms();
         on_backend!(self, pool => sqlx::query(SQL)
             .bind(digest)
@@ -25,15 +29,17 @@ impl Store {
         .map_err(|e| self.failed(e))
     }
 
-    /// The session the history with `digest` continues, if one was recorded.
-    pub async fn history_session(&self, digest: &str) -> Result<Option<String>, StoreError> {
-        const SQL: &str = "SELECT session FROM gateway_histories WHERE digest = $1";
-        let row = on_backend!(self, pool => sqlx::query(SQL)
+    /// The sessions recorded for the history with `digest`, newest first, at most
+    /// [`MAX_HISTORY_SESSIONS`].
+    pub async fn history_sessions(&self, digest: &str) -> Result<Vec<String>, StoreError> {
+        const SQL: &str = "SELECT session FROM gateway_histories WHERE digest = $1 \
+                           ORDER BY at_ms DESC, session LIMIT $2";
+        on_backend!(self, pool => sqlx::query(SQL)
             .bind(digest)
-            .fetch_optional(pool)
+            .bind(MAX_HISTORY_SESSIONS)
+            .fetch_all(pool)
             .await
-            .and_then(|row| row.map(|r| r.try_get::<String, _>("session")).transpose()))
-        .map_err(|e| self.failed(e))?;
-        Ok(row)
+            .and_then(|rows| rows.iter().map(|r| r.try_get::<String, _>("session")).collect()))
+        .map_err(|e| self.failed(e))
     }
 }

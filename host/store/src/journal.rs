@@ -44,6 +44,7 @@ pub struct SessionJournal {
 struct Unborn {
     origin: String,
     parent: Option<String>,
+    created_by: Option<String>,
     /// Its settings as JSON.
     settings: String,
     /// The conversation it was created with as JSON, its snapshot 0.
@@ -81,6 +82,7 @@ impl Store {
         let unborn = Unborn {
             origin: new.origin,
             parent: new.parent,
+            created_by: new.created_by,
             settings: serde_json::to_string(&new.settings).unwrap_or_else(|_| "{}".into()),
             start: new.conversation.to_json(),
         };
@@ -210,6 +212,7 @@ impl SessionJournal {
                     seq,
                     settings: &unborn.settings,
                     lease: Some((store.holder(), until)),
+                    created_by: unborn.created_by.as_deref(),
                 }
                 .insert(now)
                 .execute(&mut *tx)

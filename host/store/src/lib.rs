@@ -217,6 +217,11 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "gateway histories",
         include_str!("../migrations/sqlite/0003_gateway_histories.sql"),
     ),
+    (
+        4,
+        "session creators",
+        include_str!("../migrations/sqlite/0004_session_creators.sql"),
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -233,6 +238,11 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         3,
         "gateway histories",
         include_str!("../migrations/postgres/0003_gateway_histories.sql"),
+    ),
+    (
+        4,
+        "session creators",
+        include_str!("../migrations/postgres/0004_session_creators.sql"),
     ),
 ];
 

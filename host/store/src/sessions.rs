@@ -45,6 +45,9 @@ pub struct SessionInfo {
     pub settings: SessionSettings,
     /// Who drives it now, if a lease is held (possibly expired).
     pub lease: Option<Lease>,
+    /// The name of the token that created it through a served door (`None`: created at the
+    /// terminal, or before creators were kept). The gateway continues a session only for it.
+    pub created_by: Option<String>,
 }
 
 impl SessionInfo {
@@ -72,6 +75,8 @@ pub struct NewSession {
     pub settings: SessionSettings,
     /// Its conversation to start from (empty, or a fork).
     pub conversation: Conversation,
+    /// The name of the token creating it through a served door (`None`: at the terminal).
+    pub created_by: Option<String>,
 }
 
 /// One recorded transition, for showing and exporting a session's log.
@@ -120,10 +125,10 @@ pub fn validate_session_id(id: &str) -> Result<(), StoreError> {
 
 /// A new session's row: `$1` id, `$2` when (created and updated), `$3` origin, `$4` parent,
 /// `$5` title, `$6` state, `$7` turns, `$8` messages, `$9` seq, `$10` settings, `$11` lease
-/// holder, `$12` lease until. Adds nothing if the name is taken.
+/// holder, `$12` lease until, `$13` creator. Adds nothing if the name is taken.
 pub(crate) const INSERT_SESSION: &str = "INSERT INTO sessions (id, created_ms, updated_ms, origin, parent, title, state, turns, \
-     messages, seq, settings, lease_holder, lease_until_ms) \
-     VALUES ($1, $2, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (id) DO NOTHING";
+     messages, seq, settings, lease_holder, lease_until_ms, created_by) \
+     VALUES ($1, $2, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ON CONFLICT (id) DO NOTHING";
 
 /// One new row of `sessions`, as [`INSERT_SESSION`] takes it: the one place its columns are
 /// bound, for a session created on its own and for one written with its first transition.
@@ -137,6 +142,8 @@ pub(crate) struct SessionRow<'a> {
     pub(crate) settings: &'a str,
     /// The lease it is created with: this host's, until then.
     pub(crate) lease: Option<(&'a str, i64)>,
+    /// The token that creates it.
+    pub(crate) created_by: Option<&'a str>,
 }
 
 impl<'a> SessionRow<'a> {
@@ -167,6 +174,7 @@ impl<'a> SessionRow<'a> {
             .bind(self.settings)
             .bind(self.lease.map(|(holder, _)| holder))
             .bind(self.lease.map(|(_, until)| until))
+            .bind(self.created_by)
     }
 }
 
@@ -230,6 +238,7 @@ macro_rules! info_from_row {
                 lease: holder
                     .zip(until)
                     .map(|(holder, until_ms)| Lease { holder, until_ms }),
+                created_by: row.try_get("created_by")?,
             })
         })()
     }};
@@ -259,6 +268,7 @@ impl Store {
                 seq: 0,
                 settings: &settings,
                 lease: None,
+                created_by: new.created_by.as_deref(),
             };
             let done = row.insert(now).execute(&mut *tx).await?;
             if done.rows_affected() == 0 {
@@ -278,7 +288,7 @@ impl Store {
     /// One session's listing.
     pub async fn session(&self, id: &str) -> Result<SessionInfo, StoreError> {
         const SQL: &str = "SELECT id, created_ms, updated_ms, origin, parent, title, state, \
-                           turns, messages, seq, settings, lease_holder, lease_until_ms \
+                           turns, messages, seq, settings, lease_holder, lease_until_ms, created_by \
                            FROM sessions WHERE id = $1";
         let found =
             on_backend!(self, pool => match sqlx::query(SQL).bind(id).fetch_optional(pool).await {
@@ -293,7 +303,7 @@ impl Store {
     /// The sessions, most recently changed first, at most `limit`.
     pub async fn sessions(&self, limit: i64) -> Result<Vec<SessionInfo>, StoreError> {
         const SQL: &str = "SELECT id, created_ms, updated_ms, origin, parent, title, state, \
-                           turns, messages, seq, settings, lease_holder, lease_until_ms \
+                           turns, messages, seq, settings, lease_holder, lease_until_ms, created_by \
                            FROM sessions ORDER BY updated_ms DESC, id LIMIT $1";
         on_backend!(self, pool => match sqlx::query(SQL).bind(limit.max(1)).fetch_all(pool).await {
             Ok(rows) => rows.iter().map(|r| info_from_row!(r)).collect::<Result<Vec<_>, _>>(),
@@ -307,7 +317,7 @@ impl Store {
     /// takes up again.
     pub async fn orphaned_sessions(&self) -> Result<Vec<SessionInfo>, StoreError> {
         const SQL: &str = "SELECT id, created_ms, updated_ms, origin, parent, title, state, \
-                           turns, messages, seq, settings, lease_holder, lease_until_ms \
+                           turns, messages, seq, settings, lease_holder, lease_until_ms, created_by \
                            FROM sessions WHERE state <> 'idle' AND state <> 'failed' \
                            ORDER BY updated_ms";
         let mid_turn = on_backend!(self, pool => match sqlx::query(SQL).fetch_all(pool).await {
@@ -427,12 +437,13 @@ impl Store {
     }
 
     /// A new session holding the first `keep_turns` finished turns of `id` (all finished
-    /// turns when `None`).
+    /// turns when `None`), created by the token `by` (`None`: at the terminal).
     pub async fn fork(
         &self,
         id: &str,
         keep_turns: Option<usize>,
         new_id: Option<String>,
+        by: Option<String>,
     ) -> Result<SessionInfo, StoreError> {
         let (info, conv) = self.load(id).await?;
         let keep = keep_turns.unwrap_or_else(|| conv.finished_turns());
@@ -447,6 +458,7 @@ impl Store {
             parent: Some(id.to_string()),
             settings: info.settings,
             conversation: copy,
+            created_by: by,
         })
         .await
     }

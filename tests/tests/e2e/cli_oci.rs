@@ -18,7 +18,7 @@ use cordon_tests::{TestHome, file_digest, fixture};
 pub(super) struct Registry {
     child: Child,
     storage: PathBuf,
-    port: u16,
+    pub(super) port: u16,
     _dir: tempfile::TempDir,
 }
 
@@ -111,7 +111,7 @@ impl Drop for Registry {
 
 /// Pushes `manifest` (with the blobs it names) to `repo:tag` as another tool would, over the
 /// registry's HTTP API.
-fn push_raw(
+pub(super) fn push_raw(
     registry: &Registry,
     repo: &str,
     tag: &str,
@@ -361,7 +361,7 @@ fn artifacts_that_are_not_one_wasm_component_are_refused_naming_what_they_are() 
 }
 
 /// `cordon plugin keygen DIR/NAME`: the private and public key files.
-fn keygen(home: &TestHome, name: &str) -> (String, String) {
+pub(super) fn keygen(home: &TestHome, name: &str) -> (String, String) {
     let prefix = home.scratch("keys").join(name);
     home.cordon(&[
         "plugin",
@@ -378,7 +378,7 @@ fn keygen(home: &TestHome, name: &str) -> (String, String) {
 }
 
 /// A manifest as the registry serves it.
-fn get_manifest(registry: &Registry, repo: &str, reference: &str) -> String {
+pub(super) fn get_manifest(registry: &Registry, repo: &str, reference: &str) -> String {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let url = format!(
         "http://127.0.0.1:{}/v2/{repo}/manifests/{reference}",

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use cordon_core::{CompiledSchema, SchemaError};
 use serde_json::Value;
 
-use crate::approval::{self, ApprovalConfig, Decision, Policy};
+use crate::approval::{self, ApprovalConfig, Decision, Policy, Standing, StandingAnswer};
 use crate::messages::{ToolCall, snippet};
 use crate::tools::ToolSpec;
 
@@ -35,16 +35,16 @@ impl ToolCatalog {
     }
 
     /// The approval decision for a tool.
-    pub fn decision(&self, spec: &ToolSpec, session: &BTreeMap<String, Policy>) -> Decision {
-        approval::decide(&self.approval, session, spec)
+    pub fn decision(&self, spec: &ToolSpec, standing: Standing<'_>) -> Decision {
+        approval::decide(&self.approval, standing, spec)
     }
 
     /// The tools the model is offered: installed, enabled and not denied.
-    pub fn offered(&self, session: &BTreeMap<String, Policy>) -> Vec<&ToolSpec> {
+    pub fn offered(&self, standing: Standing<'_>) -> Vec<&ToolSpec> {
         self.tools
             .values()
             .map(|(s, _)| s)
-            .filter(|s| self.decision(s, session).policy != Policy::Deny)
+            .filter(|s| self.decision(s, standing).policy != Policy::Deny)
             .collect()
     }
 
@@ -53,13 +53,13 @@ impl ToolCatalog {
     pub(super) fn check(
         &self,
         call: &ToolCall,
-        session: &BTreeMap<String, Policy>,
+        standing: Standing<'_>,
     ) -> Result<(Value, &ToolSpec, Decision), Refusal> {
         // Only a refused call names the offered tools: deciding for every tool is not work
         // a valid call should pay for.
         let available = || {
             let offered: Vec<&str> = self
-                .offered(session)
+                .offered(standing)
                 .iter()
                 .map(|s| s.name.as_str())
                 .collect();
@@ -85,7 +85,7 @@ impl ToolCatalog {
                 format!("there is no tool named `{}`; {}", call.name, available()),
             ));
         };
-        let decision = self.decision(spec, session);
+        let decision = self.decision(spec, standing);
         if decision.policy == Policy::Deny {
             return Err(Refusal::Denied {
                 message: format!(
@@ -142,7 +142,7 @@ impl ToolCatalog {
     /// Rewrites `always`/`never` answers saved under a tool's model-facing name (as
     /// conversations saved before answers bound to identities did) to the tool's identity, so
     /// they keep applying. Identities contain a `.`, model-facing names never do.
-    pub fn upgrade_session(&self, session: &mut BTreeMap<String, Policy>) {
+    pub fn upgrade_session(&self, session: &mut BTreeMap<String, StandingAnswer>) {
         let legacy: Vec<String> = session
             .keys()
             .filter(|k| !k.contains('.'))
@@ -150,9 +150,9 @@ impl ToolCatalog {
             .collect();
         for key in legacy {
             if let Some(spec) = self.spec(&key)
-                && let Some(policy) = session.remove(&key)
+                && let Some(answer) = session.remove(&key)
             {
-                session.entry(spec.identity()).or_insert(policy);
+                session.entry(spec.identity()).or_insert(answer);
             }
         }
     }

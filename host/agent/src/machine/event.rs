@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use cordon_core::Requester;
+
 use crate::approval::ApprovalAnswer;
 use crate::messages::{LlmFailure, ModelResponse};
 
@@ -24,6 +26,10 @@ pub enum Event {
     UserMessage {
         /// The text.
         text: String,
+        /// Who asked, through a served door: recorded on the turn, and the requester whose
+        /// standing answers apply in it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<Requester>,
     },
     /// Re-send the failed request.
     Retry,
@@ -50,6 +56,10 @@ pub enum Event {
         /// Who answered, for the audit log (empty: `the user`).
         #[serde(default, skip_serializing_if = "String::is_empty")]
         by: String,
+        /// When, in milliseconds since the Unix epoch (0: not known), for the record of an
+        /// `always`/`never` and the calls it later decides.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        at_ms: i64,
     },
     /// One running call finished; the batch goes on until every approved call has a result.
     /// The driver feeds one per call as each ends, so each result is recorded when it exists.
@@ -67,4 +77,8 @@ pub enum Event {
         /// Text streamed before the cancellation.
         partial: String,
     },
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }

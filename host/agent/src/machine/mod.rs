@@ -49,7 +49,7 @@ pub use resume::{INTERRUPTED, resume};
 use crate::conversation::Conversation;
 pub use crate::conversation::{CallStatus, PlannedCall, State};
 use transitions::{
-    apply_approval, call_model, cancel, is_pending, is_running, model_failed, next_request,
+    Given, apply_approval, call_model, cancel, is_pending, is_running, model_failed, next_request,
     process_response, receive_response, record_result, record_results, retry_failed, start_turn,
 };
 
@@ -75,8 +75,8 @@ pub fn step(conv: &mut Conversation, event: Event, env: Env<'_>) -> Result<Vec<A
     let state = std::mem::replace(&mut conv.state, State::Idle);
     let mut out = Vec::new();
     match (state, event) {
-        (State::Idle | State::Failed { .. }, Event::UserMessage { text }) => {
-            start_turn(conv, text, &mut out)
+        (State::Idle | State::Failed { .. }, Event::UserMessage { text, by }) => {
+            start_turn(conv, text, by, &mut out)
         }
         (State::Failed { final_pass, .. }, Event::Retry) => {
             retry_failed(conv, final_pass, &mut out)
@@ -103,9 +103,11 @@ pub fn step(conv: &mut Conversation, event: Event, env: Env<'_>) -> Result<Vec<A
                 call_id,
                 answer,
                 by,
+                at_ms,
             },
         ) if is_pending(&batch, &call_id) => {
-            apply_approval(conv, batch, call_id, answer, by, env, &mut out)
+            let given = Given { by, at_ms };
+            apply_approval(conv, batch, call_id, answer, given, env, &mut out)
         }
         (State::ExecutingTools { batch }, Event::ToolFinished { outcome })
             if is_running(&batch, &outcome.call_id) =>

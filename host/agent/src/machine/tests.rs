@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::transitions::backoff;
 use super::*;
-use crate::approval::{ApprovalAnswer, ApprovalConfig, Policy};
+use crate::approval::{ApprovalAnswer, ApprovalConfig, Policy, StandingAnswer};
 use crate::config::RetryConfig;
 use crate::conversation::{Conversation, TurnOutcome};
 use crate::messages::{LlmFailure, Message, ModelResponse, ToolCall, Usage};
@@ -103,7 +103,10 @@ impl T {
         err
     }
     fn started(mut self) -> Self {
-        self.step(Event::UserMessage { text: "hi".into() });
+        self.step(Event::UserMessage {
+            text: "hi".into(),
+            by: None,
+        });
         self
     }
     fn respond(&mut self, content: &str, calls: &[(&str, &str, Value)]) -> Vec<Action> {
@@ -158,13 +161,17 @@ fn tool_messages(conv: &Conversation) -> Vec<(String, String, bool)> {
 #[test]
 fn user_message_starts_a_turn_from_idle_or_failed_only() {
     let mut t = T::new();
-    let a = t.step(Event::UserMessage { text: "hi".into() });
+    let a = t.step(Event::UserMessage {
+        text: "hi".into(),
+        by: None,
+    });
     assert_eq!(t.conv.state, State::AwaitingModel { final_pass: false });
     assert!(has(&a, |a| *a == Action::CallModel { final_pass: false }));
     assert_eq!(t.conv.messages, vec![Message::user("hi")]);
     assert_eq!(t.conv.turns.len(), 1);
     let e = t.err(Event::UserMessage {
         text: "again".into(),
+        by: None,
     });
     assert!(e.message.contains("still waiting for the model"), "{e}");
     // A failed turn can be continued.
@@ -179,6 +186,7 @@ fn user_message_starts_a_turn_from_idle_or_failed_only() {
     assert!(matches!(t.conv.state, State::Failed { .. }));
     t.step(Event::UserMessage {
         text: "next".into(),
+        by: None,
     });
     assert_eq!(t.conv.turns.len(), 2);
     assert_eq!(t.conv.state, State::AwaitingModel { final_pass: false });
@@ -344,12 +352,14 @@ fn ask_tools_wait_for_approval_yes_and_no() {
     );
     let e = t.err(Event::ApprovalGiven {
         by: String::new(),
+        at_ms: 0,
         call_id: "c2".into(),
         answer: ApprovalAnswer::Yes,
     });
     assert!(e.message.contains("c1, c3"), "{e}");
     let a = t.step(Event::ApprovalGiven {
         by: String::new(),
+        at_ms: 0,
         call_id: "c1".into(),
         answer: ApprovalAnswer::Yes,
     });
@@ -360,6 +370,7 @@ fn ask_tools_wait_for_approval_yes_and_no() {
     ));
     let a = t.step(Event::ApprovalGiven {
         by: String::new(),
+        at_ms: 0,
         call_id: "c3".into(),
         answer: ApprovalAnswer::No,
     });
@@ -415,6 +426,7 @@ fn calls_sharing_an_id_are_approved_run_and_answered_one_by_one() {
     assert_eq!(first.arguments, json!({"q": "harmless"}));
     let a = t.step(Event::ApprovalGiven {
         by: String::new(),
+        at_ms: 0,
         call_id: first.call_id.clone(),
         answer: ApprovalAnswer::Yes,
     });
@@ -423,6 +435,7 @@ fn calls_sharing_an_id_are_approved_run_and_answered_one_by_one() {
     assert_eq!(second.arguments, json!({"q": "harmful"}));
     let a = t.step(Event::ApprovalGiven {
         by: String::new(),
+        at_ms: 0,
         call_id: second.call_id.clone(),
         answer: ApprovalAnswer::No,
     });
@@ -542,6 +555,7 @@ fn a_policy_denial_names_the_rule_and_a_refusal_its_reason() {
     );
     let a = t.step(Event::ApprovalGiven {
         by: String::new(),
+        at_ms: 0,
         call_id: "c2".into(),
         answer: ApprovalAnswer::Refused {
             reason: "this run approves nothing it would have to ask about".into(),
@@ -597,22 +611,38 @@ fn always_binds_to_the_tool_identity_not_its_name() {
     );
     let a = t.step(Event::ApprovalGiven {
         by: String::new(),
+        at_ms: 0,
         call_id: "c1".into(),
         answer: ApprovalAnswer::Always,
     });
+    let policies: BTreeMap<String, Policy> = t
+        .conv
+        .session_approvals
+        .iter()
+        .map(|(k, a)| (k.clone(), a.policy))
+        .collect();
     assert_eq!(
-        t.conv.session_approvals,
+        policies,
         BTreeMap::from([("files.read_file".to_string(), Policy::Auto)])
     );
     let request = approval_of(&a).expect("the other plugin's tool is still asked about");
     assert_eq!(request.call_id, "c2");
     // Answers saved under a model-facing name move to the identity.
+    let answer = |policy| StandingAnswer {
+        policy,
+        by: "the user".into(),
+        at_ms: 0,
+        call_id: String::new(),
+        turn: 0,
+        requester: None,
+    };
     let mut legacy = BTreeMap::from([
-        ("files2__read_file".to_string(), Policy::Deny),
-        ("gone".to_string(), Policy::Auto),
-        ("files.read_file".to_string(), Policy::Auto),
+        ("files2__read_file".to_string(), answer(Policy::Deny)),
+        ("gone".to_string(), answer(Policy::Auto)),
+        ("files.read_file".to_string(), answer(Policy::Auto)),
     ]);
     t.cat.upgrade_session(&mut legacy);
+    let legacy: BTreeMap<String, Policy> = legacy.into_iter().map(|(k, a)| (k, a.policy)).collect();
     assert_eq!(
         legacy,
         BTreeMap::from([
@@ -678,6 +708,7 @@ fn always_and_never_apply_to_the_rest_of_the_conversation() {
     );
     let a = t.step(Event::ApprovalGiven {
         by: String::new(),
+        at_ms: 0,
         call_id: "c1".into(),
         answer: ApprovalAnswer::Always,
     });
@@ -685,7 +716,7 @@ fn always_and_never_apply_to_the_rest_of_the_conversation() {
         &a,
         |a| matches!(a, Action::RunTools { calls } if calls.len() == 2)
     ));
-    assert_eq!(t.conv.session_approvals["p.write"], Policy::Auto);
+    assert_eq!(t.conv.session_approvals["p.write"].policy, Policy::Auto);
     t.step(Event::ToolsFinished { results: vec![] });
     t.step(Event::Proceed);
     // Next answer: `write` now runs without asking.
@@ -695,10 +726,11 @@ fn always_and_never_apply_to_the_rest_of_the_conversation() {
     t.respond("", &[("1", "write", json!({"q": "a"}))]);
     t.step(Event::ApprovalGiven {
         by: String::new(),
+        at_ms: 0,
         call_id: "c1".into(),
         answer: ApprovalAnswer::Never,
     });
-    assert_eq!(t.conv.session_approvals["p.write"], Policy::Deny);
+    assert_eq!(t.conv.session_approvals["p.write"].policy, Policy::Deny);
     assert!(matches!(t.conv.state, State::HandlingToolError { .. }));
 }
 
@@ -881,6 +913,7 @@ fn cancel_keeps_partial_answer_marked() {
     // The conversation stays usable.
     t.step(Event::UserMessage {
         text: "again".into(),
+        by: None,
     });
     assert_eq!(t.conv.state, State::AwaitingModel { final_pass: false });
 }
@@ -971,6 +1004,7 @@ fn events_that_do_not_fit_are_rejected() {
         },
         Event::ApprovalGiven {
             by: String::new(),
+            at_ms: 0,
             call_id: "x".into(),
             answer: ApprovalAnswer::Yes,
         },
@@ -987,7 +1021,10 @@ fn events_that_do_not_fit_are_rejected() {
 fn resume_gives_the_next_action_for_every_state() {
     let mut t = T::new();
     assert!(resume(&mut t.conv, env(&t.cat, &t.lim)).is_err());
-    t.step(Event::UserMessage { text: "hi".into() });
+    t.step(Event::UserMessage {
+        text: "hi".into(),
+        by: None,
+    });
     assert_eq!(
         resume(&mut t.conv, env(&t.cat, &t.lim)).unwrap(),
         vec![Action::CallModel { final_pass: false }]
@@ -1014,6 +1051,7 @@ fn resume_gives_the_next_action_for_every_state() {
     ));
     t.step(Event::ApprovalGiven {
         by: String::new(),
+        at_ms: 0,
         call_id: "c1".into(),
         answer: ApprovalAnswer::Yes,
     });
@@ -1046,7 +1084,10 @@ fn resume_gives_the_next_action_for_every_state() {
 #[test]
 fn resuming_mid_run_never_runs_a_call_again_and_keeps_recorded_results() {
     let mut t = T::new();
-    t.step(Event::UserMessage { text: "hi".into() });
+    t.step(Event::UserMessage {
+        text: "hi".into(),
+        by: None,
+    });
     t.respond(
         "",
         &[
@@ -1057,6 +1098,7 @@ fn resuming_mid_run_never_runs_a_call_again_and_keeps_recorded_results() {
     );
     t.step(Event::ApprovalGiven {
         by: "API token `ops`".into(),
+        at_ms: 0,
         call_id: "c2".into(),
         answer: ApprovalAnswer::Yes,
     });
@@ -1183,6 +1225,7 @@ fn who_decided_is_kept_for_every_call() {
         call_id: "c2".into(),
         answer: ApprovalAnswer::No,
         by: "API token `ops`".into(),
+        at_ms: 0,
     });
     // The finished batch puts the calls that never ran in the audit log.
     let audited: Vec<(String, String, String)> = a
@@ -1237,6 +1280,7 @@ fn who_decided_is_kept_for_every_call() {
 fn events_and_actions_serialize() {
     let e = Event::ApprovalGiven {
         by: String::new(),
+        at_ms: 0,
         call_id: "1".into(),
         answer: ApprovalAnswer::Always,
     };

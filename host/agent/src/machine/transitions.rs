@@ -2,11 +2,12 @@
 //! A handler runs only for the pair its row names; [`step`](super::step) has already taken the
 //! state out of the conversation, so each handler sets the state it leaves behind.
 
+use cordon_core::Requester;
 use serde_json::Value;
 
 use super::{Action, AgentEvent, Env, RequestedCall, ToolCatalog, ToolOutcome, ToolRun};
 use super::{ApprovalRequest, catalog::Refusal};
-use crate::approval::{ApprovalAnswer, Policy};
+use crate::approval::{ApprovalAnswer, Policy, StandingAnswer};
 use crate::config::RetryConfig;
 use crate::conversation::{
     CallApproval, CallStatus, Conversation, Note, PlannedCall, State, Turn, TurnOutcome,
@@ -17,11 +18,17 @@ use crate::tools::{ToolFailure, ToolFailureKind, ToolSpec, render_failure};
 use cordon_core::CallOutcome;
 
 /// Idle or Failed, `UserMessage`: the message opens a turn and goes to the model.
-pub(super) fn start_turn(conv: &mut Conversation, text: String, out: &mut Vec<Action>) {
+pub(super) fn start_turn(
+    conv: &mut Conversation,
+    text: String,
+    by: Option<Requester>,
+    out: &mut Vec<Action>,
+) {
     conv.messages.push(Message::user(text.clone()));
     conv.turns.push(Turn {
         first_message: conv.messages.len() - 1,
         outcome: None,
+        requested_by: by,
     });
     conv.progress = Default::default();
     out.push(Action::Emit(AgentEvent::TurnStarted {
@@ -129,6 +136,12 @@ pub(super) fn is_pending(batch: &[PlannedCall], call_id: &str) -> bool {
         .any(|p| p.id == call_id && p.status == CallStatus::Pending)
 }
 
+/// Who answered a question, and when.
+pub(super) struct Given {
+    pub(super) by: String,
+    pub(super) at_ms: i64,
+}
+
 /// AwaitingApproval, `ApprovalGiven`: the answer settles the call (and, for `always`/`never`,
 /// the other pending calls of the same tool); then the next question, the run, or the errors.
 pub(super) fn apply_approval(
@@ -136,14 +149,14 @@ pub(super) fn apply_approval(
     mut batch: Vec<PlannedCall>,
     call_id: String,
     answer: ApprovalAnswer,
-    by: String,
+    given: Given,
     env: Env<'_>,
     out: &mut Vec<Action>,
 ) {
-    let by = if by.is_empty() {
+    let by = if given.by.is_empty() {
         "the user".to_string()
     } else {
-        by
+        given.by
     };
     out.push(Action::Emit(AgentEvent::ApprovalGiven {
         call_id: call_id.clone(),
@@ -162,7 +175,15 @@ pub(super) fn apply_approval(
         _ => None,
     };
     if let (Some(identity), Some(policy)) = (&identity, remembered) {
-        conv.session_approvals.insert(identity.clone(), policy);
+        let answer = StandingAnswer {
+            policy,
+            by: by.clone(),
+            at_ms: given.at_ms,
+            call_id: call_id.clone(),
+            turn: conv.turns.len().saturating_sub(1),
+            requester: conv.requester().cloned(),
+        };
+        conv.session_approvals.insert(identity.clone(), answer);
     }
     for p in batch.iter_mut().filter(|p| p.status == CallStatus::Pending) {
         let same_tool = remembered.is_some()
@@ -426,7 +447,7 @@ pub(super) fn process_response(
     }
     let mut batch = Vec::with_capacity(calls.len());
     for (id, call) in calls {
-        let planned = match env.catalog.check(&call, &conv.session_approvals) {
+        let planned = match env.catalog.check(&call, conv.standing()) {
             Err(refusal) => {
                 let (arguments, status, message, approval) = match refusal {
                     Refusal::Invalid(arguments, message) => (
@@ -546,7 +567,7 @@ pub(super) fn approval_request(
         arguments: p.arguments.clone().unwrap_or(Value::Null),
         grants: spec.map(|s| s.grants.clone()).unwrap_or_default(),
         reason: spec
-            .map(|s| catalog.decision(s, &conv.session_approvals).reason)
+            .map(|s| catalog.decision(s, conv.standing()).reason)
             .unwrap_or_default(),
     }
 }

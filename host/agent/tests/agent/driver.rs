@@ -1011,6 +1011,7 @@ async fn a_message_while_a_turn_runs_is_refused_and_changes_nothing() {
     conv.turns.push(cordon_agent::conversation::Turn {
         first_message: 0,
         outcome: None,
+        requested_by: None,
     });
     let outcome = agent
         .run_turn(
@@ -1096,6 +1097,7 @@ mod journaled {
                 session: Some("s1".into()),
                 origin: "test".into(),
                 keep_arguments: false,
+                requested_by: None,
             },
         };
         agent.drive(conv, input, &mut io).await

@@ -9,21 +9,24 @@
 //! console.
 //!
 //! Clients usually send the whole history with every request. The session a request belongs
-//! to is the one named by its `X-Cordon-Session` header, or else the one whose turns produced
-//! exactly that history (kept by a digest of it while this host runs); otherwise a new session
-//! starts from the history the client sent. Every response names its session in
-//! `X-Cordon-Session`.
+//! to is the one named by its `X-Cordon-Session` header (honoured only for the token that
+//! created the session), or else the one of the same requester that ends exactly at that
+//! history (see [`histories`]); otherwise a new session starts from the history the client
+//! sent. Every response names its session in `X-Cordon-Session`. Each turn records who asked
+//! for it (the token, and the client's `user`), and so does the audit record of each of its
+//! tool calls.
 //!
 //! Here: the routes, errors, and finding or creating a request's session. `request` reads and
 //! checks a request, `client_tools` holds the tools a client runs itself, and `response` turns
 //! the turn's events into the answer.
 
 mod client_tools;
+mod histories;
 mod request;
 mod response;
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -31,15 +34,18 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router, body::Bytes};
 use cordon_agent::{Conversation, Message, SessionSettings, ToolCall, TurnInput};
+use cordon_core::Requester;
 use cordon_store::NewSession;
 use serde_json::{Value, json};
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::host::Host;
 
 pub(crate) use client_tools::ClientCalls;
 use client_tools::with_client_tools;
-use request::{ChatRequest, ClientTool, Input, Role, history_digest, parse_request};
+use histories::{Histories, created_by};
+use request::{ChatRequest, ClientTool, Input, Role, parse_request};
 use response::{Reading, stream_response, whole_response};
 
 /// The largest request body taken, as for the rest of the API.
@@ -74,10 +80,6 @@ pub const SESSION_HEADER: &str = "x-cordon-session";
 /// chunks with no choices and a `cordon` field holding the event, or (not streaming) a
 /// `cordon.events` list. Clients that do not ask never see them.
 pub const TOOL_EVENTS_HEADER: &str = "x-cordon-tool-events";
-
-/// How many histories the host remembers the session of; past that the oldest are forgotten
-/// (their clients' next request starts a new session from the history it sends).
-const REMEMBERED_HISTORIES: usize = 10_000;
 
 /// An error as OpenAI's API reports it: `{"error": {"message", "type", "param", "code"}}`, so
 /// clients' SDKs raise their usual exceptions.
@@ -153,63 +155,6 @@ fn error_body(e: &GatewayError) -> Value {
     }})
 }
 
-/// The sessions of histories clients sent, by digest: the recent ones in memory, in front of
-/// the store's record, which outlives the host and is shared with other hosts on the store.
-#[derive(Default)]
-pub(crate) struct Histories {
-    inner: Mutex<(HashMap<String, String>, VecDeque<String>)>,
-}
-
-impl Histories {
-    fn get(&self, digest: &str) -> Option<String> {
-        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        inner.0.get(digest).cloned()
-    }
-
-    /// The session `chat`'s history continues: remembered here, else recorded in the store
-    /// (by this host before it restarted, or by another host).
-    async fn find(&self, host: &Host, chat: &ChatRequest) -> Option<String> {
-        let digest = history_digest(&chat.model, &chat.history);
-        if let Some(found) = self.get(&digest) {
-            return Some(found);
-        }
-        match host.store().history_session(&digest).await {
-            Ok(found) => found,
-            Err(e) => {
-                tracing::warn!("the store could not say which session a history continues: {e}");
-                None
-            }
-        }
-    }
-
-    /// Remembers that `digest` continues `session`, here at once and in the store in the
-    /// background: the client's next request, which will carry this history, comes after the
-    /// response it is reading now.
-    fn record(&self, host: &Host, digest: String, session: String) {
-        let store = host.store().clone();
-        let (d, s) = (digest.clone(), session.clone());
-        tokio::spawn(async move {
-            if let Err(e) = store.remember_history(&d, &s).await {
-                tracing::warn!("the store did not record which session a history continues: {e}");
-            }
-        });
-        self.remember(digest, session);
-    }
-
-    fn remember(&self, digest: String, session: String) {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let (map, order) = &mut *inner;
-        if map.insert(digest.clone(), session).is_none() {
-            order.push_back(digest);
-        }
-        while order.len() > REMEMBERED_HISTORIES {
-            if let Some(old) = order.pop_front() {
-                map.remove(&old);
-            }
-        }
-    }
-}
-
 /// `GET /v1/models`.
 pub(crate) async fn list_models(State(state): State<GatewayState>) -> Json<Value> {
     let config = &state.host.options.config;
@@ -235,6 +180,12 @@ pub(crate) async fn chat_completions(
 
 async fn complete(state: GatewayState, request: Request) -> Result<Response, GatewayError> {
     let named = named_session(request.headers())?;
+    // The token layer in front of the gateway puts the caller there; without it, nobody.
+    let Some(Caller(token)) = request.extensions().get::<Caller>().cloned() else {
+        return Err(GatewayError::from(ApiError::internal(
+            "the request reached the gateway without its token's name",
+        )));
+    };
     let tool_events = request
         .headers()
         .get(TOOL_EVENTS_HEADER)
@@ -251,13 +202,14 @@ async fn complete(state: GatewayState, request: Request) -> Result<Response, Gat
     let config = &state.host.options.config;
     let offered = config.gateway.offered(&config.llm.model);
     let chat = parse_request(&body, &offered)?;
+    let requester = Requester {
+        token,
+        user: chat.user.clone(),
+    };
     let host = state.host.clone();
     let known = match named {
-        Some(id) => Some(host.store().session(&id).await.map_err(ApiError::from)?.id),
-        None => match state.histories.find(&host, &chat).await {
-            Some(id) if host.store().session(&id).await.is_ok() => Some(id),
-            _ => None,
-        },
+        Some(id) => Some(own_session(&host, &id, &requester).await?),
+        None => state.histories.find(&host, &requester, &chat).await,
     };
     let (session, events) = match &chat.input {
         Input::Message(message) => {
@@ -266,15 +218,18 @@ async fn complete(state: GatewayState, request: Request) -> Result<Response, Gat
                 Some(session) => {
                     check_names(&host, &session, &chat.client_tools).await?;
                     let tools = with_client_tools(&state, &session, &chat.client_tools);
-                    let events = host.start_turn_with(&session, input, tools).await?;
+                    let events = host
+                        .start_turn_with(&session, input, tools, Some(requester.clone()))
+                        .await?;
                     (session, events)
                 }
                 None => {
-                    let new = new_session(&chat);
+                    let new = new_session(&chat, &requester);
                     let id = new.id.clone().unwrap_or_default();
                     check_names_for(&host, &new.settings, &chat.client_tools).await?;
                     let tools = with_client_tools(&state, &id, &chat.client_tools);
-                    host.start_new_turn(new, input, tools).await?
+                    host.start_new_turn(new, input, tools, Some(requester.clone()))
+                        .await?
                 }
             }
         }
@@ -324,6 +279,7 @@ async fn complete(state: GatewayState, request: Request) -> Result<Response, Gat
         usage: cordon_agent::Usage::default(),
         said: String::new(),
         tool_events,
+        requester,
     };
     let header = HeaderValue::from_str(&session).ok();
     let mut response = if reading.chat.stream {
@@ -383,6 +339,26 @@ async fn check_names_for(
     }
 }
 
+/// The session `id` if `requester`'s token created it. Any other session is unknown to this
+/// token, whether it exists or not, so a token cannot continue, or learn of, another's.
+async fn own_session(host: &Host, id: &str, requester: &Requester) -> Result<String, GatewayError> {
+    match host.store().session(id).await {
+        Ok(info) if created_by(&info, requester) => Ok(info.id),
+        Ok(_) | Err(cordon_store::StoreError::UnknownSession { .. }) => Err(GatewayError {
+            status: StatusCode::NOT_FOUND,
+            kind: "not_found_error",
+            code: Some("unknown_session"),
+            param: Some(SESSION_HEADER.into()),
+            message: format!(
+                "no session `{id}` of this token: X-Cordon-Session names a session this token \
+                 started through the gateway; leave the header out to start a new one"
+            ),
+            retry_after_secs: None,
+        }),
+        Err(e) => Err(ApiError::from(e).into()),
+    }
+}
+
 fn named_session(headers: &HeaderMap) -> Result<Option<String>, GatewayError> {
     match headers.get(SESSION_HEADER) {
         None => Ok(None),
@@ -397,8 +373,8 @@ fn named_session(headers: &HeaderMap) -> Result<Option<String>, GatewayError> {
 }
 
 /// A session for a history nobody has a session of: its earlier messages as the client sent
-/// them, the client's system message as its system prompt.
-fn new_session(chat: &ChatRequest) -> NewSession {
+/// them, the client's system message as its system prompt; created by `requester`'s token.
+fn new_session(chat: &ChatRequest, requester: &Requester) -> NewSession {
     let system: Vec<&str> = chat
         .history
         .iter()
@@ -457,6 +433,7 @@ fn new_session(chat: &ChatRequest) -> NewSession {
         parent: None,
         settings,
         conversation,
+        created_by: Some(requester.token.clone()),
     }
 }
 

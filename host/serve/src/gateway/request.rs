@@ -6,6 +6,8 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use cordon_core::Requester;
+
 use super::GatewayError;
 
 /// Request fields taken. Any other field is refused with a 400 that names it, rather than
@@ -21,6 +23,9 @@ pub(super) const TAKEN_FIELDS: &[&str] = &[
     "tool_choice",
     "parallel_tool_calls",
 ];
+
+/// The longest `user` field taken (OpenAI's own limit is of this order).
+const MAX_USER_LEN: usize = 256;
 
 /// One message of a request, reduced to what a turn uses.
 #[derive(Debug, Clone, PartialEq)]
@@ -115,11 +120,15 @@ pub(super) struct ChatRequest {
     pub(super) client_tools: Vec<ClientTool>,
     pub(super) stream: bool,
     pub(super) include_usage: bool,
+    /// The end user the client named (`user`): sessions of different users stay apart even
+    /// under one token. The client's word, never trusted for anything else.
+    pub(super) user: Option<String>,
 }
 
-/// The digest of a conversation as a client sends it: the model and each message's role,
-/// text, tool calls and the call it answers, in order.
-pub(super) fn history_digest(model: &str, history: &[Said]) -> String {
+/// The digest of a conversation as a client sends it, and who sends it: the requester (token
+/// and end user), the model and each message's role, text, tool calls and the call it
+/// answers, in order. Equal histories of different requesters never share a digest.
+pub(super) fn history_digest(requester: &Requester, model: &str, history: &[Said]) -> String {
     let list: Vec<Value> = history
         .iter()
         .map(|s| {
@@ -131,7 +140,7 @@ pub(super) fn history_digest(model: &str, history: &[Said]) -> String {
             json!([s.role.name(), s.text, calls, s.tool_call_id])
         })
         .collect();
-    let text = json!([model, list]).to_string();
+    let text = json!([requester.token, requester.user, model, list]).to_string();
     hex::encode(Sha256::digest(text.as_bytes()))
 }
 
@@ -389,6 +398,22 @@ pub(super) fn parse_request(
             ));
         }
     };
+    let user = match fields.get("user") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(u)) if u.len() <= MAX_USER_LEN => Some(u.clone()),
+        Some(Value::String(_)) => {
+            return Err(GatewayError::invalid(
+                "user",
+                format!("`user` is longer than {MAX_USER_LEN} bytes; send a shorter identifier"),
+            ));
+        }
+        Some(_) => {
+            return Err(GatewayError::invalid(
+                "user",
+                "`user` must be a string that identifies the end user",
+            ));
+        }
+    };
     let Some(Value::Array(messages)) = fields.get("messages") else {
         return Err(GatewayError::invalid(
             "messages",
@@ -497,6 +522,7 @@ pub(super) fn parse_request(
         client_tools,
         stream,
         include_usage,
+        user,
     })
 }
 
@@ -512,7 +538,6 @@ pub(super) fn names(fields: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::Histories;
 
     fn offered() -> Vec<(String, String)> {
         vec![("gpt-x".to_string(), "upstream".to_string())]
@@ -647,13 +672,22 @@ mod tests {
     #[test]
     fn histories_are_told_apart_by_model_roles_and_text() {
         let said = |role, text: &str| Said::new(role, text);
-        let a = history_digest("m", &[said(Role::User, "hi")]);
-        assert_eq!(a, history_digest("m", &[said(Role::User, "hi")]));
-        assert_ne!(a, history_digest("n", &[said(Role::User, "hi")]));
-        assert_ne!(a, history_digest("m", &[said(Role::Assistant, "hi")]));
-        assert_ne!(a, history_digest("m", &[said(Role::User, "hi ")]));
-        let histories = Histories::default();
-        histories.remember(a.clone(), "s-1".into());
-        assert_eq!(histories.get(&a).as_deref(), Some("s-1"));
+        let ann = Requester::token("ann");
+        let a = history_digest(&ann, "m", &[said(Role::User, "hi")]);
+        assert_eq!(a, history_digest(&ann, "m", &[said(Role::User, "hi")]));
+        assert_ne!(a, history_digest(&ann, "n", &[said(Role::User, "hi")]));
+        assert_ne!(a, history_digest(&ann, "m", &[said(Role::Assistant, "hi")]));
+        assert_ne!(a, history_digest(&ann, "m", &[said(Role::User, "hi ")]));
+        // Another token, or another end user under the same token, never shares a digest.
+        let bob = Requester::token("bob");
+        assert_ne!(a, history_digest(&bob, "m", &[said(Role::User, "hi")]));
+        let ann_as_carol = Requester {
+            token: "ann".into(),
+            user: Some("carol".into()),
+        };
+        assert_ne!(
+            a,
+            history_digest(&ann_as_carol, "m", &[said(Role::User, "hi")])
+        );
     }
 }

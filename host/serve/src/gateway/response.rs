@@ -11,6 +11,7 @@ use axum::http::StatusCode;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use cordon_agent::{AgentEvent, TurnOutcome};
+use cordon_core::Requester;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
@@ -55,6 +56,8 @@ pub(super) struct Reading {
     pub(super) said: String,
     /// Whether the client asked for Cordon's tool activity ([`TOOL_EVENTS_HEADER`]).
     pub(super) tool_events: bool,
+    /// Who sent the request: the history it ends with is theirs only.
+    pub(super) requester: Requester,
 }
 
 impl Reading {
@@ -132,7 +135,7 @@ impl Reading {
         }
         self.state.histories.record(
             &self.state.host,
-            history_digest(&self.chat.model, &history),
+            history_digest(&self.requester, &self.chat.model, &history),
             self.guard.session.clone(),
         );
         Read::End(ending)

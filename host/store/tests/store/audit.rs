@@ -18,6 +18,7 @@ fn call(at_ms: i64, session: Option<&str>, plugin: &str, tool: &str, ok: bool) -
             turn: Some(0),
             call_id: Some("c1".into()),
             client: None,
+            requested_by: None,
             tool: tool.into(),
             plugin: plugin.into(),
             digest: "sha256:ab".into(),

@@ -88,6 +88,7 @@ async fn tool_turn(conv: &mut Conversation, journal: &mut dyn Journal, n: usize)
         journal,
         Event::UserMessage {
             text: format!("question {n}"),
+            by: None,
         },
     )
     .await
@@ -129,6 +130,7 @@ pub(crate) async fn new_session(store: &Store, id: &str) {
             parent: None,
             settings: SessionSettings::default(),
             conversation: Conversation::new(),
+            created_by: None,
         })
         .await
         .unwrap();
@@ -153,6 +155,7 @@ each_backend!(
             &mut journal,
             Event::UserMessage {
                 text: "more".into(),
+                by: None,
             },
         )
         .await
@@ -193,7 +196,10 @@ each_backend!(
         apply(
             &mut conv,
             &mut journal,
-            Event::UserMessage { text: "hi".into() },
+            Event::UserMessage {
+                text: "hi".into(),
+                by: None,
+            },
         )
         .await
         .unwrap();
@@ -247,6 +253,7 @@ each_backend!(
             &mut other,
             Event::UserMessage {
                 text: "from the second".into(),
+                by: None,
             },
         )
         .await
@@ -257,6 +264,7 @@ each_backend!(
             &mut journal,
             Event::UserMessage {
                 text: "from the first".into(),
+                by: None,
             },
         )
         .await
@@ -281,6 +289,7 @@ each_backend!(
                 parent: None,
                 settings: SessionSettings::default(),
                 conversation: Conversation::new(),
+                created_by: None,
             })
             .await
             .unwrap_err();
@@ -293,6 +302,7 @@ each_backend!(
                     parent: None,
                     settings: SessionSettings::default(),
                     conversation: Conversation::new(),
+                    created_by: None,
                 })
                 .await
                 .unwrap_err();
@@ -303,16 +313,16 @@ each_backend!(
         tool_turn(&mut conv, &mut journal, 1).await;
         journal.release().await.unwrap();
         let fork = store
-            .fork("base", Some(1), Some("branch".into()))
+            .fork("base", Some(1), Some("branch".into()), None)
             .await
             .unwrap();
         assert_eq!(fork.parent.as_deref(), Some("base"));
         assert_eq!(fork.origin, "fork");
         let (_, forked) = store.load("branch").await.unwrap();
         assert_eq!(forked, conv.fork(1).unwrap());
-        let e = store.fork("base", Some(5), None).await.unwrap_err();
+        let e = store.fork("base", Some(5), None, None).await.unwrap_err();
         assert!(e.to_string().contains("cannot fork after turn 5"), "{e}");
-        let generated = store.fork("base", None, None).await.unwrap();
+        let generated = store.fork("base", None, None, None).await.unwrap();
         assert!(generated.id.starts_with("s-"), "{}", generated.id);
         let listed: Vec<String> = store
             .sessions(10)
@@ -366,6 +376,7 @@ each_backend!(
             parent: None,
             settings: SessionSettings::default(),
             conversation,
+            created_by: None,
         };
         let (id, mut journal, mut conv) =
             first.create_and_drive(new("driven", seed.clone())).unwrap();
@@ -379,7 +390,10 @@ each_backend!(
         apply(
             &mut conv,
             &mut journal,
-            Event::UserMessage { text: "hi".into() },
+            Event::UserMessage {
+                text: "hi".into(),
+                by: None,
+            },
         )
         .await
         .unwrap();
@@ -404,6 +418,7 @@ each_backend!(
             &mut clash,
             Event::UserMessage {
                 text: "mine".into(),
+                by: None,
             },
         )
         .await
