@@ -13,6 +13,7 @@ use std::thread::JoinHandle;
 use sha2::{Digest, Sha256};
 
 pub mod bench;
+pub mod fake_registry;
 pub mod postgres;
 pub mod running;
 pub mod serve;

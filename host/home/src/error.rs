@@ -206,6 +206,16 @@ pub enum HomeError {
         /// Why, and what to do.
         reason: String,
     },
+    /// An environment variable Cordon reads has a value it cannot use.
+    #[error("{name}=`{value}` cannot be used: {reason}")]
+    BadSetting {
+        /// The variable.
+        name: &'static str,
+        /// Its value.
+        value: String,
+        /// Why not, and what to give instead.
+        reason: String,
+    },
     /// A registry could not be reached or refused a request.
     #[error("registry error for {reference}: {reason}")]
     Registry {
@@ -418,6 +428,7 @@ impl HomeError {
                 | HomeError::KeyConflict { .. }
                 | HomeError::SignatureMisplaced { .. }
                 | HomeError::NotPushable { .. }
+                | HomeError::BadSetting { .. }
                 | HomeError::BadPluginName { .. }
                 | HomeError::UnknownPlugin { .. }
                 | HomeError::Grant(_)

@@ -20,6 +20,7 @@ mod fsutil;
 mod install;
 mod lockfile;
 mod oci;
+mod registry;
 mod scope;
 mod signing;
 mod source;

@@ -7,13 +7,12 @@
 use std::path::Path;
 use std::str::FromStr;
 
-use oci_client::client::{ClientConfig, ClientProtocol};
-use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
+use oci_spec::distribution::Reference;
 use serde::Deserialize;
 
 use crate::error::HomeError;
 use crate::fsutil::{MAX_COMPONENT_BYTES, sha256_digest};
+use crate::registry::{self, Limits, RegistryError, Session};
 use crate::signing::{AttachedSignature, PrivateKey, simple_signing_payload};
 
 /// The media type of the component layer.
@@ -25,7 +24,7 @@ const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
 const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
 /// The largest manifest Cordon reads.
-const MAX_MANIFEST_BYTES: usize = 4 << 20;
+const MAX_MANIFEST_BYTES: u64 = 4 << 20;
 /// The layer media type of a cosign signature: the simple signing payload it signs.
 pub const SIMPLE_SIGNING: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
 /// The annotation of a signature layer that holds the signature.
@@ -136,71 +135,47 @@ impl OciReference {
         )
     }
 
-    fn is_loopback(&self) -> bool {
-        let registry = self.registry();
-        let host = match registry.strip_prefix('[') {
-            Some(v6) => v6.split(']').next().unwrap_or_default(),
-            None => registry.rsplit_once(':').map_or(registry, |(h, _)| h),
-        };
-        host == "localhost"
-            || host
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback())
+    /// The tag or digest this reference names in its repository.
+    fn tag_or_digest(&self) -> &str {
+        self.reference
+            .digest()
+            .or(self.reference.tag())
+            .unwrap_or("latest")
     }
 
-    fn client(&self) -> Result<Client, HomeError> {
-        // reqwest is built without a TLS crypto provider of its own: ring is the process's.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        // Plain HTTP only for a registry on this machine, as for URL installs.
-        let protocol = if self.is_loopback() {
-            ClientProtocol::HttpsExcept(vec![self.registry().to_string()])
-        } else {
-            ClientProtocol::Https
-        };
-        Client::try_from(ClientConfig {
-            protocol,
-            platform_resolver: None,
-            // A registry that stops answering fails the command instead of hanging it.
-            connect_timeout: Some(std::time::Duration::from_secs(15)),
-            read_timeout: Some(std::time::Duration::from_secs(60)),
-            ..ClientConfig::default()
-        })
-        .map_err(|e| self.failed(format!("cannot set up the registry client: {e}")))
+    /// A session with this reference's repository (`push`: to write it too), under the
+    /// limits the environment sets.
+    fn session(&self, push: bool) -> Result<Session, HomeError> {
+        let limits = Limits::from_env()?;
+        Session::new(
+            self.registry(),
+            self.reference.repository(),
+            push,
+            registry::credentials(self.registry()),
+            limits,
+        )
+        .map_err(|e| self.registry_failed(e))
     }
 
-    /// Credentials for the registry: `CORDON_REGISTRY_USERNAME` and `CORDON_REGISTRY_PASSWORD`
-    /// when `CORDON_REGISTRY` names this registry (`host[:port]`), else the Docker config
-    /// (`$DOCKER_CONFIG/config.json` or `~/.docker/config.json`, with its credential helpers),
-    /// else none. Never stored by Cordon. The variables name their registry so that `plugin
-    /// update --all`, which contacts every registry plugins came from, sends them to that
-    /// registry only.
-    fn auth(&self) -> RegistryAuth {
-        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        if let (Some(user), Some(password)) = (
-            env("CORDON_REGISTRY_USERNAME"),
-            env("CORDON_REGISTRY_PASSWORD"),
-        ) {
-            match env("CORDON_REGISTRY") {
-                Some(registry) if registry.eq_ignore_ascii_case(self.registry()) => {
-                    return RegistryAuth::Basic(user, password);
-                }
-                Some(_) => {}
-                None => tracing::warn!(
-                    "CORDON_REGISTRY_USERNAME is set but CORDON_REGISTRY is not: set it to the \
-                     registry (host[:port]) these credentials are for; they were not sent to {}",
-                    self.registry()
-                ),
-            }
-        }
-        match docker_credential::get_credential(self.registry()) {
-            Ok(docker_credential::DockerCredential::UsernamePassword(user, password)) => {
-                RegistryAuth::Basic(user, password)
-            }
-            Ok(docker_credential::DockerCredential::IdentityToken(token)) => {
-                RegistryAuth::Bearer(token)
-            }
-            Err(_) => RegistryAuth::Anonymous,
-        }
+    /// Runs `operation` under the `deadline` of its session: a registry that answers too
+    /// slowly, or not at all, fails it rather than hanging the command.
+    async fn within<T>(
+        &self,
+        deadline: std::time::Duration,
+        operation: impl std::future::Future<Output = Result<T, HomeError>>,
+    ) -> Result<T, HomeError> {
+        tokio::time::timeout(deadline, operation)
+            .await
+            .unwrap_or_else(|_| {
+                Err(self.registry_failed(RegistryError::Deadline {
+                    registry: self.registry().to_string(),
+                    deadline,
+                }))
+            })
+    }
+
+    fn registry_failed(&self, e: RegistryError) -> HomeError {
+        self.failed(e.to_string())
     }
 
     fn failed(&self, reason: String) -> HomeError {
@@ -253,64 +228,33 @@ pub fn signature_tag(manifest_digest: &str) -> String {
     format!("{}.sig", manifest_digest.replace(':', "-"))
 }
 
-/// Whether a registry error says the manifest asked for does not exist.
-fn is_not_found(e: &oci_client::errors::OciDistributionError) -> bool {
-    use oci_client::errors::{OciDistributionError as E, OciErrorCode as C};
-    match e {
-        E::ImageManifestNotFoundError(_) => true,
-        E::RegistryError { envelope, .. } => envelope
-            .errors
-            .iter()
-            .any(|e| matches!(e.code, C::ManifestUnknown | C::NotFound | C::NameUnknown)),
-        E::ServerError { code, .. } => *code == 404,
-        _ => false,
-    }
-}
-
-/// What a registry error means to the user.
-fn registry_error(e: &oci_client::errors::OciDistributionError) -> String {
-    let text = e.to_string();
-    let chain = std::error::Error::source(e)
-        .map(|s| format!(" ({s})"))
-        .unwrap_or_default();
-    format!("{text}{chain}")
-}
-
 /// The manifest at `reference`, its bytes and digest (computed here).
 async fn manifest(
-    client: &Client,
+    session: &mut Session,
     reference: &OciReference,
-    auth: &RegistryAuth,
 ) -> Result<(Manifest, String), HomeError> {
-    manifest_if_any(client, reference, auth)
+    manifest_if_any(session, reference)
         .await?
         .ok_or_else(|| reference.failed("the registry has no manifest by that name".into()))
 }
 
 /// The manifest at `reference`, or `None` if the registry has none by that name.
 async fn manifest_if_any(
-    client: &Client,
+    session: &mut Session,
     reference: &OciReference,
-    auth: &RegistryAuth,
 ) -> Result<Option<(Manifest, String)>, HomeError> {
-    let bytes = match client
-        .pull_manifest_raw(
-            &reference.reference,
-            auth,
+    let Some(bytes) = session
+        .manifest(
+            reference.tag_or_digest(),
+            // Lists too, so that one is refused naming what it is.
             &[OCI_MANIFEST, DOCKER_MANIFEST, OCI_INDEX, DOCKER_LIST],
+            MAX_MANIFEST_BYTES,
         )
         .await
-    {
-        Ok((bytes, _claimed)) => bytes,
-        Err(e) if is_not_found(&e) => return Ok(None),
-        Err(e) => return Err(reference.failed(registry_error(&e))),
+        .map_err(|e| reference.registry_failed(e))?
+    else {
+        return Ok(None);
     };
-    if bytes.len() > MAX_MANIFEST_BYTES {
-        return Err(reference.not_wasm(format!(
-            "its manifest is {} bytes, more than Cordon reads",
-            bytes.len()
-        )));
-    }
     let digest = sha256_digest(&bytes);
     if let Some(pinned) = reference.pinned_digest()
         && pinned != digest
@@ -329,21 +273,24 @@ async fn manifest_if_any(
 /// Pulls the component at `reference`: its manifest must be an image manifest with exactly
 /// one `application/wasm` layer, whose bytes must have the layer's digest.
 pub async fn pull(reference: &OciReference) -> Result<Pulled, HomeError> {
-    let client = reference.client()?;
-    let auth = reference.auth();
-    let (manifest, manifest_digest) = manifest(&client, reference, &auth).await?;
-    let layer = component_layer(reference, &manifest)?;
-    if layer.size < 0 || layer.size as u64 > MAX_COMPONENT_BYTES as u64 {
-        return Err(reference.not_wasm(format!(
-            "its component layer is {} bytes; at most {MAX_COMPONENT_BYTES} are accepted",
-            layer.size
-        )));
-    }
-    let bytes = blob(&client, reference, layer, "the component layer").await?;
-    Ok(Pulled {
-        bytes,
-        manifest_digest,
-    })
+    let mut session = reference.session(false)?;
+    let deadline = session.limits().deadline;
+    let operation = async {
+        let (manifest, manifest_digest) = manifest(&mut session, reference).await?;
+        let layer = component_layer(reference, &manifest)?;
+        if layer.size < 0 || layer.size as u64 > MAX_COMPONENT_BYTES as u64 {
+            return Err(reference.not_wasm(format!(
+                "its component layer is {} bytes; at most {MAX_COMPONENT_BYTES} are accepted",
+                layer.size
+            )));
+        }
+        let bytes = blob(&mut session, reference, layer, "the component layer").await?;
+        Ok(Pulled {
+            bytes,
+            manifest_digest,
+        })
+    };
+    reference.within(deadline, operation).await
 }
 
 /// The one `application/wasm` layer of a component artifact's manifest.
@@ -388,90 +335,46 @@ fn component_layer<'m>(
 /// The blob `layer` names, whose bytes must have its digest and size (`what` names it in
 /// errors). The caller has checked the size is one it accepts.
 async fn blob(
-    client: &Client,
+    session: &mut Session,
     reference: &OciReference,
     layer: &Descriptor,
     what: &str,
 ) -> Result<Vec<u8>, HomeError> {
-    let mismatch = |expected: String, actual: String| HomeError::DigestMismatch {
-        source_name: format!("{what} of {}", reference.describe()),
-        expected,
-        actual,
-    };
+    // The digest goes into a URL: only the one form the distribution spec gives a sha256.
+    let hex = layer.digest.strip_prefix("sha256:").unwrap_or_default();
+    if hex.len() != 64 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return Err(reference.not_wasm(format!(
+            "{what} names its digest `{}`, not sha256:<64 lowercase hex digits>",
+            layer.digest.escape_debug()
+        )));
+    }
     // The manifest says how big the blob is: a registry sending more is cut off there, so a
     // hostile one cannot make Cordon buffer without end.
-    let mut sink = CappedBuffer {
-        bytes: Vec::with_capacity(layer.size.max(0) as usize),
-        cap: layer.size.max(0) as usize,
-    };
-    client
-        .pull_blob(&reference.reference, layer.digest.as_str(), &mut sink)
+    let bytes = session
+        .blob(&layer.digest, layer.size.max(0) as u64, what)
         .await
-        .map_err(|e| match e {
-            oci_client::errors::OciDistributionError::DigestError(
-                oci_client::errors::DigestError::VerificationError { expected, actual },
-            ) => mismatch(expected, actual),
-            oci_client::errors::OciDistributionError::IoError(e)
-                if e.kind() == std::io::ErrorKind::FileTooLarge =>
-            {
-                reference.failed(format!(
-                    "the registry sent more than the {} bytes the manifest gives {what}",
-                    layer.size
-                ))
-            }
-            e => reference.failed(registry_error(&e)),
-        })?;
-    let bytes = sink.bytes;
+        .map_err(|e| reference.registry_failed(e))?;
     let actual = sha256_digest(&bytes);
     if actual != layer.digest || bytes.len() as i64 != layer.size {
-        return Err(mismatch(layer.digest.clone(), actual));
+        return Err(HomeError::DigestMismatch {
+            source_name: format!("{what} of {}", reference.describe()),
+            expected: layer.digest.clone(),
+            actual,
+        });
     }
     Ok(bytes)
 }
 
-/// A write target that takes at most `cap` bytes and fails on more.
-struct CappedBuffer {
-    bytes: Vec<u8>,
-    cap: usize,
-}
-
-impl tokio::io::AsyncWrite for CappedBuffer {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        if self.bytes.len() + buf.len() > self.cap {
-            return std::task::Poll::Ready(Err(std::io::Error::new(
-                std::io::ErrorKind::FileTooLarge,
-                "more bytes than the manifest gives",
-            )));
-        }
-        self.bytes.extend_from_slice(buf);
-        std::task::Poll::Ready(Ok(buf.len()))
-    }
-
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-}
-
 /// The digest of the manifest `reference` names now: for a tag, what it points to.
 pub async fn resolve(reference: &OciReference) -> Result<String, HomeError> {
-    let client = reference.client()?;
-    let (manifest, digest) = manifest(&client, reference, &reference.auth()).await?;
-    component_layer(reference, &manifest)?;
-    Ok(digest)
+    let mut session = reference.session(false)?;
+    let deadline = session.limits().deadline;
+    let operation = async {
+        let (manifest, digest) = manifest(&mut session, reference).await?;
+        component_layer(reference, &manifest)?;
+        Ok(digest)
+    };
+    reference.within(deadline, operation).await
 }
 
 /// The signatures stored beside a manifest, and why some layers there could not be read as
@@ -492,12 +395,26 @@ pub async fn attached_signatures(
     reference: &OciReference,
     manifest_digest: &str,
 ) -> Result<Option<Attached>, HomeError> {
-    let client = reference.client()?;
-    let auth = reference.auth();
+    let mut session = reference.session(false)?;
+    let deadline = session.limits().deadline;
     let at = reference.at_tag(&signature_tag(manifest_digest));
-    let Some((manifest, _)) = manifest_if_any(&client, &at, &auth).await? else {
-        return Ok(None);
+    let operation = async {
+        let Some((manifest, _)) = manifest_if_any(&mut session, &at).await? else {
+            return Ok(None);
+        };
+        read_signatures(&mut session, &at, &manifest)
+            .await
+            .map(Some)
     };
+    reference.within(deadline, operation).await
+}
+
+/// The signature layers of the signature manifest `manifest` (at `at`), read.
+async fn read_signatures(
+    session: &mut Session,
+    at: &OciReference,
+    manifest: &Manifest,
+) -> Result<Attached, HomeError> {
     let mut attached = Attached::default();
     let layers: Vec<&Descriptor> = manifest
         .layers
@@ -525,7 +442,7 @@ pub async fn attached_signatures(
             ));
             continue;
         }
-        match blob(&client, &at, layer, "a signature payload").await {
+        match blob(session, at, layer, "a signature payload").await {
             Ok(payload) => attached.signatures.push(AttachedSignature {
                 payload,
                 signature: signature.clone(),
@@ -533,7 +450,7 @@ pub async fn attached_signatures(
             Err(e) => attached.unreadable.push(e.to_string()),
         }
     }
-    Ok(Some(attached))
+    Ok(attached)
 }
 
 /// Signs the component artifact `reference` names with `key` and stores the signature under
@@ -544,18 +461,27 @@ pub async fn attach_signature(
     reference: &OciReference,
     key: &PrivateKey,
 ) -> Result<Signed, HomeError> {
-    let client = reference.client()?;
-    let auth = reference.auth();
-    let (manifest, digest) = manifest(&client, reference, &auth).await?;
+    let mut session = reference.session(true)?;
+    let deadline = session.limits().deadline;
+    let operation = sign_in(&mut session, reference, key);
+    reference.within(deadline, operation).await
+}
+
+async fn sign_in(
+    session: &mut Session,
+    reference: &OciReference,
+    key: &PrivateKey,
+) -> Result<Signed, HomeError> {
+    let (manifest, digest) = manifest(session, reference).await?;
     let component = component_layer(reference, &manifest)?.digest.clone();
     let at = reference.at_tag(&signature_tag(&digest));
     let mut layers: Vec<serde_json::Value> = Vec::new();
-    let existing = manifest_if_any(&client, &at, &auth).await?;
+    let existing = manifest_if_any(session, &at).await?;
     let public = key.public();
     if let Some((existing, _)) = &existing {
         for layer in &existing.layers {
             if layer.media_type == SIMPLE_SIGNING && layer.size <= MAX_PAYLOAD_BYTES {
-                let payload = blob(&client, &at, layer, "a signature payload").await?;
+                let payload = blob(session, &at, layer, "a signature payload").await?;
                 let already = layer
                     .annotations
                     .get(SIGNATURE_ANNOTATION)
@@ -606,7 +532,7 @@ pub async fn attach_signature(
         "layers": layers,
     }))
     .expect("a JSON value serialises");
-    upload(&client, &at, &auth, vec![payload, config], signatures).await?;
+    upload(session, &at, vec![payload, config], signatures).await?;
     Ok(Signed {
         manifest: digest,
         component,
@@ -614,39 +540,31 @@ pub async fn attach_signature(
     })
 }
 
-/// Uploads `blobs`, then `manifest` (an OCI image manifest naming them) to `reference`.
+/// Uploads `blobs`, then `manifest` (an OCI image manifest naming them) to `reference`'s tag.
 async fn upload(
-    client: &Client,
+    session: &mut Session,
     reference: &OciReference,
-    auth: &RegistryAuth,
     blobs: Vec<Vec<u8>>,
     manifest: Vec<u8>,
 ) -> Result<(), HomeError> {
-    let fail = |e: oci_client::errors::OciDistributionError| reference.failed(registry_error(&e));
-    client
-        .auth(
-            &reference.reference,
-            auth,
-            oci_client::RegistryOperation::Push,
-        )
-        .await
-        .map_err(fail)?;
     for blob in blobs {
         let digest = sha256_digest(&blob);
-        client
-            .push_blob(&reference.reference, blob, &digest)
+        session
+            .push_blob(blob, &digest)
             .await
-            .map_err(fail)?;
+            .map_err(|e| reference.registry_failed(e))?;
     }
-    client
-        .push_manifest_raw(
-            &reference.reference,
+    session
+        .push_manifest(
+            reference
+                .reference
+                .tag()
+                .unwrap_or(reference.tag_or_digest()),
             manifest,
-            reqwest::header::HeaderValue::from_static(OCI_MANIFEST),
+            OCI_MANIFEST,
         )
         .await
-        .map_err(fail)?;
-    Ok(())
+        .map_err(|e| reference.registry_failed(e))
 }
 
 /// What `attach_signature` signed.
@@ -685,10 +603,7 @@ pub async fn push_component(path: &Path, reference: &OciReference) -> Result<Str
     let component = std::fs::read(path).map_err(|e| not_pushable(e.to_string()))?;
     cordon_runtime::check_component_header(&component)
         .map_err(|why| not_pushable(format!("it is not a WebAssembly component: {why}")))?;
-    let component = component.as_slice();
-    let client = reference.client()?;
-    let auth = reference.auth();
-    let layer_digest = sha256_digest(component);
+    let layer_digest = sha256_digest(&component);
     let config = serde_json::to_vec(&serde_json::json!({
         "architecture": "wasm",
         "os": "wasip2",
@@ -705,14 +620,10 @@ pub async fn push_component(path: &Path, reference: &OciReference) -> Result<Str
     }))
     .expect("a JSON value serialises");
     let digest = sha256_digest(&manifest);
-    upload(
-        &client,
-        reference,
-        &auth,
-        vec![config, component.to_vec()],
-        manifest,
-    )
-    .await?;
+    let mut session = reference.session(true)?;
+    let deadline = session.limits().deadline;
+    let operation = upload(&mut session, reference, vec![config, component], manifest);
+    reference.within(deadline, operation).await?;
     Ok(digest)
 }
 
@@ -725,7 +636,10 @@ mod tests {
         let r = OciReference::parse("oci://127.0.0.1:5000/plugins/echo:1.0").unwrap();
         assert_eq!(r.registry(), "127.0.0.1:5000");
         assert_eq!(r.name_hint(), "echo");
-        assert!(r.is_loopback());
+        assert_eq!(
+            registry::base_url(r.registry()).unwrap().as_str(),
+            "http://127.0.0.1:5000/"
+        );
         assert_eq!(r.describe(), "oci://127.0.0.1:5000/plugins/echo:1.0");
         let d = format!("oci://ghcr.io/o/p@sha256:{}", "a".repeat(64));
         let r = OciReference::parse(&d).unwrap();
@@ -733,7 +647,10 @@ mod tests {
             r.pinned_digest(),
             Some(format!("sha256:{}", "a".repeat(64)).as_str())
         );
-        assert!(!r.is_loopback());
+        assert_eq!(
+            registry::base_url(r.registry()).unwrap().as_str(),
+            "https://ghcr.io/"
+        );
         for (bad, why) in [
             ("oci://library/echo:1", "Cordon does not assume Docker Hub"),
             ("oci://ghcr.io", "name the registry and the repository"),

@@ -10,6 +10,7 @@ use reqwest::redirect::Policy;
 use crate::error::HomeError;
 use crate::fsutil::{MAX_COMPONENT_BYTES, io_err, sha256_digest};
 use crate::oci::{self, OciReference};
+use crate::registry::is_loopback;
 
 /// Where to get the component bytes from, with the digest they must have.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,15 +200,6 @@ pub fn normalise_digest(text: &str) -> Result<String, HomeError> {
         });
     }
     Ok(format!("sha256:{}", hex.to_ascii_lowercase()))
-}
-
-fn is_loopback(url: &Url) -> bool {
-    match url.host() {
-        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        None => false,
-    }
 }
 
 /// Downloads `url`, refusing a body of more than `max_bytes`.

@@ -6,6 +6,7 @@ mod cli_grants;
 mod cli_install;
 mod cli_new;
 mod cli_oci;
+mod cli_oci_hostile;
 mod cli_oci_provenance;
 mod cli_upgrade;
 mod model;
