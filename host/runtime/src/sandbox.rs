@@ -18,7 +18,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 use crate::bindings::cordon::tool::log;
 use crate::bulk_read::{BulkReadParts, BulkReadView};
 use crate::caps::{MAX_HANDLES_PER_CALL, MAX_HTTP_FIELDS_BYTES, MAX_TABLE_ELEMENTS};
-use crate::error::CallError;
+use crate::error::{CallError, Denial};
 use crate::http_policy::HttpPolicy;
 use crate::output::{CappedPipe, LogSink};
 use crate::refusals::Refusals;
@@ -250,7 +250,8 @@ impl crate::bindings::cordon::tool::types::Host for HostState {}
 
 /// Builds the store data for one call from the sandbox. Refuses (as `Denied`) a directory grant
 /// whose host directory vanished, now resolves elsewhere (e.g. replaced by a symlink) or
-/// overlaps Cordon's own state (see `wasi_overrides::filesystem_preopens::open_granted`).
+/// overlaps Cordon's own state (see `wasi_overrides::filesystem_preopens::open_granted`), and a
+/// `net:tcp` grant that reaches the PostgreSQL store.
 pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostState, CallError> {
     let limits = &sandbox.limits;
     let mut b = WasiCtxBuilder::new();
@@ -280,6 +281,13 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
     }
 
     let tcp: HashSet<SocketAddr> = sandbox.grants.tcp_addrs().collect();
+    // A grant recorded before the store moved to a server it names (or by hand) runs nothing.
+    for addr in &tcp {
+        sandbox
+            .reserved
+            .check_tcp(*addr)
+            .map_err(|e| CallError::Denied(Denial::Reserved(e)))?;
+    }
     let mut refused = Refusals::default();
     b.allow_udp(false).allow_ip_name_lookup(false);
     if tcp.is_empty() {
