@@ -26,6 +26,7 @@ pub struct McpArgs {
 
 /// `cordon mcp`.
 pub async fn run(home: &Home, records: Records, args: McpArgs) -> anyhow::Result<()> {
+    home.check_recorded_grants()?;
     let config = match crate::chat::config_in_use(args.config.as_deref()) {
         Some(path) => AgentConfig::load(&path, true)?,
         None => AgentConfig::default(),

@@ -6,6 +6,7 @@ mod cli_grants;
 mod cli_install;
 mod cli_new;
 mod cli_oci;
+mod cli_reserved;
 mod cli_upgrade;
 mod model;
 mod run_conversation;
