@@ -20,7 +20,7 @@ pub struct McpArgs {
     pub config: Option<PathBuf>,
     /// Seconds a call that needs approval waits for an answer before it is denied (default:
     /// [serve] approval_timeout_secs).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(..=cordon_agent::MAX_WAIT_SECS))]
     approval_timeout: Option<u64>,
 }
 

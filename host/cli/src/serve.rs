@@ -26,10 +26,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
     /// Seconds a tool call waits for an approval before it is denied.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(..=cordon_agent::MAX_WAIT_SECS))]
     approval_timeout: Option<u64>,
     /// Seconds running tool calls get to finish on SIGTERM.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(..=cordon_agent::MAX_WAIT_SECS))]
     shutdown_grace: Option<u64>,
     /// Model and configuration.
     #[command(flatten)]

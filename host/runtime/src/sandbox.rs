@@ -248,6 +248,12 @@ impl log::Host for HostState {
 
 impl crate::bindings::cordon::tool::types::Host for HostState {}
 
+/// A deadline that never comes in practice, for a time limit too long to add to now (30 years,
+/// as tokio's timers do).
+fn far_future() -> Instant {
+    Instant::now() + std::time::Duration::from_secs(86_400 * 365 * 30)
+}
+
 /// Builds the store data for one call from the sandbox. Refuses (as `Denied`) a directory grant
 /// whose host directory vanished, now resolves elsewhere (e.g. replaced by a symlink) or
 /// overlaps Cordon's own state (see `wasi_overrides::filesystem_preopens::open_granted`), and a
@@ -349,7 +355,10 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
                 used: 0,
                 exceeded: None,
             },
-            deadline: Instant::now() + limits.time,
+            // A time limit read from a hand-edited lock file may be centuries long.
+            deadline: Instant::now()
+                .checked_add(limits.time)
+                .unwrap_or_else(far_future),
             timed_out: false,
             cancel: sandbox.cancel.clone(),
             cancelled: false,

@@ -224,6 +224,12 @@ impl Store {
         self.options
     }
 
+    /// When a lease taken or renewed at `now_ms` ends; a lease too long to count (from
+    /// options no config allows) ends at the end of time rather than overflowing.
+    pub(crate) fn lease_until(&self, now_ms: i64) -> i64 {
+        now_ms.saturating_add(i64::try_from(self.options.lease_ttl.as_millis()).unwrap_or(i64::MAX))
+    }
+
     /// Whether the store is PostgreSQL (shared by hosts) rather than a local SQLite file.
     pub fn is_shared(&self) -> bool {
         matches!(self.backend, Backend::Postgres(_))

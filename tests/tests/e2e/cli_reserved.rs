@@ -413,3 +413,38 @@ fn a_postgres_stores_address_may_not_be_granted() {
         run.stderr
     );
 }
+
+/// The review's panic: hours whose milliseconds overflow. The API answers 400, the CLI exits 2,
+/// both saying what was wrong.
+#[test]
+fn an_audit_since_too_long_ago_is_a_clear_error() {
+    let home = installed();
+    let run = home.cordon(&["audit", "--since", "2562047788016h"]).code(2);
+    assert!(
+        run.stderr.contains("2562047788016h") && run.stderr.contains("too long ago"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    let model = Model::new(vec![]);
+    let served = Served::start(
+        &home,
+        &[
+            ("CORDON_LLM_URL", &model.url()),
+            ("CORDON_MODEL", "scripted"),
+        ],
+        &[],
+    );
+    for since in [
+        "2562047788016h",
+        "18446744073709551615s",
+        "99999999999999999999999d",
+    ] {
+        let answer = served.get(&format!("/api/v1/audit?since={since}"));
+        assert_eq!(answer.status, 400, "{since}: {}", answer.text);
+        assert!(answer.text.contains("too long ago"), "{}", answer.text);
+    }
+    // The host is still serving.
+    assert_eq!(served.get("/api/v1/audit?since=2h").status, 200);
+    assert!(!served.stderr().contains("panicked"), "{}", served.stderr());
+}

@@ -376,6 +376,21 @@ async fn a_tcp_grant_reaching_the_store_refuses_the_call() {
         .unwrap();
 }
 
+/// A time limit too long to add to the clock (a hand-edited lock file may hold one) is a
+/// deadline that never comes, not a panic of the host.
+#[tokio::test]
+async fn an_endless_time_limit_runs_the_call() {
+    let _process = shared();
+    let sb = Sandbox {
+        limits: Limits {
+            time: std::time::Duration::from_secs(u64::MAX),
+            ..Limits::default()
+        },
+        ..sandbox(&[])
+    };
+    reported(probe(), &sb, "noop", json!({})).await.0.unwrap();
+}
+
 #[tokio::test]
 async fn call_tool_still_answers_as_before() {
     let _process = shared();
