@@ -112,6 +112,11 @@ impl SessionSettings {
     }
 }
 
+/// The longest any `*_secs` setting (and the flags standing for them) may be: a year. More than
+/// any wait needs, and small enough that every deadline counted from it fits (milliseconds in
+/// an `i64`, an instant of the system's clock), so no setting can make that arithmetic overflow.
+pub const MAX_WAIT_SECS: u64 = 365 * 86_400;
+
 /// Where sessions and the audit log are kept.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -492,6 +497,23 @@ impl AgentConfig {
                 ),
             ));
         }
+        for (field, secs) in [
+            ("llm.connect_timeout_secs", self.llm.connect_timeout_secs),
+            ("llm.read_timeout_secs", self.llm.read_timeout_secs),
+            ("store.lease_secs", self.store.lease_secs),
+            (
+                "serve.approval_timeout_secs",
+                self.serve.approval_timeout_secs,
+            ),
+            ("serve.shutdown_grace_secs", self.serve.shutdown_grace_secs),
+        ] {
+            if secs > MAX_WAIT_SECS {
+                return Err(invalid(
+                    field,
+                    format!("{secs} is more than a year ({MAX_WAIT_SECS} seconds)"),
+                ));
+            }
+        }
         match self.context.tokenizer.as_str() {
             "auto" | "estimate" | "cl100k_base" | "o200k_base" => {}
             other => {
@@ -576,6 +598,32 @@ mod tests {
             .to_string();
         assert!(e.contains("/nonexistent/cordon.toml"), "{e}");
         assert!(AgentConfig::load(Path::new("/nonexistent/cordon.toml"), false).is_ok());
+    }
+
+    /// Deadlines are counted from these: a value that would overflow that arithmetic is
+    /// refused when the file is read, naming the setting.
+    #[test]
+    fn waits_longer_than_a_year_are_refused() {
+        for (section, key) in [
+            ("llm", "connect_timeout_secs"),
+            ("llm", "read_timeout_secs"),
+            ("store", "lease_secs"),
+            ("serve", "approval_timeout_secs"),
+            ("serve", "shutdown_grace_secs"),
+        ] {
+            for huge in [MAX_WAIT_SECS + 1, i64::MAX as u64] {
+                let text = format!("[{section}]\n{key} = {huge}");
+                let e = AgentConfig::from_toml(&text, "c").unwrap_err().to_string();
+                assert!(
+                    e.contains(&format!("{section}.{key}")) && e.contains("more than a year"),
+                    "{text}: {e}"
+                );
+            }
+            let text = format!("[{section}]\n{key} = {MAX_WAIT_SECS}");
+            AgentConfig::from_toml(&text, "c").unwrap();
+        }
+        // Negative numbers are not seconds at all.
+        assert!(AgentConfig::from_toml("[store]\nlease_secs = -1", "c").is_err());
     }
 
     /// The README's `cordon.toml` reference is the one users copy from: as written it must be

@@ -61,7 +61,8 @@ pub use approval::{
 pub use async_trait::async_trait;
 pub use config::{
     AgentConfig, AuditConfig, ConfigError, ContextConfig, GatewayConfig, LlmConfig, LoopConfig,
-    PruneStrategy, RetryConfig, ServeConfig, SessionSettings, StoreConfig, ToolFormat,
+    MAX_WAIT_SECS, PruneStrategy, RetryConfig, ServeConfig, SessionSettings, StoreConfig,
+    ToolFormat,
 };
 pub use conversation::{CallApproval, Conversation, ConversationError, TurnOutcome};
 pub use driver::{

@@ -215,7 +215,14 @@ async fn answerer(
             server.base
         );
     }
-    let records = records::open(home, store, args.config.as_deref(), Opener::OneShot).await?;
+    // Answering runs no tool: what the store would keep grants clear of is not needed here.
+    let records = records::open(
+        &mut home.clone(),
+        store,
+        args.config.as_deref(),
+        Opener::OneShot,
+    )
+    .await?;
     Ok(Answerer::Store(records.store))
 }
 

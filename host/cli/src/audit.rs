@@ -1,6 +1,8 @@
 //! `cordon audit`: the audit log, filtered; and the records of what a person did at the
 //! terminal (a direct `cordon call`, a change to the home).
 
+use std::fmt::Write as _;
+
 use clap::Args;
 use cordon_core::{
     AuditEntry, AuditRecord, CallOutcome, CallReport, HomeChangeAudit, ToolCallAudit,
@@ -22,8 +24,8 @@ pub struct AuditArgs {
     #[arg(long)]
     tool: Option<String>,
     /// Only records since then: a time (2026-11-26T10:00:00Z), or how long ago (10m, 2h, 3d).
-    #[arg(long)]
-    since: Option<String>,
+    #[arg(long, value_parser = since_arg)]
+    since: Option<i64>,
     /// Only tool calls or only changes to the home.
     #[arg(long, value_parser = ["tool_call", "home_change"])]
     kind: Option<String>,
@@ -37,12 +39,7 @@ pub struct AuditArgs {
 
 /// `cordon audit`.
 pub async fn run(records: &Records, args: AuditArgs) -> anyhow::Result<()> {
-    let since_ms = args
-        .since
-        .as_deref()
-        .map(|s| cordon_serve::parse_since(s, now_ms()))
-        .transpose()
-        .map_err(anyhow::Error::msg)?;
+    let since_ms = args.since;
     let found = records
         .store
         .audit(&AuditQuery {
@@ -67,9 +64,20 @@ pub async fn run(records: &Records, args: AuditArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--since` read when the command line is, so a bad one is a usage error like any other.
+fn since_arg(text: &str) -> Result<i64, String> {
+    cordon_serve::parse_since(text, now_ms())
+}
+
+/// A record's time for people; one past what RFC 3339 can write (year 9999) shows as its
+/// milliseconds rather than failing.
 fn time(ms: i64) -> String {
-    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_seconds(at).to_string()
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0).unsigned_abs());
+    let mut text = String::new();
+    match write!(text, "{}", humantime::format_rfc3339_seconds(at)) {
+        Ok(()) => text,
+        Err(_) => format!("{ms} ms since 1970"),
+    }
 }
 
 fn print_record(stored: &StoredAudit) {
@@ -192,5 +200,17 @@ pub fn direct_call(
             outcome,
             report,
         })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_stored_time_prints() {
+        assert_eq!(time(0), "1970-01-01T00:00:00Z");
+        assert_eq!(time(-5), "1970-01-01T00:00:00Z");
+        assert_eq!(time(i64::MAX), format!("{} ms since 1970", i64::MAX));
     }
 }

@@ -198,11 +198,15 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
     }
     tracing::debug!(home = %home.root().display(), "using home");
     let store = cli.store.as_deref();
+    // Opening the store also keeps every grant clear of it, so it comes before what the
+    // command does with the home.
+    let one_shot_records =
+        async |home: &mut Home| records::open(home, store, None, records::Opener::OneShot).await;
     let code = match cli.command {
         Command::Plugin(cmd) => {
             // Changes are recorded in the audit log, whose store must be reachable first.
             let records = match cmd.changes_home() {
-                true => Some(records::open(&home, store, None, records::Opener::OneShot).await?),
+                true => Some(one_shot_records(&mut home).await?),
                 false => None,
             };
             plugin::run(&home, records.as_ref(), cmd).await?;
@@ -210,51 +214,35 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
         }
         Command::Trust(cmd) => {
             let records = match cmd.changes_home() {
-                true => Some(records::open(&home, store, None, records::Opener::OneShot).await?),
+                true => Some(one_shot_records(&mut home).await?),
                 false => None,
             };
             trust::run(&home, records.as_ref(), cmd).await?;
             0
         }
         Command::Grant(args) => {
-            grants::grant(
-                &home,
-                &records::open(&home, store, None, records::Opener::OneShot).await?,
-                args,
-            )
-            .await?;
+            let records = one_shot_records(&mut home).await?;
+            grants::grant(&home, &records, args).await?;
             0
         }
         Command::Revoke(args) => {
-            grants::revoke(
-                &home,
-                &records::open(&home, store, None, records::Opener::OneShot).await?,
-                args,
-            )
-            .await?;
+            let records = one_shot_records(&mut home).await?;
+            grants::revoke(&home, &records, args).await?;
             0
         }
         Command::Limit(args) => {
-            grants::limit(
-                &home,
-                &records::open(&home, store, None, records::Opener::OneShot).await?,
-                args,
-            )
-            .await?;
+            let records = one_shot_records(&mut home).await?;
+            grants::limit(&home, &records, args).await?;
             0
         }
         Command::Call(args) => {
-            call::run(
-                &home,
-                &records::open(&home, store, None, records::Opener::OneShot).await?,
-                args,
-            )
-            .await?;
+            let records = one_shot_records(&mut home).await?;
+            call::run(&home, &records, args).await?;
             0
         }
         Command::Chat(args) => {
             let records = records::open(
-                &home,
+                &mut home,
                 store,
                 args.model.config.as_deref(),
                 records::Opener::Conversation,
@@ -267,7 +255,7 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
         Command::Run(args) => {
             let model = &args.unattended.model;
             let records = records::open(
-                &home,
+                &mut home,
                 store,
                 model.config.as_deref(),
                 records::Opener::Conversation,
@@ -277,15 +265,12 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
             chat::run(args, conversation_tools(&home).await?, recording).await?
         }
         Command::Sessions(command) => {
-            let records = records::open(&home, store, command.config(), command.opener()).await?;
+            let records =
+                records::open(&mut home, store, command.config(), command.opener()).await?;
             sessions::run(records, command, async || conversation_tools(&home).await).await?
         }
         Command::Audit(args) => {
-            audit::run(
-                &records::open(&home, store, None, records::Opener::OneShot).await?,
-                args,
-            )
-            .await?;
+            audit::run(&one_shot_records(&mut home).await?, args).await?;
             0
         }
         Command::Approve(args) => {
@@ -294,13 +279,18 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
         }
         Command::Serve(args) => {
             let records =
-                records::open(&home, store, args.config(), records::Opener::Serve).await?;
+                records::open(&mut home, store, args.config(), records::Opener::Serve).await?;
             serve::run(&home, records, args).await?;
             0
         }
         Command::Mcp(args) => {
-            let records =
-                records::open(&home, store, args.config.as_deref(), records::Opener::Mcp).await?;
+            let records = records::open(
+                &mut home,
+                store,
+                args.config.as_deref(),
+                records::Opener::Mcp,
+            )
+            .await?;
             mcp::run(&home, records, args).await?;
             0
         }
@@ -326,10 +316,12 @@ async fn recording(
 }
 
 /// Loads every installed plugin for a conversation; a plugin that fails its checks is left out
-/// with a warning rather than stopping the whole conversation.
+/// with a warning rather than stopping the whole conversation. A grant that reaches Cordon's
+/// own state stops it before it starts.
 async fn conversation_tools(
     home: &Home,
 ) -> anyhow::Result<std::sync::Arc<dyn cordon_agent::ToolHost>> {
+    home.check_recorded_grants()?;
     let toolbox = cordon_home::Toolbox::load(home).await?;
     let tools = toolbox_host::ToolboxHost::new(toolbox);
     for (plugin, reason) in tools.unavailable() {

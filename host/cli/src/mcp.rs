@@ -20,12 +20,13 @@ pub struct McpArgs {
     pub config: Option<PathBuf>,
     /// Seconds a call that needs approval waits for an answer before it is denied (default:
     /// [serve] approval_timeout_secs).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(..=cordon_agent::MAX_WAIT_SECS))]
     approval_timeout: Option<u64>,
 }
 
 /// `cordon mcp`.
 pub async fn run(home: &Home, records: Records, args: McpArgs) -> anyhow::Result<()> {
+    home.check_recorded_grants()?;
     let config = match crate::chat::config_in_use(args.config.as_deref()) {
         Some(path) => AgentConfig::load(&path, true)?,
         None => AgentConfig::default(),

@@ -5,9 +5,11 @@
 use std::path::Path;
 use std::time::Duration;
 
+use anyhow::Context;
 use cordon_agent::{AgentConfig, AuditConfig, StoreConfig};
+use cordon_core::ReservedKind;
 use cordon_home::Home;
-use cordon_store::{Store, StoreOptions};
+use cordon_store::{Store, StoreLocation, StoreOptions};
 
 /// The store of a command, and what its audit records keep.
 pub struct Records {
@@ -47,9 +49,10 @@ pub enum Opener {
     Mcp,
 }
 
-/// Opens the store a command records into.
+/// Opens the store a command records into, and keeps every grant `home` gives or runs clear
+/// of it.
 pub async fn open(
-    home: &Home,
+    home: &mut Home,
     explicit: Option<&str>,
     config: Option<&Path>,
     opener: Opener,
@@ -72,8 +75,36 @@ pub async fn open(
         Some(url) => Store::open(&url, options).await?,
         None => Store::open_in_home(home.root(), options).await?,
     };
+    *home = protecting_store(home.clone(), &store).await?;
     Ok(Records {
         store,
         keep_arguments: audit.keep_arguments,
     })
+}
+
+/// `home`, also keeping every grant clear of `store`: the files of a SQLite store, the
+/// addresses of a PostgreSQL server. A plugin that reached either could read every transcript
+/// and erase the audit log.
+async fn protecting_store(mut home: Home, store: &Store) -> anyhow::Result<Home> {
+    match store.location() {
+        location @ StoreLocation::Sqlite(_) => {
+            for file in location.files() {
+                home = home.protecting(file, ReservedKind::Store);
+            }
+        }
+        StoreLocation::Postgres { host, port } => {
+            let addresses = tokio::net::lookup_host((host.as_str(), *port))
+                .await
+                .with_context(|| {
+                    format!(
+                        "cannot find the addresses of the store's host `{host}`, which no \
+                         grant may reach"
+                    )
+                })?;
+            for addr in addresses {
+                home = home.protecting_address(addr, store.url());
+            }
+        }
+    }
+    Ok(home)
 }

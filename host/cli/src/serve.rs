@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use cordon_core::ReservedKind;
 use cordon_home::Home;
 use cordon_serve::{HostOptions, ServeOptions, Tokens};
 
@@ -25,10 +26,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
     /// Seconds a tool call waits for an approval before it is denied.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(..=cordon_agent::MAX_WAIT_SECS))]
     approval_timeout: Option<u64>,
     /// Seconds running tool calls get to finish on SIGTERM.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(..=cordon_agent::MAX_WAIT_SECS))]
     shutdown_grace: Option<u64>,
     /// Model and configuration.
     #[command(flatten)]
@@ -76,6 +77,12 @@ pub async fn run(home: &Home, records: Records, args: ServeArgs) -> anyhow::Resu
     };
     let default_token = home.root().join("serve-token");
     let token_file = args.token_file.clone().unwrap_or(default_token);
+    // No grant may read the tokens; nor may any reach the home, the config or the store,
+    // which a host does not start beside.
+    let home = home
+        .clone()
+        .protecting(&token_file, ReservedKind::TokenFile);
+    home.check_recorded_grants()?;
     let (tokens, created) = Tokens::load_or_create(&token_file, args.token_file.is_none())?;
     if created {
         errln!("Wrote a new token to {} (mode 0600).", token_file.display());
@@ -96,7 +103,7 @@ pub async fn run(home: &Home, records: Records, args: ServeArgs) -> anyhow::Resu
             config,
         },
     };
-    let source = Arc::new(HomeTools::new(home.clone()));
+    let source = Arc::new(HomeTools::new(home));
     let store_url = records.store.url().to_string();
     cordon_serve::serve(records.store, source, options, stop_requested(), |addr| {
         errln!(

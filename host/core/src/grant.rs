@@ -36,9 +36,13 @@ pub enum GrantError {
         /// What is wrong with it and what to do.
         reason: String,
     },
-    /// The directory overlaps Cordon's own state (the home or the config file in use).
+    /// The directory overlaps Cordon's own state (the home, the config file, the store, the
+    /// token file).
     #[error("cannot grant `{granted}`: {overlap}", granted = .0.granted.display(), overlap = .0)]
     Reserved(crate::reserved::ReservedOverlap),
+    /// The `net:tcp` address reaches the PostgreSQL store.
+    #[error("cannot grant `net:tcp://{granted}`: {overlap}", granted = .0.granted, overlap = .0)]
+    ReservedAddress(crate::reserved::ReservedAddressOverlap),
 }
 
 fn syntax(input: &str, reason: impl Into<String>) -> GrantError {

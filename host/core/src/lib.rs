@@ -27,7 +27,9 @@ pub use limits::{
     LimitError, LimitKind, Limits, format_bytes, format_bytes_rounded, format_duration,
     parse_bytes, parse_duration,
 };
-pub use reserved::{FileId, Relation, ReservedKind, ReservedOverlap, ReservedPaths};
+pub use reserved::{
+    FileId, Relation, ReservedAddressOverlap, ReservedKind, ReservedOverlap, ReservedPaths,
+};
 pub use schema::{CompiledSchema, SchemaError, SchemaViolations};
 pub use stamp::{
     BadStamp, CompiledPin, DigestCheck, DigestRecord, FileStamp, replace_file,

@@ -260,9 +260,12 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(digits_end);
-    let n: u64 = num.parse().map_err(|_| {
-        format!("`{s}` is not a duration; write a whole number with a unit: `250ms`, `5s` or `2m`")
-    })?;
+    if num.is_empty() {
+        return Err(format!(
+            "`{s}` is not a duration; write a whole number with a unit: `250ms`, `5s` or `2m`"
+        ));
+    }
+    let n: u64 = num.parse().map_err(|_| format!("`{s}` is too long"))?;
     match unit.trim() {
         "ms" => Ok(Duration::from_millis(n)),
         "s" => Ok(Duration::from_secs(n)),
@@ -387,6 +390,59 @@ mod tests {
         assert!(e(&mut l, "memory=1TiB").contains("unknown size unit"));
         assert!(e(&mut l, "memory=8GiB").contains("at most 4GiB"));
         assert_eq!(l, Limits::default(), "failed overrides change nothing");
+    }
+
+    /// Edge values are values or errors that say what is wrong, never a panic or a wrapped
+    /// number.
+    #[test]
+    fn edge_values_never_overflow() {
+        assert_eq!(parse_bytes("18446744073709551615"), Ok(u64::MAX));
+        for huge in [
+            "18446744073709551616",
+            "18446744073709551615KiB",
+            "17179869184GiB",
+            "99999999999999999999999999999B",
+        ] {
+            assert!(
+                parse_bytes(huge).unwrap_err().contains("too large"),
+                "{huge}"
+            );
+        }
+        for bad in ["", " ", "-1", "-1MiB", "MiB", "1.5MiB", "+1"] {
+            assert!(parse_bytes(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            parse_duration("18446744073709551615s"),
+            Ok(Duration::from_secs(u64::MAX))
+        );
+        assert_eq!(
+            parse_duration("18446744073709551615ms"),
+            Ok(Duration::from_millis(u64::MAX))
+        );
+        for huge in [
+            "18446744073709551615m",
+            "307445734561825861min",
+            "18446744073709551616s",
+        ] {
+            assert!(
+                parse_duration(huge).unwrap_err().contains("too long"),
+                "{huge}"
+            );
+        }
+        for bad in ["", "-5s", "s", "1.5s", "5h"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+        // The largest values are limits like any other, and print.
+        let mut l = Limits::default();
+        l.apply("time=18446744073709551615s").unwrap();
+        l.apply("output=18446744073709551615").unwrap();
+        assert_eq!(
+            l.to_string(),
+            "memory=512MiB time=18446744073709551615s output=18446744073709551615B args=1MiB \
+             log=64KiB"
+        );
+        let back: Limits = serde_json::from_value(serde_json::to_value(l).unwrap()).unwrap();
+        assert_eq!(back, l);
     }
 
     #[test]

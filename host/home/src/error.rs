@@ -310,6 +310,22 @@ pub enum HomeError {
     /// A limit override could not be parsed.
     #[error(transparent)]
     Limit(#[from] LimitError),
+    /// A recorded grant reaches Cordon's own state: a host does not start with it.
+    #[error(
+        "plugin `{plugin}`'s grant `{grant}` cannot be used: {source}. Nothing was started; \
+         revoke it (`cordon revoke {plugin} {revoke}`) or keep that state elsewhere"
+    )]
+    ReservedGrant {
+        /// The plugin.
+        plugin: String,
+        /// The grant as recorded.
+        grant: String,
+        /// What to pass to `cordon revoke`.
+        revoke: String,
+        /// What it reaches.
+        #[source]
+        source: Box<GrantError>,
+    },
     /// Revoking something that was not granted.
     #[error("plugin `{plugin}` has no grant matching `{grant}`{}", list_suffix("its grants", .granted))]
     NotGranted {
@@ -432,6 +448,7 @@ impl HomeError {
                 | HomeError::BadPluginName { .. }
                 | HomeError::UnknownPlugin { .. }
                 | HomeError::Grant(_)
+                | HomeError::ReservedGrant { .. }
                 | HomeError::Ceiling(_)
                 | HomeError::Limit(_)
                 | HomeError::NotGranted { .. }

@@ -30,7 +30,7 @@ mod update;
 
 use std::path::{Path, PathBuf};
 
-use cordon_core::{Grant, Grants, Limits, ReservedKind, ReservedPaths};
+use cordon_core::{Grant, GrantError, Grants, Limits, ReservedKind, ReservedPaths};
 use cordon_runtime::{Runtime, RuntimeConfig};
 
 pub use error::HomeError;
@@ -91,7 +91,8 @@ pub(crate) fn digest_hex(digest: &str) -> &str {
 pub struct Home {
     root: PathBuf,
     max_instances: u32,
-    /// What no grant may overlap: this home, and the config file in use if any.
+    /// What no grant may reach: this home, the config file in use if any, the store and the
+    /// token file.
     reserved: ReservedPaths,
 }
 
@@ -120,6 +121,51 @@ impl Home {
     pub fn protecting_config(mut self, path: impl Into<PathBuf>) -> Home {
         self.reserved = self.reserved.with(path, ReservedKind::Config);
         self
+    }
+
+    /// The same home, also keeping every grant clear of the file at `path`, where this process
+    /// keeps state or secrets of the `kind` given (the store, the token file).
+    pub fn protecting(mut self, path: impl Into<PathBuf>, kind: ReservedKind) -> Home {
+        self.reserved = self.reserved.with(path, kind);
+        self
+    }
+
+    /// The same home, also refusing `net:tcp` grants that reach `addr`, where the PostgreSQL
+    /// store `shown` (its URL, password hidden) listens.
+    pub fn protecting_address(mut self, addr: std::net::SocketAddr, shown: &str) -> Home {
+        self.reserved = self.reserved.with_address(addr, shown);
+        self
+    }
+
+    /// Refuses a host's start while a recorded grant reaches Cordon's own state (one given
+    /// before a store or token file was put inside it, or written into the lock file by
+    /// hand): names the plugin, the grant and what it reaches. A granted directory that is
+    /// missing is left to the call, which says so.
+    pub fn check_recorded_grants(&self) -> Result<(), HomeError> {
+        let lock = self.read()?;
+        for (plugin, record) in &lock.plugins {
+            for grant in record.grants.iter() {
+                let (checked, revoke) = match grant {
+                    Grant::Fs(fs) => (
+                        self.reserved.check_dir(&fs.host),
+                        format!("fs:{}", fs.host.display()),
+                    ),
+                    Grant::Tcp(addr) => (self.reserved.check_tcp(*addr), grant.to_string()),
+                    _ => continue,
+                };
+                if let Err(source @ (GrantError::Reserved(_) | GrantError::ReservedAddress(_))) =
+                    checked
+                {
+                    return Err(HomeError::ReservedGrant {
+                        plugin: plugin.clone(),
+                        grant: grant.to_string(),
+                        revoke,
+                        source: Box::new(source),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The paths no directory grant may overlap (see [`ReservedPaths`]): checked when a grant
@@ -309,8 +355,10 @@ impl Home {
             .iter()
             .map(|g| {
                 let grant = g.parse::<Grant>()?.resolve()?;
-                if let Grant::Fs(fs) = &grant {
-                    self.reserved.check_dir(&fs.host)?;
+                match &grant {
+                    Grant::Fs(fs) => self.reserved.check_dir(&fs.host)?,
+                    Grant::Tcp(addr) => self.reserved.check_tcp(*addr)?,
+                    Grant::Env(_) | Grant::Http(_) => {}
                 }
                 Ok(grant)
             })

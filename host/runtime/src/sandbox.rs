@@ -18,7 +18,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 use crate::bindings::cordon::tool::log;
 use crate::bulk_read::{BulkReadParts, BulkReadView};
 use crate::caps::{MAX_HANDLES_PER_CALL, MAX_HTTP_FIELDS_BYTES, MAX_TABLE_ELEMENTS};
-use crate::error::CallError;
+use crate::error::{CallError, Denial};
 use crate::http_policy::HttpPolicy;
 use crate::output::{CappedPipe, LogSink};
 use crate::refusals::Refusals;
@@ -248,9 +248,16 @@ impl log::Host for HostState {
 
 impl crate::bindings::cordon::tool::types::Host for HostState {}
 
+/// A deadline that never comes in practice, for a time limit too long to add to now (30 years,
+/// as tokio's timers do).
+fn far_future() -> Instant {
+    Instant::now() + std::time::Duration::from_secs(86_400 * 365 * 30)
+}
+
 /// Builds the store data for one call from the sandbox. Refuses (as `Denied`) a directory grant
 /// whose host directory vanished, now resolves elsewhere (e.g. replaced by a symlink) or
-/// overlaps Cordon's own state (see `wasi_overrides::filesystem_preopens::open_granted`).
+/// overlaps Cordon's own state (see `wasi_overrides::filesystem_preopens::open_granted`), and a
+/// `net:tcp` grant that reaches the PostgreSQL store.
 pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostState, CallError> {
     let limits = &sandbox.limits;
     let mut b = WasiCtxBuilder::new();
@@ -280,6 +287,13 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
     }
 
     let tcp: HashSet<SocketAddr> = sandbox.grants.tcp_addrs().collect();
+    // A grant recorded before the store moved to a server it names (or by hand) runs nothing.
+    for addr in &tcp {
+        sandbox
+            .reserved
+            .check_tcp(*addr)
+            .map_err(|e| CallError::Denied(Denial::Reserved(e)))?;
+    }
     let mut refused = Refusals::default();
     b.allow_udp(false).allow_ip_name_lookup(false);
     if tcp.is_empty() {
@@ -341,7 +355,10 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
                 used: 0,
                 exceeded: None,
             },
-            deadline: Instant::now() + limits.time,
+            // A time limit read from a hand-edited lock file may be centuries long.
+            deadline: Instant::now()
+                .checked_add(limits.time)
+                .unwrap_or_else(far_future),
             timed_out: false,
             cancel: sandbox.cancel.clone(),
             cancelled: false,

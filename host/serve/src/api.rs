@@ -488,25 +488,39 @@ struct AuditParams {
 }
 
 /// A time as the API and the CLI take it: milliseconds since the epoch, an RFC 3339 time
-/// (`2026-11-26T10:00:00Z`), or a duration ago (`90s`, `10m`, `2h`, `3d`).
+/// (`2026-11-26T10:00:00Z`), or a duration ago (`90s`, `10m`, `2h`, `3d`). Nothing the client
+/// writes is added or subtracted unchecked: a duration too long to count back from now is an
+/// error, not an overflow.
 pub fn parse_since(text: &str, now_ms: i64) -> Result<i64, String> {
     let text = text.trim();
     if let Ok(ms) = text.parse::<i64>() {
         return Ok(ms);
     }
     if let Ok(t) = humantime::parse_rfc3339_weak(text) {
+        // humantime reads years up to 9999, whose milliseconds fit an i64.
         return t
             .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .map_err(|_| format!("`{text}` is before 1970"));
+            .ok()
+            .and_then(|d| i64::try_from(d.as_millis()).ok())
+            .ok_or_else(|| format!("`{text}` is before 1970"));
     }
-    if let Ok(d) = humantime::parse_duration(text) {
-        return Ok(now_ms - d.as_millis() as i64);
+    let too_long = || {
+        format!(
+            "`{text}` is too long ago to count back from now; give a shorter duration (such as \
+             2h or 30days) or a time such as 2026-11-26T10:00:00Z"
+        )
+    };
+    match humantime::parse_duration(text) {
+        Ok(d) => i64::try_from(d.as_millis())
+            .ok()
+            .and_then(|ago| now_ms.checked_sub(ago))
+            .ok_or_else(too_long),
+        Err(humantime::DurationError::NumberOverflow) => Err(too_long()),
+        Err(_) => Err(format!(
+            "`{text}` is not a time: give milliseconds since 1970, a time such as \
+             2026-11-26T10:00:00Z, or how long ago, such as 10m or 2h"
+        )),
     }
-    Err(format!(
-        "`{text}` is not a time: give milliseconds since 1970, a time such as \
-         2026-11-26T10:00:00Z, or how long ago, such as 10m or 2h"
-    ))
 }
 
 async fn query_audit(
@@ -573,5 +587,37 @@ mod tests {
         assert_eq!(parse_since("1970-01-01T00:00:01Z", 0), Ok(1000));
         let e = parse_since("yesterday", 0).unwrap_err();
         assert!(e.contains("10m or 2h"), "{e}");
+    }
+
+    /// The review's panic: hours whose milliseconds do not fit an i64.
+    #[test]
+    fn since_never_overflows() {
+        let now = 1_800_000_000_000;
+        for huge in [
+            "2562047788016h",
+            "18446744073709551615s",
+            "99999999999999999999999999h",
+            "584942417355years",
+        ] {
+            let e = parse_since(huge, now).unwrap_err();
+            assert!(e.contains("too long ago"), "{huge}: {e}");
+        }
+        // The longest duration that fits is counted back without wrapping, whatever now is.
+        assert_eq!(
+            parse_since("9223372036854775s", 0),
+            Ok(-9_223_372_036_854_775_000)
+        );
+        assert!(parse_since("9223372036854775s", -808).is_ok());
+        assert!(parse_since("9223372036854775s", -809).is_err());
+        for edge in [i64::MAX, i64::MIN, 0, -1] {
+            assert_eq!(parse_since(&edge.to_string(), now), Ok(edge));
+        }
+        assert!(parse_since("", now).unwrap_err().contains("not a time"));
+        assert!(parse_since("-5m", now).unwrap_err().contains("not a time"));
+        assert!(parse_since("1969-12-31T23:59:59Z", now).is_err());
+        assert_eq!(
+            parse_since("9999-12-31T23:59:59Z", now),
+            Ok(253_402_300_799_000)
+        );
     }
 }

@@ -130,7 +130,7 @@ pub async fn serve(
         result = server => result.map_err(ServeError::Io)?,
         () = async move {
             stopped.cancelled().await;
-            tokio::time::sleep(grace + Duration::from_secs(1)).await;
+            tokio::time::sleep(grace.saturating_add(Duration::from_secs(1))).await;
         } => {}
     }
     host.finish().await;

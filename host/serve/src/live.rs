@@ -297,7 +297,9 @@ impl Frontend for ServeFrontend {
             client: None,
             request: request.clone(),
             asked_ms,
-            expires_ms: asked_ms + self.approval_timeout.as_millis() as i64,
+            expires_ms: asked_ms.saturating_add(
+                i64::try_from(self.approval_timeout.as_millis()).unwrap_or(i64::MAX),
+            ),
         });
         let _guard = WaitGuard {
             live: &self.live,

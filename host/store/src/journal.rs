@@ -186,7 +186,7 @@ impl SessionJournal {
             .then(|| serde_json::to_string(conv).unwrap_or_default());
         let now = now_ms();
         let seq = self.seq + 1;
-        let until = now + self.store.options().lease_ttl.as_millis() as i64;
+        let until = self.store.lease_until(now);
         let store = &self.store;
         let appended = on_backend!(store, pool => async {
             let mut tx = pool.begin().await?;

@@ -79,6 +79,39 @@ impl Default for StoreOptions {
     }
 }
 
+/// Where a store keeps its data: what no plugin may reach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// A SQLite database file, as given.
+    Sqlite(PathBuf),
+    /// A PostgreSQL server's host (a name or an address) and port; for a server reached
+    /// through a Unix socket, `localhost` and its port, where it may listen too.
+    Postgres {
+        /// The host, without brackets around an IPv6 address.
+        host: String,
+        /// The port.
+        port: u16,
+    },
+}
+
+impl StoreLocation {
+    /// The files of a SQLite store: the database, and the write-ahead log, the shared-memory
+    /// index and the rollback journal SQLite keeps beside it under the same name (whether they
+    /// exist now or not). None for PostgreSQL.
+    pub fn files(&self) -> Vec<PathBuf> {
+        match self {
+            StoreLocation::Sqlite(db) => std::iter::once(db.clone())
+                .chain(["-wal", "-shm", "-journal"].into_iter().map(|suffix| {
+                    let mut name = db.as_os_str().to_os_string();
+                    name.push(suffix);
+                    PathBuf::from(name)
+                }))
+                .collect(),
+            StoreLocation::Postgres { .. } => Vec::new(),
+        }
+    }
+}
+
 /// The connection pool of one backend.
 #[derive(Debug, Clone)]
 enum Backend {
@@ -104,6 +137,8 @@ pub struct Store {
     backend: Backend,
     /// The URL with any password hidden, for messages.
     url: String,
+    /// Where the data is kept.
+    location: StoreLocation,
     /// This process's name in leases: host name, process id and a random part.
     holder: String,
     options: StoreOptions,
@@ -114,16 +149,20 @@ impl Store {
     /// `postgres://…`, and brings its tables to this version.
     pub async fn open(url: &str, options: StoreOptions) -> Result<Store, StoreError> {
         let shown = redact(url);
-        let backend = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Backend::Postgres(open_postgres(url, &shown, options.connections).await?)
-        } else if let Some(path) = sqlite_path(url) {
-            Backend::Sqlite(open_sqlite(&path, &shown, options.connections).await?)
-        } else {
-            return Err(StoreError::BadUrl { url: shown });
-        };
+        let (backend, location) =
+            if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+                let (pool, location) = open_postgres(url, &shown, options.connections).await?;
+                (Backend::Postgres(pool), location)
+            } else if let Some(path) = sqlite_path(url) {
+                let pool = open_sqlite(&path, &shown, options.connections).await?;
+                (Backend::Sqlite(pool), StoreLocation::Sqlite(path))
+            } else {
+                return Err(StoreError::BadUrl { url: shown });
+            };
         let store = Store {
             backend,
             url: shown,
+            location,
             holder: holder_name(options.driver),
             options,
         };
@@ -170,6 +209,11 @@ impl Store {
         &self.url
     }
 
+    /// Where the store keeps its data.
+    pub fn location(&self) -> &StoreLocation {
+        &self.location
+    }
+
     /// This process's name in the leases it takes.
     pub fn holder(&self) -> &str {
         &self.holder
@@ -178,6 +222,12 @@ impl Store {
     /// The options the store was opened with.
     pub fn options(&self) -> StoreOptions {
         self.options
+    }
+
+    /// When a lease taken or renewed at `now_ms` ends; a lease too long to count (from
+    /// options no config allows) ends at the end of time rather than overflowing.
+    pub(crate) fn lease_until(&self, now_ms: i64) -> i64 {
+        now_ms.saturating_add(i64::try_from(self.options.lease_ttl.as_millis()).unwrap_or(i64::MAX))
     }
 
     /// Whether the store is PostgreSQL (shared by hosts) rather than a local SQLite file.
@@ -304,12 +354,27 @@ async fn open_sqlite(path: &Path, shown: &str, connections: u32) -> Result<Sqlit
         })
 }
 
-async fn open_postgres(url: &str, shown: &str, connections: u32) -> Result<PgPool, StoreError> {
+async fn open_postgres(
+    url: &str,
+    shown: &str,
+    connections: u32,
+) -> Result<(PgPool, StoreLocation), StoreError> {
     let open = |source| StoreError::Open {
         url: shown.to_string(),
         source,
     };
     let options = PgConnectOptions::from_str(url).map_err(open)?;
+    let location = StoreLocation::Postgres {
+        host: match options.get_socket() {
+            Some(_) => "localhost".to_string(),
+            None => options
+                .get_host()
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
+        },
+        port: options.get_port(),
+    };
     // One connection first: an unreachable server fails at once with its own error (refused,
     // unknown host, bad password) instead of a pool timing out.
     PgConnection::connect_with(&options)
@@ -318,11 +383,12 @@ async fn open_postgres(url: &str, shown: &str, connections: u32) -> Result<PgPoo
         .close()
         .await
         .map_err(open)?;
-    Ok(PgPoolOptions::new()
+    let pool = PgPoolOptions::new()
         .max_connections(connections.max(1))
         // A store that goes away mid-turn fails the turn after this, rather than hanging it.
         .acquire_timeout(Duration::from_secs(5))
-        .connect_lazy_with(options))
+        .connect_lazy_with(options);
+    Ok((pool, location))
 }
 
 /// The URL with the password of its user-info part replaced by `***`.
@@ -422,6 +488,21 @@ mod tests {
             "postgres://ann@db.example/cordon"
         );
         assert_eq!(redact("sqlite:/x/y.db"), "sqlite:/x/y.db");
+    }
+
+    #[test]
+    fn a_sqlite_store_keeps_its_companions_beside_it() {
+        assert_eq!(
+            StoreLocation::Sqlite("/d/x.db".into()).files(),
+            ["/d/x.db", "/d/x.db-wal", "/d/x.db-shm", "/d/x.db-journal"]
+                .map(PathBuf::from)
+                .to_vec()
+        );
+        let pg = StoreLocation::Postgres {
+            host: "db".into(),
+            port: 5432,
+        };
+        assert!(pg.files().is_empty());
     }
 
     #[test]

@@ -509,7 +509,7 @@ impl Store {
                            WHERE id = $1 AND (lease_holder IS NULL OR lease_holder = $2 \
                            OR lease_until_ms < $4 OR lease_holder = $5)";
         let now = now_ms();
-        let until = now + self.options.lease_ttl.as_millis() as i64;
+        let until = self.lease_until(now);
         let before = self.session(id).await?;
         // Only the holder seen to be gone may be displaced, never one that took over since.
         let gone = before
@@ -540,7 +540,7 @@ impl Store {
     pub async fn renew(&self, id: &str) -> Result<(), StoreError> {
         const SQL: &str = "UPDATE sessions SET lease_until_ms = $3 \
                            WHERE id = $1 AND lease_holder = $2";
-        let until = now_ms() + self.options.lease_ttl.as_millis() as i64;
+        let until = self.lease_until(now_ms());
         let done = on_backend!(self, pool => sqlx::query(SQL)
             .bind(id)
             .bind(&self.holder)

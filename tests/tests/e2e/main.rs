@@ -8,6 +8,7 @@ mod cli_new;
 mod cli_oci;
 mod cli_oci_hostile;
 mod cli_oci_provenance;
+mod cli_reserved;
 mod cli_upgrade;
 mod model;
 mod run_conversation;

@@ -342,6 +342,55 @@ async fn grants_refused_before_the_call_are_reported_as_refusals() {
     assert_eq!(report.peak_memory, 0, "no instance started");
 }
 
+/// A `net:tcp` grant recorded before the PostgreSQL store moved to that server (or written by
+/// hand) runs nothing: every call checks it, as it does directories.
+#[tokio::test]
+async fn a_tcp_grant_reaching_the_store_refuses_the_call() {
+    let _process = shared();
+    let store: SocketAddr = "127.0.0.1:5432".parse().unwrap();
+    for granted in ["127.0.0.1:5432", "0.0.0.0:5432", "[::1]:5432"] {
+        let sb = Sandbox {
+            grants: grants(&[format!("net:tcp://{granted}")]),
+            reserved: ReservedPaths::none().with_address(store, "postgres://db.example/cordon"),
+            ..sandbox(&[])
+        };
+        let (result, report) = reported(probe(), &sb, "noop", json!({})).await;
+        let Err(CallError::Denied(denial)) = result else {
+            panic!("{granted} was not denied: {result:?}");
+        };
+        let text = denial.to_string();
+        assert!(
+            text.contains("postgres://db.example/cordon") && text.contains("call was refused"),
+            "{text}"
+        );
+        assert_eq!(report.peak_memory, 0, "no instance started");
+    }
+    let elsewhere = Sandbox {
+        grants: grants(&["net:tcp://127.0.0.1:5433".to_string()]),
+        reserved: ReservedPaths::none().with_address(store, "postgres://db.example/cordon"),
+        ..sandbox(&[])
+    };
+    reported(probe(), &elsewhere, "noop", json!({}))
+        .await
+        .0
+        .unwrap();
+}
+
+/// A time limit too long to add to the clock (a hand-edited lock file may hold one) is a
+/// deadline that never comes, not a panic of the host.
+#[tokio::test]
+async fn an_endless_time_limit_runs_the_call() {
+    let _process = shared();
+    let sb = Sandbox {
+        limits: Limits {
+            time: std::time::Duration::from_secs(u64::MAX),
+            ..Limits::default()
+        },
+        ..sandbox(&[])
+    };
+    reported(probe(), &sb, "noop", json!({})).await.0.unwrap();
+}
+
 #[tokio::test]
 async fn call_tool_still_answers_as_before() {
     let _process = shared();
