@@ -5,7 +5,12 @@
 //!    as a client that sends its history gets), alternately, `--requests` times each: the time
 //!    from sending the request to the first content delta. Medians, and what the gateway adds
 //!    (target ≤ 1 ms at p50).
-//! 2. **Concurrent streams.** `--concurrent` (200) streaming requests at once through the
+//! 2. **Continuing a session by its history.** Alternately, `--requests` times each: a new
+//!    conversation (one user message: a new session), and its next request (the whole
+//!    history and a new message), which the gateway matches to that session only after
+//!    checking the requester, the creator and the session's recorded conversation. Medians of
+//!    the time to first token of each, and their ratio.
+//! 3. **Concurrent streams.** `--concurrent` (200) streaming requests at once through the
 //!    gateway: all must complete with the whole answer; the server's peak resident memory
 //!    (target < 512 MiB).
 //!
@@ -43,10 +48,25 @@ async fn stream(
     model: &str,
     token: Option<&str>,
 ) -> Result<(Duration, String), String> {
+    let messages = json!([{"role": "user", "content": "Say something."}]);
+    stream_messages(client, url, model, token, messages)
+        .await
+        .map(|(t, text, _)| (t, text))
+}
+
+/// One streaming request of `messages`: the time to the first content delta, the whole text
+/// and the session the response names.
+async fn stream_messages(
+    client: &reqwest::Client,
+    url: &str,
+    model: &str,
+    token: Option<&str>,
+    messages: serde_json::Value,
+) -> Result<(Duration, String, String), String> {
     let body = json!({
         "model": model,
         "stream": true,
-        "messages": [{"role": "user", "content": "Say something."}],
+        "messages": messages,
     });
     let start = Instant::now();
     let mut request = client.post(url).json(&body);
@@ -54,6 +74,12 @@ async fn stream(
         request = request.bearer_auth(token);
     }
     let response = request.send().await.map_err(|e| e.to_string())?;
+    let session = response
+        .headers()
+        .get("x-cordon-session")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
     if !response.status().is_success() {
         let status = response.status();
         return Err(format!(
@@ -75,7 +101,7 @@ async fn stream(
             };
             if data == "[DONE]" {
                 return first
-                    .map(|f| (f, text.clone()))
+                    .map(|f| (f, text.clone(), session.clone()))
                     .ok_or_else(|| "no content before [DONE]".to_string());
             }
             let chunk: serde_json::Value =
@@ -162,7 +188,39 @@ async fn main() {
         ms(g.saturating_sub(d))
     );
 
-    // 2. Concurrent streams.
+    // 2. A new session against continuing one by its history, alternately.
+    let (mut new_times, mut continued_times) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let opening = json!([{"role": "user", "content": format!("Conversation {i}.")}]);
+        let (t, text, session) =
+            stream_messages(&client, &gateway, "scripted", Some(TOKEN), opening.clone())
+                .await
+                .expect("a new conversation");
+        new_times.push(t);
+        let mut next = opening;
+        if let Some(list) = next.as_array_mut() {
+            list.push(json!({"role": "assistant", "content": text}));
+            list.push(json!({"role": "user", "content": "And then?"}));
+        }
+        let (t, _, again) = stream_messages(&client, &gateway, "scripted", Some(TOKEN), next)
+            .await
+            .expect("the conversation's next request");
+        assert_eq!(again, session, "the history continues its own session");
+        continued_times.push(t);
+    }
+    let (fresh, continued) = (median(new_times), median(continued_times));
+    println!("OpenAI gateway, a new session against continuing one by its history ({n} each):");
+    println!("  a new conversation (a new session)   {:>10}", ms(fresh));
+    println!(
+        "  its next request (history matched)   {:>10}",
+        ms(continued)
+    );
+    println!(
+        "  continued / new                      {:>9.2}x",
+        continued.as_secs_f64() / fresh.as_secs_f64()
+    );
+
+    // 3. Concurrent streams.
     let pid = serve.0.id();
     let started = Instant::now();
     let client = Arc::new(client);
