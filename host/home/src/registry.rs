@@ -282,7 +282,7 @@ impl Pace {
 }
 
 /// reqwest's top-level message ("error sending request") hides the cause; show the chain.
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

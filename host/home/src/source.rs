@@ -10,7 +10,7 @@ use reqwest::redirect::Policy;
 use crate::error::HomeError;
 use crate::fsutil::{MAX_COMPONENT_BYTES, io_err, sha256_digest};
 use crate::oci::{self, OciReference};
-use crate::registry::is_loopback;
+use crate::registry::{error_chain, is_loopback};
 
 /// Where to get the component bytes from, with the digest they must have.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -267,18 +267,6 @@ pub(crate) async fn download(url: &Url, max_bytes: usize) -> Result<Vec<u8>, Hom
         bytes.extend_from_slice(&chunk);
     }
     Ok(bytes)
-}
-
-/// reqwest's top-level message ("error sending request") hides the cause; show the chain.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]
