@@ -173,13 +173,33 @@ impl Default for ServeConfig {
 }
 
 /// `cordon serve`'s OpenAI-compatible gateway.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GatewayConfig {
     /// The models clients may name, each with the upstream model it stands for
     /// (`"gpt-4o" = "qwen2.5-7b-instruct"`). Empty: the configured model (`llm.model`), under
     /// its own name.
     pub models: std::collections::BTreeMap<String, String>,
+    /// Bounds on the sampling and output parameters clients send.
+    pub parameters: GatewayParameters,
+}
+
+/// Bounds on what gateway clients set for their turns' model requests. By default every
+/// parameter a client sends goes to the model server as sent; refusing is the operator's
+/// choice, made here.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayParameters {
+    /// The largest answer-length limit a client may set (`max_tokens` or
+    /// `max_completion_tokens`): a larger one is lowered to it.
+    pub max_tokens: Option<u32>,
+    /// The range a client's `temperature` is kept in (`[low, high]`): a value outside is
+    /// moved to the nearer end.
+    pub temperature: Option<[f64; 2]>,
+    /// Parameters taken from clients but not sent to the model server.
+    pub drop: Vec<String>,
+    /// Parameters refused with a 400 that names them.
+    pub refuse: Vec<String>,
 }
 
 impl GatewayConfig {
@@ -192,6 +212,27 @@ impl GatewayConfig {
                 .iter()
                 .map(|(name, upstream)| (name.clone(), upstream.clone()))
                 .collect()
+        }
+    }
+}
+
+/// The name of the answer-length limit in requests to the model server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MaxTokensField {
+    /// `max_tokens`.
+    #[default]
+    MaxTokens,
+    /// `max_completion_tokens`.
+    MaxCompletionTokens,
+}
+
+impl MaxTokensField {
+    /// The field's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MaxTokensField::MaxTokens => "max_tokens",
+            MaxTokensField::MaxCompletionTokens => "max_completion_tokens",
         }
     }
 }
@@ -222,6 +263,10 @@ pub struct LlmConfig {
     pub temperature: Option<f32>,
     /// Maximum tokens in an answer.
     pub max_tokens: Option<u32>,
+    /// How the model server spells the answer-length limit: `max_tokens` (llama.cpp, Ollama,
+    /// vLLM) or `max_completion_tokens` (OpenAI's newer models). A client's limit, in either
+    /// spelling, is sent in this one.
+    pub max_tokens_field: MaxTokensField,
     /// Seconds to wait for a connection.
     pub connect_timeout_secs: u64,
     /// Seconds to wait for the response to start, and between streamed chunks.
@@ -244,6 +289,7 @@ impl Default for LlmConfig {
             api_key_env: None,
             temperature: None,
             max_tokens: None,
+            max_tokens_field: MaxTokensField::default(),
             connect_timeout_secs: 10,
             read_timeout_secs: 300,
             stream: true,
@@ -480,6 +526,33 @@ impl AgentConfig {
                 format!(
                     "`{name}`: a model name and the upstream model it stands for must not be empty"
                 ),
+            ));
+        }
+        let bounds = &self.gateway.parameters;
+        if let Some([low, high]) = bounds.temperature
+            && !(0.0 <= low && low <= high && high <= 2.0)
+        {
+            return Err(invalid(
+                "gateway.parameters.temperature",
+                format!("[{low}, {high}] is not a range within 0.0–2.0, e.g. [0.0, 1.0]"),
+            ));
+        }
+        if bounds.max_tokens == Some(0) {
+            return Err(invalid(
+                "gateway.parameters.max_tokens",
+                "must be at least 1".into(),
+            ));
+        }
+        let essential = ["model", "messages", "input"];
+        if let Some(name) = bounds
+            .drop
+            .iter()
+            .chain(&bounds.refuse)
+            .find(|n| essential.contains(&n.as_str()))
+        {
+            return Err(invalid(
+                "gateway.parameters",
+                format!("`{name}` is part of every request; it cannot be dropped or refused"),
             ));
         }
         if self.serve.approval_timeout_secs == 0 {

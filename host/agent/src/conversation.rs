@@ -12,6 +12,7 @@ use cordon_core::Requester;
 
 use crate::approval::{Standing, StandingAnswer};
 use crate::messages::{Message, ModelResponse, ToolCall, Usage};
+use crate::parameters::TurnParameters;
 
 /// The save format version; bumped when the layout changes incompatibly.
 pub const FORMAT_VERSION: u32 = 1;
@@ -80,6 +81,9 @@ pub struct Turn {
     /// recorded before requesters were kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_by: Option<Requester>,
+    /// What its client set for its model requests (empty: the configuration's settings).
+    #[serde(default, skip_serializing_if = "TurnParameters::is_empty")]
+    pub parameters: TurnParameters,
 }
 
 /// Something the transcript shows that is not a message (e.g. pruning).
@@ -519,6 +523,12 @@ mod tests {
             first_message: 0,
             outcome: Some(TurnOutcome::Answered),
             requested_by: Some(Requester::token("ops")),
+            parameters: TurnParameters {
+                sent: [("temperature".to_string(), serde_json::json!(0.5))]
+                    .into_iter()
+                    .collect(),
+                tool_choice: Some(crate::parameters::ToolChoice::Required),
+            },
         });
         conv.state = State::Failed {
             error: "x".into(),

@@ -29,6 +29,7 @@ use crate::machine::{
     ToolRun, TurnLimits,
 };
 use crate::messages::Message;
+use crate::parameters::{ToolChoice, TurnParameters};
 use crate::text_tool_calls;
 use crate::tool_host::ToolHost;
 use crate::tools::{ToolSpec, render_result};
@@ -74,10 +75,35 @@ Using only the information above, give your final answer now, and say clearly wh
 pub enum TurnInput {
     /// A new user message.
     Message(String),
+    /// A new user message as a client sent it: with content parts, and what the client set
+    /// for the turn's model requests.
+    Request(Box<TurnRequest>),
     /// Re-send the request of a failed turn.
     Retry,
     /// Continue a conversation saved in the middle of a turn.
     Resume,
+}
+
+/// A user message as a client sent it; see [`TurnInput::Request`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TurnRequest {
+    /// The text (of every text part).
+    pub text: String,
+    /// The content parts as sent (images, audio), when not plain text.
+    pub parts: Option<Vec<Value>>,
+    /// Sampling and output settings, and the first request's tool choice.
+    pub parameters: TurnParameters,
+}
+
+impl TurnRequest {
+    fn into_event(self, by: Option<Requester>) -> Event {
+        Event::UserMessage {
+            text: self.text,
+            by,
+            parts: self.parts,
+            parameters: self.parameters,
+        }
+    }
 }
 
 /// The user interface of a turn: receives events, answers approval questions, saves.
@@ -287,10 +313,18 @@ if a call is refused or declined, tell the user instead of trying to get around 
             };
             match input {
                 TurnInput::Message(text) => {
-                    let event = Event::UserMessage {
+                    let request = TurnRequest {
                         text,
-                        by: io.audit.requested_by.clone(),
+                        ..TurnRequest::default()
                     };
+                    let event = request.into_event(io.audit.requested_by.clone());
+                    (
+                        machine::step(conv, event.clone(), env)?,
+                        Cause::Event { event },
+                    )
+                }
+                TurnInput::Request(request) => {
+                    let event = request.into_event(io.audit.requested_by.clone());
                     (
                         machine::step(conv, event.clone(), env)?,
                         Cause::Event { event },
@@ -709,7 +743,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
                     content,
                     ..
                 } => json!({"role": "tool", "tool_call_id": tool_call_id, "content": content}),
-                other => json!({"role": other.role(), "content": other.content()}),
+                other => json!({"role": other.role(), "content": other.wire_content()}),
             })
             .collect()
     }
@@ -724,7 +758,17 @@ if a call is refused or declined, tell the user instead of trying to get around 
         emit: &mut (dyn FnMut(&AgentEvent) + Send),
         cancel: &CancellationToken,
     ) -> (ChatRequest, usize) {
-        let offered: Vec<&ToolSpec> = if final_pass {
+        let asked = conv
+            .turns
+            .last()
+            .map(|t| t.parameters.clone())
+            .unwrap_or_default();
+        // The client's tool choice is for the turn's first request only (see `parameters`).
+        let choice = asked
+            .tool_choice
+            .as_ref()
+            .filter(|_| conv.progress.iterations == 0 && !final_pass);
+        let offered: Vec<&ToolSpec> = if final_pass || choice == Some(&ToolChoice::None) {
             Vec::new()
         } else {
             catalog.offered(conv.standing())
@@ -819,7 +863,16 @@ if a call is refused or declined, tell the user instead of trying to get around 
             );
         }
         let n = messages.len();
-        (ChatRequest { messages, tools }, n)
+        let tool_choice = choice
+            .filter(|c| **c != ToolChoice::None && !tools.is_empty())
+            .map(ToolChoice::to_wire);
+        let request = ChatRequest {
+            messages,
+            tools,
+            tool_choice,
+            parameters: asked.sent,
+        };
+        (request, n)
     }
 
     async fn summarize(
@@ -840,7 +893,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
                 json!({"role": "system", "content": "Summarize the following conversation excerpt in a few sentences. Keep facts, numbers, names, file paths and decisions; leave out pleasantries."}),
                 json!({"role": "user", "content": excerpt.join("\n")}),
             ],
-            tools: Vec::new(),
+            ..ChatRequest::default()
         };
         match self.llm.complete(&req, false, &mut |_| {}, cancel).await {
             Ok(r) if !r.content.trim().is_empty() => Some(r.content.trim().to_string()),

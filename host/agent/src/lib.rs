@@ -51,6 +51,7 @@ pub mod journal;
 pub mod llm;
 pub mod machine;
 pub mod messages;
+pub mod parameters;
 pub mod text_tool_calls;
 pub mod tool_host;
 pub mod tools;
@@ -60,19 +61,20 @@ pub use approval::{
 };
 pub use async_trait::async_trait;
 pub use config::{
-    AgentConfig, AuditConfig, ConfigError, ContextConfig, GatewayConfig, LlmConfig, LoopConfig,
-    MAX_WAIT_SECS, PruneStrategy, RetryConfig, ServeConfig, SessionSettings, StoreConfig,
-    ToolFormat,
+    AgentConfig, AuditConfig, ConfigError, ContextConfig, GatewayConfig, GatewayParameters,
+    LlmConfig, LoopConfig, MAX_WAIT_SECS, MaxTokensField, PruneStrategy, RetryConfig, ServeConfig,
+    SessionSettings, StoreConfig, ToolFormat,
 };
 pub use conversation::{CallApproval, Conversation, ConversationError, TurnOutcome};
 pub use driver::{
-    Agent, AgentError, AuditContext, Driven, Frontend, TurnHandle, TurnInput, TurnIo,
+    Agent, AgentError, AuditContext, Driven, Frontend, TurnHandle, TurnInput, TurnIo, TurnRequest,
 };
 pub use journal::{Cause, Journal, JournalError, NoJournal};
 pub use machine::{
     Action, AgentEvent, ApprovalRequest, Event, RequestedCall, State, ToolOutcome, ToolRun,
 };
 pub use messages::{Message, ModelResponse, ToolCall, Usage};
+pub use parameters::{ToolChoice, TurnParameters};
 pub use tokio_util::sync::CancellationToken;
 pub use tool_host::{SelectedTools, ToolHost, ToolSource};
 pub use tools::{Content, ToolFailure, ToolFailureKind, ToolHints, ToolSpec};

@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::LlmConfig;
 pub use crate::messages::LlmFailure;
 use crate::messages::{ModelResponse, ToolCall, Usage, snippet};
+use crate::parameters::{MAX_TOKENS_FIELDS, RESERVED};
 
 /// Why a request to the model produced no answer: it failed, or the caller cancelled it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +47,11 @@ pub struct ChatRequest {
     pub messages: Vec<Value>,
     /// OpenAI `tools` (empty: none offered).
     pub tools: Vec<Value>,
+    /// OpenAI `tool_choice`, sent only with tools.
+    pub tool_choice: Option<Value>,
+    /// What a client set for the turn ([`crate::TurnParameters::sent`]): sent as given over
+    /// `[llm]`'s settings, never in place of a [`RESERVED`] field.
+    pub parameters: Map<String, Value>,
 }
 
 /// A client for one endpoint and model.
@@ -125,11 +131,26 @@ impl LlmClient {
         if !req.tools.is_empty() {
             body["tools"] = Value::Array(req.tools.clone());
         }
+        let max_tokens = self.config.max_tokens_field.as_str();
         if let Some(t) = self.config.temperature {
             body["temperature"] = json!(t);
         }
         if let Some(m) = self.config.max_tokens {
-            body["max_tokens"] = json!(m);
+            body[max_tokens] = json!(m);
+        }
+        for (name, value) in &req.parameters {
+            if RESERVED.contains(&name.as_str()) {
+                continue;
+            }
+            let name = if MAX_TOKENS_FIELDS.contains(&name.as_str()) {
+                max_tokens
+            } else {
+                name
+            };
+            body[name] = value.clone();
+        }
+        if let Some(choice) = req.tool_choice.as_ref().filter(|_| !req.tools.is_empty()) {
+            body["tool_choice"] = choice.clone();
         }
         body
     }

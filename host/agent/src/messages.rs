@@ -31,8 +31,12 @@ pub enum Message {
     },
     /// What the user typed.
     User {
-        /// The text.
+        /// The text (of every text part, when the client sent parts).
         content: String,
+        /// The content parts as a client sent them (text, images, audio), sent to the model
+        /// as given in place of `content`; `None` for plain text.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parts: Option<Vec<serde_json::Value>>,
     },
     /// What the model answered.
     Assistant {
@@ -64,6 +68,7 @@ impl Message {
     pub fn user(text: impl Into<String>) -> Self {
         Message::User {
             content: text.into(),
+            parts: None,
         }
     }
 
@@ -86,11 +91,21 @@ impl Message {
         }
     }
 
+    /// The `content` sent to the model: the parts a client sent, or else the text.
+    pub fn wire_content(&self) -> serde_json::Value {
+        match self {
+            Message::User {
+                parts: Some(parts), ..
+            } => serde_json::Value::Array(parts.clone()),
+            other => serde_json::Value::from(other.content()),
+        }
+    }
+
     /// The text content.
     pub fn content(&self) -> &str {
         match self {
             Message::System { content }
-            | Message::User { content }
+            | Message::User { content, .. }
             | Message::Assistant { content, .. }
             | Message::Tool { content, .. } => content,
         }

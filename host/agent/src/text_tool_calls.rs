@@ -190,7 +190,7 @@ pub fn render(messages: &[Message]) -> Vec<Value> {
             }
             other => {
                 flush(&mut out, &mut responses);
-                out.push(json!({"role": other.role(), "content": other.content()}));
+                out.push(json!({"role": other.role(), "content": other.wire_content()}));
             }
         }
     }

@@ -555,7 +555,7 @@ pub fn print_history(conv: &Conversation) {
             outln!("    ({})", n.text);
         }
         match m {
-            Message::User { content } => {
+            Message::User { content, .. } => {
                 turn += 1;
                 outln!("[{turn}] you: {}", one_line(content, 200));
             }

@@ -305,7 +305,7 @@ fn user_turns(conversation: &Conversation) -> Vec<String> {
         .turns
         .iter()
         .filter_map(|t| match conversation.messages.get(t.first_message) {
-            Some(Message::User { content }) => Some(content.clone()),
+            Some(Message::User { content, .. }) => Some(content.clone()),
             _ => None,
         })
         .collect()
@@ -368,6 +368,7 @@ mod tests {
                 first_message: i * 2,
                 outcome: None,
                 requested_by: None,
+                parameters: Default::default(),
             });
             conv.messages.push(Message::assistant("ok"));
         }

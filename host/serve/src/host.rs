@@ -351,13 +351,15 @@ impl Host {
         };
         let (journal, conversation) = self.store.drive(id).await?;
         let fits = match input {
-            TurnInput::Message(_) => conversation.is_idle().then_some(()).ok_or_else(|| {
-                format!(
-                    "session `{id}` is in the middle of a turn ({}); it goes on by itself, or \
+            TurnInput::Message(_) | TurnInput::Request(_) => {
+                conversation.is_idle().then_some(()).ok_or_else(|| {
+                    format!(
+                        "session `{id}` is in the middle of a turn ({}); it goes on by itself, or \
                      cancel it (POST /api/v1/sessions/{id}/cancel)",
-                    conversation.state.name()
-                )
-            }),
+                        conversation.state.name()
+                    )
+                })
+            }
             TurnInput::Retry => matches!(conversation.state, State::Failed { .. })
                 .then_some(())
                 .ok_or_else(|| {

@@ -199,7 +199,7 @@ pub(crate) fn new_session_id(asked: Option<String>) -> Result<String, StoreError
 /// The start of a session's first user message, for listings.
 pub(crate) fn title_of(conv: &Conversation) -> String {
     let first = conv.messages.iter().find_map(|m| match m {
-        Message::User { content } => Some(content.as_str()),
+        Message::User { content, .. } => Some(content.as_str()),
         _ => None,
     });
     let flat: String = first

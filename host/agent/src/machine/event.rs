@@ -6,6 +6,7 @@ use cordon_core::Requester;
 
 use crate::approval::ApprovalAnswer;
 use crate::messages::{LlmFailure, ModelResponse};
+use crate::parameters::TurnParameters;
 
 /// The result of one call, from the driver.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,6 +31,12 @@ pub enum Event {
         /// standing answers apply in it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         by: Option<Requester>,
+        /// The content parts as the client sent them (images, audio), when not plain text.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parts: Option<Vec<serde_json::Value>>,
+        /// What the client set for the turn's model requests.
+        #[serde(default, skip_serializing_if = "TurnParameters::is_empty")]
+        parameters: TurnParameters,
     },
     /// Re-send the failed request.
     Retry,

@@ -49,8 +49,9 @@ pub use resume::{INTERRUPTED, resume};
 use crate::conversation::Conversation;
 pub use crate::conversation::{CallStatus, PlannedCall, State};
 use transitions::{
-    Given, apply_approval, call_model, cancel, is_pending, is_running, model_failed, next_request,
-    process_response, receive_response, record_result, record_results, retry_failed, start_turn,
+    Given, UserTurn, apply_approval, call_model, cancel, is_pending, is_running, model_failed,
+    next_request, process_response, receive_response, record_result, record_results, retry_failed,
+    start_turn,
 };
 
 /// An event that does not fit the state.
@@ -75,9 +76,24 @@ pub fn step(conv: &mut Conversation, event: Event, env: Env<'_>) -> Result<Vec<A
     let state = std::mem::replace(&mut conv.state, State::Idle);
     let mut out = Vec::new();
     match (state, event) {
-        (State::Idle | State::Failed { .. }, Event::UserMessage { text, by }) => {
-            start_turn(conv, text, by, &mut out)
-        }
+        (
+            State::Idle | State::Failed { .. },
+            Event::UserMessage {
+                text,
+                by,
+                parts,
+                parameters,
+            },
+        ) => start_turn(
+            conv,
+            UserTurn {
+                text,
+                by,
+                parts,
+                parameters,
+            },
+            &mut out,
+        ),
         (State::Failed { final_pass, .. }, Event::Retry) => {
             retry_failed(conv, final_pass, &mut out)
         }

@@ -106,6 +106,8 @@ impl T {
         self.step(Event::UserMessage {
             text: "hi".into(),
             by: None,
+            parts: None,
+            parameters: Default::default(),
         });
         self
     }
@@ -164,6 +166,8 @@ fn user_message_starts_a_turn_from_idle_or_failed_only() {
     let a = t.step(Event::UserMessage {
         text: "hi".into(),
         by: None,
+        parts: None,
+        parameters: Default::default(),
     });
     assert_eq!(t.conv.state, State::AwaitingModel { final_pass: false });
     assert!(has(&a, |a| *a == Action::CallModel { final_pass: false }));
@@ -172,6 +176,8 @@ fn user_message_starts_a_turn_from_idle_or_failed_only() {
     let e = t.err(Event::UserMessage {
         text: "again".into(),
         by: None,
+        parts: None,
+        parameters: Default::default(),
     });
     assert!(e.message.contains("still waiting for the model"), "{e}");
     // A failed turn can be continued.
@@ -187,6 +193,8 @@ fn user_message_starts_a_turn_from_idle_or_failed_only() {
     t.step(Event::UserMessage {
         text: "next".into(),
         by: None,
+        parts: None,
+        parameters: Default::default(),
     });
     assert_eq!(t.conv.turns.len(), 2);
     assert_eq!(t.conv.state, State::AwaitingModel { final_pass: false });
@@ -907,6 +915,8 @@ fn cancel_keeps_partial_answer_marked() {
     t.step(Event::UserMessage {
         text: "again".into(),
         by: None,
+        parts: None,
+        parameters: Default::default(),
     });
     assert_eq!(t.conv.state, State::AwaitingModel { final_pass: false });
 }
@@ -1017,6 +1027,8 @@ fn resume_gives_the_next_action_for_every_state() {
     t.step(Event::UserMessage {
         text: "hi".into(),
         by: None,
+        parts: None,
+        parameters: Default::default(),
     });
     assert_eq!(
         resume(&mut t.conv, env(&t.cat, &t.lim)).unwrap(),
@@ -1080,6 +1092,8 @@ fn resuming_mid_run_never_runs_a_call_again_and_keeps_recorded_results() {
     t.step(Event::UserMessage {
         text: "hi".into(),
         by: None,
+        parts: None,
+        parameters: Default::default(),
     });
     t.respond(
         "",

@@ -17,18 +17,31 @@ use crate::messages::{LlmFailure, Message, ModelResponse, ToolCall};
 use crate::tools::{ToolFailure, ToolFailureKind, ToolSpec, render_failure};
 use cordon_core::CallOutcome;
 
+/// What a `UserMessage` brings: see [`Event::UserMessage`](super::Event::UserMessage).
+pub(super) struct UserTurn {
+    pub(super) text: String,
+    pub(super) by: Option<Requester>,
+    pub(super) parts: Option<Vec<serde_json::Value>>,
+    pub(super) parameters: crate::parameters::TurnParameters,
+}
+
 /// Idle or Failed, `UserMessage`: the message opens a turn and goes to the model.
-pub(super) fn start_turn(
-    conv: &mut Conversation,
-    text: String,
-    by: Option<Requester>,
-    out: &mut Vec<Action>,
-) {
-    conv.messages.push(Message::user(text.clone()));
+pub(super) fn start_turn(conv: &mut Conversation, user: UserTurn, out: &mut Vec<Action>) {
+    let UserTurn {
+        text,
+        by,
+        parts,
+        parameters,
+    } = user;
+    conv.messages.push(Message::User {
+        content: text.clone(),
+        parts,
+    });
     conv.turns.push(Turn {
         first_message: conv.messages.len() - 1,
         outcome: None,
         requested_by: by,
+        parameters,
     });
     conv.progress = Default::default();
     out.push(Action::Emit(AgentEvent::TurnStarted {

@@ -1012,6 +1012,7 @@ async fn a_message_while_a_turn_runs_is_refused_and_changes_nothing() {
         first_message: 0,
         outcome: None,
         requested_by: None,
+        parameters: Default::default(),
     });
     let outcome = agent
         .run_turn(
@@ -1424,4 +1425,99 @@ mod journaled {
             "{timeline:?}"
         );
     }
+}
+
+/// A client's parameters go with every request of its turn, over `[llm]`'s, in the upstream's
+/// spelling of the length limit; its tool choice only with the first request (and that
+/// request's retry), so a forced call does not repeat forever.
+#[tokio::test]
+async fn a_clients_parameters_go_with_every_request_and_its_tool_choice_with_the_first() {
+    let server = ScriptedServer::start(Script::new([
+        Step::status(503, "overloaded"),
+        Step::tool_calls(vec![call("sql_query", json!({"query": "select 1"}))]),
+        Step::text("one"),
+    ]))
+    .await
+    .unwrap();
+    let mut c = config(&server);
+    c.llm.temperature = Some(0.9);
+    c.llm.max_tokens = Some(100);
+    c.llm.max_tokens_field = cordon_agent::MaxTokensField::MaxCompletionTokens;
+    let agent = Agent::new(c, FakeTools::new()).unwrap();
+    let mut parameters = cordon_agent::TurnParameters::default();
+    for (k, v) in [
+        ("temperature", json!(0.1)),
+        ("max_tokens", json!(4096)),
+        ("seed", json!(7)),
+        ("top_k", json!(40)),
+        ("model", json!("sneaky")),
+        ("messages", json!([])),
+    ] {
+        parameters.sent.insert(k.into(), v);
+    }
+    parameters.tool_choice = Some(cordon_agent::ToolChoice::Function("sql_query".into()));
+    let image = json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}});
+    let input = TurnInput::Request(Box::new(cordon_agent::TurnRequest {
+        text: "count".into(),
+        parts: Some(vec![
+            json!({"type": "text", "text": "count"}),
+            image.clone(),
+        ]),
+        parameters: parameters.clone(),
+    }));
+    let mut conv = Conversation::new();
+    let outcome = agent
+        .run_turn(
+            &mut conv,
+            input,
+            &mut Recorder::default(),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, TurnOutcome::Answered);
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 3);
+    let forced = json!({"type": "function", "function": {"name": "sql_query"}});
+    for (i, r) in reqs.iter().enumerate() {
+        assert_eq!(r.body["temperature"], json!(0.1), "request {i}");
+        assert_eq!(r.body["max_completion_tokens"], json!(4096), "request {i}");
+        assert!(r.body.get("max_tokens").is_none(), "request {i}");
+        assert_eq!((&r.body["seed"], &r.body["top_k"]), (&json!(7), &json!(40)));
+        assert_eq!(r.body["model"], "scripted", "never the client's");
+        assert_eq!(r.messages()[1]["content"][1], image, "request {i}");
+        let choice = r.body.get("tool_choice");
+        assert_eq!(choice, (i < 2).then_some(&forced), "request {i}");
+    }
+    // The turn records what its client set, so a resumed turn sends the same.
+    assert_eq!(conv.turns[0].parameters, parameters);
+}
+
+/// `none` offers no tools on the first request.
+#[tokio::test]
+async fn tool_choice_none_offers_no_tools() {
+    let server = ScriptedServer::start(Script::new([Step::text("plain")]))
+        .await
+        .unwrap();
+    let agent = Agent::new(config(&server), FakeTools::new()).unwrap();
+    let input = TurnInput::Request(Box::new(cordon_agent::TurnRequest {
+        text: "hi".into(),
+        parts: None,
+        parameters: cordon_agent::TurnParameters {
+            tool_choice: Some(cordon_agent::ToolChoice::None),
+            ..Default::default()
+        },
+    }));
+    let mut conv = Conversation::new();
+    agent
+        .run_turn(
+            &mut conv,
+            input,
+            &mut Recorder::default(),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let req = &server.requests()[0];
+    assert!(req.body.get("tools").is_none() && req.body.get("tool_choice").is_none());
 }

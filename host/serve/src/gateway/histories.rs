@@ -143,13 +143,13 @@ pub(super) fn created_by(info: &SessionInfo, requester: &Requester) -> bool {
 /// idle session, or the client's own tool calls a turn waits on.
 pub(super) fn ends_at(conv: &Conversation, history: &[Said]) -> bool {
     let ours = conv.messages.iter().filter_map(|m| match m {
-        Message::User { content } => Some(content.as_str()),
+        Message::User { content, parts } => Some((content.as_str(), parts.as_ref())),
         _ => None,
     });
     let theirs = history
         .iter()
         .filter(|s| s.role == Role::User)
-        .map(|s| s.text.as_str());
+        .map(|s| (s.text.as_str(), s.parts.as_ref()));
     if !ours.eq(theirs) {
         return false;
     }

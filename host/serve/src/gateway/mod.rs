@@ -22,6 +22,7 @@
 
 mod client_tools;
 mod histories;
+mod parameters;
 mod request;
 mod response;
 
@@ -33,7 +34,9 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router, body::Bytes};
-use cordon_agent::{Conversation, Message, SessionSettings, ToolCall, TurnInput};
+use cordon_agent::{
+    Conversation, Message, SessionSettings, ToolCall, ToolChoice, TurnInput, TurnRequest,
+};
 use cordon_core::Requester;
 use cordon_store::NewSession;
 use serde_json::{Value, json};
@@ -45,7 +48,7 @@ use crate::host::Host;
 pub(crate) use client_tools::ClientCalls;
 use client_tools::with_client_tools;
 use histories::{Histories, created_by};
-use request::{ChatRequest, ClientTool, Input, Role, parse_request};
+use request::{ChatRequest, Input, Role, parse_request};
 use response::{Reading, stream_response, whole_response};
 
 /// The largest request body taken, as for the rest of the API.
@@ -201,7 +204,7 @@ async fn complete(state: GatewayState, request: Request) -> Result<Response, Gat
         })?;
     let config = &state.host.options.config;
     let offered = config.gateway.offered(&config.llm.model);
-    let chat = parse_request(&body, &offered)?;
+    let chat = parse_request(&body, &offered, &config.gateway.parameters)?;
     let requester = Requester {
         token,
         user: chat.user.clone(),
@@ -212,11 +215,15 @@ async fn complete(state: GatewayState, request: Request) -> Result<Response, Gat
         None => state.histories.find(&host, &requester, &chat).await,
     };
     let (session, events) = match &chat.input {
-        Input::Message(message) => {
-            let input = TurnInput::Message(message.clone());
+        Input::Message { text, parts } => {
+            let input = TurnInput::Request(Box::new(TurnRequest {
+                text: text.clone(),
+                parts: parts.clone(),
+                parameters: chat.parameters.clone(),
+            }));
             match known {
                 Some(session) => {
-                    check_names(&host, &session, &chat.client_tools).await?;
+                    check_tools(&host, &session, &chat).await?;
                     let tools = with_client_tools(&state, &session, &chat.client_tools);
                     let events = host
                         .start_turn_with(&session, input, tools, Some(requester.clone()))
@@ -226,7 +233,7 @@ async fn complete(state: GatewayState, request: Request) -> Result<Response, Gat
                 None => {
                     let new = new_session(&chat, &requester);
                     let id = new.id.clone().unwrap_or_default();
-                    check_names_for(&host, &new.settings, &chat.client_tools).await?;
+                    check_tools_for(&host, &new.settings, &chat).await?;
                     let tools = with_client_tools(&state, &id, &chat.client_tools);
                     host.start_new_turn(new, input, tools, Some(requester.clone()))
                         .await?
@@ -293,14 +300,15 @@ async fn complete(state: GatewayState, request: Request) -> Result<Response, Gat
     Ok(response)
 }
 
-/// Refuses client tools named like a tool Cordon offers in the session: the model could not
-/// tell them apart, and a call could reach the wrong one.
-async fn check_names(
+/// Refuses client tools named like a tool Cordon offers in the session (the model could not
+/// tell them apart, and a call could reach the wrong one), and a `tool_choice` no tool of the
+/// turn can satisfy.
+async fn check_tools(
     host: &Arc<Host>,
     session: &str,
-    tools: &[ClientTool],
+    chat: &ChatRequest,
 ) -> Result<(), GatewayError> {
-    if tools.is_empty() {
+    if !checks_tools(chat) {
         return Ok(());
     }
     let info = host
@@ -308,34 +316,70 @@ async fn check_names(
         .session(session)
         .await
         .map_err(ApiError::from)?;
-    check_names_for(host, &info.settings, tools).await
+    check_tools_for(host, &info.settings, chat).await
 }
 
-/// [`check_names`] for a session with `settings`.
-async fn check_names_for(
+fn checks_tools(chat: &ChatRequest) -> bool {
+    !chat.client_tools.is_empty()
+        || matches!(
+            chat.parameters.tool_choice,
+            Some(ToolChoice::Required | ToolChoice::Function(_))
+        )
+}
+
+/// [`check_tools`] for a session with `settings`.
+async fn check_tools_for(
     host: &Arc<Host>,
     settings: &SessionSettings,
-    tools: &[ClientTool],
+    chat: &ChatRequest,
 ) -> Result<(), GatewayError> {
-    if tools.is_empty() {
+    if !checks_tools(chat) {
         return Ok(());
     }
+    let tools = &chat.client_tools;
     let agent = host.agent(settings).await?;
     let ours: Vec<String> = agent
         .offered_tools(&Conversation::new())
         .into_iter()
         .map(|s| s.name)
         .collect();
-    match tools.iter().position(|t| ours.contains(&t.name)) {
-        Some(i) => Err(GatewayError::invalid(
+    if let Some(i) = tools.iter().position(|t| ours.contains(&t.name)) {
+        return Err(GatewayError::invalid(
             format!("tools[{i}].function.name"),
             format!(
                 "the tool `{}` clashes with a tool Cordon offers under that name; rename yours",
                 tools[i].name
             ),
         )
-        .with_code("tool_name_clash")),
-        None => Ok(()),
+        .with_code("tool_name_clash"));
+    }
+    let mut every: Vec<&str> = ours.iter().map(String::as_str).collect();
+    every.extend(tools.iter().map(|t| t.name.as_str()));
+    match &chat.parameters.tool_choice {
+        Some(ToolChoice::Required) if every.is_empty() => Err(GatewayError::invalid(
+            "tool_choice",
+            "`tool_choice` is \"required\" but there is no tool to call: Cordon offers none \
+             here and the request defines none",
+        )),
+        Some(ToolChoice::Function(name)) if !every.contains(&name.as_str()) => {
+            Err(GatewayError::invalid(
+                "tool_choice",
+                format!(
+                    "`tool_choice` names `{name}`, which is not a tool of this request; the tools \
+                     are: {}",
+                    if every.is_empty() {
+                        "(none)".to_string()
+                    } else {
+                        every
+                            .iter()
+                            .map(|n| format!("`{n}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                ),
+            ))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -393,6 +437,7 @@ fn new_session(chat: &ChatRequest, requester: &Requester) -> NewSession {
             Role::System => {}
             Role::User => conversation.messages.push(Message::User {
                 content: said.text.clone(),
+                parts: said.parts.clone(),
             }),
             Role::Assistant => {
                 for call in &said.tool_calls {

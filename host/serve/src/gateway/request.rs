@@ -6,13 +6,14 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use cordon_agent::{GatewayParameters, TurnParameters};
 use cordon_core::Requester;
 
-use super::GatewayError;
+use super::{GatewayError, parameters};
 
-/// Request fields taken. Any other field is refused with a 400 that names it, rather than
-/// silently ignored: a client that sets `temperature` expects it to act.
-pub(super) const TAKEN_FIELDS: &[&str] = &[
+/// The fields of a Chat Completions request this parser reads itself; every other field is
+/// a parameter of the turn's model requests (see [`super::parameters`]).
+pub(super) const HANDLED: &[&str] = &[
     "model",
     "messages",
     "stream",
@@ -21,7 +22,6 @@ pub(super) const TAKEN_FIELDS: &[&str] = &[
     "user",
     "tools",
     "tool_choice",
-    "parallel_tool_calls",
 ];
 
 /// The longest `user` field taken (OpenAI's own limit is of this order).
@@ -36,6 +36,8 @@ pub(super) struct Said {
     pub(super) tool_calls: Vec<WireCall>,
     /// The call a tool message answers.
     pub(super) tool_call_id: Option<String>,
+    /// A user message's content parts, when they are not all text (images, audio).
+    pub(super) parts: Option<Vec<Value>>,
 }
 
 impl Said {
@@ -45,6 +47,7 @@ impl Said {
             text: text.into(),
             tool_calls: Vec::new(),
             tool_call_id: None,
+            parts: None,
         }
     }
 }
@@ -98,8 +101,12 @@ pub(super) struct ClientTool {
 /// What a request adds to its conversation.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Input {
-    /// A new user message: a new turn.
-    Message(String),
+    /// A new user message: a new turn. `parts`: its content parts when they are not all
+    /// text, sent to the model as given.
+    Message {
+        text: String,
+        parts: Option<Vec<Value>>,
+    },
     /// The results of the client's own tools that the last response asked for: the turn
     /// that asked goes on.
     ToolResults(Vec<(String, String)>),
@@ -123,6 +130,8 @@ pub(super) struct ChatRequest {
     /// The end user the client named (`user`): sessions of different users stay apart even
     /// under one token. The client's word, never trusted for anything else.
     pub(super) user: Option<String>,
+    /// What the client set for the turn's model requests.
+    pub(super) parameters: TurnParameters,
 }
 
 /// The digest of a conversation as a client sends it, and who sends it: the requester (token
@@ -137,40 +146,61 @@ pub(super) fn history_digest(requester: &Requester, model: &str, history: &[Said
                 .iter()
                 .map(|c| json!([c.id, c.name, c.arguments]))
                 .collect();
-            json!([s.role.name(), s.text, calls, s.tool_call_id])
+            json!([s.role.name(), s.text, calls, s.tool_call_id, s.parts])
         })
         .collect();
     let text = json!([requester.token, requester.user, model, list]).to_string();
     hex::encode(Sha256::digest(text.as_bytes()))
 }
 
-/// The text of a message's `content`: a string, or text parts.
-pub(super) fn content_text(content: &Value, at: &str) -> Result<String, GatewayError> {
+/// The text of a message's `content` (a string, or parts), and the parts themselves when
+/// some are not text and `media` allows them (a user message's images and audio, passed to
+/// the model as given).
+pub(super) fn content_of(
+    content: &Value,
+    at: &str,
+    media: bool,
+) -> Result<(String, Option<Vec<Value>>), GatewayError> {
     match content {
-        Value::String(s) => Ok(s.clone()),
-        Value::Null => Ok(String::new()),
+        Value::String(s) => Ok((s.clone(), None)),
+        Value::Null => Ok((String::new(), None)),
         Value::Array(parts) => {
             let mut text = String::new();
+            let mut all_text = true;
             for (i, part) in parts.iter().enumerate() {
                 match (part["type"].as_str(), part["text"].as_str()) {
-                    (Some("text"), Some(t)) => text.push_str(t),
+                    (Some("text" | "input_text" | "output_text"), Some(t)) => text.push_str(t),
+                    (Some(kind @ ("image_url" | "input_audio" | "file")), _) if media => {
+                        if !part[kind].is_object() {
+                            return Err(GatewayError::invalid(
+                                format!("{at}.content[{i}].{kind}"),
+                                format!("a `{kind}` part needs a `{kind}` object"),
+                            ));
+                        }
+                        all_text = false;
+                    }
                     (kind, _) => {
                         return Err(GatewayError::invalid(
                             format!("{at}.content[{i}]"),
                             format!(
-                                "content parts of type {} are not supported; send text parts \
-                                 (`{{\"type\": \"text\", \"text\": …}}`) or a string",
-                                kind.map_or("(none)".to_string(), |k| format!("`{k}`"))
+                                "content parts of type {} are not supported here; send text \
+                                 parts (`{{\"type\": \"text\", \"text\": …}}`){}",
+                                kind.map_or("(none)".to_string(), |k| format!("`{k}`")),
+                                if media {
+                                    ", `image_url`, `input_audio` or `file` parts"
+                                } else {
+                                    ""
+                                }
                             ),
                         ));
                     }
                 }
             }
-            Ok(text)
+            Ok((text, (!all_text).then(|| parts.clone())))
         }
         _ => Err(GatewayError::invalid(
             format!("{at}.content"),
-            "`content` must be a string or a list of text parts",
+            "`content` must be a string or a list of content parts",
         )),
     }
 }
@@ -275,6 +305,7 @@ pub(super) fn wire_calls(value: Option<&Value>, at: &str) -> Result<Vec<WireCall
 pub(super) fn parse_request(
     body: &[u8],
     offered: &[(String, String)],
+    bounds: &GatewayParameters,
 ) -> Result<ChatRequest, GatewayError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         GatewayError::invalid(
@@ -285,32 +316,8 @@ pub(super) fn parse_request(
     let Value::Object(fields) = value else {
         return Err(GatewayError::invalid("", "the body must be a JSON object"));
     };
-    let mut refused: Vec<&str> = fields
-        .iter()
-        .filter(|(k, v)| !TAKEN_FIELDS.contains(&k.as_str()) && !v.is_null())
-        .map(|(k, _)| k.as_str())
-        .collect();
-    refused.sort_unstable();
-    if let Some(first) = refused.first() {
-        let functions = refused
-            .iter()
-            .any(|k| matches!(*k, "functions" | "function_call"));
-        return Err(GatewayError::invalid(
-            *first,
-            if functions {
-                format!(
-                    "{} not supported by Cordon's gateway: define your tools with `tools`",
-                    names(&refused)
-                )
-            } else {
-                format!(
-                    "{} not supported by Cordon's gateway: sampling and output settings come \
-                     from cordon.toml's [llm] section; leave them out",
-                    names(&refused)
-                )
-            },
-        ));
-    }
+    let mut parameters = parameters::take(&fields, HANDLED, bounds)?;
+    parameters.tool_choice = parameters::tool_choice(fields.get("tool_choice"))?;
     let model = match fields.get("model") {
         Some(Value::String(m)) if !m.is_empty() => m.clone(),
         _ => {
@@ -346,26 +353,6 @@ pub(super) fn parse_request(
                 format!("`n` is {n}: Cordon's gateway gives one answer per request (n = 1)"),
             ));
         }
-    }
-    match fields.get("tool_choice") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(c)) if c == "auto" => {}
-        Some(other) => {
-            return Err(GatewayError::invalid(
-                "tool_choice",
-                format!(
-                    "`tool_choice` {other} is not supported: the model chooses (`\"auto\"`), \
-                     since it also has Cordon's tools"
-                ),
-            ));
-        }
-    }
-    if fields.get("parallel_tool_calls") == Some(&Value::Bool(false)) {
-        return Err(GatewayError::invalid(
-            "parallel_tool_calls",
-            "`parallel_tool_calls: false` is not supported: the model may call several tools \
-             in one answer",
-        ));
     }
     let client_tools = client_tools(fields.get("tools"))?;
     let stream = match fields.get("stream") {
@@ -441,10 +428,13 @@ pub(super) fn parse_request(
                 ));
             }
         };
-        let mut said = Said::new(
-            role,
-            content_text(m.get("content").unwrap_or(&Value::Null), &at)?,
-        );
+        let (text, parts) = content_of(
+            m.get("content").unwrap_or(&Value::Null),
+            &at,
+            role == Role::User,
+        )?;
+        let mut said = Said::new(role, text);
+        said.parts = parts;
         match role {
             Role::Assistant => said.tool_calls = wire_calls(m.get("tool_calls"), &at)?,
             Role::Tool => match m.get("tool_call_id").and_then(Value::as_str) {
@@ -490,10 +480,14 @@ pub(super) fn parse_request(
             Some(Said {
                 role: Role::User,
                 text,
+                parts,
                 ..
-            }) if !text.trim().is_empty() => (
+            }) if !text.trim().is_empty() || parts.is_some() => (
                 sent[..sent.len() - 1].to_vec(),
-                Input::Message(text.clone()),
+                Input::Message {
+                    text: text.clone(),
+                    parts: parts.clone(),
+                },
             ),
             Some(Said {
                 role: Role::User, ..
@@ -523,16 +517,8 @@ pub(super) fn parse_request(
         stream,
         include_usage,
         user,
+        parameters,
     })
-}
-
-pub(super) fn names(fields: &[&str]) -> String {
-    let quoted: Vec<String> = fields.iter().map(|f| format!("`{f}`")).collect();
-    if quoted.len() == 1 {
-        format!("{} is", quoted[0])
-    } else {
-        format!("{} are", quoted.join(", "))
-    }
 }
 
 #[cfg(test)]
@@ -544,7 +530,7 @@ mod tests {
     }
 
     fn refused(body: Value) -> GatewayError {
-        parse_request(body.to_string().as_bytes(), &offered()).unwrap_err()
+        parse_request(body.to_string().as_bytes(), &offered(), &Default::default()).unwrap_err()
     }
 
     #[test]
@@ -565,10 +551,17 @@ mod tests {
             .to_string()
             .as_bytes(),
             &offered(),
+            &Default::default(),
         )
         .unwrap();
         assert_eq!(chat.upstream, "upstream");
-        assert_eq!(chat.input, Input::Message("Sum 1 and 2".into()));
+        assert_eq!(
+            chat.input,
+            Input::Message {
+                text: "Sum 1 and 2".into(),
+                parts: None
+            }
+        );
         assert!(chat.stream && chat.include_usage);
         let roles: Vec<Role> = chat.history.iter().map(|s| s.role).collect();
         assert_eq!(roles, [Role::System, Role::User, Role::Assistant]);
@@ -585,20 +578,15 @@ mod tests {
                 .extend(extra.as_object().unwrap().clone());
             body
         };
-        let e = refused(base(json!({"temperature": 0.2, "seed": 1})));
+        let e = refused(base(json!({"temperature": 9})));
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
-        assert_eq!(e.param.as_deref(), Some("seed"));
-        assert!(
-            e.message
-                .contains("`seed`, `temperature` are not supported"),
-            "{e:?}"
-        );
+        assert_eq!(e.param.as_deref(), Some("temperature"));
         let e = refused(base(json!({"functions": []})));
         assert!(
             e.message.contains("define your tools with `tools`"),
             "{e:?}"
         );
-        let e = refused(base(json!({"tool_choice": "required"})));
+        let e = refused(base(json!({"tool_choice": "sometimes"})));
         assert_eq!(e.param.as_deref(), Some("tool_choice"));
         let e = refused(base(
             json!({"tools": [{"type": "function", "function": {"name": "a b"}}]}),
@@ -635,11 +623,49 @@ mod tests {
             "{e:?}"
         );
         let e = refused(base(json!({"messages": [
-            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}
+            {"role": "system", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
+            {"role": "user", "content": "x"},
         ]})));
         assert!(e.message.contains("`image_url` are not supported"), "{e:?}");
-        let e = parse_request(b"{", &offered()).unwrap_err();
+        let e = refused(base(json!({"messages": [
+            {"role": "user", "content": [{"type": "image_url", "image_url": "x"}]}
+        ]})));
+        assert!(e.message.contains("needs a `image_url` object"), "{e:?}");
+        let e = parse_request(b"{", &offered(), &Default::default()).unwrap_err();
         assert!(e.message.contains("not JSON"), "{e:?}");
+    }
+
+    #[test]
+    fn parameters_images_and_the_tool_choice_are_kept_for_the_turn() {
+        let image =
+            json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}});
+        let chat = parse_request(
+            json!({
+                "model": "gpt-x",
+                "max_tokens": 4096,
+                "temperature": 0.1,
+                "tool_choice": "required",
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "What is this?"}, image]},
+                ],
+            })
+            .to_string()
+            .as_bytes(),
+            &offered(),
+            &Default::default(),
+        )
+        .unwrap();
+        assert_eq!(chat.parameters.sent["max_tokens"], json!(4096));
+        assert_eq!(chat.parameters.sent["temperature"], json!(0.1));
+        assert_eq!(
+            chat.parameters.tool_choice,
+            Some(cordon_agent::ToolChoice::Required)
+        );
+        let Input::Message { text, parts } = chat.input else {
+            panic!("a message")
+        };
+        assert_eq!(text, "What is this?");
+        assert_eq!(parts.unwrap()[1], image);
     }
 
     #[test]
@@ -659,6 +685,7 @@ mod tests {
             .to_string()
             .as_bytes(),
             &offered(),
+            &Default::default(),
         )
         .unwrap();
         assert_eq!(

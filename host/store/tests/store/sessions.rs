@@ -89,6 +89,8 @@ async fn tool_turn(conv: &mut Conversation, journal: &mut dyn Journal, n: usize)
         Event::UserMessage {
             text: format!("question {n}"),
             by: None,
+            parts: None,
+            parameters: Default::default(),
         },
     )
     .await
@@ -156,6 +158,8 @@ each_backend!(
             Event::UserMessage {
                 text: "more".into(),
                 by: None,
+                parts: None,
+                parameters: Default::default(),
             },
         )
         .await
@@ -199,6 +203,8 @@ each_backend!(
             Event::UserMessage {
                 text: "hi".into(),
                 by: None,
+                parts: None,
+                parameters: Default::default(),
             },
         )
         .await
@@ -254,6 +260,8 @@ each_backend!(
             Event::UserMessage {
                 text: "from the second".into(),
                 by: None,
+                parts: None,
+                parameters: Default::default(),
             },
         )
         .await
@@ -265,6 +273,8 @@ each_backend!(
             Event::UserMessage {
                 text: "from the first".into(),
                 by: None,
+                parts: None,
+                parameters: Default::default(),
             },
         )
         .await
@@ -365,9 +375,7 @@ each_backend!(
         let second = Store::open(&url, options(ttl, 64)).await.unwrap();
         let seed = {
             let mut conv = Conversation::new();
-            conv.messages.push(cordon_agent::Message::User {
-                content: "earlier".into(),
-            });
+            conv.messages.push(cordon_agent::Message::user("earlier"));
             conv
         };
         let new = |id: &str, conversation: Conversation| NewSession {
@@ -393,6 +401,8 @@ each_backend!(
             Event::UserMessage {
                 text: "hi".into(),
                 by: None,
+                parts: None,
+                parameters: Default::default(),
             },
         )
         .await
@@ -419,6 +429,8 @@ each_backend!(
             Event::UserMessage {
                 text: "mine".into(),
                 by: None,
+                parts: None,
+                parameters: Default::default(),
             },
         )
         .await
