@@ -73,7 +73,8 @@ impl std::fmt::Debug for LlmClient {
     }
 }
 
-fn chain(e: &dyn std::error::Error) -> String {
+/// An error with its sources, each once: what reqwest's errors hide in their chain.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
     while let Some(inner) = src {
@@ -103,7 +104,7 @@ impl LlmClient {
             .connect_timeout(Duration::from_secs(config.connect_timeout_secs))
             .read_timeout(Duration::from_secs(config.read_timeout_secs))
             .build()
-            .map_err(|e| LlmSetupError::Http(chain(&e)))?;
+            .map_err(|e| LlmSetupError::Http(error_chain(&e)))?;
         let endpoint = format!("{}/chat/completions", config.url.trim_end_matches('/'));
         Ok(Self {
             http,
@@ -116,6 +117,21 @@ impl LlmClient {
     /// The URL requests go to.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// A POST of `body` to another route of the same server (`completions`, `embeddings`),
+    /// with this client's key: what a gateway forwards unchanged.
+    pub fn forward(&self, route: &str, body: Vec<u8>) -> reqwest::RequestBuilder {
+        let url = format!("{}/{route}", self.config.url.trim_end_matches('/'));
+        let builder = self
+            .http
+            .post(url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        match &self.api_key {
+            Some(key) => builder.bearer_auth(key),
+            None => builder,
+        }
     }
 
     /// The JSON body for a request.
@@ -181,7 +197,7 @@ impl LlmClient {
             LlmError::Failed(LlmFailure::transient(format!(
                 "{what} the model server at {}: {}",
                 self.endpoint,
-                chain(&e)
+                error_chain(&e)
             )))
         })?;
         let status = response.status();
@@ -234,7 +250,7 @@ impl LlmClient {
                 biased;
                 _ = cancel.cancelled() => return Err(LlmError::Cancelled { partial: String::new() }),
                 t = response.text() => t.map_err(|e| LlmError::Failed(LlmFailure::transient(format!(
-                    "the connection to {} broke while reading the answer: {}", self.endpoint, chain(&e)))))?,
+                    "the connection to {} broke while reading the answer: {}", self.endpoint, error_chain(&e)))))?,
             };
             let response = parse_full(&text).map_err(LlmError::Failed)?;
             if !response.content.is_empty() {

@@ -71,10 +71,14 @@ pub(crate) fn router(state: AppState, mcp: crate::mcp::Endpoint) -> Router {
         .with_state(state)
 }
 
-async fn not_found() -> ApiError {
+async fn not_found(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    if uri.path().starts_with("/v1/") {
+        return crate::gateway::no_route(&method, uri.path());
+    }
     ApiError::not_found(
         "no such route; the API is under /api/v1, the OpenAI-compatible gateway under /v1 (see the README)",
     )
+    .into_response()
 }
 
 /// Refuses requests whose `Host` is not one this server answers to when it listens on a
@@ -125,6 +129,7 @@ async fn require_token(
             request.extensions_mut().insert(caller);
             next.run(request).await
         }
+        None if request.uri().path().starts_with("/v1/") => crate::gateway::unauthorized(),
         None => {
             let mut response = (StatusCode::UNAUTHORIZED, "unauthorized\n").into_response();
             response

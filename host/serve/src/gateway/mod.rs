@@ -23,17 +23,19 @@
 mod client_tools;
 mod histories;
 mod parameters;
+mod passthrough;
 mod request;
 mod response;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router, body::Bytes};
+use cordon_agent::llm::LlmClient;
 use cordon_agent::{
     Conversation, Message, SessionSettings, ToolCall, ToolChoice, TurnInput, TurnRequest,
 };
@@ -62,17 +64,24 @@ pub(crate) struct GatewayState {
     histories: Arc<Histories>,
     /// The calls of clients' own tools that turns wait on.
     client_calls: Arc<ClientCalls>,
+    /// The model server, for the routes forwarded to it (or why it cannot be asked).
+    upstream: Arc<Result<LlmClient, String>>,
 }
 
 /// The gateway's routes, `/v1/chat/completions` and `/v1/models`, over `host`'s sessions.
 pub(crate) fn router<S: Clone + Send + Sync + 'static>(host: Arc<Host>) -> Router<S> {
+    let upstream = LlmClient::new(&host.options.config.llm).map_err(|e| e.to_string());
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(list_models))
+        .route("/v1/models/{id}", get(get_model))
+        .route("/v1/completions", post(passthrough::completions))
+        .route("/v1/embeddings", post(passthrough::embeddings))
         .with_state(GatewayState {
             host,
             histories: Arc::default(),
             client_calls: Arc::default(),
+            upstream: Arc::new(upstream),
         })
 }
 
@@ -111,6 +120,18 @@ impl GatewayError {
 }
 
 impl GatewayError {
+    /// The model server could not be asked: a 502.
+    fn upstream(message: impl Into<String>) -> Self {
+        GatewayError {
+            status: StatusCode::BAD_GATEWAY,
+            kind: "server_error",
+            code: Some("upstream_unreachable"),
+            param: None,
+            message: message.into(),
+            retry_after_secs: None,
+        }
+    }
+
     fn with_code(mut self, code: &'static str) -> Self {
         self.code = Some(code);
         self
@@ -165,9 +186,87 @@ pub(crate) async fn list_models(State(state): State<GatewayState>) -> Json<Value
         .gateway
         .offered(&config.llm.model)
         .into_iter()
-        .map(|(name, _)| json!({"id": name, "object": "model", "created": 0, "owned_by": "cordon"}))
+        .map(|(name, _)| model_object(&name))
         .collect();
     Json(json!({"object": "list", "data": data}))
+}
+
+/// `GET /v1/models/{id}`.
+pub(crate) async fn get_model(
+    State(state): State<GatewayState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, GatewayError> {
+    let config = &state.host.options.config;
+    let offered = config.gateway.offered(&config.llm.model);
+    match offered.iter().find(|(name, _)| *name == id) {
+        Some((name, _)) => Ok(Json(model_object(name))),
+        None => Err(unknown_model(&id, &offered, None)),
+    }
+}
+
+fn model_object(name: &str) -> Value {
+    json!({"id": name, "object": "model", "created": 0, "owned_by": "cordon"})
+}
+
+/// The 404 for a model this gateway does not offer, naming the ones it does.
+pub(super) fn unknown_model(
+    model: &str,
+    offered: &[(String, String)],
+    param: Option<&str>,
+) -> GatewayError {
+    GatewayError {
+        status: StatusCode::NOT_FOUND,
+        kind: "invalid_request_error",
+        code: Some("model_not_found"),
+        param: param.map(str::to_string),
+        message: format!(
+            "the model `{model}` does not exist here; the models are: {}",
+            offered
+                .iter()
+                .map(|(n, _)| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        retry_after_secs: None,
+    }
+}
+
+/// The answer to a `/v1` request without a valid token: OpenAI's 401, saying where the key
+/// comes from (the README says so too) and nothing about the tokens themselves.
+pub(crate) fn unauthorized() -> Response {
+    let mut response = GatewayError {
+        status: StatusCode::UNAUTHORIZED,
+        kind: "invalid_request_error",
+        code: Some("invalid_api_key"),
+        param: None,
+        message: "missing or wrong API key: use a token of this `cordon serve` as the API key \
+                  (`Authorization: Bearer …`); by default it is in `$CORDON_HOME/serve-token`"
+            .into(),
+        retry_after_secs: None,
+    }
+    .into_response();
+    response.headers_mut().insert(
+        axum::http::header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer"),
+    );
+    response
+}
+
+/// The answer to a `/v1` route this gateway does not serve.
+pub(crate) fn no_route(method: &axum::http::Method, path: &str) -> Response {
+    GatewayError {
+        status: StatusCode::NOT_FOUND,
+        kind: "invalid_request_error",
+        code: Some("unknown_url"),
+        param: None,
+        message: format!(
+            "Cordon's gateway does not serve {method} {path}; it serves POST /v1/chat/completions, \
+             POST /v1/responses, GET /v1/responses/{{id}}, GET /v1/models, GET /v1/models/{{id}}, \
+             and forwards POST /v1/completions and POST /v1/embeddings to the model server"
+        ),
+        retry_after_secs: None,
+    }
+    .into_response()
 }
 
 /// `POST /v1/chat/completions`.

@@ -2,7 +2,6 @@
 //! the results of the client's own tools), the history before it, and the tools the client
 //! defines, each checked as an upstream would check it, with a 400 naming what is wrong.
 
-use axum::http::StatusCode;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -328,21 +327,7 @@ pub(super) fn parse_request(
         }
     };
     let Some((_, upstream)) = offered.iter().find(|(name, _)| *name == model) else {
-        return Err(GatewayError {
-            status: StatusCode::NOT_FOUND,
-            kind: "invalid_request_error",
-            code: Some("model_not_found"),
-            param: Some("model".into()),
-            message: format!(
-                "the model `{model}` does not exist here; the models are: {}",
-                offered
-                    .iter()
-                    .map(|(n, _)| format!("`{n}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            retry_after_secs: None,
-        });
+        return Err(super::unknown_model(&model, offered, Some("model")));
     };
     match fields.get("n") {
         None | Some(Value::Null) => {}
@@ -524,6 +509,7 @@ pub(super) fn parse_request(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::StatusCode;
 
     fn offered() -> Vec<(String, String)> {
         vec![("gpt-x".to_string(), "upstream".to_string())]
