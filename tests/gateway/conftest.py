@@ -178,9 +178,9 @@ def gateway(home, tmp_path):
     """Starts a scripted model with the given steps and a `cordon serve` in front of it."""
 
     @contextmanager
-    def start(steps, tokens=None):
+    def start(steps, tokens=None, config=""):
         """`tokens`: names of tokens serve accepts (a token file of its own, with `default`
-        first); None: the home's token file."""
+        first); None: the home's token file. `config`: TOML added to the home's cordon.toml."""
         token_args = []
         secrets = {}
         if tokens:
@@ -200,10 +200,16 @@ def gateway(home, tmp_path):
             "stdout",
         )
 
+        env = {**home.env, "CORDON_LLM_URL": llm_url}
+        if config:
+            own = tmp_path / "cordon.toml"
+            own.write_text(CONFIG + config)
+            env["CORDON_CONFIG"] = str(own)
+
         def start_serve():
             return _start(
                 [CORDON, "serve", "--listen", "127.0.0.1:0", *token_args],
-                {**home.env, "CORDON_LLM_URL": llm_url},
+                env,
                 home.root,
                 r"listening on (http://127\.0\.0\.1:\d+)",
                 "stderr",

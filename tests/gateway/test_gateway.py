@@ -426,8 +426,11 @@ def test_bad_requests_are_refused_with_the_reason(gateway):
         user = [{"role": "user", "content": "x"}]
         for kwargs, fragment in [
             ({"n": 2}, "one answer per request"),
-            ({"temperature": 0.1}, "`temperature` is not supported"),
-            ({"tool_choice": "required"}, "the model chooses"),
+            ({"temperature": 7}, "`temperature` must be a number from 0 to 2"),
+            (
+                {"tool_choice": {"type": "function", "function": {"name": "nope"}}},
+                "`nope`, which is not a tool of this request",
+            ),
             (
                 {"tools": [{"type": "function", "function": {"name": "sql_query"}}]},
                 "clashes with a tool Cordon offers",

@@ -303,6 +303,10 @@ pub struct RecordedRequest {
     pub body: Value,
     /// The `Authorization` header, if any.
     pub authorization: Option<String>,
+    /// The route, for requests other than chat completions (`/v1/completions`,
+    /// `/v1/embeddings`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 impl RecordedRequest {
@@ -371,6 +375,8 @@ impl ScriptedServer {
         let app = Router::new()
             .route("/v1/chat/completions", post(completions))
             .route("/v1/models", get(models))
+            .route("/v1/completions", post(text_completions))
+            .route("/v1/embeddings", post(embeddings))
             .with_state(state.clone());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
@@ -433,6 +439,66 @@ fn lock(state: &SharedState) -> std::sync::MutexGuard<'_, Shared> {
     state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Records a request to a route other than chat completions; its parsed body.
+fn record_other(state: &SharedState, path: &str, headers: &HeaderMap, body: &Bytes) -> Value {
+    let text = String::from_utf8_lossy(body).to_string();
+    let parsed: Value = serde_json::from_str(&text).unwrap_or_else(|_| json!({"unparsed": text}));
+    lock(state).requests.push(RecordedRequest {
+        body: parsed.clone(),
+        authorization: headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+        path: Some(path.to_string()),
+    });
+    parsed
+}
+
+/// `POST /v1/completions`: the prompt reversed, so a test sees its own prompt came through.
+async fn text_completions(
+    State(state): State<SharedState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let parsed = record_other(&state, "/v1/completions", &headers, &body);
+    let prompt = parsed["prompt"].as_str().unwrap_or_default();
+    let text: String = prompt.chars().rev().collect();
+    axum::Json(json!({
+        "id": "cmpl-scripted", "object": "text_completion", "created": 0,
+        "model": parsed["model"],
+        "choices": [{"index": 0, "text": text, "finish_reason": "stop", "logprobs": null}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }))
+    .into_response()
+}
+
+/// `POST /v1/embeddings`: for each input, its length in characters and bytes.
+async fn embeddings(
+    State(state): State<SharedState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let parsed = record_other(&state, "/v1/embeddings", &headers, &body);
+    let inputs: Vec<String> = match &parsed["input"] {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(list) => list
+            .iter()
+            .map(|v| v.as_str().unwrap_or_default().to_string())
+            .collect(),
+        _ => Vec::new(),
+    };
+    let data: Vec<Value> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| json!({"object": "embedding", "index": i, "embedding": [s.chars().count() as f64, s.len() as f64]}))
+        .collect();
+    axum::Json(json!({
+        "object": "list", "data": data, "model": parsed["model"],
+        "usage": {"prompt_tokens": inputs.len(), "total_tokens": inputs.len()},
+    }))
+    .into_response()
+}
+
 async fn models() -> impl IntoResponse {
     axum::Json(json!({"object": "list", "data": [{"id": "scripted", "object": "model"}]}))
 }
@@ -454,6 +520,7 @@ async fn completions(
                 .get(header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string),
+            path: None,
         });
         shared.served += 1;
         let step = shared.steps.pop_front().or_else(|| {
