@@ -267,7 +267,7 @@ fn ctrl_c_cancels_a_slow_answer_and_clears_the_line() {
     let home = TestHome::new();
     let model = Model::new(vec![
         Step::Text {
-            text: "slowly streaming an answer that takes a long time to arrive in full".into(),
+            text: "zebras graze while this answer takes a long time to arrive in full".into(),
             chunk: Some(4),
             delay_ms: Some(300),
             usage: None,
@@ -276,7 +276,9 @@ fn ctrl_c_cancels_a_slow_answer_and_clears_the_line() {
     ]);
     let mut session = chat(&home, &model);
     press(&mut session, &format!("tell me slowly{ENTER}"));
-    expect(&mut session, "slow");
+    // Words of the answer, not of the line typed (which the editor shows): Ctrl-C must come
+    // while the answer streams.
+    expect(&mut session, "zebras");
     session.send_control('c').expect("press Ctrl-C");
     expect(&mut session, "(cancelled)");
     expect(&mut session, "> ");
