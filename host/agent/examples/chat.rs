@@ -11,6 +11,8 @@ use serde_json::{Value, json};
 
 #[path = "../../cli/src/chat.rs"]
 mod chat;
+#[path = "../../cli/src/input.rs"]
+mod input;
 // How the CLI prints (text Cordon did not write is neutralised on a terminal); the example uses
 // only the part `chat` needs.
 #[path = "../../cli/src/term.rs"]
@@ -99,7 +101,7 @@ impl ToolHost for DemoTools {
 async fn main() -> anyhow::Result<()> {
     let tools: Arc<dyn ToolHost> = Arc::new(DemoTools);
     match Cli::parse() {
-        Cli::Chat(args) => chat::chat(args, tools, chat::Recording::none()).await,
+        Cli::Chat(args) => chat::chat(args, tools, chat::Recording::none(), None).await,
         Cli::Run(args) => {
             let code = chat::run(args, tools, chat::Recording::none()).await?;
             std::process::exit(code);

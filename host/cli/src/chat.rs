@@ -2,7 +2,7 @@
 //!
 //! `chat` is an interactive REPL with streamed answers, compact tool lines, inline approval
 //! (yes / no / always / never) and Ctrl-C that cancels the running stream or tool without
-//! leaving the conversation. `run` answers one prompt (or several with `--then`) without a
+//! leaving the conversation; on a terminal it reads with a line editor (see [`crate::input`]). `run` answers one prompt (or several with `--then`) without a
 //! REPL; with `--json` it prints every event as a JSON line for scripts.
 
 use std::io::{IsTerminal, Write};
@@ -17,7 +17,8 @@ use cordon_agent::{
 };
 use tokio::sync::mpsc;
 
-use crate::term::{Stream, err, errln, outln};
+use crate::input::{Input, Read};
+use crate::term::{Stream, errln, outln};
 
 /// Settings shared by `chat` and `run`.
 #[derive(clap::Args, Debug, Clone)]
@@ -200,30 +201,6 @@ fn save(path: &Option<PathBuf>, conv: &Conversation) {
     }
 }
 
-/// Lines from stdin, read on one task so the REPL prompt and approval questions share them.
-fn stdin_lines() -> mpsc::UnboundedReceiver<String> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        let stdin = std::io::stdin();
-        let mut line = String::new();
-        loop {
-            line.clear();
-            match stdin.read_line(&mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    if tx
-                        .send(line.trim_end_matches(['\n', '\r']).to_string())
-                        .is_err()
-                    {
-                        break;
-                    }
-                }
-            }
-        }
-    });
-    rx
-}
-
 fn one_line(text: &str, max: usize) -> String {
     let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if flat.chars().count() > max {
@@ -238,13 +215,21 @@ fn one_line(text: &str, max: usize) -> String {
 struct Terminal {
     json: bool,
     mode: ApproveMode,
-    lines: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<String>>>,
+    input: Arc<Input>,
     interactive: bool,
     save: Option<PathBuf>,
     at_line_start: bool,
     /// Calls refused before they ran, whose rejection is already on the screen.
     rejected: std::collections::HashSet<String>,
+    /// The running turn's token: Ctrl-C typed at an approval question cancels the turn.
+    current: Current,
 }
+
+/// The token of the turn running now, if one is; replaced for each turn.
+type Current = Arc<Mutex<Option<CancellationToken>>>;
+
+/// The question every approval ends with.
+const ALLOW: &str = "Allow? [y]es / [n]o / [a]lways for this tool / ne[v]er: ";
 
 impl Terminal {
     fn out(&mut self, text: &str) {
@@ -362,12 +347,28 @@ impl Frontend for Terminal {
         Stream::Stderr.reset_attributes();
         self.note(&text);
         loop {
-            crate::term::ask("Allow? [y]es / [n]o / [a]lways for this tool / ne[v]er: ");
-            let line = self.lines.lock().await.recv().await;
+            let read = self.input.answer(ALLOW).await;
             let by = format!("{} at the terminal", cordon_core::local_user());
-            let Some(line) = line else {
-                errln!("\n(no more input: denied)");
-                return GivenAnswer::new(ApprovalAnswer::No, "nobody (the terminal's input ended)");
+            let line = match read {
+                Read::Line(line) => line,
+                Read::End => {
+                    errln!("\n(no more input: denied)");
+                    return GivenAnswer::new(
+                        ApprovalAnswer::No,
+                        "nobody (the terminal's input ended)",
+                    );
+                }
+                // Ctrl-C at the question (read by the line editor, so no signal) cancels the
+                // turn as it does while the turn runs. The driver waits on the token first, so
+                // the turn ends cancelled and the question goes unanswered, not answered no.
+                Read::Interrupted => {
+                    let token = self.current.lock().ok().and_then(|g| g.clone());
+                    if let Some(token) = token {
+                        token.cancel();
+                        std::future::pending::<()>().await;
+                    }
+                    return GivenAnswer::new(ApprovalAnswer::No, by);
+                }
             };
             let answer = match line.trim().to_lowercase().as_str() {
                 "y" | "yes" => ApprovalAnswer::Yes,
@@ -388,15 +389,18 @@ impl Frontend for Terminal {
     }
 }
 
-/// Ctrl-C cancels whatever token is current; the token is replaced for each turn.
-fn watch_ctrl_c(current: Arc<Mutex<Option<CancellationToken>>>, quit: mpsc::UnboundedSender<()>) {
+/// Ctrl-C cancels whatever token is current; the token is replaced for each turn. With no
+/// turn running it sends on `quit`, if given.
+fn watch_ctrl_c(current: Current, quit: Option<mpsc::UnboundedSender<()>>) {
     tokio::spawn(async move {
         while tokio::signal::ctrl_c().await.is_ok() {
             let token = current.lock().ok().and_then(|g| g.clone());
             match token {
                 Some(t) if !t.is_cancelled() => t.cancel(),
                 _ => {
-                    let _ = quit.send(());
+                    if let Some(quit) = &quit {
+                        let _ = quit.send(());
+                    }
                 }
             }
         }
@@ -450,19 +454,18 @@ pub async fn run_prompts(
     }
     let agent = Agent::new(config, tools)?;
     let mut conv = load_conversation(model, &mut recording)?;
-    let lines = Arc::new(tokio::sync::Mutex::new(stdin_lines()));
+    let current: Current = Arc::new(Mutex::new(None));
     let mut frontend = Terminal {
         json,
         mode: approve,
-        lines,
+        input: Arc::new(Input::lines()),
         interactive: std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
         save: model.save.clone(),
         at_line_start: true,
         rejected: Default::default(),
+        current: current.clone(),
     };
-    let current = Arc::new(Mutex::new(None));
-    let (quit_tx, _quit_rx) = mpsc::unbounded_channel();
-    watch_ctrl_c(current.clone(), quit_tx);
+    watch_ctrl_c(current.clone(), None);
     let mut inputs = Vec::new();
     if !conv.is_idle() {
         if !json {
@@ -546,7 +549,16 @@ const HELP: &str = "Commands:
   /clear           start a new, empty conversation
   /save PATH       save the conversation as JSON
   /quit            leave (Ctrl-D too)
-Ctrl-C cancels the running answer or tool call; the conversation stays usable.";
+Ctrl-C cancels the running answer or tool call; the conversation stays usable.
+On a terminal: Up and Down recall earlier lines (kept in the home; not a line that starts
+with a space), Ctrl-R searches them, Tab completes /commands and tool names, Ctrl-C clears
+the line. Alt-Enter, or Enter after a trailing \\, starts a new line of the same message;
+a paste keeps its lines.";
+
+/// The commands Tab completes, as `HELP` lists them.
+const COMMANDS: &[&str] = &[
+    "/help", "/tools", "/history", "/fork", "/branch", "/retry", "/clear", "/save", "/quit",
+];
 
 pub fn print_history(conv: &Conversation) {
     let mut turn = 0;
@@ -593,11 +605,13 @@ pub fn print_history(conv: &Conversation) {
     }
 }
 
-/// `cordon chat`: the interactive REPL.
+/// `cordon chat`: the interactive REPL. On a terminal what is typed is kept in `history`
+/// (in memory only when `None`).
 pub async fn chat(
     args: ChatArgs,
     tools: Arc<dyn ToolHost>,
     mut recording: Recording,
+    history: Option<&Path>,
 ) -> anyhow::Result<()> {
     let config = load_config(&args.model, &recording.settings)?;
     let tools = recording.settings.tools(tools);
@@ -607,20 +621,22 @@ pub async fn chat(
     let agent = Agent::new(config, tools)?;
     let mut branches: Vec<Conversation> = vec![load_conversation(&args.model, &mut recording)?];
     let mut active = 0usize;
-    let lines = Arc::new(tokio::sync::Mutex::new(stdin_lines()));
-    let interactive = std::io::stdin().is_terminal();
+    let input = Arc::new(Input::for_chat(history, COMMANDS));
+    let current: Current = Arc::new(Mutex::new(None));
     let mut frontend = Terminal {
         json: false,
         mode: ApproveMode::Ask,
-        lines: lines.clone(),
+        input: input.clone(),
         interactive: true,
         save: args.model.save.clone(),
         at_line_start: true,
         rejected: Default::default(),
+        current: current.clone(),
     };
-    let current: Arc<Mutex<Option<CancellationToken>>> = Arc::new(Mutex::new(None));
     let (quit_tx, mut quit_rx) = mpsc::unbounded_channel();
-    watch_ctrl_c(current.clone(), quit_tx);
+    // The line editor reads Ctrl-C at the prompt as a key (it clears the line); a stray
+    // signal between turns must not end the chat. Without it, Ctrl-C there leaves.
+    watch_ctrl_c(current.clone(), (!input.edits()).then_some(quit_tx));
     errln!(
         "cordon chat — {model} at {url}; {} tool(s). /help for commands, Ctrl-D to leave.",
         agent.offered_tools(&branches[active]).len()
@@ -654,15 +670,24 @@ pub async fn chat(
             }
             continue;
         }
-        if interactive {
-            err!("> ");
-            let _ = std::io::stderr().flush();
-        }
-        let line = tokio::select! {
-            l = async { lines.lock().await.recv().await } => l,
-            _ = quit_rx.recv() => None,
+        let tools = match input.edits() {
+            true => agent
+                .offered_tools(&branches[active])
+                .into_iter()
+                .map(|t| t.name)
+                .collect(),
+            false => Vec::new(),
         };
-        let Some(line) = line else { break };
+        let read = tokio::select! {
+            read = input.message("> ", tools) => read,
+            Some(()) = quit_rx.recv() => Read::End,
+        };
+        let line = match read {
+            Read::Line(line) => line,
+            // Ctrl-C at the prompt: the line is dropped, a fresh prompt follows.
+            Read::Interrupted => continue,
+            Read::End => break,
+        };
         let line = line.trim().to_string();
         if line.is_empty() {
             continue;
@@ -795,4 +820,20 @@ pub async fn chat(
     save(&args.model.save, &branches[active]);
     close(&mut recording).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn help_lists_every_command_tab_completes() {
+        for command in COMMANDS {
+            assert!(
+                HELP.lines()
+                    .any(|l| l.trim_start().starts_with(&format!("{command} "))),
+                "{command} is completed but not in /help"
+            );
+        }
+    }
 }

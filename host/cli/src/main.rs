@@ -12,6 +12,7 @@ mod audit;
 mod call;
 mod chat;
 mod grants;
+mod input;
 mod log_format;
 mod mcp;
 mod new;
@@ -249,7 +250,8 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
             )
             .await?;
             let recording = recording(&records, args.model.session.as_deref(), "chat").await?;
-            chat::chat(args, conversation_tools(&home).await?, recording).await?;
+            let tools = conversation_tools(&home).await?;
+            chat::chat(args, tools, recording, Some(&home.chat_history_path())).await?;
             0
         }
         Command::Run(args) => {

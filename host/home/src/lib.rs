@@ -206,6 +206,12 @@ impl Home {
         self.root.join("plugins.toml")
     }
 
+    /// What `cordon chat` keeps of the lines typed on a terminal, for its arrows and Ctrl-R.
+    /// In the home, which no grant may reach, since people type secrets too.
+    pub fn chat_history_path(&self) -> PathBuf {
+        self.root.join("chat-history")
+    }
+
     /// The runtime's compile cache.
     pub fn cache_dir(&self) -> PathBuf {
         self.root.join("cache")

@@ -1,6 +1,7 @@
 //! End-to-end tests of the built `cordon` binary, in one test binary (one link, one process
 //! pool), one module per command or bundled tool.
 
+mod chat_terminal;
 mod cli_call;
 mod cli_grants;
 mod cli_install;

@@ -888,7 +888,11 @@ fn chat_on_a_terminal_shows_model_and_tool_text_inert_and_asks_on_a_clean_line()
     let mut chat = home.command(&["chat"]);
     chat.current_dir(home.scratch("cwd"))
         .env("CORDON_LLM_URL", model.url())
-        .env("CORDON_MODEL", "scripted");
+        .env("CORDON_MODEL", "scripted")
+        // The line editor moves the cursor with escape sequences of its own, except on a
+        // terminal that has none: here every escape sequence would be the model's or a
+        // plugin's. (chat_terminal.rs types into the editor.)
+        .env("TERM", "dumb");
     let shown = on_terminal(chat, b"go\ny\n/quit\n")
         .ok()
         .shows_only_text()
