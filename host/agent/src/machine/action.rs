@@ -218,5 +218,9 @@ pub enum AgentEvent {
         outcome: TurnOutcome,
         /// The final answer text (may be empty).
         answer: String,
+        /// The model stopped that answer at its length limit (`finish_reason: "length"`):
+        /// it may be cut off.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        truncated: bool,
     },
 }

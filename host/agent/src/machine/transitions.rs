@@ -314,6 +314,16 @@ pub(super) fn call_model(conv: &mut Conversation, final_pass: bool, out: &mut Ve
 }
 
 fn finish(conv: &mut Conversation, outcome: TurnOutcome, out: &mut Vec<Action>) {
+    finish_answer(conv, outcome, false, out);
+}
+
+/// Ends the turn; `truncated`: its answer stopped at the model's length limit.
+fn finish_answer(
+    conv: &mut Conversation,
+    outcome: TurnOutcome,
+    truncated: bool,
+    out: &mut Vec<Action>,
+) {
     let answer = conv.last_answer().unwrap_or_default().to_string();
     if let Some(t) = conv.turns.last_mut() {
         t.outcome = Some(outcome.clone());
@@ -324,6 +334,7 @@ fn finish(conv: &mut Conversation, outcome: TurnOutcome, out: &mut Vec<Action>) 
         turn: conv.turns.len().saturating_sub(1),
         outcome,
         answer,
+        truncated,
     }));
 }
 
@@ -354,6 +365,7 @@ fn fail(
         turn: conv.turns.len().saturating_sub(1),
         outcome,
         answer: String::new(),
+        truncated: false,
     }));
 }
 
@@ -378,7 +390,8 @@ pub(super) fn process_response(
         } else {
             TurnOutcome::Answered
         };
-        finish(conv, outcome, out);
+        let truncated = response.finish_reason.as_deref() == Some("length");
+        finish_answer(conv, outcome, truncated, out);
         return;
     }
     let calls = identify_calls(&mut conv.next_call, response.tool_calls);

@@ -24,6 +24,8 @@ use crate::live::{HostEvent, SessionEvent};
 pub(super) enum Ending {
     /// An answer (`finish_reason: "stop"`).
     Answer(String),
+    /// An answer the model stopped at its length limit (`finish_reason: "length"`).
+    Truncated(String),
     /// The model called the client's tools (`finish_reason: "tool_calls"`); the turn waits
     /// for their results. With what the model said before calling.
     ClientCalls(String, Vec<WireCall>),
@@ -126,7 +128,9 @@ impl Reading {
         self.guard.armed = false;
         let mut history = self.chat.sent.clone();
         match &ending {
-            Ending::Answer(answer) => history.push(Said::new(Role::Assistant, answer.clone())),
+            Ending::Answer(answer) | Ending::Truncated(answer) => {
+                history.push(Said::new(Role::Assistant, answer.clone()))
+            }
             Ending::ClientCalls(said, calls) => history.push(Said {
                 tool_calls: calls.clone(),
                 ..Said::new(Role::Assistant, said.clone())
@@ -145,8 +149,14 @@ impl Reading {
 pub(super) fn ending(event: &SessionEvent) -> Option<Ending> {
     match event {
         SessionEvent::Agent(AgentEvent::TurnFinished {
-            outcome, answer, ..
+            outcome,
+            answer,
+            truncated,
+            ..
         }) => Some(match outcome {
+            TurnOutcome::Answered | TurnOutcome::FinalAnswerAfterLimit if *truncated => {
+                Ending::Truncated(answer.clone())
+            }
             TurnOutcome::Answered | TurnOutcome::FinalAnswerAfterLimit => {
                 Ending::Answer(answer.clone())
             }
@@ -225,6 +235,9 @@ pub(super) async fn whole_response(mut reading: Reading) -> Result<Response, Gat
             Read::Activity(event) => activity.push(event),
             Read::End(Ending::Answer(answer)) => {
                 break (json!({"role": "assistant", "content": answer}), "stop");
+            }
+            Read::End(Ending::Truncated(answer)) => {
+                break (json!({"role": "assistant", "content": answer}), "length");
             }
             Read::End(Ending::ClientCalls(said, calls)) => {
                 let calls: Vec<Value> = calls
@@ -309,6 +322,7 @@ pub(super) fn chunks_of(read: Read, reading: &Reading, queued: &mut VecDeque<Sse
     };
     match end {
         Ending::Answer(_) => queued.push_back(chunk(id, model, json!({}), Some("stop"))),
+        Ending::Truncated(_) => queued.push_back(chunk(id, model, json!({}), Some("length"))),
         Ending::ClientCalls(_, calls) => {
             let calls: Vec<Value> = calls
                 .iter()
