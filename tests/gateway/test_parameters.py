@@ -8,6 +8,7 @@ import json
 import httpx2
 import openai
 import pytest
+
 from test_gateway import calls, text
 
 USER = [{"role": "user", "content": "What do the orders add up to?"}]
