@@ -174,9 +174,9 @@ pub struct McpServer {
 /// Not the token and client name alone: every program started with the home's token shares
 /// it, and many send their SDK's default name (`mcp 0.1.0`), so one program's `always` would
 /// approve another's calls. A connection is one program's: the operating system gives its
-/// socket to the process that opened it, another program cannot send on it, and Cordon
-/// numbers connections from one counter, so a closed connection's number is never reused
-/// (a port is). A client that reconnects is asked again.
+/// socket to the process that opened it (and to what it hands it to), another program cannot
+/// send on it, and `cordon serve` numbers connections from one counter, so a closed
+/// connection's number is never reused (a port is). A client that reconnects is asked again.
 #[derive(Clone, PartialEq, Eq)]
 struct Caller {
     connection: u64,

@@ -32,8 +32,9 @@ impl Listener for Accepting {
 /// The number of one accepted connection, in every request that comes over it. Numbers come
 /// from one counter of the process, so no two connections ever share one, unlike their
 /// addresses (a closed connection's port is given to the next program that connects). The
-/// operating system gives a connection's socket to the process that opened it alone, so what
-/// comes over one connection comes from one program.
+/// operating system gives a connection's socket to the process that opened it (and to what
+/// it hands the socket to), so another program cannot send on it: what comes over one
+/// connection comes from one program.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ConnectionId(pub u64);
 
