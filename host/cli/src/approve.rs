@@ -1,7 +1,9 @@
 //! `cordon approve`: answers, from a terminal, the questions a running `cordon serve` waits
-//! on (a tool call that needs approval), through its approvals API and its token. When no
-//! `cordon serve` runs, it answers the questions MCP clients' calls wait on in the store
-//! (`cordon mcp` puts them there when its client cannot ask its user).
+//! on (a tool call that needs approval), through its approvals API and its token. The server
+//! is the one `--url` names, else the one the home records as serving it (the address and
+//! token file `cordon serve` wrote there when it started), else the one at `[serve] listen`;
+//! it says which. When no `cordon serve` runs, it answers the questions MCP clients' calls
+//! wait on in the store (`cordon mcp` puts them there when its client cannot ask its user).
 
 use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
@@ -30,11 +32,12 @@ pub struct ApproveArgs {
     /// List the waiting questions and exit.
     #[arg(long)]
     list: bool,
-    /// The server (default: http:// and [serve] listen of the config in use, else
-    /// 127.0.0.1:8420).
+    /// The server (default: the `cordon serve` running on this home, as it recorded itself
+    /// there; else http:// and [serve] listen of the config in use, else 127.0.0.1:8420).
     #[arg(long, value_name = "URL")]
     url: Option<String>,
-    /// The file holding the token (default: $CORDON_HOME/serve-token).
+    /// The file holding the token (default: the one the running `cordon serve` recorded, else
+    /// $CORDON_HOME/serve-token).
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
     /// The config whose [serve] listen names the server.
@@ -45,6 +48,8 @@ pub struct ApproveArgs {
 /// The server's approvals API with the token.
 struct Server {
     base: String,
+    /// Why this server: how it was found, for the user.
+    found: String,
     token: String,
     client: reqwest::Client,
 }
@@ -98,25 +103,52 @@ impl Server {
     }
 }
 
-fn server(home: &Home, args: &ApproveArgs) -> anyhow::Result<Option<Server>> {
-    let base = match &args.url {
-        Some(url) => url.trim_end_matches('/').to_string(),
-        None => {
-            let config = match crate::chat::config_in_use(args.config.as_deref()) {
-                Some(path) => cordon_agent::AgentConfig::load(&path, true)?,
-                None => cordon_agent::AgentConfig::default(),
-            };
-            format!("http://{}", config.serve.listen)
-        }
+/// Where a `cordon serve` may be, in the order to try them: the one `--url` names, else the
+/// one this home records as serving it, then the one at `[serve] listen`. Each with the token
+/// file to use there and how it was found.
+fn candidates(home: &Home, args: &ApproveArgs) -> anyhow::Result<Vec<(String, PathBuf, String)>> {
+    let default_tokens = || home.root().join("serve-token");
+    let tokens = |recorded: Option<PathBuf>| {
+        args.token_file
+            .clone()
+            .or(recorded)
+            .unwrap_or_else(default_tokens)
     };
-    let file = args
-        .token_file
-        .clone()
-        .unwrap_or_else(|| home.root().join("serve-token"));
-    let text = match std::fs::read_to_string(&file) {
+    if let Some(url) = &args.url {
+        let url = url.trim_end_matches('/').to_string();
+        return Ok(vec![(url, tokens(None), "named by --url".to_string())]);
+    }
+    let mut found = Vec::new();
+    if let Some(serving) = crate::serving::read(home) {
+        let why = format!(
+            "the cordon serve (pid {}) that recorded itself in {}",
+            serving.pid,
+            home.root().display()
+        );
+        found.push((serving.url, tokens(Some(serving.token_file)), why));
+    }
+    let config = match crate::chat::config_in_use(args.config.as_deref()) {
+        Some(path) => cordon_agent::AgentConfig::load(&path, true)?,
+        None => cordon_agent::AgentConfig::default(),
+    };
+    let listen = format!("http://{}", config.serve.listen);
+    if found.iter().all(|(url, _, _)| *url != listen) {
+        found.push((listen, tokens(None), "[serve] listen".to_string()));
+    }
+    Ok(found)
+}
+
+/// The server at `base` with the first token of `file`; `None` when the file is the default
+/// one and does not exist (no cordon serve ever ran with this home; the store may still hold
+/// questions).
+fn server(
+    base: String,
+    file: &std::path::Path,
+    found: String,
+    args: &ApproveArgs,
+) -> anyhow::Result<Option<Server>> {
+    let text = match std::fs::read_to_string(file) {
         Ok(text) => text,
-        // No token: no cordon serve ever ran with this home; the store may still hold
-        // questions.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && args.token_file.is_none() => {
             return Ok(None);
         }
@@ -144,6 +176,7 @@ fn server(home: &Home, args: &ApproveArgs) -> anyhow::Result<Option<Server>> {
         .context("cannot make an HTTP client")?;
     Ok(Some(Server {
         base,
+        found,
         token,
         client,
     }))
@@ -206,13 +239,25 @@ async fn answerer(
     store: Option<&str>,
     args: &ApproveArgs,
 ) -> anyhow::Result<Answerer> {
-    if let Some(server) = server(home, args)? {
+    let mut tried = Vec::new();
+    for (base, tokens, found) in candidates(home, args)? {
+        let Some(server) = server(base, &tokens, found, args)? else {
+            continue;
+        };
         if args.url.is_some() || server.is_running().await {
+            errln!(
+                "cordon approve: talking to cordon serve at {} ({}).",
+                server.base,
+                server.found
+            );
             return Ok(Answerer::Serve(server));
         }
+        tried.push(server.base);
+    }
+    if !tried.is_empty() {
         errln!(
             "cordon serve is not running at {}; answering the calls MCP clients wait on.",
-            server.base
+            tried.join(" or ")
         );
     }
     // Answering runs no tool: what the store would keep grants clear of is not needed here.

@@ -19,6 +19,7 @@ mod new;
 mod plugin;
 mod records;
 mod serve;
+mod serving;
 mod sessions;
 mod term;
 mod toolbox_host;

@@ -11,6 +11,7 @@ use cordon_home::Home;
 use cordon_mcp::{McpHost, McpOptions, StoreApprover};
 
 use crate::records::Records;
+use crate::term::errln;
 use crate::toolbox_host::HomeTools;
 
 #[derive(Debug, Args)]
@@ -31,6 +32,10 @@ pub async fn run(home: &Home, records: Records, args: McpArgs) -> anyhow::Result
         Some(path) => AgentConfig::load(&path, true)?,
         None => AgentConfig::default(),
     };
+    let notice = empty_home(home)?;
+    if let Some(notice) = &notice {
+        errln!("cordon mcp: {notice}");
+    }
     let options = McpOptions {
         approval: config.approval.clone(),
         approval_timeout: Duration::from_secs(
@@ -40,6 +45,7 @@ pub async fn run(home: &Home, records: Records, args: McpArgs) -> anyhow::Result
         ),
         keep_arguments: records.keep_arguments,
         origin: "mcp".to_string(),
+        notice,
         ..McpOptions::default()
     };
     let source = Arc::new(HomeTools::new(home.clone()));
@@ -54,4 +60,21 @@ pub async fn run(home: &Home, records: Records, args: McpArgs) -> anyhow::Result
         () = crate::serve::stop_requested() => host.finish().await,
     }
     Ok(())
+}
+
+/// What to say when `home` has no plugins: the server would offer no tools, and clients, which
+/// start it with little of the user's environment (no `CORDON_HOME`), show an empty list and
+/// nothing else. Names the home in use and how to point at the right one.
+fn empty_home(home: &Home) -> anyhow::Result<Option<String>> {
+    if !home.read()?.plugins.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "the Cordon home {} has no plugins installed, so no tools are offered. If your plugins \
+         are in another home, start this server with `cordon mcp --home DIR` (MCP clients start \
+         it without your environment, so CORDON_HOME set in your shell does not reach it); \
+         otherwise install one with `cordon --home {} plugin install …`.",
+        home.root().display(),
+        home.root().display(),
+    )))
 }

@@ -103,15 +103,27 @@ pub async fn run(home: &Home, records: Records, args: ServeArgs) -> anyhow::Resu
             config,
         },
     };
+    let recorded_in = home.clone();
     let source = Arc::new(HomeTools::new(home));
     let store_url = records.store.url().to_string();
-    cordon_serve::serve(records.store, source, options, stop_requested(), |addr| {
+    let served = cordon_serve::serve(records.store, source, options, stop_requested(), |addr| {
         errln!(
             "cordon serve: listening on http://{addr} (console: http://{addr}/); sessions in {store_url}; token in {}",
             token_file.display()
         );
+        // So `cordon approve` finds this server without being told where.
+        if let Err(e) = crate::serving::record(&recorded_in, addr, &token_file) {
+            errln!(
+                "cordon serve: cannot record this server's address in {} ({e}); `cordon approve` \
+                 needs --url {} to find it",
+                recorded_in.root().display(),
+                crate::serving::local_url(addr)
+            );
+        }
     })
-    .await?;
+    .await;
+    crate::serving::forget(&recorded_in);
+    served?;
     errln!("cordon serve: stopped.");
     Ok(())
 }

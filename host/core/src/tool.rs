@@ -372,14 +372,17 @@ mod tests {
 
 /// What Cordon can state about a tool's behaviour from the grants it runs under (which its
 /// ceiling has already bounded), as opposed to the author's [`ToolHints`], which are claims: a
-/// claim may only make a hint stricter (`destructive`), or be kept where the grants back it
-/// (`idempotent` for a tool that cannot change anything). Clients that show or act on hints
+/// claim may only make a hint stricter (`destructive`, for a tool that can change something),
+/// or be kept where the grants back it (`idempotent` for a tool that cannot change anything). Clients that show or act on hints
 /// (MCP annotations) get these.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProvenHints {
     /// Its grants cannot change anything: no read-write directory, no network, no variable.
     pub read_only: bool,
-    /// It may delete or overwrite: the author says so, or it holds a read-write directory.
+    /// It may delete or overwrite: it can change something, and the author says so or it
+    /// holds a read-write directory. A tool whose grants cannot change anything is never
+    /// destructive whatever its author claims: clients that see both `readOnlyHint` and
+    /// `destructiveHint` cannot tell which to believe.
     pub destructive: bool,
     /// Repeating a call has no further effect: the author says so and it cannot change
     /// anything.
@@ -396,7 +399,8 @@ impl ProvenHints {
         let read_only = !grants.can_change_anything();
         ProvenHints {
             read_only,
-            destructive: declared.destructive || grants.fs().any(|f| f.mode == FsMode::ReadWrite),
+            destructive: !read_only
+                && (declared.destructive || grants.fs().any(|f| f.mode == FsMode::ReadWrite)),
             idempotent: declared.idempotent && read_only,
             open_world: grants
                 .iter()
@@ -459,12 +463,16 @@ mod proven_hints_tests {
         };
         let h = ProvenHints::derive(&ro, &idempotent);
         assert!(h.read_only && h.idempotent && !h.destructive && !h.open_world);
-        // An author calling its own tool destructive is believed.
+        // An author calling its own tool destructive is believed where the grants allow
+        // changing something; under read-only grants it cannot be, and is not called so.
         let destructive = ToolHints {
             destructive: true,
             ..ToolHints::default()
         };
-        assert!(ProvenHints::derive(&ro, &destructive).destructive);
+        let h = ProvenHints::derive(&ro, &destructive);
+        assert!(h.read_only && !h.destructive, "{h:?}");
+        let env = ProvenHints::derive(&grants(&["env:HOME"]), &destructive);
+        assert!(!env.read_only && env.destructive, "{env:?}");
         // No grants at all: read-only, not idempotent unless claimed.
         let none = ProvenHints::derive(&Grants::default(), &ToolHints::default());
         assert!(none.read_only && !none.idempotent);

@@ -91,7 +91,10 @@ impl Catalog {
 /// How a tool is described to MCP clients. The annotations are what Cordon can prove from
 /// the tool's effective grants ([`cordon_core::ProvenHints`]); all four are always stated,
 /// since MCP reads a missing `destructiveHint` as `true` and a missing `openWorldHint` as
-/// `true`. A tool that declared an output schema has it as `outputSchema`.
+/// `true`, and they never contradict each other (read-only is never destructive): clients
+/// approve calls on them without asking. What the plugin's author claimed is in `_meta`
+/// (`cordon/declaredHints`), for people to compare, never in the annotations. A tool that
+/// declared an output schema has it as `outputSchema`.
 pub fn describe(spec: &ToolSpec) -> Tool {
     let schema: JsonObject = match &spec.input_schema {
         Value::Object(map) => map.clone(),
@@ -118,6 +121,15 @@ pub fn describe(spec: &ToolSpec) -> Tool {
     let mut meta = serde_json::Map::new();
     meta.insert("cordon/plugin".into(), json!(spec.plugin));
     meta.insert("cordon/grants".into(), json!(spec.grants));
+    meta.insert(
+        "cordon/declaredHints".into(),
+        json!({
+            "readOnlyHint": spec.hints.read_only,
+            "destructiveHint": spec.hints.destructive,
+            "idempotentHint": spec.hints.idempotent,
+            "openWorldHint": spec.hints.open_world,
+        }),
+    );
     if !spec.digest.is_empty() {
         meta.insert("cordon/digest".into(), json!(spec.digest));
     }
@@ -192,7 +204,10 @@ mod tests {
             description: format!("{name} things"),
             input_schema: json!({"type": "object", "properties": {"q": {"type": "string"}}}),
             output_schema: None,
-            hints: Default::default(),
+            hints: cordon_core::ToolHints {
+                destructive: true,
+                ..Default::default()
+            },
             plugin: "p".into(),
             grants: vec!["read /data".into()],
             can_change_anything: !proven.read_only,
@@ -220,6 +235,11 @@ mod tests {
         );
         assert_eq!(v["inputSchema"]["properties"]["q"]["type"], "string");
         assert_eq!(v["_meta"]["cordon/grants"], json!(["read /data"]));
+        assert_eq!(
+            v["_meta"]["cordon/declaredHints"],
+            json!({"readOnlyHint": false, "destructiveHint": true,
+                   "idempotentHint": false, "openWorldHint": false})
+        );
         // Nothing proven: not read-only, and the rest as proven (false is stated, not left out).
         let rw = serde_json::to_value(describe(&spec("w", ProvenHints::default()))).unwrap();
         assert_eq!(rw["annotations"]["readOnlyHint"], false);

@@ -29,6 +29,14 @@ pub use rmcp;
 /// the client's user answers (a question in an `InputRequiredResult`, `always`) to that token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Authenticated(pub String);
+
+/// The transport connection (over HTTP, the TCP connection) a request came over, numbered so
+/// that no two connections of one process share a number: put into the request's extensions,
+/// it binds what a stateless (2026-07-28) client's user answers `always` to the one program
+/// that holds that connection, since nothing else in such a request (its token, the client's
+/// name) tells one program from another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Connection(pub u64);
 pub use server::{McpHost, McpOptions, McpServer};
 pub use stdio::{Refusal, StdioTransport, read_message};
 

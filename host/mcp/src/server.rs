@@ -17,9 +17,10 @@ use cordon_core::{
 use cordon_store::Store;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    InputRequest, InputRequiredResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig,
-    SubscriptionFilter, ToolsCapability,
+    InputRequest, InputRequiredResult, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig, SubscriptionFilter,
+    ToolsCapability,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
@@ -44,9 +45,12 @@ pub struct McpOptions {
     pub origin: String,
     /// How often the installed tools are checked for changes to announce.
     pub watch_every: Duration,
-    /// How often a long call reports progress to a client that asked for it; the first
-    /// report comes after one interval.
+    /// How often a long call, or one waiting for approval, reports progress to a client
+    /// that asked for it; the first report comes after one interval.
     pub progress_every: Duration,
+    /// What clients must know before anything else (`cordon mcp` on a home with no plugins),
+    /// added to the instructions every client gets.
+    pub notice: Option<String>,
 }
 
 impl Default for McpOptions {
@@ -58,6 +62,7 @@ impl Default for McpOptions {
             origin: "mcp".to_string(),
             watch_every: Duration::from_secs(1),
             progress_every: Duration::from_secs(1),
+            notice: None,
         }
     }
 }
@@ -70,8 +75,9 @@ pub struct McpHost {
     approver: Arc<dyn Approver>,
     options: McpOptions,
     outstanding: Outstanding,
-    /// `always` answers of clients on 2026-07-28 over HTTP, which have no connection to keep
-    /// them in: by token and client name, in the order first answered.
+    /// `always` answers of clients on 2026-07-28 over HTTP, which have no MCP session to keep
+    /// them in: by the TCP connection the answer came over (with its token and client name),
+    /// in the order first answered.
     stateless_answers: Mutex<Vec<(Caller, Answers)>>,
     watching: std::sync::Once,
 }
@@ -162,10 +168,18 @@ pub struct McpServer {
     answers: Answers,
 }
 
-/// Who made a call: the token it authenticated with over HTTP (none on stdio), and the name
-/// its client gave (`name version`, with the token's name), for approvals and the audit log.
+/// Whose `always` answers a stateless (2026-07-28) HTTP call may use: those given over the
+/// same TCP connection, with the same token and client name.
+///
+/// Not the token and client name alone: every program started with the home's token shares
+/// it, and many send their SDK's default name (`mcp 0.1.0`), so one program's `always` would
+/// approve another's calls. A connection is one program's: the operating system gives its
+/// socket to the process that opened it (and to what it hands it to), another program cannot
+/// send on it, and `cordon serve` numbers connections from one counter, so a closed
+/// connection's number is never reused (a port is). A client that reconnects is asked again.
 #[derive(Clone, PartialEq, Eq)]
 struct Caller {
+    connection: u64,
     token: Option<String>,
     client: String,
 }
@@ -219,16 +233,20 @@ fn failed(failure: &ToolFailure) -> CallToolResult {
     ))])
 }
 
-/// A successful result: each piece as text, and the JSON object, when the result holds
-/// exactly one JSON piece and it is an object, also as `structuredContent`. A tool with an
-/// output schema always returns that (the home checked this result against the schema).
-fn succeeded(content: Vec<Content>) -> CallToolResult {
+/// A successful result: each piece as text, and, when one JSON object is the whole result,
+/// that object also as `structuredContent`. Several clients (Claude Code, Codex) give the
+/// model only `structuredContent` when a result has it, so it must not leave anything out: a
+/// result with text beside its JSON (the text of a file, and facts about it) has none. A tool
+/// with an output schema always has it (MCP requires it; the home checked the result against
+/// the schema, and its author promised the object is the result).
+fn succeeded(content: Vec<Content>, output_schema: bool) -> CallToolResult {
     let mut json = content.iter().filter_map(|piece| match piece {
         Content::Json(v) => Some(v),
         Content::Text(_) => None,
     });
+    let alone = content.len() == 1 || output_schema;
     let structured = match (json.next(), json.next()) {
-        (Some(v @ Value::Object(_)), None) => Some(v.clone()),
+        (Some(v @ Value::Object(_)), None) if alone => Some(v.clone()),
         _ => None,
     };
     let blocks: Vec<ContentBlock> = content
@@ -306,26 +324,36 @@ impl McpServer {
     }
 
     /// Where the `always` answers of the client behind `context` are kept, and for how long
-    /// they hold (for the question's text): this connection's, or, for a client on
-    /// 2026-07-28 over HTTP (no connection), its token and name's until the host stops.
+    /// they hold (for the question's text): this MCP connection's (a stdio process, an HTTP
+    /// session), or, for a client on 2026-07-28 over HTTP (no session), its TCP
+    /// connection's (see [`Caller`]). An HTTP request whose transport did not say which
+    /// connection it came over keeps none.
     fn answers_for(
         &self,
         context: &RequestContext<RoleServer>,
         facts: &CallFacts<'_>,
     ) -> (Answers, &'static str) {
-        let over_http = context.extensions.get::<http::request::Parts>().is_some();
+        let http = context.extensions.get::<http::request::Parts>();
         let modern = context
             .protocol_version()
             .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
-        if !(over_http && modern) {
+        let Some(http) = http.filter(|_| modern) else {
             return (self.answers.clone(), "until the client disconnects");
-        }
+        };
+        let Some(crate::Connection(connection)) = http.extensions.get::<crate::Connection>() else {
+            return (
+                Answers::default(),
+                "(not kept here: this server cannot tell this client's requests from another \
+                 program's, so only this call runs)",
+            );
+        };
         let mut kept = self
             .host
             .stateless_answers
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let caller = Caller {
+            connection: *connection,
             token: facts.token.map(str::to_string),
             client: facts.client.to_string(),
         };
@@ -340,11 +368,17 @@ impl McpServer {
                 answers
             }
         };
-        (answers, "from this client until cordon serve stops")
+        (
+            answers,
+            "over this client's connection to cordon serve, while it stays open",
+        )
     }
 
-    /// Applies an answer: `always` holds as long as `answers` are kept.
-    fn take_answer(&self, answers: &Answers, spec: &ToolSpec, given: GivenAnswer) -> Asked {
+    /// Applies an answer to the call `facts` describes: `always` holds as long as `answers`
+    /// are kept, and remembers who gave it, when and for which call, for the audit records
+    /// of the calls it lets run.
+    fn take_answer(&self, answers: &Answers, facts: &CallFacts<'_>, given: GivenAnswer) -> Asked {
+        let spec = facts.spec;
         let approved = Approved {
             decision: given.answer.as_str().to_string(),
             by: given.by.clone(),
@@ -358,7 +392,11 @@ impl McpServer {
                         policy: Policy::Auto,
                         by: given.by.clone(),
                         at_ms: given.at_ms,
-                        call_id: String::new(),
+                        call_id: format!(
+                            "{} (arguments sha256 {})",
+                            facts.call_id,
+                            arguments_sha256(facts.arguments)
+                        ),
                         turn: 0,
                         requester: None,
                     },
@@ -385,19 +423,29 @@ impl McpServer {
     ) -> Asked {
         let spec = facts.spec;
         let (answers, always_holds) = self.answers_for(context, facts);
-        let decision = {
+        let (decision, standing) = {
             let given = answers.lock().unwrap_or_else(|e| e.into_inner());
             let standing = Standing {
                 answers: &given,
                 requester: None,
             };
-            decide(&self.host.options.approval, standing, spec)
+            let decision = decide(&self.host.options.approval, standing, spec);
+            // The earlier answer that made the decision, if one did.
+            let used = given
+                .get(&spec.identity())
+                .filter(|a| a.policy == decision.policy && a.reason() == decision.reason)
+                .cloned();
+            (decision, used)
         };
         match decision.policy {
             Policy::Auto => {
+                let by = match standing {
+                    Some(answer) => earlier_answer(&answer, always_holds),
+                    None => format!("policy: {}", decision.reason),
+                };
                 return Asked::Run(Approved {
                     decision: "auto".to_string(),
-                    by: format!("policy: {}", decision.reason),
+                    by,
                 });
             }
             Policy::Deny => {
@@ -432,7 +480,7 @@ impl McpServer {
                 response,
                 facts.client,
             ) {
-                Redeemed::Answer(given) => self.take_answer(&answers, spec, given),
+                Redeemed::Answer(given) => self.take_answer(&answers, facts, given),
                 Redeemed::Stale(why) => Asked::Refused(
                     Approved {
                         decision: "refused".to_string(),
@@ -479,14 +527,14 @@ impl McpServer {
                     format!("MCP client `{}` (cancelled)", facts.client),
                 ),
             };
-            return self.take_answer(&answers, spec, given);
+            return self.take_answer(&answers, facts, given);
         }
         let given = self
             .host
             .approver
             .ask(&question, facts.client, timeout, &context.ct)
             .await;
-        self.take_answer(&answers, spec, given)
+        self.take_answer(&answers, facts, given)
     }
 
     async fn call(
@@ -535,6 +583,19 @@ impl McpServer {
                 .await;
             return Ok(failed(&failure).into());
         }
+        // Reported while the call waits for approval too: a person may take minutes to answer,
+        // longer than clients wait for a result without hearing anything.
+        let running = Arc::new(Mutex::new(None));
+        let progress = context.meta.get_progress_token().map(|token| {
+            let ticker = tokio::spawn(report_progress(
+                context.peer.clone(),
+                token,
+                spec.name.clone(),
+                self.host.options.progress_every,
+                running.clone(),
+            ));
+            AbortOnDrop(ticker)
+        });
         let approved = match self.approve(&facts, &request, &context).await {
             Asked::Run(approved) => approved,
             Asked::Sent(input) => return Ok(input.into()),
@@ -548,15 +609,7 @@ impl McpServer {
                 return Ok(CallToolResult::error(vec![ContentBlock::text(why)]).into());
             }
         };
-        let progress = context.meta.get_progress_token().map(|token| {
-            let ticker = tokio::spawn(report_progress(
-                context.peer.clone(),
-                token,
-                spec.name.clone(),
-                self.host.options.progress_every,
-            ));
-            AbortOnDrop(ticker)
-        });
+        *running.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         let (result, report) = catalog
             .host
             .call_reported(&spec.name, arguments.clone(), context.ct.clone())
@@ -573,7 +626,7 @@ impl McpServer {
             .audit(self.record(&facts, &approved, outcome, report))
             .await;
         Ok(match result {
-            Ok(content) => succeeded(content),
+            Ok(content) => succeeded(content, spec.output_schema.is_some()),
             Err(failure) => failed(&failure),
         }
         .into())
@@ -602,24 +655,53 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Sends a progress notification every `every` while a call runs (the first after `every`).
+/// Sends a progress notification every `every` (the first after `every`) while a call waits
+/// for approval and while it runs (since the time in `running`). The progress is the seconds
+/// since the call arrived, so it only grows.
 async fn report_progress(
     peer: Peer<RoleServer>,
     token: ProgressToken,
     tool: String,
     every: Duration,
+    running: Arc<Mutex<Option<Instant>>>,
 ) {
     let started = Instant::now();
     loop {
         tokio::time::sleep(every).await;
         let secs = started.elapsed().as_secs_f64();
-        let note = ProgressNotificationParam::new(token.clone(), secs.floor())
-            .with_message(format!("`{tool}` has run for {secs:.0} s"));
+        let since = *running.lock().unwrap_or_else(|e| e.into_inner());
+        let message = match since {
+            Some(since) => format!(
+                "`{tool}` has run for {:.0} s",
+                since.elapsed().as_secs_f64()
+            ),
+            None => format!("`{tool}` is waiting for approval ({secs:.0} s so far)"),
+        };
+        let note =
+            ProgressNotificationParam::new(token.clone(), secs.floor()).with_message(message);
         if peer.notify_progress(note).await.is_err() {
             return;
         }
     }
 }
+
+/// Who gave the earlier answer that let a call run, when, and for which call, for its audit
+/// record.
+fn earlier_answer(answer: &StandingAnswer, holds: &str) -> String {
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(answer.at_ms.max(0) as u64);
+    format!(
+        "an earlier answer: {} answered `always` at {} to call {} of this tool, for every call \
+         {holds}",
+        answer.by,
+        humantime::format_rfc3339_millis(at),
+        answer.call_id,
+    )
+}
+
+/// What every client is told first.
+const INSTRUCTIONS: &str = "Cordon runs each of these tools in a fresh WebAssembly sandbox that \
+     reaches only the directories, hosts and variables its user granted, within limits of time \
+     and memory. A refusal names the grant it lacks; grants cannot be changed from here.";
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
@@ -627,13 +709,40 @@ impl ServerHandler for McpServer {
         let mut tools = ToolsCapability::default();
         tools.list_changed = Some(true);
         capabilities.tools = Some(tools);
+        let instructions = match &self.host.options.notice {
+            Some(notice) => format!("{notice}\n\n{INSTRUCTIONS}"),
+            None => INSTRUCTIONS.to_string(),
+        };
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("cordon", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "Cordon runs each of these tools in a fresh WebAssembly sandbox that reaches only \
-                 the directories, hosts and variables its user granted, within limits of time and \
-                 memory. A refusal names the grant it lacks; grants cannot be changed from here.",
-            )
+            .with_instructions(instructions)
+    }
+
+    // Cordon offers tools only, and does not advertise prompts or resources; clients that list
+    // them anyway (several do, on every server) get empty lists rather than an error that
+    // some show as a broken server.
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Ok(ListPromptsResult::default())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(ListResourcesResult::default())
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(ListResourceTemplatesResult::default())
     }
 
     async fn list_tools(

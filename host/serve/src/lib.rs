@@ -15,6 +15,7 @@
 
 mod api;
 mod auth;
+mod connections;
 mod console;
 mod error;
 mod gateway;
@@ -34,7 +35,6 @@ pub use error::ApiError;
 pub use host::{Host, HostOptions};
 pub use live::{HostEvent, PendingApproval, SessionEvent};
 
-use axum::serve::ListenerExt;
 use cordon_store::Store;
 
 /// Why the server could not run.
@@ -110,13 +110,10 @@ pub async fn serve(
             .watch((lease / 2).clamp(Duration::from_millis(500), Duration::from_secs(5))),
     );
     let stopping = host.clone();
-    // Streamed answers are many small writes: sent at once, not held back until the client
-    // acknowledges the previous one (Nagle's algorithm).
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("cannot set TCP_NODELAY on a connection: {e}");
-        }
-    });
+    // Each connection gets a number of its own, which binds the `always` answers of stateless
+    // MCP clients to the program holding that connection.
+    let listener = connections::Accepting(listener);
+    let app = app.into_make_service_with_connect_info::<connections::ConnectionId>();
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown.await;
         tracing::info!("stopping: no new turns; running tool calls may finish");

@@ -2,7 +2,9 @@
 //! on stdio, behind the same token and `Host` check as the rest of the API, with browsers'
 //! `Origin`s refused unless they are this server's own. An MCP session belongs to the token
 //! that opened it: to any other it does not exist. A body over `[serve]
-//! mcp_max_message_bytes` is refused before it is read whole.
+//! mcp_max_message_bytes` is refused before it is read whole. Each request carries the number
+//! of the TCP connection it came over, to which a stateless client's `always` answers are
+//! bound.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -10,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -21,12 +23,13 @@ use cordon_mcp::rmcp::transport::streamable_http_server::session::local::LocalSe
 use cordon_mcp::rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService,
 };
-use cordon_mcp::{Authenticated, McpHost, McpOptions, StoreApprover};
+use cordon_mcp::{Authenticated, Connection, McpHost, McpOptions, StoreApprover};
 use cordon_store::Store;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::connections::ConnectionId;
 use crate::host::HostOptions;
 
 /// The `/mcp` endpoint: the SDK's service, and the checks in front of it.
@@ -73,7 +76,13 @@ pub(crate) fn service(
     );
     // Cordon's own middleware checks `Host` (loopback only, like the rest of the API), so the
     // SDK's check, which knows only loopback names, is off.
+    // A call's answer is plain JSON unless something (progress, a question) comes before
+    // it: a client reads a JSON body to its end and keeps the connection for its next
+    // request, where it drops a stream as soon as its answer came. The `always` answers of
+    // stateless clients hold for the connection they came over, so they last as long as the
+    // client keeps it.
     let config = StreamableHttpServerConfig::default()
+        .with_json_response(true)
         .disable_allowed_hosts()
         .with_max_request_body_bytes(max_message)
         .with_cancellation_token(stop);
@@ -242,10 +251,24 @@ impl Gate {
 /// - a body over the cap is refused (`413`), before it is read whole when it says its size;
 /// - what the SDK would answer with plain text is answered with the JSON-RPC error for it: a
 ///   body that is not JSON (`-32700`), not a JSON-RPC message (`-32600`), or a protocol
-///   version this server does not speak (`-32022`, with the versions it does).
+///   version this server does not speak (`-32022`, with the versions it does);
+/// - a session that ended is answered `204 No Content`, not the SDK's `202 Accepted`, which
+///   SDKs (the Python one) report as a failure to end it;
+/// - the request is told which connection it came over ([`Connection`]).
 ///
 /// The SDK parses the body; it is parsed here again only to explain a body the SDK refused.
-async fn check_message(State(gate): State<Arc<Gate>>, request: Request, next: Next) -> Response {
+async fn check_message(
+    State(gate): State<Arc<Gate>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    if let Some(ConnectInfo(ConnectionId(number))) = request
+        .extensions()
+        .get::<ConnectInfo<ConnectionId>>()
+        .copied()
+    {
+        request.extensions_mut().insert(Connection(number));
+    }
     let version = request
         .headers()
         .get("mcp-protocol-version")
@@ -318,6 +341,7 @@ async fn check_message(State(gate): State<Arc<Gate>>, request: Request, next: Ne
         }
         (Some(session), _, _) if method == Method::DELETE && response.status().is_success() => {
             gate.closed(session);
+            return StatusCode::NO_CONTENT.into_response();
         }
         _ => {}
     }
