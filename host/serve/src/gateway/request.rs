@@ -145,7 +145,12 @@ pub(super) fn history_digest(requester: &Requester, model: &str, history: &[Said
                 .iter()
                 .map(|c| json!([c.id, c.name, c.arguments]))
                 .collect();
-            json!([s.role.name(), s.text, calls, s.tool_call_id, s.parts])
+            // Parts only when there are any: digests recorded before parts were kept match.
+            let mut said = json!([s.role.name(), s.text, calls, s.tool_call_id]);
+            if let (Some(parts), Some(list)) = (&s.parts, said.as_array_mut()) {
+                list.push(Value::Array(parts.clone()));
+            }
+            said
         })
         .collect();
     let text = json!([requester.token, requester.user, model, list]).to_string();
@@ -702,5 +707,12 @@ mod tests {
             a,
             history_digest(&ann_as_carol, "m", &[said(Role::User, "hi")])
         );
+        // The same text with an image is another message; plain text keeps the digest it
+        // had before parts were kept (recorded histories still match).
+        let mut pictured = said(Role::User, "hi");
+        pictured.parts = Some(vec![json!({"type": "image_url", "image_url": {"url": "x"}})]);
+        assert_ne!(a, history_digest(&ann, "m", &[pictured]));
+        let before = json!([ann.token, ann.user, "m", [["user", "hi", [], null]]]).to_string();
+        assert_eq!(a, hex::encode(Sha256::digest(before.as_bytes())));
     }
 }
