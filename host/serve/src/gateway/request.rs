@@ -302,6 +302,41 @@ pub(super) fn wire_calls(value: Option<&Value>, at: &str) -> Result<Vec<WireCall
         .collect()
 }
 
+/// A request's `model` is none of those the gateway offers.
+pub(super) fn unknown_model(model: &str, offered: &[(String, String)]) -> GatewayError {
+    GatewayError {
+        status: StatusCode::NOT_FOUND,
+        kind: "invalid_request_error",
+        code: Some("model_not_found"),
+        param: Some("model".into()),
+        message: format!(
+            "the model `{model}` does not exist here; the models are: {}",
+            offered
+                .iter()
+                .map(|(n, _)| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        retry_after_secs: None,
+    }
+}
+
+/// A request's `user`: the end user the client names.
+pub(super) fn user_of(value: Option<&Value>) -> Result<Option<String>, GatewayError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(u)) if u.len() <= MAX_USER_LEN => Ok(Some(u.clone())),
+        Some(Value::String(_)) => Err(GatewayError::invalid(
+            "user",
+            format!("`user` is longer than {MAX_USER_LEN} bytes; send a shorter identifier"),
+        )),
+        Some(_) => Err(GatewayError::invalid(
+            "user",
+            "`user` must be a string that identifies the end user",
+        )),
+    }
+}
+
 pub(super) fn parse_request(
     body: &[u8],
     offered: &[(String, String)],
@@ -328,21 +363,7 @@ pub(super) fn parse_request(
         }
     };
     let Some((_, upstream)) = offered.iter().find(|(name, _)| *name == model) else {
-        return Err(GatewayError {
-            status: StatusCode::NOT_FOUND,
-            kind: "invalid_request_error",
-            code: Some("model_not_found"),
-            param: Some("model".into()),
-            message: format!(
-                "the model `{model}` does not exist here; the models are: {}",
-                offered
-                    .iter()
-                    .map(|(n, _)| format!("`{n}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            retry_after_secs: None,
-        });
+        return Err(unknown_model(&model, offered));
     };
     match fields.get("n") {
         None | Some(Value::Null) => {}
@@ -385,22 +406,7 @@ pub(super) fn parse_request(
             ));
         }
     };
-    let user = match fields.get("user") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(u)) if u.len() <= MAX_USER_LEN => Some(u.clone()),
-        Some(Value::String(_)) => {
-            return Err(GatewayError::invalid(
-                "user",
-                format!("`user` is longer than {MAX_USER_LEN} bytes; send a shorter identifier"),
-            ));
-        }
-        Some(_) => {
-            return Err(GatewayError::invalid(
-                "user",
-                "`user` must be a string that identifies the end user",
-            ));
-        }
-    };
+    let user = user_of(fields.get("user"))?;
     let Some(Value::Array(messages)) = fields.get("messages") else {
         return Err(GatewayError::invalid(
             "messages",
