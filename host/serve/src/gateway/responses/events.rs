@@ -218,6 +218,7 @@ impl Writer {
 
     /// Shows what the reading read; `Err` when the response ended in an error.
     fn apply(&mut self, reading: &Reading, read: Read) -> Result<bool, GatewayError> {
+        self.id(reading);
         match read {
             Read::Text(text) => self.text(reading, &text),
             Read::CordonCalls => self.close(reading),
@@ -251,10 +252,7 @@ impl Writer {
                 self.done(reading);
                 return Ok(true);
             }
-            Read::End(Ending::Error(e)) => {
-                self.id(reading);
-                return Err(e);
-            }
+            Read::End(Ending::Error(e)) => return Err(e),
         }
         Ok(false)
     }

@@ -207,7 +207,7 @@ async fn respond(state: GatewayState, request: Request) -> Result<Response, Gate
     let (session, events) =
         super::turn::begin_turn(&state, &request.chat, &requester, found.session)
             .await
-            .map_err(|e| renamed(e, "", ""))?;
+            .map_err(|e| renamed(e, ".function.", "."))?;
     let guard = CancelOnDrop {
         host: host.clone(),
         session: session.clone(),
