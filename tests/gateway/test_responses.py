@@ -115,7 +115,9 @@ def test_the_stream_helper_and_parameters_upstream(gateway):
             temperature=0.3,
             top_p=0.9,
             max_output_tokens=200,
-            text={"format": {"type": "json_schema", "name": "total", "schema": schema, "strict": True}},
+            text={
+                "format": {"type": "json_schema", "name": "total", "schema": schema, "strict": True}
+            },
             reasoning={"effort": "low"},
             store=False,
             metadata={"ticket": "7"},
@@ -195,7 +197,9 @@ def test_another_tokens_response_is_unknown(gateway):
         refusals = []
         for rid in (secret.id, missing):
             with pytest.raises(openai.NotFoundError) as e:
-                bob.responses.create(model="gpt-cordon", input="What is it?", previous_response_id=rid)
+                bob.responses.create(
+                    model="gpt-cordon", input="What is it?", previous_response_id=rid
+                )
             refusals.append(e.value.body["message"].replace(rid, "ID"))
             with pytest.raises(openai.NotFoundError) as e:
                 bob.responses.retrieve(rid)
@@ -233,9 +237,7 @@ def test_client_function_tools_round_trip(gateway):
         assert json.loads(call.arguments) == {"city": "Oslo"} and first.status == "completed"
         # The outputs alone, naming the response that asked for them.
         output = {"type": "function_call_output", "call_id": call.call_id, "output": "sunny, 21 C"}
-        again, second = create(
-            g, previous_response_id=first.id, input=[output], tools=[WEATHER]
-        )
+        again, second = create(g, previous_response_id=first.id, input=[output], tools=[WEATHER])
         assert again == session and second.output_text == "It is sunny in Oslo."
         assert second.id != first.id
         info = g.api("GET", f"/sessions/{session}")
@@ -270,7 +272,11 @@ def test_bad_requests_are_refused_with_the_reason(gateway):
     with gateway([]) as g:
         client = g.client()
         for kwargs, param, fragment in [
-            ({"tools": [{"type": "web_search"}]}, "tools[0].type", "`web_search` are not supported"),
+            (
+                {"tools": [{"type": "web_search"}]},
+                "tools[0].type",
+                "`web_search` are not supported",
+            ),
             ({"conversation": "conv_1"}, "conversation", "previous_response_id"),
             ({"background": True}, "background", "within the request"),
             ({"temperature": 5}, "temperature", "from 0 to 2"),
