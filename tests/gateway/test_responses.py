@@ -99,6 +99,35 @@ def test_a_streamed_response_with_a_cordon_tool_in_between(gateway):
         assert [o.model_dump() for o in again.output] == [o.model_dump() for o in done.output]
 
 
+def test_tool_activity_beside_the_response_when_asked(gateway):
+    steps = [
+        calls(("run_python", {"code": "1 + 1"})),
+        text("Two."),
+        calls(("run_python", {"code": "2 + 2"})),
+        text("Four."),
+        text("Plain."),
+    ]
+    asked = {"X-Cordon-Tool-Events": "1"}
+    with gateway(steps) as g:
+        client = g.client()
+        done = client.responses.create(model="gpt-cordon", input="1+1?", extra_headers=asked)
+        assert done.output_text == "Two."
+        events = done.model_extra["cordon"]["events"]
+        assert [e["type"] for e in events] == ["tool_started", "tool_result"]
+        assert '"result":2' in events[1]["content"]
+        streamed = list(
+            client.responses.create(
+                model="gpt-cordon", input="2+2?", stream=True, extra_headers=asked
+            )
+        )
+        activity = [e.event for e in streamed if e.type == "cordon.tool_activity"]
+        assert [e["type"] for e in activity] == ["tool_started", "tool_result"]
+        assert streamed[-1].response.output_text == "Four."
+        # Without the header, no such events.
+        plain = list(client.responses.create(model="gpt-cordon", input="x", stream=True))
+        assert not [e for e in plain if e.type.startswith("cordon.")]
+
+
 def test_the_stream_helper_and_parameters_upstream(gateway):
     schema = {
         "type": "object",

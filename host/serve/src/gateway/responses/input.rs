@@ -662,11 +662,27 @@ pub(super) fn request(parsed: Parsed) -> Result<ResponsesRequest, GatewayError> 
             }
         }
     };
-    let sent: Vec<Said> = sent.into_iter().map(|(_, s)| s).collect();
     let before = match input {
         Input::Message { .. } => sent.len() - 1,
         Input::ToolResults(ref r) => sent.len() - r.len(),
     };
+    // The session holds what came before the response named; anything else the input holds
+    // would not reach the model, so it is refused rather than dropped.
+    let follows = |s: &Said| {
+        s.role == Role::System
+            || s.role == Role::Assistant && s.text.is_empty() && !s.tool_calls.is_empty()
+    };
+    if previous.is_some()
+        && let Some((i, _)) = sent[..before].iter().find(|(_, s)| !follows(s))
+    {
+        return Err(GatewayError::invalid(
+            format!("input[{i}]"),
+            "with `previous_response_id`, `input` holds only what follows that response: the \
+             next user message, or the `function_call_output` items of the calls it asked for \
+             (the session holds the rest)",
+        ));
+    }
+    let sent: Vec<Said> = sent.into_iter().map(|(_, s)| s).collect();
     let chat = ChatRequest {
         model,
         upstream,
@@ -788,6 +804,15 @@ mod tests {
             Input::ToolResults(vec![("c9".into(), "ok".into())])
         );
         assert_eq!(r.previous.unwrap().session, "s-1");
+        // Earlier messages beside an id would not reach the model: refused, not dropped.
+        let e = read(
+            json!({"model": "gpt-x", "previous_response_id": "resp_s-1_1_0", "input": [
+                {"role": "user", "content": "old"},
+                {"role": "user", "content": "new"},
+            ]}),
+        )
+        .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("input[0]"));
     }
 
     #[test]

@@ -86,43 +86,76 @@ pub(super) async fn stored(
     requester: &Requester,
     param: &str,
 ) -> Result<Stored, GatewayError> {
-    let (info, conv) = load(&state.host, id, requester, param).await?;
-    let agent = state.host.agent(&info.settings).await?;
-    let ours: Vec<String> = agent
-        .offered_tools(&conv)
-        .into_iter()
-        .map(|s| s.name)
-        .collect();
-    let turn = &conv.turns[id.turn - 1];
-    let end = conv
-        .turns
-        .get(id.turn)
-        .map_or(conv.messages.len(), |t| t.first_message);
-    let rounds = rounds(&conv.messages[turn.first_message..end], &ours);
-    let Some(round) = rounds.get(id.round) else {
-        return Err(unknown_response(&id.to_string(), param));
-    };
-    let mut output = round.clone();
-    let asked = matches!(output.last(), Some(Output::Call(_)));
-    let (status, error) = match (&turn.outcome, asked) {
-        (_, true) => ("completed", None),
-        (None, false) => ("in_progress", None),
-        (Some(TurnOutcome::Cancelled), false) => ("cancelled", None),
-        (Some(TurnOutcome::Failed { error, .. }), false) => ("failed", Some(error.clone())),
-        (Some(TurnOutcome::NoProgress { explanation }), false) => {
-            if output.is_empty() {
-                output.push(Output::Text(explanation.clone()));
-            }
-            ("completed", None)
-        }
-        (Some(_), false) => ("completed", None),
-    };
+    let session = Session::load(state, id, requester, param).await?;
+    let (output, status, error) = session.response(id, param)?;
     Ok(Stored {
-        info,
+        info: session.info,
         output,
         status,
         error,
     })
+}
+
+/// A session read back, to read its responses from.
+pub(super) struct Session {
+    info: SessionInfo,
+    conv: Conversation,
+    /// The names of the tools Cordon offers the session.
+    ours: Vec<String>,
+}
+
+impl Session {
+    async fn load(
+        state: &GatewayState,
+        id: &ResponseId,
+        requester: &Requester,
+        param: &str,
+    ) -> Result<Self, GatewayError> {
+        let (info, conv) = load(&state.host, id, requester, param).await?;
+        let agent = state.host.agent(&info.settings).await?;
+        let ours = agent
+            .offered_tools(&conv)
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        Ok(Session { info, conv, ours })
+    }
+
+    /// Response `id`'s output, status and error.
+    fn response(
+        &self,
+        id: &ResponseId,
+        param: &str,
+    ) -> Result<(Vec<Output>, &'static str, Option<String>), GatewayError> {
+        let conv = &self.conv;
+        let Some(turn) = id.turn.checked_sub(1).and_then(|t| conv.turns.get(t)) else {
+            return Err(unknown_response(&id.to_string(), param));
+        };
+        let end = conv
+            .turns
+            .get(id.turn)
+            .map_or(conv.messages.len(), |t| t.first_message);
+        let rounds = rounds(&conv.messages[turn.first_message..end], &self.ours);
+        let Some(round) = rounds.get(id.round) else {
+            return Err(unknown_response(&id.to_string(), param));
+        };
+        let mut output = round.clone();
+        let asked = matches!(output.last(), Some(Output::Call(_)));
+        let (status, error) = match (&turn.outcome, asked) {
+            (_, true) => ("completed", None),
+            (None, false) => ("in_progress", None),
+            (Some(TurnOutcome::Cancelled), false) => ("cancelled", None),
+            (Some(TurnOutcome::Failed { error, .. }), false) => ("failed", Some(error.clone())),
+            (Some(TurnOutcome::NoProgress { explanation }), false) => {
+                if output.is_empty() {
+                    output.push(Output::Text(explanation.clone()));
+                }
+                ("completed", None)
+            }
+            (Some(_), false) => ("completed", None),
+        };
+        Ok((output, status, error))
+    }
 }
 
 /// A turn's messages (its user message first) as the outputs of its responses.
@@ -161,6 +194,10 @@ fn rounds(messages: &[Message], ours: &[String]) -> Vec<Vec<Output>> {
     rounds
 }
 
+/// The most sessions one request's `item_reference`s may name: a conversation is one
+/// session, and each named session is read from the store.
+const MAX_REFERENCED_SESSIONS: usize = 8;
+
 /// `items` with each `item_reference` replaced by the item it names (a message or function
 /// call of an earlier response of `requester`'s token).
 pub(super) async fn resolve(
@@ -168,7 +205,7 @@ pub(super) async fn resolve(
     requester: &Requester,
     items: Vec<(usize, Item)>,
 ) -> Result<Vec<(usize, Item)>, GatewayError> {
-    let mut read: HashMap<String, Vec<Output>> = HashMap::new();
+    let mut read: HashMap<String, Session> = HashMap::new();
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items {
         let Item::Reference(reference) = &item else {
@@ -182,26 +219,36 @@ pub(super) async fn resolve(
             code: Some("item_not_found"),
             param: Some(param.clone()),
             message: format!(
-                "no item `{reference}` of this token: an `item_reference` names a message or \
-                 function call of a response this token created; send the item itself instead"
+                "no item `{reference}` of this token: an `item_reference` names a message of a \
+                 response this token created; send the item itself instead"
             ),
             retry_after_secs: None,
         };
-        let (response, index) = match reference.strip_prefix("fc_") {
-            // A function call is named by its call id, which does not say its response.
-            Some(_) => return Err(missing()),
-            None => ResponseId::parse_item(reference).ok_or_else(missing)?,
-        };
-        let key = response.to_string();
-        if !read.contains_key(&key) {
-            let output = match stored(state, &response, requester, &param).await {
-                Ok(stored) => stored.output,
+        // Function calls are named by their call ids, which do not say their response.
+        let (response, index) = ResponseId::parse_item(reference).ok_or_else(missing)?;
+        if !read.contains_key(&response.session) {
+            if read.len() == MAX_REFERENCED_SESSIONS {
+                return Err(GatewayError::invalid(
+                    param,
+                    format!(
+                        "the `item_reference`s of one request name at most \
+                         {MAX_REFERENCED_SESSIONS} sessions; send the items themselves"
+                    ),
+                ));
+            }
+            let session = match Session::load(state, &response, requester, &param).await {
+                Ok(session) => session,
                 Err(e) if e.status == StatusCode::NOT_FOUND => return Err(missing()),
                 Err(e) => return Err(e),
             };
-            read.insert(key.clone(), output);
+            read.insert(response.session.clone(), session);
         }
-        let found = read[&key].get(index).ok_or_else(missing)?;
+        let output = match read[&response.session].response(&response, &param) {
+            Ok((output, ..)) => output,
+            Err(e) if e.status == StatusCode::NOT_FOUND => return Err(missing()),
+            Err(e) => return Err(e),
+        };
+        let found = output.get(index).ok_or_else(missing)?;
         out.push((i, found.as_input()));
     }
     Ok(out)
