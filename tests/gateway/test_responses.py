@@ -343,3 +343,23 @@ def test_an_upstream_failure_before_the_stream_starts(gateway):
         with pytest.raises(openai.InternalServerError) as e:
             list(g.client().responses.create(model="gpt-cordon", input="x", stream=True))
         assert e.value.status_code == 503 and "overloaded" in e.value.body["message"]
+
+
+def test_a_failure_after_the_stream_started_is_a_failed_response(gateway):
+    steps = [
+        calls(("run_python", {"code": "1 + 1"})),
+        {"kind": "status", "status": 400, "message": "this model cannot do that"},
+    ]
+    with gateway(steps) as g:
+        events = list(g.client().responses.create(model="gpt-cordon", input="x", stream=True))
+        assert [e.type for e in events] == [
+            "response.created",
+            "response.in_progress",
+            "response.failed",
+        ]
+        failed = events[-1].response
+        assert failed.status == "failed" and failed.id == events[0].response.id
+        assert "this model cannot do that" in failed.error.message
+        # Read back, the response says the same.
+        again = g.client().responses.retrieve(failed.id)
+        assert again.status == "failed" and "this model cannot do that" in again.error.message
