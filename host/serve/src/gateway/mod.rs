@@ -1,4 +1,5 @@
-//! The OpenAI-compatible gateway: `POST /v1/chat/completions` and `GET /v1/models`.
+//! The OpenAI-compatible gateway: `POST /v1/chat/completions`, the Responses API
+//! (`POST /v1/responses`, `GET /v1/responses/{id}`, see [`responses`]) and `GET /v1/models`.
 //!
 //! A client that speaks only the Chat Completions API points at `cordon serve` instead of its
 //! model server and gets answers that used Cordon's sandboxed tools. Each request is one turn
@@ -17,8 +18,8 @@
 //! tool calls.
 //!
 //! Here: the routes, errors, and finding or creating a request's session. `request` reads and
-//! checks a request, `client_tools` holds the tools a client runs itself, and `response` turns
-//! the turn's events into the answer.
+//! checks a request, `turn` starts it, `client_tools` holds the tools a client runs itself, and
+//! `response` turns the turn's events into the answer.
 
 mod client_tools;
 mod histories;
@@ -26,6 +27,8 @@ mod parameters;
 mod passthrough;
 mod request;
 mod response;
+mod responses;
+mod turn;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,9 +39,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router, body::Bytes};
 use cordon_agent::llm::LlmClient;
-use cordon_agent::{
-    Conversation, Message, SessionSettings, ToolCall, ToolChoice, TurnInput, TurnRequest,
-};
+use cordon_agent::{Conversation, Message, SessionSettings, ToolCall, ToolChoice};
 use cordon_core::Requester;
 use cordon_store::NewSession;
 use serde_json::{Value, json};
@@ -48,9 +49,8 @@ use crate::error::ApiError;
 use crate::host::Host;
 
 pub(crate) use client_tools::ClientCalls;
-use client_tools::with_client_tools;
 use histories::{Histories, created_by};
-use request::{ChatRequest, Input, Role, parse_request};
+use request::{ChatRequest, Role, parse_request};
 use response::{Reading, stream_response, whole_response};
 
 /// The largest request body taken, as for the rest of the API.
@@ -73,6 +73,8 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(host: Arc<Host>) -> Route
     let upstream = LlmClient::new(&host.options.config.llm).map_err(|e| e.to_string());
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/responses", post(responses::create))
+        .route("/v1/responses/{id}", get(responses::retrieve))
         .route("/v1/models", get(list_models))
         .route("/v1/models/{id}", get(get_model))
         .route("/v1/completions", post(passthrough::completions))
@@ -282,25 +284,9 @@ pub(crate) async fn chat_completions(
 
 async fn complete(state: GatewayState, request: Request) -> Result<Response, GatewayError> {
     let named = named_session(request.headers())?;
-    // The token layer in front of the gateway puts the caller there; without it, nobody.
-    let Some(Caller(token)) = request.extensions().get::<Caller>().cloned() else {
-        return Err(GatewayError::from(ApiError::internal(
-            "the request reached the gateway without its token's name",
-        )));
-    };
-    let tool_events = request
-        .headers()
-        .get(TOOL_EVENTS_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| matches!(v.trim(), "1" | "true"));
-    let body: Bytes = axum::body::to_bytes(request.into_body(), MAX_BODY)
-        .await
-        .map_err(|e| {
-            GatewayError::invalid(
-                "",
-                format!("the body could not be read ({e}); at most 1 MiB"),
-            )
-        })?;
+    let token = caller(&request)?;
+    let tool_events = wants_tool_events(request.headers());
+    let body = read_body(request).await?;
     let config = &state.host.options.config;
     let offered = config.gateway.offered(&config.llm.model);
     let chat = parse_request(&body, &offered, &config.gateway.parameters)?;
@@ -313,80 +299,14 @@ async fn complete(state: GatewayState, request: Request) -> Result<Response, Gat
         Some(id) => Some(own_session(&host, &id, &requester).await?),
         None => state.histories.find(&host, &requester, &chat).await,
     };
-    let (session, events) = match &chat.input {
-        Input::Message { text, parts } => {
-            let input = TurnInput::Request(Box::new(TurnRequest {
-                text: text.clone(),
-                parts: parts.clone(),
-                parameters: chat.parameters.clone(),
-            }));
-            match known {
-                Some(session) => {
-                    check_tools(&host, &session, &chat).await?;
-                    let tools = with_client_tools(&state, &session, &chat.client_tools);
-                    let events = host
-                        .start_turn_with(&session, input, tools, Some(requester.clone()))
-                        .await?;
-                    (session, events)
-                }
-                None => {
-                    let new = new_session(&chat, &requester);
-                    let id = new.id.clone().unwrap_or_default();
-                    check_tools_for(&host, &new.settings, &chat).await?;
-                    let tools = with_client_tools(&state, &id, &chat.client_tools);
-                    host.start_new_turn(new, input, tools, Some(requester.clone()))
-                        .await?
-                }
-            }
-        }
-        Input::ToolResults(results) => {
-            let Some(session) = known else {
-                return Err(GatewayError {
-                    status: StatusCode::CONFLICT,
-                    kind: "invalid_request_error",
-                    code: Some("no_waiting_turn"),
-                    param: Some("messages".into()),
-                    message: "no turn waits for these tool results: the history does not \
-                              continue a response of this host that asked for them; send the \
-                              X-Cordon-Session header of that response, or the next user \
-                              message"
-                        .into(),
-                    retry_after_secs: None,
-                });
-            };
-            // Follow before the results go in, so no event of the rest of the turn is missed.
-            let events = host.follow(&session);
-            state
-                .client_calls
-                .supply(&session, results)
-                .map_err(|message| GatewayError {
-                    status: StatusCode::CONFLICT,
-                    kind: "invalid_request_error",
-                    code: Some("no_waiting_turn"),
-                    param: Some("messages".into()),
-                    message,
-                    retry_after_secs: None,
-                })?;
-            (session, events)
-        }
-    };
+    let (session, events) = turn::begin_turn(&state, &chat, &requester, known).await?;
     let guard = CancelOnDrop {
         host: host.clone(),
         session: session.clone(),
         armed: true,
     };
-    let reading = Reading {
-        state: state.clone(),
-        id: format!("chatcmpl-{session}-{}", cordon_core::now_ms()),
-        client_names: chat.client_tools.iter().map(|t| t.name.clone()).collect(),
-        chat,
-        events,
-        guard,
-        usage: cordon_agent::Usage::default(),
-        said: String::new(),
-        tool_events,
-        requester,
-    };
+    let id = format!("chatcmpl-{session}-{}", cordon_core::now_ms());
+    let reading = Reading::new(&state, chat, events, guard, id, tool_events, requester);
     let header = HeaderValue::from_str(&session).ok();
     let mut response = if reading.chat.stream {
         stream_response(reading).await?
@@ -397,6 +317,36 @@ async fn complete(state: GatewayState, request: Request) -> Result<Response, Gat
         response.headers_mut().insert(SESSION_HEADER, value);
     }
     Ok(response)
+}
+
+/// The name of the token a request came with: the token layer in front of the gateway puts
+/// it there; without it, nobody.
+fn caller(request: &Request) -> Result<String, GatewayError> {
+    match request.extensions().get::<Caller>() {
+        Some(Caller(token)) => Ok(token.clone()),
+        None => Err(GatewayError::from(ApiError::internal(
+            "the request reached the gateway without its token's name",
+        ))),
+    }
+}
+
+/// Whether a request asks for Cordon's tool activity ([`TOOL_EVENTS_HEADER`]).
+fn wants_tool_events(headers: &HeaderMap) -> bool {
+    headers
+        .get(TOOL_EVENTS_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| matches!(v.trim(), "1" | "true"))
+}
+
+async fn read_body(request: Request) -> Result<Bytes, GatewayError> {
+    axum::body::to_bytes(request.into_body(), MAX_BODY)
+        .await
+        .map_err(|e| {
+            GatewayError::invalid(
+                "",
+                format!("the body could not be read ({e}); at most 1 MiB"),
+            )
+        })
 }
 
 /// Refuses client tools named like a tool Cordon offers in the session (the model could not

@@ -306,6 +306,22 @@ pub(super) fn wire_calls(value: Option<&Value>, at: &str) -> Result<Vec<WireCall
         .collect()
 }
 
+/// A request's `user`: the end user the client names.
+pub(super) fn user_of(value: Option<&Value>) -> Result<Option<String>, GatewayError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(u)) if u.len() <= MAX_USER_LEN => Ok(Some(u.clone())),
+        Some(Value::String(_)) => Err(GatewayError::invalid(
+            "user",
+            format!("`user` is longer than {MAX_USER_LEN} bytes; send a shorter identifier"),
+        )),
+        Some(_) => Err(GatewayError::invalid(
+            "user",
+            "`user` must be a string that identifies the end user",
+        )),
+    }
+}
+
 pub(super) fn parse_request(
     body: &[u8],
     offered: &[(String, String)],
@@ -375,22 +391,7 @@ pub(super) fn parse_request(
             ));
         }
     };
-    let user = match fields.get("user") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(u)) if u.len() <= MAX_USER_LEN => Some(u.clone()),
-        Some(Value::String(_)) => {
-            return Err(GatewayError::invalid(
-                "user",
-                format!("`user` is longer than {MAX_USER_LEN} bytes; send a shorter identifier"),
-            ));
-        }
-        Some(_) => {
-            return Err(GatewayError::invalid(
-                "user",
-                "`user` must be a string that identifies the end user",
-            ));
-        }
-    };
+    let user = user_of(fields.get("user"))?;
     let Some(Value::Array(messages)) = fields.get("messages") else {
         return Err(GatewayError::invalid(
             "messages",
@@ -710,7 +711,9 @@ mod tests {
         // The same text with an image is another message; plain text keeps the digest it
         // had before parts were kept (recorded histories still match).
         let mut pictured = said(Role::User, "hi");
-        pictured.parts = Some(vec![json!({"type": "image_url", "image_url": {"url": "x"}})]);
+        pictured.parts = Some(vec![
+            json!({"type": "image_url", "image_url": {"url": "x"}}),
+        ]);
         assert_ne!(a, history_digest(&ann, "m", &[pictured]));
         let before = json!([ann.token, ann.user, "m", [["user", "hi", [], null]]]).to_string();
         assert_eq!(a, hex::encode(Sha256::digest(before.as_bytes())));

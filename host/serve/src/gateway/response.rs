@@ -60,9 +60,39 @@ pub(super) struct Reading {
     pub(super) tool_events: bool,
     /// Who sent the request: the history it ends with is theirs only.
     pub(super) requester: Requester,
+    /// The index of the turn this response started, once its start was read.
+    pub(super) turn: Option<usize>,
+    /// Whether the history the request sent, and the answer, are remembered as the end of
+    /// the session (not when the request sent only what follows a response it named).
+    pub(super) record_history: bool,
 }
 
 impl Reading {
+    pub(super) fn new(
+        state: &GatewayState,
+        chat: ChatRequest,
+        events: broadcast::Receiver<Arc<SessionEvent>>,
+        guard: CancelOnDrop,
+        id: String,
+        tool_events: bool,
+        requester: Requester,
+    ) -> Self {
+        Reading {
+            state: state.clone(),
+            id,
+            client_names: chat.client_tools.iter().map(|t| t.name.clone()).collect(),
+            chat,
+            events,
+            guard,
+            usage: cordon_agent::Usage::default(),
+            said: String::new(),
+            tool_events,
+            requester,
+            turn: None,
+            record_history: true,
+        }
+    }
+
     /// The next thing the response shows; events it does not show are skipped.
     pub(super) async fn next(&mut self) -> Read {
         loop {
@@ -76,6 +106,9 @@ impl Reading {
                 }
             };
             match &*event {
+                SessionEvent::Agent(AgentEvent::TurnStarted { turn, .. }) => {
+                    self.turn = Some(*turn)
+                }
                 SessionEvent::Agent(AgentEvent::ModelRequest { .. }) => self.said.clear(),
                 SessionEvent::Agent(AgentEvent::TextDelta { text }) if !text.is_empty() => {
                     self.said.push_str(text);
@@ -136,6 +169,9 @@ impl Reading {
                 ..Said::new(Role::Assistant, said.clone())
             }),
             Ending::Error(_) => return Read::End(ending),
+        }
+        if !self.record_history {
+            return Read::End(ending);
         }
         self.state.histories.record(
             &self.state.host,
