@@ -61,7 +61,7 @@ def test_an_answer_that_used_sql_query(gateway):
         assert done.usage.completion_tokens >= 7
         # The tool ran in the sandbox, recorded in the session's audit; its activity is not in
         # the answer's content.
-        (record,) = audit(g, "sql_query")
+        (record,) = [r for r in audit(g, "sql_query") if r["session"] == session]
         assert record["session"] == session and record["outcome"]["status"] == "ok"
         transcript = g.api("GET", f"/sessions/{session}")["messages"]
         assert any(m["role"] == "tool" and "42" in m["content"] for m in transcript), transcript

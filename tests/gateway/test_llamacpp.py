@@ -73,3 +73,12 @@ def test_a_clients_parameters_act_on_llama_cpp(real_gateway):
     )
     assert shaped.choices[0].finish_reason == "stop", shaped
     assert isinstance(json.loads(shaped.choices[0].message.content)["answer"], int)
+
+
+def test_a_response_cut_at_max_output_tokens_is_incomplete(real_gateway):
+    client = real_gateway.client(timeout=120)
+    cut = client.responses.create(
+        model="smollm2", input="Count from one to fifty, in words.", max_output_tokens=3
+    )
+    assert cut.status == "incomplete" and cut.incomplete_details.reason == "max_output_tokens"
+    assert 0 < cut.usage.output_tokens <= 3 and cut.output_text
