@@ -10,7 +10,10 @@
 //!    history and a new message), which the gateway matches to that session only after
 //!    checking the requester, the creator and the session's recorded conversation. Medians of
 //!    the time to first token of each, and their ratio.
-//! 3. **Concurrent streams.** `--concurrent` (200) streaming requests at once through the
+//! 3. **A client's parameters.** Alternately, `--requests` times each: a request without
+//!    parameters, and one with the sampling and output parameters clients send (checked,
+//!    bounded by `[gateway.parameters]`, recorded on the turn, sent upstream). Medians, ratio.
+//! 4. **Concurrent streams.** `--concurrent` (200) streaming requests at once through the
 //!    gateway: all must complete with the whole answer; the server's peak resident memory
 //!    (target < 512 MiB).
 //!
@@ -63,11 +66,26 @@ async fn stream_messages(
     token: Option<&str>,
     messages: serde_json::Value,
 ) -> Result<(Duration, String, String), String> {
-    let body = json!({
+    stream_with(client, url, model, token, messages, json!({})).await
+}
+
+/// [`stream_messages`] with `extra` fields in the body.
+async fn stream_with(
+    client: &reqwest::Client,
+    url: &str,
+    model: &str,
+    token: Option<&str>,
+    messages: serde_json::Value,
+    extra: serde_json::Value,
+) -> Result<(Duration, String, String), String> {
+    let mut body = json!({
         "model": model,
         "stream": true,
         "messages": messages,
     });
+    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+        body.extend(extra.clone());
+    }
     let start = Instant::now();
     let mut request = client.post(url).json(&body);
     if let Some(token) = token {
@@ -220,7 +238,55 @@ async fn main() {
         continued.as_secs_f64() / fresh.as_secs_f64()
     );
 
-    // 3. Concurrent streams.
+    // 3. A client's parameters, alternately with none.
+    let parameters = json!({
+        "max_tokens": 4096, "temperature": 0.2, "top_p": 0.9, "stop": ["\n\n\n"], "seed": 7,
+        "presence_penalty": 0.1, "frequency_penalty": 0.1, "parallel_tool_calls": true,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "answer", "schema": {
+            "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}},
+    });
+    let (mut plain_times, mut set_times) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let ask = json!([{"role": "user", "content": format!("Parameters {i}.")}]);
+        let (t, ..) = stream_with(
+            &client,
+            &gateway,
+            "scripted",
+            Some(TOKEN),
+            ask.clone(),
+            json!({}),
+        )
+        .await
+        .expect("a request without parameters");
+        plain_times.push(t);
+        let (t, ..) = stream_with(
+            &client,
+            &gateway,
+            "scripted",
+            Some(TOKEN),
+            ask,
+            parameters.clone(),
+        )
+        .await
+        .expect("a request with parameters");
+        set_times.push(t);
+    }
+    let last = model.requests().pop().expect("the upstream was asked");
+    assert_eq!(
+        (&last.body["seed"], &last.body["max_tokens"]),
+        (&json!(7), &json!(4096)),
+        "the parameters reached the upstream"
+    );
+    let (plain, set) = (median(plain_times), median(set_times));
+    println!("OpenAI gateway, a client's parameters ({n} each, a new session each):");
+    println!("  no parameters                        {:>10}", ms(plain));
+    println!("  ten parameters, a JSON schema        {:>10}", ms(set));
+    println!(
+        "  with / without                       {:>9.2}x",
+        set.as_secs_f64() / plain.as_secs_f64()
+    );
+
+    // 4. Concurrent streams.
     let pid = serve.0.id();
     let started = Instant::now();
     let client = Arc::new(client);
