@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use futures::TryStreamExt;
 use serde_json::Value;
 
+use super::request::json_object;
 use super::{GatewayError, GatewayState, MAX_BODY};
 
 /// `POST /v1/completions`.
@@ -49,12 +50,7 @@ async fn forward(
                 format!("the body could not be read ({e}); at most 1 MiB"),
             )
         })?;
-    let mut value: Value = serde_json::from_slice(&body).map_err(|e| {
-        GatewayError::invalid(
-            "",
-            format!("the body is not JSON ({e}); send a JSON object"),
-        )
-    })?;
+    let mut value = json_object(&body)?;
     let config = &state.host.options.config;
     if let Some(model) = value.get("model").and_then(Value::as_str)
         && let Some((_, real)) = config
@@ -63,10 +59,10 @@ async fn forward(
             .into_iter()
             .find(|(name, _)| name == model)
     {
-        value["model"] = Value::String(real);
+        value.insert("model".into(), Value::String(real));
     }
     let sent = upstream
-        .forward(route, value.to_string().into_bytes())
+        .forward(route, Value::Object(value).to_string().into_bytes())
         .send()
         .await
         .map_err(|e| {

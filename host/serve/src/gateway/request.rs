@@ -2,7 +2,7 @@
 //! the results of the client's own tools), the history before it, and the tools the client
 //! defines, each checked as an upstream would check it, with a 400 naming what is wrong.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use cordon_agent::{GatewayParameters, TurnParameters};
@@ -322,24 +322,25 @@ pub(super) fn user_of(value: Option<&Value>) -> Result<Option<String>, GatewayEr
     }
 }
 
-pub(super) fn parse_request(
-    body: &[u8],
-    offered: &[(String, String)],
-    bounds: &GatewayParameters,
-) -> Result<ChatRequest, GatewayError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        GatewayError::invalid(
+/// A request body: a JSON object.
+pub(super) fn json_object(body: &[u8]) -> Result<Map<String, Value>, GatewayError> {
+    match serde_json::from_slice(body) {
+        Ok(Value::Object(fields)) => Ok(fields),
+        Ok(_) => Err(GatewayError::invalid("", "the body must be a JSON object")),
+        Err(e) => Err(GatewayError::invalid(
             "",
             format!("the body is not JSON ({e}); send a JSON object"),
-        )
-    })?;
-    let Value::Object(fields) = value else {
-        return Err(GatewayError::invalid("", "the body must be a JSON object"));
-    };
-    let mut parameters = parameters::take(&fields, HANDLED, bounds)?;
-    parameters.tool_choice = parameters::tool_choice(fields.get("tool_choice"))?;
+        )),
+    }
+}
+
+/// A request's `model`, and the upstream model it stands for.
+pub(super) fn model_of(
+    fields: &Map<String, Value>,
+    offered: &[(String, String)],
+) -> Result<(String, String), GatewayError> {
     let model = match fields.get("model") {
-        Some(Value::String(m)) if !m.is_empty() => m.clone(),
+        Some(Value::String(m)) if !m.is_empty() => m,
         _ => {
             return Err(GatewayError::invalid(
                 "model",
@@ -347,9 +348,33 @@ pub(super) fn parse_request(
             ));
         }
     };
-    let Some((_, upstream)) = offered.iter().find(|(name, _)| *name == model) else {
-        return Err(super::unknown_model(&model, offered, Some("model")));
-    };
+    match offered.iter().find(|(name, _)| name == model) {
+        Some((_, upstream)) => Ok((model.clone(), upstream.clone())),
+        None => Err(super::unknown_model(model, offered, Some("model"))),
+    }
+}
+
+/// A boolean field; absent is false.
+pub(super) fn flag(fields: &Map<String, Value>, name: &str) -> Result<bool, GatewayError> {
+    match fields.get(name) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(GatewayError::invalid(
+            name,
+            format!("`{name}` must be a boolean"),
+        )),
+    }
+}
+
+pub(super) fn parse_request(
+    body: &[u8],
+    offered: &[(String, String)],
+    bounds: &GatewayParameters,
+) -> Result<ChatRequest, GatewayError> {
+    let fields = json_object(body)?;
+    let mut parameters = parameters::take(&fields, HANDLED, bounds)?;
+    parameters.tool_choice = parameters::tool_choice(fields.get("tool_choice"))?;
+    let (model, upstream) = model_of(&fields, offered)?;
     match fields.get("n") {
         None | Some(Value::Null) => {}
         Some(n) if n.as_u64() == Some(1) => {}
@@ -361,16 +386,7 @@ pub(super) fn parse_request(
         }
     }
     let client_tools = client_tools(fields.get("tools"))?;
-    let stream = match fields.get("stream") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => {
-            return Err(GatewayError::invalid(
-                "stream",
-                "`stream` must be a boolean",
-            ));
-        }
-    };
+    let stream = flag(&fields, "stream")?;
     let include_usage = match fields.get("stream_options") {
         None | Some(Value::Null) => false,
         Some(Value::Object(o)) => {
@@ -500,7 +516,7 @@ pub(super) fn parse_request(
     };
     Ok(ChatRequest {
         model,
-        upstream: upstream.clone(),
+        upstream,
         history,
         sent,
         input,

@@ -27,7 +27,7 @@ use serde_json::{Map, Value, json};
 use cordon_agent::GatewayParameters;
 
 use super::super::request::{ChatRequest, ClientTool, Input, Role, Said, WireCall};
-use super::super::request::{client_tools, content_of};
+use super::super::request::{client_tools, content_of, flag, json_object, model_of};
 use super::super::{GatewayError, parameters};
 use super::ResponseId;
 
@@ -123,27 +123,8 @@ pub(super) fn parse(
     offered: &[(String, String)],
     bounds: &GatewayParameters,
 ) -> Result<Parsed, GatewayError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        GatewayError::invalid(
-            "",
-            format!("the body is not JSON ({e}); send a JSON object"),
-        )
-    })?;
-    let Value::Object(fields) = value else {
-        return Err(GatewayError::invalid("", "the body must be a JSON object"));
-    };
-    let model = match fields.get("model") {
-        Some(Value::String(m)) if !m.is_empty() => m.clone(),
-        _ => {
-            return Err(GatewayError::invalid(
-                "model",
-                "`model` must be a model name",
-            ));
-        }
-    };
-    let Some((_, upstream)) = offered.iter().find(|(name, _)| *name == model) else {
-        return Err(super::super::unknown_model(&model, offered, Some("model")));
-    };
+    let fields = json_object(body)?;
+    let (model, upstream) = model_of(&fields, offered)?;
     for (name, what) in [
         (
             "background",
@@ -190,16 +171,7 @@ pub(super) fn parse(
             ));
         }
     };
-    let stream = match fields.get("stream") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => {
-            return Err(GatewayError::invalid(
-                "stream",
-                "`stream` must be a boolean",
-            ));
-        }
-    };
+    let stream = flag(&fields, "stream")?;
     let user = super::super::request::user_of(fields.get("user"))?;
     let client_tools = tools(fields.get("tools"))?;
     let items = items(fields.get("input"))?;
@@ -209,7 +181,7 @@ pub(super) fn parse(
         .collect();
     Ok(Parsed {
         model,
-        upstream: upstream.clone(),
+        upstream,
         instructions,
         items,
         previous,
