@@ -47,7 +47,7 @@ impl Agent {
     }
 
     /// Builds the request for the current history: system prompt, pruning (and summary), wire
-    /// format. Public so interfaces can show what would be sent.
+    /// format, and what the turn's client set.
     pub(super) async fn build_request(
         &self,
         conv: &mut Conversation,
