@@ -178,9 +178,10 @@ def gateway(home, tmp_path):
     """Starts a scripted model with the given steps and a `cordon serve` in front of it."""
 
     @contextmanager
-    def start(steps, tokens=None, config=""):
+    def start(steps, tokens=None, config="", models=""):
         """`tokens`: names of tokens serve accepts (a token file of its own, with `default`
-        first); None: the home's token file. `config`: TOML added to the home's cordon.toml."""
+        first); None: the home's token file. `config`: TOML added to the home's cordon.toml;
+        `models`: lines added to its [gateway.models]."""
         token_args = []
         secrets = {}
         if tokens:
@@ -201,9 +202,10 @@ def gateway(home, tmp_path):
         )
 
         env = {**home.env, "CORDON_LLM_URL": llm_url}
-        if config:
+        if config or models:
             own = tmp_path / "cordon.toml"
-            own.write_text(CONFIG + config)
+            offered = '"gpt-cordon" = "scripted"\n'
+            own.write_text(CONFIG.replace(offered, offered + models) + config)
             env["CORDON_CONFIG"] = str(own)
 
         def start_serve():

@@ -86,7 +86,8 @@ def test_every_standard_parameter_reaches_the_model_with_each_request_of_the_tur
         "parallel_tool_calls": False,
         "reasoning_effort": "low",
     }
-    with gateway([SUM, text('{"total": 42}')]) as g:
+    allow = '[gateway.parameters]\nallow = ["top_k", "min_p"]\n'
+    with gateway([SUM, text('{"total": 42}')], config=allow) as g:
         done = g.client().chat.completions.create(
             model="gpt-cordon",
             messages=USER,
@@ -179,7 +180,24 @@ def test_image_parts_reach_the_model_as_sent(gateway):
         )
         # The history with its image is the session's: the same session goes on.
         assert second.headers["x-cordon-session"] == first.headers["x-cordon-session"]
+        # What the model server would fetch or look up itself is refused: a URL, a file id.
+        for part, param in [
+            (
+                {"type": "image_url", "image_url": {"url": "http://169.254.169.254/latest"}},
+                "messages[0].content[0].image_url",
+            ),
+            (
+                {"type": "file", "file": {"file_id": "file-operators"}},
+                "messages[0].content[0].file.file_id",
+            ),
+        ]:
+            with pytest.raises(openai.BadRequestError) as e:
+                client.chat.completions.create(
+                    model="gpt-cordon", messages=[{"role": "user", "content": [part]}]
+                )
+            assert e.value.param == param, e.value.body
     sent = chats(g)
+    assert len(sent) == 2
     assert sent[0]["messages"][-1]["content"] == parts
     assert sent[1]["messages"][1]["content"] == parts
 
@@ -207,9 +225,17 @@ def test_the_operator_bounds_what_clients_set(gateway):
             client.chat.completions.create(model="gpt-cordon", messages=USER, seed=1)
         assert e.value.code == "parameter_refused" and e.value.param == "seed"
         assert "[gateway.parameters] refuse" in e.value.body["message"]
+        # A model server's own parameter not in `allow`: llama.cpp's `n_predict` would
+        # outrank the ceiling on `max_tokens`.
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(
+                model="gpt-cordon", messages=USER, extra_body={"n_predict": -1}
+            )
+        assert e.value.code == "parameter_not_allowed" and e.value.param == "n_predict"
+        assert "[gateway.parameters] allow" in e.value.body["message"]
     (sent,) = chats(g)
     assert sent["max_tokens"] == 100 and sent["temperature"] == 1.0
-    assert "logit_bias" not in sent
+    assert "logit_bias" not in sent and "n_predict" not in sent
 
 
 def test_errors_under_v1_are_openais_with_a_hint(gateway):
@@ -231,21 +257,34 @@ def test_errors_under_v1_are_openais_with_a_hint(gateway):
 
 
 def test_completions_and_embeddings_are_forwarded_to_the_model_server(gateway):
-    with gateway([]) as g:
+    models = '"embedder" = "nomic-embed-text"\n'
+    bounds = "[gateway.parameters]\nmax_tokens = 50\n"
+    with gateway([], models=models, config=bounds) as g:
         client = g.client()
         done = client.completions.create(model="gpt-cordon", prompt="abc", max_tokens=5)
         assert done.choices[0].text == "cba"
-        vectors = client.embeddings.create(model="nomic-embed", input=["a", "héllo"])
+        client.completions.create(model="gpt-cordon", prompt="unbounded")
+        vectors = client.embeddings.create(model="embedder", input=["a", "héllo"])
         assert [d.embedding for d in vectors.data] == [[1.0, 1.0], [5.0, 6.0]]
+        # Only the models the gateway offers: none other on the operator's key.
+        with pytest.raises(openai.NotFoundError) as e:
+            client.embeddings.create(model="text-embedding-3-large", input="a")
+        assert e.value.code == "model_not_found"
+        with pytest.raises(openai.BadRequestError) as e:
+            client.completions.create(model="gpt-cordon", prompt="x", n=5)
+        assert e.value.param == "n"
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=f"{g.url}/v1", api_key="no", max_retries=0).embeddings.create(
-                model="x", input="a"
+                model="embedder", input="a"
             )
     forwarded = [r for r in g.model_requests() if r.get("path")]
-    assert [r["path"] for r in forwarded] == ["/v1/completions", "/v1/embeddings"]
-    # A gateway model name goes upstream as the model it stands for; other names as sent.
+    paths = [r["path"] for r in forwarded]
+    assert paths == ["/v1/completions", "/v1/completions", "/v1/embeddings"]
+    # A gateway model name goes upstream as the model it stands for.
     assert forwarded[0]["body"]["model"] == "scripted"
     assert forwarded[0]["body"]["prompt"] == "abc" and forwarded[0]["body"]["max_tokens"] == 5
-    assert forwarded[1]["body"]["model"] == "nomic-embed"
+    # The operator's ceiling bounds a request that set no limit.
+    assert forwarded[1]["body"]["max_tokens"] == 50
+    assert forwarded[2]["body"]["model"] == "nomic-embed-text"
     # The upstream sees Cordon's own key (none here), never the client's token.
     assert all(g.token not in (r.get("authorization") or "") for r in forwarded)

@@ -200,6 +200,12 @@ pub struct GatewayParameters {
     pub drop: Vec<String>,
     /// Parameters refused with a 400 that names them.
     pub refuse: Vec<String>,
+    /// A model server's own parameters (`top_k`, `min_p`, …) sent as clients give them; any
+    /// parameter that is neither standard nor listed here is refused.
+    pub allow: Vec<String>,
+    /// Whether image and file parts may name http(s) URLs, which the model server fetches
+    /// from its own network; otherwise they must carry their data (`data:` URLs).
+    pub remote_media: bool,
 }
 
 impl GatewayConfig {
@@ -553,6 +559,16 @@ impl AgentConfig {
             return Err(invalid(
                 "gateway.parameters",
                 format!("`{name}` is part of every request; it cannot be dropped or refused"),
+            ));
+        }
+        if let Some(name) = bounds
+            .allow
+            .iter()
+            .find(|n| crate::parameters::RESERVED.contains(&n.as_str()))
+        {
+            return Err(invalid(
+                "gateway.parameters.allow",
+                format!("`{name}` is Cordon's to set in every model request; it cannot be allowed"),
             ));
         }
         if self.serve.approval_timeout_secs == 0 {

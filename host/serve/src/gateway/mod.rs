@@ -54,7 +54,7 @@ use request::{ChatRequest, Role, parse_request};
 use response::{Reading, stream_response, whole_response};
 
 /// The largest request body taken, as for the rest of the API.
-const MAX_BODY: usize = 1 << 20;
+pub(super) const MAX_BODY: usize = 1 << 20;
 
 /// What the gateway's routes share.
 #[derive(Clone)]

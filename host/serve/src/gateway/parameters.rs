@@ -9,17 +9,44 @@
 //!    not sent.
 //! 3. Fields Cordon cannot honour are a 400 that says why: `functions`/`function_call` (use
 //!    `tools`), audio output (`modalities` other than text, `audio`).
-//! 4. `store` and `metadata` are taken and not sent: Cordon keeps every session and its audit
-//!    whatever `store` says, and what it keeps is the operator's to decide.
-//! 5. The standard parameters are checked (type and range) and bounded: a `max_tokens` over
-//!    the ceiling is lowered to it, a `temperature` outside the range moved to its nearer end.
-//! 6. Everything else (`top_k`, `min_p`, … of the model server) is sent as given.
+//! 4. `store`, `metadata`, `prompt_cache_key` and `safety_identifier` are taken and not sent:
+//!    Cordon keeps every session and its audit whatever `store` says, and what it keeps, and
+//!    on whose account, is the operator's to decide.
+//! 5. The standard parameters ([`STANDARD`]) are checked (type and range) and bounded: a
+//!    `max_tokens` over the ceiling is lowered to it, a `temperature` outside the range moved
+//!    to its nearer end.
+//! 6. A model server's own fields (`top_k`, `min_p`, …) are sent as given only when the
+//!    operator lists them in `allow`; any other field is a 400 naming it. Forwarding what is
+//!    not known would let a client get around the operator's bounds (llama.cpp's `n_predict`
+//!    outranks `max_tokens`) or choose models and tiers on the operator's key.
 
 use serde_json::{Map, Value};
 
 use cordon_agent::{GatewayParameters, ToolChoice, TurnParameters};
 
 use super::GatewayError;
+
+/// The standard Chat Completions parameters, checked and sent to the model server.
+pub(super) const STANDARD: &[&str] = &[
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "logprobs",
+    "top_logprobs",
+    "response_format",
+    "parallel_tool_calls",
+    "reasoning_effort",
+    "verbosity",
+];
+
+/// Fields taken from clients and never sent (see the module's rule 4).
+const KEPT_BACK: &[&str] = &["store", "metadata", "prompt_cache_key", "safety_identifier"];
 
 /// Checks a request's parameters; `handled` are the fields its API's parser reads itself.
 pub(super) fn take(
@@ -84,9 +111,24 @@ pub(super) fn take(
                 expect(name, fits, "an object of at most 16 string values")?;
                 continue;
             }
+            _ if KEPT_BACK.contains(&name.as_str()) => continue,
             _ => {}
         }
-        let value = checked(name, value, bounds)?;
+        let value = if STANDARD.contains(&name.as_str()) {
+            checked(name, value, bounds)?
+        } else if bounds.allow.iter().any(|a| a == name) {
+            value.clone()
+        } else {
+            return Err(GatewayError::invalid(
+                name,
+                format!(
+                    "`{name}` is not a parameter Cordon's gateway sends to the model server; \
+                     leave it out (an operator can let it through: cordon.toml's \
+                     [gateway.parameters] allow)"
+                ),
+            )
+            .with_code("parameter_not_allowed"));
+        };
         sent.insert(name.clone(), value);
     }
     if let (Some(a), Some(b)) = (sent.get("max_tokens"), sent.get("max_completion_tokens")) {
@@ -104,7 +146,7 @@ pub(super) fn take(
     })
 }
 
-/// A standard parameter's value, checked and bounded; any other field as given.
+/// A standard parameter's value, checked and bounded.
 fn checked(name: &str, value: &Value, bounds: &GatewayParameters) -> Result<Value, GatewayError> {
     let number_in = |low: f64, high: f64| -> Result<f64, GatewayError> {
         match value.as_f64() {
@@ -180,7 +222,7 @@ fn checked(name: &str, value: &Value, bounds: &GatewayParameters) -> Result<Valu
             )?;
             value.clone()
         }
-        "reasoning_effort" => {
+        "reasoning_effort" | "verbosity" => {
             expect(
                 name,
                 value.is_string(),
@@ -276,17 +318,28 @@ mod tests {
     }
 
     #[test]
-    fn standard_parameters_are_kept_as_sent_and_extras_pass() {
+    fn standard_parameters_are_kept_as_sent_and_extras_only_when_allowed() {
         let body = json!({
             "model": "m", "messages": [],
             "temperature": 0.3, "top_p": 0.9, "max_tokens": 4096, "stop": ["\n\n"], "seed": 7,
             "presence_penalty": 0.5, "frequency_penalty": -0.5, "logit_bias": {"50256": -100},
             "logprobs": true, "top_logprobs": 3, "parallel_tool_calls": false,
             "reasoning_effort": "low", "top_k": 40, "store": false, "metadata": {"a": "b"},
+            "prompt_cache_key": "k",
             "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}},
             "temperature_unused": null,
         });
-        let p = taken(body, &GatewayParameters::default()).unwrap();
+        let allowed = GatewayParameters {
+            allow: vec!["top_k".into()],
+            ..GatewayParameters::default()
+        };
+        let e = taken(body.clone(), &GatewayParameters::default()).unwrap_err();
+        assert_eq!(
+            (e.param.as_deref(), e.code),
+            (Some("top_k"), Some("parameter_not_allowed"))
+        );
+        assert!(e.message.contains("[gateway.parameters] allow"), "{e:?}");
+        let p = taken(body, &allowed).unwrap();
         let names: Vec<&str> = p.sent.keys().map(String::as_str).collect();
         assert_eq!(
             names,
@@ -335,6 +388,8 @@ mod tests {
             (json!({"functions": []}), "functions"),
             (json!({"modalities": ["text", "audio"]}), "modalities"),
             (json!({"store": "yes"}), "store"),
+            (json!({"n_predict": -1}), "n_predict"),
+            (json!({"service_tier": "priority"}), "service_tier"),
             (
                 json!({"max_tokens": 5, "max_completion_tokens": 6}),
                 "max_completion_tokens",
@@ -354,6 +409,7 @@ mod tests {
             temperature: Some([0.0, 1.0]),
             drop: vec!["logit_bias".into()],
             refuse: vec!["seed".into()],
+            ..GatewayParameters::default()
         };
         let p = taken(
             json!({"max_completion_tokens": 4096, "temperature": 1.7, "logit_bias": {"1": 1}}),

@@ -157,13 +157,76 @@ pub(super) fn history_digest(requester: &Requester, model: &str, history: &[Said
     hex::encode(Sha256::digest(text.as_bytes()))
 }
 
+/// Which content parts besides text a message may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Media {
+    /// None (every message but the user's).
+    Refused,
+    /// Images, audio and files that carry their data (`data:` URLs, base64).
+    Embedded,
+    /// Those, and http(s) URLs the model server fetches (`[gateway.parameters] remote_media`).
+    Remote,
+}
+
+impl Media {
+    /// What a user message may hold under `bounds`.
+    pub(super) fn for_user(bounds: &GatewayParameters) -> Self {
+        if bounds.remote_media {
+            Media::Remote
+        } else {
+            Media::Embedded
+        }
+    }
+}
+
+/// Refuses a media part whose data the model server would fetch or look up itself: a URL
+/// (unless `media` is [`Media::Remote`]), or a `file_id` (a file of the operator's account
+/// upstream, never the client's to name).
+fn check_source(part: &Value, kind: &str, at: &str, media: Media) -> Result<(), GatewayError> {
+    let inner = &part[kind];
+    if inner.get("file_id").is_some_and(|v| !v.is_null()) {
+        return Err(GatewayError::invalid(
+            format!("{at}.{kind}.file_id"),
+            "files by `file_id` are not taken: send the file's content as `file_data` (a data: \
+             URL) with its `filename`",
+        ));
+    }
+    let url = match kind {
+        "image_url" => inner["url"].as_str(),
+        "file" => inner["file_data"].as_str(),
+        _ => return Ok(()),
+    };
+    match url {
+        Some(u) if u.starts_with("data:") => Ok(()),
+        Some(u)
+            if media == Media::Remote
+                && (u.starts_with("https://") || u.starts_with("http://")) =>
+        {
+            Ok(())
+        }
+        Some(u) if u.starts_with("https://") || u.starts_with("http://") => {
+            Err(GatewayError::invalid(
+                format!("{at}.{kind}"),
+                "a URL the model server would fetch from its own network is not taken here: \
+                 send the content as a data: URL (base64), or an operator can allow URLs \
+                 (cordon.toml's [gateway.parameters] remote_media = true)",
+            ))
+        }
+        Some(_) if kind == "file" => Ok(()),
+        _ => Err(GatewayError::invalid(
+            format!("{at}.{kind}"),
+            format!("a `{kind}` part needs its content as a data: URL"),
+        )),
+    }
+}
+
 /// The text of a message's `content` (a string, or parts), and the parts themselves when
 /// some are not text and `media` allows them (a user message's images and audio, passed to
 /// the model as given).
 pub(super) fn content_of(
     content: &Value,
     at: &str,
-    media: bool,
+    media: Media,
 ) -> Result<(String, Option<Vec<Value>>), GatewayError> {
     match content {
         Value::String(s) => Ok((s.clone(), None)),
@@ -174,13 +237,16 @@ pub(super) fn content_of(
             for (i, part) in parts.iter().enumerate() {
                 match (part["type"].as_str(), part["text"].as_str()) {
                     (Some("text" | "input_text" | "output_text"), Some(t)) => text.push_str(t),
-                    (Some(kind @ ("image_url" | "input_audio" | "file")), _) if media => {
+                    (Some(kind @ ("image_url" | "input_audio" | "file")), _)
+                        if media != Media::Refused =>
+                    {
                         if !part[kind].is_object() {
                             return Err(GatewayError::invalid(
                                 format!("{at}.content[{i}].{kind}"),
                                 format!("a `{kind}` part needs a `{kind}` object"),
                             ));
                         }
+                        check_source(part, kind, &format!("{at}.content[{i}]"), media)?;
                         all_text = false;
                     }
                     (kind, _) => {
@@ -190,7 +256,7 @@ pub(super) fn content_of(
                                 "content parts of type {} are not supported here; send text \
                                  parts (`{{\"type\": \"text\", \"text\": …}}`){}",
                                 kind.map_or("(none)".to_string(), |k| format!("`{k}`")),
-                                if media {
+                                if media != Media::Refused {
                                     ", `image_url`, `input_audio` or `file` parts"
                                 } else {
                                     ""
@@ -438,7 +504,11 @@ pub(super) fn parse_request(
         let (text, parts) = content_of(
             m.get("content").unwrap_or(&Value::Null),
             &at,
-            role == Role::User,
+            if role == Role::User {
+                Media::for_user(bounds)
+            } else {
+                Media::Refused
+            },
         )?;
         let mut said = Said::new(role, text);
         said.parts = parts;

@@ -27,7 +27,7 @@ use serde_json::{Map, Value, json};
 use cordon_agent::GatewayParameters;
 
 use super::super::request::{ChatRequest, ClientTool, Input, Role, Said, WireCall};
-use super::super::request::{client_tools, content_of, flag, json_object, model_of};
+use super::super::request::{Media, client_tools, content_of, flag, json_object, model_of};
 use super::super::{GatewayError, parameters};
 use super::ResponseId;
 
@@ -174,7 +174,7 @@ pub(super) fn parse(
     let stream = flag(&fields, "stream")?;
     let user = super::super::request::user_of(fields.get("user"))?;
     let client_tools = tools(fields.get("tools"))?;
-    let items = items(fields.get("input"))?;
+    let items = items(fields.get("input"), Media::for_user(bounds))?;
     let echo = ECHOED
         .iter()
         .filter_map(|k| fields.get(*k).map(|v| (k.to_string(), v.clone())))
@@ -329,8 +329,9 @@ fn tools(value: Option<&Value>) -> Result<Vec<ClientTool>, GatewayError> {
 fn content(
     content: &Value,
     at: &str,
-    media: bool,
+    media: Media,
 ) -> Result<(String, Option<Vec<Value>>), GatewayError> {
+    let allowed = media != Media::Refused;
     let Value::Array(parts) = content else {
         return content_of(content, at, media);
     };
@@ -342,7 +343,7 @@ fn content(
                 json!({"type": "text", "text": part["text"]})
             }
             Some("refusal") => json!({"type": "text", "text": part["refusal"]}),
-            Some("input_image") if media => match part["image_url"].as_str() {
+            Some("input_image") if allowed => match part["image_url"].as_str() {
                 Some(url) => {
                     let mut image = json!({"url": url});
                     if let Some(detail) = part["detail"].as_str() {
@@ -358,7 +359,7 @@ fn content(
                     ));
                 }
             },
-            Some("input_file") if media => {
+            Some("input_file") if allowed => {
                 if part.get("file_url").is_some_and(|u| !u.is_null()) {
                     return Err(GatewayError::invalid(
                         format!("{at}.file_url"),
@@ -374,7 +375,7 @@ fn content(
                 }
                 json!({"type": "file", "file": file})
             }
-            Some("input_audio") if media => {
+            Some("input_audio") if allowed => {
                 json!({"type": "input_audio", "input_audio": part["input_audio"]})
             }
             kind => {
@@ -384,7 +385,7 @@ fn content(
                         "content parts of type {} are not supported here; send `input_text` \
                          parts{}",
                         kind.map_or("(none)".to_string(), |k| format!("`{k}`")),
-                        if media {
+                        if allowed {
                             ", `input_image` or `input_file` parts"
                         } else {
                             ""
@@ -399,7 +400,7 @@ fn content(
 }
 
 /// `input`: a string (one user message) or a list of items.
-fn items(value: Option<&Value>) -> Result<Vec<(usize, Item)>, GatewayError> {
+fn items(value: Option<&Value>, media: Media) -> Result<Vec<(usize, Item)>, GatewayError> {
     let list = match value {
         Some(Value::String(text)) => {
             return Ok(vec![(
@@ -453,7 +454,15 @@ fn items(value: Option<&Value>) -> Result<Vec<(usize, Item)>, GatewayError> {
                         ));
                     }
                 };
-                let (text, parts) = content(&item["content"], &at, role == Role::User)?;
+                let (text, parts) = content(
+                    &item["content"],
+                    &at,
+                    if role == Role::User {
+                        media
+                    } else {
+                        Media::Refused
+                    },
+                )?;
                 Item::Message { role, text, parts }
             }
             Some("function_call") => Item::Call(WireCall {
@@ -464,7 +473,9 @@ fn items(value: Option<&Value>) -> Result<Vec<(usize, Item)>, GatewayError> {
             Some("function_call_output") => {
                 let text = match &item["output"] {
                     Value::String(s) => s.clone(),
-                    output @ Value::Array(_) => content(output, &format!("{at}.output"), false)?.0,
+                    output @ Value::Array(_) => {
+                        content(output, &format!("{at}.output"), Media::Refused)?.0
+                    }
                     _ => {
                         return Err(GatewayError::invalid(
                             format!("{at}.output"),

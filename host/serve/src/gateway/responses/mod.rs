@@ -292,6 +292,21 @@ async fn find(
                      over; send the next user message instead"
                 )));
             }
+            // Each earlier round of the turn ended with an answer that called the client's
+            // tools: a round past those is no response of this turn.
+            let first = conv.turns.last().map_or(0, |t| t.first_message);
+            let asked = conv.messages[first.min(conv.messages.len())..]
+                .iter()
+                .filter(|m| {
+                    matches!(m, cordon_agent::Message::Assistant { tool_calls, .. } if !tool_calls.is_empty())
+                })
+                .count();
+            if previous.round >= asked {
+                return Err(unknown_response(
+                    &previous.to_string(),
+                    "previous_response_id",
+                ));
+            }
             return Ok(Found {
                 session: Some(info.id),
                 turn: Some(last),

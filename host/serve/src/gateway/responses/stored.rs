@@ -35,6 +35,14 @@ pub(super) enum Output {
 }
 
 impl Output {
+    /// The bytes of text it holds.
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Output::Text(text) => text.len(),
+            Output::Call(call) => call.id.len() + call.name.len() + call.arguments.len(),
+        }
+    }
+
     /// The item as a client sends it back.
     pub(super) fn as_input(&self) -> Item {
         match self {
@@ -198,6 +206,13 @@ fn rounds(messages: &[Message], ours: &[String]) -> Vec<Vec<Output>> {
 /// session, and each named session is read from the store.
 const MAX_REFERENCED_SESSIONS: usize = 8;
 
+/// The most `item_reference`s one request may hold: each stands for a whole stored item.
+const MAX_REFERENCES: usize = 256;
+
+/// The most text the references of one request may stand for, as for a body sent whole: a
+/// small body must not make Cordon hold (and store) far more than a large one may.
+const MAX_REFERENCED_BYTES: usize = super::super::MAX_BODY;
+
 /// `items` with each `item_reference` replaced by the item it names (a message or function
 /// call of an earlier response of `requester`'s token).
 pub(super) async fn resolve(
@@ -205,8 +220,22 @@ pub(super) async fn resolve(
     requester: &Requester,
     items: Vec<(usize, Item)>,
 ) -> Result<Vec<(usize, Item)>, GatewayError> {
+    let references = items
+        .iter()
+        .filter(|(_, item)| matches!(item, Item::Reference(_)))
+        .count();
+    if references > MAX_REFERENCES {
+        return Err(GatewayError::invalid(
+            "input",
+            format!(
+                "{references} `item_reference`s: one request takes at most {MAX_REFERENCES}; \
+                 continue with `previous_response_id` instead"
+            ),
+        ));
+    }
     let mut read: HashMap<String, Session> = HashMap::new();
     let mut out = Vec::with_capacity(items.len());
+    let mut bytes = 0usize;
     for (i, item) in items {
         let Item::Reference(reference) = &item else {
             out.push((i, item));
@@ -249,6 +278,16 @@ pub(super) async fn resolve(
             Err(e) => return Err(e),
         };
         let found = output.get(index).ok_or_else(missing)?;
+        bytes = bytes.saturating_add(found.len());
+        if bytes > MAX_REFERENCED_BYTES {
+            return Err(GatewayError::invalid(
+                param,
+                format!(
+                    "the `item_reference`s of this request stand for more than \
+                     {MAX_REFERENCED_BYTES} bytes; continue with `previous_response_id` instead"
+                ),
+            ));
+        }
         out.push((i, found.as_input()));
     }
     Ok(out)
