@@ -100,9 +100,12 @@ class World:
         return Client(server, mode=mode, read_timeout_seconds=60, **kwargs)
 
 
-def http_client(url, token, mode, **kwargs):
-    """An MCP SDK client connected to the `/mcp` of the `cordon serve` at `url` with `token`."""
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+def http_client(url, token, mode, headers=None, **kwargs):
+    """An MCP SDK client connected to the `/mcp` of the `cordon serve` at `url` with `token`
+    (and `headers`)."""
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}", **(headers or {})}, timeout=60
+    )
     server = streamable_http_client(url + "/mcp", http_client=http)
     return Client(server, mode=mode, read_timeout_seconds=60, **kwargs)
 

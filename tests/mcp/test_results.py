@@ -235,6 +235,19 @@ async def test_an_always_holds_for_one_program_not_for_another_with_the_same_nam
     assert third["decision"] == "no", third
 
 
+async def test_no_always_is_kept_for_a_proxys_connection(world):
+    """Behind a proxy that pools its connections to `cordon serve`, one connection carries
+    many programs' requests: an `always` answered over it must not approve the next call."""
+    asked, always = answering("always")
+    proxied = {"Via": "1.1 haproxy"}
+    async with http_client(world.serve_url, world.token, "2026-07-28", headers=proxied,
+                           elicitation_callback=always) as c:  # fmt: skip
+        for _ in range(2):
+            r = await c.call_tool("fw__list_dir", {"path": "/scratch"})
+            assert not r.is_error, text(r)
+    assert len(asked) == 2, "the second call through the proxy was not asked"
+
+
 async def test_cordon_approve_finds_the_running_server_by_itself(world):
     """`cordon serve` records where it listens in the home; `cordon approve`, with no --url,
     talks to it and says so (before, it tried 127.0.0.1:8420 and the home's token)."""

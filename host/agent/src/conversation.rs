@@ -369,6 +369,9 @@ impl Conversation {
         };
         copy.progress = Progress::default();
         copy.summary = copy.summary.filter(|s| s.covers.iter().all(|&i| i < end));
+        // An `always` or `never` belongs to the turns up to where it was given: one given in
+        // a turn the copy leaves out never happened there.
+        copy.session_approvals.retain(|_, a| a.turn < keep_turns);
         Ok(copy)
     }
 
@@ -565,6 +568,28 @@ mod tests {
         let tail = serde_json::to_string(&conv.tail()).unwrap();
         let back = Conversation::from_tail(&tail, conv.messages.clone()).unwrap();
         assert_eq!(back, conv);
+    }
+
+    #[test]
+    fn a_fork_keeps_only_the_standing_answers_given_in_its_turns() {
+        let mut conv = Conversation::new();
+        for (i, tool) in ["files.read_file", "sql.sql_execute"].iter().enumerate() {
+            conv.messages.push(Message::user("q"));
+            conv.messages.push(Message::assistant("a"));
+            conv.turns.push(Turn {
+                first_message: i * 2,
+                outcome: Some(TurnOutcome::Answered),
+                requested_by: None,
+                parameters: TurnParameters::default(),
+            });
+            let mut answer = StandingAnswer::unattributed(crate::approval::Policy::Auto);
+            answer.turn = i;
+            conv.session_approvals.insert(tool.to_string(), answer);
+        }
+        let fork = conv.fork(1).unwrap();
+        let kept: Vec<&String> = fork.session_approvals.keys().collect();
+        assert_eq!(kept, ["files.read_file"]);
+        assert_eq!(conv.fork(2).unwrap().session_approvals.len(), 2);
     }
 
     #[test]

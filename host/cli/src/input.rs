@@ -241,10 +241,17 @@ fn history_warning(path: &Path, error: &dyn std::fmt::Display) {
 }
 
 /// Makes sure the history file exists and only its owner can read it: what people type may be
-/// a secret. A file left readable by others (made by hand, or copied) is made owner-only.
+/// a secret. A file left readable by others (made by hand, or copied) is made owner-only. A
+/// symbolic link there is refused: the lines would go (and its target's mode change) wherever
+/// it points.
 fn open_history(path: &Path) -> std::io::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
+    }
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(std::io::Error::other(
+            "it is a symbolic link; remove it and chat makes a file of its own",
+        ));
     }
     let mut options = std::fs::OpenOptions::new();
     options.append(true).create(true);
@@ -507,5 +514,14 @@ mod tests {
         open_history(&path).unwrap();
         assert_eq!(mode(&path), 0o600);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "#V2\nsecret\n");
+        // A link planted there is refused, and its target left alone.
+        let target = dir.path().join("elsewhere");
+        std::fs::write(&target, "").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let linked = dir.path().join("home").join("linked-history");
+        std::os::unix::fs::symlink(&target, &linked).unwrap();
+        let e = open_history(&linked).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(mode(&target), 0o644);
     }
 }

@@ -254,7 +254,9 @@ impl Gate {
 ///   version this server does not speak (`-32022`, with the versions it does);
 /// - a session that ended is answered `204 No Content`, not the SDK's `202 Accepted`, which
 ///   SDKs (the Python one) report as a failure to end it;
-/// - the request is told which connection it came over ([`Connection`]).
+/// - the request is told which connection it came over ([`Connection`]), unless a proxy
+///   says it passed it on (`Forwarded`, `X-Forwarded-For`, `Via`): a proxy's connection may
+///   carry many programs' requests, so no `always` is kept for it.
 ///
 /// The SDK parses the body; it is parsed here again only to explain a body the SDK refused.
 async fn check_message(
@@ -262,10 +264,14 @@ async fn check_message(
     mut request: Request,
     next: Next,
 ) -> Response {
+    let proxied = ["forwarded", "x-forwarded-for", "via"]
+        .iter()
+        .any(|h| request.headers().contains_key(*h));
     if let Some(ConnectInfo(ConnectionId(number))) = request
         .extensions()
         .get::<ConnectInfo<ConnectionId>>()
         .copied()
+        .filter(|_| !proxied)
     {
         request.extensions_mut().insert(Connection(number));
     }
