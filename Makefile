@@ -208,7 +208,7 @@ gateway-test: host plugins
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends nodejs npm; \
 	fi
 	@[ "$$(cat $(NPM_CLIENTS)/.installed 2>/dev/null)" = "$(NPM_CLIENT_PACKAGES)" ] || { npm install --prefix $(NPM_CLIENTS) --no-audit --no-fund --loglevel=error $(NPM_CLIENT_PACKAGES) && echo "$(NPM_CLIENT_PACKAGES)" > $(NPM_CLIENTS)/.installed; }
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/gateway
+	CORDON_NO_SKIP=1 $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/gateway
 
 demo: host plugins
 	bash tests/demo.sh

@@ -119,7 +119,7 @@ fn candidates(home: &Home, args: &ApproveArgs) -> anyhow::Result<Vec<(String, Pa
         return Ok(vec![(url, tokens(None), "named by --url".to_string())]);
     }
     let mut found = Vec::new();
-    if let Some(serving) = crate::serving::read(home) {
+    if let Some(serving) = crate::serving::read(home).filter(crate::serving::alive) {
         let why = format!(
             "the cordon serve (pid {}) that recorded itself in {}",
             serving.pid,

@@ -64,8 +64,26 @@ pub fn forget(home: &Home) {
     }
 }
 
+/// Whether the recorded process still runs a `cordon`: a record left by one killed outright
+/// names a port that anyone may have taken since, and the token must not go there.
+pub fn alive(serving: &Serving) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        std::fs::read_link(format!("/proc/{}/exe", serving.pid)).is_ok_and(|exe| {
+            exe.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("cordon"))
+        })
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = serving;
+        true
+    }
+}
+
 /// The recorded server, if a `cordon serve` recorded one (it may have stopped since without
-/// removing it: killed outright).
+/// removing it: killed outright; see [`alive`]).
 pub fn read(home: &Home) -> Option<Serving> {
     let text = std::fs::read_to_string(home.root().join(FILE)).ok()?;
     let value: Value = serde_json::from_str(&text).ok()?;
@@ -91,11 +109,15 @@ mod tests {
         assert_eq!(serving.url, "http://127.0.0.1:8421");
         assert_eq!(serving.token_file, dir.path().join("tokens"));
         assert_eq!(serving.pid, std::process::id());
+        // This test runs in a program named cordon-…: a live record.
+        assert!(alive(&serving));
         // Another process's record stays.
         let other = json!({"url": "http://127.0.0.1:1", "token_file": "/t", "pid": 1});
         std::fs::write(home.root().join(FILE), other.to_string()).unwrap();
         forget(&home);
         assert_eq!(read(&home).unwrap().pid, 1);
+        // pid 1 is no cordon: the record is stale.
+        assert!(!alive(&read(&home).unwrap()));
         record(&home, addr, Path::new("t")).unwrap();
         forget(&home);
         assert_eq!(read(&home), None);
