@@ -60,14 +60,7 @@ pub(super) fn take(
             continue;
         }
         if bounds.refuse.iter().any(|r| r == name) {
-            return Err(GatewayError::invalid(
-                name,
-                format!(
-                    "`{name}` is refused by this gateway (its cordon.toml lists it in \
-                     [gateway.parameters] refuse); leave it out"
-                ),
-            )
-            .with_code("parameter_refused"));
+            return Err(refused(name));
         }
         if bounds.drop.iter().any(|d| d == name) {
             continue;
@@ -144,6 +137,18 @@ pub(super) fn take(
         sent,
         tool_choice: None,
     })
+}
+
+/// The 400 for a parameter the operator refuses (`[gateway.parameters] refuse`).
+pub(super) fn refused(name: &str) -> GatewayError {
+    GatewayError::invalid(
+        name,
+        format!(
+            "`{name}` is refused by this gateway (its cordon.toml lists it in \
+             [gateway.parameters] refuse); leave it out"
+        ),
+    )
+    .with_code("parameter_refused")
 }
 
 /// A standard parameter's value, checked and bounded.

@@ -100,14 +100,7 @@ async fn forward(
 /// `[gateway.parameters]` on a completions request (see the module's rule 2).
 fn bound(body: &mut Map<String, Value>, bounds: &GatewayParameters) -> Result<(), GatewayError> {
     if let Some(name) = bounds.refuse.iter().find(|r| body.contains_key(*r)) {
-        return Err(GatewayError::invalid(
-            name,
-            format!(
-                "`{name}` is refused by this gateway (its cordon.toml lists it in \
-                 [gateway.parameters] refuse); leave it out"
-            ),
-        )
-        .with_code("parameter_refused"));
+        return Err(super::parameters::refused(name));
     }
     body.retain(|name, _| !bounds.drop.contains(name));
     for name in ["n", "best_of"] {
