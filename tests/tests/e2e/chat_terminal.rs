@@ -124,14 +124,18 @@ fn mode(path: &Path) -> u32 {
 
 /// Up recalls the line typed before, and the model gets that text, not the arrow's escape
 /// sequence; the history is in the home, owner-only, and a chat started later recalls it.
+/// `n` text answers, `answer one`, `answer two`, …: what each test's turns get back.
+fn answers(n: usize) -> Vec<Step> {
+    ["one", "two", "three", "four"][..n]
+        .iter()
+        .map(|w| Step::text(&format!("answer {w}")))
+        .collect()
+}
+
 #[test]
 fn up_recalls_the_last_line_also_in_a_later_chat() {
     let home = TestHome::new();
-    let model = Model::new(vec![
-        Step::text("answer one"),
-        Step::text("answer two"),
-        Step::text("answer three"),
-    ]);
+    let model = Model::new(answers(3));
     let mut first = chat(&home, &model);
     press(&mut first, &format!("what is in the box{ENTER}"));
     answered(&mut first, "answer one");
@@ -165,12 +169,7 @@ fn up_recalls_the_last_line_also_in_a_later_chat() {
 #[test]
 fn ctrl_r_finds_an_earlier_line_and_a_line_after_a_space_is_not_kept() {
     let home = TestHome::new();
-    let model = Model::new(vec![
-        Step::text("answer one"),
-        Step::text("answer two"),
-        Step::text("answer three"),
-        Step::text("answer four"),
-    ]);
+    let model = Model::new(answers(4));
     let mut session = chat(&home, &model);
     press(&mut session, &format!("alpha question{ENTER}"));
     answered(&mut session, "answer one");
@@ -224,12 +223,7 @@ fn tab_completes_commands_and_tool_names() {
 #[test]
 fn a_message_of_several_lines_arrives_as_one() {
     let home = TestHome::new();
-    let model = Model::new(vec![
-        Step::text("answer one"),
-        Step::text("answer two"),
-        Step::text("answer three"),
-        Step::text("answer four"),
-    ]);
+    let model = Model::new(answers(4));
     let mut session = chat(&home, &model);
     press(
         &mut session,
