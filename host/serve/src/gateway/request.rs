@@ -388,6 +388,85 @@ pub(super) fn user_of(value: Option<&Value>) -> Result<Option<String>, GatewayEr
     }
 }
 
+/// How an API names what [`split_input`] reports on.
+pub(super) struct InputNames {
+    /// The list of messages or items (`messages`, `input`).
+    pub(super) list: &'static str,
+    /// A tool result's field naming the call it answers (`tool_call_id`, `call_id`).
+    pub(super) call_id: &'static str,
+    /// What a result's call is not a call of, and what to send instead.
+    pub(super) not_asked: &'static str,
+    /// Why the last entry must be a user message or tool results.
+    pub(super) not_a_turn: &'static str,
+}
+
+const CHAT_NAMES: InputNames = InputNames {
+    list: "messages",
+    call_id: "tool_call_id",
+    not_asked: "the assistant message before the tool results",
+    not_a_turn: "the last message must be the user's (`\"role\": \"user\"`), or the results \
+                 of the tool calls the last answer asked for (`\"role\": \"tool\"`): each \
+                 request is one turn, or the rest of one",
+};
+
+/// What a request adds to its conversation, and how many of `sent` come before it: the
+/// results of the client's tools that end it (each answering a call of the entry before
+/// them, when `check_calls`), or else its last entry, a user message that is not empty.
+/// `at(i)` is where `sent[i]` stands in the client's list, for the errors.
+pub(super) fn split_input(
+    sent: &[Said],
+    at: impl Fn(usize) -> usize,
+    names: &InputNames,
+    check_calls: bool,
+) -> Result<(usize, Input), GatewayError> {
+    let list = names.list;
+    let results = sent
+        .iter()
+        .rev()
+        .take_while(|s| s.role == Role::Tool)
+        .count();
+    let first = sent.len() - results;
+    if results > 0 {
+        let asked = sent[..first]
+            .last()
+            .map(|s| s.tool_calls.as_slice())
+            .unwrap_or_default();
+        let mut answers = Vec::with_capacity(results);
+        for (i, said) in sent.iter().enumerate().skip(first) {
+            let id = said.tool_call_id.clone().unwrap_or_default();
+            if check_calls && !asked.iter().any(|c| c.id == id) {
+                return Err(GatewayError::invalid(
+                    format!("{list}[{}].{}", at(i), names.call_id),
+                    format!("`{id}` is not a call of {}", names.not_asked),
+                ));
+            }
+            answers.push((id, said.text.clone()));
+        }
+        return Ok((first, Input::ToolResults(answers)));
+    }
+    match sent.last() {
+        Some(Said {
+            role: Role::User,
+            text,
+            parts,
+            ..
+        }) if !text.trim().is_empty() || parts.is_some() => Ok((
+            sent.len() - 1,
+            Input::Message {
+                text: text.clone(),
+                parts: parts.clone(),
+            },
+        )),
+        Some(Said {
+            role: Role::User, ..
+        }) => Err(GatewayError::invalid(
+            format!("{list}[{}].content", at(sent.len() - 1)),
+            "the user's message is empty",
+        )),
+        _ => Err(GatewayError::invalid(list, names.not_a_turn)),
+    }
+}
+
 /// A request body: a JSON object.
 pub(super) fn json_object(body: &[u8]) -> Result<Map<String, Value>, GatewayError> {
     match serde_json::from_slice(body) {
@@ -527,63 +606,8 @@ pub(super) fn parse_request(
         }
         sent.push(said);
     }
-    let results = sent
-        .iter()
-        .rev()
-        .take_while(|s| s.role == Role::Tool)
-        .count();
-    let (history, input) = if results > 0 {
-        let history = sent[..sent.len() - results].to_vec();
-        let asked = history
-            .last()
-            .map(|s| s.tool_calls.as_slice())
-            .unwrap_or_default();
-        let mut answers = Vec::with_capacity(results);
-        for (i, said) in sent[sent.len() - results..].iter().enumerate() {
-            let id = said.tool_call_id.clone().unwrap_or_default();
-            if !asked.iter().any(|c| c.id == id) {
-                return Err(GatewayError::invalid(
-                    format!("messages[{}].tool_call_id", sent.len() - results + i),
-                    format!(
-                        "`{id}` is not a call of the assistant message before the tool results"
-                    ),
-                ));
-            }
-            answers.push((id, said.text.clone()));
-        }
-        (history, Input::ToolResults(answers))
-    } else {
-        match sent.last() {
-            Some(Said {
-                role: Role::User,
-                text,
-                parts,
-                ..
-            }) if !text.trim().is_empty() || parts.is_some() => (
-                sent[..sent.len() - 1].to_vec(),
-                Input::Message {
-                    text: text.clone(),
-                    parts: parts.clone(),
-                },
-            ),
-            Some(Said {
-                role: Role::User, ..
-            }) => {
-                return Err(GatewayError::invalid(
-                    format!("messages[{}].content", sent.len() - 1),
-                    "the user's message is empty",
-                ));
-            }
-            _ => {
-                return Err(GatewayError::invalid(
-                    "messages",
-                    "the last message must be the user's (`\"role\": \"user\"`), or the \
-                     results of the tool calls the last answer asked for (`\"role\": \
-                     \"tool\"`): each request is one turn, or the rest of one",
-                ));
-            }
-        }
-    };
+    let (before, input) = split_input(&sent, |i| i, &CHAT_NAMES, true)?;
+    let history = sent[..before].to_vec();
     Ok(ChatRequest {
         model,
         upstream,

@@ -26,7 +26,9 @@ use serde_json::{Map, Value, json};
 
 use cordon_agent::GatewayParameters;
 
-use super::super::request::{ChatRequest, ClientTool, Input, Role, Said, WireCall};
+use super::super::request::{
+    ChatRequest, ClientTool, InputNames, Role, Said, WireCall, split_input,
+};
 use super::super::request::{Media, client_tools, content_of, flag, json_object, model_of};
 use super::super::{GatewayError, parameters};
 use super::ResponseId;
@@ -556,6 +558,16 @@ pub(super) fn saids(items: &[(usize, Item)]) -> Vec<(usize, Said)> {
     out
 }
 
+const RESPONSES_NAMES: InputNames = InputNames {
+    list: "input",
+    call_id: "call_id",
+    not_asked: "the `function_call` items before the outputs; send the calls the response \
+                asked for, then their outputs, or name that response in `previous_response_id`",
+    not_a_turn: "the last input item must be a user message, or the `function_call_output` \
+                 items of the calls the last response asked for: each request is one turn, or \
+                 the rest of one",
+};
+
 /// The request, its references looked up: what it adds to the conversation (a user message,
 /// or function call outputs) and everything before that.
 pub(super) fn request(parsed: Parsed) -> Result<ResponsesRequest, GatewayError> {
@@ -581,74 +593,10 @@ pub(super) fn request(parsed: Parsed) -> Result<ResponsesRequest, GatewayError> 
         .map(|(_, s)| s.text.as_str())
         .collect();
     let system = (!system.is_empty()).then(|| system.join("\n\n"));
-    let results = sent
-        .iter()
-        .rev()
-        .take_while(|(_, s)| s.role == Role::Tool)
-        .count();
-    let input = if results > 0 {
-        let first = sent.len() - results;
-        let asked = sent[..first]
-            .last()
-            .map(|(_, s)| s.tool_calls.as_slice())
-            .unwrap_or_default();
-        let mut answers = Vec::with_capacity(results);
-        for (i, said) in &sent[first..] {
-            let id = said.tool_call_id.clone().unwrap_or_default();
-            // Continuing a response by id, the calls are that response's: the turn waiting
-            // on them checks the ids.
-            if previous.is_none() && !asked.iter().any(|c| c.id == id) {
-                return Err(GatewayError::invalid(
-                    format!("input[{i}].call_id"),
-                    format!(
-                        "`{id}` is not a call of the `function_call` items before the outputs; \
-                         send the calls the response asked for, then their outputs, or name \
-                         that response in `previous_response_id`"
-                    ),
-                ));
-            }
-            answers.push((id, said.text.clone()));
-        }
-        Input::ToolResults(answers)
-    } else {
-        match sent.last() {
-            Some((
-                _,
-                Said {
-                    role: Role::User,
-                    text,
-                    parts,
-                    ..
-                },
-            )) if !text.trim().is_empty() || parts.is_some() => Input::Message {
-                text: text.clone(),
-                parts: parts.clone(),
-            },
-            Some((
-                i,
-                Said {
-                    role: Role::User, ..
-                },
-            )) => {
-                return Err(GatewayError::invalid(
-                    format!("input[{i}].content"),
-                    "the user's message is empty",
-                ));
-            }
-            _ => {
-                return Err(GatewayError::invalid(
-                    "input",
-                    "the last input item must be a user message, or the \
-                     `function_call_output` items of the calls the last response asked for: \
-                     each request is one turn, or the rest of one",
-                ));
-            }
-        }
-    };
-    let before = match input {
-        Input::Message { .. } => sent.len() - 1,
-        Input::ToolResults(ref r) => sent.len() - r.len(),
-    };
+    let (at, sent): (Vec<usize>, Vec<Said>) = sent.into_iter().unzip();
+    // Continuing a response by id, the calls are that response's: the turn waiting on them
+    // checks the ids.
+    let (before, input) = split_input(&sent, |i| at[i], &RESPONSES_NAMES, previous.is_none())?;
     // The session holds what came before the response named; anything else the input holds
     // would not reach the model, so it is refused rather than dropped.
     let follows = |s: &Said| {
@@ -656,16 +604,15 @@ pub(super) fn request(parsed: Parsed) -> Result<ResponsesRequest, GatewayError> 
             || s.role == Role::Assistant && s.text.is_empty() && !s.tool_calls.is_empty()
     };
     if previous.is_some()
-        && let Some((i, _)) = sent[..before].iter().find(|(_, s)| !follows(s))
+        && let Some(i) = (0..before).find(|&i| !follows(&sent[i]))
     {
         return Err(GatewayError::invalid(
-            format!("input[{i}]"),
+            format!("input[{}]", at[i]),
             "with `previous_response_id`, `input` holds only what follows that response: the \
              next user message, or the `function_call_output` items of the calls it asked for \
              (the session holds the rest)",
         ));
     }
-    let sent: Vec<Said> = sent.into_iter().map(|(_, s)| s).collect();
     let chat = ChatRequest {
         model,
         upstream,
@@ -689,6 +636,7 @@ pub(super) fn request(parsed: Parsed) -> Result<ResponsesRequest, GatewayError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gateway::request::Input;
 
     fn offered() -> Vec<(String, String)> {
         vec![("gpt-x".to_string(), "upstream".to_string())]
