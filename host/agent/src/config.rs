@@ -243,6 +243,20 @@ impl MaxTokensField {
     }
 }
 
+impl GatewayParameters {
+    /// A client's answer-length limit, lowered to the ceiling if there is one.
+    pub fn max_tokens_within(&self, asked: u64) -> u64 {
+        self.max_tokens
+            .map_or(asked, |ceiling| asked.min(u64::from(ceiling)))
+    }
+
+    /// A client's temperature, moved into the range if there is one.
+    pub fn temperature_within(&self, asked: f64) -> f64 {
+        self.temperature
+            .map_or(asked, |[low, high]| asked.clamp(low, high))
+    }
+}
+
 /// How tool calls travel between host and model.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

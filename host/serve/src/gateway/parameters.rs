@@ -166,7 +166,7 @@ fn checked(name: &str, value: &Value, bounds: &GatewayParameters) -> Result<Valu
         "temperature" => {
             let t = number_in(0.0, 2.0)?;
             match bounds.temperature {
-                Some([low, high]) => Value::from(t.clamp(low, high)),
+                Some(_) => Value::from(bounds.temperature_within(t)),
                 None => value.clone(),
             }
         }
@@ -179,10 +179,7 @@ fn checked(name: &str, value: &Value, bounds: &GatewayParameters) -> Result<Valu
             value.clone()
         }
         "max_tokens" | "max_completion_tokens" => match value.as_u64() {
-            Some(n) if n >= 1 => {
-                let ceiling = bounds.max_tokens.map_or(u64::MAX, u64::from);
-                Value::from(n.min(ceiling))
-            }
+            Some(n) if n >= 1 => Value::from(bounds.max_tokens_within(n)),
             _ => {
                 return Err(GatewayError::invalid(
                     name,

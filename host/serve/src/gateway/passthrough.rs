@@ -118,14 +118,17 @@ fn bound(body: &mut Map<String, Value>, bounds: &GatewayParameters) -> Result<()
     // No `[llm] max_tokens` applies here: a ceiling also bounds a request that sets none.
     if let Some(ceiling) = bounds.max_tokens {
         let asked = body.get("max_tokens").and_then(Value::as_u64);
-        let limit = asked.map_or(u64::from(ceiling), |a| a.min(u64::from(ceiling)));
+        let limit = bounds.max_tokens_within(asked.unwrap_or(u64::from(ceiling)));
         body.insert("max_tokens".into(), Value::from(limit));
     }
-    if let (Some([low, high]), Some(t)) = (
+    if let (Some(_), Some(t)) = (
         bounds.temperature,
         body.get("temperature").and_then(Value::as_f64),
     ) {
-        body.insert("temperature".into(), Value::from(t.clamp(low, high)));
+        body.insert(
+            "temperature".into(),
+            Value::from(bounds.temperature_within(t)),
+        );
     }
     Ok(())
 }
