@@ -183,6 +183,16 @@ async fn run(
     text: &str,
     answers: &[(&str, ApprovalAnswer)],
 ) -> Run {
+    run_input(agent, conv, TurnInput::Message(text.into()), answers).await
+}
+
+/// [`run`] with any input.
+async fn run_input(
+    agent: &Agent,
+    conv: Conversation,
+    input: TurnInput,
+    answers: &[(&str, ApprovalAnswer)],
+) -> Run {
     let mut conv = conv;
     let mut rec = Recorder {
         answers: answers
@@ -192,12 +202,7 @@ async fn run(
         ..Recorder::default()
     };
     let outcome = agent
-        .run_turn(
-            &mut conv,
-            TurnInput::Message(text.into()),
-            &mut rec,
-            &CancellationToken::new(),
-        )
+        .run_turn(&mut conv, input, &mut rec, &CancellationToken::new())
         .await
         .unwrap();
     Run { conv, outcome, rec }
@@ -1465,16 +1470,7 @@ async fn a_clients_parameters_go_with_every_request_and_its_tool_choice_with_the
         ]),
         parameters: parameters.clone(),
     }));
-    let mut conv = Conversation::new();
-    let outcome = agent
-        .run_turn(
-            &mut conv,
-            input,
-            &mut Recorder::default(),
-            &CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+    let Run { conv, outcome, .. } = run_input(&agent, Conversation::new(), input, &[]).await;
     assert_eq!(outcome, TurnOutcome::Answered);
     let reqs = server.requests();
     assert_eq!(reqs.len(), 3);
@@ -1508,16 +1504,7 @@ async fn tool_choice_none_offers_no_tools() {
             ..Default::default()
         },
     }));
-    let mut conv = Conversation::new();
-    agent
-        .run_turn(
-            &mut conv,
-            input,
-            &mut Recorder::default(),
-            &CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+    run_input(&agent, Conversation::new(), input, &[]).await;
     let req = &server.requests()[0];
     assert!(req.body.get("tools").is_none() && req.body.get("tool_choice").is_none());
 }
