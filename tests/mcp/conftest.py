@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx2
+import mcp.types as types
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -223,6 +224,20 @@ def two_tokens(world):
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
+
+
+def answering(answer):
+    """An elicitation callback that gives `answer` (or declines, for "decline") to every
+    question, and the list of the questions it was asked."""
+    asked = []
+
+    async def on_elicit(context, params):
+        asked.append(params)
+        if answer == "decline":
+            return types.ElicitResult(action="decline")
+        return types.ElicitResult(action="accept", content={"answer": answer})
+
+    return asked, on_elicit
 
 
 def wait_until(predicate, timeout=15.0, what="the condition"):

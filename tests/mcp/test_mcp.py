@@ -19,7 +19,7 @@ import jsonschema
 import mcp.types as types
 import pytest
 
-from conftest import CORDON, MODES, TRANSPORTS, http_client, wait_until
+from conftest import CORDON, MODES, TRANSPORTS, answering, http_client, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -201,18 +201,6 @@ async def test_a_long_call_reports_progress(world, transport):
     assert len(seen) >= 2, seen
     assert seen[0][0] >= 1 and "has run for" in seen[0][1]
     assert [v for v, _ in seen] == sorted(v for v, _ in seen)
-
-
-def answering(answer):
-    asked = []
-
-    async def on_elicit(context, params):
-        asked.append(params)
-        if answer == "decline":
-            return types.ElicitResult(action="decline")
-        return types.ElicitResult(action="accept", content={"answer": answer})
-
-    return asked, on_elicit
 
 
 @pytest.mark.parametrize("transport,mode", ALL)

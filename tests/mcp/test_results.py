@@ -22,7 +22,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from conftest import CORDON, PLUGINS, http_client, wait_until
+from conftest import CORDON, PLUGINS, answering, http_client, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -39,18 +39,6 @@ def model_sees(result):
     if result.structured_content is not None:
         return json.dumps(result.structured_content)
     return text(result)
-
-
-def answering(answer):
-    asked = []
-
-    async def on_elicit(context, params):
-        asked.append(params)
-        if answer == "decline":
-            return types.ElicitResult(action="decline")
-        return types.ElicitResult(action="accept", content={"answer": answer})
-
-    return asked, on_elicit
 
 
 # Each bundled tool, a call of it, and what the model must learn from the result. The sql
