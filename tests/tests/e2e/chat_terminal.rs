@@ -92,14 +92,8 @@ fn leave(mut session: PtySession) {
 
 /// The last user message of request `n` (0-based) the model received.
 fn user_message(model: &Model, n: usize) -> String {
-    let requests = model.server.requests();
-    assert!(
-        n < requests.len(),
-        "the model received {} request(s), wanted request {n}",
-        requests.len()
-    );
-    requests[n]
-        .messages()
+    model
+        .messages(n)
         .iter()
         .rev()
         .find(|m| m["role"] == "user")

@@ -34,16 +34,20 @@ impl Model {
         self.server.base_url()
     }
 
-    /// The tool messages of request `n` (0-based), i.e. what the model was told.
-    pub fn tool_messages(&self, n: usize) -> Vec<Value> {
+    /// The messages of request `n` (0-based).
+    pub fn messages(&self, n: usize) -> Vec<Value> {
         let requests = self.server.requests();
         assert!(
             n < requests.len(),
             "the model received {} request(s), wanted request {n}",
             requests.len()
         );
-        requests[n]
-            .messages()
+        requests[n].messages()
+    }
+
+    /// The tool messages of request `n` (0-based), i.e. what the model was told.
+    pub fn tool_messages(&self, n: usize) -> Vec<Value> {
+        self.messages(n)
             .into_iter()
             .filter(|m| m["role"] == "tool")
             .collect()
