@@ -52,25 +52,14 @@ async fn stream(
     token: Option<&str>,
 ) -> Result<(Duration, String), String> {
     let messages = json!([{"role": "user", "content": "Say something."}]);
-    stream_messages(client, url, model, token, messages)
+    stream_messages(client, url, model, token, messages, json!({}))
         .await
         .map(|(t, text, _)| (t, text))
 }
 
-/// One streaming request of `messages`: the time to the first content delta, the whole text
-/// and the session the response names.
+/// One streaming request of `messages`, with `extra` fields in the body: the time to the first
+/// content delta, the whole text and the session the response names.
 async fn stream_messages(
-    client: &reqwest::Client,
-    url: &str,
-    model: &str,
-    token: Option<&str>,
-    messages: serde_json::Value,
-) -> Result<(Duration, String, String), String> {
-    stream_with(client, url, model, token, messages, json!({})).await
-}
-
-/// [`stream_messages`] with `extra` fields in the body.
-async fn stream_with(
     client: &reqwest::Client,
     url: &str,
     model: &str,
@@ -210,19 +199,26 @@ async fn main() {
     let (mut new_times, mut continued_times) = (Vec::new(), Vec::new());
     for i in 0..n {
         let opening = json!([{"role": "user", "content": format!("Conversation {i}.")}]);
-        let (t, text, session) =
-            stream_messages(&client, &gateway, "scripted", Some(TOKEN), opening.clone())
-                .await
-                .expect("a new conversation");
+        let (t, text, session) = stream_messages(
+            &client,
+            &gateway,
+            "scripted",
+            Some(TOKEN),
+            opening.clone(),
+            json!({}),
+        )
+        .await
+        .expect("a new conversation");
         new_times.push(t);
         let mut next = opening;
         if let Some(list) = next.as_array_mut() {
             list.push(json!({"role": "assistant", "content": text}));
             list.push(json!({"role": "user", "content": "And then?"}));
         }
-        let (t, _, again) = stream_messages(&client, &gateway, "scripted", Some(TOKEN), next)
-            .await
-            .expect("the conversation's next request");
+        let (t, _, again) =
+            stream_messages(&client, &gateway, "scripted", Some(TOKEN), next, json!({}))
+                .await
+                .expect("the conversation's next request");
         assert_eq!(again, session, "the history continues its own session");
         continued_times.push(t);
     }
@@ -248,7 +244,7 @@ async fn main() {
     let (mut plain_times, mut set_times) = (Vec::new(), Vec::new());
     for i in 0..n {
         let ask = json!([{"role": "user", "content": format!("Parameters {i}.")}]);
-        let (t, ..) = stream_with(
+        let (t, ..) = stream_messages(
             &client,
             &gateway,
             "scripted",
@@ -259,7 +255,7 @@ async fn main() {
         .await
         .expect("a request without parameters");
         plain_times.push(t);
-        let (t, ..) = stream_with(
+        let (t, ..) = stream_messages(
             &client,
             &gateway,
             "scripted",
