@@ -107,11 +107,8 @@ pub async fn run(home: &Home, records: Records, args: ServeArgs) -> anyhow::Resu
     let source = Arc::new(HomeTools::new(home));
     let store_url = records.store.url().to_string();
     let served = cordon_serve::serve(records.store, source, options, stop_requested(), |addr| {
-        errln!(
-            "cordon serve: listening on http://{addr} (console: http://{addr}/); sessions in {store_url}; token in {}",
-            token_file.display()
-        );
-        // So `cordon approve` finds this server without being told where.
+        // So `cordon approve` finds this server without being told where. Recorded before the
+        // line below, so whoever waits for that line finds the record in place.
         if let Err(e) = crate::serving::record(&recorded_in, addr, &token_file) {
             errln!(
                 "cordon serve: cannot record this server's address in {} ({e}); `cordon approve` \
@@ -120,6 +117,10 @@ pub async fn run(home: &Home, records: Records, args: ServeArgs) -> anyhow::Resu
                 crate::serving::local_url(addr)
             );
         }
+        errln!(
+            "cordon serve: listening on http://{addr} (console: http://{addr}/); sessions in {store_url}; token in {}",
+            token_file.display()
+        );
     })
     .await;
     crate::serving::forget(&recorded_in);
