@@ -1,0 +1,41 @@
+//! Cordon's policy engine: decides each tool call from its arguments, its caller, the session
+//! so far, what the tool's grants reach and the time, on top of the grant-derived default.
+//!
+//! Rules are written one per line in `cordon.toml` (`[policy] rules`) or as Cedar policies in
+//! files beside it; both become one Cedar policy set, validated against a schema derived from
+//! the installed tools (each tool an action, its arguments `context.input`), so a rule naming a
+//! tool or argument that does not exist is refused at load with "did you mean".
+//!
+//! How a call is decided, in order of precedence:
+//!
+//! 1. Every rule whose scope and conditions hold for the call **applies**. A rule that cannot
+//!    be evaluated for the call (an argument of an unexpected type) counts as applying when it
+//!    denies or asks, and never when it allows.
+//! 2. The **strictest** decision of the rules that apply wins: `deny` over `ask` over `allow`.
+//!    On equal strictness the rule written first is the one named.
+//! 3. When no rule applies, the policy has nothing to say and the host's grant-derived default
+//!    decides (see `cordon-agent`'s approval, which also places the user's `always`/`never`
+//!    answers around these decisions).
+//!
+//! A decision never widens what a tool can reach: `allow` only skips the question; the sandbox
+//! still enforces the tool's grants.
+
+mod compile;
+mod config;
+mod counts;
+mod engine;
+mod error;
+mod examples;
+mod schema;
+
+pub use compile::normalise;
+pub use config::{
+    CallCount, ConfigSource, CounterSpec, Decision, Example, Names, PolicyConfig, Rule,
+};
+pub use counts::{CountQuery, CountScope, Window};
+pub use engine::{Call, Caller, Policy, RuleRef, SessionFacts, Verdict};
+pub use error::PolicyError;
+pub use schema::{Reach, ToolFacts};
+
+#[cfg(test)]
+mod tests;
