@@ -48,6 +48,7 @@ impl ToolHost for DemoTools {
             can_change_anything: can_change,
             digest: String::new(),
             proven: Default::default(),
+            reach: Default::default(),
         };
         vec![
             spec(

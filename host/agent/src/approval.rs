@@ -396,6 +396,7 @@ mod tests {
             can_change_anything: can_change,
             digest: String::new(),
             proven: Default::default(),
+            reach: Default::default(),
         }
     }
 

@@ -67,6 +67,9 @@ pub struct AgentConfig {
     /// `cordon serve`'s OpenAI-compatible gateway (`/v1/chat/completions`).
     #[serde(default)]
     pub gateway: GatewayConfig,
+    /// Per-call policy rules (see `cordon-policy`).
+    #[serde(default)]
+    pub policy: cordon_policy::PolicyConfig,
 }
 
 /// What one conversation uses instead of the configuration's defaults: what a session records,
@@ -422,10 +425,15 @@ impl Default for ContextConfig {
 impl AgentConfig {
     /// Parses TOML text; `origin` names the source in errors.
     pub fn from_toml(text: &str, origin: &str) -> Result<Self, ConfigError> {
-        let config: AgentConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let mut config: AgentConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: origin.to_string(),
             message: e.to_string(),
         })?;
+        // Rules are named by file and line, and Cedar files are found beside the config.
+        config.policy.source = Some(cordon_policy::ConfigSource {
+            path: origin.into(),
+            text: text.into(),
+        });
         config.validate()?;
         Ok(config)
     }

@@ -59,6 +59,22 @@ pub trait Journal: Send {
     /// it was settled without running.
     async fn audit(&mut self, record: AuditRecord) -> Result<(), JournalError>;
 
+    /// How many earlier calls each policy counter holds (see [`cordon_policy::CountQuery`]),
+    /// in the order asked. A journal with no store counts only what this process added.
+    async fn count_calls(
+        &mut self,
+        queries: &[cordon_policy::CountQuery],
+    ) -> Result<Vec<u64>, JournalError> {
+        Ok(vec![0; queries.len()])
+    }
+
+    /// A call that runs: add one to each policy counter `keys` names, at minute `minute`
+    /// (minutes since the Unix epoch).
+    async fn add_calls(&mut self, keys: &[String], minute: i64) -> Result<(), JournalError> {
+        let _ = (keys, minute);
+        Ok(())
+    }
+
     /// Driving is over for now: give up what the journal holds (a session's lease) so that
     /// another host or command may drive the conversation at once.
     async fn close(&mut self) -> Result<(), JournalError> {

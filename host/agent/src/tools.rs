@@ -52,6 +52,9 @@ pub struct ToolSpec {
     /// proves nothing (not read-only, not idempotent).
     #[serde(default)]
     pub proven: cordon_core::ProvenHints,
+    /// What the tool's effective grants reach, as policy rules see it (`resource` in Cedar).
+    #[serde(default)]
+    pub reach: cordon_policy::Reach,
 }
 
 /// Why a tool call failed.
@@ -132,6 +135,23 @@ impl ToolSpec {
             can_change_anything,
             digest: String::new(),
             proven: cordon_core::ProvenHints::default(),
+            reach: cordon_policy::Reach {
+                can_change: can_change_anything,
+                ..cordon_policy::Reach::default()
+            },
+        }
+    }
+
+    /// What the policy engine knows of the tool.
+    pub fn facts(&self) -> cordon_policy::ToolFacts {
+        cordon_policy::ToolFacts {
+            plugin: self.plugin.clone(),
+            tool: self.tool.clone(),
+            input_schema: self.input_schema.clone(),
+            reach: cordon_policy::Reach {
+                can_change: self.can_change_anything,
+                ..self.reach.clone()
+            },
         }
     }
 }

@@ -85,7 +85,30 @@ pub fn spec_for(entry: &ToolEntry, name: String) -> ToolSpec {
     spec.name = name;
     spec.digest = entry.digest.clone();
     spec.proven = cordon_core::ProvenHints::derive(&entry.grants, &entry.descriptor.hints);
+    spec.reach = reach_of(&entry.grants, entry.can_change_anything);
     spec
+}
+
+/// What a plugin's grants reach, as policy rules see it: guest paths by mode, network
+/// origins and addresses, environment variable names.
+pub fn reach_of(grants: &cordon_core::Grants, can_change: bool) -> cordon_policy::Reach {
+    use cordon_core::{FsMode, Grant};
+    let mut reach = cordon_policy::Reach {
+        can_change,
+        ..cordon_policy::Reach::default()
+    };
+    for g in grants.iter() {
+        match g {
+            Grant::Fs(fs) => match fs.mode {
+                FsMode::ReadWrite => reach.read_write.push(fs.guest_path()),
+                FsMode::ReadOnly => reach.read_only.push(fs.guest_path()),
+            },
+            Grant::Env(name) => reach.env.push(name.clone()),
+            Grant::Http(origin) => reach.network.push(origin.to_string()),
+            Grant::Tcp(addr) => reach.network.push(format!("tcp://{addr}")),
+        }
+    }
+    reach
 }
 
 /// A name the chat APIs accept for a toolbox call name (`plugin.tool` → `plugin__tool`).

@@ -213,6 +213,7 @@ mod tests {
             can_change_anything: !proven.read_only,
             digest: "sha256:ab".into(),
             proven,
+            reach: Default::default(),
         }
     }
 

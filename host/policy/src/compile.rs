@@ -140,7 +140,9 @@ pub(crate) fn compile(
         message,
     };
     if rule.id.is_empty() || rule.id.contains(char::is_whitespace) {
-        return Err(bad("a rule's `id` must be a non-empty name without spaces".into()));
+        return Err(bad(
+            "a rule's `id` must be a non-empty name without spaces".into()
+        ));
     }
     let mut conditions: Vec<String> = Vec::new();
     let mut facts = Vec::new();
@@ -157,7 +159,13 @@ pub(crate) fn compile(
         if found.is_empty() {
             let known = tools
                 .iter()
-                .map(|(t, _)| if name.contains('.') { t.identity() } else { t.tool.clone() })
+                .map(|(t, _)| {
+                    if name.contains('.') {
+                        t.identity()
+                    } else {
+                        t.tool.clone()
+                    }
+                })
                 .collect::<Vec<_>>();
             return Err(bad(format!(
                 "no installed tool is named `{name}`{}",
@@ -196,14 +204,18 @@ pub(crate) fn compile(
     }
     targets.dedup_by(|a, b| a.0.identity() == b.0.identity());
     if !rule.args.is_empty() && targets.is_empty() {
-        return Err(bad("argument tests need `tool` or `plugin` to say whose arguments".into()));
+        return Err(bad(
+            "argument tests need `tool` or `plugin` to say whose arguments".into(),
+        ));
     }
 
     // Arguments.
     for (index, (path, test)) in rule.args.iter().enumerate() {
         let parts: Vec<&str> = path.split('.').collect();
         if parts.iter().any(|p| p.is_empty()) {
-            return Err(bad(format!("`{path}` is not an argument path (`name` or `outer.inner`)")));
+            return Err(bad(format!(
+                "`{path}` is not an argument path (`name` or `outer.inner`)"
+            )));
         }
         let mut ty: Option<&ArgType> = None;
         for (tool, input) in &targets {
@@ -212,8 +224,15 @@ pub(crate) fn compile(
                     PathProblem::Missing { at, known } => format!(
                         "`{}` has no argument `{at}` (it has: {}){}",
                         tool.identity(),
-                        if known.is_empty() { "none".to_string() } else { known.join(", ") },
-                        did_you_mean(parts.last().unwrap_or(&""), known.iter().map(String::as_str))
+                        if known.is_empty() {
+                            "none".to_string()
+                        } else {
+                            known.join(", ")
+                        },
+                        did_you_mean(
+                            parts.last().unwrap_or(&""),
+                            known.iter().map(String::as_str)
+                        )
                     ),
                     PathProblem::NotAnObject(at) => {
                         format!("`{at}` of `{}` is not an object", tool.identity())
@@ -272,7 +291,9 @@ pub(crate) fn compile(
         match present {
             Some(false) => {
                 if !clause.is_empty() {
-                    return Err(bad(format!("`{path}`: `present = false` cannot be combined with tests on its value")));
+                    return Err(bad(format!(
+                        "`{path}`: `present = false` cannot be combined with tests on its value"
+                    )));
                 }
                 conditions.push(format!("!({guard})"));
             }
@@ -305,7 +326,10 @@ pub(crate) fn compile(
                 }
             }
         }
-        conditions.push(format!("{}.contains(context.caller.{field})", set_of(&names)));
+        conditions.push(format!(
+            "{}.contains(context.caller.{field})",
+            set_of(&names)
+        ));
     }
 
     // What the tool could do.
@@ -321,7 +345,11 @@ pub(crate) fn compile(
 
     // Where in the session.
     let mut counter = None;
-    if let Some(CallCount { counter: spec, at_least }) = &rule.calls {
+    if let Some(CallCount {
+        counter: spec,
+        at_least,
+    }) = &rule.calls
+    {
         check_counter(spec, rule_ids).map_err(&bad)?;
         let name = format!("rule:{}", rule.id);
         conditions.push(format!("context.calls[{}] >= {at_least}", lit(&name)));
@@ -337,11 +365,17 @@ pub(crate) fn compile(
                 )));
             }
             let not = if negate { "!" } else { "" };
-            conditions.push(format!("{not}context.session.approved.contains({})", lit(tool)));
+            conditions.push(format!(
+                "{not}context.session.approved.contains({})",
+                lit(tool)
+            ));
         }
     }
     if !rule.labels.is_empty() {
-        conditions.push(format!("context.session.labels.containsAll({})", set_of(&rule.labels)));
+        conditions.push(format!(
+            "context.session.labels.containsAll({})",
+            set_of(&rule.labels)
+        ));
     }
 
     // When.
@@ -363,7 +397,11 @@ pub(crate) fn compile(
         conditions.push(format!("({when})"));
     }
 
-    let effect = if rule.decision == Decision::Deny { "forbid" } else { "permit" };
+    let effect = if rule.decision == Decision::Deny {
+        "forbid"
+    } else {
+        "permit"
+    };
     let mut text = format!("@id({}) @source({})", lit(&rule.id), lit(source));
     if let Some(reason) = &rule.reason {
         text.push_str(&format!(" @reason({})", lit(reason)));
@@ -412,7 +450,9 @@ pub(crate) fn check_counter(
     crate::counts::Window::parse(&spec.within)?;
     match spec.per.as_deref() {
         None | Some("all") | Some("caller") => Ok(()),
-        Some(p) => Err(format!("`per = \"{p}\"`: count per `all` (the default) or `caller`")),
+        Some(p) => Err(format!(
+            "`per = \"{p}\"`: count per `all` (the default) or `caller`"
+        )),
     }
 }
 
@@ -444,18 +484,27 @@ fn arg_tests(spec: &Value, ty: &ArgType, access: &str, path: &str) -> Result<Vec
         let wrong = |what: &str| format!("`{path}`: `{key}` needs {what}");
         let on_strings = || -> Result<&str, String> {
             if *ty != ArgType::String {
-                return Err(format!("`{path}` is a {}; `{key}` tests strings", ty.word()));
+                return Err(format!(
+                    "`{path}` is a {}; `{key}` tests strings",
+                    ty.word()
+                ));
             }
             value.as_str().ok_or_else(|| wrong("a string"))
         };
         match key.as_str() {
-            "equals" => out.push(ArgTest::Cedar(format!("{access} == {}", scalar(value, ty, path)?))),
+            "equals" => out.push(ArgTest::Cedar(format!(
+                "{access} == {}",
+                scalar(value, ty, path)?
+            ))),
             "in" | "not_in" => {
                 let items = value.as_array().ok_or_else(|| wrong("a list"))?;
                 let items: Result<Vec<String>, String> =
                     items.iter().map(|v| scalar(v, ty, path)).collect();
                 let not = if key == "not_in" { "!" } else { "" };
-                out.push(ArgTest::Cedar(format!("{not}[{}].contains({access})", items?.join(", "))));
+                out.push(ArgTest::Cedar(format!(
+                    "{not}[{}].contains({access})",
+                    items?.join(", ")
+                )));
             }
             "min" | "max" => {
                 let bound = scalar(value, ty, path)?;
@@ -464,7 +513,12 @@ fn arg_tests(spec: &Value, ty: &ArgType, access: &str, path: &str) -> Result<Vec
                     (ArgType::Long, "max") => format!("{access} <= {bound}"),
                     (ArgType::Decimal, "min") => format!("{access}.greaterThanOrEqual({bound})"),
                     (ArgType::Decimal, "max") => format!("{access}.lessThanOrEqual({bound})"),
-                    _ => return Err(format!("`{path}` is a {}; `{key}` tests numbers", ty.word())),
+                    _ => {
+                        return Err(format!(
+                            "`{path}` is a {}; `{key}` tests numbers",
+                            ty.word()
+                        ));
+                    }
                 };
                 out.push(ArgTest::Cedar(c));
             }
@@ -490,7 +544,9 @@ fn arg_tests(spec: &Value, ty: &ArgType, access: &str, path: &str) -> Result<Vec
             "path" => {
                 let g = on_strings()?;
                 if !g.starts_with('/') {
-                    return Err(format!("`{path}`: a `path` pattern is absolute (`/data/reports/**`)"));
+                    return Err(format!(
+                        "`{path}`: a `path` pattern is absolute (`/data/reports/**`)"
+                    ));
                 }
                 let glob = GlobBuilder::new(g)
                     .literal_separator(true)
@@ -499,11 +555,13 @@ fn arg_tests(spec: &Value, ty: &ArgType, access: &str, path: &str) -> Result<Vec
                     .compile_matcher();
                 out.push(ArgTest::Path(glob));
             }
-            "present" => out.push(ArgTest::Present(value.as_bool().ok_or_else(|| wrong("true or false"))?)),
+            "present" => out.push(ArgTest::Present(
+                value.as_bool().ok_or_else(|| wrong("true or false"))?,
+            )),
             other => {
                 let known = [
-                    "equals", "in", "not_in", "min", "max", "prefix", "suffix", "glob", "regex", "path",
-                    "present",
+                    "equals", "in", "not_in", "min", "max", "prefix", "suffix", "glob", "regex",
+                    "path", "present",
                 ];
                 return Err(format!(
                     "`{path}`: `{other}` is not a test (one of {}){}",
@@ -538,7 +596,10 @@ fn scalar(v: &Value, ty: &ArgType, path: &str) -> Result<String, String> {
             let f = n.as_f64().ok_or_else(wrong)?;
             Ok(format!("decimal(\"{f:.4}\")"))
         }
-        _ => Err(format!("`{path}` is a {}; compare it in a `when` condition", ty.word())),
+        _ => Err(format!(
+            "`{path}` is a {}; compare it in a `when` condition",
+            ty.word()
+        )),
     }
 }
 
@@ -548,7 +609,10 @@ fn parse_hours(text: &str) -> Result<(u32, u32), String> {
     let (a, b) = text.split_once('-').ok_or_else(wrong)?;
     let minutes = |t: &str| -> Result<u32, String> {
         let (h, m) = t.trim().split_once(':').ok_or_else(wrong)?;
-        let (h, m): (u32, u32) = (h.parse().map_err(|_| wrong())?, m.parse().map_err(|_| wrong())?);
+        let (h, m): (u32, u32) = (
+            h.parse().map_err(|_| wrong())?,
+            m.parse().map_err(|_| wrong())?,
+        );
         if h > 24 || m > 59 || (h == 24 && m > 0) {
             return Err(wrong());
         }
@@ -561,9 +625,9 @@ fn parse_hours(text: &str) -> Result<(u32, u32), String> {
 fn parse_days(days: &[String]) -> Result<Vec<String>, String> {
     let index = |d: &str| -> Result<usize, String> {
         let d = d.trim().to_ascii_lowercase();
-        DAYS.iter().position(|x| d.starts_with(x)).ok_or_else(|| {
-            format!("`{d}` is not a weekday (mon, tue, wed, thu, fri, sat, sun)")
-        })
+        DAYS.iter()
+            .position(|x| d.starts_with(x))
+            .ok_or_else(|| format!("`{d}` is not a weekday (mon, tue, wed, thu, fri, sat, sun)"))
     };
     let mut out = Vec::new();
     for d in days {
@@ -611,7 +675,10 @@ mod tests {
 
     #[test]
     fn paths_normalise_lexically_and_refuse_to_climb_out() {
-        assert_eq!(normalise("/data/reports/../hr/x").as_deref(), Some("/data/hr/x"));
+        assert_eq!(
+            normalise("/data/reports/../hr/x").as_deref(),
+            Some("/data/hr/x")
+        );
         assert_eq!(normalise("//data/./a//b").as_deref(), Some("/data/a/b"));
         assert_eq!(normalise("/.."), None);
         assert_eq!(normalise("data/x"), None);

@@ -23,7 +23,9 @@ impl Window {
             return Ok(Window::Session);
         }
         let wrong = || {
-            format!("`within = \"{text}\"`: write `session` or a window such as `30m`, `1h`, `1d` (at most 30d)")
+            format!(
+                "`within = \"{text}\"`: write `session` or a window such as `30m`, `1h`, `1d` (at most 30d)"
+            )
         };
         let (n, unit) = text.split_at(text.len().saturating_sub(1));
         let n: u32 = n.parse().map_err(|_| wrong())?;

@@ -84,7 +84,9 @@ impl RuleRef {
             text.push_str(&format!(": {reason}"));
         }
         if let Some(e) = &self.error {
-            text.push_str(&format!(" [could not be evaluated: {e}; treated as applying]"));
+            text.push_str(&format!(
+                " [could not be evaluated: {e}; treated as applying]"
+            ));
         }
         text
     }
@@ -206,12 +208,20 @@ impl Policy {
             digest_text.push_str(&format!("-- {file}\n{body}\n"));
             let set = PolicySet::from_str(&body).map_err(|e| PolicyError::Parse {
                 path: display.clone(),
-                message: format!("{e:?}").lines().take(12).collect::<Vec<_>>().join("\n"),
+                message: format!("{e:?}")
+                    .lines()
+                    .take(12)
+                    .collect::<Vec<_>>()
+                    .join("\n"),
             })?;
             let mut from = 0;
             let mut parsed: Vec<_> = set.policies().cloned().collect();
             parsed.sort_by_key(|p| {
-                p.id().to_string().trim_start_matches("policy").parse::<usize>().unwrap_or(0)
+                p.id()
+                    .to_string()
+                    .trim_start_matches("policy")
+                    .parse::<usize>()
+                    .unwrap_or(0)
             });
             for (n, p) in parsed.into_iter().enumerate() {
                 let shown = p.to_string();
@@ -233,7 +243,11 @@ impl Policy {
                 };
                 let rule = RuleRef {
                     id: id.clone(),
-                    source: if line > 0 { format!("{file}:{line}") } else { file.clone() },
+                    source: if line > 0 {
+                        format!("{file}:{line}")
+                    } else {
+                        file.clone()
+                    },
                     decision,
                     reason: p.annotation("reason").map(str::to_string),
                     error: None,
@@ -247,7 +261,11 @@ impl Policy {
             .iter()
             .zip(&sources)
             .map(|(r, s)| (r.get_ref().id.as_str(), s.clone()))
-            .chain(file_policies.iter().map(|(_, r)| (r.id.as_str(), r.source.clone())))
+            .chain(
+                file_policies
+                    .iter()
+                    .map(|(_, r)| (r.id.as_str(), r.source.clone())),
+            )
             .collect();
         let rule_ids = compile::unique_ids(ids)?;
 
@@ -271,13 +289,14 @@ impl Policy {
                 counters.push(c);
             }
             let id = PolicyId::new(&rule.id);
-            let policy = cedar_policy::Policy::parse(Some(id.clone()), &compiled.text).map_err(
-                |e| PolicyError::Rule {
-                    id: rule.id.clone(),
-                    at: source.clone(),
-                    message: format!("its `when` is not valid Cedar: {e}"),
-                },
-            )?;
+            let policy =
+                cedar_policy::Policy::parse(Some(id.clone()), &compiled.text).map_err(|e| {
+                    PolicyError::Rule {
+                        id: rule.id.clone(),
+                        at: source.clone(),
+                        message: format!("its `when` is not valid Cedar: {e}"),
+                    }
+                })?;
             add(&mut all, &mut singles, policy)?;
             meta.insert(
                 id,
@@ -320,14 +339,17 @@ impl Policy {
 
         let mut plugin_entities = BTreeMap::new();
         for t in tools {
-            plugin_entities.entry(t.plugin.clone()).or_insert_with(|| t.reach.clone());
+            plugin_entities
+                .entry(t.plugin.clone())
+                .or_insert_with(|| t.reach.clone());
         }
         let entities = plugin_entities
             .into_iter()
             .map(|(name, reach)| plugin_entity(&name, &reach))
             .collect::<Result<Vec<_>, _>>()?;
-        let entities = Entities::from_entities(entities, Some(&schema))
-            .map_err(|e| PolicyError::Config(format!("the plugins' grants do not fit the schema: {e}")))?;
+        let entities = Entities::from_entities(entities, Some(&schema)).map_err(|e| {
+            PolicyError::Config(format!("the plugins' grants do not fit the schema: {e}"))
+        })?;
 
         let mut by_tool = HashMap::new();
         for (tool, input) in typed {
@@ -373,7 +395,10 @@ impl Policy {
             config.timezone.as_deref().unwrap_or("UTC"),
             serde_json::to_string(&config.counters).unwrap_or_default()
         ));
-        let digest = format!("sha256:{}", hex::encode(Sha256::digest(digest_text.as_bytes())));
+        let digest = format!(
+            "sha256:{}",
+            hex::encode(Sha256::digest(digest_text.as_bytes()))
+        );
         let policy = Policy {
             digest,
             rule_count: meta.len(),
@@ -455,7 +480,9 @@ impl Policy {
         let mut keys: Vec<String> = self
             .counters
             .iter()
-            .filter_map(|(_, spec)| counts::key_for(spec, tool, &t.plugin, Some(applied.as_slice()), scope))
+            .filter_map(|(_, spec)| {
+                counts::key_for(spec, tool, &t.plugin, Some(applied.as_slice()), scope)
+            })
             .collect();
         keys.sort();
         keys.dedup();
@@ -474,9 +501,14 @@ impl Policy {
             Ok(r) => r,
             Err(e) => return self.unevaluable(t, &e),
         };
-        let response = self.authorizer.is_authorized(&request, &t.set, &self.entities);
-        let mut applied: Vec<&RuleMeta> =
-            response.diagnostics().reason().map(|id| &self.meta[id]).collect();
+        let response = self
+            .authorizer
+            .is_authorized(&request, &t.set, &self.entities);
+        let mut applied: Vec<&RuleMeta> = response
+            .diagnostics()
+            .reason()
+            .map(|id| &self.meta[id])
+            .collect();
         let mut errors = Vec::new();
         for e in response.diagnostics().errors() {
             let cedar_policy::AuthorizationError::PolicyEvaluationError(e) = e;
@@ -516,7 +548,10 @@ impl Policy {
             })
             .collect();
         each.sort_by_key(|(m, _)| m.order);
-        (verdict, each.into_iter().map(|(m, a)| (m.rule.clone(), a)).collect())
+        (
+            verdict,
+            each.into_iter().map(|(m, a)| (m.rule.clone(), a)).collect(),
+        )
     }
 
     /// Whether the rule `id` alone is satisfied by the call (for examples and explain).
@@ -576,7 +611,10 @@ impl Policy {
             .iter()
             .map(|(name, _)| {
                 let n = call.counts.get(name).copied().unwrap_or(0);
-                (name.as_str(), RestrictedExpression::new_long(n.min(i64::MAX as u64) as i64))
+                (
+                    name.as_str(),
+                    RestrictedExpression::new_long(n.min(i64::MAX as u64) as i64),
+                )
             })
             .collect();
         let context = Context::from_pairs([
@@ -602,17 +640,29 @@ impl Policy {
                 record(vec![
                     ("hour", RestrictedExpression::new_long(hour)),
                     ("minute", RestrictedExpression::new_long(minute)),
-                    ("minute_of_day", RestrictedExpression::new_long(hour * 60 + minute)),
+                    (
+                        "minute_of_day",
+                        RestrictedExpression::new_long(hour * 60 + minute),
+                    ),
                     ("weekday", s(weekday)),
                     ("date", s(&at.date().to_string())),
                 ])?,
             ),
             ("calls".to_string(), record(calls)?),
-            ("matched".to_string(), RestrictedExpression::new_set(matched)),
+            (
+                "matched".to_string(),
+                RestrictedExpression::new_set(matched),
+            ),
         ])
         .map_err(|e| e.to_string())?;
-        Request::new(uid("Caller", "caller"), t.action.clone(), t.resource.clone(), context, None)
-            .map_err(|e| e.to_string())
+        Request::new(
+            uid("Caller", "caller"),
+            t.action.clone(),
+            t.resource.clone(),
+            context,
+            None,
+        )
+        .map_err(|e| e.to_string())
     }
 
     /// A call whose context could not be built: every rule of its tool that denies or asks
@@ -640,7 +690,10 @@ impl Policy {
         let decision = applied.iter().map(|r| r.decision).max();
         let rule = decision.and_then(|d| applied.iter().find(|r| r.decision == d).cloned());
         let applied = match decision {
-            Some(Decision::Deny) => applied.into_iter().filter(|r| r.decision == Decision::Deny).collect(),
+            Some(Decision::Deny) => applied
+                .into_iter()
+                .filter(|r| r.decision == Decision::Deny)
+                .collect(),
             _ => applied,
         };
         Verdict {
@@ -675,10 +728,16 @@ fn uid(ty: &str, id: &str) -> EntityUid {
 
 fn plugin_entity(name: &str, reach: &schema::Reach) -> Result<Entity, PolicyError> {
     let set = |v: &[String]| {
-        RestrictedExpression::new_set(v.iter().map(|x| RestrictedExpression::new_string(x.clone())))
+        RestrictedExpression::new_set(
+            v.iter()
+                .map(|x| RestrictedExpression::new_string(x.clone())),
+        )
     };
     let attrs = HashMap::from([
-        ("can_change".to_string(), RestrictedExpression::new_bool(reach.can_change)),
+        (
+            "can_change".to_string(),
+            RestrictedExpression::new_bool(reach.can_change),
+        ),
         ("read_write".to_string(), set(&reach.read_write)),
         ("read_only".to_string(), set(&reach.read_only)),
         ("network".to_string(), set(&reach.network)),

@@ -10,7 +10,11 @@ use crate::engine::{Call, Caller, Policy, SessionFacts};
 use crate::error::PolicyError;
 
 /// Runs every example of every rule of `config` against `policy`.
-pub(crate) fn check(policy: &Policy, config: &PolicyConfig, sources: &[String]) -> Result<(), PolicyError> {
+pub(crate) fn check(
+    policy: &Policy,
+    config: &PolicyConfig,
+    sources: &[String],
+) -> Result<(), PolicyError> {
     for (rule, source) in config.rules.iter().zip(sources) {
         let rule = rule.get_ref();
         let fail = |example: String, message: String| PolicyError::Example {
@@ -19,7 +23,10 @@ pub(crate) fn check(policy: &Policy, config: &PolicyConfig, sources: &[String]) 
             example,
             message,
         };
-        for (kind, examples, must) in [("match", &rule.matches, true), ("not_match", &rule.not_match, false)] {
+        for (kind, examples, must) in [
+            ("match", &rule.matches, true),
+            ("not_match", &rule.not_match, false),
+        ] {
             for (i, ex) in examples.iter().enumerate() {
                 let name = format!("{kind}[{i}]");
                 let tool = example_tool(rule, ex).map_err(|m| fail(name.clone(), m))?;
@@ -44,7 +51,9 @@ pub(crate) fn check(policy: &Policy, config: &PolicyConfig, sources: &[String]) 
                     counts: &counts,
                     now_ms,
                 };
-                let applies = policy.rule_applies(&rule.id, &call).map_err(|m| fail(name.clone(), m))?;
+                let applies = policy
+                    .rule_applies(&rule.id, &call)
+                    .map_err(|m| fail(name.clone(), m))?;
                 if applies != must {
                     return Err(fail(
                         name,
@@ -65,7 +74,10 @@ pub(crate) fn check(policy: &Policy, config: &PolicyConfig, sources: &[String]) 
                         };
                         return Err(fail(
                             name,
-                            format!("({}) expects `{expected}`, but the policy decides {got}", describe(&tool, &args)),
+                            format!(
+                                "({}) expects `{expected}`, but the policy decides {got}",
+                                describe(&tool, &args)
+                            ),
                         ));
                     }
                 }
@@ -95,7 +107,10 @@ fn example_tool(rule: &Rule, ex: &Example) -> Result<String, String> {
     }
     match rule.tool.to_vec().as_slice() {
         [one] if one.contains('.') => Ok(one.clone()),
-        _ => Err("needs `tool = \"plugin.tool\"`: the rule does not name exactly one `plugin.tool`".to_string()),
+        _ => Err(
+            "needs `tool = \"plugin.tool\"`: the rule does not name exactly one `plugin.tool`"
+                .to_string(),
+        ),
     }
 }
 
@@ -103,11 +118,19 @@ fn counts_of(policy: &Policy, rule: &Rule, ex: &Example) -> Result<BTreeMap<Stri
     let known: Vec<&str> = policy.counter_names().collect();
     let mut out = BTreeMap::new();
     for (name, n) in &ex.counts {
-        let full = if name == "calls" { format!("rule:{}", rule.id) } else { name.clone() };
+        let full = if name == "calls" {
+            format!("rule:{}", rule.id)
+        } else {
+            name.clone()
+        };
         if !known.contains(&full.as_str()) {
             return Err(format!(
                 "counts `{name}`, which is no counter (`calls` is the rule's own; named counters: {})",
-                if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
             ));
         }
         out.insert(full, *n);

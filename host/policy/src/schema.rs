@@ -152,9 +152,13 @@ impl ArgType {
     /// that a rule that cannot be evaluated counts as applying when it denies or asks.
     pub(crate) fn value(&self, value: &Value) -> Option<RestrictedExpression> {
         match (self, value) {
-            (ArgType::String, Value::String(s)) => Some(RestrictedExpression::new_string(s.clone())),
+            (ArgType::String, Value::String(s)) => {
+                Some(RestrictedExpression::new_string(s.clone()))
+            }
             (ArgType::Long, Value::Number(n)) => n.as_i64().map(RestrictedExpression::new_long),
-            (ArgType::Decimal, Value::Number(n)) => decimal(n).map(RestrictedExpression::new_decimal),
+            (ArgType::Decimal, Value::Number(n)) => {
+                decimal(n).map(RestrictedExpression::new_decimal)
+            }
             (ArgType::Bool, Value::Bool(b)) => Some(RestrictedExpression::new_bool(*b)),
             (ArgType::Set(e), Value::Array(items)) => {
                 let items: Option<Vec<_>> = items.iter().map(|v| e.value(v)).collect();
@@ -234,10 +238,7 @@ pub(crate) fn groups(tool: &ToolFacts) -> [String; 3] {
 }
 
 /// The Cedar schema (JSON form) for `tools`, with `counters` as `context.calls` attributes.
-pub(crate) fn cedar_schema(
-    tools: &[(ToolFacts, ArgType)],
-    counters: &[String],
-) -> Value {
+pub(crate) fn cedar_schema(tools: &[(ToolFacts, ArgType)], counters: &[String]) -> Value {
     let string_set = json!({"type": "Set", "element": {"type": "String"}});
     let calls: serde_json::Map<String, Value> = counters
         .iter()
@@ -331,7 +332,10 @@ mod tests {
         assert_eq!(f["mode"].0, ArgType::String);
         assert!(!f.contains_key("any"));
         assert!(matches!(t.at(&["sqll"]), Err(PathProblem::Missing { .. })));
-        assert!(matches!(t.at(&["sql", "x"]), Err(PathProblem::NotAnObject(_))));
+        assert!(matches!(
+            t.at(&["sql", "x"]),
+            Err(PathProblem::NotAnObject(_))
+        ));
     }
 
     #[test]

@@ -20,7 +20,8 @@ fn tools() -> Vec<ToolFacts> {
         read_write: vec!["/data".into()],
         ..Reach::default()
     };
-    let sql = json!({"type": "object", "required": ["sql"], "properties": {"sql": {"type": "string"}}});
+    let sql =
+        json!({"type": "object", "required": ["sql"], "properties": {"sql": {"type": "string"}}});
     vec![
         tool("sql", "sql_execute", sql.clone(), rw.clone()),
         tool("sql", "sql_query", sql, rw.clone()),
@@ -130,13 +131,22 @@ fn the_worked_example_allows_inserts_leaves_the_rest_to_the_default_and_denies_d
     let p = load(WORKED).unwrap();
     let d = |sql: &str| decision(&p, &call("sql.sql_execute", json!({ "sql": sql })));
     assert_eq!(d("INSERT INTO orders VALUES (7)"), Some(Decision::Allow));
-    assert_eq!(d("  insert into orders (id) values (7);"), Some(Decision::Allow));
+    assert_eq!(
+        d("  insert into orders (id) values (7);"),
+        Some(Decision::Allow)
+    );
     // Anything else is left to the grant-derived default (ask, for a read-write grant).
     assert_eq!(d("UPDATE orders SET x = 1"), None);
     assert_eq!(d("INSERT INTO orders VALUES (1); DELETE FROM orders"), None);
-    assert_eq!(d("INSERT INTO orders VALUES (1); DROP TABLE orders"), Some(Decision::Deny));
+    assert_eq!(
+        d("INSERT INTO orders VALUES (1); DROP TABLE orders"),
+        Some(Decision::Deny)
+    );
     let v = call("sql.sql_execute", json!({"sql": "DROP TABLE x"})).decide(&p);
-    assert_eq!(v.rule.unwrap().describe(), "policy rule `no-drop` (cordon.toml:7): nothing is dropped");
+    assert_eq!(
+        v.rule.unwrap().describe(),
+        "policy rule `no-drop` (cordon.toml:7): nothing is dropped"
+    );
 }
 
 #[test]
@@ -188,12 +198,27 @@ rules = [
     assert_eq!(d(json!({"env": "staging"})), Some(Decision::Allow));
     assert_eq!(d(json!({"env": "qa"})), Some(Decision::Allow));
     assert_eq!(d(json!({"env": "prod"})), Some(Decision::Ask));
-    assert_eq!(d(json!({"env": "qa", "replicas": 12})), Some(Decision::Deny));
-    assert_eq!(d(json!({"env": "qa", "replicas": 9})), Some(Decision::Allow));
+    assert_eq!(
+        d(json!({"env": "qa", "replicas": 12})),
+        Some(Decision::Deny)
+    );
+    assert_eq!(
+        d(json!({"env": "qa", "replicas": 9})),
+        Some(Decision::Allow)
+    );
     assert_eq!(d(json!({"env": "qa", "ratio": 0.25})), Some(Decision::Ask));
-    assert_eq!(d(json!({"env": "qa", "ratio": 0.75})), Some(Decision::Allow));
-    assert_eq!(d(json!({"env": "qa", "options": {"force": true}})), Some(Decision::Deny));
-    assert_eq!(d(json!({"env": "qa", "options": {"force": false}})), Some(Decision::Allow));
+    assert_eq!(
+        d(json!({"env": "qa", "ratio": 0.75})),
+        Some(Decision::Allow)
+    );
+    assert_eq!(
+        d(json!({"env": "qa", "options": {"force": true}})),
+        Some(Decision::Deny)
+    );
+    assert_eq!(
+        d(json!({"env": "qa", "options": {"force": false}})),
+        Some(Decision::Allow)
+    );
     let q = |sql: &str| decision(&p, &call("sql.sql_query", json!({ "sql": sql })));
     // `prefix` is literal: the star is not a wildcard.
     assert_eq!(q("SELECT * FROM t"), Some(Decision::Deny));
@@ -271,14 +296,20 @@ rules = [
     c.caller.client = "Claude".into();
     assert_eq!(c.decide(&p).rule.unwrap().id, "net");
     // Grants: the read-only tool is allowed, a writer asked over MCP.
-    assert_eq!(decision(&p, &call("ro.look", json!({}))), Some(Decision::Allow));
+    assert_eq!(
+        decision(&p, &call("ro.look", json!({}))),
+        Some(Decision::Allow)
+    );
     let mut w = call("files.read_file", json!({}));
     w.caller.origin = "mcp".into();
     assert_eq!(w.decide(&p).rule.unwrap().id, "writers");
     // Labels: the hook the session-safety rules use.
     let mut l = call("ops.deploy", json!({}));
     l.session.labels.insert("private".into());
-    assert_ne!(l.decide(&p).rule.map(|r| r.id), Some("labelled".to_string()));
+    assert_ne!(
+        l.decide(&p).rule.map(|r| r.id),
+        Some("labelled".to_string())
+    );
     l.session.labels.insert("untrusted".into());
     assert_eq!(l.decide(&p).rule.unwrap().id, "labelled");
     // Time, in Berlin: noon UTC is 13:00 there on a Monday; 23:30 UTC on Monday is 00:30
@@ -316,7 +347,10 @@ rules = [
     assert_eq!(q[0].since_minute, MONDAY_NOON / 60_000 - 59);
     assert_eq!(q[1].key, "session:s1|caller:ci/|plugin:sql");
     assert_eq!(q[1].since_minute, 0);
-    let mut c = call("sql.sql_execute", json!({"sql": "insert into t values (1)"}));
+    let mut c = call(
+        "sql.sql_execute",
+        json!({"sql": "insert into t values (1)"}),
+    );
     let v = c.decide(&p);
     assert_eq!(v.decision, Some(Decision::Allow));
     assert_eq!(
@@ -325,35 +359,66 @@ rules = [
     );
     c.counts.insert("rule:too-many".into(), 20);
     let v = c.decide(&p);
-    assert_eq!(v.rule.unwrap().reason.as_deref(), Some("more than 20 writes an hour"));
+    assert_eq!(
+        v.rule.unwrap().reason.as_deref(),
+        Some("more than 20 writes an hour")
+    );
     // A read is no write: the writes counter does not count it.
     let r = call("sql.sql_execute", json!({"sql": "select 1"}));
     let v = r.decide(&p);
-    assert_eq!(p.tally("sql.sql_execute", &v, scope), ["session:s1|caller:ci/|plugin:sql"]);
+    assert_eq!(
+        p.tally("sql.sql_execute", &v, scope),
+        ["session:s1|caller:ci/|plugin:sql"]
+    );
 }
 
 #[test]
 fn load_errors_name_the_rule_its_line_and_what_to_write() {
     let err = |text: &str| load(text).unwrap_err().to_string();
-    let e = err("[policy]\nrules = [\n  { id = \"x\", tool = \"sql.sql_exec\", decision = \"ask\" },\n]\n");
-    assert!(e.contains("rule `x` (cordon.toml:3)") && e.contains("did you mean `sql.sql_execute`"), "{e}");
-    let e = err("[policy]\nrules = [{ id = \"x\", tool = \"sql.sql_execute\", args = { sqll = \"a\" }, decision = \"ask\" }]\n");
-    assert!(e.contains("has no argument `sqll`") && e.contains("did you mean `sql`"), "{e}");
-    let e = err("[policy]\nrules = [{ id = \"x\", tool = \"sql.sql_execute\", args = { sql = { prefx = \"a\" } }, decision = \"ask\" }]\n");
+    let e = err(
+        "[policy]\nrules = [\n  { id = \"x\", tool = \"sql.sql_exec\", decision = \"ask\" },\n]\n",
+    );
+    assert!(
+        e.contains("rule `x` (cordon.toml:3)") && e.contains("did you mean `sql.sql_execute`"),
+        "{e}"
+    );
+    let e = err(
+        "[policy]\nrules = [{ id = \"x\", tool = \"sql.sql_execute\", args = { sqll = \"a\" }, decision = \"ask\" }]\n",
+    );
+    assert!(
+        e.contains("has no argument `sqll`") && e.contains("did you mean `sql`"),
+        "{e}"
+    );
+    let e = err(
+        "[policy]\nrules = [{ id = \"x\", tool = \"sql.sql_execute\", args = { sql = { prefx = \"a\" } }, decision = \"ask\" }]\n",
+    );
     assert!(e.contains("did you mean `prefix`"), "{e}");
-    let e = err("[policy]\nrules = [{ id = \"x\", tool = \"ops.deploy\", args = { replicas = \"three\" }, decision = \"ask\" }]\n");
-    assert!(e.contains("`replicas` is a integer") || e.contains("`replicas` is an integer") || e.contains("replicas` is a"), "{e}");
+    let e = err(
+        "[policy]\nrules = [{ id = \"x\", tool = \"ops.deploy\", args = { replicas = \"three\" }, decision = \"ask\" }]\n",
+    );
+    assert!(
+        e.contains("`replicas` is a integer")
+            || e.contains("`replicas` is an integer")
+            || e.contains("replicas` is a"),
+        "{e}"
+    );
     let e = err("[policy]\nrules = [{ id = \"x\", origin = \"gatway\", decision = \"ask\" }]\n");
     assert!(e.contains("did you mean `gateway`"), "{e}");
     let e = err("[policy]\nrules = [{ id = \"x\", plugin = \"sq\", decision = \"ask\" }]\n");
     assert!(e.contains("no installed plugin is named `sq`"), "{e}");
-    let e = err("[policy]\nrules = [{ id = \"x\", decision = \"ask\" }, { id = \"x\", decision = \"deny\" }]\n");
+    let e = err(
+        "[policy]\nrules = [{ id = \"x\", decision = \"ask\" }, { id = \"x\", decision = \"deny\" }]\n",
+    );
     assert!(e.contains("already used"), "{e}");
-    let e = err("[policy]\nrules = [{ id = \"x\", tool = \"sql.sql_execute\", when = \"context.input.sqll == 1\", decision = \"ask\" }]\n");
+    let e = err(
+        "[policy]\nrules = [{ id = \"x\", tool = \"sql.sql_execute\", when = \"context.input.sqll == 1\", decision = \"ask\" }]\n",
+    );
     assert!(e.contains("rule `x`") && e.contains("sqll"), "{e}");
     let e = err("[policy]\ntimezone = \"Mars/Olympus\"\n");
     assert!(e.contains("Mars/Olympus"), "{e}");
-    let e = err("[policy]\nrules = [{ id = \"x\", plugin = \"sql\", calls = { of = \"rule:nope\", within = \"1h\", at_least = 1 }, decision = \"ask\" }]\n");
+    let e = err(
+        "[policy]\nrules = [{ id = \"x\", plugin = \"sql\", calls = { of = \"rule:nope\", within = \"1h\", at_least = 1 }, decision = \"ask\" }]\n",
+    );
     assert!(e.contains("names no rule"), "{e}");
 }
 
@@ -371,7 +436,9 @@ rules = [
     .unwrap_err()
     .to_string();
     assert!(
-        e.contains("rule `orders` (cordon.toml:4)") && e.contains("not_match[0]") && e.contains("the rule applies"),
+        e.contains("rule `orders` (cordon.toml:4)")
+            && e.contains("not_match[0]")
+            && e.contains("the rule applies"),
         "{e}"
     );
     let e = load(
@@ -385,7 +452,10 @@ rules = [
     )
     .unwrap_err()
     .to_string();
-    assert!(e.contains("expects `allow`, but the policy decides `ask` by rule `b`"), "{e}");
+    assert!(
+        e.contains("expects `allow`, but the policy decides `ask` by rule `b`"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -410,12 +480,18 @@ fn cedar_files_load_beside_the_config_and_are_named_by_line() {
     let p = Policy::load(&config, &tools()).unwrap();
     let v = call("ops.deploy", json!({"env": "prod"})).decide(&p);
     let rule = v.rule.unwrap();
-    assert_eq!((rule.id.as_str(), rule.source.as_str()), ("prod-needs-ask", "team.cedar:3"));
+    assert_eq!(
+        (rule.id.as_str(), rule.source.as_str()),
+        ("prod-needs-ask", "team.cedar:3")
+    );
     assert_eq!(rule.decision, Decision::Ask);
     let mut c = call("sql.sql_query", json!({"sql": "x"}));
     c.caller.token = "intern".into();
     let rule = c.decide(&p).rule.unwrap();
-    assert_eq!((rule.id.as_str(), rule.source.as_str()), ("team.cedar#2", "team.cedar:7"));
+    assert_eq!(
+        (rule.id.as_str(), rule.source.as_str()),
+        ("team.cedar#2", "team.cedar:7")
+    );
     // A Cedar policy naming an argument the tool lacks is refused with the policy's place.
     std::fs::write(
         dir.join("team.cedar"),
@@ -423,7 +499,10 @@ fn cedar_files_load_beside_the_config_and_are_named_by_line() {
     )
     .unwrap();
     let e = Policy::load(&config, &tools()).unwrap_err().to_string();
-    assert!(e.contains("team.cedar#1") && e.contains("team.cedar:1"), "{e}");
+    assert!(
+        e.contains("team.cedar#1") && e.contains("team.cedar:1"),
+        "{e}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -454,7 +533,9 @@ fn the_digest_follows_the_text_and_explain_lists_every_rule() {
 
 #[test]
 fn an_unconditional_deny_hides_the_tool() {
-    let p = load("[policy]\nrules = [{ id = \"off\", tool = \"ops.deploy\", decision = \"deny\" }]\n").unwrap();
+    let p =
+        load("[policy]\nrules = [{ id = \"off\", tool = \"ops.deploy\", decision = \"deny\" }]\n")
+            .unwrap();
     assert_eq!(p.denies_every_call("ops.deploy").unwrap().id, "off");
     assert!(p.denies_every_call("sql.sql_query").is_none());
 }

@@ -568,6 +568,7 @@ mod tests {
                 can_change_anything: false,
                 digest: "sha256:00".into(),
                 proven: Default::default(),
+                reach: Default::default(),
             }]
         }
 

@@ -53,6 +53,7 @@ fn spec(name: &str) -> ToolSpec {
         can_change_anything: false,
         digest: "sha256:00".into(),
         proven: Default::default(),
+        reach: Default::default(),
     }
 }
 

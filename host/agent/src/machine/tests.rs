@@ -25,6 +25,7 @@ fn spec(name: &str, can_change: bool) -> ToolSpec {
         can_change_anything: can_change,
         digest: String::new(),
         proven: Default::default(),
+        reach: Default::default(),
     }
 }
 

@@ -42,6 +42,7 @@ fn spec(name: &str, can_change: bool, schema: Value) -> ToolSpec {
         can_change_anything: can_change,
         digest: String::new(),
         proven: Default::default(),
+        reach: Default::default(),
     }
 }
 

@@ -249,6 +249,7 @@ pub(super) fn with_client_tools(
             can_change_anything: false,
             digest: String::new(),
             proven: Default::default(),
+            reach: Default::default(),
         })
         .collect();
     let calls = state.client_calls.clone();

@@ -26,6 +26,7 @@ fn catalog() -> ToolCatalog {
             can_change_anything: false,
             digest: "sha256:00".into(),
             proven: Default::default(),
+            reach: Default::default(),
         }],
         ApprovalConfig::default(),
     )
