@@ -52,6 +52,7 @@ pub mod llm;
 pub mod machine;
 pub mod messages;
 pub mod parameters;
+pub mod policy;
 pub mod text_tool_calls;
 pub mod tool_host;
 pub mod tools;
@@ -66,6 +67,7 @@ pub use config::{
     SessionSettings, StoreConfig, ToolFormat,
 };
 pub use conversation::{CallApproval, Conversation, ConversationError, TurnOutcome};
+pub use cordon_policy;
 pub use driver::{
     Agent, AgentError, AuditContext, Driven, Frontend, TurnHandle, TurnInput, TurnIo, TurnRequest,
 };

@@ -1,0 +1,54 @@
+//! The per-call policy of a configuration, loaded for the tools installed now.
+//!
+//! Loading compiles and validates every rule and runs its examples, which costs far more than a
+//! decision, so the last policy loaded is kept and reused while neither the `[policy]` text,
+//! the Cedar files it names, nor the installed tools change: a host that reloads its config
+//! (or sees a plugin installed) gets a new policy on its next turn, and a broken one is
+//! reported where it is loaded.
+
+use std::sync::{Arc, Mutex};
+
+use cordon_policy::{Policy, PolicyConfig, PolicyError};
+use sha2::{Digest, Sha256};
+
+use crate::tools::ToolSpec;
+
+/// Loads `config`'s policy for `tools`, or the one loaded last for the same inputs.
+pub fn load(config: &PolicyConfig, tools: &[ToolSpec]) -> Result<Arc<Policy>, PolicyError> {
+    static LAST: Mutex<Option<(String, Arc<Policy>)>> = Mutex::new(None);
+    let facts: Vec<_> = tools.iter().map(ToolSpec::facts).collect();
+    let key = key_of(config, &facts);
+    if let Some((k, p)) = LAST.lock().unwrap_or_else(|e| e.into_inner()).as_ref()
+        && *k == key
+    {
+        return Ok(p.clone());
+    }
+    let policy = Arc::new(Policy::load(config, &facts)?);
+    *LAST.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, policy.clone()));
+    Ok(policy)
+}
+
+/// What a loaded policy depends on: the `[policy]` table with the text it was read from (for
+/// line numbers), the Cedar files' contents and the tools' facts.
+fn key_of(config: &PolicyConfig, facts: &[cordon_policy::ToolFacts]) -> String {
+    let mut h = Sha256::new();
+    h.update(serde_json::to_vec(config).unwrap_or_default());
+    if let Some(source) = &config.source {
+        h.update(source.path.to_string_lossy().as_bytes());
+        h.update(source.text.as_bytes());
+        let dir = source
+            .path
+            .parent()
+            .map(|p| p.to_path_buf())
+            .unwrap_or_default();
+        for file in &config.files {
+            h.update(std::fs::read(dir.join(file)).unwrap_or_default());
+        }
+    }
+    for f in facts {
+        h.update(f.identity().as_bytes());
+        h.update(f.input_schema.to_string().as_bytes());
+        h.update(serde_json::to_vec(&f.reach).unwrap_or_default());
+    }
+    hex::encode(h.finalize())
+}
