@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use cordon_core::Requester;
+use cordon_policy::{RuleRef, Verdict};
 use serde::{Deserialize, Serialize};
 
 use crate::tools::ToolSpec;
@@ -283,20 +284,73 @@ pub struct Decision {
     pub policy: Policy,
     /// Why, in words.
     pub reason: String,
+    /// The per-call policy rule that made the decision, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<RuleRef>,
 }
 
-/// Decides the policy for a tool in a turn. The config rules that
-/// apply to it are the `[approval.tools]` rule for its bare name, the one for `plugin.tool` and
-/// the `[approval.plugins]` rule for its plugin; the strictest of them counts (deny > ask >
-/// auto). In order of precedence:
+impl Decision {
+    fn plain(policy: Policy, reason: impl Into<String>) -> Decision {
+        Decision {
+            policy,
+            reason: reason.into(),
+            rule: None,
+        }
+    }
+
+    fn by_rule(policy: Policy, rule: &RuleRef) -> Decision {
+        Decision {
+            policy,
+            reason: rule.describe(),
+            rule: Some(rule.clone()),
+        }
+    }
+}
+
+/// What a policy that does not load decides: every call is asked, with the reason, until
+/// the policy is fixed (a host that had loaded a good one keeps using it instead).
+pub fn broken_policy(error: &str) -> Verdict {
+    Verdict {
+        decision: Some(cordon_policy::Decision::Ask),
+        rule: Some(RuleRef {
+            id: "policy".to_string(),
+            source: "[policy]".to_string(),
+            decision: cordon_policy::Decision::Ask,
+            reason: Some(format!(
+                "the policy does not load, so every call is asked: {error}"
+            )),
+            error: None,
+        }),
+        applied: Vec::new(),
+        digest: String::new(),
+    }
+}
+
+/// Decides whether a call runs. The `[approval]` rules that apply to the tool are the
+/// `[approval.tools]` rule for its bare name, the one for `plugin.tool` and the
+/// `[approval.plugins]` rule for its plugin; the strictest of them counts (deny > ask > auto).
+/// `verdict` is what the per-call `[policy]` said of this call's arguments, caller, session
+/// and time (`None` when deciding for a tool as a whole). In order of precedence:
 ///
-/// 1. a config `deny`;
-/// 2. a standing answer in this conversation (`always`/`never`, keyed by the tool's identity)
-///    that covers the turn's requester (see [`StandingAnswer::covers`]);
-/// 3. the strictest config rule;
-/// 4. the default: `ask` for tools that declare themselves destructive, `auto` for tools whose
-///    effective capabilities cannot change anything, `ask` for everything else.
-pub fn decide(config: &ApprovalConfig, standing: Standing<'_>, spec: &ToolSpec) -> Decision {
+/// 1. an `[approval]` `deny`;
+/// 2. a per-call policy `deny` (its rule and reason given to the model);
+/// 3. a standing `never` in this conversation that covers the turn's requester (see
+///    [`StandingAnswer::covers`]);
+/// 4. a per-call policy `ask`: asked every time, even after an `always` for the tool, since
+///    the rule singles out this kind of call (an `always` answers the tool's ordinary calls);
+/// 5. a standing `always` that covers the requester;
+/// 6. the strictest of a per-call policy `allow` and the `[approval]` rules;
+/// 7. the default: `ask` for tools that declare themselves destructive, `auto` for tools
+///    whose effective capabilities cannot change anything, `ask` for everything else.
+///
+/// Nothing here widens what a tool can reach: `auto` only skips the question.
+pub fn decide(
+    config: &ApprovalConfig,
+    standing: Standing<'_>,
+    spec: &ToolSpec,
+    verdict: Option<&Verdict>,
+) -> Decision {
+    use cordon_policy::Decision as Rule;
     let identity = spec.identity();
     // Most specific first: on equal strictness the reason names the most specific rule.
     let candidates = [
@@ -319,39 +373,50 @@ pub fn decide(config: &ApprovalConfig, standing: Standing<'_>, spec: &ToolSpec) 
         }
     }
     if let Some((Policy::Deny, subject)) = strictest {
-        return Decision {
-            policy: Policy::Deny,
-            reason: format!("cordon.toml denies {subject}"),
-        };
+        return Decision::plain(Policy::Deny, format!("cordon.toml denies {subject}"));
     }
-    if let Some(answer) = standing.get(&identity) {
-        return Decision {
-            policy: answer.policy,
-            reason: answer.reason(),
+    let ruled = verdict.and_then(|v| Some((v.decision?, v.rule.as_ref()?)));
+    if let Some((Rule::Deny, rule)) = ruled {
+        return Decision::by_rule(Policy::Deny, rule);
+    }
+    let answer = standing.get(&identity);
+    if let Some(answer) = answer.filter(|a| a.policy == Policy::Deny) {
+        return Decision::plain(Policy::Deny, answer.reason());
+    }
+    if let Some((Rule::Ask, rule)) = ruled {
+        return Decision::by_rule(Policy::Ask, rule);
+    }
+    if let Some(answer) = answer {
+        return Decision::plain(answer.policy, answer.reason());
+    }
+    if let Some((Rule::Allow, rule)) = ruled {
+        return match strictest {
+            Some((Policy::Ask, subject)) => Decision::plain(
+                Policy::Ask,
+                format!(
+                    "cordon.toml sets `ask` for {subject}, stricter than {}",
+                    rule.describe()
+                ),
+            ),
+            _ => Decision::by_rule(Policy::Auto, rule),
         };
     }
     if let Some((p, subject)) = strictest {
-        return Decision {
-            policy: p,
-            reason: format!("cordon.toml sets `{}` for {subject}", p.as_str()),
-        };
+        return Decision::plain(
+            p,
+            format!("cordon.toml sets `{}` for {subject}", p.as_str()),
+        );
     }
     if spec.hints.destructive {
-        return Decision {
-            policy: Policy::Ask,
-            reason: "the tool declares itself destructive".to_string(),
-        };
+        return Decision::plain(Policy::Ask, "the tool declares itself destructive");
     }
     if spec.can_change_anything {
-        Decision {
-            policy: Policy::Ask,
-            reason: "its grants allow changing something (a writable path, a network host or environment)".to_string(),
-        }
+        Decision::plain(
+            Policy::Ask,
+            "its grants allow changing something (a writable path, a network host or environment)",
+        )
     } else {
-        Decision {
-            policy: Policy::Auto,
-            reason: "its grants cannot change anything".to_string(),
-        }
+        Decision::plain(Policy::Auto, "its grants cannot change anything")
     }
 }
 
@@ -359,6 +424,11 @@ pub fn decide(config: &ApprovalConfig, standing: Standing<'_>, spec: &ToolSpec) 
 mod tests {
     use super::*;
     use crate::tools::ToolHints;
+
+    /// The decision for a tool as a whole (no per-call verdict).
+    fn decide(config: &ApprovalConfig, standing: Standing<'_>, spec: &ToolSpec) -> Decision {
+        super::decide(config, standing, spec, None)
+    }
 
     /// An answer given at the terminal (no requester).
     fn answer(policy: Policy) -> StandingAnswer {

@@ -253,6 +253,23 @@ pub struct PlannedCall {
     /// Who decided whether it runs; `None` while it waits for an answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<CallApproval>,
+    /// What the per-call policy said of it, when a `[policy]` is in force.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyNote>,
+}
+
+/// What the per-call policy said of a call: kept with the call so its audit record names the
+/// rule and the exact policy text in force, and so counters count it once it runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyNote {
+    /// The digest of the policy in force (`sha256:…`).
+    pub digest: String,
+    /// The rule that decided, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<cordon_policy::RuleRef>,
+    /// The ids of every rule found to apply.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applied: Vec<String>,
 }
 
 /// A conversation; see the module docs.
@@ -272,6 +289,11 @@ pub struct Conversation {
     /// gave it, when, for which call and for whose turns.
     #[serde(deserialize_with = "crate::approval::standing_answers")]
     pub session_approvals: BTreeMap<String, StandingAnswer>,
+    /// Tools (`plugin.tool`) a person approved a call of in this conversation (`yes` or
+    /// `always`), each with the turn (0-based) of the first such answer: what
+    /// approval-before-action rules (`approved = "…"`) read.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub approved_tools: BTreeMap<String, usize>,
     /// Tool calls identified so far: the number in Cordon's id of the last call (`c7` → 7).
     #[serde(default)]
     pub next_call: u64,
@@ -300,6 +322,7 @@ impl Conversation {
             state: State::Idle,
             progress: Progress::default(),
             session_approvals: BTreeMap::new(),
+            approved_tools: Default::default(),
             next_call: 0,
             notes: Vec::new(),
             usage: Usage::default(),
@@ -372,6 +395,7 @@ impl Conversation {
         // An `always` or `never` belongs to the turns up to where it was given: one given in
         // a turn the copy leaves out never happened there.
         copy.session_approvals.retain(|_, a| a.turn < keep_turns);
+        copy.approved_tools.retain(|_, turn| *turn < keep_turns);
         Ok(copy)
     }
 
@@ -396,6 +420,8 @@ pub struct ConversationTail<'a> {
     state: &'a State,
     progress: &'a Progress,
     session_approvals: &'a BTreeMap<String, StandingAnswer>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    approved_tools: &'a BTreeMap<String, usize>,
     next_call: u64,
     notes: &'a [Note],
     usage: &'a Usage,
@@ -411,6 +437,7 @@ impl Conversation {
             state: &self.state,
             progress: &self.progress,
             session_approvals: &self.session_approvals,
+            approved_tools: &self.approved_tools,
             next_call: self.next_call,
             notes: &self.notes,
             usage: &self.usage,

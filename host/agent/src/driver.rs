@@ -23,8 +23,8 @@ use crate::conversation::{Conversation, ConversationError, PlannedCall, State, T
 use crate::journal::{Cause, Journal, JournalError, NoJournal};
 use crate::llm::{LlmClient, LlmSetupError};
 use crate::machine::{
-    self, Action, AgentEvent, ApprovalRequest, Env, Event, StepError, ToolCatalog, ToolOutcome,
-    ToolRun, TurnLimits,
+    self, Action, AgentEvent, ApprovalRequest, CallInputs, Env, Event, StepError, ToolCatalog,
+    ToolOutcome, ToolRun, TurnLimits,
 };
 use crate::parameters::TurnParameters;
 use crate::text_tool_calls;
@@ -53,6 +53,9 @@ pub enum AgentError {
     /// performing anything that was not recorded, and can be resumed from the last record.
     #[error(transparent)]
     Journal(#[from] JournalError),
+    /// The `[policy]` does not load for the installed tools.
+    #[error(transparent)]
+    Policy(#[from] cordon_policy::PolicyError),
 }
 
 /// The built-in base system prompt.
@@ -177,6 +180,8 @@ impl Agent {
     /// Checks the config and creates the model client (reading the API key variable).
     pub fn new(config: AgentConfig, tools: Arc<dyn ToolHost>) -> Result<Self, AgentError> {
         config.validate()?;
+        // A policy that does not load stops the host before it serves anything.
+        crate::policy::load(&config.policy, &tools.tools())?;
         let llm = LlmClient::new(&config.llm)?;
         let tokenizer = Tokenizer::new(&config.context.tokenizer, &config.llm.model);
         let limits = TurnLimits {
@@ -230,7 +235,81 @@ impl Agent {
     }
 
     fn catalog(&self) -> ToolCatalog {
-        ToolCatalog::new(self.tools.tools(), self.config.approval.clone())
+        let specs = self.tools.tools();
+        let policy = crate::policy::load_or_last(&self.config.policy, &specs);
+        ToolCatalog::with_policy(specs, self.config.approval.clone(), policy)
+    }
+
+    /// Who asks, the counters the model's tool calls need and the time, for the per-call
+    /// policy: counts come from the journal's store just before the calls are decided.
+    async fn call_inputs(
+        &self,
+        conv: &Conversation,
+        catalog: &ToolCatalog,
+        event: &Event,
+        io: &mut TurnIo<'_>,
+    ) -> Result<CallInputs, AgentError> {
+        let requester = conv
+            .requester()
+            .cloned()
+            .or_else(|| io.audit.requested_by.clone());
+        let mut inputs = CallInputs {
+            caller: cordon_policy::Caller {
+                origin: policy_origin(&io.audit.origin).to_string(),
+                token: requester
+                    .as_ref()
+                    .map(|r| r.token.clone())
+                    .unwrap_or_default(),
+                user: requester.and_then(|r| r.user).unwrap_or_default(),
+                client: String::new(),
+            },
+            counts: BTreeMap::new(),
+            now_ms: now_ms(),
+        };
+        let (Event::ModelResponded { response }, Some(policy)) = (event, catalog.policy()) else {
+            return Ok(inputs);
+        };
+        let scope = self.count_scope(&io.audit, &inputs.caller);
+        let mut queries = Vec::new();
+        for call in &response.tool_calls {
+            let Some(spec) = catalog.spec(&call.name) else {
+                continue;
+            };
+            let identity = spec.identity();
+            if inputs.counts.contains_key(&identity) {
+                continue;
+            }
+            inputs.counts.insert(identity.clone(), BTreeMap::new());
+            let scope = cordon_policy::CountScope {
+                session: &scope.0,
+                caller: (&scope.1, &scope.2),
+            };
+            for q in policy.counters_for(&identity, scope, inputs.now_ms) {
+                queries.push((identity.clone(), q));
+            }
+        }
+        if queries.is_empty() {
+            return Ok(inputs);
+        }
+        let asked: Vec<_> = queries.iter().map(|(_, q)| q.clone()).collect();
+        let counts = io.journal.count_calls(&asked).await?;
+        for ((identity, q), n) in queries.into_iter().zip(counts) {
+            inputs.counts.entry(identity).or_default().insert(q.name, n);
+        }
+        Ok(inputs)
+    }
+
+    /// The session and caller that `per = "caller"` and `within = "session"` counters key on.
+    fn count_scope(
+        &self,
+        audit: &AuditContext,
+        caller: &cordon_policy::Caller,
+    ) -> (String, String, String) {
+        (
+            audit.session.clone().unwrap_or_default(),
+            caller.token.clone(),
+            caller.user.clone(),
+        )
     }
 
     /// The system prompt: the base prompt plus what is actually available.
@@ -307,10 +386,12 @@ if a call is refused or declined, tell the user instead of trying to get around 
         // Answers saved under model-facing names move to identities; same meaning, so the
         // conversation counts as unchanged even if the turn is then refused.
         catalog.upgrade_session(&mut conv.session_approvals);
+        let inputs = CallInputs::default();
         let (first, cause) = {
             let env = Env {
                 catalog: &catalog,
                 limits: &self.limits,
+                inputs: &inputs,
             };
             match input {
                 TurnInput::Message(text) => {
@@ -470,9 +551,11 @@ if a call is refused or declined, tell the user instead of trying to get around 
         io: &mut TurnIo<'_>,
         queue: &mut VecDeque<Action>,
     ) -> Result<(), AgentError> {
+        let inputs = self.call_inputs(conv, catalog, &event, io).await?;
         let env = Env {
             catalog,
             limits: &self.limits,
+            inputs: &inputs,
         };
         let actions = machine::step(conv, event.clone(), env)?;
         io.journal.transition(conv, &Cause::Event { event }).await?;
@@ -490,9 +573,11 @@ if a call is refused or declined, tell the user instead of trying to get around 
         io: &mut TurnIo<'_>,
         queue: &mut VecDeque<Action>,
     ) -> Result<Committed, AgentError> {
+        let inputs = self.call_inputs(conv, catalog, &event, io).await?;
         let env = Env {
             catalog,
             limits: &self.limits,
+            inputs: &inputs,
         };
         let actions = machine::step(conv, event.clone(), env)?;
         self.commit(conv, catalog, Cause::Event { event }, actions, io, queue)
@@ -601,6 +686,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
             }
             _ => BTreeMap::new(),
         };
+        self.tally(catalog, &planned, &calls, io).await?;
         let mut running: Vec<String> = calls.iter().map(|c| c.call_id.clone()).collect();
         let child = io.cancel.child_token();
         let tools = self.tools.clone();
@@ -675,6 +761,51 @@ if a call is refused or declined, tell the user instead of trying to get around 
     }
 
     /// The audit record of one call of this conversation.
+    /// Adds the calls about to run to the policy's counters.
+    async fn tally(
+        &self,
+        catalog: &ToolCatalog,
+        planned: &BTreeMap<String, PlannedCall>,
+        calls: &[ToolRun],
+        io: &mut TurnIo<'_>,
+    ) -> Result<(), AgentError> {
+        let Some(policy) = catalog.policy().filter(|p| !p.is_empty()) else {
+            return Ok(());
+        };
+        let requester = io.audit.requested_by.clone();
+        let caller = cordon_policy::Caller {
+            token: requester
+                .as_ref()
+                .map(|r| r.token.clone())
+                .unwrap_or_default(),
+            user: requester.and_then(|r| r.user).unwrap_or_default(),
+            ..Default::default()
+        };
+        let scope = self.count_scope(&io.audit, &caller);
+        let scope = cordon_policy::CountScope {
+            session: &scope.0,
+            caller: (&scope.1, &scope.2),
+        };
+        let mut keys = Vec::new();
+        for run in calls {
+            let (Some(p), Some(spec)) = (planned.get(&run.call_id), catalog.spec(&run.tool)) else {
+                continue;
+            };
+            let applied = p
+                .policy
+                .as_ref()
+                .map(|n| n.applied.as_slice())
+                .unwrap_or(&[]);
+            keys.extend(policy.tally(&spec.identity(), applied, scope));
+        }
+        if !keys.is_empty() {
+            io.journal
+                .add_calls(&keys, now_ms().div_euclid(60_000))
+                .await?;
+        }
+        Ok(())
+    }
+
     fn call_record(
         &self,
         conv: &Conversation,
@@ -714,6 +845,16 @@ if a call is refused or declined, tell the user instead of trying to get around 
                 grants: spec.map(|s| s.grants.clone()).unwrap_or_default(),
                 decision,
                 decided_by,
+                policy_rule: call
+                    .policy
+                    .as_ref()
+                    .and_then(|n| n.rule.as_ref())
+                    .map(|r| format!("{} ({})", r.id, r.source)),
+                policy_digest: call
+                    .policy
+                    .as_ref()
+                    .map(|n| n.digest.clone())
+                    .filter(|d| !d.is_empty()),
                 outcome,
                 report,
             })),
@@ -894,5 +1035,14 @@ impl TurnHandle {
         self,
     ) -> Result<(Conversation, Result<TurnOutcome, AgentError>), AgentError> {
         self.task.await.map_err(|e| AgentError::Task(e.to_string()))
+    }
+}
+
+/// The origin a per-call policy sees for an interface: `cli` for the terminal commands (chat,
+/// run, call, replay), else the door's own name (`serve`, `gateway`, `mcp`, `mcp-http`).
+pub fn policy_origin(origin: &str) -> &str {
+    match origin {
+        "serve" | "gateway" | "mcp" | "mcp-http" => origin,
+        _ => "cli",
     }
 }

@@ -25,8 +25,34 @@ pub fn load(config: &PolicyConfig, tools: &[ToolSpec]) -> Result<Arc<Policy>, Po
     }
     let policy = Arc::new(Policy::load(config, &facts)?);
     *LAST.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, policy.clone()));
+    *LAST_GOOD.lock().unwrap_or_else(|e| e.into_inner()) = Some(policy.clone());
     Ok(policy)
 }
+
+/// As [`load`], but a policy that does not load gives the last one that did (with the error
+/// logged), so a host whose config or tools changed under it keeps deciding as before; with
+/// none loaded yet, the error, and every call is asked (see
+/// [`crate::approval::broken_policy`]).
+pub fn load_or_last(config: &PolicyConfig, tools: &[ToolSpec]) -> Result<Arc<Policy>, String> {
+    match load(config, tools) {
+        Ok(p) => Ok(p),
+        Err(e) => {
+            let last = LAST_GOOD.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            tracing::warn!(
+                "the policy does not load ({e}); {}",
+                if last.is_some() {
+                    "keeping the last one that did"
+                } else {
+                    "every call is asked until it does"
+                }
+            );
+            last.ok_or_else(|| e.to_string())
+        }
+    }
+}
+
+/// The last policy that loaded.
+static LAST_GOOD: Mutex<Option<Arc<Policy>>> = Mutex::new(None);
 
 /// What a loaded policy depends on: the `[policy]` table with the text it was read from (for
 /// line numbers), the Cedar files' contents and the tools' facts.

@@ -197,6 +197,8 @@ pub fn direct_call(
             grants: tool.grants.iter().map(|g| g.to_string()).collect(),
             decision: "direct".to_string(),
             decided_by: format!("{} at the terminal (cordon call)", local_user()),
+            policy_rule: None,
+            policy_digest: None,
             outcome,
             report,
         })),

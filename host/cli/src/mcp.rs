@@ -38,6 +38,7 @@ pub async fn run(home: &Home, records: Records, args: McpArgs) -> anyhow::Result
     }
     let options = McpOptions {
         approval: config.approval.clone(),
+        policy: config.policy.clone(),
         approval_timeout: Duration::from_secs(
             args.approval_timeout
                 .unwrap_or(config.serve.approval_timeout_secs)

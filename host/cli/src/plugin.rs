@@ -546,7 +546,7 @@ fn decision(rules: &ApprovalConfig, spec: &ToolSpec) -> Decision {
         answers: &Default::default(),
         requester: None,
     };
-    approval::decide(rules, none, spec)
+    approval::decide(rules, none, spec, None)
 }
 
 /// At install, tools grouped by what a conversation will do with their calls.

@@ -116,6 +116,12 @@ pub struct ToolCallAudit {
     /// Who or what made it: the policy and its reason, the user at the terminal, an API
     /// token's name.
     pub decided_by: String,
+    /// The per-call policy rule that decided or asked, as `id (file:line)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_rule: Option<String>,
+    /// The digest (`sha256:…`) of the per-call policy in force, when one was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_digest: Option<String>,
     /// How the call ended.
     pub outcome: CallOutcome,
     /// What the sandbox measured and refused; absent for a call that never started.
@@ -276,6 +282,8 @@ mod tests {
                 grants: vec!["fs:/data:/data:ro".into()],
                 decision: "auto".into(),
                 decided_by: "policy: its grants cannot change anything".into(),
+                policy_rule: None,
+                policy_digest: None,
                 outcome: CallOutcome::Error {
                     kind: "denied".into(),
                     message: "no".into(),

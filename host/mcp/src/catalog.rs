@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cordon_agent::approval::{Standing, decide};
+use cordon_agent::cordon_policy::PolicyConfig;
 use cordon_agent::{ApprovalConfig, Policy, ToolHost, ToolSource, ToolSpec};
 use cordon_core::CompiledSchema;
 use rmcp::model::{JsonObject, MetaObject, Tool, ToolAnnotations};
@@ -28,6 +29,8 @@ pub struct Catalog {
     pub stamp: String,
     /// Runs the calls.
     pub host: Arc<dyn ToolHost>,
+    /// The per-call policy for these tools, or why it does not load.
+    pub policy: Result<Arc<cordon_agent::cordon_policy::Policy>, String>,
     /// By the name clients call them.
     pub offered: BTreeMap<String, Offered>,
     /// What `tools/list` returns.
@@ -39,18 +42,36 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// The catalog of `host`'s tools that `approval` does not deny.
-    pub fn new(stamp: String, host: Arc<dyn ToolHost>, approval: &ApprovalConfig) -> Self {
+    /// The catalog of `host`'s tools that `approval` and `policy` do not deny.
+    pub fn new(
+        stamp: String,
+        host: Arc<dyn ToolHost>,
+        approval: &ApprovalConfig,
+        policy: &PolicyConfig,
+    ) -> Self {
         let mut offered = BTreeMap::new();
         let mut listed = Vec::new();
         let mut left_out = Vec::new();
-        for spec in host.tools() {
-            // Policy decides with no answers given: a tool cordon.toml denies is not offered.
+        let specs = host.tools();
+        let policy = cordon_agent::policy::load_or_last(policy, &specs);
+        if let Err(e) = &policy {
+            left_out.push(format!(
+                "the [policy] does not load, so every call is asked: {e}"
+            ));
+        }
+        for spec in specs {
+            // Policy decides with no answers given: a tool cordon.toml denies is not offered,
+            // nor one a policy rule denies whatever its arguments.
             let none = Standing {
                 answers: &BTreeMap::new(),
                 requester: None,
             };
-            if decide(approval, none, &spec).policy == Policy::Deny {
+            let always_denied = policy
+                .as_ref()
+                .ok()
+                .and_then(|p| p.denies_every_call(&spec.identity()));
+            if decide(approval, none, &spec, None).policy == Policy::Deny || always_denied.is_some()
+            {
                 continue;
             }
             let schema = match CompiledSchema::compile(&spec.input_schema) {
@@ -72,6 +93,7 @@ impl Catalog {
         Self {
             stamp,
             host,
+            policy,
             offered,
             listed: Arc::new(listed),
             digest,
@@ -141,6 +163,7 @@ pub fn describe(spec: &ToolSpec) -> Tool {
 pub struct Catalogs {
     source: Arc<dyn ToolSource>,
     approval: ApprovalConfig,
+    policy: PolicyConfig,
     current: Mutex<Option<Arc<Catalog>>>,
     /// The digest of the list last loaded; changes whenever a load finds the list different
     /// from the one before, whoever made it load (a client's request or the watcher), so no
@@ -150,10 +173,15 @@ pub struct Catalogs {
 
 impl Catalogs {
     /// Catalogs of `source` under the approval rules `approval`.
-    pub fn new(source: Arc<dyn ToolSource>, approval: ApprovalConfig) -> Self {
+    pub fn new(
+        source: Arc<dyn ToolSource>,
+        approval: ApprovalConfig,
+        policy: PolicyConfig,
+    ) -> Self {
         Self {
             source,
             approval,
+            policy,
             current: Mutex::new(None),
             listed: watch::Sender::new(String::new()),
         }
@@ -176,7 +204,7 @@ impl Catalogs {
             return Ok(catalog.clone());
         }
         let host = self.source.load().await?;
-        let catalog = Arc::new(Catalog::new(stamp, host, &self.approval));
+        let catalog = Arc::new(Catalog::new(stamp, host, &self.approval, &self.policy));
         for line in &catalog.left_out {
             tracing::warn!("{line}");
         }

@@ -37,6 +37,8 @@ use crate::catalog::{Catalog, Catalogs, Offered};
 pub struct McpOptions {
     /// The approval rules (`[approval]` of cordon.toml).
     pub approval: ApprovalConfig,
+    /// The per-call policy (`[policy]` of cordon.toml).
+    pub policy: cordon_agent::cordon_policy::PolicyConfig,
     /// How long a call waits for an answer before it is denied.
     pub approval_timeout: Duration,
     /// Whether audit records keep the arguments, not only their sha256.
@@ -57,6 +59,7 @@ impl Default for McpOptions {
     fn default() -> Self {
         Self {
             approval: ApprovalConfig::default(),
+            policy: Default::default(),
             approval_timeout: Duration::from_secs(300),
             keep_arguments: false,
             origin: "mcp".to_string(),
@@ -92,7 +95,7 @@ impl McpHost {
         options: McpOptions,
     ) -> Arc<Self> {
         Arc::new(Self {
-            catalogs: Catalogs::new(source, options.approval.clone()),
+            catalogs: Catalogs::new(source, options.approval.clone(), options.policy.clone()),
             audit: store.map(AuditWriter::new),
             approver,
             options,
@@ -280,6 +283,8 @@ enum Asked {
 /// The audit facts of one call.
 struct CallFacts<'a> {
     spec: &'a ToolSpec,
+    /// What the per-call policy said of the call (`None`: no policy in force).
+    verdict: Option<cordon_agent::cordon_policy::Verdict>,
     arguments: &'a Value,
     client: &'a str,
     /// The token the call came with (over HTTP).
@@ -288,6 +293,37 @@ struct CallFacts<'a> {
 }
 
 impl McpServer {
+    /// What the per-call policy says of a call, before the arguments are checked.
+    fn verdict(
+        &self,
+        catalog: &Catalog,
+        spec: &ToolSpec,
+        arguments: &Value,
+        client: &str,
+        token: Option<&str>,
+    ) -> Option<cordon_agent::cordon_policy::Verdict> {
+        let policy = match &catalog.policy {
+            Ok(p) if p.is_empty() => return None,
+            Ok(p) => p,
+            Err(e) => return Some(cordon_agent::approval::broken_policy(e)),
+        };
+        let caller = cordon_agent::cordon_policy::Caller {
+            origin: cordon_agent::driver::policy_origin(&self.host.options.origin).to_string(),
+            token: token.unwrap_or_default().to_string(),
+            user: String::new(),
+            client: client.to_string(),
+        };
+        let identity = spec.identity();
+        Some(policy.decide(&cordon_agent::cordon_policy::Call {
+            tool: &identity,
+            args: arguments,
+            caller: &caller,
+            session: &Default::default(),
+            counts: &Default::default(),
+            now_ms: now_ms(),
+        }))
+    }
+
     fn record(
         &self,
         facts: &CallFacts<'_>,
@@ -317,6 +353,16 @@ impl McpServer {
                 grants: spec.grants.clone(),
                 decision: decision.decision.clone(),
                 decided_by: decision.by.clone(),
+                policy_rule: facts
+                    .verdict
+                    .as_ref()
+                    .and_then(|v| v.rule.as_ref())
+                    .map(|r| format!("{} ({})", r.id, r.source)),
+                policy_digest: facts
+                    .verdict
+                    .as_ref()
+                    .map(|v| v.digest.clone())
+                    .filter(|d| !d.is_empty()),
                 outcome,
                 report,
             })),
@@ -429,7 +475,12 @@ impl McpServer {
                 answers: &given,
                 requester: None,
             };
-            let decision = decide(&self.host.options.approval, standing, spec);
+            let decision = decide(
+                &self.host.options.approval,
+                standing,
+                spec,
+                facts.verdict.as_ref(),
+            );
             // The earlier answer that made the decision, if one did.
             let used = given
                 .get(&spec.identity())
@@ -556,8 +607,10 @@ impl McpServer {
         let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
         let client = client_name(&context);
         let token = token(&context);
+        let verdict = self.verdict(&catalog, spec, &arguments, &client, token.as_deref());
         let facts = CallFacts {
             spec,
+            verdict,
             arguments: &arguments,
             client: &client,
             token: token.as_deref(),

@@ -9,7 +9,7 @@ use cedar_policy::{
     EntityUid, PolicyId, PolicySet, Request, RestrictedExpression, Schema, ValidationMode,
     Validator,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -59,7 +59,7 @@ pub struct Call<'a> {
 }
 
 /// A rule as the audit log and `policy explain` name it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuleRef {
     /// Its id.
     pub id: String,
@@ -68,11 +68,11 @@ pub struct RuleRef {
     /// What it decides.
     pub decision: Decision,
     /// Its reason, if it gives one.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Set when the rule could not be evaluated for this call and counts as applying
     /// because it denies or asks.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
@@ -93,7 +93,7 @@ impl RuleRef {
 }
 
 /// What the policy says of one call.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Verdict {
     /// The strictest decision of the rules that apply; `None` when none does (the
     /// grant-derived default decides).
@@ -471,12 +471,13 @@ impl Policy {
             .collect()
     }
 
-    /// The store keys a call of `tool` adds one to once it runs, given the verdict it had.
-    pub fn tally(&self, tool: &str, verdict: &Verdict, scope: CountScope<'_>) -> Vec<String> {
+    /// The store keys a call of `tool` adds one to once it runs, given the ids of the rules
+    /// that applied to it ([`Verdict::applied`]).
+    pub fn tally(&self, tool: &str, applied: &[String], scope: CountScope<'_>) -> Vec<String> {
         let Some(t) = self.tools.get(tool) else {
             return Vec::new();
         };
-        let applied: Vec<&str> = verdict.applied.iter().map(|r| r.id.as_str()).collect();
+        let applied: Vec<&str> = applied.iter().map(String::as_str).collect();
         let mut keys: Vec<String> = self
             .counters
             .iter()

@@ -111,6 +111,10 @@ impl Ask<'_> {
     }
 }
 
+fn ids(v: &Verdict) -> Vec<String> {
+    v.applied.iter().map(|r| r.id.clone()).collect()
+}
+
 fn decision(p: &Policy, ask: &Ask<'_>) -> Option<Decision> {
     ask.decide(p).decision
 }
@@ -354,7 +358,7 @@ rules = [
     let v = c.decide(&p);
     assert_eq!(v.decision, Some(Decision::Allow));
     assert_eq!(
-        p.tally("sql.sql_execute", &v, scope),
+        p.tally("sql.sql_execute", &ids(&v), scope),
         ["rule:writes", "session:s1|caller:ci/|plugin:sql"]
     );
     c.counts.insert("rule:too-many".into(), 20);
@@ -367,7 +371,7 @@ rules = [
     let r = call("sql.sql_execute", json!({"sql": "select 1"}));
     let v = r.decide(&p);
     assert_eq!(
-        p.tally("sql.sql_execute", &v, scope),
+        p.tally("sql.sql_execute", &ids(&v), scope),
         ["session:s1|caller:ci/|plugin:sql"]
     );
 }

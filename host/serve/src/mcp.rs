@@ -68,6 +68,7 @@ pub(crate) fn service(
         Arc::new(StoreApprover::new(store.clone())),
         McpOptions {
             approval: options.config.approval.clone(),
+            policy: options.config.policy.clone(),
             approval_timeout: options.approval_timeout,
             keep_arguments: options.config.audit.keep_arguments,
             origin: "mcp-http".to_string(),

@@ -1,18 +1,32 @@
 //! The tool catalog of a turn: which tools the model is offered and whether a call may run.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use cordon_core::{CompiledSchema, SchemaError};
+use cordon_policy::Verdict;
 use serde_json::Value;
 
+use super::CallInputs;
 use crate::approval::{self, ApprovalConfig, Decision, Policy, Standing, StandingAnswer};
+use crate::conversation::PolicyNote;
 use crate::messages::{ToolCall, snippet};
 use crate::tools::ToolSpec;
 
-/// The tools known to the turn, with compiled schemas and the user's approval rules.
+/// The tools known to the turn, with compiled schemas, the user's approval rules and the
+/// per-call policy.
 pub struct ToolCatalog {
     tools: BTreeMap<String, (ToolSpec, Result<CompiledSchema, SchemaError>)>,
     approval: ApprovalConfig,
+    /// The per-call policy, or why it does not load (every call is then asked).
+    policy: Result<Arc<cordon_policy::Policy>, String>,
+}
+
+/// A call that may go on to be run or asked about.
+pub(super) struct Checked {
+    pub args: Value,
+    pub decision: Decision,
+    pub note: Option<PolicyNote>,
 }
 
 impl std::fmt::Debug for ToolCatalog {
@@ -22,8 +36,19 @@ impl std::fmt::Debug for ToolCatalog {
 }
 
 impl ToolCatalog {
-    /// Compiles the schemas of the installed tools.
+    /// Compiles the schemas of the installed tools; no per-call policy.
     pub fn new(specs: Vec<ToolSpec>, approval: ApprovalConfig) -> Self {
+        let policy = Arc::new(cordon_policy::Policy::empty(&[]));
+        Self::with_policy(specs, approval, Ok(policy))
+    }
+
+    /// As [`ToolCatalog::new`], with a per-call policy loaded for these tools (or why it
+    /// does not load).
+    pub fn with_policy(
+        specs: Vec<ToolSpec>,
+        approval: ApprovalConfig,
+        policy: Result<Arc<cordon_policy::Policy>, String>,
+    ) -> Self {
         let tools = specs
             .into_iter()
             .map(|s| {
@@ -31,12 +56,65 @@ impl ToolCatalog {
                 (s.name.clone(), (s, v))
             })
             .collect();
-        Self { tools, approval }
+        Self {
+            tools,
+            approval,
+            policy,
+        }
     }
 
-    /// The approval decision for a tool.
+    /// The per-call policy, when it loaded.
+    pub fn policy(&self) -> Option<&cordon_policy::Policy> {
+        self.policy.as_deref().ok()
+    }
+
+    /// The approval decision for a tool as a whole: what is offered and what `/tools` shows.
+    /// Only a policy rule that denies every call of the tool counts here; rules on arguments
+    /// decide each call.
     pub fn decision(&self, spec: &ToolSpec, standing: Standing<'_>) -> Decision {
-        approval::decide(&self.approval, standing, spec)
+        let verdict = self
+            .policy()
+            .and_then(|p| p.denies_every_call(&spec.identity()))
+            .map(|rule| Verdict {
+                decision: Some(rule.decision),
+                applied: vec![rule.clone()],
+                rule: Some(rule),
+                digest: self
+                    .policy()
+                    .map(|p| p.digest().to_string())
+                    .unwrap_or_default(),
+            });
+        approval::decide(&self.approval, standing, spec, verdict.as_ref())
+    }
+
+    /// What the per-call policy says of a call with `args`, or `None` when there is no policy.
+    fn verdict(
+        &self,
+        spec: &ToolSpec,
+        args: &Value,
+        conv_approved: &BTreeMap<String, usize>,
+        inputs: &CallInputs,
+    ) -> Option<Verdict> {
+        match &self.policy {
+            Ok(p) if p.is_empty() => None,
+            Ok(p) => {
+                let identity = spec.identity();
+                let session = cordon_policy::SessionFacts {
+                    approved: conv_approved.keys().cloned().collect(),
+                    labels: Default::default(),
+                };
+                let none = BTreeMap::new();
+                Some(p.decide(&cordon_policy::Call {
+                    tool: &identity,
+                    args,
+                    caller: &inputs.caller,
+                    session: &session,
+                    counts: inputs.counts.get(&identity).unwrap_or(&none),
+                    now_ms: inputs.now_ms,
+                }))
+            }
+            Err(e) => Some(approval::broken_policy(e)),
+        }
     }
 
     /// The tools the model is offered: installed, enabled and not denied.
@@ -49,12 +127,15 @@ impl ToolCatalog {
     }
 
     /// Checks a call: the tool must exist, policy must not deny it and the arguments must be
-    /// valid. Returns the parsed arguments, the spec and the decision, or what stands in the way.
+    /// valid; then decides the call itself. Returns the parsed arguments, the spec and the
+    /// decision, or what stands in the way.
     pub(super) fn check(
         &self,
         call: &ToolCall,
         standing: Standing<'_>,
-    ) -> Result<(Value, &ToolSpec, Decision), Refusal> {
+        approved: &BTreeMap<String, usize>,
+        inputs: &CallInputs,
+    ) -> Result<Checked, Refusal> {
         // Only a refused call names the offered tools: deciding for every tool is not work
         // a valid call should pay for.
         let available = || {
@@ -93,6 +174,8 @@ impl ToolCatalog {
                     decision.reason
                 ),
                 reason: decision.reason,
+                args: None,
+                note: None,
             });
         }
         let text = if call.arguments.trim().is_empty() {
@@ -131,7 +214,35 @@ impl ToolCatalog {
                 ),
             ));
         }
-        Ok((args, spec, decision))
+        let Some(verdict) = self.verdict(spec, &args, approved, inputs) else {
+            return Ok(Checked {
+                args,
+                decision,
+                note: None,
+            });
+        };
+        let decision = approval::decide(&self.approval, standing, spec, Some(&verdict));
+        let note = PolicyNote {
+            digest: verdict.digest.clone(),
+            rule: decision.rule.clone(),
+            applied: verdict.applied.iter().map(|r| r.id.clone()).collect(),
+        };
+        if decision.policy == Policy::Deny {
+            return Err(Refusal::Denied {
+                message: format!(
+                    "refused by policy: {}; do not try to get around it, tell the user if you need it",
+                    decision.reason
+                ),
+                reason: decision.reason,
+                args: Some(args),
+                note: Some(note),
+            });
+        }
+        Ok(Checked {
+            args,
+            decision,
+            note: Some(note),
+        })
     }
 
     /// The spec of the tool the model calls `name`.
@@ -169,5 +280,9 @@ pub(super) enum Refusal {
         message: String,
         /// The policy's reason alone, for the record of who decided.
         reason: String,
+        /// The arguments, when the call was denied for them.
+        args: Option<Value>,
+        /// What the per-call policy said, when it decided.
+        note: Option<PolicyNote>,
     },
 }

@@ -1,5 +1,7 @@
 //! What the machine needs besides the conversation: the tool catalog and the turn limits.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::ToolCatalog;
@@ -12,6 +14,33 @@ pub struct Env<'a> {
     pub catalog: &'a ToolCatalog,
     /// How far the turn may go.
     pub limits: &'a TurnLimits,
+    /// What per-call policy rules read besides the call and the conversation.
+    pub inputs: &'a CallInputs,
+}
+
+/// No caller, no counts, the epoch: for machines driven without a per-call policy (tests).
+pub static NO_INPUTS: CallInputs = CallInputs {
+    caller: cordon_policy::Caller {
+        origin: String::new(),
+        token: String::new(),
+        user: String::new(),
+        client: String::new(),
+    },
+    counts: BTreeMap::new(),
+    now_ms: 0,
+};
+
+/// What per-call policy rules read that the machine cannot know by itself: who asks, the
+/// counters of earlier calls (which the driver asked the store for), and the time. Recorded
+/// decisions are never made again, so a resumed turn does not depend on these.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallInputs {
+    /// Who asks (origin, token, user, client).
+    pub caller: cordon_policy::Caller,
+    /// Counter values by tool (`plugin.tool`), then by counter name.
+    pub counts: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Now, in milliseconds since the Unix epoch.
+    pub now_ms: i64,
 }
 
 /// The limits of one turn that the machine enforces.

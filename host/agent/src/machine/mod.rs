@@ -42,7 +42,7 @@ mod tests;
 
 pub use action::{Action, AgentEvent, ApprovalRequest, RequestedCall, ToolRun};
 pub use catalog::ToolCatalog;
-pub use env::{Env, TurnLimits};
+pub use env::{CallInputs, Env, NO_INPUTS, TurnLimits};
 pub use event::{Event, ToolOutcome};
 pub use resume::{INTERRUPTED, resume};
 

@@ -66,6 +66,7 @@ impl T {
         Env {
             catalog: &self.cat,
             limits: &self.lim,
+            inputs: &NO_INPUTS,
         }
     }
     fn new() -> Self {
@@ -82,6 +83,7 @@ impl T {
             Env {
                 catalog: &self.cat,
                 limits: &self.lim,
+                inputs: &NO_INPUTS,
             },
         )
         .unwrap()
@@ -94,6 +96,7 @@ impl T {
             Env {
                 catalog: &self.cat,
                 limits: &self.lim,
+                inputs: &NO_INPUTS,
             },
         )
         .unwrap_err();
@@ -139,7 +142,11 @@ impl T {
 }
 
 fn env<'a>(catalog: &'a ToolCatalog, limits: &'a TurnLimits) -> Env<'a> {
-    Env { catalog, limits }
+    Env {
+        catalog,
+        limits,
+        inputs: &NO_INPUTS,
+    }
 }
 
 fn has(actions: &[Action], pred: impl Fn(&Action) -> bool) -> bool {
@@ -1298,4 +1305,102 @@ fn events_and_actions_serialize() {
     let text = serde_json::to_string(&a).unwrap();
     assert!(text.contains("\"type\":\"text_delta\""), "{text}");
     assert_eq!(serde_json::from_str::<Action>(&text).unwrap(), a);
+}
+
+/// A catalog whose `[policy]` decides `write` per call: `q = "ok"` runs unasked, `q` starting
+/// with `drop` is denied, anything starting with `big` is asked by a rule.
+fn policed() -> ToolCatalog {
+    let text = r#"
+[policy]
+rules = [
+  { id = "fine", tool = "p.write", args = { q = "ok" }, decision = "allow" },
+  { id = "no-drop", tool = "p.write", args = { q = { prefix = "drop" } }, decision = "deny", reason = "nothing is dropped" },
+  { id = "big", tool = "p.write", args = { q = { prefix = "big" } }, decision = "ask", reason = "big writes are checked" },
+]
+"#;
+    let config = crate::config::AgentConfig::from_toml(text, "cordon.toml").unwrap();
+    let specs = vec![spec("read", false), spec("write", true)];
+    let policy = crate::policy::load(&config.policy, &specs).map_err(|e| e.to_string());
+    ToolCatalog::with_policy(specs, ApprovalConfig::default(), policy)
+}
+
+#[test]
+fn the_policy_decides_each_call_by_its_arguments_and_names_the_rule() {
+    let mut t = T {
+        cat: policed(),
+        ..T::new()
+    }
+    .started();
+    let a = t.respond(
+        "",
+        &[
+            ("1", "write", json!({"q": "ok"})),
+            ("2", "write", json!({"q": "drop it"})),
+            ("3", "write", json!({"q": "something"})),
+        ],
+    );
+    let State::AwaitingApproval { batch, .. } = &t.conv.state else {
+        panic!("{:?}", t.conv.state)
+    };
+    // Allowed by its rule, denied by its rule (the model is told which), asked by default.
+    assert_eq!(batch[0].status, CallStatus::Approved);
+    let note = batch[0].policy.as_ref().unwrap();
+    assert_eq!(note.rule.as_ref().unwrap().id, "fine");
+    assert!(note.digest.starts_with("sha256:"));
+    let CallStatus::Denied { message } = &batch[1].status else {
+        panic!("{:?}", batch[1].status)
+    };
+    assert!(
+        message.contains("policy rule `no-drop` (cordon.toml:5): nothing is dropped"),
+        "{message}"
+    );
+    assert_eq!(batch[2].status, CallStatus::Pending);
+    assert!(batch[2].policy.as_ref().unwrap().rule.is_none());
+    assert!(has(
+        &a,
+        |a| matches!(a, Action::RequestApproval { request } if request.call_id == "c3")
+    ));
+}
+
+#[test]
+fn an_always_does_not_answer_a_call_a_rule_asks_about() {
+    let mut t = T {
+        cat: policed(),
+        ..T::new()
+    }
+    .started();
+    let a = t.respond(
+        "",
+        &[
+            ("1", "write", json!({"q": "small"})),
+            ("2", "write", json!({"q": "big one"})),
+        ],
+    );
+    let Some(Action::RequestApproval { request }) = a
+        .iter()
+        .find(|a| matches!(a, Action::RequestApproval { .. }))
+    else {
+        panic!("{a:?}")
+    };
+    assert_eq!(request.call_id, "c1");
+    let a = t.step(Event::ApprovalGiven {
+        by: "ann".into(),
+        at_ms: 1,
+        call_id: "c1".into(),
+        answer: ApprovalAnswer::Always,
+    });
+    // The `always` answered c1 only: c2 is asked with the rule's own reason.
+    let Some(Action::RequestApproval { request }) = a
+        .iter()
+        .find(|a| matches!(a, Action::RequestApproval { .. }))
+    else {
+        panic!("{a:?}")
+    };
+    assert_eq!(request.call_id, "c2");
+    assert!(
+        request.reason.contains("big writes are checked"),
+        "{}",
+        request.reason
+    );
+    assert!(t.conv.approved_tools.contains_key("p.write"));
 }

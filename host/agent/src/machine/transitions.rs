@@ -6,7 +6,7 @@ use cordon_core::Requester;
 use serde_json::Value;
 
 use super::{Action, AgentEvent, Env, RequestedCall, ToolCatalog, ToolOutcome, ToolRun};
-use super::{ApprovalRequest, catalog::Refusal};
+use super::{ApprovalRequest, catalog::Checked, catalog::Refusal};
 use crate::approval::{ApprovalAnswer, Policy, StandingAnswer};
 use crate::config::RetryConfig;
 use crate::conversation::{
@@ -198,9 +198,18 @@ pub(super) fn apply_approval(
         };
         conv.session_approvals.insert(identity.clone(), answer);
     }
+    let approved = matches!(answer, ApprovalAnswer::Yes | ApprovalAnswer::Always);
+    if let (Some(identity), true) = (&identity, approved) {
+        let turn = conv.turns.len().saturating_sub(1);
+        conv.approved_tools.entry(identity.clone()).or_insert(turn);
+    }
     for p in batch.iter_mut().filter(|p| p.status == CallStatus::Pending) {
+        // An `always` does not answer another call a policy rule asks about: the rule asks
+        // for that kind of call every time. A `never` refuses it all the same.
+        let asked_by_rule = p.policy.as_ref().is_some_and(|n| n.rule.is_some());
         let same_tool = remembered.is_some()
             && identity.is_some()
+            && !(asked_by_rule && remembered == Some(Policy::Auto))
             && env.catalog.spec(&p.call.name).map(ToolSpec::identity) == identity;
         if p.id != call_id && !same_tool {
             continue;
@@ -446,6 +455,7 @@ pub(super) fn process_response(
                         decision: "refused".to_string(),
                         by: "Cordon's loop guard (the same call repeated)".to_string(),
                     }),
+                    policy: None,
                 },
                 outcome: CallOutcome::NotRun {
                     reason: content.clone(),
@@ -473,9 +483,12 @@ pub(super) fn process_response(
     }
     let mut batch = Vec::with_capacity(calls.len());
     for (id, call) in calls {
-        let planned = match env.catalog.check(&call, conv.standing()) {
+        let checked = env
+            .catalog
+            .check(&call, conv.standing(), &conv.approved_tools, env.inputs);
+        let planned = match checked {
             Err(refusal) => {
-                let (arguments, status, message, approval) = match refusal {
+                let (arguments, status, message, approval, policy) = match refusal {
                     Refusal::Invalid(arguments, message) => (
                         arguments,
                         CallStatus::Invalid {
@@ -486,9 +499,15 @@ pub(super) fn process_response(
                             decision: "invalid".to_string(),
                             by: "Cordon's check of the call".to_string(),
                         },
-                    ),
-                    Refusal::Denied { message, reason } => (
                         None,
+                    ),
+                    Refusal::Denied {
+                        message,
+                        reason,
+                        args,
+                        note,
+                    } => (
+                        args,
                         CallStatus::Denied {
                             message: message.clone(),
                         },
@@ -497,6 +516,7 @@ pub(super) fn process_response(
                             decision: Policy::Deny.as_str().to_string(),
                             by: format!("policy: {reason}"),
                         },
+                        note,
                     ),
                 };
                 out.push(Action::Emit(AgentEvent::ToolCallRejected {
@@ -510,12 +530,19 @@ pub(super) fn process_response(
                     arguments,
                     status,
                     approval: Some(approval),
+                    policy,
                 }
             }
-            Ok((args, _, decision)) => PlannedCall {
+            Ok(Checked {
+                args,
+                decision,
+                note,
+                ..
+            }) => PlannedCall {
                 id,
                 call,
                 arguments: Some(args),
+                policy: note,
                 approval: (decision.policy != Policy::Ask).then(|| CallApproval {
                     decision: decision.policy.as_str().to_string(),
                     by: format!("policy: {}", decision.reason),
@@ -592,9 +619,13 @@ pub(super) fn approval_request(
         plugin: spec.map(|s| s.plugin.clone()).unwrap_or_default(),
         arguments: p.arguments.clone().unwrap_or(Value::Null),
         grants: spec.map(|s| s.grants.clone()).unwrap_or_default(),
-        reason: spec
-            .map(|s| catalog.decision(s, conv.standing()).reason)
-            .unwrap_or_default(),
+        // A rule that asks about this call gives its own reason; otherwise the tool's.
+        reason: match p.policy.as_ref().and_then(|n| n.rule.as_ref()) {
+            Some(rule) => rule.describe(),
+            None => spec
+                .map(|s| catalog.decision(s, conv.standing()).reason)
+                .unwrap_or_default(),
+        },
     }
 }
 

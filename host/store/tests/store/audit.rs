@@ -27,6 +27,8 @@ fn call(at_ms: i64, session: Option<&str>, plugin: &str, tool: &str, ok: bool) -
             grants: vec!["fs:/data:/data:ro".into()],
             decision: "yes".into(),
             decided_by: "API token `ops`".into(),
+            policy_rule: None,
+            policy_digest: None,
             outcome: if ok {
                 CallOutcome::Ok
             } else {

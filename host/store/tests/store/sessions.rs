@@ -54,6 +54,7 @@ async fn apply(
         Env {
             catalog: &cat,
             limits: &lim,
+            inputs: &cordon_agent::machine::NO_INPUTS,
         },
     )
     .unwrap();
