@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use cordon_agent::cordon_policy::CountQuery;
 use cordon_agent::{CancellationToken, Cause, Conversation, Journal, JournalError, async_trait};
 use cordon_core::{AuditRecord, now_ms};
 use sqlx::Row;
@@ -163,6 +164,13 @@ impl SessionJournal {
             return Ok(());
         }
         self.store.release(&self.id).await
+    }
+
+    /// The session whose counters the store keeps until it is deleted: none while the session
+    /// is not written yet (counters added then are kept by the minute, and pruned with age,
+    /// rather than left behind if it never is).
+    fn own_counters(&self) -> Option<&str> {
+        self.unborn.is_none().then_some(self.id.as_str())
     }
 
     fn stop_keeping(&mut self) {
@@ -327,6 +335,22 @@ impl Journal for SessionJournal {
             .map_err(|e| journal_error(&self.id, e))
     }
 
+    /// Counted in the store, so counts hold across restarts and hosts. This session's own
+    /// counters are kept for its whole life (see [`Store::add_calls`]).
+    async fn count_calls(&mut self, queries: &[CountQuery]) -> Result<Vec<u64>, JournalError> {
+        self.store
+            .count_calls(queries, self.own_counters())
+            .await
+            .map_err(|e| journal_error(&self.id, e))
+    }
+
+    async fn add_calls(&mut self, keys: &[String], minute: i64) -> Result<(), JournalError> {
+        self.store
+            .add_calls(keys, minute, self.own_counters())
+            .await
+            .map_err(|e| journal_error(&self.id, e))
+    }
+
     async fn close(&mut self) -> Result<(), JournalError> {
         self.stop_keeping();
         if self.lost.is_cancelled() || self.unborn.is_some() {
@@ -362,6 +386,22 @@ impl Journal for AuditJournal {
     async fn audit(&mut self, record: AuditRecord) -> Result<(), JournalError> {
         self.store
             .append_audit(&record)
+            .await
+            .map_err(|e| JournalError::Store(Box::new(e)))
+    }
+
+    /// Counted in the store, like a session's; with no session to keep them for, every
+    /// counter is kept by the minute (and pruned after the longest window).
+    async fn count_calls(&mut self, queries: &[CountQuery]) -> Result<Vec<u64>, JournalError> {
+        self.store
+            .count_calls(queries, None)
+            .await
+            .map_err(|e| JournalError::Store(Box::new(e)))
+    }
+
+    async fn add_calls(&mut self, keys: &[String], minute: i64) -> Result<(), JournalError> {
+        self.store
+            .add_calls(keys, minute, None)
             .await
             .map_err(|e| JournalError::Store(Box::new(e)))
     }

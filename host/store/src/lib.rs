@@ -13,12 +13,15 @@
 //!   transaction, so a host that lost its lease can never write again.
 //! - The **audit log** has one record per tool call and per change to the home; the host only
 //!   ever appends to it, and the database refuses updates and deletes.
+//! - **Call counts** per policy counter and minute, which per-call rules read ("at most 20
+//!   writes an hour"), shared by every host on the store; see [`Store::count_calls`].
 //!
 //! Both backends run the same SQL (written with `$1` placeholders, which both read) through
 //! sqlx, with versioned migrations applied at open.
 
 mod approvals;
 mod audit;
+mod counts;
 mod error;
 mod histories;
 mod journal;
@@ -26,6 +29,8 @@ mod sessions;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use sqlx::Connection;
@@ -39,6 +44,7 @@ use sqlx::sqlite::{
 pub use approvals::{ApprovalWaiting, WAITING_APPROVALS_SESSION};
 pub use audit::{AuditQuery, StoredAudit};
 pub use cordon_agent::SessionSettings;
+pub use counts::LONGEST_WINDOW_MINUTES;
 pub use error::StoreError;
 pub use journal::{AuditJournal, SessionJournal};
 pub use sessions::{Lease, NewSession, SessionInfo, TransitionRecord, validate_session_id};
@@ -142,6 +148,8 @@ pub struct Store {
     /// This process's name in leases: host name, process id and a random part.
     holder: String,
     options: StoreOptions,
+    /// The minute this handle (or a clone) last pruned old call counts; 0 before it has.
+    counts_pruned: Arc<AtomicI64>,
 }
 
 impl Store {
@@ -165,6 +173,7 @@ impl Store {
             location,
             holder: holder_name(options.driver),
             options,
+            counts_pruned: Arc::new(AtomicI64::new(0)),
         };
         store.migrate().await?;
         Ok(store)
@@ -272,6 +281,11 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "session creators",
         include_str!("../migrations/sqlite/0004_session_creators.sql"),
     ),
+    (
+        5,
+        "call counts",
+        include_str!("../migrations/sqlite/0005_call_counts.sql"),
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -293,6 +307,11 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         4,
         "session creators",
         include_str!("../migrations/postgres/0004_session_creators.sql"),
+    ),
+    (
+        5,
+        "call counts",
+        include_str!("../migrations/postgres/0005_call_counts.sql"),
     ),
 ];
 
@@ -475,6 +494,20 @@ mod tests {
             "serve@elsewhere.example:{pid}:abcdef"
         )));
         assert!(!holder_is_gone("nonsense"));
+    }
+
+    #[test]
+    fn both_backends_have_the_same_migrations_in_order() {
+        let versions = |files: &[(i64, &'static str, &str)]| {
+            files
+                .iter()
+                .map(|(version, description, _)| (*version, *description))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(versions(SQLITE_MIGRATIONS), versions(POSTGRES_MIGRATIONS));
+        for (i, (version, _, _)) in SQLITE_MIGRATIONS.iter().enumerate() {
+            assert_eq!(*version, i as i64 + 1);
+        }
     }
 
     #[test]

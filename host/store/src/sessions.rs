@@ -7,6 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 use sqlx::Row;
 
+use crate::counts::{DELETE_SESSION_COUNTS, session_range};
 use crate::{Store, StoreError, on_backend};
 
 /// Who drives a session, until when.
@@ -463,7 +464,8 @@ impl Store {
         .await
     }
 
-    /// Removes a session and its log (the audit log keeps its records). Refused while
+    /// Removes a session, its log and its own policy counters (the audit log keeps its
+    /// records). Refused while
     /// another host drives it.
     pub async fn delete_session(&self, id: &str) -> Result<(), StoreError> {
         const SQL: &str = "DELETE FROM sessions WHERE id = $1 \
@@ -471,6 +473,7 @@ impl Store {
         const LOG: &str = "DELETE FROM transitions WHERE session = $1";
         const SNAPSHOTS: &str = "DELETE FROM snapshots WHERE session = $1";
         const HISTORIES: &str = "DELETE FROM gateway_histories WHERE session = $1";
+        let (counts_from, counts_to) = session_range(id);
         let info = self.session(id).await?;
         let deleted = on_backend!(self, pool => async {
             let mut tx = pool.begin().await?;
@@ -481,6 +484,7 @@ impl Store {
             sqlx::query(LOG).bind(id).execute(&mut *tx).await?;
             sqlx::query(SNAPSHOTS).bind(id).execute(&mut *tx).await?;
             sqlx::query(HISTORIES).bind(id).execute(&mut *tx).await?;
+            sqlx::query(DELETE_SESSION_COUNTS).bind(&counts_from).bind(&counts_to).execute(&mut *tx).await?;
             tx.commit().await?;
             Ok::<_, sqlx::Error>(true)
         }.await)

@@ -3,6 +3,7 @@
 
 mod approvals;
 mod audit;
+mod counts;
 mod histories;
 mod sessions;
 

@@ -1,0 +1,243 @@
+//! Counters of earlier calls for per-call policy rules: windows count only their minutes,
+//! counts hold across a restart and across hosts adding at once, old rows are pruned, and a
+//! session's own counters live exactly as long as the session.
+
+use std::time::Duration;
+
+use cordon_agent::Journal;
+use cordon_agent::cordon_policy::CountQuery;
+use cordon_store::{AuditJournal, LONGEST_WINDOW_MINUTES, Store};
+
+use crate::sessions::new_session;
+use crate::{Backend, each_backend, fresh, options, raw_sql};
+
+fn query(key: &str, since_minute: i64) -> CountQuery {
+    CountQuery {
+        name: format!("c:{key}"),
+        key: key.to_string(),
+        since_minute,
+    }
+}
+
+fn keys(keys: &[&str]) -> Vec<String> {
+    keys.iter().map(|k| k.to_string()).collect()
+}
+
+fn this_minute() -> i64 {
+    cordon_core::now_ms().div_euclid(60_000)
+}
+
+/// The count of one counter from `since`.
+async fn count(store: &Store, key: &str, since: i64) -> u64 {
+    store.count_calls(&[query(key, since)], None).await.unwrap()[0]
+}
+
+each_backend!(
+    windows_count_only_their_minutes_and_survive_a_restart,
+    |backend: Backend| async move {
+        let (store, url, _dir) = fresh(backend, options(Duration::from_secs(30), 64)).await;
+        let now = this_minute();
+        let mut journal = AuditJournal::new(store.clone());
+        for (minute, times) in [(now - 120, 2), (now - 30, 3), (now, 1)] {
+            for _ in 0..times {
+                journal
+                    .add_calls(&keys(&["rule:writes", "tool:sql.sql_execute"]), minute)
+                    .await
+                    .unwrap();
+            }
+        }
+        // Named twice in one call, counted once: one call is one call.
+        journal
+            .add_calls(&keys(&["plugin:sql", "plugin:sql"]), now)
+            .await
+            .unwrap();
+        let asked = [
+            query("rule:writes", now - 59),
+            query("rule:writes", now - 119),
+            query("rule:writes", now - 120),
+            query("tool:sql.sql_execute", now),
+            query("tool:sql.sql_execute", 0),
+            query("plugin:sql", now - 59),
+            query("rule:nothing", 0),
+            query("rule:writes", now + 1),
+        ];
+        let expected = vec![4, 4, 6, 1, 6, 1, 0, 0];
+        assert_eq!(journal.count_calls(&asked).await.unwrap(), expected);
+        // More counters than one statement asks for come back whole and in order.
+        let many: Vec<CountQuery> = asked.iter().cycle().take(250).cloned().collect();
+        let counted = store.count_calls(&many, None).await.unwrap();
+        assert_eq!(counted.len(), 250);
+        for (i, n) in counted.iter().enumerate() {
+            assert_eq!(*n, expected[i % expected.len()], "query {i}");
+        }
+        // The host restarts: the counts are where it left them.
+        store.close().await;
+        drop(journal);
+        let store = Store::open(&url, options(Duration::from_secs(30), 64))
+            .await
+            .unwrap();
+        assert_eq!(
+            AuditJournal::new(store).count_calls(&asked).await.unwrap(),
+            expected
+        );
+    }
+);
+
+each_backend!(
+    two_hosts_adding_at_once_lose_no_count,
+    |backend: Backend| async move {
+        let (first, url, _dir) = fresh(backend, options(Duration::from_secs(30), 64)).await;
+        let second = Store::open(&url, options(Duration::from_secs(30), 64))
+            .await
+            .unwrap();
+        let now = this_minute();
+        let adders: Vec<_> = [
+            (first.clone(), "caller:a/|tool:t"),
+            (second, "caller:b/|tool:t"),
+        ]
+        .into_iter()
+        .map(|(store, own)| {
+            tokio::spawn(async move {
+                let mut journal = AuditJournal::new(store);
+                let names = keys(&["rule:writes", "tool:t", own]);
+                for _ in 0..200 {
+                    journal.add_calls(&names, now).await.unwrap();
+                }
+            })
+        })
+        .collect();
+        for adder in adders {
+            adder.await.unwrap();
+        }
+        let counted = first
+            .count_calls(
+                &[
+                    query("rule:writes", now),
+                    query("tool:t", now),
+                    query("caller:a/|tool:t", now),
+                    query("caller:b/|tool:t", now),
+                ],
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(counted, [400, 400, 200, 200]);
+    }
+);
+
+each_backend!(
+    pruning_removes_only_rows_no_window_counts,
+    |backend: Backend| async move {
+        let (store, _url, _dir) = fresh(backend, options(Duration::from_secs(30), 64)).await;
+        let now = this_minute();
+        // The oldest minute a 30-day window may still count, with the hour kept for hosts
+        // whose clocks lag.
+        let oldest = now - LONGEST_WINDOW_MINUTES - 60;
+        let mut journal = AuditJournal::new(store.clone());
+        // A store handle prunes after its first addition: this row is gone at once.
+        journal
+            .add_calls(&keys(&["rule:old"]), oldest - 1)
+            .await
+            .unwrap();
+        assert_eq!(count(&store, "rule:old", 0).await, 0);
+        // Within the hour it does not prune again.
+        for minute in [oldest - 1, oldest, now - LONGEST_WINDOW_MINUTES + 1, now] {
+            journal
+                .add_calls(&keys(&["rule:old"]), minute)
+                .await
+                .unwrap();
+        }
+        assert_eq!(count(&store, "rule:old", 0).await, 4);
+        assert_eq!(store.prune_call_counts(now).await.unwrap(), 1);
+        assert_eq!(count(&store, "rule:old", 0).await, 3);
+        assert_eq!(count(&store, "rule:old", oldest).await, 3);
+        // What a 30-day window counts is all still there.
+        assert_eq!(
+            count(&store, "rule:old", now - LONGEST_WINDOW_MINUTES + 1).await,
+            2
+        );
+        assert_eq!(store.prune_call_counts(now).await.unwrap(), 0);
+    }
+);
+
+each_backend!(
+    a_sessions_counters_last_as_long_as_the_session,
+    |backend: Backend| async move {
+        let (store, url, _dir) = fresh(backend, options(Duration::from_secs(30), 64)).await;
+        // `_` is no wildcard: deleting `s_1` leaves `sX1` alone.
+        for id in ["s_1", "sX1"] {
+            new_session(&store, id).await;
+        }
+        let now = this_minute();
+        let (mut s1, _) = store.drive("s_1").await.unwrap();
+        let (mut sx1, _) = store.drive("sX1").await.unwrap();
+        let of = |id: &str| format!("session:{id}|caller:ci/|plugin:sql");
+        for _ in 0..3 {
+            s1.add_calls(&[of("s_1"), "rule:writes".into()], now)
+                .await
+                .unwrap();
+        }
+        sx1.add_calls(&[of("sX1"), "rule:writes".into()], now)
+            .await
+            .unwrap();
+        let asked = [query(&of("s_1"), 0), query("rule:writes", now)];
+        assert_eq!(s1.count_calls(&asked).await.unwrap(), [3, 4]);
+        // A session's counters are kept for its whole life: pruning, however much later,
+        // leaves them (and only them).
+        let years_later = now + 10 * 365 * 24 * 60;
+        assert_eq!(store.prune_call_counts(years_later).await.unwrap(), 1);
+        assert_eq!(s1.count_calls(&asked).await.unwrap(), [3, 0]);
+        assert_eq!(sx1.count_calls(&[query(&of("sX1"), 0)]).await.unwrap(), [1]);
+        s1.close().await.unwrap();
+        sx1.close().await.unwrap();
+        store.delete_session("s_1").await.unwrap();
+        assert_eq!(count(&store, &of("s_1"), 0).await, 0);
+        assert_eq!(count(&store, &of("sX1"), 0).await, 1);
+        store.delete_session("sX1").await.unwrap();
+        assert_eq!(count(&store, &of("sX1"), 0).await, 0);
+        // The range holds only the session's keys in byte order, which PostgreSQL keeps the
+        // column in whatever the database's own collation (a test cluster's is often `C`
+        // anyway, where a server's is a language's, which may sort `|` and `}` elsewhere).
+        if let Backend::Postgres = backend {
+            let pool = sqlx::PgPool::connect(&url).await.unwrap();
+            let collation: Option<String> = sqlx::query_scalar(
+                "SELECT collation_name FROM information_schema.columns \
+                 WHERE table_name = 'call_counts' AND column_name = 'counter'",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            assert_eq!(collation.as_deref(), Some("C"));
+        }
+    }
+);
+
+each_backend!(
+    a_store_from_before_call_counts_gains_them,
+    |backend: Backend| async move {
+        let (store, url, _dir) = fresh(backend, options(Duration::from_secs(30), 64)).await;
+        new_session(&store, "kept").await;
+        store.close().await;
+        // The store as the previous version left it: no counters, migrations up to 4.
+        raw_sql(backend, &url, "DROP TABLE call_counts")
+            .await
+            .unwrap();
+        let forgotten = raw_sql(
+            backend,
+            &url,
+            "DELETE FROM _sqlx_migrations WHERE version = 5",
+        )
+        .await
+        .unwrap();
+        assert_eq!(forgotten, 1);
+        let store = Store::open(&url, options(Duration::from_secs(30), 64))
+            .await
+            .unwrap();
+        assert_eq!(store.session("kept").await.unwrap().id, "kept");
+        store
+            .add_calls(&keys(&["rule:writes"]), this_minute(), None)
+            .await
+            .unwrap();
+        assert_eq!(count(&store, "rule:writes", 0).await, 1);
+    }
+);
