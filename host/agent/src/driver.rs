@@ -236,7 +236,9 @@ impl Agent {
 
     fn catalog(&self) -> ToolCatalog {
         let specs = self.tools.tools();
-        let policy = crate::policy::load_or_last(&self.config.policy, &specs);
+        // The `[policy]` as cordon.toml says now, so an edit takes effect without a restart.
+        let config = crate::policy::reread(&self.config.policy);
+        let policy = crate::policy::load_or_last(&config, &specs);
         ToolCatalog::with_policy(specs, self.config.approval.clone(), policy)
     }
 

@@ -6,6 +6,7 @@
 //! (or sees a plugin installed) gets a new policy on its next turn, and a broken one is
 //! reported where it is loaded.
 
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
 use cordon_policy::{Policy, PolicyConfig, PolicyError};
@@ -53,6 +54,56 @@ pub fn load_or_last(config: &PolicyConfig, tools: &[ToolSpec]) -> Result<Arc<Pol
 
 /// The last policy that loaded.
 static LAST_GOOD: Mutex<Option<Arc<Policy>>> = Mutex::new(None);
+
+/// The `[policy]` as its config file says now: `config` itself while the file is as it was
+/// read, else the file's new `[policy]`. A file that no longer parses keeps `config` (and is
+/// reported once), so a half-saved edit never drops the rules in force.
+pub fn reread(config: &PolicyConfig) -> Cow<'_, PolicyConfig> {
+    static SEEN: Mutex<Option<(String, Option<PolicyConfig>)>> = Mutex::new(None);
+    let Some(source) = &config.source else {
+        return Cow::Borrowed(config);
+    };
+    let Ok(text) = std::fs::read_to_string(&source.path) else {
+        return Cow::Borrowed(config);
+    };
+    if *text == *source.text {
+        return Cow::Borrowed(config);
+    }
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((t, parsed)) = seen.as_ref()
+        && *t == text
+    {
+        return parsed.clone().map_or(Cow::Borrowed(config), Cow::Owned);
+    }
+    #[derive(serde::Deserialize)]
+    struct File {
+        #[serde(default)]
+        policy: PolicyConfig,
+    }
+    let parsed = match toml::from_str::<File>(&text) {
+        Ok(f) => {
+            let mut policy = f.policy;
+            policy.source = Some(cordon_policy::ConfigSource {
+                path: source.path.clone(),
+                text: text.as_str().into(),
+            });
+            tracing::info!(
+                "{} changed: using its [policy] as it is now",
+                source.path.display()
+            );
+            Some(policy)
+        }
+        Err(e) => {
+            tracing::warn!(
+                "{} changed but does not parse ({e}); keeping the policy in force",
+                source.path.display()
+            );
+            None
+        }
+    };
+    *seen = Some((text, parsed.clone()));
+    parsed.map_or(Cow::Borrowed(config), Cow::Owned)
+}
 
 /// What a loaded policy depends on: the `[policy]` table with the text it was read from (for
 /// line numbers), the Cedar files' contents and the tools' facts.

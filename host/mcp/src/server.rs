@@ -75,6 +75,8 @@ impl Default for McpOptions {
 pub struct McpHost {
     catalogs: Catalogs,
     audit: Option<AuditWriter>,
+    /// Where policy counters are kept (none: nothing is counted).
+    store: Option<Store>,
     approver: Arc<dyn Approver>,
     options: McpOptions,
     outstanding: Outstanding,
@@ -96,7 +98,8 @@ impl McpHost {
     ) -> Arc<Self> {
         Arc::new(Self {
             catalogs: Catalogs::new(source, options.approval.clone(), options.policy.clone()),
-            audit: store.map(AuditWriter::new),
+            audit: store.clone().map(AuditWriter::new),
+            store,
             approver,
             options,
             outstanding: Outstanding::default(),
@@ -111,6 +114,8 @@ impl McpHost {
         McpServer {
             host: self.clone(),
             answers: Arc::new(Mutex::new(BTreeMap::new())),
+            approved: Arc::default(),
+            session: format!("mcp-{:016x}", rand::random::<u64>()),
         }
     }
 
@@ -169,6 +174,11 @@ const MAX_STATELESS_CLIENTS: usize = 1024;
 pub struct McpServer {
     host: Arc<McpHost>,
     answers: Answers,
+    /// Tools a person approved a call of (`yes` or `always`) on this connection: what
+    /// approval-before-action rules read.
+    approved: Arc<Mutex<std::collections::BTreeSet<String>>>,
+    /// This connection's key for `within = "session"` policy counters.
+    session: String,
 }
 
 /// Whose `always` answers a stateless (2026-07-28) HTTP call may use: those given over the
@@ -293,35 +303,122 @@ struct CallFacts<'a> {
 }
 
 impl McpServer {
-    /// What the per-call policy says of a call, before the arguments are checked.
-    fn verdict(
+    /// The per-call policy for `catalog`'s tools as `cordon.toml` says now: the catalog's,
+    /// or a new one when the file changed since (a broken one keeps the last that loaded).
+    fn policy(
         &self,
         catalog: &Catalog,
-        spec: &ToolSpec,
-        arguments: &Value,
-        client: &str,
-        token: Option<&str>,
-    ) -> Option<cordon_agent::cordon_policy::Verdict> {
-        let policy = match &catalog.policy {
-            Ok(p) if p.is_empty() => return None,
-            Ok(p) => p,
-            Err(e) => return Some(cordon_agent::approval::broken_policy(e)),
-        };
-        let caller = cordon_agent::cordon_policy::Caller {
+    ) -> Result<Arc<cordon_agent::cordon_policy::Policy>, String> {
+        match cordon_agent::policy::reread(&self.host.options.policy) {
+            std::borrow::Cow::Borrowed(_) => catalog.policy.clone(),
+            std::borrow::Cow::Owned(config) => {
+                let specs: Vec<ToolSpec> =
+                    catalog.offered.values().map(|o| o.spec.clone()).collect();
+                cordon_agent::policy::load_or_last(&config, &specs)
+            }
+        }
+    }
+
+    /// Who asks, as policy rules see it.
+    fn caller(&self, client: &str, token: Option<&str>) -> cordon_agent::cordon_policy::Caller {
+        cordon_agent::cordon_policy::Caller {
             origin: cordon_agent::driver::policy_origin(&self.host.options.origin).to_string(),
             token: token.unwrap_or_default().to_string(),
             user: String::new(),
             client: client.to_string(),
+        }
+    }
+
+    /// What the per-call policy says of a call, with the counters it needs from the store.
+    async fn verdict(
+        &self,
+        policy: &Result<Arc<cordon_agent::cordon_policy::Policy>, String>,
+        spec: &ToolSpec,
+        arguments: &Value,
+        caller: &cordon_agent::cordon_policy::Caller,
+    ) -> Option<cordon_agent::cordon_policy::Verdict> {
+        let policy = match policy {
+            Ok(p) if p.is_empty() => return None,
+            Ok(p) => p,
+            Err(e) => return Some(cordon_agent::approval::broken_policy(e)),
         };
         let identity = spec.identity();
+        let now = now_ms();
+        let scope = cordon_agent::cordon_policy::CountScope {
+            session: &self.session,
+            caller: (&caller.token, &caller.user),
+        };
+        let queries = policy.counters_for(&identity, scope, now);
+        let mut counts = BTreeMap::new();
+        if let (Some(store), false) = (&self.host.store, queries.is_empty()) {
+            match store.count_calls(&queries, None).await {
+                Ok(found) => {
+                    for (q, n) in queries.into_iter().zip(found) {
+                        counts.insert(q.name, n);
+                    }
+                }
+                // Unknown counts must not let a call past a limit: the rules see the limit
+                // reached.
+                Err(e) => {
+                    tracing::warn!(
+                        "policy counters could not be read ({e}); counting them as full"
+                    );
+                    for q in queries {
+                        counts.insert(q.name, u64::MAX);
+                    }
+                }
+            }
+        }
+        let session = cordon_agent::cordon_policy::SessionFacts {
+            approved: self
+                .approved
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            labels: Default::default(),
+        };
         Some(policy.decide(&cordon_agent::cordon_policy::Call {
             tool: &identity,
             args: arguments,
-            caller: &caller,
-            session: &Default::default(),
-            counts: &Default::default(),
-            now_ms: now_ms(),
+            caller,
+            session: &session,
+            counts: &counts,
+            now_ms: now,
         }))
+    }
+
+    /// A call that runs: remembers a person's approval and adds it to the policy counters.
+    async fn ran(
+        &self,
+        policy: &Result<Arc<cordon_agent::cordon_policy::Policy>, String>,
+        facts: &CallFacts<'_>,
+        approved: &Approved,
+        caller: &cordon_agent::cordon_policy::Caller,
+    ) {
+        let identity = facts.spec.identity();
+        if approved.decision == "yes" || approved.decision == "always" {
+            self.approved
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(identity.clone());
+        }
+        let (Ok(policy), Some(verdict), Some(store)) = (policy, &facts.verdict, &self.host.store)
+        else {
+            return;
+        };
+        let applied: Vec<String> = verdict.applied.iter().map(|r| r.id.clone()).collect();
+        let scope = cordon_agent::cordon_policy::CountScope {
+            session: &self.session,
+            caller: (&caller.token, &caller.user),
+        };
+        let keys = policy.tally(&identity, &applied, scope);
+        if !keys.is_empty()
+            && let Err(e) = store
+                .add_calls(&keys, now_ms().div_euclid(60_000), None)
+                .await
+        {
+            tracing::warn!("policy counters could not be written: {e}");
+        }
     }
 
     fn record(
@@ -607,7 +704,9 @@ impl McpServer {
         let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
         let client = client_name(&context);
         let token = token(&context);
-        let verdict = self.verdict(&catalog, spec, &arguments, &client, token.as_deref());
+        let policy = self.policy(&catalog);
+        let caller = self.caller(&client, token.as_deref());
+        let verdict = self.verdict(&policy, spec, &arguments, &caller).await;
         let facts = CallFacts {
             spec,
             verdict,
@@ -650,7 +749,10 @@ impl McpServer {
             AbortOnDrop(ticker)
         });
         let approved = match self.approve(&facts, &request, &context).await {
-            Asked::Run(approved) => approved,
+            Asked::Run(approved) => {
+                self.ran(&policy, &facts, &approved, &caller).await;
+                approved
+            }
             Asked::Sent(input) => return Ok(input.into()),
             Asked::Refused(approved, why) => {
                 let outcome = CallOutcome::NotRun {
