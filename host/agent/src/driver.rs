@@ -268,7 +268,11 @@ impl Agent {
             counts: BTreeMap::new(),
             now_ms: now_ms(),
         };
-        let (Event::ModelResponded { response }, Some(policy)) = (event, catalog.policy()) else {
+        // The model's calls are decided when its answer is processed (`Proceed` on a
+        // recorded answer), so that is when their counters are needed.
+        let (Event::Proceed, State::ProcessingModelResponse { response, .. }, Some(policy)) =
+            (event, &conv.state, catalog.policy())
+        else {
             return Ok(inputs);
         };
         let scope = self.count_scope(&io.audit, &inputs.caller);

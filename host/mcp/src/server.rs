@@ -705,7 +705,18 @@ impl McpServer {
         let client = client_name(&context);
         let token = token(&context);
         let policy = self.policy(&catalog);
-        let caller = self.caller(&client, token.as_deref());
+        // Rules name a client by the name it gives itself, without its version.
+        let introduced: String = context
+            .client_info()
+            .map(|info| {
+                info.name
+                    .chars()
+                    .filter(|c| !c.is_control())
+                    .take(120)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let caller = self.caller(&introduced, token.as_deref());
         let verdict = self.verdict(&policy, spec, &arguments, &caller).await;
         let facts = CallFacts {
             spec,

@@ -266,7 +266,7 @@ impl Host {
         input: TurnInput,
         by: Option<Requester>,
     ) -> Result<broadcast::Receiver<Arc<SessionEvent>>, ApiError> {
-        self.start_turn_with(id, input, None, by).await
+        self.start_turn_with(id, input, None, by, "serve").await
     }
 
     /// [`Host::start_turn`], with the session's tools changed by `tools` for this turn.
@@ -276,6 +276,7 @@ impl Host {
         input: TurnInput,
         tools: Option<ToolsForTurn>,
         by: Option<Requester>,
+        door: &'static str,
     ) -> Result<broadcast::Receiver<Arc<SessionEvent>>, ApiError> {
         if self.is_stopping() {
             return Err(ApiError::unavailable(
@@ -288,7 +289,7 @@ impl Host {
                 let events = live.subscribe();
                 let host = self.clone();
                 self.turns.spawn(async move {
-                    host.drive(live, journal, conversation, agent, input, by)
+                    host.drive(live, journal, conversation, agent, input, by, door)
                         .await;
                 });
                 Ok(events)
@@ -310,6 +311,7 @@ impl Host {
         input: TurnInput,
         tools: Option<ToolsForTurn>,
         by: Option<Requester>,
+        door: &'static str,
     ) -> Result<(String, broadcast::Receiver<Arc<SessionEvent>>), ApiError> {
         if self.is_stopping() {
             return Err(ApiError::unavailable(
@@ -332,7 +334,7 @@ impl Host {
         let events = live.subscribe();
         let host = self.clone();
         self.turns.spawn(async move {
-            host.drive(live, journal, conversation, agent, input, by)
+            host.drive(live, journal, conversation, agent, input, by, door)
                 .await;
         });
         Ok((id, events))
@@ -389,6 +391,7 @@ impl Host {
         agent: Arc<Agent>,
         input: TurnInput,
         by: Option<Requester>,
+        door: &'static str,
     ) {
         let cancel = CancellationToken::new();
         live.set_cancel(cancel.clone());
@@ -415,7 +418,9 @@ impl Host {
                 suspend: Some(&stop),
                 audit: AuditContext {
                     session: Some(live.id.clone()),
-                    origin: "serve".to_string(),
+                    // The door the turn came through (`serve` for the API, `gateway`): what
+                    // the audit records and per-call policy rules (`origin`) see.
+                    origin: door.to_string(),
                     keep_arguments: self.options.config.audit.keep_arguments,
                     requested_by: by,
                 },

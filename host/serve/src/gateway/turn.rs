@@ -37,7 +37,7 @@ pub(super) async fn begin_turn(
                     check_tools(host, &session, chat).await?;
                     let tools = with_client_tools(state, &session, &chat.client_tools);
                     let events = host
-                        .start_turn_with(&session, input, tools, Some(requester.clone()))
+                        .start_turn_with(&session, input, tools, Some(requester.clone()), "gateway")
                         .await?;
                     Ok((session, events))
                 }
@@ -47,7 +47,7 @@ pub(super) async fn begin_turn(
                     check_tools_for(host, &new.settings, chat).await?;
                     let tools = with_client_tools(state, &id, &chat.client_tools);
                     Ok(host
-                        .start_new_turn(new, input, tools, Some(requester.clone()))
+                        .start_new_turn(new, input, tools, Some(requester.clone()), "gateway")
                         .await?)
                 }
             }

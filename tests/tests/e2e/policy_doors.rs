@@ -1,0 +1,237 @@
+//! The per-call `[policy]` through each door that drives the model: `cordon run` (the terminal
+//! commands) and `cordon serve`'s gateway, with the real `sql` plugin granted a database
+//! read-write, the scripted model making the calls, and the store keeping the counters.
+//! (MCP's door is tested with the MCP SDK in tests/mcp.)
+
+use std::path::{Path, PathBuf};
+
+use cordon_scripted_llm::Step;
+use serde_json::{Value, json};
+
+use crate::model::{Model, call};
+use cordon_tests::serve::Served;
+use cordon_tests::support::{grant_fs, home_with, install, sqlite};
+use cordon_tests::{Run, TestHome};
+
+const SHOP: &str = "CREATE TABLE products(sku TEXT PRIMARY KEY, name TEXT, price_cents INTEGER);
+INSERT INTO products VALUES ('A1','anvil',1250),('B2','bucket',399),('C3','crowbar',2100);";
+
+/// Inserts into `products` run unasked, once an hour; a `DROP` is denied; the gateway may
+/// not write at all; everything else is left to the grant-derived default (ask).
+const POLICY: &str = r#"
+[policy]
+rules = [
+  { id = "add-products", tool = "sql.sql_execute", args = { sql = { regex = "^(?i)\\s*insert\\s+into\\s+products\\b[^;]*;?\\s*$" } }, decision = "allow", reason = "adding products is routine",
+    match = [{ args = { database = "/data/shop.db", sql = "INSERT INTO products VALUES ('D4','drill',5000)" } }],
+    not_match = [{ args = { database = "/data/shop.db", sql = "INSERT INTO products VALUES (1); DELETE FROM products" } }] },
+  { id = "no-drop", tool = "sql.sql_execute", args = { sql = { regex = "(?i)\\bdrop\\b" } }, decision = "deny", reason = "nothing is dropped" },
+  { id = "hourly", tool = "sql.sql_execute", calls = { of = "rule:add-products", within = "1h", at_least = 1 }, decision = "ask", reason = "one insert an hour runs unasked" },
+  { id = "gateway-reads", origin = "gateway", tool = "sql.sql_execute", decision = "deny", reason = "gateway clients only read" },
+]
+"#;
+
+/// A home with `sql` read-write on a shop database seen as /data, and the policy above in
+/// `cordon.toml`.
+fn shop() -> (TestHome, PathBuf, PathBuf) {
+    let home = home_with(&["sql"]);
+    let data = home.scratch("data");
+    sqlite(&data.join("shop.db"), SHOP);
+    install(&home, "sql", &[grant_fs(&data, "/data", "rw")], &[]);
+    let config = home.scratch("cfg").join("cordon.toml");
+    std::fs::write(&config, POLICY).unwrap();
+    (home, data, config)
+}
+
+fn count(db: &Path) -> i64 {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3,sys;print(sqlite3.connect(sys.argv[1]).execute('select count(*) from products').fetchone()[0])",
+            db.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+fn run(home: &TestHome, model: &Model, config: &Path, message: &str) -> Run {
+    let cwd = home.scratch("cwd");
+    home.cordon_at(
+        Some(&cwd),
+        &["run", message, "--config", config.to_str().unwrap()],
+        "",
+        &[
+            ("CORDON_LLM_URL", &model.url()),
+            ("CORDON_MODEL", "scripted"),
+        ],
+    )
+}
+
+fn sql(id: &str, statement: &str) -> cordon_scripted_llm::ScriptedCall {
+    call(
+        id,
+        "sql_execute",
+        json!({"database": "/data/shop.db", "sql": statement}),
+    )
+}
+
+/// The tool result the model got for `id`.
+fn result_of(tools: &[Value], id: &str) -> String {
+    tools
+        .iter()
+        .find(|m| m["tool_call_id"] == id)
+        .unwrap_or_else(|| panic!("no result for {id}: {tools:?}"))["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The audit records of `sql_execute` calls, newest first.
+fn audited(home: &TestHome) -> Vec<Value> {
+    let r = home
+        .cordon(&["audit", "--json", "--tool", "sql_execute"])
+        .ok();
+    r.stdout
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn cordon_run_decides_each_call_by_its_statement_and_counts_in_the_store() {
+    let (home, data, config) = shop();
+    let model = Model::new(vec![
+        Step::tool_calls(vec![
+            sql("c1", "INSERT INTO products VALUES ('D4','drill',5000)"),
+            sql("c2", "DROP TABLE products"),
+            sql("c3", "UPDATE products SET price_cents = 1"),
+        ]),
+        Step::text("done"),
+    ]);
+    run(&home, &model, &config, "Add a drill").ok();
+    assert_eq!(count(&data.join("shop.db")), 4, "the insert ran unasked");
+    let tools = model.tool_messages(1);
+    let dropped = result_of(&tools, "c2");
+    assert!(
+        dropped.contains("policy rule `no-drop`") && dropped.contains("nothing is dropped"),
+        "{dropped}"
+    );
+    // The update is left to the default, which asks; with no terminal nobody can answer.
+    let updated = result_of(&tools, "c3");
+    assert!(updated.contains("no one was asked"), "{updated}");
+    let records = audited(&home);
+    let by_call = |id: &str| {
+        records
+            .iter()
+            .find(|r| r["call_id"].as_str().is_some_and(|c| c.ends_with(id)))
+            .unwrap_or_else(|| panic!("no record of {id}: {records:?}"))
+            .clone()
+    };
+    let cfg = config.display().to_string();
+    let inserted = by_call("c1");
+    assert_eq!(inserted["decision"], "auto", "{inserted}");
+    assert_eq!(inserted["policy_rule"], format!("add-products ({cfg}:4)"));
+    let digest = inserted["policy_digest"].as_str().unwrap();
+    assert!(digest.starts_with("sha256:"), "{inserted}");
+    let refused = by_call("c2");
+    assert_eq!(refused["decision"], "deny");
+    assert_eq!(refused["policy_rule"], format!("no-drop ({cfg}:7)"));
+    assert_eq!(refused["policy_digest"], digest);
+
+    // A second process: the store still holds the hour's insert, so the next one is asked
+    // (and, with no terminal, not run).
+    let model = Model::new(vec![
+        Step::tool_calls(vec![sql(
+            "c1",
+            "INSERT INTO products VALUES ('E5','easel',700)",
+        )]),
+        Step::text("done"),
+    ]);
+    run(&home, &model, &config, "Add an easel").ok();
+    assert_eq!(
+        count(&data.join("shop.db")),
+        4,
+        "the second insert ran unasked"
+    );
+    let asked = result_of(&model.tool_messages(1), "c1");
+    assert!(asked.contains("no one was asked"), "{asked}");
+    let hourly = format!("hourly ({cfg}:8)");
+    assert!(
+        audited(&home)
+            .iter()
+            .any(|r| r["policy_rule"] == hourly.as_str() && r["decision"] == "refused"),
+        "no refused call names {hourly}"
+    );
+}
+
+#[test]
+fn a_policy_that_does_not_load_stops_the_command_and_names_the_rule() {
+    let (home, _, config) = shop();
+    std::fs::write(
+        &config,
+        "[policy]\nrules = [{ id = \"typo\", tool = \"sql.sql_execute\", args = { sqll = \"x\" }, decision = \"deny\" }]\n",
+    )
+    .unwrap();
+    let model = Model::new(vec![Step::text("never asked")]);
+    let r = run(&home, &model, &config, "hi").code(2);
+    assert!(
+        r.stderr.contains("policy rule `typo`")
+            && r.stderr.contains("has no argument `sqll`")
+            && r.stderr.contains("did you mean `sql`"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn the_gateway_is_its_own_origin_and_an_edited_policy_applies_without_a_restart() {
+    let (home, data, config) = shop();
+    let model = Model::new(vec![
+        Step::tool_calls(vec![sql(
+            "g1",
+            "INSERT INTO products VALUES ('D4','drill',5000)",
+        )]),
+        Step::text("Not allowed here."),
+        Step::tool_calls(vec![sql(
+            "g2",
+            "INSERT INTO products VALUES ('D4','drill',5000)",
+        )]),
+        Step::text("Added."),
+    ]);
+    let served = Served::start(
+        &home,
+        &[
+            ("CORDON_LLM_URL", &model.url()),
+            ("CORDON_MODEL", "scripted"),
+        ],
+        &["--config", config.to_str().unwrap()],
+    );
+    let ask = |text: &str| {
+        served.post(
+            "/v1/chat/completions",
+            json!({"model": "scripted", "messages": [{"role": "user", "content": text}]}),
+        )
+    };
+    let a = ask("Add a drill");
+    assert_eq!(a.status, 200, "{}", a.text);
+    let denied = result_of(&model.tool_messages(1), "g1");
+    assert!(
+        denied.contains("policy rule `gateway-reads`")
+            && denied.contains("gateway clients only read"),
+        "{denied}"
+    );
+    assert_eq!(count(&data.join("shop.db")), 3);
+
+    // The operator drops the gateway rule; the running host uses the new text at once.
+    let edited: String = POLICY
+        .lines()
+        .filter(|l| !l.contains("gateway-reads"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&config, edited).unwrap();
+    let a = ask("Add a drill");
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(count(&data.join("shop.db")), 4, "the insert ran unasked");
+    drop(served);
+}
