@@ -430,6 +430,42 @@ impl Policy {
         self.rule_count == 0
     }
 
+    /// Every rule and Cedar policy, in the order written (the rules of `cordon.toml` first,
+    /// then the Cedar files'): what `cordon policy test` lists.
+    pub fn rules(&self) -> Vec<RuleRef> {
+        let mut rules: Vec<&RuleMeta> = self.meta.values().collect();
+        rules.sort_by_key(|m| m.order);
+        rules.into_iter().map(|m| m.rule.clone()).collect()
+    }
+
+    /// The instant of a local time `YYYY-MM-DDTHH:MM` in the policy's time zone, in
+    /// milliseconds since the Unix epoch: how examples and `cordon policy explain --at` say
+    /// when a call happens.
+    pub fn local_time(&self, text: &str) -> Result<i64, String> {
+        let civil: jiff::civil::DateTime = text
+            .parse()
+            .map_err(|e| format!("`{text}` is not a local time `YYYY-MM-DDTHH:MM` ({e})"))?;
+        let zoned = civil
+            .to_zoned(self.tz.clone())
+            .map_err(|e| format!("`{text}`: {e}"))?;
+        Ok(zoned.timestamp().as_millisecond())
+    }
+
+    /// A moment as local time in the policy's time zone (`2026-11-30T12:00 Europe/Berlin`).
+    pub fn show_time(&self, ms: i64) -> String {
+        match jiff::Timestamp::from_millisecond(ms) {
+            Ok(t) => {
+                let z = t.to_zoned(self.tz.clone());
+                format!(
+                    "{} {}",
+                    z.strftime("%Y-%m-%dT%H:%M"),
+                    self.tz.iana_name().unwrap_or("UTC")
+                )
+            }
+            Err(_) => format!("{ms} ms"),
+        }
+    }
+
     /// The rules that may apply to calls of `tool` (`plugin.tool`), in the order written.
     pub fn rules_for(&self, tool: &str) -> Vec<RuleRef> {
         let Some(t) = self.tools.get(tool) else {

@@ -141,11 +141,5 @@ fn counts_of(policy: &Policy, rule: &Rule, ex: &Example) -> Result<BTreeMap<Stri
 /// The example's local time, by default a Monday at noon.
 fn time_of(policy: &Policy, ex: &Example) -> Result<i64, String> {
     let text = ex.at.as_deref().unwrap_or("2026-11-30T12:00");
-    let civil: jiff::civil::DateTime = text
-        .parse()
-        .map_err(|e| format!("`at = \"{text}\"` is not a local time `YYYY-MM-DDTHH:MM` ({e})"))?;
-    let zoned = civil
-        .to_zoned(policy.tz().clone())
-        .map_err(|e| format!("`at = \"{text}\"`: {e}"))?;
-    Ok(zoned.timestamp().as_millisecond())
+    policy.local_time(text).map_err(|e| format!("`at`: {e}"))
 }

@@ -539,3 +539,24 @@ fn an_unconditional_deny_hides_the_tool() {
     assert_eq!(p.denies_every_call("ops.deploy").unwrap().id, "off");
     assert!(p.denies_every_call("sql.sql_query").is_none());
 }
+
+#[test]
+fn rules_are_listed_in_the_order_written_and_local_times_read_in_the_policy_zone() {
+    let p = load(WORKED).unwrap();
+    let ids: Vec<String> = p.rules().into_iter().map(|r| r.id).collect();
+    assert_eq!(ids, ["orders", "no-drop"]);
+    assert_eq!(p.local_time("2026-11-30T12:00"), Ok(MONDAY_NOON));
+    assert_eq!(p.show_time(MONDAY_NOON), "2026-11-30T12:00 UTC");
+    let berlin = load("[policy]\ntimezone = \"Europe/Berlin\"\n").unwrap();
+    assert_eq!(
+        berlin.local_time("2026-11-30T13:00"),
+        Ok(MONDAY_NOON),
+        "13:00 in Berlin is noon UTC in winter"
+    );
+    assert_eq!(
+        berlin.show_time(MONDAY_NOON),
+        "2026-11-30T13:00 Europe/Berlin"
+    );
+    let e = p.local_time("noon").unwrap_err();
+    assert!(e.contains("`noon` is not a local time"), "{e}");
+}
