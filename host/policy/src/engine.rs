@@ -149,13 +149,18 @@ impl std::fmt::Debug for Policy {
 impl Policy {
     /// A policy with no rules: every call is left to the grant-derived default.
     pub fn empty(tools: &[ToolFacts]) -> Policy {
-        Policy::load(&PolicyConfig::default(), tools).expect("an empty policy always loads")
+        Policy::compile(&PolicyConfig::default(), tools)
+            .map(|(policy, _)| policy)
+            .expect("an empty policy always loads")
     }
 
-    /// Loads `config` against the installed `tools`: compiles the rules, reads the Cedar
-    /// files, validates everything against the tools' schema and runs every rule's
-    /// examples. Any failure names the rule and what to write instead.
-    pub fn load(config: &PolicyConfig, tools: &[ToolFacts]) -> Result<Policy, PolicyError> {
+    /// Compiles `config` against the installed `tools`: the rules, the Cedar files, all
+    /// validated against the tools' schema; with the place (`file:line`) of each
+    /// `[policy]` rule. [`Policy::load`] then runs the examples.
+    pub(crate) fn compile(
+        config: &PolicyConfig,
+        tools: &[ToolFacts],
+    ) -> Result<(Policy, Vec<String>), PolicyError> {
         let tz = match &config.timezone {
             None => jiff::tz::TimeZone::UTC,
             Some(name) => jiff::tz::TimeZone::get(name).map_err(|e| {
@@ -411,8 +416,7 @@ impl Policy {
             authorizer: Authorizer::new(),
             singles,
         };
-        crate::examples::check(&policy, config, &sources)?;
-        Ok(policy)
+        Ok((policy, sources))
     }
 
     /// The digest of the policy text in force (`sha256:…`), which audit records carry.
@@ -606,11 +610,6 @@ impl Policy {
         };
         let r = self.authorizer.is_authorized(request, set, &self.entities);
         r.diagnostics().reason().next().is_some()
-    }
-
-    /// The time zone `hours` and `days` mean.
-    pub(crate) fn tz(&self) -> &jiff::tz::TimeZone {
-        &self.tz
     }
 
     /// The names of the counters a call's context carries.
