@@ -288,7 +288,15 @@ impl Policy {
         for (rule, source) in config.rules.iter().zip(&sources) {
             let rule = rule.get_ref();
             let compiled = compile::compile(rule, source, &typed, &rule_ids)?;
-            digest_text.push_str(&compiled.text);
+            // The digest follows the text and each rule's line, not how the config's path
+            // was spelled (`cordon.toml`, `./cordon.toml`, `/etc/cordon/cordon.toml`), so a
+            // decision in the audit log and `cordon policy explain` agree on it.
+            let place = source.strip_prefix(path.as_str()).unwrap_or(source);
+            digest_text.push_str(&compiled.text.replacen(
+                &format!("@source({})", compile::lit(source)),
+                &format!("@source({})", compile::lit(place)),
+                1,
+            ));
             facts.extend(compiled.facts);
             if let Some(c) = compiled.counter {
                 counters.push(c);
