@@ -48,7 +48,7 @@ pub struct TestArgs {
 pub struct ExplainArgs {
     /// The tool: `plugin.tool`, or its bare name when only one plugin has it.
     tool: String,
-    /// The call's arguments, a JSON object (default `{}`).
+    /// The call's arguments, a JSON object.
     #[arg(default_value = "{}")]
     args: String,
     /// Where the call comes from.
@@ -392,10 +392,13 @@ fn counts(given: &[String], policy: &Policy, tool: &str) -> anyhow::Result<BTree
         session: "",
         caller: ("", ""),
     };
+    // Named counters, and the `calls` of the rules of this tool only.
+    let rules: BTreeSet<String> = policy.rules_for(tool).into_iter().map(|r| r.id).collect();
     let known: BTreeSet<String> = policy
         .counters_for(tool, scope, 0)
         .into_iter()
         .map(|q| q.name)
+        .filter(|n| n.strip_prefix("rule:").is_none_or(|id| rules.contains(id)))
         .collect();
     let mut out: BTreeMap<String, u64> = known.iter().map(|n| (n.clone(), 0)).collect();
     for item in given {

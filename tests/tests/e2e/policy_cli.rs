@@ -434,3 +434,70 @@ fn explain_names_what_is_wrong_with_the_tool_the_arguments_and_the_options() {
         "grant-derived default: allow",
     ]);
 }
+
+#[test]
+fn explain_takes_counts_times_and_callers_from_the_command_line() {
+    let (home, _) = example_home();
+    let config = home.scratch("counted");
+    std::fs::write(
+        config.join("cordon.toml"),
+        r#"[policy]
+timezone = "Europe/Berlin"
+rules = [
+  { id = "too-many", tool = "sql.sql_execute", calls = { of = "tool", within = "1h", at_least = 20 }, decision = "ask", reason = "more than 20 writes an hour" },
+  { id = "office", tool = "sql.sql_query", hours = "09:00-17:00", days = "mon-fri", decision = "allow" },
+  { id = "ci", tool = "sql.sql_query", token = "ci", not_approved = "sql.sql_schema", decision = "deny", reason = "look at the schema first" },
+]
+"#,
+    )
+    .unwrap();
+    let query = sql("SELECT 1");
+    let write = sql("DELETE FROM orders");
+    let decided = |args: &[&str]| {
+        let out = explain_json(&home, &config, args);
+        (
+            out["decision"].as_str().unwrap().to_string(),
+            out["rule"]["id"].as_str().map(str::to_string),
+        )
+    };
+    let by = |d: &str, rule: Option<&str>| (d.to_string(), rule.map(str::to_string));
+    assert_eq!(
+        decided(&["sql_execute", &write, "--count", "rule:too-many=20"]),
+        by("ask", Some("too-many"))
+    );
+    assert_eq!(
+        decided(&["sql_execute", &write, "--count", "rule:too-many=19"]),
+        by("ask", None),
+        "below the count, the default (ask) decides"
+    );
+    // The count of another tool's rule is not one this tool's rules read.
+    explain(
+        &home,
+        &config,
+        &["sql_query", &query, "--count", "rule:too-many=3"],
+    )
+    .code(2)
+    .stderr_has(&["no counter `rule:too-many`"]);
+    // 08:30 and 10:00 in Berlin on a Monday; 10:00 on a Saturday.
+    assert_eq!(
+        decided(&["sql_query", &query, "--at", "2026-11-30T08:30"]),
+        by("ask", None)
+    );
+    assert_eq!(
+        decided(&["sql_query", &query, "--at", "2026-11-30T10:00"]),
+        by("allow", Some("office"))
+    );
+    assert_eq!(
+        decided(&["sql_query", &query, "--at", "2026-12-05T10:00"]),
+        by("ask", None)
+    );
+    let monday = ["--at", "2026-11-30T10:00"];
+    let mut as_ci = vec!["sql_query", query.as_str(), "--as", "ci"];
+    as_ci.extend(monday);
+    assert_eq!(decided(&as_ci), by("deny", Some("ci")));
+    as_ci.extend(["--approved", "sql.sql_schema"]);
+    assert_eq!(decided(&as_ci), by("allow", Some("office")));
+    explain(&home, &config, &as_ci).ok().stdout_has(&[
+        "from cli, token `ci`, approved earlier: sql.sql_schema, at 2026-11-30T10:00 Europe/Berlin",
+    ]);
+}
