@@ -2,6 +2,7 @@
 # Cordon demo. Part 1: the sandbox and its grants, shown with the `probe` test fixture.
 # Part 2: one `cordon run` conversation using the bundled sql, files and python tools, against
 # CORDON_LLM_URL when set, else a scripted stand-in for a model (tests/demo/script.json).
+# Part 3: a per-call policy (docs/examples/policy) tested and explained.
 # Run by `make demo` after the build. Uses a private, temporary Cordon home.
 set -euo pipefail
 
@@ -145,16 +146,50 @@ step "9. The conversation is a durable session: each step was recorded before it
 "$CORDON" sessions list | sed 's/^/   /'
 "$CORDON" sessions show demo --log | head -12 | sed 's/^/   /'
 say "(cordon sessions resume/fork/replay/export take it further; cordon serve drives sessions over HTTP)"
+
 if [ "$SCRIPTED" = 1 ]; then
   [ "$code" = 0 ] || { echo "UNEXPECTED: cordon run exited $code" >&2; exit 1; }
   notes="$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select count(*) from reports").fetchone()[0])' "$D/scratch/shop-copy.db")"
   orig="$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select count(*) from reports").fetchone()[0])' "$D/data/shop.db")"
   [ "$notes" = 1 ] && [ "$orig" = 0 ] || { echo "UNEXPECTED: reports in copy=$notes, original=$orig" >&2; exit 1; }
-  step "Done"
+  step "Part 2 done"
   say "sql_execute was approved (--approve all) and wrote 1 row to the working copy only;"
   say "the read-only original is untouched, and the API key never reached the model."
 else
-  step "Done (cordon run exited $code)"
+  step "Part 2 done (cordon run exited $code)"
   say "A real model chooses its own calls: the lines above show which ran, which needed approval"
   say "(--approve all said yes) and which the sandbox refused."
 fi
+
+# ---------------------------------------------------------------------------------------------
+# Part 3: a policy that decides per call (docs/examples/policy), in a home of its own.
+step "10. Policy: decide per call (docs/examples/policy/cordon.toml and team.cedar)"
+P="$WORK/policy"
+mkdir -p "$P/db"
+cp "$ROOT/docs/examples/policy/cordon.toml" "$ROOT/docs/examples/policy/team.cedar" "$P/"
+say "sql and files, each granted $P/db read-write as /data: without a policy every"
+say "sql_execute and read_file asks. The policy lets routine calls run and refuses DROP."
+CORDON_HOME="$WORK/policy-home" "$CORDON" plugin install "$ROOT/target/plugins/sql.wasm" --yes \
+  --grant "fs:$P/db:/data:rw" >/dev/null
+CORDON_HOME="$WORK/policy-home" "$CORDON" plugin install "$ROOT/target/plugins/files.wasm" --yes \
+  --grant "fs:$P/db:/data:rw" >/dev/null
+policy() { (cd "$P" && CORDON_HOME="$WORK/policy-home" "$CORDON" policy "$@"); }
+say "cordon policy test: every rule's examples run as the policy loads"
+policy test | sed 's/^/   /'
+# Each explanation's decision line; the demo fails if a decision is not the one expected.
+decides() {
+  local want="$1"; shift
+  local line
+  line="$(policy explain "$@" --at 2026-11-30T12:00 | grep '^decision:')"
+  say "cordon policy explain $1 '$2'"
+  say "  -> $line"
+  [[ "$line" == "decision: $want"* ]] || { echo "UNEXPECTED: expected $want" >&2; exit 1; }
+}
+decides allow sql_execute '{"database": "/data/shop.db", "sql": "INSERT INTO orders VALUES (1, '"'east'"', 1200)"}'
+decides deny sql_execute '{"database": "/data/shop.db", "sql": "DROP TABLE orders"}'
+decides ask sql_execute '{"database": "/data/shop.db", "sql": "UPDATE orders SET cents = 0"}'
+decides ask read_file '{"path": "/data/reports/../hr/salaries.csv"}'
+
+step "Done"
+say "The README's \"Policy: decide per call\" explains the rules; cordon policy explain --json"
+say "gives the same for scripts."

@@ -17,6 +17,7 @@ mod log_format;
 mod mcp;
 mod new;
 mod plugin;
+mod policy;
 mod records;
 mod serve;
 mod serving;
@@ -59,6 +60,10 @@ enum Command {
     /// Install, list, inspect, update and remove plugins; publish and sign your own.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
+    /// Check the per-call policy of cordon.toml against the installed tools, and see what it
+    /// decides for a call.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
     /// Choose whose signatures you accept on plugins: add, list and remove public keys.
     #[command(subcommand)]
     Trust(trust::TrustCommand),
@@ -95,6 +100,8 @@ enum Command {
 fn exit_code(error: &anyhow::Error) -> u8 {
     let usage = error.chain().any(|e| {
         e.is::<new::NewError>()
+            || e.is::<policy::PolicyUsage>()
+            || e.is::<cordon_policy::PolicyError>()
             || e.downcast_ref::<HomeError>()
                 .is_some_and(HomeError::is_usage)
             || e.downcast_ref::<cordon_store::StoreError>()
@@ -212,6 +219,10 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
                 false => None,
             };
             plugin::run(&home, records.as_ref(), cmd).await?;
+            0
+        }
+        Command::Policy(cmd) => {
+            policy::run(&home, cmd).await?;
             0
         }
         Command::Trust(cmd) => {

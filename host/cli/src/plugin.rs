@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use cordon_agent::approval::{self, ApprovalConfig, Decision, Policy};
-use cordon_agent::{AgentConfig, ToolSpec};
+use cordon_agent::ToolSpec;
+use cordon_agent::approval::ApprovalConfig;
 use cordon_core::{Capability, Ceiling, Grants, LimitKind, ToolDescriptor};
 use cordon_home::{
     Availability, Home, HomeError, InstallRequest, InstallSource, PluginRecord, PreparedInstall,
@@ -13,6 +13,7 @@ use cordon_home::{
 };
 
 use crate::audit;
+use crate::policy::{ConfigInUse, describe_default, grant_default};
 use crate::records::Records;
 use crate::term::{Stream, outln};
 use crate::toolbox_host::{model_name, spec_for};
@@ -515,38 +516,9 @@ fn describe_install(p: &PreparedInstall) {
 /// The approval rules a conversation started here applies: those of `config`, else of
 /// ./cordon.toml when it exists (as `cordon chat`/`run` load them), with words saying which.
 fn approval_rules(config: Option<&Path>) -> anyhow::Result<(ApprovalConfig, String)> {
-    let Some(path) = crate::chat::config_in_use(config) else {
-        return Ok((
-            ApprovalConfig::default(),
-            "no ./cordon.toml here, so only the built-in rules".to_string(),
-        ));
-    };
-    let shown = if config.is_some() {
-        path.display().to_string()
-    } else {
-        format!("./{}", path.display())
-    };
-    let config = AgentConfig::load(&path, true)?;
-    Ok((config.approval, format!("the rules of {shown}")))
-}
-
-/// What a conversation does with calls of the tool: the policy in words, and why.
-fn describe_decision(d: &Decision) -> String {
-    let meaning = match d.policy {
-        Policy::Ask => "asks before each call",
-        Policy::Auto => "runs without asking",
-        Policy::Deny => "never runs",
-    };
-    format!("{} ({meaning}): {}", d.policy.as_str(), d.reason)
-}
-
-/// The decision for one tool as `cordon chat`/`run` make it (no answers given yet).
-fn decision(rules: &ApprovalConfig, spec: &ToolSpec) -> Decision {
-    let none = approval::Standing {
-        answers: &Default::default(),
-        requester: None,
-    };
-    approval::decide(rules, none, spec, None)
+    let found = ConfigInUse::find(config)?;
+    let words = found.rules_words();
+    Ok((found.config.approval, words))
 }
 
 /// At install, tools grouped by what a conversation will do with their calls.
@@ -563,7 +535,7 @@ fn print_install_approval(p: &PreparedInstall) {
     let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
     for tool in p.tools() {
         let spec = ToolSpec::from_descriptor(tool.clone(), p.name(), grants.clone(), can_change);
-        let line = describe_decision(&decision(&rules, &spec));
+        let line = describe_default(&grant_default(&rules, &spec));
         match groups.iter_mut().find(|(l, _)| *l == line) {
             Some((_, tools)) => tools.push(&tool.name),
             None => groups.push((line, vec![&tool.name])),
@@ -781,7 +753,8 @@ fn list(home: &Home) -> anyhow::Result<()> {
 }
 
 async fn inspect(home: &Home, name: &str, config: Option<&Path>) -> anyhow::Result<()> {
-    let (rules, source) = approval_rules(config)?;
+    let found = ConfigInUse::find(config)?;
+    let source = found.rules_words();
     let lock = home.read()?;
     let record: &PluginRecord = lock.plugin(name)?;
     outln!("Plugin `{name}`");
@@ -819,15 +792,16 @@ async fn inspect(home: &Home, name: &str, config: Option<&Path>) -> anyhow::Resu
     if let Some(entry) = toolbox.tools().first() {
         print_unavailable(entry.unavailable_functions());
     }
+    let policy = crate::policy::for_inspect(home, &found).await;
     outln!("tools:");
     outln!("  (approval: what `cordon chat`/`run` here would do, with {source})");
     for entry in toolbox.tools() {
         let spec = spec_for(entry, model_name(&entry.call_name));
-        print_tool(
-            &entry.call_name,
-            &entry.descriptor,
-            &describe_decision(&decision(&rules, &spec)),
-        );
+        let approval = describe_default(&grant_default(&found.config.approval, &spec));
+        let rules = policy
+            .as_ref()
+            .map(|p| crate::policy::rules_words(p, &spec.identity()));
+        print_tool(&entry.call_name, &entry.descriptor, &approval, rules);
     }
     Ok(())
 }
@@ -847,9 +821,19 @@ fn print_unavailable(functions: &[cordon_runtime::Unavailable]) {
     }
 }
 
-fn print_tool(call_name: &str, tool: &ToolDescriptor, approval: &str) {
+fn print_tool(call_name: &str, tool: &ToolDescriptor, approval: &str, rules: Option<Vec<String>>) {
     outln!("  {call_name}");
     outln!("    approval: {approval}");
+    match rules.as_deref() {
+        None => {}
+        Some([]) => outln!("    policy: no rule may apply; the approval above decides"),
+        Some(rules) => {
+            outln!("    policy: rules that may apply (a rule that applies decides instead):");
+            for r in rules {
+                outln!("      {r}");
+            }
+        }
+    }
     for line in tool.description.lines() {
         outln!("    {line}");
     }

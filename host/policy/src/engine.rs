@@ -149,13 +149,18 @@ impl std::fmt::Debug for Policy {
 impl Policy {
     /// A policy with no rules: every call is left to the grant-derived default.
     pub fn empty(tools: &[ToolFacts]) -> Policy {
-        Policy::load(&PolicyConfig::default(), tools).expect("an empty policy always loads")
+        Policy::compile(&PolicyConfig::default(), tools)
+            .map(|(policy, _)| policy)
+            .expect("an empty policy always loads")
     }
 
-    /// Loads `config` against the installed `tools`: compiles the rules, reads the Cedar
-    /// files, validates everything against the tools' schema and runs every rule's
-    /// examples. Any failure names the rule and what to write instead.
-    pub fn load(config: &PolicyConfig, tools: &[ToolFacts]) -> Result<Policy, PolicyError> {
+    /// Compiles `config` against the installed `tools`: the rules, the Cedar files, all
+    /// validated against the tools' schema; with the place (`file:line`) of each
+    /// `[policy]` rule. [`Policy::load`] then runs the examples.
+    pub(crate) fn compile(
+        config: &PolicyConfig,
+        tools: &[ToolFacts],
+    ) -> Result<(Policy, Vec<String>), PolicyError> {
         let tz = match &config.timezone {
             None => jiff::tz::TimeZone::UTC,
             Some(name) => jiff::tz::TimeZone::get(name).map_err(|e| {
@@ -283,7 +288,15 @@ impl Policy {
         for (rule, source) in config.rules.iter().zip(&sources) {
             let rule = rule.get_ref();
             let compiled = compile::compile(rule, source, &typed, &rule_ids)?;
-            digest_text.push_str(&compiled.text);
+            // The digest follows the text and each rule's line, not how the config's path
+            // was spelled (`cordon.toml`, `./cordon.toml`, `/etc/cordon/cordon.toml`), so a
+            // decision in the audit log and `cordon policy explain` agree on it.
+            let place = source.strip_prefix(path.as_str()).unwrap_or(source);
+            digest_text.push_str(&compiled.text.replacen(
+                &format!("@source({})", compile::lit(source)),
+                &format!("@source({})", compile::lit(place)),
+                1,
+            ));
             facts.extend(compiled.facts);
             if let Some(c) = compiled.counter {
                 counters.push(c);
@@ -411,8 +424,7 @@ impl Policy {
             authorizer: Authorizer::new(),
             singles,
         };
-        crate::examples::check(&policy, config, &sources)?;
-        Ok(policy)
+        Ok((policy, sources))
     }
 
     /// The digest of the policy text in force (`sha256:…`), which audit records carry.
@@ -428,6 +440,42 @@ impl Policy {
     /// Whether it has none.
     pub fn is_empty(&self) -> bool {
         self.rule_count == 0
+    }
+
+    /// Every rule and Cedar policy, in the order written (the rules of `cordon.toml` first,
+    /// then the Cedar files'): what `cordon policy test` lists.
+    pub fn rules(&self) -> Vec<RuleRef> {
+        let mut rules: Vec<&RuleMeta> = self.meta.values().collect();
+        rules.sort_by_key(|m| m.order);
+        rules.into_iter().map(|m| m.rule.clone()).collect()
+    }
+
+    /// The instant of a local time `YYYY-MM-DDTHH:MM` in the policy's time zone, in
+    /// milliseconds since the Unix epoch: how examples and `cordon policy explain --at` say
+    /// when a call happens.
+    pub fn local_time(&self, text: &str) -> Result<i64, String> {
+        let civil: jiff::civil::DateTime = text
+            .parse()
+            .map_err(|e| format!("`{text}` is not a local time `YYYY-MM-DDTHH:MM` ({e})"))?;
+        let zoned = civil
+            .to_zoned(self.tz.clone())
+            .map_err(|e| format!("`{text}`: {e}"))?;
+        Ok(zoned.timestamp().as_millisecond())
+    }
+
+    /// A moment as local time in the policy's time zone (`2026-11-30T12:00 Europe/Berlin`).
+    pub fn show_time(&self, ms: i64) -> String {
+        match jiff::Timestamp::from_millisecond(ms) {
+            Ok(t) => {
+                let z = t.to_zoned(self.tz.clone());
+                format!(
+                    "{} {}",
+                    z.strftime("%Y-%m-%dT%H:%M"),
+                    self.tz.iana_name().unwrap_or("UTC")
+                )
+            }
+            Err(_) => format!("{ms} ms"),
+        }
     }
 
     /// The rules that may apply to calls of `tool` (`plugin.tool`), in the order written.
@@ -571,11 +619,6 @@ impl Policy {
         };
         let r = self.authorizer.is_authorized(request, set, &self.entities);
         r.diagnostics().reason().next().is_some()
-    }
-
-    /// The time zone `hours` and `days` mean.
-    pub(crate) fn tz(&self) -> &jiff::tz::TimeZone {
-        &self.tz
     }
 
     /// The names of the counters a call's context carries.

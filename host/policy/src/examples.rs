@@ -1,5 +1,6 @@
-//! Each rule's `match` and `not_match` examples, run when the policy loads: a policy whose
-//! rules do not do what their authors wrote they do is refused, naming the rule.
+//! Each rule's `match` and `not_match` examples, run when the policy loads
+//! ([`Policy::load`]): a policy whose rules do not do what their authors wrote they do is
+//! refused, naming the rule.
 
 use std::collections::BTreeMap;
 
@@ -8,13 +9,21 @@ use serde_json::{Value, json};
 use crate::config::{Example, PolicyConfig, Rule};
 use crate::engine::{Call, Caller, Policy, SessionFacts};
 use crate::error::PolicyError;
+use crate::schema::ToolFacts;
+
+impl Policy {
+    /// Loads `config` against the installed `tools`: compiles the rules, reads the Cedar
+    /// files, validates everything against the tools' schema and runs every rule's
+    /// examples. Any failure names the rule and what to write instead.
+    pub fn load(config: &PolicyConfig, tools: &[ToolFacts]) -> Result<Policy, PolicyError> {
+        let (policy, sources) = Policy::compile(config, tools)?;
+        check(&policy, config, &sources)?;
+        Ok(policy)
+    }
+}
 
 /// Runs every example of every rule of `config` against `policy`.
-pub(crate) fn check(
-    policy: &Policy,
-    config: &PolicyConfig,
-    sources: &[String],
-) -> Result<(), PolicyError> {
+fn check(policy: &Policy, config: &PolicyConfig, sources: &[String]) -> Result<(), PolicyError> {
     for (rule, source) in config.rules.iter().zip(sources) {
         let rule = rule.get_ref();
         let fail = |example: String, message: String| PolicyError::Example {
@@ -141,11 +150,5 @@ fn counts_of(policy: &Policy, rule: &Rule, ex: &Example) -> Result<BTreeMap<Stri
 /// The example's local time, by default a Monday at noon.
 fn time_of(policy: &Policy, ex: &Example) -> Result<i64, String> {
     let text = ex.at.as_deref().unwrap_or("2026-11-30T12:00");
-    let civil: jiff::civil::DateTime = text
-        .parse()
-        .map_err(|e| format!("`at = \"{text}\"` is not a local time `YYYY-MM-DDTHH:MM` ({e})"))?;
-    let zoned = civil
-        .to_zoned(policy.tz().clone())
-        .map_err(|e| format!("`at = \"{text}\"`: {e}"))?;
-    Ok(zoned.timestamp().as_millisecond())
+    policy.local_time(text).map_err(|e| format!("`at`: {e}"))
 }

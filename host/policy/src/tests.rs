@@ -543,3 +543,50 @@ fn an_unconditional_deny_hides_the_tool() {
     assert_eq!(p.denies_every_call("ops.deploy").unwrap().id, "off");
     assert!(p.denies_every_call("sql.sql_query").is_none());
 }
+
+#[test]
+fn rules_are_listed_in_the_order_written_and_local_times_read_in_the_policy_zone() {
+    let p = load(WORKED).unwrap();
+    let ids: Vec<String> = p.rules().into_iter().map(|r| r.id).collect();
+    assert_eq!(ids, ["orders", "no-drop"]);
+    assert_eq!(p.local_time("2026-11-30T12:00"), Ok(MONDAY_NOON));
+    assert_eq!(p.show_time(MONDAY_NOON), "2026-11-30T12:00 UTC");
+    let berlin = load("[policy]\ntimezone = \"Europe/Berlin\"\n").unwrap();
+    assert_eq!(
+        berlin.local_time("2026-11-30T13:00"),
+        Ok(MONDAY_NOON),
+        "13:00 in Berlin is noon UTC in winter"
+    );
+    assert_eq!(
+        berlin.show_time(MONDAY_NOON),
+        "2026-11-30T13:00 Europe/Berlin"
+    );
+    let e = p.local_time("noon").unwrap_err();
+    assert!(e.contains("`noon` is not a local time"), "{e}");
+}
+
+#[test]
+fn the_digest_does_not_depend_on_how_the_config_path_is_spelled_but_on_each_rules_line() {
+    let at = |path: &str, text: &str| {
+        #[derive(serde::Deserialize)]
+        struct File {
+            policy: PolicyConfig,
+        }
+        let mut config = toml::from_str::<File>(text).unwrap().policy;
+        config.source = Some(ConfigSource {
+            path: path.into(),
+            text: Arc::from(text),
+        });
+        let p = Policy::load(&config, &tools()).unwrap();
+        (p.digest().to_string(), p.rules()[0].source.clone())
+    };
+    let (a, source) = at("cordon.toml", WORKED);
+    let (b, other) = at("/etc/cordon/cordon.toml", WORKED);
+    assert_eq!(
+        (source.as_str(), other.as_str()),
+        ("cordon.toml:4", "/etc/cordon/cordon.toml:4")
+    );
+    assert_eq!(a, b, "the same text read from another path");
+    let (moved, _) = at("cordon.toml", &format!("\n{WORKED}"));
+    assert_ne!(a, moved, "a rule on another line is named differently");
+}

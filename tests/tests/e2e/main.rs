@@ -12,6 +12,7 @@ mod cli_oci_provenance;
 mod cli_reserved;
 mod cli_upgrade;
 mod model;
+mod policy_cli;
 mod policy_doors;
 mod run_conversation;
 mod serve;
