@@ -167,7 +167,21 @@ pub fn grant_default(rules: &ApprovalConfig, spec: &ToolSpec) -> GrantDecision {
         answers: &Default::default(),
         requester: None,
     };
-    approval::decide(rules, none, spec)
+    approval::decide(rules, none, spec, None)
+}
+
+/// The decision a conversation makes for a call the policy gave `verdict` (no answers given
+/// yet): the rules laid over `[approval]` and the default, in the host's precedence.
+fn final_decision(
+    rules: &ApprovalConfig,
+    spec: &ToolSpec,
+    verdict: &cordon_agent::cordon_policy::Verdict,
+) -> GrantDecision {
+    let none = approval::Standing {
+        answers: &Default::default(),
+        requester: None,
+    };
+    approval::decide(rules, none, spec, Some(verdict))
 }
 
 /// What a conversation does with calls of the tool: the decision in words, and why.
@@ -472,10 +486,8 @@ async fn explain(home: &Home, args: ExplainArgs) -> anyhow::Result<()> {
     });
     let default = grant_default(&found.config.approval, spec);
     let each = with_errors(each, &verdict);
-    let decision = verdict
-        .decision
-        .map(|d| d.as_str())
-        .unwrap_or_else(|| default_word(&default));
+    let decided = final_decision(&found.config.approval, spec, &verdict);
+    let decision = default_word(&decided);
     let at = policy.show_time(now_ms);
     if args.json {
         let rules: Vec<Value> = each
@@ -499,7 +511,12 @@ async fn explain(home: &Home, args: ExplainArgs) -> anyhow::Result<()> {
             "counts": counts,
             "at": at,
             "decision": decision,
-            "decided_by": if verdict.rule.is_some() { "rule" } else { "default" },
+            "decided_by": match (&decided.rule, &verdict.rule) {
+                (Some(_), _) => "rule",
+                (None, Some(_)) => "approval",
+                (None, None) => "default",
+            },
+            "reason": decided.reason,
             "rule": verdict.rule.as_ref().map(rule_json),
             "rules": rules,
             "default": {"decision": default_word(&default), "reason": default.reason},
@@ -510,9 +527,13 @@ async fn explain(home: &Home, args: ExplainArgs) -> anyhow::Result<()> {
     }
     outln!("{identity} {call_args}");
     outln!("  {}, at {at}", caller_words(&caller, &session, &counts));
-    match &verdict.rule {
-        Some(rule) => outln!("decision: {decision}, by rule {}", rule_words(rule)),
-        None => outln!("decision: {decision} (no rule applies: the grant-derived default decides)"),
+    match (&decided.rule, &verdict.rule) {
+        (Some(rule), _) => outln!("decision: {decision}, by rule {}", rule_words(rule)),
+        // A rule applied, but `[approval]` (stricter) decides.
+        (None, Some(_)) => outln!("decision: {decision}: {}", decided.reason),
+        (None, None) => {
+            outln!("decision: {decision} (no rule applies: the grant-derived default decides)")
+        }
     }
     if each.is_empty() {
         outln!("rules of {identity}: none");

@@ -181,7 +181,42 @@ pub struct HomeChangeAudit {
 /// The sha256 (hex) of a call's arguments, over their compact JSON text, so the same
 /// arguments always hash the same whatever whitespace the model used.
 pub fn arguments_sha256(arguments: &Value) -> String {
-    hex::encode(Sha256::digest(arguments.to_string().as_bytes()))
+    let mut text = String::new();
+    canonical(arguments, &mut text);
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// `value` as compact JSON with every object's keys in sorted order, so equal arguments have
+/// one digest whatever order a client sent their keys in (serde_json keeps insertion order in
+/// this build, which the Cedar policy engine asks for).
+fn canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                canonical(&map[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical(v, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
 }
 
 /// Who runs this process, for records of what a person did at a terminal: the login name from
@@ -237,6 +272,21 @@ pub fn now_ms() -> i64 {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_arguments_digest_does_not_depend_on_key_order() {
+        let a: Value = serde_json::from_str(r#"{"b": [1, {"y": 2, "x": 1}], "a": "s"}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"a": "s", "b": [1, {"x": 1, "y": 2}]}"#).unwrap();
+        assert_eq!(arguments_sha256(&a), arguments_sha256(&b));
+        let mut text = String::new();
+        canonical(&a, &mut text);
+        assert_eq!(text, r#"{"a":"s","b":[1,{"x":1,"y":2}]}"#);
+        assert_ne!(
+            arguments_sha256(&a),
+            arguments_sha256(&serde_json::json!({"a": "t"}))
+        );
+    }
+
     use super::*;
     use serde_json::json;
 
