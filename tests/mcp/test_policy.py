@@ -1,11 +1,15 @@
+# ruff: noqa: E501  (the policy rules are one line each, as users write them)
 """The per-call `[policy]` through `cordon mcp` (stdio), with the MCP SDK as the client: rules on
 a path argument (compared normalised), on the client's name, counters, and the audit record
 naming the rule and the policy digest."""
 
 import mcp.types as types
+import pytest
 from mcp import Client, StdioServerParameters
 
 from conftest import CORDON
+
+pytestmark = pytest.mark.anyio
 
 POLICY = """
 [approval.plugins]
@@ -60,7 +64,11 @@ async def test_mcp_calls_are_decided_by_their_arguments_client_and_counts(world)
     async with client(world, config, "nosy-agent") as c:
         r = await c.call_tool("sql_query", {"database": "/db/policy.db", "sql": "SELECT 1"})
         assert r.is_error and "policy rule `nosy`" in text(r), text(r)
-    records = [r for r in world.audit() if r.get("tool") in ("read_file", "sql_query") and r.get("policy_rule")]
+    records = [
+        r
+        for r in world.audit()
+        if r.get("tool") in ("read_file", "sql_query") and r.get("policy_rule")
+    ]
     rules = {r["policy_rule"].split(" ")[0] for r in records}
     assert {"reports", "secrets", "nosy", "twice"} <= rules, rules
     digests = {r["policy_digest"] for r in records}
