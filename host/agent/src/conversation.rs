@@ -255,7 +255,7 @@ pub struct PlannedCall {
     pub approval: Option<CallApproval>,
     /// What the per-call policy said of it, when a `[policy]` is in force.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy: Option<PolicyNote>,
+    pub policy: Option<Box<PolicyNote>>,
 }
 
 /// What the per-call policy said of a call: kept with the call so its audit record names the

@@ -289,8 +289,15 @@ impl Host {
                 let events = live.subscribe();
                 let host = self.clone();
                 self.turns.spawn(async move {
-                    host.drive(live, journal, conversation, agent, input, by, door)
-                        .await;
+                    host.drive(
+                        live,
+                        journal,
+                        conversation,
+                        agent,
+                        input,
+                        Requested { by, door },
+                    )
+                    .await;
                 });
                 Ok(events)
             }
@@ -334,8 +341,15 @@ impl Host {
         let events = live.subscribe();
         let host = self.clone();
         self.turns.spawn(async move {
-            host.drive(live, journal, conversation, agent, input, by, door)
-                .await;
+            host.drive(
+                live,
+                journal,
+                conversation,
+                agent,
+                input,
+                Requested { by, door },
+            )
+            .await;
         });
         Ok((id, events))
     }
@@ -390,9 +404,9 @@ impl Host {
         mut conversation: Conversation,
         agent: Arc<Agent>,
         input: TurnInput,
-        by: Option<Requester>,
-        door: &'static str,
+        requested: Requested,
     ) {
+        let Requested { by, door } = requested;
         let cancel = CancellationToken::new();
         live.set_cancel(cancel.clone());
         // Stop at the next safe point when the host stops or the lease is lost.
@@ -542,6 +556,12 @@ impl Host {
             }
         }
     }
+}
+
+/// Who asked for a turn, and through which door (`serve` for the API, `gateway`).
+struct Requested {
+    by: Option<Requester>,
+    door: &'static str,
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ pub struct ToolCatalog {
 pub(super) struct Checked {
     pub args: Value,
     pub decision: Decision,
-    pub note: Option<PolicyNote>,
+    pub note: Option<Box<PolicyNote>>,
 }
 
 impl std::fmt::Debug for ToolCatalog {
@@ -222,11 +222,11 @@ impl ToolCatalog {
             });
         };
         let decision = approval::decide(&self.approval, standing, spec, Some(&verdict));
-        let note = PolicyNote {
+        let note = Box::new(PolicyNote {
             digest: verdict.digest.clone(),
             rule: decision.rule.clone(),
             applied: verdict.applied.iter().map(|r| r.id.clone()).collect(),
-        };
+        });
         if decision.policy == Policy::Deny {
             return Err(Refusal::Denied {
                 message: format!(
@@ -234,7 +234,7 @@ impl ToolCatalog {
                     decision.reason
                 ),
                 reason: decision.reason,
-                args: Some(args),
+                args: Some(Box::new(args)),
                 note: Some(note),
             });
         }
@@ -281,8 +281,8 @@ pub(super) enum Refusal {
         /// The policy's reason alone, for the record of who decided.
         reason: String,
         /// The arguments, when the call was denied for them.
-        args: Option<Value>,
+        args: Option<Box<Value>>,
         /// What the per-call policy said, when it decided.
-        note: Option<PolicyNote>,
+        note: Option<Box<PolicyNote>>,
     },
 }

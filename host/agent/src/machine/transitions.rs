@@ -507,7 +507,7 @@ pub(super) fn process_response(
                         args,
                         note,
                     } => (
-                        args,
+                        args.map(|a| *a),
                         CallStatus::Denied {
                             message: message.clone(),
                         },
