@@ -102,6 +102,9 @@ fn exit_code(error: &anyhow::Error) -> u8 {
         e.is::<new::NewError>()
             || e.is::<policy::PolicyUsage>()
             || e.is::<cordon_policy::PolicyError>()
+            // A host or conversation refusing to start on a policy that does not load.
+            || e.downcast_ref::<cordon_agent::driver::AgentError>()
+                .is_some_and(|e| matches!(e, cordon_agent::driver::AgentError::Policy(_)))
             || e.downcast_ref::<HomeError>()
                 .is_some_and(HomeError::is_usage)
             || e.downcast_ref::<cordon_store::StoreError>()

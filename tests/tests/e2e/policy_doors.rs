@@ -4,12 +4,13 @@
 //! (MCP's door is tested with the MCP SDK in tests/mcp.)
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use cordon_scripted_llm::Step;
 use serde_json::{Value, json};
 
 use crate::model::{Model, call};
-use cordon_tests::serve::Served;
+use cordon_tests::serve::{Served, eventually};
 use cordon_tests::support::{grant_fs, home_with, install, sqlite};
 use cordon_tests::{Run, TestHome};
 
@@ -234,4 +235,123 @@ fn the_gateway_is_its_own_origin_and_an_edited_policy_applies_without_a_restart(
     assert_eq!(a.status, 200, "{}", a.text);
     assert_eq!(count(&data.join("shop.db")), 4, "the insert ran unasked");
     drop(served);
+}
+
+/// The question the session waits on, once it waits.
+fn pending(served: &Served, session: &str) -> Value {
+    eventually(Duration::from_secs(60), "an approval question", || {
+        served.get("/api/v1/approvals").json["pending"]
+            .as_array()?
+            .iter()
+            .find(|p| p["session"] == session)
+            .cloned()
+    })
+}
+
+#[test]
+fn over_the_api_a_rule_asks_every_time_even_after_always() {
+    let (home, data, config) = shop();
+    let text = POLICY.replacen(
+        "rules = [\n",
+        "rules = [\n  { id = \"deletes\", origin = \"serve\", tool = \"sql.sql_execute\", args = { sql = { prefix = \"DELETE\" } }, decision = \"ask\", reason = \"deletes are checked every time\" },\n",
+        1,
+    );
+    std::fs::write(&config, text).unwrap();
+    let model = Model::new(vec![
+        Step::tool_calls(vec![sql(
+            "u1",
+            "UPDATE products SET price_cents = 1 WHERE sku = 'A1'",
+        )]),
+        Step::tool_calls(vec![sql("d1", "DELETE FROM products WHERE sku = 'B2'")]),
+        Step::text("done"),
+    ]);
+    let served = Served::start(
+        &home,
+        &[
+            ("CORDON_LLM_URL", &model.url()),
+            ("CORDON_MODEL", "scripted"),
+        ],
+        &["--config", config.to_str().unwrap()],
+    );
+    let created = served.post("/api/v1/sessions", json!({"id": "shop"}));
+    assert_eq!(created.status, 201, "{}", created.text);
+    let events = served.stream("/api/v1/sessions/shop/messages", json!({"text": "tidy up"}));
+    // The update is asked by default; answered `always` for the tool.
+    let first = pending(&served, "shop");
+    // (sql_execute declares itself destructive, so the default asks.)
+    assert!(
+        !first["reason"].as_str().unwrap().contains("policy rule"),
+        "{first}"
+    );
+    let answered = served.post(
+        &format!(
+            "/api/v1/approvals/shop/{}",
+            first["call_id"].as_str().unwrap()
+        ),
+        json!({"answer": "always"}),
+    );
+    assert_eq!(answered.status, 200, "{}", answered.text);
+    // The delete is asked all the same, with the rule's reason.
+    let second = eventually(Duration::from_secs(60), "the second question", || {
+        let p = pending(&served, "shop");
+        (p["call_id"] != first["call_id"]).then_some(p)
+    });
+    let reason = second["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("policy rule `deletes`") && reason.contains("checked every time"),
+        "{reason}"
+    );
+    let answered = served.post(
+        &format!(
+            "/api/v1/approvals/shop/{}",
+            second["call_id"].as_str().unwrap()
+        ),
+        json!({"answer": "no"}),
+    );
+    assert_eq!(answered.status, 200, "{}", answered.text);
+    events.until("turn_finished", Duration::from_secs(60));
+    assert_eq!(count(&data.join("shop.db")), 3, "the declined delete ran");
+    drop(served);
+}
+
+#[test]
+fn an_allow_rule_never_widens_a_grant() {
+    let home = home_with(&["files"]);
+    let data = home.scratch("data");
+    std::fs::write(data.join("ok.txt"), "fine").unwrap();
+    let outside = home.scratch("outside");
+    std::fs::write(outside.join("secret.txt"), "hunter2").unwrap();
+    install(&home, "files", &[grant_fs(&data, "/data", "rw")], &[]);
+    let config = home.scratch("cfg").join("cordon.toml");
+    std::fs::write(
+        &config,
+        "[policy]\nrules = [{ id = \"anything\", tool = \"files.read_file\", decision = \"allow\" }]\n",
+    )
+    .unwrap();
+    let secret = outside.join("secret.txt").display().to_string();
+    let model = Model::new(vec![
+        Step::tool_calls(vec![call("r1", "read_file", json!({ "path": secret }))]),
+        Step::text("done"),
+    ]);
+    run(&home, &model, &config, "read it").ok();
+    let result = result_of(&model.tool_messages(1), "r1");
+    assert!(!result.contains("hunter2"), "{result}");
+    assert!(result.starts_with("Error"), "{result}");
+    let records = audited_tool(&home, "read_file");
+    assert_eq!(records[0]["decision"], "auto", "{records:?}");
+    assert!(
+        records[0]["policy_rule"]
+            .as_str()
+            .unwrap()
+            .starts_with("anything (")
+    );
+}
+
+fn audited_tool(home: &TestHome, tool: &str) -> Vec<Value> {
+    let r = home.cordon(&["audit", "--json", "--tool", tool]).ok();
+    r.stdout
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
