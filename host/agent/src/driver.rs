@@ -234,6 +234,20 @@ impl Agent {
             .collect()
     }
 
+    /// The policy rules that may apply to calls of each installed tool, by identity
+    /// (`plugin.tool`), as the policy in force now has them: what `/tools` and the console show.
+    pub fn tool_rules(&self) -> BTreeMap<String, Vec<cordon_policy::RuleRef>> {
+        let catalog = self.catalog();
+        let Some(policy) = catalog.policy() else {
+            return BTreeMap::new();
+        };
+        self.tools
+            .tools()
+            .iter()
+            .map(|s| (s.identity(), policy.rules_for(&s.identity())))
+            .collect()
+    }
+
     fn catalog(&self) -> ToolCatalog {
         let specs = self.tools.tools();
         // The `[policy]` as cordon.toml says now, so an edit takes effect without a restart.

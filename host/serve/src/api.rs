@@ -563,6 +563,7 @@ async fn query_audit(
 
 async fn list_tools(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let agent = state.host.agent(&SessionSettings::default()).await?;
+    let rules = agent.tool_rules();
     let tools: Vec<Value> = agent
         .tool_policies(&Conversation::new())
         .into_iter()
@@ -575,6 +576,8 @@ async fn list_tools(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
                 "grants": spec.grants,
                 "policy": decision.policy,
                 "reason": decision.reason,
+                // The per-call rules that may apply to its calls, in the order written.
+                "rules": rules.get(&spec.identity()).cloned().unwrap_or_default(),
             })
         })
         .collect();

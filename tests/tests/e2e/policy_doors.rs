@@ -214,6 +214,26 @@ fn the_gateway_is_its_own_origin_and_an_edited_policy_applies_without_a_restart(
             json!({"model": "scripted", "messages": [{"role": "user", "content": text}]}),
         )
     };
+    // The tools the console lists carry the rules that may apply to them.
+    let tools = served.get("/api/v1/tools").json;
+    let execute = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tool"] == "sql_execute")
+        .unwrap()
+        .clone();
+    let ids: Vec<&str> = execute["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["add-products", "no-drop", "hourly", "gateway-reads"]);
+    assert_eq!(
+        execute["rules"][1]["source"],
+        format!("{}:7", config.display())
+    );
     let a = ask("Add a drill");
     assert_eq!(a.status, 200, "{}", a.text);
     let denied = result_of(&model.tool_messages(1), "g1");

@@ -356,7 +356,8 @@ async function loadTools() {
   body.replaceChildren();
   for (const t of tools) {
     const row = el("tr", {});
-    for (const c of [t.name, t.plugin, t.policy, t.reason, t.grants.join(", "), t.description]) row.append(el("td", { text: c }));
+    const rules = (t.rules || []).map((r) => `${r.id} (${r.source}): ${r.decision}${r.reason ? " — " + r.reason : ""}`).join("; ");
+    for (const c of [t.name, t.plugin, t.policy, t.reason, t.grants.join(", "), t.description, rules || "none"]) row.append(el("td", { text: c }));
     body.append(row);
   }
 }
