@@ -7,6 +7,8 @@
 //! reported where it is loaded.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use cordon_policy::{Policy, PolicyConfig, PolicyError};
@@ -26,7 +28,10 @@ pub fn load(config: &PolicyConfig, tools: &[ToolSpec]) -> Result<Arc<Policy>, Po
     }
     let policy = Arc::new(Policy::load(config, &facts)?);
     *LAST.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, policy.clone()));
-    *LAST_GOOD.lock().unwrap_or_else(|e| e.into_inner()) = Some(policy.clone());
+    LAST_GOOD
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(origin(config), policy.clone());
     Ok(policy)
 }
 
@@ -38,7 +43,11 @@ pub fn load_or_last(config: &PolicyConfig, tools: &[ToolSpec]) -> Result<Arc<Pol
     match load(config, tools) {
         Ok(p) => Ok(p),
         Err(e) => {
-            let last = LAST_GOOD.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let last = LAST_GOOD
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&origin(config))
+                .cloned();
             tracing::warn!(
                 "the policy does not load ({e}); {}",
                 if last.is_some() {
@@ -52,14 +61,24 @@ pub fn load_or_last(config: &PolicyConfig, tools: &[ToolSpec]) -> Result<Arc<Pol
     }
 }
 
-/// The last policy that loaded.
-static LAST_GOOD: Mutex<Option<Arc<Policy>>> = Mutex::new(None);
+/// The last policy that loaded, by the config file it came from (a process may serve
+/// several: tests, embedders).
+static LAST_GOOD: Mutex<BTreeMap<PathBuf, Arc<Policy>>> = Mutex::new(BTreeMap::new());
+
+/// The file a `[policy]` was read from (empty when it was not read from one).
+fn origin(config: &PolicyConfig) -> PathBuf {
+    config
+        .source
+        .as_ref()
+        .map(|s| s.path.clone())
+        .unwrap_or_default()
+}
 
 /// The `[policy]` as its config file says now: `config` itself while the file is as it was
 /// read, else the file's new `[policy]`. A file that no longer parses keeps `config` (and is
 /// reported once), so a half-saved edit never drops the rules in force.
 pub fn reread(config: &PolicyConfig) -> Cow<'_, PolicyConfig> {
-    static SEEN: Mutex<Option<(String, Option<PolicyConfig>)>> = Mutex::new(None);
+    static SEEN: Mutex<Option<(PathBuf, String, Option<PolicyConfig>)>> = Mutex::new(None);
     let Some(source) = &config.source else {
         return Cow::Borrowed(config);
     };
@@ -70,7 +89,8 @@ pub fn reread(config: &PolicyConfig) -> Cow<'_, PolicyConfig> {
         return Cow::Borrowed(config);
     }
     let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((t, parsed)) = seen.as_ref()
+    if let Some((p, t, parsed)) = seen.as_ref()
+        && *p == source.path
         && *t == text
     {
         return parsed.clone().map_or(Cow::Borrowed(config), Cow::Owned);
@@ -101,7 +121,7 @@ pub fn reread(config: &PolicyConfig) -> Cow<'_, PolicyConfig> {
             None
         }
     };
-    *seen = Some((text, parsed.clone()));
+    *seen = Some((source.path.clone(), text, parsed.clone()));
     parsed.map_or(Cow::Borrowed(config), Cow::Owned)
 }
 
@@ -128,4 +148,57 @@ fn key_of(config: &PolicyConfig, facts: &[cordon_policy::ToolFacts]) -> String {
         h.update(serde_json::to_vec(&f.reach).unwrap_or_default());
     }
     hex::encode(h.finalize())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::AgentConfig;
+
+    fn tool(name: &str) -> ToolSpec {
+        ToolSpec::from_descriptor(
+            cordon_core::ToolDescriptor {
+                name: name.into(),
+                description: String::new(),
+                input_schema: serde_json::json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+                hints: Default::default(),
+                output_schema: None,
+            },
+            "p",
+            vec![],
+            true,
+        )
+    }
+
+    #[test]
+    fn an_edited_policy_is_used_and_a_broken_edit_keeps_the_rules_in_force() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cordon.toml");
+        let first = "[policy]\nrules = [{ id = \"a\", tool = \"p.t\", decision = \"deny\" }]\n";
+        std::fs::write(&path, first).unwrap();
+        let config = AgentConfig::load(&path, true).unwrap().policy;
+        let tools = [tool("t")];
+        assert!(matches!(reread(&config), Cow::Borrowed(_)));
+        let loaded = load_or_last(&reread(&config), &tools).unwrap();
+        assert_eq!(loaded.rules_for("p.t")[0].id, "a");
+
+        // A good edit is used at once.
+        std::fs::write(&path, first.replace("\"a\"", "\"b\"")).unwrap();
+        let edited = reread(&config);
+        assert!(matches!(edited, Cow::Owned(_)));
+        let loaded = load_or_last(&edited, &tools).unwrap();
+        assert_eq!(loaded.rules_for("p.t")[0].id, "b");
+
+        // An edit that does not parse keeps the config as read.
+        std::fs::write(&path, "[policy\nrules = ").unwrap();
+        assert!(matches!(reread(&config), Cow::Borrowed(_)));
+
+        // One that parses but does not load (a tool that is not installed) keeps the last
+        // policy that loaded.
+        std::fs::write(&path, first.replace("p.t", "p.gone")).unwrap();
+        let broken = reread(&config);
+        assert!(load(&broken, &tools).is_err());
+        let kept = load_or_last(&broken, &tools).unwrap();
+        assert_eq!(kept.rules_for("p.t")[0].id, "b");
+    }
 }
