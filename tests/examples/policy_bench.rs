@@ -23,7 +23,8 @@
 //!    of part 1 carries. Medians per call and their ratios (target ≤ 1.05).
 //!
 //! `cargo run --release -p cordon-tests --example policy_bench -- [--cordon
-//! target/release/cordon] [--noop target/fixtures/noop.wasm] [--samples 20000] [--calls 2000]`.
+//! target/release/cordon] [--noop target/fixtures/noop.wasm] [--samples 20000] [--calls 2000]
+//! [--decisions-only]` (part 1 alone, for profiling).
 //! Everything runs on this machine (the MCP servers are child processes on pipes); every loop
 //! is bounded.
 
@@ -189,12 +190,16 @@ impl Shape {
             Shape::Files => json!({"path": "/data/reports/2026/11/summary.csv", "mode": "read",
                 "max_bytes": 1_048_576, "ratio": 0.5,
                 "options": {"recursive": false, "depth": 2, "follow_links": false}}),
-            Shape::Sql => json!({"sql": "SELECT id, total FROM orders WHERE day = '2026-11-27' LIMIT 50",
+            Shape::Sql => {
+                json!({"sql": "SELECT id, total FROM orders WHERE day = '2026-11-27' LIMIT 50",
                 "database": "shop", "limit": 50, "timeout": 2.5, "params": ["2026-11-27"],
-                "options": {"readonly": true, "max_rows": 500}}),
-            Shape::Http => json!({"url": "https://api.example.com/v1/orders?page=2", "method": "GET",
+                "options": {"readonly": true, "max_rows": 500}})
+            }
+            Shape::Http => {
+                json!({"url": "https://api.example.com/v1/orders?page=2", "method": "GET",
                 "retries": 2, "timeout": 10.0,
-                "headers": {"accept": "application/json", "authorization": "Bearer abc"}}),
+                "headers": {"accept": "application/json", "authorization": "Bearer abc"}})
+            }
             Shape::Deploy => json!({"env": "staging", "replicas": 3, "ratio": 0.25,
                 "options": {"force": false, "strategy": "rolling",
                     "window": {"start": "10:00", "minutes": 30}}}),
@@ -221,11 +226,7 @@ impl BenchTool {
         let writes = plugin_index.is_multiple_of(2);
         let reach = Reach {
             can_change: writes,
-            read_write: if writes {
-                vec!["/data".into()]
-            } else {
-                vec![]
-            },
+            read_write: if writes { vec!["/data".into()] } else { vec![] },
             read_only: vec!["/docs".into()],
             network: if plugin_index == 2 {
                 vec!["https://api.example.com:443".into()]
@@ -323,7 +324,11 @@ fn rule_line(j: usize, kind: Kind, t: &BenchTool, no_args: bool) -> String {
         }
         k => k,
     };
-    let guard = if no_args { ", origin = \"gateway\"" } else { "" };
+    let guard = if no_args {
+        ", origin = \"gateway\""
+    } else {
+        ""
+    };
     let main = f.main;
     match kind {
         Kind::Equals => format!(
@@ -433,7 +438,7 @@ fn policy_text(n: usize, tools: &[BenchTool], no_args: bool, approval: &str) -> 
     let weights: Vec<f64> = (1..=tools.len()).map(|k| 1.0 / k as f64).collect();
     let total: f64 = weights.iter().sum();
     let mut rng = Lcg(0x5eed + n as u64);
-    let mut pick_tool = |rng: &mut Lcg| {
+    let pick_tool = |rng: &mut Lcg| {
         let mut x = rng.below(1_000_000) as f64 / 1_000_000.0 * total;
         for (i, w) in weights.iter().enumerate() {
             if x < *w {
@@ -524,7 +529,11 @@ fn decision_times(samples: usize) -> usize {
             }
         })
         .collect();
-    let specs: Vec<ToolSpec> = tools.iter().enumerate().map(|(i, t)| t.spec(i / 5)).collect();
+    let specs: Vec<ToolSpec> = tools
+        .iter()
+        .enumerate()
+        .map(|(i, t)| t.spec(i / 5))
+        .collect();
     let facts: Vec<_> = specs.iter().map(ToolSpec::facts).collect();
     // Today's per-tool rules: a few `[approval]` entries, none of which denies the tools timed.
     let approval = "[approval.tools]\nquery_3 = \"auto\"\n\"web.fetch_2\" = \"ask\"\n\"ops.deploy_1\" = \"ask\"\nsearch_4 = \"auto\"\n\
@@ -797,5 +806,7 @@ async fn main() {
     let hot_share = tokio::task::spawn_blocking(move || decision_times(samples))
         .await
         .expect("the decision benchmark");
-    call_cost(&bin, &noop, n, hot_share).await;
+    if !args.iter().any(|a| a == "--decisions-only") {
+        call_cost(&bin, &noop, n, hot_share).await;
+    }
 }
