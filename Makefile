@@ -227,7 +227,9 @@ bench-tools:
 ## The benchmarks (docs/performance.md): the runtime; the bundled tools against the native
 ## programs; what recording a session's every transition costs (SQLite, and PostgreSQL when its
 ## server programs are installed); 200 sessions at once on one release `cordon serve`; Cordon's
-## MCP server against a native rmcp server, and 1,000 concurrent MCP calls over HTTP.
+## MCP server against a native rmcp server, and 1,000 concurrent MCP calls over HTTP; per-call
+## policy decisions with 10, 100 and 1,000 rules against the per-tool decision, and their cost
+## in an MCP call.
 bench: toolchain plugins bench-tools
 	cargo run --release -p cordon-runtime --example bench
 	cargo build --release -p cordon
@@ -237,6 +239,7 @@ bench: toolchain plugins bench-tools
 	cargo run --release -p cordon-store --example bench_persistence
 	cargo run --release -p cordon-tests --example serve_load -- --cordon target/release/cordon --noop $(FIXTURE_OUT)/noop.wasm
 	cargo run --release -p cordon-tests --example mcp_bench -- --cordon target/release/cordon --noop $(FIXTURE_OUT)/noop.wasm
+	cargo run --release -p cordon-tests --example policy_bench -- --cordon target/release/cordon --noop $(FIXTURE_OUT)/noop.wasm
 	cargo run --release -p cordon-tests --example gateway_bench -- --cordon target/release/cordon
 
 clean:

@@ -120,6 +120,10 @@ struct ToolPolicy {
     set: PolicySet,
     /// Indices into `Policy::facts` of the tests its rules need.
     facts: Vec<usize>,
+    /// Indices into `Policy::counters` of the counters its rules read: only these are asked
+    /// of the store and put in `context.calls`, so a tool pays for its own rules' counters,
+    /// not for every counter of the policy.
+    counters: Vec<usize>,
 }
 
 /// A policy ready to decide calls.
@@ -364,6 +368,22 @@ impl Policy {
             PolicyError::Config(format!("the plugins' grants do not fit the schema: {e}"))
         })?;
 
+        // Which counters each policy could read: a Cedar attribute is named literally, so a
+        // policy whose text does not contain a counter's name cannot read it (a name that
+        // merely appears elsewhere in the text only adds a counter that is not needed).
+        let reads: HashMap<&PolicyId, Vec<usize>> = all
+            .policies()
+            .map(|p| {
+                let text = p.to_string();
+                let read = counters
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (name, _))| text.contains(name.as_str()))
+                    .map(|(i, _)| i)
+                    .collect();
+                (p.id(), read)
+            })
+            .collect();
         let mut by_tool = HashMap::new();
         for (tool, input) in typed {
             let identity = tool.identity();
@@ -371,6 +391,7 @@ impl Policy {
             ancestors.insert(schema::action_id(&identity));
             let mut set = PolicySet::new();
             let mut wanted: HashSet<&str> = HashSet::new();
+            let mut tool_counters: BTreeSet<usize> = BTreeSet::new();
             for p in all.policies() {
                 let applies = match p.action_constraint() {
                     ActionConstraint::Any => true,
@@ -382,6 +403,7 @@ impl Policy {
                 if applies {
                     set.add(p.clone()).expect("ids are unique");
                     wanted.insert(meta[p.id()].rule.id.as_str());
+                    tool_counters.extend(&reads[p.id()]);
                 }
             }
             let tool_facts = facts
@@ -399,6 +421,7 @@ impl Policy {
                     input,
                     set,
                     facts: tool_facts,
+                    counters: tool_counters.into_iter().collect(),
                 },
             );
         }
@@ -500,14 +523,16 @@ impl Policy {
             .map(|m| m.rule.clone())
     }
 
-    /// What the store must count before a call of `tool` is decided.
+    /// What the store must count before a call of `tool` is decided: the counters its rules
+    /// read.
     pub fn counters_for(&self, tool: &str, scope: CountScope<'_>, now_ms: i64) -> Vec<CountQuery> {
         let Some(t) = self.tools.get(tool) else {
             return Vec::new();
         };
         let minute = now_ms.div_euclid(60_000);
-        self.counters
+        t.counters
             .iter()
+            .map(|&i| &self.counters[i])
             .filter_map(|(name, spec)| {
                 let key = counts::key_for(spec, tool, &t.plugin, None, scope)?;
                 Some(CountQuery {
@@ -650,9 +675,10 @@ impl Policy {
             .filter(|f| f.holds(call.args))
             .map(|f| s(&f.id))
             .collect();
-        let calls = self
+        let calls = t
             .counters
             .iter()
+            .map(|&i| &self.counters[i])
             .map(|(name, _)| {
                 let n = call.counts.get(name).copied().unwrap_or(0);
                 (

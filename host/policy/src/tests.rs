@@ -377,6 +377,46 @@ rules = [
 }
 
 #[test]
+fn a_tool_is_asked_only_the_counters_its_own_rules_read() {
+    let p = load(
+        r#"
+[policy]
+counters = { reads = { of = "tool", within = "1h" } }
+rules = [
+  { id = "busy", tool = "sql.sql_execute", calls = { of = "tool", within = "1h", at_least = 5 }, decision = "ask" },
+  { id = "many-reads", tool = "files.read_file", when = "context.calls.reads >= 3", decision = "deny" },
+  { id = "look", tool = "ro.look", decision = "allow" },
+]
+"#,
+    )
+    .unwrap();
+    let scope = CountScope {
+        session: "s1",
+        caller: ("ci", ""),
+    };
+    let names = |tool: &str| -> Vec<String> {
+        p.counters_for(tool, scope, MONDAY_NOON)
+            .into_iter()
+            .map(|q| q.name)
+            .collect()
+    };
+    assert_eq!(names("sql.sql_execute"), ["rule:busy"]);
+    assert_eq!(names("files.read_file"), ["reads"]);
+    assert!(names("ro.look").is_empty());
+    // The named counter still decides the tool whose rule reads it, and is counted.
+    let mut c = call("files.read_file", json!({"path": "/data/x"}));
+    c.counts.insert("reads".into(), 3);
+    assert_eq!(decision(&p, &c), Some(Decision::Deny));
+    c.counts.insert("reads".into(), 2);
+    assert_eq!(decision(&p, &c), None);
+    assert_eq!(
+        p.tally("ro.look", &[], scope),
+        ["tool:ro.look"],
+        "every call is counted, whichever rules read the counter"
+    );
+}
+
+#[test]
 fn load_errors_name_the_rule_its_line_and_what_to_write() {
     let err = |text: &str| load(text).unwrap_err().to_string();
     let e = err(
