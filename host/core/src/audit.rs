@@ -181,42 +181,10 @@ pub struct HomeChangeAudit {
 /// The sha256 (hex) of a call's arguments, over their compact JSON text, so the same
 /// arguments always hash the same whatever whitespace the model used.
 pub fn arguments_sha256(arguments: &Value) -> String {
+    // Canonical, so equal arguments have one digest whatever order their keys came in.
     let mut text = String::new();
-    canonical(arguments, &mut text);
+    crate::tool::canonical_json(arguments, &mut text);
     hex::encode(Sha256::digest(text.as_bytes()))
-}
-
-/// `value` as compact JSON with every object's keys in sorted order, so equal arguments have
-/// one digest whatever order a client sent their keys in (serde_json keeps insertion order in
-/// this build, which the Cedar policy engine asks for).
-fn canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, k) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                canonical(&map[k], out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, v) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                canonical(v, out);
-            }
-            out.push(']');
-        }
-        scalar => out.push_str(&scalar.to_string()),
-    }
 }
 
 /// Who runs this process, for records of what a person did at a terminal: the login name from
@@ -278,9 +246,6 @@ mod tests {
         let a: Value = serde_json::from_str(r#"{"b": [1, {"y": 2, "x": 1}], "a": "s"}"#).unwrap();
         let b: Value = serde_json::from_str(r#"{"a": "s", "b": [1, {"x": 1, "y": 2}]}"#).unwrap();
         assert_eq!(arguments_sha256(&a), arguments_sha256(&b));
-        let mut text = String::new();
-        canonical(&a, &mut text);
-        assert_eq!(text, r#"{"a":"s","b":[1,{"x":1,"y":2}]}"#);
         assert_ne!(
             arguments_sha256(&a),
             arguments_sha256(&serde_json::json!({"a": "t"}))

@@ -170,7 +170,7 @@ pub struct ToolError {
 /// Writes `v` as canonical JSON: object keys sorted by their UTF-8 bytes, no whitespace.
 /// Written out here rather than relying on serde_json's map order, which changes when any crate
 /// in the build enables its `preserve_order` feature.
-fn canonical_json(v: &serde_json::Value, out: &mut String) {
+pub(crate) fn canonical_json(v: &serde_json::Value, out: &mut String) {
     use serde_json::Value;
     match v {
         Value::Object(map) => {
