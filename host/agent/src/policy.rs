@@ -1,7 +1,7 @@
 //! The per-call policy of a configuration, loaded for the tools installed now.
 //!
 //! Loading compiles and validates every rule and runs its examples, which costs far more than a
-//! decision, so the last policy loaded is kept and reused while neither the `[policy]` text,
+//! decision, so the policies loaded last are kept and reused while neither the `[policy]` text,
 //! the Cedar files it names, nor the installed tools change: a host that reloads its config
 //! (or sees a plugin installed) gets a new policy on its next turn, and a broken one is
 //! reported where it is loaded.
@@ -18,16 +18,27 @@ use crate::tools::ToolSpec;
 
 /// Loads `config`'s policy for `tools`, or the one loaded last for the same inputs.
 pub fn load(config: &PolicyConfig, tools: &[ToolSpec]) -> Result<Arc<Policy>, PolicyError> {
-    static LAST: Mutex<Option<(String, Arc<Policy>)>> = Mutex::new(None);
+    // The newest first. Several, because gateway clients that bring their own tools make a
+    // tool set of their own each, and alternating between them must not reload every turn.
+    static RECENT: Mutex<Vec<(String, Arc<Policy>)>> = Mutex::new(Vec::new());
+    const KEPT: usize = 16;
     let facts: Vec<_> = tools.iter().map(ToolSpec::facts).collect();
     let key = key_of(config, &facts);
-    if let Some((k, p)) = LAST.lock().unwrap_or_else(|e| e.into_inner()).as_ref()
-        && *k == key
     {
-        return Ok(p.clone());
+        let mut recent = RECENT.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(at) = recent.iter().position(|(k, _)| *k == key) {
+            let hit = recent.remove(at);
+            let policy = hit.1.clone();
+            recent.insert(0, hit);
+            return Ok(policy);
+        }
     }
     let policy = Arc::new(Policy::load(config, &facts)?);
-    *LAST.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, policy.clone()));
+    {
+        let mut recent = RECENT.lock().unwrap_or_else(|e| e.into_inner());
+        recent.insert(0, (key, policy.clone()));
+        recent.truncate(KEPT);
+    }
     LAST_GOOD
         .lock()
         .unwrap_or_else(|e| e.into_inner())
