@@ -869,7 +869,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
                     .policy
                     .as_ref()
                     .and_then(|n| n.rule.as_ref())
-                    .map(|r| format!("{} ({})", r.id, r.source)),
+                    .map(cordon_policy::RuleRef::audit_name),
                 policy_digest: call
                     .policy
                     .as_ref()

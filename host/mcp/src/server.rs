@@ -454,7 +454,7 @@ impl McpServer {
                     .verdict
                     .as_ref()
                     .and_then(|v| v.rule.as_ref())
-                    .map(|r| format!("{} ({})", r.id, r.source)),
+                    .map(cordon_agent::cordon_policy::RuleRef::audit_name),
                 policy_digest: facts
                     .verdict
                     .as_ref()

@@ -77,6 +77,11 @@ pub struct RuleRef {
 }
 
 impl RuleRef {
+    /// The rule as audit records name it: `id (file:line)`.
+    pub fn audit_name(&self) -> String {
+        format!("{} ({})", self.id, self.source)
+    }
+
     /// The rule in words for the person or model who sees its decision.
     pub fn describe(&self) -> String {
         let mut text = format!("policy rule `{}` ({})", self.id, self.source);

@@ -168,15 +168,7 @@ impl ToolCatalog {
         };
         let decision = self.decision(spec, standing);
         if decision.policy == Policy::Deny {
-            return Err(Refusal::Denied {
-                message: format!(
-                    "refused by policy: {}; do not try to get around it, tell the user if you need it",
-                    decision.reason
-                ),
-                reason: decision.reason,
-                args: None,
-                note: None,
-            });
+            return Err(Refusal::denied(decision, None, None));
         }
         let text = if call.arguments.trim().is_empty() {
             "{}"
@@ -228,15 +220,7 @@ impl ToolCatalog {
             applied: verdict.applied.iter().map(|r| r.id.clone()).collect(),
         });
         if decision.policy == Policy::Deny {
-            return Err(Refusal::Denied {
-                message: format!(
-                    "refused by policy: {}; do not try to get around it, tell the user if you need it",
-                    decision.reason
-                ),
-                reason: decision.reason,
-                args: Some(Box::new(args)),
-                note: Some(note),
-            });
+            return Err(Refusal::denied(decision, Some(args), Some(note)));
         }
         Ok(Checked {
             args,
@@ -285,4 +269,19 @@ pub(super) enum Refusal {
         /// What the per-call policy said, when it decided.
         note: Option<Box<PolicyNote>>,
     },
+}
+
+impl Refusal {
+    /// A call policy denies: the model is told the reason and not to work around it.
+    fn denied(decision: Decision, args: Option<Value>, note: Option<Box<PolicyNote>>) -> Refusal {
+        Refusal::Denied {
+            message: format!(
+                "refused by policy: {}; do not try to get around it, tell the user if you need it",
+                decision.reason
+            ),
+            reason: decision.reason,
+            args: args.map(Box::new),
+            note,
+        }
+    }
 }
