@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::config::{CallCount, Decision, Rule};
 use crate::error::PolicyError;
+use crate::native::{self, ArgCheck, CallerField, Check, Cond, ReachTest, Scalar};
 use crate::schema::{ArgType, PathProblem, ToolFacts};
 
 /// A test the host computes for Cedar.
@@ -51,8 +52,8 @@ impl Fact {
         };
         match &self.test {
             FactTest::Regex(re) => re.is_match(text),
-            FactTest::Path(glob) => match normalise(text) {
-                Some(path) => glob.is_match(&path),
+            FactTest::Path(glob) => match normalised(text) {
+                Some(path) => glob.is_match(path.as_ref()),
                 None => self.unplaceable_matches,
             },
         }
@@ -62,8 +63,24 @@ impl Fact {
 /// An absolute path with `.`, `..` and repeated `/` resolved lexically, or `None` for a
 /// relative path or one that climbs above `/`.
 pub fn normalise(path: &str) -> Option<String> {
+    normalised(path).map(std::borrow::Cow::into_owned)
+}
+
+/// [`normalise`], without copying a path that is normal already (as most are).
+pub(crate) fn normalised(path: &str) -> Option<std::borrow::Cow<'_, str>> {
     if !path.starts_with('/') {
         return None;
+    }
+    // No empty, `.` or `..` segment.
+    let normal = path == "/"
+        || !(path.ends_with('/')
+            || path.ends_with("/.")
+            || path.ends_with("/..")
+            || path.contains("//")
+            || path.contains("/./")
+            || path.contains("/../"));
+    if normal {
+        return Some(std::borrow::Cow::Borrowed(path));
     }
     let mut parts: Vec<&str> = Vec::new();
     for part in path.split('/') {
@@ -75,12 +92,14 @@ pub fn normalise(path: &str) -> Option<String> {
             p => parts.push(p),
         }
     }
-    Some(format!("/{}", parts.join("/")))
+    Some(std::borrow::Cow::Owned(format!("/{}", parts.join("/"))))
 }
 
 /// A rule in Cedar, with the host's tests and the counters it reads.
 pub(crate) struct Compiled {
     pub text: String,
+    /// The same rule for the host to evaluate.
+    pub check: Check,
     pub facts: Vec<Fact>,
     /// `(name, spec)` of the counter its `calls` reads.
     pub counter: Option<(String, crate::config::CounterSpec)>,
@@ -145,6 +164,8 @@ pub(crate) fn compile(
         ));
     }
     let mut conditions: Vec<String> = Vec::new();
+    let mut conds: Vec<Cond> = Vec::new();
+    let mut reach = Vec::new();
     let mut facts = Vec::new();
 
     // What is called: the tools it may apply to, for typing its argument tests.
@@ -261,14 +282,19 @@ pub(crate) fn compile(
         let fact_id = |kind: &str| format!("{}#{index}{kind}", rule.id);
         let tests = arg_tests(test, ty, &access, path).map_err(&bad)?;
         let mut clause = Vec::new();
+        let mut checks = Vec::new();
         let mut present: Option<bool> = None;
         for t in tests {
             match t {
-                ArgTest::Cedar(c) => clause.push(c),
+                ArgTest::Cedar(c, check) => {
+                    clause.push(c);
+                    checks.push(check);
+                }
                 ArgTest::Present(p) => present = Some(p),
                 ArgTest::Regex(re) => {
                     let id = fact_id("regex");
                     clause.push(format!("context.matched.contains({})", lit(&id)));
+                    checks.push(ArgCheck::Regex(re.clone(), usize::MAX));
                     facts.push(Fact {
                         id,
                         path: parts.iter().map(|s| s.to_string()).collect(),
@@ -279,6 +305,10 @@ pub(crate) fn compile(
                 ArgTest::Path(glob) => {
                     let id = fact_id("path");
                     clause.push(format!("context.matched.contains({})", lit(&id)));
+                    checks.push(ArgCheck::Path(
+                        glob.clone(),
+                        rule.decision != Decision::Allow,
+                    ));
                     facts.push(Fact {
                         id,
                         path: parts.iter().map(|s| s.to_string()).collect(),
@@ -296,10 +326,25 @@ pub(crate) fn compile(
                     )));
                 }
                 conditions.push(format!("!({guard})"));
+                conds.push(Cond::Absent {
+                    path: native::ArgPath {
+                        names: parts.iter().map(|s| s.to_string()).collect(),
+                        number: usize::MAX,
+                    },
+                    ty: ty.clone(),
+                });
             }
             _ => {
                 clause.insert(0, guard);
                 conditions.push(clause.join(" && "));
+                conds.push(Cond::Arg {
+                    path: native::ArgPath {
+                        names: parts.iter().map(|s| s.to_string()).collect(),
+                        number: usize::MAX,
+                    },
+                    ty: ty.clone(),
+                    tests: checks,
+                });
             }
         }
     }
@@ -330,16 +375,28 @@ pub(crate) fn compile(
             "{}.contains(context.caller.{field})",
             set_of(&names)
         ));
+        let field = match field {
+            "origin" => CallerField::Origin,
+            "token" => CallerField::Token,
+            "user" => CallerField::User,
+            _ => CallerField::Client,
+        };
+        conds.push(Cond::Caller { field, names });
     }
 
     // What the tool could do.
     if let Some(b) = rule.can_change {
         conditions.push(format!("resource.can_change == {b}"));
+        reach.push((ReachTest::CanChange, b));
     }
-    for (flag, attr) in [(rule.writes, "read_write"), (rule.network, "network")] {
+    for (flag, attr, test) in [
+        (rule.writes, "read_write", ReachTest::Writes),
+        (rule.network, "network", ReachTest::Network),
+    ] {
         if let Some(b) = flag {
             let not = if b { "!" } else { "" };
             conditions.push(format!("{not}resource.{attr}.isEmpty()"));
+            reach.push((test, b));
         }
     }
 
@@ -353,6 +410,10 @@ pub(crate) fn compile(
         check_counter(spec, rule_ids).map_err(&bad)?;
         let name = format!("rule:{}", rule.id);
         conditions.push(format!("context.calls[{}] >= {at_least}", lit(&name)));
+        conds.push(Cond::Calls {
+            name: name.clone(),
+            at_least: *at_least,
+        });
         counter = Some((name, spec.clone()));
     }
     for (tool, negate) in [(&rule.approved, false), (&rule.not_approved, true)] {
@@ -369,6 +430,10 @@ pub(crate) fn compile(
                 "{not}context.session.approved.contains({})",
                 lit(tool)
             ));
+            conds.push(Cond::Approved {
+                tool: tool.clone(),
+                wanted: !negate,
+            });
         }
     }
     if !rule.labels.is_empty() {
@@ -376,6 +441,7 @@ pub(crate) fn compile(
             "context.session.labels.containsAll({})",
             set_of(&rule.labels)
         ));
+        conds.push(Cond::Labels(rule.labels.clone()));
     }
 
     // When.
@@ -387,14 +453,38 @@ pub(crate) fn compile(
         } else {
             format!("({m} >= {from} || {m} < {to})")
         });
+        conds.push(Cond::Hours { from, to });
     }
     let days = rule.days.to_vec();
     if !days.is_empty() {
         let days = parse_days(&days).map_err(&bad)?;
         conditions.push(format!("{}.contains(context.time.weekday)", set_of(&days)));
+        conds.push(Cond::Days(native::day_bits(&days)));
     }
+    let (mut when_only, mut lowered) = (None, None);
     if let Some(when) = &rule.when {
         conditions.push(format!("({when})"));
+        let invalid =
+            |e: &dyn std::fmt::Display| bad(format!("its `when` is not valid Cedar: {e}"));
+        let alone = cedar_policy::Policy::parse(
+            None,
+            format!("permit(principal, action, resource) when {{ ({when}) }};"),
+        )
+        .map_err(|e| invalid(&e))?;
+        let inputs: Vec<&ArgType> = targets.iter().map(|(_, t)| t).collect();
+        lowered = alone
+            .to_json()
+            .ok()
+            .and_then(|j| crate::subset::lower_policy(&j, &inputs))
+            .flatten();
+        if lowered.is_none() {
+            let expr: cedar_policy::Expression =
+                format!("({when})").parse().map_err(|e| invalid(&e))?;
+            when_only = Some(native::When {
+                text: when.clone(),
+                expr,
+            });
+        }
     }
 
     let effect = if rule.decision == Decision::Deny {
@@ -420,6 +510,12 @@ pub(crate) fn compile(
     text.push_str(";\n");
     Ok(Compiled {
         text,
+        check: Check {
+            reach,
+            conds,
+            when: when_only,
+            expr: lowered,
+        },
         facts,
         counter,
     })
@@ -463,7 +559,8 @@ fn set_of(names: &[String]) -> String {
 
 /// What one argument test becomes.
 enum ArgTest {
-    Cedar(String),
+    /// A test in Cedar and the same for the host.
+    Cedar(String, ArgCheck),
     Present(bool),
     Regex(Regex),
     Path(GlobMatcher),
@@ -492,22 +589,33 @@ fn arg_tests(spec: &Value, ty: &ArgType, access: &str, path: &str) -> Result<Vec
             value.as_str().ok_or_else(|| wrong("a string"))
         };
         match key.as_str() {
-            "equals" => out.push(ArgTest::Cedar(format!(
-                "{access} == {}",
-                scalar(value, ty, path)?
-            ))),
+            "equals" => {
+                let (text, native) = scalar(value, ty, path)?;
+                out.push(ArgTest::Cedar(
+                    format!("{access} == {text}"),
+                    ArgCheck::Equals(native),
+                ));
+            }
             "in" | "not_in" => {
                 let items = value.as_array().ok_or_else(|| wrong("a list"))?;
-                let items: Result<Vec<String>, String> =
-                    items.iter().map(|v| scalar(v, ty, path)).collect();
-                let not = if key == "not_in" { "!" } else { "" };
-                out.push(ArgTest::Cedar(format!(
-                    "{not}[{}].contains({access})",
-                    items?.join(", ")
-                )));
+                let (texts, natives): (Vec<String>, Vec<Scalar>) = items
+                    .iter()
+                    .map(|v| scalar(v, ty, path))
+                    .collect::<Result<Vec<_>, String>>()?
+                    .into_iter()
+                    .unzip();
+                let (not, check) = if key == "not_in" {
+                    ("!", ArgCheck::NotIn(natives))
+                } else {
+                    ("", ArgCheck::In(natives))
+                };
+                out.push(ArgTest::Cedar(
+                    format!("{not}[{}].contains({access})", texts.join(", ")),
+                    check,
+                ));
             }
             "min" | "max" => {
-                let bound = scalar(value, ty, path)?;
+                let (bound, native) = scalar(value, ty, path)?;
                 let c = match (ty, key.as_str()) {
                     (ArgType::Long, "min") => format!("{access} >= {bound}"),
                     (ArgType::Long, "max") => format!("{access} <= {bound}"),
@@ -520,21 +628,41 @@ fn arg_tests(spec: &Value, ty: &ArgType, access: &str, path: &str) -> Result<Vec
                         ));
                     }
                 };
-                out.push(ArgTest::Cedar(c));
+                let check = if key == "min" {
+                    ArgCheck::Min(native)
+                } else {
+                    ArgCheck::Max(native)
+                };
+                out.push(ArgTest::Cedar(c, check));
             }
-            "prefix" => out.push(ArgTest::Cedar(format!(
-                "{access} like {}",
-                like_pattern(&like_literal(on_strings()?), false, true)
-            ))),
-            "suffix" => out.push(ArgTest::Cedar(format!(
-                "{access} like {}",
-                like_pattern(&like_literal(on_strings()?), true, false)
-            ))),
+            "prefix" => {
+                let p = on_strings()?;
+                out.push(ArgTest::Cedar(
+                    format!(
+                        "{access} like {}",
+                        like_pattern(&like_literal(p), false, true)
+                    ),
+                    ArgCheck::Prefix(p.to_string()),
+                ));
+            }
+            "suffix" => {
+                let p = on_strings()?;
+                out.push(ArgTest::Cedar(
+                    format!(
+                        "{access} like {}",
+                        like_pattern(&like_literal(p), true, false)
+                    ),
+                    ArgCheck::Suffix(p.to_string()),
+                ));
+            }
             "glob" => {
                 // `*` is the only wildcard, as in Cedar's `like`; `\*` is a literal star.
                 let g = on_strings()?;
                 let pattern = lit(g).replace("\\\\*", "\\*");
-                out.push(ArgTest::Cedar(format!("{access} like {pattern}")));
+                out.push(ArgTest::Cedar(
+                    format!("{access} like {pattern}"),
+                    ArgCheck::Like(native::Like::new(native::like_pieces(g))),
+                ));
             }
             "regex" => {
                 let re = Regex::new(on_strings()?)
@@ -584,17 +712,29 @@ fn like_pattern(escaped: &str, star_before: bool, star_after: bool) -> String {
     )
 }
 
-/// A value of type `ty` as a Cedar literal.
-fn scalar(v: &Value, ty: &ArgType, path: &str) -> Result<String, String> {
+/// A value of type `ty` as a Cedar literal and as the host compares it.
+fn scalar(v: &Value, ty: &ArgType, path: &str) -> Result<(String, Scalar), String> {
     let wrong = || format!("`{path}` is a {}; `{v}` is not one", ty.word());
     match ty {
-        ArgType::String => v.as_str().map(lit).ok_or_else(wrong),
-        ArgType::Long => v.as_i64().map(|n| n.to_string()).ok_or_else(wrong),
-        ArgType::Bool => v.as_bool().map(|b| b.to_string()).ok_or_else(wrong),
+        ArgType::String => v
+            .as_str()
+            .map(|s| (lit(s), Scalar::Str(s.to_string())))
+            .ok_or_else(wrong),
+        ArgType::Long => v
+            .as_i64()
+            .map(|n| (n.to_string(), Scalar::Long(n)))
+            .ok_or_else(wrong),
+        ArgType::Bool => v
+            .as_bool()
+            .map(|b| (b.to_string(), Scalar::Bool(b)))
+            .ok_or_else(wrong),
         ArgType::Decimal => {
             let n = v.as_number().ok_or_else(wrong)?;
             let f = n.as_f64().ok_or_else(wrong)?;
-            Ok(format!("decimal(\"{f:.4}\")"))
+            let units = crate::schema::decimal_units(n).ok_or_else(|| {
+                format!("`{path}`: `{v}` is beyond the numbers a rule can compare (±922337203685477, four decimal places)")
+            })?;
+            Ok((format!("decimal(\"{f:.4}\")"), Scalar::Dec(units)))
         }
         _ => Err(format!(
             "`{path}` is a {}; compare it in a `when` condition",
@@ -682,6 +822,21 @@ mod tests {
         assert_eq!(normalise("//data/./a//b").as_deref(), Some("/data/a/b"));
         assert_eq!(normalise("/.."), None);
         assert_eq!(normalise("data/x"), None);
+        assert_eq!(normalise("/data/").as_deref(), Some("/data"));
+        assert_eq!(normalise("/").as_deref(), Some("/"));
+        assert!(matches!(
+            normalised("/data/reports/x.csv"),
+            Some(std::borrow::Cow::Borrowed(_))
+        ));
+        for (path, normal) in [
+            ("/a/./b", "/a/b"),
+            ("/a/.", "/a"),
+            ("/a/..", "/"),
+            ("/.hidden/..x/x..", "/.hidden/..x/x.."),
+            ("/a//b/", "/a/b"),
+        ] {
+            assert_eq!(normalise(path).as_deref(), Some(normal), "{path}");
+        }
     }
 
     #[test]

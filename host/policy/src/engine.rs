@@ -5,9 +5,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::str::FromStr;
 
 use cedar_policy::{
-    ActionConstraint, Authorizer, Context, Effect, Entities, Entity, EntityId, EntityTypeName,
-    EntityUid, PolicyId, PolicySet, Request, RestrictedExpression, Schema, ValidationMode,
-    Validator,
+    ActionConstraint, Authorizer, Effect, Entities, Entity, EntityId, EntityTypeName, EntityUid,
+    PolicyId, PolicySet, RestrictedExpression, Schema, ValidationMode, Validator,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -16,7 +15,9 @@ use sha2::{Digest, Sha256};
 use crate::compile::{self, Fact};
 use crate::config::{CounterSpec, Decision, PolicyConfig};
 use crate::counts::{self, CountQuery, CountScope};
+use crate::decide::Needs;
 use crate::error::PolicyError;
+use crate::native::{Check, RegexSets};
 use crate::schema::{self, ArgType, ToolFacts};
 
 /// Who asks for a call.
@@ -112,45 +113,60 @@ pub struct Verdict {
     pub digest: String,
 }
 
-struct RuleMeta {
-    rule: RuleRef,
-    order: usize,
+pub(crate) struct RuleMeta {
+    pub(crate) rule: RuleRef,
+    /// A `cordon.toml` rule as the host evaluates it; `None` for a policy of a Cedar file.
+    pub(crate) check: Option<Check>,
 }
 
-struct ToolPolicy {
-    plugin: String,
-    action: EntityUid,
-    resource: EntityUid,
-    input: ArgType,
-    set: PolicySet,
+pub(crate) struct ToolPolicy {
+    pub(crate) plugin: String,
+    pub(crate) action: EntityUid,
+    pub(crate) resource: EntityUid,
+    pub(crate) input: ArgType,
+    /// The `cordon.toml` rules that may apply to the tool (scope and reach), as indices into
+    /// `Policy::rules`, in the order written: evaluated by the host.
+    pub(crate) native: Vec<usize>,
+    /// The policies of Cedar files that may apply to the tool: evaluated by Cedar.
+    pub(crate) cedar: PolicySet,
+    /// Whether any of `native` reads the time.
+    pub(crate) reads_time: bool,
+    /// The regular expressions of `native`, as sets by argument.
+    pub(crate) regex_sets: RegexSets,
+    /// What of a request's context the tool's Cedar evaluations read.
+    pub(crate) needs: Needs,
     /// Indices into `Policy::facts` of the tests its rules need.
-    facts: Vec<usize>,
+    pub(crate) facts: Vec<usize>,
     /// Indices into `Policy::counters` of the counters its rules read: only these are asked
     /// of the store and put in `context.calls`, so a tool pays for its own rules' counters,
     /// not for every counter of the policy.
-    counters: Vec<usize>,
+    pub(crate) counters: Vec<usize>,
 }
 
 /// A policy ready to decide calls.
 pub struct Policy {
-    digest: String,
-    meta: HashMap<PolicyId, RuleMeta>,
-    tools: HashMap<String, ToolPolicy>,
-    entities: Entities,
-    facts: Vec<Fact>,
-    counters: Vec<(String, CounterSpec)>,
-    tz: jiff::tz::TimeZone,
-    authorizer: Authorizer,
-    rule_count: usize,
-    /// For examples: each rule's Cedar policy alone.
-    singles: HashMap<String, PolicySet>,
+    pub(crate) digest: String,
+    /// Every rule and Cedar policy, in the order written.
+    pub(crate) rules: Vec<RuleMeta>,
+    /// Where each policy id is in `rules`.
+    pub(crate) index: HashMap<PolicyId, usize>,
+    pub(crate) tools: HashMap<String, ToolPolicy>,
+    pub(crate) entities: Entities,
+    pub(crate) facts: Vec<Fact>,
+    /// How many different argument paths the rules read.
+    pub(crate) arg_paths: usize,
+    pub(crate) counters: Vec<(String, CounterSpec)>,
+    pub(crate) tz: jiff::tz::TimeZone,
+    pub(crate) authorizer: Authorizer,
+    /// Each rule's Cedar policy alone, by id: the reference for examples and explain.
+    pub(crate) singles: HashMap<String, PolicySet>,
 }
 
 impl std::fmt::Debug for Policy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Policy")
             .field("digest", &self.digest)
-            .field("rules", &self.rule_count)
+            .field("rules", &self.rules.len())
             .finish_non_exhaustive()
     }
 }
@@ -290,10 +306,10 @@ impl Policy {
             counters.push((name.clone(), spec.clone()));
         }
         let mut facts = Vec::new();
-        let mut meta = HashMap::new();
+        let mut rules: Vec<RuleMeta> = Vec::new();
+        let mut index = HashMap::new();
         let mut all = PolicySet::new();
         let mut singles = HashMap::new();
-        let mut order = 0;
         for (rule, source) in config.rules.iter().zip(&sources) {
             let rule = rule.get_ref();
             let compiled = compile::compile(rule, source, &typed, &rule_ids)?;
@@ -320,26 +336,23 @@ impl Policy {
                     }
                 })?;
             add(&mut all, &mut singles, policy)?;
-            meta.insert(
-                id,
-                RuleMeta {
-                    rule: RuleRef {
-                        id: rule.id.clone(),
-                        source: source.clone(),
-                        decision: rule.decision,
-                        reason: rule.reason.clone(),
-                        error: None,
-                    },
-                    order,
+            index.insert(id, rules.len());
+            rules.push(RuleMeta {
+                rule: RuleRef {
+                    id: rule.id.clone(),
+                    source: source.clone(),
+                    decision: rule.decision,
+                    reason: rule.reason.clone(),
+                    error: None,
                 },
-            );
-            order += 1;
+                check: Some(compiled.check),
+            });
         }
         for (policy, rule) in file_policies {
             let id = policy.id().clone();
             add(&mut all, &mut singles, policy)?;
-            meta.insert(id, RuleMeta { rule, order });
-            order += 1;
+            index.insert(id, rules.len());
+            rules.push(RuleMeta { rule, check: None });
         }
 
         let names: Vec<String> = counters.iter().map(|(n, _)| n.clone()).collect();
@@ -348,7 +361,7 @@ impl Policy {
         let validated = Validator::new(schema.clone()).validate(&all, ValidationMode::Strict);
         if let Some(e) = validated.validation_errors().next() {
             let id = e.policy_id();
-            let rule = &meta[id].rule;
+            let rule = &rules[index[id]].rule;
             return Err(PolicyError::Invalid {
                 id: rule.id.clone(),
                 at: rule.source.clone(),
@@ -389,28 +402,85 @@ impl Policy {
                 (p.id(), read)
             })
             .collect();
+        let scopes: Vec<HashSet<String>> = typed
+            .iter()
+            .map(|(tool, _)| {
+                let mut ancestors: HashSet<String> = schema::groups(tool).into_iter().collect();
+                ancestors.insert(schema::action_id(&tool.identity()));
+                ancestors
+            })
+            .collect();
+        // A Cedar file's policy in the subset of Cedar the host evaluates is evaluated by the
+        // host, like a rule of cordon.toml.
+        for p in all.policies() {
+            let i = index[p.id()];
+            if rules[i].check.is_some() {
+                continue;
+            }
+            let inputs: Vec<&ArgType> = typed
+                .iter()
+                .zip(&scopes)
+                .filter(|(_, ancestors)| in_scope(p, ancestors))
+                .map(|((_, input), _)| input)
+                .collect();
+            if let Some(expr) = p
+                .to_json()
+                .ok()
+                .and_then(|j| crate::subset::lower_policy(&j, &inputs))
+            {
+                rules[i].check = Some(Check {
+                    reach: Vec::new(),
+                    conds: Vec::new(),
+                    when: None,
+                    expr,
+                });
+            }
+        }
+        let mut arg_paths: HashMap<Vec<String>, usize> = HashMap::new();
+        let mut regexes = 0;
+        for check in rules.iter_mut().filter_map(|r| r.check.as_mut()) {
+            check.number_regexes(&mut regexes);
+            check.number_paths(&mut |path| {
+                let next = arg_paths.len();
+                path.number = *arg_paths.entry(path.names.clone()).or_insert(next);
+            });
+        }
         let mut by_tool = HashMap::new();
-        for (tool, input) in typed {
+        for ((tool, input), ancestors) in typed.into_iter().zip(scopes) {
             let identity = tool.identity();
-            let mut ancestors: HashSet<String> = schema::groups(&tool).into_iter().collect();
-            ancestors.insert(schema::action_id(&identity));
-            let mut set = PolicySet::new();
+            let mut native = Vec::new();
+            let mut cedar = PolicySet::new();
+            let mut cedar_texts = Vec::new();
             let mut wanted: HashSet<&str> = HashSet::new();
             let mut tool_counters: BTreeSet<usize> = BTreeSet::new();
             for p in all.policies() {
-                let applies = match p.action_constraint() {
-                    ActionConstraint::Any => true,
-                    ActionConstraint::Eq(uid) => ancestors.contains(uid.id().unescaped()),
-                    ActionConstraint::In(uids) => {
-                        uids.iter().any(|u| ancestors.contains(u.id().unescaped()))
-                    }
-                };
-                if applies {
-                    set.add(p.clone()).expect("ids are unique");
-                    wanted.insert(meta[p.id()].rule.id.as_str());
+                if in_scope(p, &ancestors) {
+                    let i = index[p.id()];
+                    wanted.insert(rules[i].rule.id.as_str());
                     tool_counters.extend(&reads[p.id()]);
+                    match &rules[i].check {
+                        Some(check) if check.fits(&tool.reach) => {
+                            native.push(i);
+                            if let Some(when) = &check.when {
+                                cedar_texts.push(when.text.clone());
+                            }
+                        }
+                        Some(_) => {}
+                        None => {
+                            cedar.add(p.clone()).expect("ids are unique");
+                            cedar_texts.push(p.to_string());
+                        }
+                    }
                 }
             }
+            native.sort_unstable();
+            let regex_sets = RegexSets::of(
+                native.iter().filter_map(|&i| rules[i].check.as_ref()),
+                regexes,
+            );
+            let reads_time = native
+                .iter()
+                .any(|&i| rules[i].check.as_ref().is_some_and(Check::reads_time));
             let tool_facts = facts
                 .iter()
                 .enumerate()
@@ -424,7 +494,11 @@ impl Policy {
                     action: uid("Action", &schema::action_id(&identity)),
                     resource: uid("Plugin", &tool.plugin),
                     input,
-                    set,
+                    native,
+                    cedar,
+                    reads_time,
+                    regex_sets,
+                    needs: Needs::of(&cedar_texts),
                     facts: tool_facts,
                     counters: tool_counters.into_iter().collect(),
                 },
@@ -442,11 +516,12 @@ impl Policy {
         );
         let policy = Policy {
             digest,
-            rule_count: meta.len(),
-            meta,
+            rules,
+            index,
             tools: by_tool,
             entities,
             facts,
+            arg_paths: arg_paths.len(),
             counters,
             tz,
             authorizer: Authorizer::new(),
@@ -462,20 +537,18 @@ impl Policy {
 
     /// How many rules and Cedar policies the policy has.
     pub fn len(&self) -> usize {
-        self.rule_count
+        self.rules.len()
     }
 
     /// Whether it has none.
     pub fn is_empty(&self) -> bool {
-        self.rule_count == 0
+        self.rules.is_empty()
     }
 
     /// Every rule and Cedar policy, in the order written (the rules of `cordon.toml` first,
     /// then the Cedar files'): what `cordon policy test` lists.
     pub fn rules(&self) -> Vec<RuleRef> {
-        let mut rules: Vec<&RuleMeta> = self.meta.values().collect();
-        rules.sort_by_key(|m| m.order);
-        rules.into_iter().map(|m| m.rule.clone()).collect()
+        self.rules.iter().map(|m| m.rule.clone()).collect()
     }
 
     /// The instant of a local time `YYYY-MM-DDTHH:MM` in the policy's time zone, in
@@ -504,28 +577,6 @@ impl Policy {
             }
             Err(_) => format!("{ms} ms"),
         }
-    }
-
-    /// The rules that may apply to calls of `tool` (`plugin.tool`), in the order written.
-    pub fn rules_for(&self, tool: &str) -> Vec<RuleRef> {
-        let Some(t) = self.tools.get(tool) else {
-            return Vec::new();
-        };
-        let mut rules: Vec<&RuleMeta> = t.set.policies().map(|p| &self.meta[p.id()]).collect();
-        rules.sort_by_key(|m| m.order);
-        rules.into_iter().map(|m| m.rule.clone()).collect()
-    }
-
-    /// Whether a rule may deny every call of `tool` whatever its arguments: a rule that
-    /// denies it with no condition. Such a tool is not offered to the model.
-    pub fn denies_every_call(&self, tool: &str) -> Option<RuleRef> {
-        let t = self.tools.get(tool)?;
-        t.set
-            .policies()
-            .filter(|p| p.effect() == Effect::Forbid && unconditional(p))
-            .map(|p| &self.meta[p.id()])
-            .min_by_key(|m| m.order)
-            .map(|m| m.rule.clone())
     }
 
     /// What the store must count before a call of `tool` is decided: the counters its rules
@@ -568,215 +619,9 @@ impl Policy {
         keys
     }
 
-    /// Decides `call`: the strictest decision of the rules that apply to it.
-    pub fn decide(&self, call: &Call<'_>) -> Verdict {
-        let Some(t) = self.tools.get(call.tool) else {
-            return self.verdict(Vec::new());
-        };
-        if t.set.is_empty() {
-            return self.verdict(Vec::new());
-        }
-        let request = match self.request(t, call) {
-            Ok(r) => r,
-            Err(e) => return self.unevaluable(t, &e),
-        };
-        let response = self
-            .authorizer
-            .is_authorized(&request, &t.set, &self.entities);
-        let mut applied: Vec<&RuleMeta> = response
-            .diagnostics()
-            .reason()
-            .map(|id| &self.meta[id])
-            .collect();
-        let mut errors = Vec::new();
-        for e in response.diagnostics().errors() {
-            let cedar_policy::AuthorizationError::PolicyEvaluationError(e) = e;
-            let m = &self.meta[e.policy_id()];
-            if m.rule.decision != Decision::Allow {
-                errors.push((m, e.inner().to_string()));
-            }
-        }
-        applied.sort_by_key(|m| m.order);
-        let mut rules: Vec<RuleRef> = applied.into_iter().map(|m| m.rule.clone()).collect();
-        for (m, e) in errors {
-            rules.push(RuleRef {
-                error: Some(e),
-                ..m.rule.clone()
-            });
-        }
-        self.verdict(rules)
-    }
-
-    /// Every rule of `call`'s tool, each evaluated alone: what `policy explain` shows.
-    pub fn explain(&self, call: &Call<'_>) -> (Verdict, Vec<(RuleRef, bool)>) {
-        let verdict = self.decide(call);
-        let Some(t) = self.tools.get(call.tool) else {
-            return (verdict, Vec::new());
-        };
-        let request = self.request(t, call).ok();
-        let mut each: Vec<(&RuleMeta, bool)> = t
-            .set
-            .policies()
-            .map(|p| {
-                let m = &self.meta[p.id()];
-                let applies = request
-                    .as_ref()
-                    .map(|r| self.applies_alone(&m.rule.id, r))
-                    .unwrap_or(false);
-                (m, applies)
-            })
-            .collect();
-        each.sort_by_key(|(m, _)| m.order);
-        (
-            verdict,
-            each.into_iter().map(|(m, a)| (m.rule.clone(), a)).collect(),
-        )
-    }
-
-    /// Whether the rule `id` alone is satisfied by the call (for examples and explain).
-    pub(crate) fn rule_applies(&self, id: &str, call: &Call<'_>) -> Result<bool, String> {
-        let t = self
-            .tools
-            .get(call.tool)
-            .ok_or_else(|| format!("no installed tool is named `{}`", call.tool))?;
-        let request = self.request(t, call)?;
-        Ok(self.applies_alone(id, &request))
-    }
-
-    fn applies_alone(&self, id: &str, request: &Request) -> bool {
-        let Some(set) = self.singles.get(id) else {
-            return false;
-        };
-        let r = self.authorizer.is_authorized(request, set, &self.entities);
-        r.diagnostics().reason().next().is_some()
-    }
-
     /// The names of the counters a call's context carries.
     pub(crate) fn counter_names(&self) -> impl Iterator<Item = &str> {
         self.counters.iter().map(|(n, _)| n.as_str())
-    }
-
-    fn request(&self, t: &ToolPolicy, call: &Call<'_>) -> Result<Request, String> {
-        let input = t
-            .input
-            .value(call.args)
-            .unwrap_or_else(|| RestrictedExpression::new_record([]).expect("empty record"));
-        let s = |v: &str| RestrictedExpression::new_string(v.to_string());
-        let set = |v: &BTreeSet<String>| RestrictedExpression::new_set(v.iter().map(|x| s(x)));
-        let record = |pairs: Vec<(&str, RestrictedExpression)>| {
-            RestrictedExpression::new_record(pairs.into_iter().map(|(k, v)| (k.to_string(), v)))
-                .map_err(|e| e.to_string())
-        };
-        let at = jiff::Timestamp::from_millisecond(call.now_ms)
-            .map_err(|e| format!("the time {} is out of range: {e}", call.now_ms))?
-            .to_zoned(self.tz.clone());
-        let weekday = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
-            [at.weekday().to_monday_zero_offset() as usize];
-        let (hour, minute) = (i64::from(at.hour()), i64::from(at.minute()));
-        let matched: Vec<RestrictedExpression> = t
-            .facts
-            .iter()
-            .map(|&i| &self.facts[i])
-            .filter(|f| f.holds(call.args))
-            .map(|f| s(&f.id))
-            .collect();
-        let calls = t
-            .counters
-            .iter()
-            .map(|&i| &self.counters[i])
-            .map(|(name, _)| {
-                let n = call.counts.get(name).copied().unwrap_or(0);
-                (
-                    name.as_str(),
-                    RestrictedExpression::new_long(n.min(i64::MAX as u64) as i64),
-                )
-            })
-            .collect();
-        let context = Context::from_pairs([
-            ("input".to_string(), input),
-            (
-                "caller".to_string(),
-                record(vec![
-                    ("origin", s(&call.caller.origin)),
-                    ("token", s(&call.caller.token)),
-                    ("user", s(&call.caller.user)),
-                    ("client", s(&call.caller.client)),
-                ])?,
-            ),
-            (
-                "session".to_string(),
-                record(vec![
-                    ("approved", set(&call.session.approved)),
-                    ("labels", set(&call.session.labels)),
-                ])?,
-            ),
-            (
-                "time".to_string(),
-                record(vec![
-                    ("hour", RestrictedExpression::new_long(hour)),
-                    ("minute", RestrictedExpression::new_long(minute)),
-                    (
-                        "minute_of_day",
-                        RestrictedExpression::new_long(hour * 60 + minute),
-                    ),
-                    ("weekday", s(weekday)),
-                    ("date", s(&at.date().to_string())),
-                ])?,
-            ),
-            ("calls".to_string(), record(calls)?),
-            (
-                "matched".to_string(),
-                RestrictedExpression::new_set(matched),
-            ),
-        ])
-        .map_err(|e| e.to_string())?;
-        Request::new(
-            uid("Caller", "caller"),
-            t.action.clone(),
-            t.resource.clone(),
-            context,
-            None,
-        )
-        .map_err(|e| e.to_string())
-    }
-
-    /// A call whose context could not be built: every rule of its tool that denies or asks
-    /// counts as applying.
-    fn unevaluable(&self, t: &ToolPolicy, error: &str) -> Verdict {
-        let mut rules: Vec<&RuleMeta> = t
-            .set
-            .policies()
-            .map(|p| &self.meta[p.id()])
-            .filter(|m| m.rule.decision != Decision::Allow)
-            .collect();
-        rules.sort_by_key(|m| m.order);
-        self.verdict(
-            rules
-                .into_iter()
-                .map(|m| RuleRef {
-                    error: Some(error.to_string()),
-                    ..m.rule.clone()
-                })
-                .collect(),
-        )
-    }
-
-    fn verdict(&self, applied: Vec<RuleRef>) -> Verdict {
-        let decision = applied.iter().map(|r| r.decision).max();
-        let rule = decision.and_then(|d| applied.iter().find(|r| r.decision == d).cloned());
-        let applied = match decision {
-            Some(Decision::Deny) => applied
-                .into_iter()
-                .filter(|r| r.decision == Decision::Deny)
-                .collect(),
-            _ => applied,
-        };
-        Verdict {
-            decision,
-            rule,
-            applied,
-            digest: self.digest.clone(),
-        }
     }
 }
 
@@ -794,7 +639,16 @@ fn add(
         .map_err(|e| PolicyError::Config(format!("policy `{id}`: {e}")))
 }
 
-fn uid(ty: &str, id: &str) -> EntityUid {
+/// Whether `p`'s action scope takes in the tool whose action and groups are `ancestors`.
+fn in_scope(p: &cedar_policy::Policy, ancestors: &HashSet<String>) -> bool {
+    match p.action_constraint() {
+        ActionConstraint::Any => true,
+        ActionConstraint::Eq(uid) => ancestors.contains(uid.id().unescaped()),
+        ActionConstraint::In(uids) => uids.iter().any(|u| ancestors.contains(u.id().unescaped())),
+    }
+}
+
+pub(crate) fn uid(ty: &str, id: &str) -> EntityUid {
     EntityUid::from_type_name_and_id(
         EntityTypeName::from_str(ty).expect("a valid type name"),
         EntityId::new(id),
@@ -820,14 +674,4 @@ fn plugin_entity(name: &str, reach: &schema::Reach) -> Result<Entity, PolicyErro
     ]);
     Entity::new(uid("Plugin", name), attrs, HashSet::new())
         .map_err(|e| PolicyError::Config(format!("the grants of `{name}`: {e}")))
-}
-
-/// Whether a policy holds for every call in its action scope: no condition, and no
-/// constraint on the principal or the resource.
-fn unconditional(p: &cedar_policy::Policy) -> bool {
-    let Ok(json) = p.to_json() else {
-        return false;
-    };
-    let all = |scope: &str| json[scope]["op"] == "All";
-    json["conditions"].as_array().is_some_and(Vec::is_empty) && all("principal") && all("resource")
 }

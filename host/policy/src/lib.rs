@@ -6,6 +6,10 @@
 //! the installed tools (each tool an action, its arguments `context.input`), so a rule naming a
 //! tool or argument that does not exist is refused at load with "did you mean".
 //!
+//! A `cordon.toml` rule is also compiled for the host (`native.rs`), which evaluates it in
+//! nanoseconds where Cedar's authorizer takes microseconds; Cedar evaluates only a rule's
+//! `when` and the Cedar files' policies. The two forms are compared on every example at load.
+//!
 //! How a call is decided, in order of precedence:
 //!
 //! 1. Every rule whose scope and conditions hold for the call **applies**. A rule that cannot
@@ -23,10 +27,13 @@
 mod compile;
 mod config;
 mod counts;
+mod decide;
 mod engine;
 mod error;
 mod examples;
+mod native;
 mod schema;
+mod subset;
 
 pub use compile::normalise;
 pub use config::{

@@ -177,6 +177,28 @@ impl ArgType {
         }
     }
 
+    /// [`ArgType::value`] of a record with only the properties `only` names (all when
+    /// `None`): what Cedar policies that read a few arguments need of a call.
+    pub(crate) fn value_with(
+        &self,
+        value: &Value,
+        only: Option<&std::collections::BTreeSet<String>>,
+    ) -> Option<RestrictedExpression> {
+        let (ArgType::Record(fields), Value::Object(map), Some(only)) = (self, value, only) else {
+            return self.value(value);
+        };
+        let mut out = Vec::with_capacity(only.len());
+        for name in only {
+            if let Some(v) = fields
+                .get(name)
+                .and_then(|(t, _)| map.get(name).and_then(|v| t.value(v)))
+            {
+                out.push((name.clone(), v));
+            }
+        }
+        RestrictedExpression::new_record(out).ok()
+    }
+
     /// The type at a dotted path of properties below this record.
     pub(crate) fn at<'a>(&'a self, path: &[&str]) -> Result<&'a ArgType, PathProblem> {
         let mut here = self;
@@ -210,17 +232,58 @@ pub(crate) enum PathProblem {
 /// A JSON number as the text of a Cedar `decimal` (at most four decimal places, within
 /// ±922337203685477), or `None` when it has no such form.
 fn decimal(n: &serde_json::Number) -> Option<String> {
+    let units = decimal_units(n)?;
+    let sign = if units < 0 { "-" } else { "" };
+    let (whole, fraction) = (units.unsigned_abs() / 10_000, units.unsigned_abs() % 10_000);
+    let fraction = format!("{fraction:04}");
+    let fraction = match fraction.trim_end_matches('0') {
+        "" => "0",
+        f => f,
+    };
+    Some(format!("{sign}{whole}.{fraction}"))
+}
+
+/// A JSON number as a `decimal` in ten-thousandths, rounded as [`decimal`] writes it (the
+/// exact binary value, ties to even), or `None` when it has no such form. Computed without
+/// formatting: this runs for every numeric argument a rule compares.
+pub(crate) fn decimal_units(n: &serde_json::Number) -> Option<i64> {
+    const LIMIT: i64 = 922_337_203_685_477;
+    if let Some(i) = n.as_i64() {
+        return (i.unsigned_abs() < LIMIT as u64).then(|| i * 10_000);
+    }
     let f = n.as_f64()?;
-    if !f.is_finite() || f.abs() >= 922_337_203_685_477.0 {
+    if !f.is_finite() || f.abs() >= LIMIT as f64 {
         return None;
     }
-    let text = format!("{f:.4}");
-    let trimmed = text.trim_end_matches('0');
-    Some(if trimmed.ends_with('.') {
-        format!("{trimmed}0")
+    // |f| = mantissa × 2^exponent, exactly.
+    let bits = f.to_bits();
+    let raw_exponent = ((bits >> 52) & 0x7ff) as i32;
+    let fraction = u128::from(bits & ((1 << 52) - 1));
+    let (mantissa, exponent) = if raw_exponent == 0 {
+        (fraction, -1074)
     } else {
-        trimmed.to_string()
-    })
+        (fraction | (1 << 52), raw_exponent - 1075)
+    };
+    let scaled = mantissa * 10_000;
+    let units = if exponent >= 0 {
+        scaled << exponent
+    } else {
+        let shift = exponent.unsigned_abs();
+        if shift >= 100 {
+            0
+        } else {
+            let quotient = scaled >> shift;
+            let rest = scaled & ((1u128 << shift) - 1);
+            let half = 1u128 << (shift - 1);
+            if rest > half || (rest == half && quotient & 1 == 1) {
+                quotient + 1
+            } else {
+                quotient
+            }
+        }
+    };
+    let units = i64::try_from(units).ok()?;
+    Some(if f.is_sign_negative() { -units } else { units })
 }
 
 /// The Cedar action id of a tool.
@@ -345,5 +408,60 @@ mod tests {
         assert_eq!(d(json!(500)).as_deref(), Some("500.0"));
         assert_eq!(d(json!(0.00001)).as_deref(), Some("0.0"));
         assert_eq!(d(json!(1e300)), None);
+        assert_eq!(d(json!(-2.25)).as_deref(), Some("-2.25"));
+        // The units are what the Cedar text of the number says, for any number.
+        let by_text = |n: &serde_json::Number| {
+            let f = n.as_f64()?;
+            if !f.is_finite() || f.abs() >= 922_337_203_685_477.0 {
+                return None;
+            }
+            let text = format!("{f:.4}");
+            let digits: String = text.chars().filter(char::is_ascii_digit).collect();
+            let units: i64 = digits.parse().unwrap();
+            Some(if text.starts_with('-') { -units } else { units })
+        };
+        let mut x: u64 = 1;
+        let mut samples: Vec<f64> = vec![
+            0.00005,
+            0.00015,
+            0.00025,
+            1.00005,
+            -0.00005,
+            2.5e-5,
+            5e-324,
+            123_456.789_05,
+            922_337_203_685_476.9,
+            -0.0,
+        ];
+        for _ in 0..20_000 {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let f = f64::from_bits(x);
+            samples.push(f);
+            samples.push((x >> 11) as f64 / 1e4 / f64::from(1 + (x % 1000) as u32));
+            samples.push(((x >> 40) as f64) * 0.00005);
+        }
+        for f in samples {
+            if let Some(n) = serde_json::Number::from_f64(f) {
+                assert_eq!(decimal_units(&n), by_text(&n), "{f:e}");
+            }
+        }
+        for i in [
+            0i64,
+            7,
+            -7,
+            922_337_203_685_476,
+            922_337_203_685_477,
+            i64::MIN,
+        ] {
+            let n = serde_json::Number::from(i);
+            assert_eq!(decimal_units(&n), by_text(&n), "{i}");
+        }
+        let u = |v: Value| decimal_units(v.as_number().unwrap());
+        assert_eq!(u(json!(1.5)), Some(15_000));
+        assert_eq!(u(json!(-2.25)), Some(-22_500));
+        assert_eq!(u(json!(0.00001)), Some(0));
+        assert_eq!(u(json!(1e300)), None);
     }
 }

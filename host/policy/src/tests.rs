@@ -5,6 +5,8 @@ use serde_json::{Value, json};
 
 use super::*;
 
+mod agreement;
+
 fn tool(plugin: &str, name: &str, schema: Value, reach: Reach) -> ToolFacts {
     ToolFacts {
         plugin: plugin.into(),
@@ -629,4 +631,35 @@ fn the_digest_does_not_depend_on_how_the_config_path_is_spelled_but_on_each_rule
     assert_eq!(a, b, "the same text read from another path");
     let (moved, _) = at("cordon.toml", &format!("\n{WORKED}"));
     assert_ne!(a, moved, "a rule on another line is named differently");
+}
+
+#[test]
+fn a_when_that_cannot_be_evaluated_counts_as_applying_only_when_it_denies_or_asks() {
+    let p = load(
+        r#"
+[policy]
+rules = [
+  { id = "grow-allow", tool = "ops.deploy", when = 'context.input has replicas && context.input.replicas * 4611686018427387904 > 0', decision = "allow" },
+  { id = "grow-ask", tool = "ops.deploy", when = 'context.input has replicas && context.input.replicas * 4611686018427387904 > 0', decision = "ask", reason = "many replicas" },
+]
+"#,
+    )
+    .unwrap();
+    // 1 × 2^62 fits; 4 × 2^62 overflows.
+    let fits = call("ops.deploy", json!({"replicas": 1})).decide(&p);
+    assert_eq!(fits.decision, Some(Decision::Ask));
+    assert_eq!(ids(&fits), ["grow-allow", "grow-ask"]);
+    assert!(fits.applied.iter().all(|r| r.error.is_none()));
+    let overflows = call("ops.deploy", json!({"replicas": 4})).decide(&p);
+    assert_eq!(overflows.decision, Some(Decision::Ask));
+    assert_eq!(ids(&overflows), ["grow-ask"]);
+    let error = overflows.applied[0].error.as_deref().unwrap();
+    assert!(error.contains("overflow"), "{error}");
+    assert!(
+        overflows.applied[0]
+            .describe()
+            .contains("could not be evaluated"),
+        "{:?}",
+        overflows.applied[0]
+    );
 }
