@@ -19,12 +19,16 @@
 //!    through `cordon mcp` over stdio (as `mcp_bench` part 1), alternating between three
 //!    servers: no policy; 1,000 rules that all name `noop.noop` (the worst case: every rule is
 //!    evaluated on every call; the mix above without argument tests, since `noop` takes none,
-//!    and none of them asks or denies the bench's calls); and only as many as the busiest tool
-//!    of part 1 carries. Medians per call and their ratios (target ≤ 1.05).
+//!    and none of them asks or denies the bench's calls: the counters' thresholds are far above
+//!    the calls the bench makes, which all three servers count in their one store); and only
+//!    as many as the busiest tool of part 1 carries. Medians per call and their ratios (target
+//!    ≤ 1.05).
 //!
 //! `cargo run --release -p cordon-tests --example policy_bench -- [--cordon
 //! target/release/cordon] [--noop target/fixtures/noop.wasm] [--samples 20000] [--calls 2000]
-//! [--decisions-only]` (part 1 alone, for profiling).
+//! [--decisions-only]` (part 1 alone, for profiling) `[--hot-share 224]` (part 2 alone, with
+//! this many rules as the busiest tool's share) `[--no-counters]` (part 2's policies without
+//! counters, to tell the store's share of the cost from the decisions').
 //! Everything runs on this machine (the MCP servers are child processes on pipes); every loop
 //! is bounded.
 
@@ -303,6 +307,10 @@ enum Kind {
     Global,
 }
 
+/// Set by `--no-counters`: part 2's policies have caller rules where they had counters, so
+/// the store is neither read nor written for them.
+static NO_COUNTERS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// One rule as a line of `[policy] rules`: `j` makes its literals its own. `no_args` (the
 /// `noop` tool) turns argument tests into caller tests, and guards time tests by origin, as
 /// the real clock of part 2 may fall in any hour.
@@ -311,6 +319,7 @@ fn rule_line(j: usize, kind: Kind, t: &BenchTool, no_args: bool) -> String {
     let tool = t.identity();
     let f = t.shape.fields();
     let kind = match kind {
+        Kind::Calls if NO_COUNTERS.load(std::sync::atomic::Ordering::Relaxed) => Kind::Caller,
         Kind::Equals
         | Kind::In
         | Kind::Prefix
@@ -393,7 +402,7 @@ fn rule_line(j: usize, kind: Kind, t: &BenchTool, no_args: bool) -> String {
             };
             format!(
                 "{{ id = \"{id}\", tool = \"{tool}\", calls = {{ of = \"{of}\", within = \"{within}\"{per}, at_least = {} }}, decision = \"ask\", reason = \"many calls\" }}",
-                1_000 + j
+                1_000_000 + j
             )
         }
         Kind::When if no_args => format!(
@@ -802,10 +811,17 @@ async fn main() {
     let noop = std::fs::canonicalize(&noop).unwrap_or_else(|e| panic!("{}: {e}", noop.display()));
     let samples = number(&args, "--samples", 20_000).max(100);
     let n = number(&args, "--calls", 2_000).max(10);
+    if args.iter().any(|a| a == "--no-counters") {
+        NO_COUNTERS.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 
-    let hot_share = tokio::task::spawn_blocking(move || decision_times(samples))
-        .await
-        .expect("the decision benchmark");
+    // `--hot-share N` skips part 1, taking N for the busiest tool's share of its rules.
+    let hot_share = match arg(&args, "--hot-share").and_then(|n| n.parse().ok()) {
+        Some(n) => n,
+        None => tokio::task::spawn_blocking(move || decision_times(samples))
+            .await
+            .expect("the decision benchmark"),
+    };
     if !args.iter().any(|a| a == "--decisions-only") {
         call_cost(&bin, &noop, n, hot_share).await;
     }

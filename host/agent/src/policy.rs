@@ -93,10 +93,30 @@ pub fn reread(config: &PolicyConfig) -> Cow<'_, PolicyConfig> {
     let Some(source) = &config.source else {
         return Cow::Borrowed(config);
     };
+    // A file whose size, modification time and inode are those it had when its text was found
+    // to be `source.text` is not read again: a policy of a thousand rules is a few hundred
+    // kilobytes, which every call would otherwise read and compare.
+    static UNCHANGED: Mutex<BTreeMap<PathBuf, (FileStamp, Arc<str>)>> = Mutex::new(BTreeMap::new());
+    let stamp = FileStamp::of(&source.path);
+    if let Some(stamp) = &stamp {
+        let unchanged = UNCHANGED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((seen, text)) = unchanged.get(&source.path)
+            && seen == stamp
+            && Arc::ptr_eq(text, &source.text)
+        {
+            return Cow::Borrowed(config);
+        }
+    }
     let Ok(text) = std::fs::read_to_string(&source.path) else {
         return Cow::Borrowed(config);
     };
     if *text == *source.text {
+        if let Some(stamp) = stamp {
+            UNCHANGED
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(source.path.clone(), (stamp, source.text.clone()));
+        }
         return Cow::Borrowed(config);
     }
     let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
@@ -134,6 +154,30 @@ pub fn reread(config: &PolicyConfig) -> Cow<'_, PolicyConfig> {
     };
     *seen = Some((source.path.clone(), text, parsed.clone()));
     parsed.map_or(Cow::Borrowed(config), Cow::Owned)
+}
+
+/// What says a file changed without reading it: its size, modification time and inode (an
+/// editor that writes a new file and renames it over the old one changes the inode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    inode: u64,
+}
+
+impl FileStamp {
+    fn of(path: &std::path::Path) -> Option<FileStamp> {
+        let meta = std::fs::metadata(path).ok()?;
+        #[cfg(unix)]
+        let inode = std::os::unix::fs::MetadataExt::ino(&meta);
+        #[cfg(not(unix))]
+        let inode = 0;
+        Some(FileStamp {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+            inode,
+        })
+    }
 }
 
 /// What a loaded policy depends on: the `[policy]` table with the text it was read from (for

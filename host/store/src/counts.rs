@@ -98,18 +98,31 @@ impl Store {
         queries: &[CountQuery],
         session: Option<&str>,
     ) -> Result<Vec<u64>, StoreError> {
-        let mut counts = vec![0; queries.len()];
-        for (chunk_index, chunk) in queries.chunks(PER_STATEMENT).enumerate() {
+        // Rules of one tool often count the same key over the same window (every rule of a
+        // kind reading `of = "tool"`, `within = "1h"`): each such pair is counted once.
+        let mut distinct: Vec<(&str, i64)> = Vec::new();
+        let mut seen: std::collections::HashMap<(&str, i64), usize> = Default::default();
+        let places: Vec<usize> = queries
+            .iter()
+            .map(|q| {
+                let since = if kept_for_session(&q.key, session) {
+                    q.since_minute.min(SESSION_MINUTE)
+                } else {
+                    q.since_minute
+                };
+                *seen.entry((q.key.as_str(), since)).or_insert_with(|| {
+                    distinct.push((q.key.as_str(), since));
+                    distinct.len() - 1
+                })
+            })
+            .collect();
+        let mut counted = vec![0; distinct.len()];
+        for (chunk_index, chunk) in distinct.chunks(PER_STATEMENT).enumerate() {
             let rows = on_backend!(self, pool => {
                 // Built of numbers only: the counters go as parameters.
                 let mut query = sqlx::query(sqlx::AssertSqlSafe(count_sql(chunk.len())));
-                for q in chunk {
-                    let since = if kept_for_session(&q.key, session) {
-                        q.since_minute.min(SESSION_MINUTE)
-                    } else {
-                        q.since_minute
-                    };
-                    query = query.bind(&q.key).bind(since);
+                for (key, since) in chunk {
+                    query = query.bind(*key).bind(*since);
                 }
                 query
                     .fetch_all(pool)
@@ -123,12 +136,12 @@ impl Store {
             .map_err(|e| self.failed(e))?;
             for (i, n) in rows {
                 let place = chunk_index * PER_STATEMENT + usize::try_from(i).unwrap_or(usize::MAX);
-                if let Some(count) = counts.get_mut(place) {
+                if let Some(count) = counted.get_mut(place) {
                     *count = u64::try_from(n).unwrap_or(0);
                 }
             }
         }
-        Ok(counts)
+        Ok(places.into_iter().map(|p| counted[p]).collect())
     }
 
     /// A call that runs: adds one to each counter `keys` names (once each, however often it is
