@@ -375,3 +375,80 @@ fn audited_tool(home: &TestHome, tool: &str) -> Vec<Value> {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
+
+/// Counters live in the store: two `cordon serve` hosts, each with its own home, sharing one
+/// PostgreSQL store share them, so the insert one host ran unasked makes the other ask.
+#[test]
+fn two_hosts_on_one_postgresql_store_share_their_counters() {
+    let url = cordon_tests::postgres::shared().database();
+    let (home_a, data_a, config_a) = shop();
+    let (home_b, data_b, config_b) = shop();
+    let model = Model::new(vec![
+        Step::tool_calls(vec![sql(
+            "a1",
+            "INSERT INTO products VALUES ('D4','drill',5000)",
+        )]),
+        Step::text("added"),
+        Step::tool_calls(vec![sql(
+            "b1",
+            "INSERT INTO products VALUES ('E5','easel',700)",
+        )]),
+        Step::text("asked"),
+    ]);
+    let model_url = model.url();
+    let start = |home: &TestHome, config: &Path, name: &str| {
+        Served::start(
+            home,
+            &[
+                ("CORDON_LLM_URL", &model_url),
+                ("CORDON_MODEL", "scripted"),
+                ("CORDON_HOST_NAME", name),
+            ],
+            &["--config", config.to_str().unwrap(), "--store", &url],
+        )
+    };
+    let a = start(&home_a, &config_a, "host-a");
+    let b = start(&home_b, &config_b, "host-b");
+
+    let created = a.post("/api/v1/sessions", json!({"id": "on-a"}));
+    assert_eq!(created.status, 201, "{}", created.text);
+    a.stream(
+        "/api/v1/sessions/on-a/messages",
+        json!({"text": "add a drill"}),
+    )
+    .until("turn_finished", Duration::from_secs(60));
+    assert_eq!(
+        count(&data_a.join("shop.db")),
+        4,
+        "host A's insert ran unasked"
+    );
+
+    // Host B has run nothing, but the store counted host A's insert: B's is asked.
+    let created = b.post("/api/v1/sessions", json!({"id": "on-b"}));
+    assert_eq!(created.status, 201, "{}", created.text);
+    let events = b.stream(
+        "/api/v1/sessions/on-b/messages",
+        json!({"text": "add an easel"}),
+    );
+    let asked = pending(&b, "on-b");
+    let reason = asked["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("policy rule `hourly`") && reason.contains("one insert an hour"),
+        "{reason}"
+    );
+    let answered = b.post(
+        &format!(
+            "/api/v1/approvals/on-b/{}",
+            asked["call_id"].as_str().unwrap()
+        ),
+        json!({"answer": "no"}),
+    );
+    assert_eq!(answered.status, 200, "{}", answered.text);
+    events.until("turn_finished", Duration::from_secs(60));
+    assert_eq!(
+        count(&data_b.join("shop.db")),
+        3,
+        "host B's declined insert ran"
+    );
+    drop((a, b));
+}
