@@ -75,3 +75,22 @@ async def test_mcp_calls_are_decided_by_their_arguments_client_and_counts(world)
     assert len(digests) == 1 and next(iter(digests)).startswith("sha256:"), digests
     secret = next(r for r in records if r["policy_rule"].startswith("secrets"))
     assert secret["decision"] == "deny" and secret["policy_rule"] == f"secrets ({config}:8)"
+
+
+async def test_an_edited_cedar_file_decides_the_next_call_without_a_restart(world):
+    config = world.root / "cedar-policy.toml"
+    cedar = world.root / "team.cedar"
+    cedar.write_text("// nothing yet\n")
+    config.write_text('[approval.plugins]\nsql = "auto"\n\n[policy]\nfiles = ["team.cedar"]\n')
+    create = {"database": "/db/cedar.db", "create": True, "sql": "CREATE TABLE IF NOT EXISTS t(x)"}
+    async with client(world, config, "careful-agent") as c:
+        r = await c.call_tool("sql_execute", create)
+        assert not r.is_error, text(r)
+        cedar.write_text(
+            '@id("closed") @reason("the database is closed today")\n'
+            'forbid(principal, action == Action::"sql.sql_execute", resource)\n'
+            'when { context.caller.client == "careful-agent" };\n'
+        )
+        r = await c.call_tool("sql_execute", create)
+        assert r.is_error, text(r)
+        assert "policy rule `closed`" in text(r) and "closed today" in text(r), text(r)

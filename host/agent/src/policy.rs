@@ -95,16 +95,23 @@ pub fn reread(config: &PolicyConfig) -> Cow<'_, PolicyConfig> {
     };
     // A file whose size, modification time and inode are those it had when its text was found
     // to be `source.text` is not read again: a policy of a thousand rules is a few hundred
-    // kilobytes, which every call would otherwise read and compare.
-    static UNCHANGED: Mutex<BTreeMap<PathBuf, (FileStamp, Arc<str>)>> = Mutex::new(BTreeMap::new());
+    // kilobytes, which every call would otherwise read and compare. Its Cedar files are
+    // stamped too: once one of them changed, the config is given back as new, so that its
+    // policy is loaded again (from the cache of `load` while the files stay as they are).
+    static UNCHANGED: Mutex<BTreeMap<PathBuf, Unchanged>> = Mutex::new(BTreeMap::new());
     let stamp = FileStamp::of(&source.path);
+    let cedar = cedar_stamps(config, &source.path);
     if let Some(stamp) = &stamp {
         let unchanged = UNCHANGED.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((seen, text)) = unchanged.get(&source.path)
-            && seen == stamp
-            && Arc::ptr_eq(text, &source.text)
+        if let Some(seen) = unchanged.get(&source.path)
+            && seen.stamp == *stamp
+            && Arc::ptr_eq(&seen.text, &source.text)
         {
-            return Cow::Borrowed(config);
+            return if seen.cedar == cedar {
+                Cow::Borrowed(config)
+            } else {
+                Cow::Owned(config.clone())
+            };
         }
     }
     let Ok(text) = std::fs::read_to_string(&source.path) else {
@@ -112,10 +119,14 @@ pub fn reread(config: &PolicyConfig) -> Cow<'_, PolicyConfig> {
     };
     if *text == *source.text {
         if let Some(stamp) = stamp {
-            UNCHANGED
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(source.path.clone(), (stamp, source.text.clone()));
+            UNCHANGED.lock().unwrap_or_else(|e| e.into_inner()).insert(
+                source.path.clone(),
+                Unchanged {
+                    stamp,
+                    text: source.text.clone(),
+                    cedar,
+                },
+            );
         }
         return Cow::Borrowed(config);
     }
@@ -154,6 +165,23 @@ pub fn reread(config: &PolicyConfig) -> Cow<'_, PolicyConfig> {
     };
     *seen = Some((source.path.clone(), text, parsed.clone()));
     parsed.map_or(Cow::Borrowed(config), Cow::Owned)
+}
+
+/// A config file found unchanged: its stamp then, its text, and its Cedar files' stamps then.
+struct Unchanged {
+    stamp: FileStamp,
+    text: Arc<str>,
+    cedar: Vec<Option<FileStamp>>,
+}
+
+/// The stamps of the Cedar files `config` names (beside `path`, its file).
+fn cedar_stamps(config: &PolicyConfig, path: &std::path::Path) -> Vec<Option<FileStamp>> {
+    let dir = path.parent().unwrap_or(std::path::Path::new(""));
+    config
+        .files
+        .iter()
+        .map(|f| FileStamp::of(&dir.join(f)))
+        .collect()
 }
 
 /// What says a file changed without reading it: its size, modification time and inode (an
