@@ -7,8 +7,9 @@
 //! tool or argument that does not exist is refused at load with "did you mean".
 //!
 //! A `cordon.toml` rule is also compiled for the host (`native.rs`), which evaluates it in
-//! nanoseconds where Cedar's authorizer takes microseconds; Cedar evaluates only a rule's
-//! `when` and the Cedar files' policies. The two forms are compared on every example at load.
+//! nanoseconds where Cedar's authorizer takes microseconds; so are `when` conditions and Cedar
+//! files' policies written in the common subset of Cedar (`subset.rs`). Cedar evaluates the
+//! rest. The two forms are compared on every example at load.
 //!
 //! How a call is decided, in order of precedence:
 //!

@@ -4,8 +4,8 @@
 //! hashed into the policy's digest and kept as the reference; and to the [`Check`] here, which
 //! decides calls. Cedar's authorizer rebuilds and interprets every policy's condition for each
 //! request, which costs microseconds per rule; a [`Check`] is a list of comparisons compiled
-//! once, costing nanoseconds. Cedar still evaluates what only Cedar can say: a rule's `when`
-//! (once the rest of the rule holds) and the policies of Cedar files.
+//! once, costing nanoseconds. A rule's `when`, and a Cedar file's policy, are evaluated here
+//! too when they are in the subset of Cedar of [`crate::subset`]; Cedar evaluates the others.
 //!
 //! The two forms must agree. Every example a rule carries is decided both ways when the policy
 //! loads ([`crate::Policy::load`]) and a disagreement refuses the policy; the unit tests
@@ -19,7 +19,9 @@
 //! 2. Its **conditions** must all hold, tested in the order written. An argument is present
 //!    only when its value has the type the tool's schema gives it (as `context.input` leaves
 //!    out a value of another type); a test on an absent argument fails.
-//! 3. Then its **`when`**, if any, is evaluated by Cedar.
+//! 3. Then its **`when`**, if any: by the host when it is in the subset (an [`Expr`]), else
+//!    by Cedar. A `when` that cannot be evaluated (an argument the call lacks, an overflow)
+//!    makes a deny or ask rule apply, as everywhere.
 
 use cedar_policy::Expression;
 use globset::GlobMatcher;

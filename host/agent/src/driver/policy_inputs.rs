@@ -49,6 +49,8 @@ impl Agent {
                 client: String::new(),
             },
             counts: BTreeMap::new(),
+            keys: BTreeMap::new(),
+            session: io.audit.session.clone().unwrap_or_default(),
             now_ms: now_ms(),
         };
         // The model's calls are decided when its answer is processed (`Proceed` on a
@@ -83,6 +85,11 @@ impl Agent {
         let asked: Vec<_> = queries.iter().map(|(_, q)| q.clone()).collect();
         let counts = io.journal.count_calls(&asked).await?;
         for ((identity, q), n) in queries.into_iter().zip(counts) {
+            inputs
+                .keys
+                .entry(identity.clone())
+                .or_default()
+                .insert(q.name.clone(), q.key);
             inputs.counts.entry(identity).or_default().insert(q.name, n);
         }
         Ok(inputs)

@@ -27,6 +27,8 @@ pub static NO_INPUTS: CallInputs = CallInputs {
         client: String::new(),
     },
     counts: BTreeMap::new(),
+    keys: BTreeMap::new(),
+    session: String::new(),
     now_ms: 0,
 };
 
@@ -39,8 +41,35 @@ pub struct CallInputs {
     pub caller: cordon_policy::Caller,
     /// Counter values by tool (`plugin.tool`), then by counter name.
     pub counts: BTreeMap<String, BTreeMap<String, u64>>,
+    /// The store key of each counter in `counts`, by tool then counter name: what tells which
+    /// counters an earlier call of the same answer adds to.
+    pub keys: BTreeMap<String, BTreeMap<String, String>>,
+    /// The session that `within = "session"` counters key on.
+    pub session: String,
     /// Now, in milliseconds since the Unix epoch.
     pub now_ms: i64,
+}
+
+impl CallInputs {
+    /// These inputs with `earlier` added to the counters: the store keys that calls decided
+    /// earlier in the same model answer will add to, and how often.
+    pub(super) fn with_earlier(&self, earlier: &BTreeMap<String, u64>) -> CallInputs {
+        let mut inputs = self.clone();
+        for (tool, names) in &self.keys {
+            for (name, key) in names {
+                if let Some(n) = earlier.get(key) {
+                    let count = inputs
+                        .counts
+                        .entry(tool.clone())
+                        .or_default()
+                        .entry(name.clone())
+                        .or_default();
+                    *count = count.saturating_add(*n);
+                }
+            }
+        }
+        inputs
+    }
 }
 
 /// The limits of one turn that the machine enforces.

@@ -59,6 +59,7 @@ struct T {
     conv: Conversation,
     cat: ToolCatalog,
     lim: TurnLimits,
+    inputs: CallInputs,
 }
 
 impl T {
@@ -66,7 +67,7 @@ impl T {
         Env {
             catalog: &self.cat,
             limits: &self.lim,
-            inputs: &NO_INPUTS,
+            inputs: &self.inputs,
         }
     }
     fn new() -> Self {
@@ -74,6 +75,7 @@ impl T {
             conv: Conversation::new(),
             cat: catalog(),
             lim: limits(),
+            inputs: NO_INPUTS.clone(),
         }
     }
     fn step(&mut self, e: Event) -> Vec<Action> {
@@ -83,7 +85,7 @@ impl T {
             Env {
                 catalog: &self.cat,
                 limits: &self.lim,
-                inputs: &NO_INPUTS,
+                inputs: &self.inputs,
             },
         )
         .unwrap()
@@ -96,7 +98,7 @@ impl T {
             Env {
                 catalog: &self.cat,
                 limits: &self.lim,
-                inputs: &NO_INPUTS,
+                inputs: &self.inputs,
             },
         )
         .unwrap_err();
@@ -1403,4 +1405,67 @@ fn an_always_does_not_answer_a_call_a_rule_asks_about() {
         request.reason
     );
     assert!(t.conv.approved_tools.contains_key("p.write"));
+}
+
+#[test]
+fn calls_earlier_in_one_answer_count_toward_a_limit() {
+    let text = r#"
+[policy]
+rules = [
+  { id = "fine", tool = "p.write", decision = "allow" },
+  { id = "hourly", tool = "p.write", calls = { of = "tool", within = "1h", at_least = 2 }, decision = "deny", reason = "two writes an hour" },
+]
+"#;
+    let config = crate::config::AgentConfig::from_toml(text, "cordon.toml").unwrap();
+    let specs = vec![spec("read", false), spec("write", true)];
+    let policy = crate::policy::load(&config.policy, &specs).unwrap();
+    let scope = cordon_policy::CountScope {
+        session: "s",
+        caller: ("", ""),
+    };
+    // One write ran earlier this hour, as the store says.
+    let mut inputs = CallInputs {
+        session: "s".into(),
+        ..NO_INPUTS.clone()
+    };
+    for q in policy.counters_for("p.write", scope, 0) {
+        inputs
+            .keys
+            .entry("p.write".into())
+            .or_default()
+            .insert(q.name.clone(), q.key);
+        inputs
+            .counts
+            .entry("p.write".into())
+            .or_default()
+            .insert(q.name, 1);
+    }
+    let mut t = T {
+        cat: ToolCatalog::with_policy(specs, ApprovalConfig::default(), Ok(policy)),
+        inputs,
+        ..T::new()
+    }
+    .started();
+    t.respond(
+        "",
+        &[
+            ("1", "write", json!({"q": "a"})),
+            ("2", "write", json!({"q": "b"})),
+            ("3", "write", json!({"q": "c"})),
+        ],
+    );
+    let statuses: Vec<&CallStatus> = match &t.conv.state {
+        State::AwaitingApproval { batch, .. } | State::ExecutingTools { batch, .. } => {
+            batch.iter().map(|c| &c.status).collect()
+        }
+        other => panic!("{other:?}"),
+    };
+    // The first is the hour's second write; the next two would pass the limit.
+    assert_eq!(statuses[0], &CallStatus::Approved, "{statuses:?}");
+    for s in &statuses[1..] {
+        assert!(
+            matches!(s, CallStatus::Denied { message } if message.contains("two writes an hour")),
+            "{statuses:?}"
+        );
+    }
 }

@@ -2,6 +2,8 @@
 //! A handler runs only for the pair its row names; [`step`](super::step) has already taken the
 //! state out of the conversation, so each handler sets the state it leaves behind.
 
+use std::collections::BTreeMap;
+
 use cordon_core::Requester;
 use serde_json::Value;
 
@@ -482,10 +484,21 @@ pub(super) fn process_response(
         return;
     }
     let mut batch = Vec::with_capacity(calls.len());
+    // The store keys the calls decided so far in this answer will add to: a later call's
+    // counters include them, so one answer cannot pass a limit with a batch of calls. A call
+    // that is asked counts as if it ran.
+    let mut earlier: BTreeMap<String, u64> = BTreeMap::new();
     for (id, call) in calls {
+        let with_earlier;
+        let inputs = if earlier.is_empty() {
+            env.inputs
+        } else {
+            with_earlier = env.inputs.with_earlier(&earlier);
+            &with_earlier
+        };
         let checked = env
             .catalog
-            .check(&call, conv.standing(), &conv.approved_tools, env.inputs);
+            .check(&call, conv.standing(), &conv.approved_tools, inputs);
         let planned = match checked {
             Err(refusal) => {
                 let (arguments, status, message, approval, policy) = match refusal {
@@ -557,6 +570,7 @@ pub(super) fn process_response(
                 },
             },
         };
+        count_earlier(env, &planned, &mut earlier);
         batch.push(planned);
     }
     out.push(Action::Persist);
@@ -767,4 +781,24 @@ pub(super) fn cancel(
         text: "Cancelled by the user.".to_string(),
     });
     finish(conv, TurnOutcome::Cancelled, out);
+}
+
+/// Adds to `earlier` the store keys `planned` will add to if it runs (see [`crate::policy`]'s
+/// counters), unless it will not run.
+fn count_earlier(env: Env<'_>, planned: &PlannedCall, earlier: &mut BTreeMap<String, u64>) {
+    let (Some(policy), Some(note), CallStatus::Approved | CallStatus::Pending) =
+        (env.catalog.policy(), &planned.policy, &planned.status)
+    else {
+        return;
+    };
+    let Some(spec) = env.catalog.spec(&planned.call.name) else {
+        return;
+    };
+    let scope = cordon_policy::CountScope {
+        session: &env.inputs.session,
+        caller: (&env.inputs.caller.token, &env.inputs.caller.user),
+    };
+    for key in policy.tally(&spec.identity(), &note.applied, scope) {
+        *earlier.entry(key).or_default() += 1;
+    }
 }
