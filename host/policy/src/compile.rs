@@ -12,9 +12,10 @@ use globset::{GlobBuilder, GlobMatcher};
 use regex::Regex;
 use serde_json::Value;
 
+use crate::call::{self, CallerField, normalised};
 use crate::config::{CallCount, Decision, Rule};
 use crate::error::PolicyError;
-use crate::native::{self, ArgCheck, CallerField, Check, Cond, ReachTest, Scalar};
+use crate::native::{self, ArgCheck, Check, Cond, ReachTest, Scalar};
 use crate::schema::{ArgType, PathProblem, ToolFacts};
 
 /// A test the host computes for Cedar.
@@ -58,41 +59,6 @@ impl Fact {
             },
         }
     }
-}
-
-/// An absolute path with `.`, `..` and repeated `/` resolved lexically, or `None` for a
-/// relative path or one that climbs above `/`.
-pub fn normalise(path: &str) -> Option<String> {
-    normalised(path).map(std::borrow::Cow::into_owned)
-}
-
-/// [`normalise`], without copying a path that is normal already (as most are).
-pub(crate) fn normalised(path: &str) -> Option<std::borrow::Cow<'_, str>> {
-    if !path.starts_with('/') {
-        return None;
-    }
-    // No empty, `.` or `..` segment.
-    let normal = path == "/"
-        || !(path.ends_with('/')
-            || path.ends_with("/.")
-            || path.ends_with("/..")
-            || path.contains("//")
-            || path.contains("/./")
-            || path.contains("/../"));
-    if normal {
-        return Some(std::borrow::Cow::Borrowed(path));
-    }
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop()?;
-            }
-            p => parts.push(p),
-        }
-    }
-    Some(std::borrow::Cow::Owned(format!("/{}", parts.join("/"))))
 }
 
 /// A rule in Cedar, with the host's tests and the counters it reads.
@@ -327,7 +293,7 @@ pub(crate) fn compile(
                 }
                 conditions.push(format!("!({guard})"));
                 conds.push(Cond::Absent {
-                    path: native::ArgPath {
+                    path: call::ArgPath {
                         names: parts.iter().map(|s| s.to_string()).collect(),
                         number: usize::MAX,
                     },
@@ -338,7 +304,7 @@ pub(crate) fn compile(
                 clause.insert(0, guard);
                 conditions.push(clause.join(" && "));
                 conds.push(Cond::Arg {
-                    path: native::ArgPath {
+                    path: call::ArgPath {
                         names: parts.iter().map(|s| s.to_string()).collect(),
                         number: usize::MAX,
                     },
@@ -661,7 +627,7 @@ fn arg_tests(spec: &Value, ty: &ArgType, access: &str, path: &str) -> Result<Vec
                 let pattern = lit(g).replace("\\\\*", "\\*");
                 out.push(ArgTest::Cedar(
                     format!("{access} like {pattern}"),
-                    ArgCheck::Like(native::Like::new(native::like_pieces(g))),
+                    ArgCheck::Like(call::Like::new(call::like_pieces(g))),
                 ));
             }
             "regex" => {
@@ -812,32 +778,6 @@ pub(crate) fn unique_ids<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn paths_normalise_lexically_and_refuse_to_climb_out() {
-        assert_eq!(
-            normalise("/data/reports/../hr/x").as_deref(),
-            Some("/data/hr/x")
-        );
-        assert_eq!(normalise("//data/./a//b").as_deref(), Some("/data/a/b"));
-        assert_eq!(normalise("/.."), None);
-        assert_eq!(normalise("data/x"), None);
-        assert_eq!(normalise("/data/").as_deref(), Some("/data"));
-        assert_eq!(normalise("/").as_deref(), Some("/"));
-        assert!(matches!(
-            normalised("/data/reports/x.csv"),
-            Some(std::borrow::Cow::Borrowed(_))
-        ));
-        for (path, normal) in [
-            ("/a/./b", "/a/b"),
-            ("/a/.", "/a"),
-            ("/a/..", "/"),
-            ("/.hidden/..x/x..", "/.hidden/..x/x.."),
-            ("/a//b/", "/a/b"),
-        ] {
-            assert_eq!(normalise(path).as_deref(), Some(normal), "{path}");
-        }
-    }
 
     #[test]
     fn hours_and_days_parse() {

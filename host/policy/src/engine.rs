@@ -9,55 +9,16 @@ use cedar_policy::{
     PolicyId, PolicySet, RestrictedExpression, Schema, ValidationMode, Validator,
 };
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::call::RegexSets;
 use crate::compile::{self, Fact};
 use crate::config::{CounterSpec, Decision, PolicyConfig};
+use crate::context::Needs;
 use crate::counts::{self, CountQuery, CountScope};
-use crate::decide::Needs;
 use crate::error::PolicyError;
-use crate::native::{Check, RegexSets};
+use crate::native::{self, Check};
 use crate::schema::{self, ArgType, ToolFacts};
-
-/// Who asks for a call.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Caller {
-    /// `cli`, `serve`, `mcp`, `mcp-http` or `gateway`.
-    pub origin: String,
-    /// The API token's name; empty when there is none.
-    pub token: String,
-    /// The gateway's `user`; empty when none was sent.
-    pub user: String,
-    /// The MCP client's name; empty when not over MCP.
-    pub client: String,
-}
-
-/// What the session has seen so far.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SessionFacts {
-    /// Tools (`plugin.tool`) a human approved a call of in this session.
-    pub approved: BTreeSet<String>,
-    /// The session's labels.
-    pub labels: BTreeSet<String>,
-}
-
-/// One call to decide.
-#[derive(Debug, Clone, Copy)]
-pub struct Call<'a> {
-    /// The tool, `plugin.tool`.
-    pub tool: &'a str,
-    /// Its arguments (already checked against its schema).
-    pub args: &'a Value,
-    /// Who asks.
-    pub caller: &'a Caller,
-    /// The session so far.
-    pub session: &'a SessionFacts,
-    /// Counter values by name, as the store gave them for [`Policy::counters_for`].
-    pub counts: &'a BTreeMap<String, u64>,
-    /// Now, in milliseconds since the Unix epoch.
-    pub now_ms: i64,
-}
 
 /// A rule as the audit log and `policy explain` name it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -474,7 +435,7 @@ impl Policy {
                 }
             }
             native.sort_unstable();
-            let regex_sets = RegexSets::of(
+            let regex_sets = native::regex_sets(
                 native.iter().filter_map(|&i| rules[i].check.as_ref()),
                 regexes,
             );

@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
+use crate::call::{Call, Caller, SessionFacts};
 use crate::config::{Example, PolicyConfig, Rule};
-use crate::engine::{Call, Caller, Policy, SessionFacts};
+use crate::engine::Policy;
 use crate::error::PolicyError;
 use crate::schema::ToolFacts;
 

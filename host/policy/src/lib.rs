@@ -25,8 +25,10 @@
 //! A decision never widens what a tool can reach: `allow` only skips the question; the sandbox
 //! still enforces the tool's grants.
 
+mod call;
 mod compile;
 mod config;
+mod context;
 mod counts;
 mod decide;
 mod engine;
@@ -36,12 +38,12 @@ mod native;
 mod schema;
 mod subset;
 
-pub use compile::normalise;
+pub use call::{Call, Caller, SessionFacts, normalise};
 pub use config::{
     CallCount, ConfigSource, CounterSpec, Decision, Example, Names, PolicyConfig, Rule,
 };
 pub use counts::{CountQuery, CountScope, Window};
-pub use engine::{Call, Caller, Policy, RuleRef, SessionFacts, Verdict};
+pub use engine::{Policy, RuleRef, Verdict};
 pub use error::PolicyError;
 pub use schema::{Reach, ToolFacts};
 

@@ -28,7 +28,7 @@ use globset::GlobMatcher;
 use regex::{Regex, RegexSet};
 use serde_json::Value;
 
-use crate::engine::Call;
+use crate::call::{ArgPath, Arguments, Call, CallerField, Like, Moment, RegexSets, fits};
 use crate::schema::{self, ArgType};
 use crate::subset::{Expr, Scope};
 
@@ -96,126 +96,6 @@ pub(crate) enum Cond {
     Days(u8),
 }
 
-/// Where an argument is: its property names, and its number among the paths the policy's
-/// rules read ([`ArgPath::number`]), so a call looks each up once however many rules test it.
-#[derive(Debug, Clone)]
-pub(crate) struct ArgPath {
-    pub names: Vec<String>,
-    pub number: usize,
-}
-
-/// The regular expressions a tool's rules test one argument with, as one set: a call scans
-/// the argument once for all of them.
-#[derive(Debug, Default)]
-pub(crate) struct RegexSets {
-    sets: Vec<(RegexSet, Vec<usize>)>,
-    /// The set of each regular expression, by its number; `None` where it is tested alone.
-    set_of: Vec<Option<usize>>,
-}
-
-impl RegexSets {
-    /// Sets of the regular expressions of `checks` that test the same argument.
-    pub(crate) fn of<'a>(checks: impl IntoIterator<Item = &'a Check>, count: usize) -> RegexSets {
-        let mut by_path: std::collections::BTreeMap<usize, Vec<(&Regex, usize)>> =
-            Default::default();
-        for check in checks {
-            for c in &check.conds {
-                if let Cond::Arg { path, tests, .. } = c {
-                    for t in tests {
-                        if let ArgCheck::Regex(re, n) = t {
-                            by_path.entry(path.number).or_default().push((re, *n));
-                        }
-                    }
-                }
-            }
-        }
-        let mut sets = RegexSets {
-            sets: Vec::new(),
-            set_of: vec![None; count],
-        };
-        for (_, mut regexes) in by_path {
-            regexes.sort_by_key(|(_, n)| *n);
-            regexes.dedup_by_key(|(_, n)| *n);
-            if regexes.len() < 2 {
-                continue;
-            }
-            // Each compiled alone; a set too large to compile leaves them so.
-            let Ok(set) = RegexSet::new(regexes.iter().map(|(re, _)| re.as_str())) else {
-                continue;
-            };
-            for (_, n) in &regexes {
-                if let Some(slot) = sets.set_of.get_mut(*n) {
-                    *slot = Some(sets.sets.len());
-                }
-            }
-            sets.sets
-                .push((set, regexes.into_iter().map(|(_, n)| n).collect()));
-        }
-        sets
-    }
-}
-
-/// The arguments of one call, each path looked up once, each set of regular expressions
-/// scanned once.
-pub(crate) struct Arguments<'v> {
-    args: &'v Value,
-    found: Vec<Option<Option<&'v Value>>>,
-    regex_sets: Option<&'v RegexSets>,
-    matched: Vec<Option<bool>>,
-}
-
-impl<'v> Arguments<'v> {
-    /// The arguments `args`, where the policy's rules read `paths` different paths, and
-    /// test with `regex_sets` (the tool's).
-    pub(crate) fn new(args: &'v Value, paths: usize, regex_sets: Option<&'v RegexSets>) -> Self {
-        Arguments {
-            args,
-            found: vec![None; paths],
-            regex_sets,
-            matched: Vec::new(),
-        }
-    }
-
-    /// Whether regular expression `n`, `re`, matches `text` (the argument its set tests).
-    fn regex_matches(&mut self, n: usize, re: &Regex, text: &str) -> bool {
-        if let Some(Some(hit)) = self.matched.get(n) {
-            return *hit;
-        }
-        let Some(sets) = self.regex_sets else {
-            return re.is_match(text);
-        };
-        let Some(Some(i)) = sets.set_of.get(n) else {
-            return re.is_match(text);
-        };
-        let (set, numbers) = &sets.sets[*i];
-        let hits = set.matches(text);
-        if self.matched.is_empty() {
-            self.matched = vec![None; sets.set_of.len()];
-        }
-        for (k, number) in numbers.iter().enumerate() {
-            self.matched[*number] = Some(hits.matched(k));
-        }
-        self.matched[n].unwrap_or(false)
-    }
-
-    pub(crate) fn get(&mut self, path: &ArgPath) -> Option<&'v Value> {
-        let args = self.args;
-        match self.found.get_mut(path.number) {
-            Some(slot) => *slot.get_or_insert_with(|| lookup(args, &path.names)),
-            None => lookup(args, &path.names),
-        }
-    }
-}
-
-/// Which part of the caller a test reads.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum CallerField {
-    Origin,
-    Token,
-    User,
-    Client,
-}
-
 /// A value an argument is compared with, in the type the argument has.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Scalar {
@@ -242,14 +122,6 @@ pub(crate) enum ArgCheck {
     Regex(Regex, usize),
     /// A path pattern; and whether a path that cannot be placed counts as matching.
     Path(GlobMatcher, bool),
-}
-
-/// The local time of a call, as the rules see it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Moment {
-    pub minute_of_day: u32,
-    /// 0 is Monday.
-    pub weekday: u8,
 }
 
 impl Check {
@@ -368,27 +240,6 @@ impl Cond {
     }
 }
 
-/// The value at `path` below `args`, if there is one.
-fn lookup<'v>(args: &'v Value, path: &[String]) -> Option<&'v Value> {
-    let mut here = args;
-    for part in path {
-        here = here.as_object()?.get(part)?;
-    }
-    Some(here)
-}
-
-/// Whether `value` has the type `ty`, as [`ArgType::value`] converts it.
-pub(crate) fn fits(value: &Value, ty: &ArgType) -> bool {
-    match (ty, value) {
-        (ArgType::String, Value::String(_)) | (ArgType::Bool, Value::Bool(_)) => true,
-        (ArgType::Long, Value::Number(n)) => n.as_i64().is_some(),
-        (ArgType::Decimal, Value::Number(n)) => schema::decimal_units(n).is_some(),
-        (ArgType::Set(item), Value::Array(items)) => items.iter().all(|v| fits(v, item)),
-        (ArgType::Record(_), Value::Object(_)) => true,
-        _ => false,
-    }
-}
-
 /// `value` (which fits `ty`) as a scalar, for comparisons.
 fn scalar(value: &Value, ty: &ArgType) -> Option<Scalar> {
     Some(match (ty, value) {
@@ -434,7 +285,7 @@ impl ArgCheck {
             ArgCheck::Suffix(s) => text().ends_with(s.as_str()),
             ArgCheck::Like(pattern) => pattern.matches(text()),
             ArgCheck::Regex(re, n) => args.regex_matches(*n, re, text()),
-            ArgCheck::Path(glob, unplaceable) => match crate::compile::normalised(text()) {
+            ArgCheck::Path(glob, unplaceable) => match crate::call::normalised(text()) {
                 Some(path) => glob.is_match(path.as_ref()),
                 None => *unplaceable,
             },
@@ -442,72 +293,38 @@ impl ArgCheck {
     }
 }
 
-/// The literal pieces of a `glob` test between its wildcards: `*` is the only wildcard, and
-/// `\*` a literal star (as Cedar's `like`).
-pub(crate) fn like_pieces(pattern: &str) -> Vec<String> {
-    let mut pieces = vec![String::new()];
-    let mut chars = pattern.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' if chars.peek() == Some(&'*') => {
-                chars.next();
-                pieces.last_mut().expect("never empty").push('*');
-            }
-            '*' => pieces.push(String::new()),
-            c => pieces.last_mut().expect("never empty").push(c),
-        }
-    }
-    pieces
-}
-
-/// A `like` pattern, compiled: literal pieces between wildcards, the inner ones with a
-/// precomputed substring searcher.
-#[derive(Debug, Clone)]
-pub(crate) struct Like {
-    first: String,
-    /// `None` when the pattern has no wildcard: the text must equal `first`.
-    rest: Option<(Vec<memchr::memmem::Finder<'static>>, String)>,
-}
-
-impl Like {
-    /// The pattern whose literal `pieces` are separated by wildcards.
-    pub(crate) fn new(mut pieces: Vec<String>) -> Like {
-        if pieces.len() < 2 {
-            return Like {
-                first: pieces.pop().unwrap_or_default(),
-                rest: None,
-            };
-        }
-        let last = pieces.pop().expect("two or more");
-        let first = pieces.remove(0);
-        let middle = pieces
-            .iter()
-            .filter(|p| !p.is_empty())
-            .map(|p| memchr::memmem::Finder::new(p.as_bytes()).into_owned())
-            .collect();
-        Like {
-            first,
-            rest: Some((middle, last)),
-        }
-    }
-
-    /// Whether `text` matches.
-    pub(crate) fn matches(&self, text: &str) -> bool {
-        let Some((middle, last)) = &self.rest else {
-            return text == self.first;
-        };
-        let Some(left) = text.as_bytes().strip_prefix(self.first.as_bytes()) else {
-            return false;
-        };
-        let mut left = left;
-        for finder in middle {
-            match finder.find(left) {
-                Some(at) => left = &left[at + finder.needle().len()..],
-                None => return false,
+/// Sets of the regular expressions of `checks` (a tool's rules, `count` regular expressions
+/// in the whole policy) that test the same argument.
+pub(crate) fn regex_sets<'a>(
+    checks: impl IntoIterator<Item = &'a Check>,
+    count: usize,
+) -> RegexSets {
+    let mut by_path: std::collections::BTreeMap<usize, Vec<(&Regex, usize)>> = Default::default();
+    for check in checks {
+        for c in &check.conds {
+            if let Cond::Arg { path, tests, .. } = c {
+                for t in tests {
+                    if let ArgCheck::Regex(re, n) = t {
+                        by_path.entry(path.number).or_default().push((re, *n));
+                    }
+                }
             }
         }
-        left.ends_with(last.as_bytes())
     }
+    let mut sets = RegexSets::new(count);
+    for (_, mut regexes) in by_path {
+        regexes.sort_by_key(|(_, n)| *n);
+        regexes.dedup_by_key(|(_, n)| *n);
+        if regexes.len() < 2 {
+            continue;
+        }
+        // Each compiled alone; a set too large to compile leaves them so.
+        let Ok(set) = RegexSet::new(regexes.iter().map(|(re, _)| re.as_str())) else {
+            continue;
+        };
+        sets.add(set, regexes.into_iter().map(|(_, n)| n).collect());
+    }
+    sets
 }
 
 /// Bits of the weekdays in `days` (three-letter names, `mon` first).
@@ -521,24 +338,6 @@ pub(crate) fn day_bits(days: &[String]) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn like_patterns_match_as_cedar_like_does() {
-        let m = |pattern: &str, text: &str| Like::new(like_pieces(pattern)).matches(text);
-        assert!(m("INSERT INTO orders *", "INSERT INTO orders VALUES (1)"));
-        assert!(!m("INSERT INTO orders *", "insert into orders"));
-        assert!(m("*tmp*", "/x/tmp/y"));
-        assert!(m("a*b*c", "abc"));
-        assert!(m("a*b*c", "aXbYbZc"));
-        assert!(!m("a*b*c", "acb"));
-        assert!(!m("ab*ba", "aba"));
-        assert!(m("*", ""));
-        assert!(m("", ""));
-        assert!(!m("", "x"));
-        assert!(m("a\\*b", "a*b"));
-        assert!(!m("a\\*b", "axb"));
-        assert!(m("é*ß", "éxyzß"));
-    }
 
     #[test]
     fn weekdays_become_bits() {

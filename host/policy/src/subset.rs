@@ -24,8 +24,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value as Json;
 
-use crate::engine::Call;
-use crate::native::{self, ArgPath, Arguments, CallerField, Moment};
+use crate::call::{self, ArgPath, Arguments, Call, CallerField, Moment};
 use crate::schema::ArgType;
 
 /// A condition the host evaluates.
@@ -36,7 +35,7 @@ pub(crate) enum Expr {
     Or(Box<Expr>, Box<Expr>),
     Not(Box<Expr>),
     Cmp(Op, Term, Term),
-    Like(Term, native::Like),
+    Like(Term, call::Like),
     /// `context.input… has name`: the argument at `path` is present with type `ty`; `parent`
     /// (an object argument) must be there itself.
     Has {
@@ -173,7 +172,7 @@ pub(crate) fn lower(j: &Json, inputs: &[&ArgType]) -> Option<Expr> {
                     _ => return None,
                 }
             }
-            Expr::Like(term(body.get("left")?, inputs)?, native::Like::new(pieces))
+            Expr::Like(term(body.get("left")?, inputs)?, call::Like::new(pieces))
         }
         "has" => {
             let parent = chain(body.get("left")?)?;
@@ -363,11 +362,11 @@ impl Expr {
             },
             Expr::Has { parent, path, ty } => {
                 if let Some((p, pty)) = parent
-                    && !scope.args.get(p).is_some_and(|v| native::fits(v, pty))
+                    && !scope.args.get(p).is_some_and(|v| call::fits(v, pty))
                 {
                     return Err(missing(&p.names));
                 }
-                scope.args.get(path).is_some_and(|v| native::fits(v, ty))
+                scope.args.get(path).is_some_and(|v| call::fits(v, ty))
             }
             Expr::OneOf(items, t) => {
                 let v = t.value(scope)?;
