@@ -285,22 +285,14 @@ impl Host {
         }
         let live = self.claim(id)?;
         match self.prepare_turn(id, &input, tools.as_ref()).await {
-            Ok((journal, conversation, agent)) => {
-                let events = live.subscribe();
-                let host = self.clone();
-                self.turns.spawn(async move {
-                    host.drive(
-                        live,
-                        journal,
-                        conversation,
-                        agent,
-                        input,
-                        Requested { by, door },
-                    )
-                    .await;
-                });
-                Ok(events)
-            }
+            Ok((journal, conversation, agent)) => Ok(self.spawn_drive(
+                live,
+                journal,
+                conversation,
+                agent,
+                input,
+                Requested { by, door },
+            )),
             Err(e) => {
                 live.release();
                 Err(e)
@@ -338,19 +330,14 @@ impl Host {
                 return Err(e);
             }
         };
-        let events = live.subscribe();
-        let host = self.clone();
-        self.turns.spawn(async move {
-            host.drive(
-                live,
-                journal,
-                conversation,
-                agent,
-                input,
-                Requested { by, door },
-            )
-            .await;
-        });
+        let events = self.spawn_drive(
+            live,
+            journal,
+            conversation,
+            agent,
+            input,
+            Requested { by, door },
+        );
         Ok((id, events))
     }
 
@@ -393,6 +380,26 @@ impl Host {
             return Err(ApiError::conflict(message));
         }
         Ok((journal, conversation, agent))
+    }
+
+    /// Drives the turn on the host's task set ([`Host::drive`]); the session's events from now
+    /// on.
+    fn spawn_drive(
+        self: &Arc<Self>,
+        live: Arc<LiveSession>,
+        journal: SessionJournal,
+        conversation: Conversation,
+        agent: Arc<Agent>,
+        input: TurnInput,
+        requested: Requested,
+    ) -> broadcast::Receiver<Arc<SessionEvent>> {
+        let events = live.subscribe();
+        let host = self.clone();
+        self.turns.spawn(async move {
+            host.drive(live, journal, conversation, agent, input, requested)
+                .await;
+        });
+        events
     }
 
     /// Drives one turn to its end, or until the host stops, the store fails or another host
