@@ -21,12 +21,11 @@
 //! target/release/cordon] [--requests 300] [--concurrent 200]`. Everything listens on
 //! 127.0.0.1; every loop is bounded.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cordon_scripted_llm::{Script, ScriptedServer, Step};
-use cordon_tests::bench::{TOKEN, arg, number, start_serve, status_kib, write_token};
+use cordon_tests::bench::{TOKEN, file_arg, number, start_serve, status_kib, write_token};
 use futures::StreamExt;
 use serde_json::json;
 
@@ -127,11 +126,7 @@ async fn stream_messages(
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let bin = arg(&args, "--cordon")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target/release/cordon"));
-    let bin = std::fs::canonicalize(&bin).unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+    let bin = file_arg(&args, "--cordon", "target/release/cordon");
     let n = number(&args, "--requests", 300).max(10);
     let concurrent = number(&args, "--concurrent", 200).max(1);
     let dir = tempfile::tempdir().expect("temporary home");

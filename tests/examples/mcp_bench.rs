@@ -15,12 +15,14 @@
 //! [--noop target/fixtures/noop.wasm] [--calls 2000] [--concurrent 1000]`. Everything listens on
 //! 127.0.0.1; every loop is bounded.
 
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cordon_tests::bench::{TOKEN, arg, cordon, number, start_serve, status_kib, write_token};
+mod common {
+    pub mod mcp_client;
+}
+use common::mcp_client::{calls, connect};
+use cordon_tests::bench::{TOKEN, cordon, file_arg, number, start_serve, status_kib, write_token};
 use rmcp::model::{CallToolRequestParams, CallToolResponse, ServerCapabilities, ServerConfig};
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
@@ -65,31 +67,6 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 fn micros(d: Duration) -> String {
     format!("{:.1} µs", d.as_secs_f64() * 1e6)
-}
-
-type Client = rmcp::service::RunningService<rmcp::RoleClient, ()>;
-
-async fn connect(mut cmd: tokio::process::Command) -> Client {
-    cmd.stderr(Stdio::null());
-    let transport = rmcp::transport::TokioChildProcess::new(cmd).expect("start the MCP server");
-    ().serve(transport)
-        .await
-        .expect("connect to the MCP server")
-}
-
-/// `n` sequential no-op calls; the time of each.
-async fn calls(client: &Client, n: usize) -> Vec<Duration> {
-    let mut times = Vec::with_capacity(n);
-    for _ in 0..n {
-        let start = Instant::now();
-        let result = client
-            .call_tool(CallToolRequestParams::new("noop"))
-            .await
-            .expect("tools/call");
-        assert_ne!(result.is_error, Some(true), "{result:?}");
-        times.push(start.elapsed());
-    }
-    times
 }
 
 /// One no-op `tools/call` on protocol 2026-07-28 (stateless: one POST, the answer as an SSE
@@ -147,16 +124,9 @@ async fn main() {
         native_server(args.iter().any(|a| a == OWN_TRANSPORT_FLAG)).await;
         return;
     }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let bin = arg(&args, "--cordon")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target/release/cordon"));
-    let noop = arg(&args, "--noop")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target/fixtures/noop.wasm"));
     // Children run in the home: their paths must not depend on this directory.
-    let bin = std::fs::canonicalize(&bin).unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
-    let noop = std::fs::canonicalize(&noop).unwrap_or_else(|e| panic!("{}: {e}", noop.display()));
+    let bin = file_arg(&args, "--cordon", "target/release/cordon");
+    let noop = file_arg(&args, "--noop", "target/fixtures/noop.wasm");
     let n = number(&args, "--calls", 2000).max(10);
     let concurrent = number(&args, "--concurrent", 1000).max(1);
     let dir = tempfile::tempdir().expect("temporary home");

@@ -34,15 +34,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cordon_agent::approval::{self, Standing};
 use cordon_agent::cordon_policy::{Call, Caller, CountScope, Policy, Reach, SessionFacts};
 use cordon_agent::{AgentConfig, ToolSpec};
-use cordon_tests::bench::{arg, cordon, number};
-use rmcp::model::CallToolRequestParams;
+use cordon_tests::bench::{arg, cordon, file_arg, number};
+mod common {
+    pub mod mcp_client;
+}
+use common::mcp_client::{Client, calls, connect};
 use serde_json::{Value, json};
 
 /// Monday 2026-11-30 10:00 UTC (11:00 in Berlin): no `hours`/`days` rule of part 1 applies.
@@ -698,9 +700,8 @@ fn decision_times(samples: usize) -> usize {
     hot_share
 }
 
-type Client = rmcp::service::RunningService<rmcp::RoleClient, ()>;
-
-async fn connect(bin: &Path, home: &Path, config: &Path) -> Client {
+/// `cordon mcp` on `home` with `config`, as a connected client.
+async fn connect_cordon(bin: &Path, home: &Path, config: &Path) -> Client {
     let mut cmd = tokio::process::Command::new(bin);
     cmd.arg("--home")
         .arg(home)
@@ -709,26 +710,8 @@ async fn connect(bin: &Path, home: &Path, config: &Path) -> Client {
         .arg(config)
         .current_dir(home)
         .env_remove("CORDON_CONFIG")
-        .env_remove("CORDON_STORE")
-        .stderr(Stdio::null());
-    let transport = rmcp::transport::TokioChildProcess::new(cmd).expect("start cordon mcp");
-    use rmcp::ServiceExt;
-    ().serve(transport).await.expect("connect to cordon mcp")
-}
-
-/// `n` sequential no-op calls; the time of each.
-async fn calls(client: &Client, n: usize) -> Vec<Duration> {
-    let mut times = Vec::with_capacity(n);
-    for _ in 0..n {
-        let start = Instant::now();
-        let result = client
-            .call_tool(CallToolRequestParams::new("noop"))
-            .await
-            .expect("tools/call");
-        assert_ne!(result.is_error, Some(true), "{result:?}");
-        times.push(start.elapsed());
-    }
-    times
+        .env_remove("CORDON_STORE");
+    connect(cmd).await
 }
 
 async fn call_cost(bin: &Path, noop: &Path, n: usize, hot_share: usize) {
@@ -761,7 +744,7 @@ async fn call_cost(bin: &Path, noop: &Path, n: usize, hot_share: usize) {
     }
     let mut clients = Vec::new();
     for (_, config) in &configs {
-        clients.push(connect(bin, &home, config).await);
+        clients.push(connect_cordon(bin, &home, config).await);
     }
     for client in &clients {
         calls(client, 100).await;
@@ -800,15 +783,8 @@ async fn call_cost(bin: &Path, noop: &Path, n: usize, hot_share: usize) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let bin = arg(&args, "--cordon")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target/release/cordon"));
-    let noop = arg(&args, "--noop")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target/fixtures/noop.wasm"));
-    let bin = std::fs::canonicalize(&bin).unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
-    let noop = std::fs::canonicalize(&noop).unwrap_or_else(|e| panic!("{}: {e}", noop.display()));
+    let bin = file_arg(&args, "--cordon", "target/release/cordon");
+    let noop = file_arg(&args, "--noop", "target/fixtures/noop.wasm");
     let samples = number(&args, "--samples", 20_000).max(100);
     let n = number(&args, "--calls", 2_000).max(10);
     if args.iter().any(|a| a == "--no-counters") {

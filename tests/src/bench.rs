@@ -2,7 +2,7 @@
 //! throwaway home, and a `cordon serve` started on it and stopped however the run ends.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,18 @@ pub fn number(args: &[String], name: &str, default: usize) -> usize {
                 .unwrap_or_else(|_| panic!("{name} takes a number, not {v:?}"))
         })
         .unwrap_or(default)
+}
+
+/// The file after `name` on the command line, else `default` (relative to the repository),
+/// made absolute: benchmarks run their children in throwaway homes, where a relative path
+/// would not lead back.
+pub fn file_arg(args: &[String], name: &str, default: &str) -> PathBuf {
+    let path = arg(args, name).map(PathBuf::from).unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(default)
+    });
+    std::fs::canonicalize(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Runs `cordon` on the home, failing on a non-zero exit.
