@@ -12,52 +12,32 @@ use globset::{GlobBuilder, GlobMatcher};
 use regex::Regex;
 use serde_json::Value;
 
-use crate::call::{self, CallerField, normalised};
+use crate::call::{self, Arguments, CallerField};
 use crate::config::{CallCount, Decision, Rule};
 use crate::error::PolicyError;
 use crate::native::{self, ArgCheck, Check, Cond, ReachTest, Scalar};
 use crate::schema::{ArgType, PathProblem, ToolFacts};
 
-/// A test the host computes for Cedar.
+/// A test the host computes for Cedar (a regular expression, a normalised path): the same
+/// check as the rule's own, handed to Cedar's text of the rule as `context.matched`.
 #[derive(Debug, Clone)]
 pub(crate) struct Fact {
     /// Its name in `context.matched`.
     pub id: String,
-    /// The argument it reads.
+    /// The argument it reads, a string.
     pub path: Vec<String>,
-    pub test: FactTest,
-    /// What a path that cannot be placed (relative, or not normalisable) counts as: matching,
-    /// for rules that deny or ask, so such a path never slips past them; not matching, for
-    /// rules that allow.
-    pub unplaceable_matches: bool,
-}
-
-#[derive(Debug, Clone)]
-pub(crate) enum FactTest {
-    Regex(Regex),
-    Path(GlobMatcher),
+    pub check: ArgCheck,
 }
 
 impl Fact {
     /// Whether the fact holds for the arguments `input`.
     pub(crate) fn holds(&self, input: &Value) -> bool {
-        let mut here = input;
-        for part in &self.path {
-            match here.get(part) {
-                Some(v) => here = v,
-                None => return false,
-            }
-        }
-        let Some(text) = here.as_str() else {
-            return false;
-        };
-        match &self.test {
-            FactTest::Regex(re) => re.is_match(text),
-            FactTest::Path(glob) => match normalised(text) {
-                Some(path) => glob.is_match(path.as_ref()),
-                None => self.unplaceable_matches,
-            },
-        }
+        call::lookup(input, &self.path)
+            .filter(|v| v.is_string())
+            .is_some_and(|v| {
+                self.check
+                    .holds(v, &ArgType::String, &mut Arguments::new(input, 0, None))
+            })
     }
 }
 
@@ -251,38 +231,32 @@ pub(crate) fn compile(
         let mut checks = Vec::new();
         let mut present: Option<bool> = None;
         for t in tests {
-            match t {
+            let (kind, check) = match t {
                 ArgTest::Cedar(c, check) => {
                     clause.push(c);
                     checks.push(check);
+                    continue;
                 }
-                ArgTest::Present(p) => present = Some(p),
-                ArgTest::Regex(re) => {
-                    let id = fact_id("regex");
-                    clause.push(format!("context.matched.contains({})", lit(&id)));
-                    checks.push(ArgCheck::Regex(re.clone(), usize::MAX));
-                    facts.push(Fact {
-                        id,
-                        path: parts.iter().map(|s| s.to_string()).collect(),
-                        test: FactTest::Regex(re),
-                        unplaceable_matches: false,
-                    });
+                ArgTest::Present(p) => {
+                    present = Some(p);
+                    continue;
                 }
-                ArgTest::Path(glob) => {
-                    let id = fact_id("path");
-                    clause.push(format!("context.matched.contains({})", lit(&id)));
-                    checks.push(ArgCheck::Path(
-                        glob.clone(),
-                        rule.decision != Decision::Allow,
-                    ));
-                    facts.push(Fact {
-                        id,
-                        path: parts.iter().map(|s| s.to_string()).collect(),
-                        test: FactTest::Path(glob),
-                        unplaceable_matches: rule.decision != Decision::Allow,
-                    });
-                }
-            }
+                ArgTest::Regex(re) => ("regex", ArgCheck::Regex(re, usize::MAX)),
+                // A path that cannot be placed matches a rule that denies or asks, so it
+                // never slips past one, and never one that allows.
+                ArgTest::Path(glob) => (
+                    "path",
+                    ArgCheck::Path(glob, rule.decision != Decision::Allow),
+                ),
+            };
+            let id = fact_id(kind);
+            clause.push(format!("context.matched.contains({})", lit(&id)));
+            checks.push(check.clone());
+            facts.push(Fact {
+                id,
+                path: parts.iter().map(|s| s.to_string()).collect(),
+                check,
+            });
         }
         match present {
             Some(false) => {

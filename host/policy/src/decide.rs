@@ -1,10 +1,11 @@
-//! Deciding a call: the host evaluates the tool's `cordon.toml` rules ([`crate::native`]);
-//! Cedar evaluates a rule's `when` once the rest of the rule holds, and the policies of Cedar
-//! files, against a request carrying only the parts of the context they read.
+//! Deciding a call: the host evaluates the tool's `cordon.toml` rules ([`crate::native`]) and
+//! the Cedar file policies in its part of Cedar ([`crate::subset`]); Cedar evaluates the rest
+//! (a rule's `when` once the rest of the rule holds, other Cedar file policies) against a
+//! request carrying only the parts of the context they read.
 
 use std::collections::BTreeSet;
 
-use cedar_policy::{Context, Effect, EvalResult, PolicySet, Request, RestrictedExpression};
+use cedar_policy::{Context, Effect, EvalResult, Request, RestrictedExpression};
 
 use crate::call::{Arguments, Call, Moment};
 use crate::config::Decision;
@@ -86,14 +87,12 @@ impl Policy {
             match self.when_holds(request, when) {
                 Ok(false) => {}
                 Ok(true) => applied.push((i, None)),
-                Err(e) if self.rules[i].rule.decision != Decision::Allow => {
-                    applied.push((i, Some(e)));
-                }
+                Err(e) if denies_or_asks => applied.push((i, Some(e))),
                 Err(_) => {}
             }
         }
         if !t.cedar.is_empty() {
-            self.by_cedar(t, call, &t.cedar, &mut request, &mut applied);
+            self.by_cedar(t, call, &mut request, &mut applied);
         }
         // Those that apply in the order written, then those that could not be evaluated.
         applied.sort_by_key(|(i, e)| (e.is_some(), *i));
@@ -245,17 +244,17 @@ impl Policy {
             .to_zoned(self.tz.clone()))
     }
 
-    /// Evaluates `set` in Cedar for `call`, building the request once per call, and adds the
-    /// policies that apply to `applied`. A deny or ask policy that cannot be evaluated counts
-    /// as applying.
+    /// Evaluates the tool's Cedar file policies that only Cedar evaluates, building the
+    /// call's request once, and adds those that apply to `applied`. A deny or ask policy that
+    /// cannot be evaluated counts as applying.
     fn by_cedar(
         &self,
         t: &ToolPolicy,
         call: &Call<'_>,
-        set: &PolicySet,
         request: &mut Option<Result<Request, String>>,
         applied: &mut Applied,
     ) {
+        let set = &t.cedar;
         let request = request.get_or_insert_with(|| self.request(t, call, &t.needs));
         let request = match request {
             Ok(r) => r,

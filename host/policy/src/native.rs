@@ -169,12 +169,7 @@ impl Check {
 
     /// Whether every condition holds for `call` at `moment` (which is given whenever
     /// [`Check::reads_time`]).
-    pub(crate) fn holds(
-        &self,
-        call: &Call<'_>,
-        args: &mut Arguments<'_>,
-        moment: Option<Moment>,
-    ) -> bool {
+    fn holds(&self, call: &Call<'_>, args: &mut Arguments<'_>, moment: Option<Moment>) -> bool {
         self.conds.iter().all(|c| c.holds(call, args, moment))
     }
 
@@ -261,7 +256,7 @@ fn equals(value: &Value, ty: &ArgType, want: &Scalar) -> bool {
 }
 
 impl ArgCheck {
-    fn holds(&self, value: &Value, ty: &ArgType, args: &mut Arguments<'_>) -> bool {
+    pub(crate) fn holds(&self, value: &Value, ty: &ArgType, args: &mut Arguments<'_>) -> bool {
         let text = || value.as_str().unwrap_or_default();
         match self {
             ArgCheck::Equals(want) => equals(value, ty, want),
