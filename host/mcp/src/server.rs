@@ -644,10 +644,7 @@ impl McpServer {
             AbortOnDrop(ticker)
         });
         let approved = match self.approve(&facts, &request, &context).await {
-            Asked::Run(approved) => {
-                self.ran(&policy, &facts, &approved, &caller).await;
-                approved
-            }
+            Asked::Run(approved) => approved,
             Asked::Sent(input) => return Ok(input.into()),
             Asked::Refused(approved, why) => {
                 let outcome = CallOutcome::NotRun {
@@ -660,10 +657,17 @@ impl McpServer {
             }
         };
         *running.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
-        let (result, report) = catalog
-            .host
-            .call_reported(&spec.name, arguments.clone(), context.ct.clone())
-            .await;
+        // The call is counted while it runs rather than before it (the store's round trip is
+        // longer than a quick tool's whole run), and always before its result is sent, so a
+        // client's next call sees it counted. The count goes first: its statement is on its
+        // way to the store before the tool takes the thread. (A host killed within that round
+        // trip may have run the call without counting it.)
+        let ((), (result, report)) = tokio::join!(
+            self.ran(&policy, &facts, &approved, &caller),
+            catalog
+                .host
+                .call_reported(&spec.name, arguments.clone(), context.ct.clone())
+        );
         drop(progress);
         let outcome = match &result {
             Ok(_) => CallOutcome::Ok,

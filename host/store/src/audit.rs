@@ -33,35 +33,66 @@ pub struct StoredAudit {
     pub record: AuditRecord,
 }
 
+/// Records per statement: both backends bound the number of parameters (eight a record).
+const PER_STATEMENT: usize = 100;
+
+/// One statement inserting `n` records, in order: `$8i+1`…`$8i+8` the `i`th record's columns.
+fn insert_sql(n: usize) -> String {
+    let rows: Vec<String> = (0..n)
+        .map(|i| {
+            let cols: Vec<String> = (1..=8).map(|c| format!("${}", 8 * i + c)).collect();
+            format!("({})", cols.join(", "))
+        })
+        .collect();
+    format!(
+        "INSERT INTO audit (at_ms, kind, origin, session, tool, plugin, outcome, record) VALUES {}",
+        rows.join(", ")
+    )
+}
+
 impl Store {
     /// Appends one record.
     pub async fn append_audit(&self, record: &AuditRecord) -> Result<(), StoreError> {
         self.append_audits(std::slice::from_ref(record)).await
     }
 
-    /// Appends records in order, in one database transaction: all or none.
+    /// Appends records in order, in one database transaction: all or none. Up to
+    /// [`PER_STATEMENT`] records go in one statement, so a batch holds the database for
+    /// one round trip rather than one a record.
     pub async fn append_audits(&self, records: &[AuditRecord]) -> Result<(), StoreError> {
-        const SQL: &str = "INSERT INTO audit (at_ms, kind, origin, session, tool, plugin, outcome, record) \
-                           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
         let rows: Vec<AuditRow> = records.iter().map(AuditRow::of).collect();
-        let result = on_backend!(self, pool => async {
-            let mut tx = pool.begin().await?;
-            for row in &rows {
-                sqlx::query(SQL)
-                    .bind(row.at_ms)
-                    .bind(row.kind)
-                    .bind(&row.origin)
-                    .bind(&row.session)
-                    .bind(&row.tool)
-                    .bind(&row.plugin)
-                    .bind(&row.outcome)
-                    .bind(&row.json)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            tx.commit().await
+        // The statement adding one chunk (built of numbers only: the values go as parameters).
+        macro_rules! insert {
+            ($chunk:expr) => {{
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(insert_sql($chunk.len())));
+                for row in $chunk {
+                    query = query
+                        .bind(row.at_ms)
+                        .bind(row.kind)
+                        .bind(&row.origin)
+                        .bind(&row.session)
+                        .bind(&row.tool)
+                        .bind(&row.plugin)
+                        .bind(&row.outcome)
+                        .bind(&row.json);
+                }
+                query
+            }};
         }
-        .await);
+        let result = match rows.len() {
+            0 => Ok(()),
+            n if n <= PER_STATEMENT => {
+                on_backend!(self, pool => insert!(&rows).execute(pool).await.map(|_| ()))
+            }
+            _ => on_backend!(self, pool => async {
+                let mut tx = pool.begin().await?;
+                for chunk in rows.chunks(PER_STATEMENT) {
+                    insert!(chunk).execute(&mut *tx).await?;
+                }
+                tx.commit().await
+            }
+            .await),
+        };
         result.map_err(|e| self.failed(e))
     }
 

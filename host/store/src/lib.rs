@@ -365,6 +365,10 @@ async fn open_sqlite(path: &Path, shown: &str, connections: u32) -> Result<Sqlit
         .foreign_keys(true);
     SqlitePoolOptions::new()
         .max_connections(connections.max(1))
+        // A connection to a local file does not go stale the way a network connection does:
+        // pinging it before each use (sqlx's default) doubled every statement's round trip
+        // through the connection's worker thread (a counter's read, 96 → 52 µs p50).
+        .test_before_acquire(false)
         .connect_with(options)
         .await
         .map_err(|source| StoreError::Open {

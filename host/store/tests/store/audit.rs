@@ -159,3 +159,60 @@ each_backend!(
         assert_eq!(store.audit(&Default::default()).await.unwrap().len(), 1);
     }
 );
+
+each_backend!(
+    a_batch_is_kept_in_order_and_whole_across_statements,
+    |backend: Backend| async move {
+        let (store, url, _dir) = fresh(backend, options(Duration::from_secs(30), 64)).await;
+        // 250 records: more than one statement holds.
+        let batch: Vec<AuditRecord> = (0..250)
+            .map(|i| match i % 7 {
+                3 => change(i),
+                _ => call(i, Some("s"), "sql", "sql_query", i % 2 == 0),
+            })
+            .collect();
+        store.append_audits(&batch).await.unwrap();
+        let all = store
+            .audit(&AuditQuery {
+                limit: Some(1000),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            all.iter().map(|s| s.record.clone()).collect::<Vec<_>>(),
+            batch
+        );
+        assert!(all.windows(2).all(|w| w[0].id < w[1].id));
+        // A batch whose last statement fails leaves none of it: here the table refuses any
+        // row once 260 are in, so the third statement of a 250-record batch fails.
+        let limit: &[&'static str] = match backend {
+            Backend::Sqlite => &["CREATE TRIGGER audit_full BEFORE INSERT ON audit \
+                 WHEN (SELECT COUNT(*) FROM audit) >= 460 \
+                 BEGIN SELECT RAISE(ABORT, 'full'); END"],
+            Backend::Postgres => &[
+                "CREATE FUNCTION audit_full() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+                 IF (SELECT COUNT(*) FROM audit) >= 460 THEN RAISE EXCEPTION 'full'; END IF; \
+                 RETURN NEW; END $$",
+                "CREATE TRIGGER audit_full BEFORE INSERT ON audit \
+                 FOR EACH ROW EXECUTE FUNCTION audit_full()",
+            ],
+        };
+        for sql in limit {
+            raw_sql(backend, &url, sql).await.unwrap();
+        }
+        let e = store.append_audits(&batch).await.unwrap_err();
+        assert!(e.to_string().contains("full"), "{e}");
+        assert_eq!(
+            store
+                .audit(&AuditQuery {
+                    limit: Some(1000),
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .len(),
+            250
+        );
+    }
+);
