@@ -254,6 +254,7 @@ impl BenchTool {
             digest: String::new(),
             proven: Default::default(),
             reach,
+            exposure: Default::default(),
         }
     }
 }
@@ -563,6 +564,7 @@ fn decision_times(samples: usize) -> usize {
     let standing = Standing {
         answers: &answers,
         requester: None,
+        labels: &Default::default(),
     };
     let dir = tempfile::tempdir().expect("a temporary directory");
     println!(

@@ -49,6 +49,7 @@ impl ToolHost for DemoTools {
             digest: String::new(),
             proven: Default::default(),
             reach: Default::default(),
+            exposure: Default::default(),
         };
         vec![
             spec(

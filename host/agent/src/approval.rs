@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use cordon_core::Requester;
+use cordon_core::{Requester, RuleOfTwo, SessionLabels};
 use cordon_policy::{RuleRef, Verdict};
 use serde::{Deserialize, Serialize};
 
@@ -65,6 +65,10 @@ pub struct ApprovalConfig {
     /// Rules by plugin name.
     #[serde(default)]
     pub plugins: BTreeMap<String, Policy>,
+    /// What a call that could send data out gets once the session has seen both private data
+    /// and untrusted content: `ask` (the default) or `deny`.
+    #[serde(default)]
+    pub rule_of_two: RuleOfTwo,
 }
 
 impl ApprovalConfig {
@@ -241,6 +245,9 @@ pub struct Standing<'a> {
     pub answers: &'a BTreeMap<String, StandingAnswer>,
     /// Who asked for the turn.
     pub requester: Option<&'a Requester>,
+    /// What the conversation's model has seen (the Rule of Two reads it); for a decision
+    /// outside any conversation, [`cordon_core::labels::NO_LABELS`].
+    pub labels: &'a SessionLabels,
 }
 
 impl<'a> Standing<'a> {
@@ -336,11 +343,14 @@ pub fn broken_policy(error: &str) -> Verdict {
 /// 2. a per-call policy `deny` (its rule and reason given to the model);
 /// 3. a standing `never` in this conversation that covers the turn's requester (see
 ///    [`StandingAnswer::covers`]);
-/// 4. a per-call policy `ask`: asked every time, even after an `always` for the tool, since
+/// 4. the Rule of Two ([`cordon_core::labels`]): once the conversation has seen private data
+///    and untrusted content, a call of a tool that can send data out is asked (or denied,
+///    with `rule_of_two = "deny"`), even after an `always` or under an `allow` rule;
+/// 5. a per-call policy `ask`: asked every time, even after an `always` for the tool, since
 ///    the rule singles out this kind of call (an `always` answers the tool's ordinary calls);
-/// 5. a standing `always` that covers the requester;
-/// 6. the strictest of a per-call policy `allow` and the `[approval]` rules;
-/// 7. the default: `ask` for tools that declare themselves destructive, `auto` for tools
+/// 6. a standing `always` that covers the requester;
+/// 7. the strictest of a per-call policy `allow` and the `[approval]` rules;
+/// 8. the default: `ask` for tools that declare themselves destructive, `auto` for tools
 ///    whose effective capabilities cannot change anything, `ask` for everything else.
 ///
 /// Nothing here widens what a tool can reach: `auto` only skips the question.
@@ -382,6 +392,13 @@ pub fn decide(
     let answer = standing.get(&identity);
     if let Some(answer) = answer.filter(|a| a.policy == Policy::Deny) {
         return Decision::plain(Policy::Deny, answer.reason());
+    }
+    if let Some(reason) = cordon_core::rule_of_two(standing.labels, &identity, &spec.exposure) {
+        let policy = match config.rule_of_two {
+            RuleOfTwo::Ask => Policy::Ask,
+            RuleOfTwo::Deny => Policy::Deny,
+        };
+        return Decision::plain(policy, reason);
     }
     if let Some((Rule::Ask, rule)) = ruled {
         return Decision::by_rule(Policy::Ask, rule);
@@ -440,6 +457,7 @@ mod tests {
         Standing {
             answers,
             requester: None,
+            labels: &cordon_core::labels::NO_LABELS,
         }
     }
 
@@ -467,6 +485,7 @@ mod tests {
             digest: String::new(),
             proven: Default::default(),
             reach: Default::default(),
+            exposure: Default::default(),
         }
     }
 
@@ -477,6 +496,63 @@ mod tests {
         let mut two = spec("read_file", "files2", false, true, false);
         two.name = "files2__read_file".into();
         (one, two)
+    }
+
+    #[test]
+    fn the_rule_of_two_asks_before_any_allowance_once_both_labels_are_held() {
+        let grants = |list: &[&str]| -> cordon_core::Grants {
+            list.iter().map(|g| g.parse().unwrap()).collect()
+        };
+        let mut fetch = spec("fetch", "web", true, false, false);
+        fetch.exposure = cordon_core::Exposure::of(&grants(&["net:https://example.com"]));
+        let mut read = spec("read_file", "files", false, true, false);
+        read.exposure = cordon_core::Exposure::of(&grants(&["fs:/docs:/docs:ro"]));
+        let mut c = ApprovalConfig::default();
+        c.tools.insert("web.fetch".into(), Policy::Auto);
+        let always = BTreeMap::from([("web.fetch".to_string(), answer(Policy::Auto))]);
+        fn in_session<'a>(
+            answers: &'a BTreeMap<String, StandingAnswer>,
+            labels: &'a cordon_core::SessionLabels,
+        ) -> Standing<'a> {
+            Standing {
+                answers,
+                requester: None,
+                labels,
+            }
+        }
+        let none = BTreeMap::new();
+        let mut labels = cordon_core::SessionLabels::default();
+        labels.saw("web.fetch", &fetch.exposure);
+        // Untrusted content alone: the rules decide.
+        assert_eq!(
+            decide(&c, in_session(&always, &labels), &fetch).policy,
+            Policy::Auto
+        );
+        labels.saw("files.read_file", &read.exposure);
+        for answers in [&none, &always] {
+            let d = decide(&c, in_session(answers, &labels), &fetch);
+            assert_eq!(d.policy, Policy::Ask);
+            assert!(
+                d.reason.contains("`fs:/docs:/docs:ro` (files.read_file)"),
+                "{}",
+                d.reason
+            );
+        }
+        // A tool that cannot send anything out is not held back.
+        let d = decide(&c, in_session(&none, &labels), &read);
+        assert_eq!(d.policy, Policy::Auto);
+        c.rule_of_two = RuleOfTwo::Deny;
+        assert_eq!(
+            decide(&c, in_session(&always, &labels), &fetch).policy,
+            Policy::Deny
+        );
+        // An `[approval]` deny still names itself.
+        c.tools.insert("web.fetch".into(), Policy::Deny);
+        let d = decide(&c, in_session(&always, &labels), &fetch);
+        assert!(d.reason.contains("cordon.toml denies"), "{}", d.reason);
+        let parsed: ApprovalConfig = toml::from_str("rule_of_two = \"deny\"").unwrap();
+        assert_eq!(parsed.rule_of_two, RuleOfTwo::Deny);
+        assert!(toml::from_str::<ApprovalConfig>("rule_of_two = \"off\"").is_err());
     }
 
     #[test]
@@ -578,6 +654,7 @@ mod tests {
         let rules = |tools: &[(&str, Policy)], plugins: &[(&str, Policy)]| ApprovalConfig {
             tools: tools.iter().map(|(k, p)| (k.to_string(), *p)).collect(),
             plugins: plugins.iter().map(|(k, p)| (k.to_string(), *p)).collect(),
+            ..ApprovalConfig::default()
         };
         // A permissive tool rule does not lift a stricter plugin rule, nor the reverse.
         let c = rules(&[("read_file", Policy::Auto)], &[("files", Policy::Ask)]);
@@ -680,6 +757,7 @@ mod tests {
         let turn_of = |requester| Standing {
             answers: &answers,
             requester,
+            labels: &cordon_core::labels::NO_LABELS,
         };
         let d = decide(&c, turn_of(Some(&ann)), &one);
         assert_eq!(d.policy, Policy::Deny);

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use cordon_core::Requester;
+use cordon_core::{Requester, SessionLabels};
 
 use crate::approval::{Standing, StandingAnswer};
 use crate::messages::{Message, ModelResponse, ToolCall, Usage};
@@ -256,6 +256,10 @@ pub struct PlannedCall {
     /// What the per-call policy said of it, when a `[policy]` is in force.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<Box<PolicyNote>>,
+    /// The labels the conversation held when the call was decided (its audit record says
+    /// them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
 }
 
 /// What the per-call policy said of a call: kept with the call so its audit record names the
@@ -294,6 +298,10 @@ pub struct Conversation {
     /// approval-before-action rules (`approved = "…"`) read.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub approved_tools: BTreeMap<String, usize>,
+    /// What the model has been given results of: private data, untrusted content (see
+    /// [`cordon_core::labels`]). Only ever added to.
+    #[serde(default, skip_serializing_if = "SessionLabels::is_empty")]
+    pub labels: SessionLabels,
     /// Tool calls identified so far: the number in Cordon's id of the last call (`c7` → 7).
     #[serde(default)]
     pub next_call: u64,
@@ -323,6 +331,7 @@ impl Conversation {
             progress: Progress::default(),
             session_approvals: BTreeMap::new(),
             approved_tools: Default::default(),
+            labels: SessionLabels::default(),
             next_call: 0,
             notes: Vec::new(),
             usage: Usage::default(),
@@ -422,6 +431,8 @@ pub struct ConversationTail<'a> {
     session_approvals: &'a BTreeMap<String, StandingAnswer>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     approved_tools: &'a BTreeMap<String, usize>,
+    #[serde(skip_serializing_if = "SessionLabels::is_empty")]
+    labels: &'a SessionLabels,
     next_call: u64,
     notes: &'a [Note],
     usage: &'a Usage,
@@ -438,6 +449,7 @@ impl Conversation {
             progress: &self.progress,
             session_approvals: &self.session_approvals,
             approved_tools: &self.approved_tools,
+            labels: &self.labels,
             next_call: self.next_call,
             notes: &self.notes,
             usage: &self.usage,
@@ -450,6 +462,7 @@ impl Conversation {
         Standing {
             answers: &self.session_approvals,
             requester: self.requester(),
+            labels: &self.labels,
         }
     }
 

@@ -214,6 +214,7 @@ impl Agent {
         let standing = Standing {
             answers: &session,
             requester: conv.requester(),
+            labels: &conv.labels,
         };
         catalog.offered(standing).into_iter().cloned().collect()
     }
@@ -226,6 +227,7 @@ impl Agent {
         let standing = Standing {
             answers: &session,
             requester: conv.requester(),
+            labels: &conv.labels,
         };
         self.tools
             .tools()
@@ -743,6 +745,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
                     .as_ref()
                     .map(|n| n.digest.clone())
                     .filter(|d| !d.is_empty()),
+                labels: call.labels.clone(),
                 outcome,
                 report,
             })),

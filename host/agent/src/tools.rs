@@ -55,6 +55,10 @@ pub struct ToolSpec {
     /// What the tool's effective grants reach, as policy rules see it (`resource` in Cedar).
     #[serde(default)]
     pub reach: cordon_policy::Reach,
+    /// What its results carry and whether it can send data out, from its effective grants
+    /// (see [`cordon_core::labels`]).
+    #[serde(default)]
+    pub exposure: cordon_core::Exposure,
 }
 
 /// Why a tool call failed.
@@ -139,6 +143,7 @@ impl ToolSpec {
                 can_change: can_change_anything,
                 ..cordon_policy::Reach::default()
             },
+            exposure: cordon_core::Exposure::default(),
         }
     }
 

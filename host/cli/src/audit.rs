@@ -199,6 +199,7 @@ pub fn direct_call(
             decided_by: format!("{} at the terminal (cordon call)", local_user()),
             policy_rule: None,
             policy_digest: None,
+            labels: Vec::new(),
             outcome,
             report,
         })),

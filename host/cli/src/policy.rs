@@ -166,6 +166,7 @@ pub fn grant_default(rules: &ApprovalConfig, spec: &ToolSpec) -> GrantDecision {
     let none = approval::Standing {
         answers: &Default::default(),
         requester: None,
+        labels: &cordon_core::labels::NO_LABELS,
     };
     approval::decide(rules, none, spec, None)
 }
@@ -180,6 +181,7 @@ fn final_decision(
     let none = approval::Standing {
         answers: &Default::default(),
         requester: None,
+        labels: &cordon_core::labels::NO_LABELS,
     };
     approval::decide(rules, none, spec, Some(verdict))
 }

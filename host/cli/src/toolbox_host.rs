@@ -86,6 +86,7 @@ pub fn spec_for(entry: &ToolEntry, name: String) -> ToolSpec {
     spec.digest = entry.digest.clone();
     spec.proven = cordon_core::ProvenHints::derive(&entry.grants, &entry.descriptor.hints);
     spec.reach = reach_of(&entry.grants, entry.can_change_anything);
+    spec.exposure = cordon_core::Exposure::of(&entry.grants);
     spec
 }
 
@@ -103,9 +104,9 @@ pub fn reach_of(grants: &cordon_core::Grants, can_change: bool) -> cordon_policy
                 FsMode::ReadWrite => reach.read_write.push(fs.guest_path()),
                 FsMode::ReadOnly => reach.read_only.push(fs.guest_path()),
             },
-            Grant::Env(name) => reach.env.push(name.clone()),
-            Grant::Http(origin) => reach.network.push(origin.to_string()),
-            Grant::Tcp(addr) => reach.network.push(format!("tcp://{addr}")),
+            Grant::Env(name, _) => reach.env.push(name.clone()),
+            Grant::Http(origin, _) => reach.network.push(origin.to_string()),
+            Grant::Tcp(addr, _) => reach.network.push(format!("tcp://{addr}")),
         }
     }
     reach

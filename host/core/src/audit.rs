@@ -122,6 +122,10 @@ pub struct ToolCallAudit {
     /// The digest (`sha256:…`) of the per-call policy in force, when one was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy_digest: Option<String>,
+    /// The labels the session held when the call was decided (`private`, `untrusted`; see
+    /// [`crate::labels`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
     /// How the call ended.
     pub outcome: CallOutcome,
     /// What the sandbox measured and refused; absent for a call that never started.
@@ -299,6 +303,7 @@ mod tests {
                 decided_by: "policy: its grants cannot change anything".into(),
                 policy_rule: None,
                 policy_digest: None,
+                labels: Vec::new(),
                 outcome: CallOutcome::Error {
                     kind: "denied".into(),
                     message: "no".into(),

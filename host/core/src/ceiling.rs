@@ -82,9 +82,9 @@ impl Capability {
     pub fn of(grant: &Grant) -> Capability {
         match grant {
             Grant::Fs(_) => Capability::Filesystem,
-            Grant::Env(_) => Capability::Environment,
-            Grant::Http(_) => Capability::Http,
-            Grant::Tcp(_) => Capability::Sockets,
+            Grant::Env(..) => Capability::Environment,
+            Grant::Http(..) => Capability::Http,
+            Grant::Tcp(..) => Capability::Sockets,
         }
     }
 }

@@ -12,10 +12,13 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::marks::{Marked, Marks};
+
 /// The accepted grant forms, repeated in every syntax error so the user can fix the input
 /// without looking anything up.
-const ACCEPTED_FORMS: &str = "accepted forms: `fs:<host-path>[:<guest-path>][:ro|rw]`, `env:NAME`, \
-     `net:https://host[:port]`, `net:http://host[:port]`, `net:tcp://<ip>:<port>`";
+const ACCEPTED_FORMS: &str = "accepted forms: `fs:<host-path>[:<guest-path>][:ro|rw][:public][:shared]`, \
+     `env:NAME[:public]`, `net:https://host[:port][:trusted]`, `net:http://host[:port][:trusted]`, \
+     `net:tcp://<ip>:<port>[:trusted]`";
 
 /// Why a grant could not be parsed or resolved.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -86,6 +89,8 @@ pub struct FsGrant {
     pub guest: Option<String>,
     /// Read-only or read-write.
     pub mode: FsMode,
+    /// What the person who granted it said of its contents (`:public`, `:shared`).
+    pub marks: Marks,
 }
 
 impl FsGrant {
@@ -211,11 +216,11 @@ pub enum Grant {
     Fs(FsGrant),
     /// An environment variable, by name; the value is read from the host at call time so that
     /// secrets are never written into the lock file.
-    Env(String),
+    Env(String, Marks),
     /// Outgoing HTTP requests to one origin.
-    Http(HttpOrigin),
+    Http(HttpOrigin, Marks),
     /// Raw TCP connections to one address and port (no name lookup).
-    Tcp(SocketAddr),
+    Tcp(SocketAddr, Marks),
 }
 
 impl Grant {
@@ -239,6 +244,7 @@ impl Grant {
                     host,
                     guest: Some(guest),
                     mode: fs.mode,
+                    marks: fs.marks,
                 }))
             }
             other => Ok(other),
@@ -250,7 +256,29 @@ impl Grant {
     pub fn can_change_anything(&self) -> bool {
         match self {
             Grant::Fs(fs) => fs.mode == FsMode::ReadWrite,
-            Grant::Env(_) | Grant::Http(_) | Grant::Tcp(_) => true,
+            Grant::Env(..) | Grant::Http(..) | Grant::Tcp(..) => true,
+        }
+    }
+
+    /// What the person who granted it said of it.
+    pub fn marks(&self) -> Marks {
+        match self {
+            Grant::Fs(fs) => fs.marks,
+            Grant::Env(_, m) | Grant::Http(_, m) | Grant::Tcp(_, m) => *m,
+        }
+    }
+
+    /// Whether `other` gives the same access, whatever either's marks say: granting it again
+    /// with other marks replaces it.
+    pub fn same_access(&self, other: &Grant) -> bool {
+        match (self, other) {
+            (Grant::Fs(a), Grant::Fs(b)) => {
+                a.host == b.host && a.guest_path() == b.guest_path() && a.mode == b.mode
+            }
+            (Grant::Env(a, _), Grant::Env(b, _)) => a == b,
+            (Grant::Http(a, _), Grant::Http(b, _)) => a == b,
+            (Grant::Tcp(a, _), Grant::Tcp(b, _)) => a == b,
+            _ => false,
         }
     }
 
@@ -263,7 +291,7 @@ impl Grant {
                 g.host == p.host
                     && (p.guest.is_none() || p.guest.as_deref() == Some(&g.guest_path()))
             }
-            _ => self == pattern,
+            _ => self.same_access(pattern),
         }
     }
 }
@@ -349,7 +377,11 @@ impl FromStr for Grant {
     /// Parses the grant syntax only; call [`Grant::resolve`] to check the host side.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let input = s;
-        let s = s.trim();
+        let (s, marks) = Marks::strip(s.trim()).map_err(|reason| syntax(input, reason))?;
+        let placed = |on: Marked| match marks.misplaced(on) {
+            Some(reason) => Err(syntax(input, reason)),
+            None => Ok(()),
+        };
         if let Some(rest) = s.strip_prefix("fs:") {
             let (rest, mode) = if let Some(r) = rest.strip_suffix(":ro") {
                 (r, FsMode::ReadOnly)
@@ -376,10 +408,15 @@ impl FromStr for Grant {
                 return Err(syntax(input, "the host path contains a NUL byte"));
             }
             let guest = guest.map(|g| normalize_guest_path(input, g)).transpose()?;
+            placed(match mode {
+                FsMode::ReadOnly => Marked::ReadOnlyDir,
+                FsMode::ReadWrite => Marked::ReadWriteDir,
+            })?;
             return Ok(Grant::Fs(FsGrant {
                 host: PathBuf::from(host),
                 guest,
                 mode,
+                marks,
             }));
         }
         if let Some(name) = s.strip_prefix("env:") {
@@ -391,7 +428,8 @@ impl FromStr for Grant {
                     ),
                 ));
             }
-            return Ok(Grant::Env(name.to_string()));
+            placed(Marked::Env)?;
+            return Ok(Grant::Env(name.to_string(), marks));
         }
         if let Some(rest) = s.strip_prefix("net:") {
             if let Some(addr) = rest.strip_prefix("tcp://") {
@@ -405,10 +443,12 @@ impl FromStr for Grant {
                 if sa.port() == 0 {
                     return Err(syntax(input, "port 0 cannot be connected to"));
                 }
-                return Ok(Grant::Tcp(sa));
+                placed(Marked::Network)?;
+                return Ok(Grant::Tcp(sa, marks));
             }
+            placed(Marked::Network)?;
             return HttpOrigin::from_str(rest)
-                .map(Grant::Http)
+                .map(|origin| Grant::Http(origin, marks))
                 .map_err(|e| match e {
                     GrantError::Syntax { reason, .. } => syntax(input, reason),
                     other => other,
@@ -429,11 +469,11 @@ impl fmt::Display for Grant {
                 if let Some(g) = &fs.guest {
                     write!(f, ":{g}")?;
                 }
-                write!(f, ":{}", fs.mode.as_str())
+                write!(f, ":{}{}", fs.mode.as_str(), fs.marks)
             }
-            Grant::Env(name) => write!(f, "env:{name}"),
-            Grant::Http(origin) => write!(f, "net:{origin}"),
-            Grant::Tcp(addr) => write!(f, "net:tcp://{addr}"),
+            Grant::Env(name, marks) => write!(f, "env:{name}{marks}"),
+            Grant::Http(origin, marks) => write!(f, "net:{origin}{marks}"),
+            Grant::Tcp(addr, marks) => write!(f, "net:tcp://{addr}{marks}"),
         }
     }
 }
@@ -466,12 +506,13 @@ impl Grants {
         Grants::default()
     }
 
-    /// Adds a grant. Returns the grant it replaced: an equal grant, or an `fs:` grant mounted
-    /// at the same guest path (e.g. the same directory with another mode).
+    /// Adds a grant. Returns the grant it replaced: one giving the same access (perhaps with
+    /// other marks), or an `fs:` grant mounted at the same guest path (e.g. the same directory
+    /// with another mode).
     pub fn add(&mut self, grant: Grant) -> Option<Grant> {
         let pos = self.list.iter().position(|g| match (g, &grant) {
             (Grant::Fs(a), Grant::Fs(b)) => a.guest_path() == b.guest_path(),
-            _ => g == &grant,
+            _ => g.same_access(&grant),
         });
         let replaced = pos.map(|i| self.list.remove(i));
         let at = self.list.binary_search(&grant).unwrap_or_else(|i| i);
@@ -521,7 +562,7 @@ impl Grants {
     /// The names of the granted environment variables.
     pub fn env_names(&self) -> impl Iterator<Item = &str> {
         self.list.iter().filter_map(|g| match g {
-            Grant::Env(n) => Some(n.as_str()),
+            Grant::Env(n, _) => Some(n.as_str()),
             _ => None,
         })
     }
@@ -529,7 +570,7 @@ impl Grants {
     /// The allowed HTTP origins.
     pub fn http_origins(&self) -> impl Iterator<Item = &HttpOrigin> {
         self.list.iter().filter_map(|g| match g {
-            Grant::Http(o) => Some(o),
+            Grant::Http(o, _) => Some(o),
             _ => None,
         })
     }
@@ -537,7 +578,7 @@ impl Grants {
     /// The allowed TCP addresses.
     pub fn tcp_addrs(&self) -> impl Iterator<Item = SocketAddr> + '_ {
         self.list.iter().filter_map(|g| match g {
-            Grant::Tcp(a) => Some(*a),
+            Grant::Tcp(a, _) => Some(*a),
             _ => None,
         })
     }
@@ -588,13 +629,49 @@ mod tests {
     }
 
     #[test]
+    fn marks_parse_print_back_and_do_not_change_access() {
+        for text in [
+            "fs:/srv/www:/www:ro:public",
+            "fs:/sync:/sync:rw:public:shared",
+            "env:REGION:public",
+            "net:https://docs.rs:trusted",
+            "net:http://127.0.0.1:8080:trusted",
+            "net:tcp://127.0.0.1:5432:trusted",
+        ] {
+            let grant = g(text);
+            assert_eq!(grant.to_string(), text);
+            assert!(!grant.marks().is_empty(), "{text}");
+        }
+        // Any order in, one order out.
+        assert_eq!(
+            g("fs:/sync:/sync:rw:shared:public").to_string(),
+            "fs:/sync:/sync:rw:public:shared"
+        );
+        assert!(err("fs:/data:/data:ro:shared").contains("read-only directory"));
+        assert!(err("net:https://x.org:public").contains("`:trusted`"));
+        assert!(err("env:A:trusted").contains("environment variable"));
+        assert!(err("env:A:public:public").contains("twice"));
+        // Granting again with other marks replaces; revoking ignores marks.
+        let mut grants = Grants::new();
+        grants.add(g("net:https://docs.rs"));
+        let replaced = grants.add(g("net:https://docs.rs:trusted"));
+        assert_eq!(replaced, Some(g("net:https://docs.rs")));
+        assert_eq!(grants.len(), 1);
+        assert_eq!(grants.revoke(&g("net:https://docs.rs")).len(), 1);
+        assert!(grants.is_empty());
+        assert!(g("env:A:public").same_access(&g("env:A")));
+        assert!(!g("env:A").same_access(&g("env:B")));
+    }
+
+    #[test]
     fn fs_forms_parse_with_defaults() {
         assert_eq!(
             g("fs:/data"),
             Grant::Fs(FsGrant {
                 host: "/data".into(),
                 guest: None,
-                mode: FsMode::ReadOnly
+                mode: FsMode::ReadOnly,
+                marks: Marks::default(),
             })
         );
         assert_eq!(
@@ -602,7 +679,8 @@ mod tests {
             Grant::Fs(FsGrant {
                 host: "./data".into(),
                 guest: Some("/mnt/x/y".into()),
-                mode: FsMode::ReadWrite
+                mode: FsMode::ReadWrite,
+                marks: Marks::default(),
             })
         );
         assert_eq!(
@@ -610,7 +688,8 @@ mod tests {
             Grant::Fs(FsGrant {
                 host: "/data".into(),
                 guest: None,
-                mode: FsMode::ReadOnly
+                mode: FsMode::ReadOnly,
+                marks: Marks::default(),
             })
         );
         assert_eq!(
@@ -618,7 +697,8 @@ mod tests {
             Grant::Fs(FsGrant {
                 host: "/data".into(),
                 guest: Some("/".into()),
-                mode: FsMode::ReadOnly
+                mode: FsMode::ReadOnly,
+                marks: Marks::default(),
             })
         );
     }
@@ -636,37 +716,49 @@ mod tests {
 
     #[test]
     fn env_and_net_forms() {
-        assert_eq!(g("env:API_KEY"), Grant::Env("API_KEY".into()));
+        assert_eq!(
+            g("env:API_KEY"),
+            Grant::Env("API_KEY".into(), Marks::default())
+        );
         assert!(err("env:1X").contains("not an environment variable name"));
         assert!(err("env:A=B").contains("not an environment variable name"));
         assert!(err("env:").contains("not an environment variable name"));
         assert_eq!(
             g("net:https://Example.COM"),
-            Grant::Http(HttpOrigin {
-                scheme: HttpScheme::Https,
-                host: "example.com".into(),
-                port: 443
-            })
+            Grant::Http(
+                HttpOrigin {
+                    scheme: HttpScheme::Https,
+                    host: "example.com".into(),
+                    port: 443
+                },
+                Marks::default()
+            )
         );
         assert_eq!(
             g("net:http://127.0.0.1:8080/"),
-            Grant::Http(HttpOrigin {
-                scheme: HttpScheme::Http,
-                host: "127.0.0.1".into(),
-                port: 8080
-            })
+            Grant::Http(
+                HttpOrigin {
+                    scheme: HttpScheme::Http,
+                    host: "127.0.0.1".into(),
+                    port: 8080
+                },
+                Marks::default()
+            )
         );
         assert_eq!(
             g("net:http://[::1]:81"),
-            Grant::Http(HttpOrigin {
-                scheme: HttpScheme::Http,
-                host: "[::1]".into(),
-                port: 81
-            })
+            Grant::Http(
+                HttpOrigin {
+                    scheme: HttpScheme::Http,
+                    host: "[::1]".into(),
+                    port: 81
+                },
+                Marks::default()
+            )
         );
         assert_eq!(
             g("net:tcp://10.0.0.1:5432"),
-            Grant::Tcp("10.0.0.1:5432".parse().unwrap())
+            Grant::Tcp("10.0.0.1:5432".parse().unwrap(), Marks::default())
         );
         assert!(err("net:https://example.com/path").contains("no path"));
         assert!(err("net:https://u:p@example.com").contains("user name"));
@@ -710,6 +802,7 @@ mod tests {
             host: link.clone(),
             guest: None,
             mode: FsMode::ReadOnly,
+            marks: Marks::default(),
         })
         .resolve()
         .unwrap();
@@ -729,6 +822,7 @@ mod tests {
             host: file,
             guest: None,
             mode: FsMode::ReadOnly,
+            marks: Marks::default(),
         })
         .resolve()
         .unwrap_err();
@@ -737,6 +831,7 @@ mod tests {
             host: dir.path().join("missing"),
             guest: None,
             mode: FsMode::ReadOnly,
+            marks: Marks::default(),
         })
         .resolve()
         .unwrap_err();

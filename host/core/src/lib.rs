@@ -11,7 +11,9 @@
 mod audit;
 mod ceiling;
 mod grant;
+pub mod labels;
 mod limits;
+mod marks;
 mod reserved;
 mod schema;
 mod stamp;
@@ -23,10 +25,12 @@ pub use audit::{
 };
 pub use ceiling::{CAPABILITY_IMPORTS, Capability, Ceiling, CeilingError};
 pub use grant::{FsGrant, FsMode, Grant, GrantError, Grants, HttpOrigin, HttpScheme};
+pub use labels::{Exposure, Label, LabelSource, RuleOfTwo, SessionLabels, rule_of_two};
 pub use limits::{
     LimitError, LimitKind, Limits, format_bytes, format_bytes_rounded, format_duration,
     parse_bytes, parse_duration,
 };
+pub use marks::Marks;
 pub use reserved::{
     FileId, Relation, ReservedAddressOverlap, ReservedKind, ReservedOverlap, ReservedPaths,
 };

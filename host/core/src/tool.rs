@@ -404,7 +404,7 @@ impl ProvenHints {
             idempotent: declared.idempotent && read_only,
             open_world: grants
                 .iter()
-                .any(|g| matches!(g, Grant::Http(_) | Grant::Tcp(_))),
+                .any(|g| matches!(g, Grant::Http(..) | Grant::Tcp(..))),
         }
     }
 }

@@ -150,7 +150,7 @@ impl Home {
                         self.reserved.check_dir(&fs.host),
                         format!("fs:{}", fs.host.display()),
                     ),
-                    Grant::Tcp(addr) => (self.reserved.check_tcp(*addr), grant.to_string()),
+                    Grant::Tcp(addr, _) => (self.reserved.check_tcp(*addr), grant.to_string()),
                     _ => continue,
                 };
                 if let Err(source @ (GrantError::Reserved(_) | GrantError::ReservedAddress(_))) =
@@ -363,8 +363,8 @@ impl Home {
                 let grant = g.parse::<Grant>()?.resolve()?;
                 match &grant {
                     Grant::Fs(fs) => self.reserved.check_dir(&fs.host)?,
-                    Grant::Tcp(addr) => self.reserved.check_tcp(*addr)?,
-                    Grant::Env(_) | Grant::Http(_) => {}
+                    Grant::Tcp(addr, _) => self.reserved.check_tcp(*addr)?,
+                    Grant::Env(..) | Grant::Http(..) => {}
                 }
                 Ok(grant)
             })

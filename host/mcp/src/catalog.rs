@@ -65,6 +65,7 @@ impl Catalog {
             let none = Standing {
                 answers: &BTreeMap::new(),
                 requester: None,
+                labels: &cordon_core::labels::NO_LABELS,
             };
             let always_denied = policy
                 .as_ref()
@@ -242,6 +243,7 @@ mod tests {
             digest: "sha256:ab".into(),
             proven,
             reach: Default::default(),
+            exposure: Default::default(),
         }
     }
 

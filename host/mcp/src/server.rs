@@ -12,7 +12,8 @@ use cordon_agent::{
     ToolFailureKind, ToolSource, ToolSpec,
 };
 use cordon_core::{
-    AuditEntry, AuditRecord, CallOutcome, CallReport, ToolCallAudit, arguments_sha256, now_ms,
+    AuditEntry, AuditRecord, CallOutcome, CallReport, SessionLabels, ToolCallAudit,
+    arguments_sha256, now_ms,
 };
 use cordon_store::Store;
 use rmcp::model::{
@@ -86,8 +87,18 @@ pub struct McpHost {
     /// them in: by the TCP connection the answer came over (with its token and client name),
     /// in the order first answered.
     stateless_answers: Mutex<Vec<(Caller, Answers)>>,
+    /// The session labels of clients on 2026-07-28 over HTTP, by token and client name, in
+    /// the order first seen. Not by connection: a client that reconnects must not start
+    /// clean, and programs sharing a token and a name share labels, which only asks more.
+    stateless_labels: Mutex<Vec<(StatelessClient, Labels)>>,
     watching: std::sync::Once,
 }
+
+/// A session's labels (see [`cordon_core::labels`]), shared by its calls.
+type Labels = Arc<Mutex<SessionLabels>>;
+
+/// A client on 2026-07-28 over HTTP, as its labels are kept: its token and its name.
+type StatelessClient = (Option<String>, String);
 
 impl McpHost {
     /// A server over `source`'s tools that records calls into `store` (none: no audit log,
@@ -106,6 +117,7 @@ impl McpHost {
             options,
             outstanding: Outstanding::default(),
             stateless_answers: Mutex::new(Vec::new()),
+            stateless_labels: Mutex::new(Vec::new()),
             watching: std::sync::Once::new(),
         })
     }
@@ -117,6 +129,7 @@ impl McpHost {
             host: self.clone(),
             answers: Arc::new(Mutex::new(BTreeMap::new())),
             approved: Arc::default(),
+            labels: Arc::default(),
             session: format!("mcp-{:016x}", rand::random::<u64>()),
         }
     }
@@ -179,6 +192,8 @@ pub struct McpServer {
     /// Tools a person approved a call of (`yes` or `always`) on this connection: what
     /// approval-before-action rules read.
     approved: Arc<Mutex<std::collections::BTreeSet<String>>>,
+    /// What this connection's model was given results of (see [`cordon_core::labels`]).
+    labels: Labels,
     /// This connection's key for `within = "session"` policy counters.
     session: String,
 }
@@ -302,6 +317,8 @@ struct CallFacts<'a> {
     /// The token the call came with (over HTTP).
     token: Option<&'a str>,
     call_id: String,
+    /// The session's labels when the call was decided.
+    labels: &'a SessionLabels,
 }
 
 impl McpServer {
@@ -344,6 +361,7 @@ impl McpServer {
                     .as_ref()
                     .map(|v| v.digest.clone())
                     .filter(|d| !d.is_empty()),
+                labels: facts.labels.names(),
                 outcome,
                 report,
             })),
@@ -355,6 +373,37 @@ impl McpServer {
     /// session), or, for a client on 2026-07-28 over HTTP (no session), its TCP
     /// connection's (see [`Caller`]). An HTTP request whose transport did not say which
     /// connection it came over keeps none.
+    /// The labels of the session the call in `context` belongs to: its connection's, or for
+    /// a client on 2026-07-28 over HTTP, those of its token and name.
+    fn labels_for(
+        &self,
+        context: &RequestContext<RoleServer>,
+        token: Option<&str>,
+        client: &str,
+    ) -> Labels {
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        if !modern || context.extensions.get::<http::request::Parts>().is_none() {
+            return self.labels.clone();
+        }
+        let who = (token.map(str::to_string), client.to_string());
+        let mut kept = self
+            .host
+            .stateless_labels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some((_, labels)) = kept.iter().find(|(w, _)| *w == who) {
+            return labels.clone();
+        }
+        if kept.len() >= MAX_STATELESS_CLIENTS {
+            kept.remove(0);
+        }
+        let labels = Labels::default();
+        kept.push((who, labels.clone()));
+        labels
+    }
+
     fn answers_for(
         &self,
         context: &RequestContext<RoleServer>,
@@ -455,6 +504,7 @@ impl McpServer {
             let standing = Standing {
                 answers: &given,
                 requester: None,
+                labels: facts.labels,
             };
             let decision = decide(
                 &self.host.options.approval,
@@ -601,7 +651,11 @@ impl McpServer {
             })
             .unwrap_or_default();
         let caller = self.caller(&introduced, token.as_deref());
-        let verdict = self.verdict(&policy, spec, &arguments, &caller).await;
+        let labels = self.labels_for(&context, token.as_deref(), &client);
+        let seen = labels.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let verdict = self
+            .verdict(&policy, spec, &arguments, &caller, &seen)
+            .await;
         let facts = CallFacts {
             spec,
             verdict,
@@ -609,6 +663,7 @@ impl McpServer {
             client: &client,
             token: token.as_deref(),
             call_id: context.id.to_string(),
+            labels: &seen,
         };
         if let Err(e) = schema.check(&arguments) {
             let failure = ToolFailure::new(
@@ -669,6 +724,11 @@ impl McpServer {
                 .call_reported(&spec.name, arguments.clone(), context.ct.clone())
         );
         drop(progress);
+        // The client's model is given the result, an error or not.
+        labels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .saw(&spec.identity(), &spec.exposure);
         let outcome = match &result {
             Ok(_) => CallOutcome::Ok,
             Err(f) => CallOutcome::Error {

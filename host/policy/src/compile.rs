@@ -377,6 +377,14 @@ pub(crate) fn compile(
         }
     }
     if !rule.labels.is_empty() {
+        // The labels a session can hold (cordon_core::labels); any other never matches.
+        const LABELS: [&str; 2] = ["private", "untrusted"];
+        if let Some(unknown) = rule.labels.iter().find(|l| !LABELS.contains(&l.as_str())) {
+            return Err(bad(format!(
+                "`{unknown}` is not a session label (they are `private` and `untrusted`){}",
+                did_you_mean(unknown, LABELS)
+            )));
+        }
         conditions.push(format!(
             "context.session.labels.containsAll({})",
             set_of(&rule.labels)

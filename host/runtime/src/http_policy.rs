@@ -222,7 +222,7 @@ mod tests {
             grants
                 .iter()
                 .map(|g| match g.parse::<cordon_core::Grant>().unwrap() {
-                    cordon_core::Grant::Http(o) => o,
+                    cordon_core::Grant::Http(o, _) => o,
                     other => panic!("{other:?}"),
                 })
                 .collect(),

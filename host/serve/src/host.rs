@@ -601,6 +601,7 @@ mod tests {
                 digest: "sha256:00".into(),
                 proven: Default::default(),
                 reach: Default::default(),
+                exposure: Default::default(),
             }]
         }
 

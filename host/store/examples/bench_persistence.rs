@@ -54,6 +54,7 @@ fn spec(name: &str) -> ToolSpec {
         digest: "sha256:00".into(),
         proven: Default::default(),
         reach: Default::default(),
+        exposure: Default::default(),
     }
 }
 

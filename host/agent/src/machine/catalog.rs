@@ -93,6 +93,7 @@ impl ToolCatalog {
         spec: &ToolSpec,
         args: &Value,
         conv_approved: &BTreeMap<String, usize>,
+        labels: &cordon_core::SessionLabels,
         inputs: &CallInputs,
     ) -> Option<Verdict> {
         match &self.policy {
@@ -101,7 +102,7 @@ impl ToolCatalog {
                 let identity = spec.identity();
                 let session = cordon_policy::SessionFacts {
                     approved: conv_approved.keys().cloned().collect(),
-                    labels: Default::default(),
+                    labels: labels.names().into_iter().collect(),
                 };
                 let none = BTreeMap::new();
                 Some(p.decide(&cordon_policy::Call {
@@ -206,7 +207,7 @@ impl ToolCatalog {
                 ),
             ));
         }
-        let Some(verdict) = self.verdict(spec, &args, approved, inputs) else {
+        let Some(verdict) = self.verdict(spec, &args, approved, standing.labels, inputs) else {
             return Ok(Checked {
                 args,
                 decision,

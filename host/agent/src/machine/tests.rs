@@ -26,6 +26,7 @@ fn spec(name: &str, can_change: bool) -> ToolSpec {
         digest: String::new(),
         proven: Default::default(),
         reach: Default::default(),
+        exposure: Default::default(),
     }
 }
 
@@ -1468,4 +1469,64 @@ rules = [
             "{statuses:?}"
         );
     }
+}
+
+#[test]
+fn results_label_the_conversation_and_both_labels_hold_back_a_call_that_sends() {
+    let grants = |list: &[&str]| -> cordon_core::Grants {
+        list.iter().map(|g| g.parse().unwrap()).collect()
+    };
+    let mut read = spec("read", false);
+    read.plugin = "files".into();
+    read.exposure = cordon_core::Exposure::of(&grants(&["fs:/home/ann/docs:/docs:ro"]));
+    let mut fetch = spec("fetch", true);
+    fetch.plugin = "web".into();
+    fetch.exposure = cordon_core::Exposure::of(&grants(&["net:http://127.0.0.1:8080"]));
+    let mut approval = ApprovalConfig::default();
+    approval.tools.insert("web.fetch".into(), Policy::Auto);
+    let mut t = T::new();
+    t.cat = ToolCatalog::new(vec![read, fetch], approval);
+    t.lim.max_iterations = 10;
+    let mut t = t.started();
+    let finish = |t: &mut T, call_id: &str, is_error: bool| {
+        t.step(Event::ToolsFinished {
+            results: vec![ToolOutcome {
+                call_id: call_id.into(),
+                content: "text".into(),
+                is_error,
+            }],
+        })
+    };
+    // Untrusted content first: the next fetch still runs unasked.
+    t.respond("", &[("1", "fetch", json!({"q": "page"}))]);
+    finish(&mut t, "c1", false);
+    assert_eq!(t.conv.labels.names(), ["untrusted"]);
+    let a = t.respond("", &[("2", "fetch", json!({"q": "again"}))]);
+    assert!(has(&a, |a| matches!(a, Action::RunTools { .. })), "{a:?}");
+    // A failed read still gave the model whatever it said.
+    finish(&mut t, "c2", false);
+    t.respond("", &[("3", "read", json!({"q": "secret.txt"}))]);
+    finish(&mut t, "c3", true);
+    let a = t.step(Event::Proceed);
+    assert_eq!(t.conv.labels.names(), ["private", "untrusted"], "{a:?}");
+    let a = t.respond("", &[("4", "fetch", json!({"q": "leak"}))]);
+    let request = approval_of(&a).expect("the fetch is asked");
+    assert!(
+        request.reason.contains("/home/ann/docs") && request.reason.contains("127.0.0.1:8080"),
+        "{}",
+        request.reason
+    );
+    assert!(!has(&a, |a| matches!(a, Action::RunTools { .. })));
+    // The labels at decision time go with the call to its audit record, and with the
+    // conversation wherever it is saved.
+    let State::AwaitingApproval { batch } = &t.conv.state else {
+        panic!("{:?}", t.conv.state)
+    };
+    assert_eq!(batch[0].labels, ["private", "untrusted"]);
+    let saved = Conversation::from_tail(
+        &serde_json::to_string(&t.conv.tail()).unwrap(),
+        t.conv.messages.clone(),
+    )
+    .unwrap();
+    assert_eq!(saved.labels, t.conv.labels);
 }

@@ -265,6 +265,7 @@ pub(super) fn record_result(
             content: outcome.content,
             is_error: outcome.is_error,
         };
+        label(conv, env, &p.call.name);
     }
     if batch.iter().any(|p| p.status == CallStatus::Approved) {
         conv.state = State::ExecutingTools { batch };
@@ -287,6 +288,9 @@ pub(super) fn record_results(
         .filter(|p| p.status == CallStatus::Approved)
     {
         let r = results.iter().find(|r| r.call_id == p.id);
+        if r.is_some() {
+            label(conv, env, &p.call.name);
+        }
         p.status = match r {
             Some(r) => CallStatus::Done {
                 content: r.content.clone(),
@@ -302,6 +306,14 @@ pub(super) fn record_results(
         };
     }
     finish_batch(conv, batch, env, out);
+}
+
+/// The conversation holds the labels of a result of the tool the model calls `name`: the
+/// result, error or not, goes to the model with the batch (see [`cordon_core::labels`]).
+fn label(conv: &mut Conversation, env: Env<'_>, name: &str) {
+    if let Some(spec) = env.catalog.spec(name) {
+        conv.labels.saw(&spec.identity(), &spec.exposure);
+    }
 }
 
 fn signature(call: &ToolCall) -> String {
@@ -458,6 +470,7 @@ pub(super) fn process_response(
                         by: "Cordon's loop guard (the same call repeated)".to_string(),
                     }),
                     policy: None,
+                    labels: conv.labels.names(),
                 },
                 outcome: CallOutcome::NotRun {
                     reason: content.clone(),
@@ -544,6 +557,7 @@ pub(super) fn process_response(
                     status,
                     approval: Some(approval),
                     policy,
+                    labels: conv.labels.names(),
                 }
             }
             Ok(Checked {
@@ -556,6 +570,7 @@ pub(super) fn process_response(
                 call,
                 arguments: Some(args),
                 policy: note,
+                labels: conv.labels.names(),
                 approval: (decision.policy != Policy::Ask).then(|| CallApproval {
                     decision: decision.policy.as_str().to_string(),
                     by: format!("policy: {}", decision.reason),

@@ -43,6 +43,7 @@ fn spec(name: &str, can_change: bool, schema: Value) -> ToolSpec {
         digest: String::new(),
         proven: Default::default(),
         reach: Default::default(),
+        exposure: Default::default(),
     }
 }
 

@@ -50,6 +50,7 @@ impl McpServer {
         spec: &ToolSpec,
         arguments: &Value,
         caller: &cordon_agent::cordon_policy::Caller,
+        labels: &cordon_core::SessionLabels,
     ) -> Option<cordon_agent::cordon_policy::Verdict> {
         let policy = match policy {
             Ok(p) if p.is_empty() => return None,
@@ -89,7 +90,7 @@ impl McpServer {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
-            labels: Default::default(),
+            labels: labels.names().into_iter().collect(),
         };
         Some(policy.decide(&cordon_agent::cordon_policy::Call {
             tool: &identity,

@@ -250,6 +250,9 @@ pub(super) fn with_client_tools(
             digest: String::new(),
             proven: Default::default(),
             reach: Default::default(),
+            // What a client's own tool reads or sends is the client's to know, not Cordon's:
+            // its results carry no label and it is not taken to send anything out.
+            exposure: Default::default(),
         })
         .collect();
     let calls = state.client_calls.clone();

@@ -29,6 +29,7 @@ fn call(at_ms: i64, session: Option<&str>, plugin: &str, tool: &str, ok: bool) -
             decided_by: "API token `ops`".into(),
             policy_rule: None,
             policy_digest: None,
+            labels: vec!["private".into()],
             outcome: if ok {
                 CallOutcome::Ok
             } else {

@@ -27,6 +27,7 @@ fn catalog() -> ToolCatalog {
             digest: "sha256:00".into(),
             proven: Default::default(),
             reach: Default::default(),
+            exposure: Default::default(),
         }],
         ApprovalConfig::default(),
     )
