@@ -308,12 +308,14 @@ fn snapshot_into(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, String>) {
     }
 }
 
-/// A minimal HTTP/1.1 server on 127.0.0.1 serving fixed responses by path, for URL installs.
-/// Unknown paths get 404. Stops when dropped.
+/// A minimal HTTP/1.1 server on 127.0.0.1 serving fixed responses by path, for URL installs
+/// and for tools that fetch. Unknown paths get 404; every request target (path and query) is
+/// remembered. Stops when dropped.
 pub struct HttpServer {
     addr: std::net::SocketAddr,
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
+    asked: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl HttpServer {
@@ -324,12 +326,14 @@ impl HttpServer {
         let addr = listener.local_addr().expect("local addr");
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = asked.clone();
         let handle = std::thread::spawn(move || {
             while !flag.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((stream, _)) => {
                         let _ = stream.set_nonblocking(false);
-                        let _ = answer(stream, &routes);
+                        let _ = answer(stream, &routes, &log);
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                         std::thread::sleep(std::time::Duration::from_millis(10));
@@ -342,7 +346,18 @@ impl HttpServer {
             addr,
             stop,
             handle: Some(handle),
+            asked,
         }
+    }
+
+    /// The request targets received so far (path and query), in order.
+    pub fn asked(&self) -> Vec<String> {
+        self.asked.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// `http://127.0.0.1:<port>`, the origin to grant.
+    pub fn origin(&self) -> String {
+        format!("http://{}", self.addr)
     }
 
     /// `http://127.0.0.1:<port><path>`.
@@ -363,6 +378,7 @@ impl Drop for HttpServer {
 fn answer(
     mut stream: std::net::TcpStream,
     routes: &BTreeMap<String, Vec<u8>>,
+    asked: &std::sync::Mutex<Vec<String>>,
 ) -> std::io::Result<()> {
     stream.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
     let mut reader = BufReader::new(stream.try_clone()?);
@@ -375,7 +391,12 @@ fn answer(
             break;
         }
     }
-    let path = request_line.split_whitespace().nth(1).unwrap_or("/");
+    let target = request_line.split_whitespace().nth(1).unwrap_or("/");
+    asked
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(target.to_string());
+    let path = target.split('?').next().unwrap_or(target);
     let (status, body): (&str, &[u8]) = match routes.get(path) {
         Some(body) => ("200 OK", body),
         None => ("404 Not Found", b"not found"),

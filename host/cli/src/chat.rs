@@ -301,6 +301,22 @@ impl Frontend for Terminal {
 
     async fn approve(&mut self, request: &ApprovalRequest) -> GivenAnswer {
         match self.mode {
+            // A blanket answer given before the session saw anything cannot answer the Rule
+            // of Two, which holds a call back because of what the session saw since.
+            ApproveMode::All if request.rule_of_two => {
+                let answer = ApprovalAnswer::Refused {
+                    reason: format!(
+                        "{}; `--approve all` does not answer this, a person must (run it where \
+                         one can answer, or mark the grant `:public` or `:trusted` if its \
+                         contents are neither private nor untrusted)",
+                        request.reason
+                    ),
+                };
+                return GivenAnswer::new(
+                    answer,
+                    "nobody (--approve all does not answer the Rule of Two)",
+                );
+            }
             ApproveMode::All => {
                 return GivenAnswer::new(ApprovalAnswer::Yes, "cordon run --approve all");
             }
@@ -321,8 +337,10 @@ impl Frontend for Terminal {
             }
             ApproveMode::Ask if !self.interactive => {
                 let answer = ApprovalAnswer::Refused {
-                    reason: "it needs approval and there is no terminal to ask, so it was declined"
-                        .to_string(),
+                    reason: format!(
+                        "it needs approval ({}) and there is no terminal to ask, so it was declined",
+                        request.reason
+                    ),
                 };
                 return GivenAnswer::new(answer, "nobody (no terminal to ask)");
             }

@@ -377,6 +377,7 @@ mod tests {
             arguments: json!({"path": "/data/x\n\u{1b}[31mred", "text": "é".repeat(3000)}),
             grants: vec!["read-write /data".into()],
             reason: "its grants allow changing something".into(),
+            rule_of_two: false,
         }
     }
 

@@ -547,6 +547,8 @@ impl McpServer {
             arguments: facts.arguments.clone(),
             grants: spec.grants.clone(),
             reason: decision.reason,
+            rule_of_two: cordon_core::rule_of_two(facts.labels, &spec.identity(), &spec.exposure)
+                .is_some(),
         };
         let timeout = self.host.options.approval_timeout;
         // The answer to a question sent in an InputRequiredResult.

@@ -336,6 +336,7 @@ mod tests {
             arguments: serde_json::json!({}),
             grants: vec![],
             reason: "why".into(),
+            rule_of_two: false,
         }
     }
 

@@ -14,6 +14,7 @@ mod cli_upgrade;
 mod model;
 mod policy_cli;
 mod policy_doors;
+mod rule_of_two;
 mod run_conversation;
 mod serve;
 mod sessions;

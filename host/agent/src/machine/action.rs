@@ -24,6 +24,10 @@ pub struct ApprovalRequest {
     pub grants: Vec<String>,
     /// Why the user is asked.
     pub reason: String,
+    /// Whether the Rule of Two holds the call back (see [`cordon_core::labels`]): a person
+    /// must answer, not a standing setting such as `cordon run --approve all`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rule_of_two: bool,
 }
 
 /// What the driver must do.

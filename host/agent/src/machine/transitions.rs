@@ -655,6 +655,9 @@ pub(super) fn approval_request(
                 .map(|s| catalog.decision(s, conv.standing()).reason)
                 .unwrap_or_default(),
         },
+        rule_of_two: spec.is_some_and(|s| {
+            cordon_core::rule_of_two(&conv.labels, &s.identity(), &s.exposure).is_some()
+        }),
     }
 }
 

@@ -16,6 +16,7 @@ fn request(call_id: &str) -> ApprovalRequest {
         arguments: json!({"path": "/data/a"}),
         grants: vec!["fs:/srv:/data:rw".into()],
         reason: "its grants allow changing something".into(),
+        rule_of_two: false,
     }
 }
 
