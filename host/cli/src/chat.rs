@@ -282,6 +282,14 @@ impl Frontend for Terminal {
                     if *summarized { ", summarised" } else { "" }
                 ))
             }
+            AgentEvent::LabelsChanged { sources, rule_of_two, .. } => self.note(&format!(
+                "  [session: {sources}{}]",
+                if *rule_of_two {
+                    "; tools that can send data out now ask first (Rule of Two)"
+                } else {
+                    ""
+                }
+            )),
             AgentEvent::IterationLimitReached { limit } => self.note(&format!(
                 "  (reached {limit} tool steps; asking the model for its final answer)"
             )),

@@ -240,6 +240,13 @@ async fn show(store: &Store, name: &str, log: bool, json: bool) -> anyhow::Resul
         return Ok(());
     }
     print_listing(&info);
+    if !conversation.labels.is_empty() {
+        outln!("labels: {}", conversation.labels.describe());
+        let both = [cordon_core::Label::Private, cordon_core::Label::Untrusted];
+        if both.iter().all(|l| conversation.labels.holds(*l)) {
+            outln!("        tools that can send data out are asked first (Rule of Two)");
+        }
+    }
     crate::chat::print_history(&conversation);
     Ok(())
 }

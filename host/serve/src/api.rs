@@ -243,6 +243,11 @@ async fn get_session(
         "notes": conversation.notes,
         "state": conversation.state,
         "usage": conversation.usage,
+        "labels": {
+            "held": conversation.labels.names(),
+            "sources": conversation.labels.sources,
+            "description": conversation.labels.describe(),
+        },
     })))
 }
 

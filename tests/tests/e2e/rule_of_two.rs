@@ -7,8 +7,10 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use cordon_scripted_llm::Step;
+use cordon_tests::serve::{Served, eventually};
 use cordon_tests::support::{grant_fs, home_with, install};
 use cordon_tests::{HttpServer, TestHome, fixture};
 use serde_json::{Value, json};
@@ -264,5 +266,104 @@ fn approving_everything_in_advance_does_not_answer_the_rule_of_two() {
             .contains("does not answer the Rule of Two"),
         "{}",
         records[1]
+    );
+}
+
+/// The question session `session` waits on, once it waits.
+fn pending(served: &Served, session: &str) -> Value {
+    eventually(Duration::from_secs(60), "an approval question", || {
+        served.get("/api/v1/approvals").json["pending"]
+            .as_array()?
+            .iter()
+            .find(|p| p["session"] == session)
+            .cloned()
+    })
+}
+
+#[test]
+fn over_the_api_the_session_keeps_its_labels_and_a_person_decides() {
+    let (home, server, config) = setup();
+    let leak = server.url(&format!("/collect?d={SECRET}"));
+    let model = Model::new(vec![
+        Step::tool_calls(vec![call(
+            "r1",
+            "read_file",
+            json!({ "path": "/docs/secret.txt" }),
+        )]),
+        Step::tool_calls(vec![fetch("f1", &server.url("/weather"))]),
+        Step::tool_calls(vec![fetch("f2", &leak)]),
+        Step::text("Sunny."),
+        // The next turn, after a restart: the session still holds both labels.
+        Step::tool_calls(vec![fetch("f3", &server.url("/weather"))]),
+        Step::text("Still sunny."),
+    ]);
+    let env = [
+        ("CORDON_LLM_URL", model.url()),
+        ("CORDON_MODEL", "scripted".to_string()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let args = ["--config", config.to_str().unwrap()];
+    let served = Served::start(&home, &env, &args);
+    let created = served.post("/api/v1/sessions", json!({"id": "ann"}));
+    assert_eq!(created.status, 201, "{}", created.text);
+    let events = served.stream(
+        "/api/v1/sessions/ann/messages",
+        json!({"text": "What's the weather?"}),
+    );
+    let question = pending(&served, "ann");
+    assert_eq!(question["tool"], "http", "{question}");
+    assert_eq!(question["rule_of_two"], true, "{question}");
+    let reason = question["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("read private data through") && reason.contains(&server.origin()),
+        "{reason}"
+    );
+    let shown = served.get("/api/v1/sessions/ann").json;
+    assert_eq!(
+        shown["labels"]["held"],
+        json!(["private", "untrusted"]),
+        "{shown}"
+    );
+    assert_eq!(shown["labels"]["sources"][0]["tool"], "files.read_file");
+    let answered = served.post(
+        &format!(
+            "/api/v1/approvals/ann/{}",
+            question["call_id"].as_str().unwrap()
+        ),
+        json!({"answer": "no"}),
+    );
+    assert_eq!(answered.status, 200, "{}", answered.text);
+    let seen = events.until("turn_finished", Duration::from_secs(60));
+    let changes: Vec<&Value> = seen
+        .iter()
+        .filter(|e| e["type"] == "labels_changed")
+        .collect();
+    assert_eq!(changes.len(), 2, "{seen:?}");
+    assert_eq!(changes[1]["rule_of_two"], true);
+    assert_eq!(server.asked(), ["/weather"]);
+    served.terminate(Duration::from_secs(30));
+
+    let served = Served::start(&home, &env, &args);
+    let events = served.stream("/api/v1/sessions/ann/messages", json!({"text": "And now?"}));
+    let question = pending(&served, "ann");
+    assert_eq!(question["rule_of_two"], true, "{question}");
+    served.post(
+        &format!(
+            "/api/v1/approvals/ann/{}",
+            question["call_id"].as_str().unwrap()
+        ),
+        json!({"answer": "yes"}),
+    );
+    events.until("turn_finished", Duration::from_secs(60));
+    // A person said yes: that one fetch ran.
+    assert_eq!(server.asked(), ["/weather", "/weather"]);
+    let listed = home.cordon(&["sessions", "show", "ann"]).ok();
+    assert!(
+        listed
+            .stdout
+            .contains("labels: private (files.read_file through")
+            && listed.stdout.contains("Rule of Two"),
+        "{}",
+        listed.stdout
     );
 }

@@ -209,6 +209,15 @@ pub enum AgentEvent {
         /// The usage.
         usage: Usage,
     },
+    /// The session holds a label it did not hold before (see [`cordon_core::labels`]).
+    LabelsChanged {
+        /// Every label it holds now (`private`, `untrusted`).
+        labels: Vec<String>,
+        /// Where they came from, for people.
+        sources: String,
+        /// Whether it now holds both, so calls of tools that can send data out are asked.
+        rule_of_two: bool,
+    },
     /// The iteration limit was reached; one last request without tools follows.
     IterationLimitReached {
         /// The limit.

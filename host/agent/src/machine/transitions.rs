@@ -265,7 +265,7 @@ pub(super) fn record_result(
             content: outcome.content,
             is_error: outcome.is_error,
         };
-        label(conv, env, &p.call.name);
+        label(conv, env, &p.call.name, out);
     }
     if batch.iter().any(|p| p.status == CallStatus::Approved) {
         conv.state = State::ExecutingTools { batch };
@@ -289,7 +289,7 @@ pub(super) fn record_results(
     {
         let r = results.iter().find(|r| r.call_id == p.id);
         if r.is_some() {
-            label(conv, env, &p.call.name);
+            label(conv, env, &p.call.name, out);
         }
         p.status = match r {
             Some(r) => CallStatus::Done {
@@ -310,9 +310,20 @@ pub(super) fn record_results(
 
 /// The conversation holds the labels of a result of the tool the model calls `name`: the
 /// result, error or not, goes to the model with the batch (see [`cordon_core::labels`]).
-fn label(conv: &mut Conversation, env: Env<'_>, name: &str) {
-    if let Some(spec) = env.catalog.spec(name) {
-        conv.labels.saw(&spec.identity(), &spec.exposure);
+/// A label new to the conversation is announced.
+fn label(conv: &mut Conversation, env: Env<'_>, name: &str, out: &mut Vec<Action>) {
+    let Some(spec) = env.catalog.spec(name) else {
+        return;
+    };
+    let before = conv.labels.labels();
+    conv.labels.saw(&spec.identity(), &spec.exposure);
+    if conv.labels.labels() != before {
+        out.push(Action::Emit(AgentEvent::LabelsChanged {
+            labels: conv.labels.names(),
+            sources: conv.labels.describe(),
+            rule_of_two: conv.labels.holds(cordon_core::Label::Private)
+                && conv.labels.holds(cordon_core::Label::Untrusted),
+        }));
     }
 }
 
