@@ -177,10 +177,23 @@ pub fn question_form(question: &ApprovalRequest, always_holds: &str) -> ElicitRe
     } else {
         question.grants.join("; ")
     };
+    // A call the Rule of Two holds back is asked about every time: `always` would not hold.
+    let (always, choices, names) = if question.rule_of_two {
+        (
+            String::new(),
+            json!(["once", "deny"]),
+            json!(["Run once", "Deny"]),
+        )
+    } else {
+        (
+            format!(" always: run every call of this tool {always_holds}."),
+            json!(["once", "always", "deny"]),
+            json!(["Run once", "Always run this tool", "Deny"]),
+        )
+    };
     let message = format!(
         "Cordon asks before running `{}` of plugin `{}`: {}.\nGrants: {grants}\nArguments: \
-         {arguments}\nonce: run this call. always: run every call of this tool \
-         {always_holds}. deny: refuse this call.",
+         {arguments}\nonce: run this call.{always} deny: refuse this call.",
         question.tool,
         question.plugin,
         question.reason.trim_end_matches('.'),
@@ -191,8 +204,8 @@ pub fn question_form(question: &ApprovalRequest, always_holds: &str) -> ElicitRe
             "answer": {
                 "type": "string",
                 "title": "Run this call?",
-                "enum": ["once", "always", "deny"],
-                "enumNames": ["Run once", "Always run this tool", "Deny"],
+                "enum": choices,
+                "enumNames": names,
             }
         },
         "required": ["answer"],
