@@ -10,6 +10,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
+from typing import ClassVar
 
 import mcp.types as types
 import pytest
@@ -38,9 +39,9 @@ PAGE = (
 class Attacker(http.server.BaseHTTPRequestHandler):
     """Serves the page; remembers every request target."""
 
-    asked: list = []
+    asked: ClassVar[list] = []
 
-    def do_GET(self):  # noqa: N802 (the standard library's name)
+    def do_GET(self):
         Attacker.asked.append(self.path)
         body = PAGE.encode() if self.path == "/weather" else b"thanks"
         self.send_response(200)
