@@ -512,6 +512,13 @@ def scenario(console, work, data, token, home):
     )
     c.wait(lambda: not c.find("#session-approvals .approval"), "the approval to go away")
     c.wait(lambda: c.text_of("#approval-count") == "0", "the approval count 0")
+    log("the session's labels show, live: the probe reads a directory, so it saw private data")
+    c.wait(lambda: c.visible("#session-labels"), "the session's labels")
+    labels = c.text_of("#session-labels")
+    check(
+        "private (probe.fs through fs:" in labels and "Rule of Two" not in labels,
+        f"the labels line says {labels!r}",
+    )
     messages = c.transcript_messages()
     check(
         not any("error" in cls.split() for cls, _, _ in messages),
@@ -574,6 +581,8 @@ def scenario(console, work, data, token, home):
         "the stored hostile answer",
     )
     messages = c.transcript_messages()
+    stored_labels = c.text_of("#session-labels")
+    check(stored_labels == labels, f"after a reload the labels say {stored_labels!r}")
     check(
         messages == live,
         "the transcript drawn live differs from the stored one:\n"

@@ -24,6 +24,11 @@
 //!    as many as the busiest tool of part 1 carries. Medians per call and their ratios (target
 //!    ≤ 1.05).
 //!
+//! 3. **The Rule of Two.** The cost of session labels: `approval::decide` for a call of a tool
+//!    that can send data out, in a session holding both labels (held back: the reason is
+//!    written) and in one holding none, against the same decision with no labels at all, and
+//!    `SessionLabels::saw` for a result (target ≤ 1 µs p50 per call).
+//!
 //! `cargo run --release -p cordon-tests --example policy_bench -- [--cordon
 //! target/release/cordon] [--noop target/fixtures/noop.wasm] [--samples 20000] [--calls 2000]
 //! [--decisions-only]` (part 1 alone, for profiling) `[--hot-share 224]` (part 2 alone, with
@@ -793,6 +798,10 @@ async fn main() {
         NO_COUNTERS.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
+    if args.iter().any(|a| a == "--labels-only") {
+        rule_of_two_costs(samples);
+        return;
+    }
     // `--hot-share N` skips part 1, taking N for the busiest tool's share of its rules.
     let hot_share = match arg(&args, "--hot-share").and_then(|n| n.parse().ok()) {
         Some(n) => n,
@@ -803,4 +812,76 @@ async fn main() {
     if !args.iter().any(|a| a == "--decisions-only") {
         call_cost(&bin, &noop, n, hot_share).await;
     }
+    rule_of_two_costs(samples);
+}
+
+/// Part 3: what the session labels add to a decision, and what recording a result's labels
+/// costs.
+fn rule_of_two_costs(samples: usize) {
+    use cordon_core::{Exposure, Grants, SessionLabels};
+    let grants = |list: &[&str]| -> Grants { list.iter().map(|g| g.parse().unwrap()).collect() };
+    let config = AgentConfig::default();
+    let mut fetch = BenchTool {
+        plugin: "web".into(),
+        tool: "fetch".into(),
+        shape: Shape::Http,
+    }
+    .spec(0);
+    fetch.exposure = Exposure::of(&grants(&["net:https://example.com", "env:TOKEN"]));
+    let read = Exposure::of(&grants(&[
+        "fs:/home/ann/docs:/docs:ro",
+        "fs:/srv:/srv:ro:public",
+    ]));
+    let mut both = SessionLabels::default();
+    both.saw("web.fetch", &fetch.exposure);
+    both.saw("files.read_file", &read);
+    let mut one = SessionLabels::default();
+    one.saw("web.fetch", &fetch.exposure);
+    let answers = BTreeMap::new();
+    let decide = |labels: &SessionLabels| {
+        let standing = Standing {
+            answers: &answers,
+            requester: None,
+            labels,
+        };
+        std::hint::black_box(approval::decide(&config.approval, standing, &fetch, None))
+    };
+    let baseline = cordon_core::labels::NO_LABELS.clone();
+    let rounds = 10;
+    let per_round = (samples / rounds).max(1);
+    let (mut held, mut clean, mut plain, mut saw) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..rounds {
+        time_each(per_round, || drop(decide(&baseline)), &mut plain);
+        time_each(per_round, || drop(decide(&one)), &mut clean);
+        time_each(per_round, || drop(decide(&both)), &mut held);
+        let mut session = both.clone();
+        time_each(
+            per_round,
+            || session.saw("files.read_file", std::hint::black_box(&read)),
+            &mut saw,
+        );
+    }
+    let (plain, clean, held, saw) = (stats(plain), stats(clean), stats(held), stats(saw));
+    println!("The Rule of Two ({samples} of each, rounds alternated):");
+    println!(
+        "  decision, no labels (the baseline)        p50 {:>9}  p99 {:>9}",
+        micros(plain.p50),
+        micros(plain.p99)
+    );
+    println!(
+        "  decision, a session with one label        p50 {:>9}  p99 {:>9}",
+        micros(clean.p50),
+        micros(clean.p99)
+    );
+    println!(
+        "  decision, held back by both labels        p50 {:>9}  p99 {:>9}",
+        micros(held.p50),
+        micros(held.p99)
+    );
+    println!(
+        "  recording a result's labels               p50 {:>9}  p99 {:>9}",
+        micros(saw.p50),
+        micros(saw.p99)
+    );
+    println!("  target: ≤ 1 µs p50 per call");
 }

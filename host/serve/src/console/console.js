@@ -141,6 +141,19 @@ function renderConversation(data) {
     } else if (m.role === "system") addMessage("note", "system", m.content);
   }
   for (const n of data.notes || []) if (n.at_message >= data.messages.length) addMessage("note", "", n.text);
+  const labels = data.labels || { held: [], description: "" };
+  showLabels(labels.description, labels.held.includes("private") && labels.held.includes("untrusted"));
+}
+
+// What the session's model has seen (private data, untrusted content): a line above the
+// transcript, which says when tools that can send data out are asked first.
+function showLabels(description, ruleOfTwo) {
+  const line = $("session-labels");
+  line.hidden = !description;
+  line.classList.toggle("rule-of-two", ruleOfTwo);
+  line.textContent = description
+    ? "This session has seen: " + description + (ruleOfTwo ? ". Tools that can send data out are asked first (Rule of Two)." : ".")
+    : "";
 }
 
 async function selectSession(id) {
@@ -188,6 +201,9 @@ function onSessionEvent(event) {
     case "approval_needed":
     case "approval_given":
       loadApprovals();
+      break;
+    case "labels_changed":
+      showLabels(event.sources, event.rule_of_two);
       break;
     case "turn_finished":
       state.live = null;
@@ -268,7 +284,11 @@ function renderApprovals(container, pending) {
       el("div", { class: "why", text: "Asked because " + p.reason + "." }),
       el("div", { class: "expires", text: "Denied if unanswered by " + new Date(p.expires_ms).toLocaleTimeString() }));
     const buttons = el("div", { class: "row" });
-    for (const [answer, label] of [["yes", "Approve"], ["no", "Deny"], ["always", "Always for this tool"]]) {
+    // A call the Rule of Two holds back is asked every time: `always` would not hold.
+    const answers = p.rule_of_two
+      ? [["yes", "Approve"], ["no", "Deny"]]
+      : [["yes", "Approve"], ["no", "Deny"], ["always", "Always for this tool"]];
+    for (const [answer, label] of answers) {
       const b = el("button", { "data-answer": answer, text: label });
       b.addEventListener("click", () => answerApproval(p.session, p.call_id, answer));
       buttons.append(b);
