@@ -374,7 +374,8 @@ impl Conversation {
 
     /// An independent copy holding the first `keep_turns` finished turns, ready for a new
     /// message. Approvals given with `always`/`never` carry over; notes after the fork point
-    /// do not.
+    /// do not. The session labels carry over whole: they are only ever added to, and a fork
+    /// is not a way to shed them.
     pub fn fork(&self, keep_turns: usize) -> Result<Self, ConversationError> {
         let finished = self.finished_turns();
         if keep_turns > finished {
@@ -590,6 +591,10 @@ mod tests {
             },
         );
         conv.next_call = 7;
+        let read: cordon_core::Grants =
+            ["fs:/docs:/docs:ro".parse().unwrap()].into_iter().collect();
+        conv.labels
+            .saw("files.read_file", &cordon_core::Exposure::of(&read));
         conv.notes.push(Note {
             at_message: 1,
             text: "n".into(),
@@ -626,9 +631,18 @@ mod tests {
             answer.turn = i;
             conv.session_approvals.insert(tool.to_string(), answer);
         }
+        conv.labels.saw(
+            "web.fetch",
+            &cordon_core::Exposure {
+                untrusted: vec!["net:https://example.com".into()],
+                ..Default::default()
+            },
+        );
         let fork = conv.fork(1).unwrap();
         let kept: Vec<&String> = fork.session_approvals.keys().collect();
         assert_eq!(kept, ["files.read_file"]);
+        // What the session saw is never taken back, not even by forking before it.
+        assert_eq!(fork.labels, conv.labels);
         assert_eq!(conv.fork(2).unwrap().session_approvals.len(), 2);
     }
 
