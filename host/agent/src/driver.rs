@@ -321,6 +321,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
         // Answers saved under model-facing names move to identities; same meaning, so the
         // conversation counts as unchanged even if the turn is then refused.
         catalog.upgrade_session(&mut conv.session_approvals);
+        catalog.label_history(conv);
         let inputs = CallInputs::default();
         let (first, cause) = {
             let env = Env {

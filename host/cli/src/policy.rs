@@ -561,6 +561,17 @@ async fn explain(home: &Home, args: ExplainArgs) -> anyhow::Result<()> {
         meaning(&default),
         default.reason
     );
+    if let Some(out) = spec.exposure.egress.first() {
+        outln!(
+            "Rule of Two: {identity} can send data out (`{out}`), so in a session that has seen \
+             untrusted content and private data{} every call of it is asked first, whatever \
+             the rules say",
+            match spec.exposure.private.first() {
+                Some(own) => format!(" (or only untrusted content: it reads `{own}` itself)"),
+                None => String::new(),
+            }
+        );
+    }
     outln!("digest: {}", verdict.digest);
     Ok(())
 }

@@ -14,10 +14,13 @@
 //!    model was given, errors included, for good: nothing takes a label away, and a fork keeps
 //!    its parent's.
 //! 4. A tool is egress-capable when it holds any network grant (trusted or not: a trusted
-//!    origin can still receive what it is sent) or a read-write directory marked `:shared`.
-//! 5. Once a session holds both `private` and `untrusted`, every call of an egress-capable
-//!    tool is asked (or denied, if the config says so), whatever the other rules and standing
-//!    answers say; [`rule_of_two`] gives the reason shown to the human and the model.
+//!    origin can still receive what it is sent) or a read-write directory marked `:shared` or
+//!    `:public` (what is written to a public place is published).
+//! 5. Once a session holds `untrusted`, a call of an egress-capable tool is asked (or denied,
+//!    if the config says so), whatever the other rules and standing answers say, when the
+//!    session also holds `private`, or when the tool itself can read private data (one call
+//!    could read it and send it); [`rule_of_two`] gives the reason shown to the human and the
+//!    model.
 //!
 //! Labels are derived from what a tool could reach, not from what one call touched: a result
 //! of a tool that can read `/home/ann/docs` is private even if that call read nothing there.
@@ -82,7 +85,7 @@ impl Exposure {
                     if !marks.public {
                         exposure.private.push(text.clone());
                     }
-                    if fs.mode == FsMode::ReadWrite && marks.shared {
+                    if fs.mode == FsMode::ReadWrite && (marks.shared || marks.public) {
                         exposure.egress.push(text);
                     }
                 }
@@ -244,16 +247,21 @@ pub enum RuleOfTwo {
 /// Why a call of `tool` (with `exposure`) must not run unasked in a session holding
 /// `session`'s labels, in plain words; `None` when the Rule of Two does not stop it (rule 5).
 pub fn rule_of_two(session: &SessionLabels, tool: &str, exposure: &Exposure) -> Option<String> {
-    if !exposure.is_egress() {
-        return None;
-    }
+    let out = exposure.egress.first()?;
     let first = |label| session.sources.iter().find(|s| s.label == label);
-    let (private, untrusted) = (first(Label::Private)?, first(Label::Untrusted)?);
+    let untrusted = first(Label::Untrusted)?;
+    let private = match (first(Label::Private), exposure.private.first()) {
+        (Some(seen), _) => format!(
+            "this session read private data through `{}` ({})",
+            seen.grant, seen.tool
+        ),
+        (None, Some(own)) => format!("`{tool}` can read private data through `{own}`"),
+        (None, None) => return None,
+    };
     Some(format!(
-        "this session read private data through `{}` ({}) and untrusted content from `{}` ({}), \
-         and `{tool}` can send data out through `{}`: untrusted content could be steering it to \
-         leak the private data",
-        private.grant, private.tool, untrusted.grant, untrusted.tool, exposure.egress[0]
+        "{private} and untrusted content from `{}` ({}), and `{tool}` can send data out through \
+         `{out}`: untrusted content could be steering it to leak the private data",
+        untrusted.grant, untrusted.tool
     ))
 }
 
@@ -281,8 +289,16 @@ mod tests {
         assert!(trusted.private.is_empty() && trusted.untrusted.is_empty());
         // A trusted origin still receives what it is sent.
         assert_eq!(trusted.egress, ["net:https://docs.rs:trusted"]);
-        let sync = Exposure::of(&grants(&["fs:/sync:/sync:rw:shared", "fs:/tmp:/tmp:rw"]));
-        assert_eq!(sync.egress, ["fs:/sync:/sync:rw:shared"]);
+        let sync = Exposure::of(&grants(&[
+            "fs:/sync:/sync:rw:shared",
+            "fs:/tmp:/tmp:rw",
+            "fs:/www:/www:rw:public",
+        ]));
+        // Writing to a public place publishes.
+        assert_eq!(
+            sync.egress,
+            ["fs:/sync:/sync:rw:shared", "fs:/www:/www:rw:public"]
+        );
         assert_eq!(sync.private.len(), 2);
         assert_eq!(Exposure::of(&Grants::new()), Exposure::default());
     }
@@ -310,6 +326,23 @@ mod tests {
         );
         // A tool that cannot send anything out still runs as its rules say.
         assert_eq!(rule_of_two(&session, "files.read_file", &files), None);
+        // A tool that can read private data and send it out is held back as soon as the
+        // session has seen untrusted content: one call could do both.
+        let both = Exposure::of(&grants(&[
+            "fs:/home/ann/docs:/docs:ro",
+            "net:https://x.org",
+        ]));
+        let mut web_only = SessionLabels::default();
+        web_only.saw("web.fetch", &fetch);
+        let reason = rule_of_two(&web_only, "sync.upload", &both).unwrap();
+        assert!(
+            reason.starts_with("`sync.upload` can read private data"),
+            "{reason}"
+        );
+        assert_eq!(
+            rule_of_two(&SessionLabels::default(), "sync.upload", &both),
+            None
+        );
         assert_eq!(
             session.describe(),
             "private (files.read_file through fs:/home/ann/docs:/docs:ro), \

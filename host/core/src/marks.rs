@@ -48,11 +48,16 @@ impl Marks {
             } else {
                 return Ok((rest, marks));
             };
+            let before = &rest[..rest.len() - word.len() - 1];
+            // `env:public` names a variable: a mark follows a whole grant, never its kind.
+            if !before.contains(':') {
+                return Ok((rest, marks));
+            }
             if *flag {
                 return Err(format!("the mark `:{word}` is given twice"));
             }
             *flag = true;
-            rest = &rest[..rest.len() - word.len() - 1];
+            rest = before;
         }
     }
 
@@ -127,6 +132,13 @@ mod tests {
                 .unwrap_err()
                 .contains("twice")
         );
+        // A variable named like a mark is a name.
+        assert_eq!(
+            Marks::strip("env:public").unwrap(),
+            ("env:public", Marks::default())
+        );
+        let (rest, m) = Marks::strip("env:shared:public").unwrap();
+        assert_eq!((rest, m.public), ("env:shared", true));
     }
 
     #[test]

@@ -87,18 +87,19 @@ pub struct McpHost {
     /// them in: by the TCP connection the answer came over (with its token and client name),
     /// in the order first answered.
     stateless_answers: Mutex<Vec<(Caller, Answers)>>,
-    /// The session labels of clients on 2026-07-28 over HTTP, by token and client name, in
-    /// the order first seen. Not by connection: a client that reconnects must not start
-    /// clean, and programs sharing a token and a name share labels, which only asks more.
-    stateless_labels: Mutex<Vec<(StatelessClient, Labels)>>,
+    /// The session labels of clients over HTTP, by token and client name (without its
+    /// version), least recently used first. Not by connection or MCP session: a client that
+    /// reconnects, re-initialises after its session ended or upgrades must not start clean,
+    /// and programs sharing a token and a name share labels, which only asks more.
+    http_labels: Mutex<Vec<(HttpClient, Labels)>>,
     watching: std::sync::Once,
 }
 
 /// A session's labels (see [`cordon_core::labels`]), shared by its calls.
 type Labels = Arc<Mutex<SessionLabels>>;
 
-/// A client on 2026-07-28 over HTTP, as its labels are kept: its token and its name.
-type StatelessClient = (Option<String>, String);
+/// A client over HTTP, as its labels are kept: its token and its name.
+type HttpClient = (Option<String>, String);
 
 impl McpHost {
     /// A server over `source`'s tools that records calls into `store` (none: no audit log,
@@ -117,7 +118,7 @@ impl McpHost {
             options,
             outstanding: Outstanding::default(),
             stateless_answers: Mutex::new(Vec::new()),
-            stateless_labels: Mutex::new(Vec::new()),
+            http_labels: Mutex::new(Vec::new()),
             watching: std::sync::Once::new(),
         })
     }
@@ -373,33 +374,34 @@ impl McpServer {
     /// session), or, for a client on 2026-07-28 over HTTP (no session), its TCP
     /// connection's (see [`Caller`]). An HTTP request whose transport did not say which
     /// connection it came over keeps none.
-    /// The labels of the session the call in `context` belongs to: its connection's, or for
-    /// a client on 2026-07-28 over HTTP, those of its token and name.
+    /// The labels of the session the call in `context` belongs to: its connection's over
+    /// stdio; over HTTP, whatever the protocol version or MCP session, those of its token and
+    /// client name (`name`, without version).
     fn labels_for(
         &self,
         context: &RequestContext<RoleServer>,
         token: Option<&str>,
-        client: &str,
+        name: &str,
     ) -> Labels {
-        let modern = context
-            .protocol_version()
-            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
-        if !modern || context.extensions.get::<http::request::Parts>().is_none() {
+        if context.extensions.get::<http::request::Parts>().is_none() {
             return self.labels.clone();
         }
-        let who = (token.map(str::to_string), client.to_string());
+        let who = (token.map(str::to_string), name.to_string());
         let mut kept = self
             .host
-            .stateless_labels
+            .http_labels
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if let Some((_, labels)) = kept.iter().find(|(w, _)| *w == who) {
-            return labels.clone();
-        }
-        if kept.len() >= MAX_STATELESS_CLIENTS {
-            kept.remove(0);
-        }
-        let labels = Labels::default();
+        let labels = match kept.iter().position(|(w, _)| *w == who) {
+            Some(at) => kept.remove(at).1,
+            None => {
+                // The least recently used client's go first: a client still calling keeps its.
+                if kept.len() >= MAX_STATELESS_CLIENTS {
+                    kept.remove(0);
+                }
+                Labels::default()
+            }
+        };
         kept.push((who, labels.clone()));
         labels
     }
@@ -653,7 +655,7 @@ impl McpServer {
             })
             .unwrap_or_default();
         let caller = self.caller(&introduced, token.as_deref());
-        let labels = self.labels_for(&context, token.as_deref(), &client);
+        let labels = self.labels_for(&context, token.as_deref(), &introduced);
         let seen = labels.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let verdict = self
             .verdict(&policy, spec, &arguments, &caller, &seen)

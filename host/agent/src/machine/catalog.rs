@@ -235,6 +235,27 @@ impl ToolCatalog {
         self.tools.get(name).map(|(s, _)| s)
     }
 
+    /// Gives a conversation that holds no label the labels of the tool results in its
+    /// history: one saved before labels were kept, or one a gateway client sent whole (a
+    /// history that continues no session of this host). Labels only follow from what the
+    /// history holds, so this changes nothing it means. Results of tools not installed (a
+    /// client's own tools) carry none.
+    pub fn label_history(&self, conv: &mut crate::Conversation) {
+        if !conv.labels.is_empty() {
+            return;
+        }
+        let crate::Conversation {
+            messages, labels, ..
+        } = conv;
+        for message in messages.iter() {
+            if let crate::Message::Tool { name, .. } = message
+                && let Some(spec) = self.spec(name)
+            {
+                labels.saw(&spec.identity(), &spec.exposure);
+            }
+        }
+    }
+
     /// Rewrites `always`/`never` answers saved under a tool's model-facing name (as
     /// conversations saved before answers bound to identities did) to the tool's identity, so
     /// they keep applying. Identities contain a `.`, model-facing names never do.

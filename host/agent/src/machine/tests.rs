@@ -1509,8 +1509,15 @@ fn results_label_the_conversation_and_both_labels_hold_back_a_call_that_sends() 
     finish(&mut t, "c3", true);
     let a = t.step(Event::Proceed);
     assert_eq!(t.conv.labels.names(), ["private", "untrusted"], "{a:?}");
-    let a = t.respond("", &[("4", "fetch", json!({"q": "leak"}))]);
+    let a = t.respond(
+        "",
+        &[
+            ("4", "fetch", json!({"q": "leak"})),
+            ("5", "fetch", json!({"q": "leak more"})),
+        ],
+    );
     let request = approval_of(&a).expect("the fetch is asked");
+    assert!(request.rule_of_two);
     assert!(
         request.reason.contains("/home/ann/docs") && request.reason.contains("127.0.0.1:8080"),
         "{}",
@@ -1529,4 +1536,46 @@ fn results_label_the_conversation_and_both_labels_hold_back_a_call_that_sends() 
     )
     .unwrap();
     assert_eq!(saved.labels, t.conv.labels);
+    // `always` for the first held-back call does not run the second, whose arguments the
+    // person has not seen: it is asked about in turn.
+    let first = request.call_id.clone();
+    let a = t.step(Event::ApprovalGiven {
+        by: String::new(),
+        at_ms: 0,
+        call_id: first.clone(),
+        answer: ApprovalAnswer::Always,
+    });
+    let next = approval_of(&a).expect("the second fetch is asked too");
+    assert_ne!(next.call_id, first);
+    assert_eq!(next.arguments, json!({"q": "leak more"}));
+    assert!(!has(&a, |a| matches!(a, Action::RunTools { .. })));
+}
+
+#[test]
+fn a_history_without_labels_is_labelled_from_its_tool_results() {
+    let grants = |list: &[&str]| -> cordon_core::Grants {
+        list.iter().map(|g| g.parse().unwrap()).collect()
+    };
+    let mut read = spec("read", false);
+    read.exposure = cordon_core::Exposure::of(&grants(&["fs:/docs:/docs:ro"]));
+    let mut fetch = spec("fetch", true);
+    fetch.exposure = cordon_core::Exposure::of(&grants(&["net:https://example.com"]));
+    let cat = ToolCatalog::new(vec![read, fetch], ApprovalConfig::default());
+    let mut conv = Conversation::new();
+    for (id, name) in [("1", "read"), ("2", "fetch"), ("3", "a_client_tool")] {
+        conv.messages.push(Message::Tool {
+            tool_call_id: id.into(),
+            name: name.into(),
+            content: "x".into(),
+            is_error: false,
+        });
+    }
+    cat.label_history(&mut conv);
+    assert_eq!(conv.labels.names(), ["private", "untrusted"]);
+    // Labels held already are what the session saw: nothing is recomputed over them.
+    let mut held = Conversation::new();
+    held.labels = conv.labels.clone();
+    held.messages = conv.messages[2..].to_vec();
+    cat.label_history(&mut held);
+    assert_eq!(held.labels, conv.labels);
 }

@@ -206,9 +206,13 @@ pub(super) fn apply_approval(
         conv.approved_tools.entry(identity.clone()).or_insert(turn);
     }
     for p in batch.iter_mut().filter(|p| p.status == CallStatus::Pending) {
-        // An `always` does not answer another call a policy rule asks about: the rule asks
-        // for that kind of call every time. A `never` refuses it all the same.
-        let asked_by_rule = p.policy.as_ref().is_some_and(|n| n.rule.is_some());
+        // An `always` does not answer another call a policy rule asks about, nor one the Rule
+        // of Two holds back: each such call is asked about on its own, with its own arguments
+        // shown. A `never` refuses it all the same.
+        let held_back = env.catalog.spec(&p.call.name).is_some_and(|s| {
+            cordon_core::rule_of_two(&conv.labels, &s.identity(), &s.exposure).is_some()
+        });
+        let asked_by_rule = held_back || p.policy.as_ref().is_some_and(|n| n.rule.is_some());
         let same_tool = remembered.is_some()
             && identity.is_some()
             && !(asked_by_rule && remembered == Some(Policy::Auto))
@@ -312,11 +316,21 @@ pub(super) fn record_results(
 /// result, error or not, goes to the model with the batch (see [`cordon_core::labels`]).
 /// A label new to the conversation is announced.
 fn label(conv: &mut Conversation, env: Env<'_>, name: &str, out: &mut Vec<Action>) {
-    let Some(spec) = env.catalog.spec(name) else {
-        return;
-    };
     let before = conv.labels.labels();
-    conv.labels.saw(&spec.identity(), &spec.exposure);
+    match env.catalog.spec(name) {
+        Some(spec) => conv.labels.saw(&spec.identity(), &spec.exposure),
+        // A tool gone from the catalog since it was called: what it could reach is no longer
+        // known, so its result is taken to carry both labels.
+        None => {
+            let unknown = "(a tool no longer installed)".to_string();
+            let exposure = cordon_core::Exposure {
+                private: vec![unknown.clone()],
+                untrusted: vec![unknown],
+                egress: Vec::new(),
+            };
+            conv.labels.saw(name, &exposure);
+        }
+    }
     if conv.labels.labels() != before {
         out.push(Action::Emit(AgentEvent::LabelsChanged {
             labels: conv.labels.names(),

@@ -38,12 +38,12 @@ rules = [
   { id = "writes", writes = false, decision = "allow" },
   { id = "approved", tool = "ops.deploy", approved = "sql.sql_query", decision = "allow" },
   { id = "not-approved", tool = "ops.deploy", not_approved = "sql.sql_query", args = { env = "prod" }, decision = "deny" },
-  { id = "labels", labels = ["secret", "web"], decision = "ask" },
+  { id = "labels", labels = ["private", "untrusted"], decision = "ask" },
   { id = "calls", tool = "ops.deploy", calls = { of = "tool", within = "1h", at_least = 3 }, decision = "ask" },
   { id = "hours", hours = "22:00-06:00", decision = "ask" },
   { id = "days", days = ["sat-sun"], hours = "09:00-17:00", decision = "deny" },
   { id = "when", tool = "ops.deploy", args = { env = { prefix = "s" } }, when = 'context.input has replicas && context.input.replicas > 5', decision = "deny" },
-  { id = "when-caller", plugin = "sql", when = 'context.caller.token like "ro*" || context.session.labels.contains("web")', decision = "allow" },
+  { id = "when-caller", plugin = "sql", when = 'context.caller.token like "ro*" || context.session.labels.contains("untrusted")', decision = "allow" },
   { id = "when-required", tool = "sql.sql_execute", when = 'context.input.sql like "drop*"', decision = "deny" },
   { id = "when-or", tool = "sql.sql_execute", when = 'context.caller.origin == "mcp" || context.input.sql like "select*"', decision = "ask" },
   { id = "when-time", when = 'context.time.weekday == "sat" && context.time.hour >= 10 && !(context.time.minute_of_day > 1200)', decision = "ask" },
@@ -85,7 +85,7 @@ when { context["input"] has path && context.caller.origin == "gateway" };
 
 @id("file-options")
 forbid(principal, action == Action::"ops.deploy", resource)
-when { context.input has "options" && context.input.options has force && context.input.options.force && context.session.labels.contains("web") };
+when { context.input has "options" && context.input.options has force && context.input.options.force && context.session.labels.contains("untrusted") };
 
 @id("file-time") @ask("")
 permit(principal, action, resource)
@@ -221,7 +221,7 @@ fn the_host_decides_every_kind_of_rule_as_its_cedar_text_does() {
         if draw.below(2) == 0 {
             session.approved.insert("sql.sql_query".into());
         }
-        for label in ["secret", "web"] {
+        for label in ["private", "untrusted"] {
             if draw.below(2) == 0 {
                 session.labels.insert(label.into());
             }

@@ -251,8 +251,12 @@ pub(super) fn with_client_tools(
             proven: Default::default(),
             reach: Default::default(),
             // What a client's own tool reads or sends is the client's to know, not Cordon's:
-            // its results carry no label and it is not taken to send anything out.
-            exposure: Default::default(),
+            // its results carry no label, and it is taken to be able to send data out, so
+            // the Rule of Two holds it back like any other.
+            exposure: cordon_core::Exposure {
+                egress: vec!["a tool the client runs (what it sends is not known)".to_string()],
+                ..Default::default()
+            },
         })
         .collect();
     let calls = state.client_calls.clone();
