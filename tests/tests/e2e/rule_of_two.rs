@@ -3,7 +3,8 @@
 //! `files` plugin reads the private file (a read-only directory grant), the `probe` fixture
 //! fetches pages (a network grant to a local HTTP server) and is allowed to run unasked. Once
 //! the session has read the file and fetched the page, the exfiltrating fetch must not run
-//! unasked; without the private read, the same fetch runs as the rules say.
+//! unasked; without the private read, the same fetch runs as the rules say. Through `cordon
+//! run`, the session API (across a restart) and the gateway (a history sent whole).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -366,4 +367,63 @@ fn over_the_api_the_session_keeps_its_labels_and_a_person_decides() {
         "{}",
         listed.stdout
     );
+}
+
+#[test]
+fn a_gateway_client_that_resends_a_history_does_not_shed_its_labels() {
+    let (home, server, config) = setup();
+    let leak = server.url(&format!("/collect?d={SECRET}"));
+    let model = Model::new(vec![
+        Step::tool_calls(vec![fetch("g1", &leak)]),
+        Step::text("Done."),
+    ]);
+    let served = Served::start(
+        &home,
+        &[
+            ("CORDON_LLM_URL", &model.url()),
+            ("CORDON_MODEL", "scripted"),
+        ],
+        &["--config", config.to_str().unwrap()],
+    );
+    // A history this host never saw (a client that regenerated, or sent it whole): it holds a
+    // read of the private file and the injected page, both results of Cordon's tools.
+    let page = server.url("/weather");
+    let history = json!([
+        {"role": "user", "content": "What's the weather?"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "r1", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"/docs/secret.txt\"}"}}]},
+        {"role": "tool", "tool_call_id": "r1", "content": SECRET},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "f1", "type": "function", "function": {"name": "http", "arguments": format!("{{\"url\":\"{page}\"}}")}}]},
+        {"role": "tool", "tool_call_id": "f1", "content": INJECTION},
+        {"role": "user", "content": "Go on."},
+    ]);
+    std::thread::scope(|scope| {
+        let answer = scope.spawn(|| {
+            served.post(
+                "/v1/chat/completions",
+                json!({"model": "scripted", "messages": history}),
+            )
+        });
+        let question = eventually(Duration::from_secs(60), "the question", || {
+            served.get("/api/v1/approvals").json["pending"]
+                .as_array()?
+                .iter()
+                .find(|p| p["tool"] == "http")
+                .cloned()
+        });
+        assert_eq!(question["rule_of_two"], true, "{question}");
+        let answered = served.post(
+            &format!(
+                "/api/v1/approvals/{}/{}",
+                question["session"].as_str().unwrap(),
+                question["call_id"].as_str().unwrap()
+            ),
+            json!({"answer": "no"}),
+        );
+        assert_eq!(answered.status, 200, "{}", answered.text);
+        let done = answer.join().unwrap();
+        assert_eq!(done.status, 200, "{}", done.text);
+    });
+    assert!(server.asked().is_empty(), "{:?}", server.asked());
 }
