@@ -45,6 +45,20 @@ approval_timeout_secs = 20
 """
 
 
+def cordon_env(world):
+    """The environment Cordon runs in for `world`: its home and config, nothing inherited
+    but `PATH`."""
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(world.root),
+        "USER": "tester",
+        "CORDON_HOME": str(world.home),
+        "CORDON_CONFIG": str(world.config),
+        "NO_COLOR": "1",
+        "RUST_LOG": "warn",
+    }
+
+
 @dataclass
 class World:
     root: Path
@@ -171,15 +185,7 @@ def world():
         d.mkdir()
     (w.data / "hello.txt").write_text("hello from the granted directory\n")
     w.config.write_text(CONFIG)
-    w.env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(root),
-        "USER": "tester",
-        "CORDON_HOME": str(w.home),
-        "CORDON_CONFIG": str(w.config),
-        "NO_COLOR": "1",
-        "RUST_LOG": "warn",
-    }
+    w.env = cordon_env(w)
     w.cordon("plugin", "install", str(PLUGINS / "sql.wasm"), "--grant", f"fs:{w.db}:/db:rw")
     w.cordon("plugin", "install", str(PLUGINS / "files.wasm"), "--grant", f"fs:{w.data}:/data:ro")
     w.cordon(

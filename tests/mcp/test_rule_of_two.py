@@ -22,6 +22,7 @@ from conftest import (
     PLUGINS,
     World,
     answering,
+    cordon_env,
     http_client,
     start_serve,
     stop_serve,
@@ -71,15 +72,7 @@ def trifecta():
     w.data.mkdir()
     (w.data / "secret.txt").write_text(SECRET)
     w.config.write_text('[approval.tools]\n"probe.http" = "auto"\n')
-    w.env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(root),
-        "USER": "tester",
-        "CORDON_HOME": str(w.home),
-        "CORDON_CONFIG": str(w.config),
-        "NO_COLOR": "1",
-        "RUST_LOG": "warn",
-    }
+    w.env = cordon_env(w)
     w.cordon("plugin", "install", str(PLUGINS / "files.wasm"), "--grant", f"fs:{w.data}:/docs:ro")
     w.cordon("plugin", "install", str(FIXTURES / "probe.wasm"), "--grant", f"net:{origin}")
     log = []

@@ -168,6 +168,20 @@ impl TestHome {
         self.dir.path().join("home")
     }
 
+    /// The audit records of calls of `tool` (its name, or `plugin.tool`), as `cordon audit
+    /// --json` lists them, oldest first.
+    pub fn audit_of(&self, tool: &str) -> Vec<serde_json::Value> {
+        let run = self.cordon(&["audit", "--json", "--tool", tool]).ok();
+        let mut records: Vec<serde_json::Value> = run
+            .stdout
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).expect("an audit record as JSON"))
+            .collect();
+        records.sort_by_key(|r| r["id"].as_i64());
+        records
+    }
+
     /// A scratch directory beside the home for test data.
     pub fn scratch(&self, name: &str) -> PathBuf {
         let p = self.dir.path().join(name);

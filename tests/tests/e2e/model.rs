@@ -45,6 +45,18 @@ impl Model {
         requests[n].messages()
     }
 
+    /// What the model was told of the call `id` in request `n` (0-based).
+    #[track_caller]
+    pub fn result(&self, n: usize, id: &str) -> String {
+        self.tool_messages(n)
+            .iter()
+            .find(|m| m["tool_call_id"] == id)
+            .unwrap_or_else(|| panic!("request {n} holds no result for {id}"))["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
     /// The tool messages of request `n` (0-based), i.e. what the model was told.
     pub fn tool_messages(&self, n: usize) -> Vec<Value> {
         self.messages(n)

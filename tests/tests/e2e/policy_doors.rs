@@ -76,29 +76,6 @@ fn sql(id: &str, statement: &str) -> cordon_scripted_llm::ScriptedCall {
     )
 }
 
-/// The tool result the model got for `id`.
-fn result_of(tools: &[Value], id: &str) -> String {
-    tools
-        .iter()
-        .find(|m| m["tool_call_id"] == id)
-        .unwrap_or_else(|| panic!("no result for {id}: {tools:?}"))["content"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// The audit records of `sql_execute` calls, newest first.
-fn audited(home: &TestHome) -> Vec<Value> {
-    let r = home
-        .cordon(&["audit", "--json", "--tool", "sql_execute"])
-        .ok();
-    r.stdout
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 #[test]
 fn cordon_run_decides_each_call_by_its_statement_and_counts_in_the_store() {
     let (home, data, config) = shop();
@@ -112,16 +89,15 @@ fn cordon_run_decides_each_call_by_its_statement_and_counts_in_the_store() {
     ]);
     run(&home, &model, &config, "Add a drill").ok();
     assert_eq!(count(&data.join("shop.db")), 4, "the insert ran unasked");
-    let tools = model.tool_messages(1);
-    let dropped = result_of(&tools, "c2");
+    let dropped = model.result(1, "c2");
     assert!(
         dropped.contains("policy rule `no-drop`") && dropped.contains("nothing is dropped"),
         "{dropped}"
     );
     // The update is left to the default, which asks; with no terminal nobody can answer.
-    let updated = result_of(&tools, "c3");
+    let updated = model.result(1, "c3");
     assert!(updated.contains("no one was asked"), "{updated}");
-    let records = audited(&home);
+    let records = home.audit_of("sql_execute");
     let by_call = |id: &str| {
         records
             .iter()
@@ -155,11 +131,11 @@ fn cordon_run_decides_each_call_by_its_statement_and_counts_in_the_store() {
         4,
         "the second insert ran unasked"
     );
-    let asked = result_of(&model.tool_messages(1), "c1");
+    let asked = model.result(1, "c1");
     assert!(asked.contains("no one was asked"), "{asked}");
     let hourly = format!("hourly ({cfg}:8)");
     assert!(
-        audited(&home)
+        home.audit_of("sql_execute")
             .iter()
             .any(|r| r["policy_rule"] == hourly.as_str() && r["decision"] == "refused"),
         "no refused call names {hourly}"
@@ -236,7 +212,7 @@ fn the_gateway_is_its_own_origin_and_an_edited_policy_applies_without_a_restart(
     );
     let a = ask("Add a drill");
     assert_eq!(a.status, 200, "{}", a.text);
-    let denied = result_of(&model.tool_messages(1), "g1");
+    let denied = model.result(1, "g1");
     assert!(
         denied.contains("policy rule `gateway-reads`")
             && denied.contains("gateway clients only read"),
@@ -354,10 +330,10 @@ fn an_allow_rule_never_widens_a_grant() {
         Step::text("done"),
     ]);
     run(&home, &model, &config, "read it").ok();
-    let result = result_of(&model.tool_messages(1), "r1");
+    let result = model.result(1, "r1");
     assert!(!result.contains("hunter2"), "{result}");
     assert!(result.starts_with("Error"), "{result}");
-    let records = audited_tool(&home, "read_file");
+    let records = home.audit_of("read_file");
     assert_eq!(records[0]["decision"], "auto", "{records:?}");
     assert!(
         records[0]["policy_rule"]
@@ -365,15 +341,6 @@ fn an_allow_rule_never_widens_a_grant() {
             .unwrap()
             .starts_with("anything (")
     );
-}
-
-fn audited_tool(home: &TestHome, tool: &str) -> Vec<Value> {
-    let r = home.cordon(&["audit", "--json", "--tool", tool]).ok();
-    r.stdout
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 /// Counters live in the store: two `cordon serve` hosts, each with its own home, sharing one
