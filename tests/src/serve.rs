@@ -164,6 +164,17 @@ impl Served {
         self.raw("POST", path, Some(&self.token), Some(&body.to_string()))
     }
 
+    /// The first question session `session` waits on, once it waits (at most a minute).
+    pub fn pending(&self, session: &str) -> Value {
+        eventually(Duration::from_secs(60), "an approval question", || {
+            self.get("/api/v1/approvals").json["pending"]
+                .as_array()?
+                .iter()
+                .find(|p| p["session"] == session)
+                .cloned()
+        })
+    }
+
     /// `DELETE path` with the token.
     pub fn delete(&self, path: &str) -> Answer {
         self.raw("DELETE", path, Some(&self.token), None)

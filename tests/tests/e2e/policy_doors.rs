@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cordon_scripted_llm::Step;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::model::{Model, call};
 use cordon_tests::serve::{Served, eventually};
@@ -233,17 +233,6 @@ fn the_gateway_is_its_own_origin_and_an_edited_policy_applies_without_a_restart(
     drop(served);
 }
 
-/// The question the session waits on, once it waits.
-fn pending(served: &Served, session: &str) -> Value {
-    eventually(Duration::from_secs(60), "an approval question", || {
-        served.get("/api/v1/approvals").json["pending"]
-            .as_array()?
-            .iter()
-            .find(|p| p["session"] == session)
-            .cloned()
-    })
-}
-
 #[test]
 fn over_the_api_a_rule_asks_every_time_even_after_always() {
     let (home, data, config) = shop();
@@ -273,7 +262,7 @@ fn over_the_api_a_rule_asks_every_time_even_after_always() {
     assert_eq!(created.status, 201, "{}", created.text);
     let events = served.stream("/api/v1/sessions/shop/messages", json!({"text": "tidy up"}));
     // The update is asked by default; answered `always` for the tool.
-    let first = pending(&served, "shop");
+    let first = served.pending("shop");
     // (sql_execute declares itself destructive, so the default asks.)
     assert!(
         !first["reason"].as_str().unwrap().contains("policy rule"),
@@ -289,7 +278,7 @@ fn over_the_api_a_rule_asks_every_time_even_after_always() {
     assert_eq!(answered.status, 200, "{}", answered.text);
     // The delete is asked all the same, with the rule's reason.
     let second = eventually(Duration::from_secs(60), "the second question", || {
-        let p = pending(&served, "shop");
+        let p = served.pending("shop");
         (p["call_id"] != first["call_id"]).then_some(p)
     });
     let reason = second["reason"].as_str().unwrap();
@@ -397,7 +386,7 @@ fn two_hosts_on_one_postgresql_store_share_their_counters() {
         "/api/v1/sessions/on-b/messages",
         json!({"text": "add an easel"}),
     );
-    let asked = pending(&b, "on-b");
+    let asked = b.pending("on-b");
     let reason = asked["reason"].as_str().unwrap();
     assert!(
         reason.contains("policy rule `hourly`") && reason.contains("one insert an hour"),

@@ -233,17 +233,6 @@ fn approving_everything_in_advance_does_not_answer_the_rule_of_two() {
     );
 }
 
-/// The question session `session` waits on, once it waits.
-fn pending(served: &Served, session: &str) -> Value {
-    eventually(Duration::from_secs(60), "an approval question", || {
-        served.get("/api/v1/approvals").json["pending"]
-            .as_array()?
-            .iter()
-            .find(|p| p["session"] == session)
-            .cloned()
-    })
-}
-
 #[test]
 fn over_the_api_the_session_keeps_its_labels_and_a_person_decides() {
     let (home, server, config) = setup();
@@ -271,7 +260,7 @@ fn over_the_api_the_session_keeps_its_labels_and_a_person_decides() {
         "/api/v1/sessions/ann/messages",
         json!({"text": "What's the weather?"}),
     );
-    let question = pending(&served, "ann");
+    let question = served.pending("ann");
     assert_eq!(question["tool"], "http", "{question}");
     assert_eq!(question["rule_of_two"], true, "{question}");
     let reason = question["reason"].as_str().unwrap();
@@ -306,7 +295,7 @@ fn over_the_api_the_session_keeps_its_labels_and_a_person_decides() {
 
     let served = Served::start(&home, &env, &args);
     let events = served.stream("/api/v1/sessions/ann/messages", json!({"text": "And now?"}));
-    let question = pending(&served, "ann");
+    let question = served.pending("ann");
     assert_eq!(question["rule_of_two"], true, "{question}");
     served.post(
         &format!(

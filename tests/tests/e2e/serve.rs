@@ -55,18 +55,6 @@ fn empty_file(data: &Path, file: &str) {
     std::fs::write(data.join(file), "").unwrap();
 }
 
-/// Waits for the session's first pending approval and returns it.
-fn pending(served: &Served, session: &str) -> Value {
-    eventually(WAIT, "an approval to wait for an answer", || {
-        let answer = served.get("/api/v1/approvals");
-        answer.json["pending"]
-            .as_array()?
-            .iter()
-            .find(|p| p["session"] == session)
-            .cloned()
-    })
-}
-
 /// Waits until the session is idle again (its turn ended) and returns it.
 fn idle(served: &Served, session: &str) -> Value {
     eventually(WAIT, "the session to finish its turn", || {
@@ -107,7 +95,7 @@ fn a_turn_waits_for_an_approval_from_the_api_and_is_audited() {
     assert_eq!(events.status, 200);
     let asked = events.until("approval_needed", WAIT);
     assert_eq!(asked[0]["type"], "turn_started", "{asked:#?}");
-    let question = pending(&served, "notes");
+    let question = served.pending("notes");
     assert_eq!(question["tool"], "fs");
     assert_eq!(question["plugin"], "probe");
     assert_eq!(question["arguments"]["content"], "hello");
@@ -196,7 +184,7 @@ fn a_denial_reaches_the_model_and_nothing_runs() {
         "/api/v1/sessions/deny/messages",
         json!({"text": "write it"}),
     );
-    let question = pending(&served, "deny");
+    let question = served.pending("deny");
     let call_id = question["call_id"].as_str().unwrap();
     let answered = served.post(
         &format!("/api/v1/approvals/deny/{call_id}"),
@@ -416,10 +404,10 @@ fn killed_while_awaiting_approval_the_question_is_asked_again() {
     let served = serve(&home, &model, &config, &[]);
     create(&served, "ask");
     let _events = served.stream("/api/v1/sessions/ask/messages", json!({"text": "append"}));
-    let first = pending(&served, "ask");
+    let first = served.pending("ask");
     served.kill9();
     let served = serve(&home, &model, &config, &[]);
-    let again = pending(&served, "ask");
+    let again = served.pending("ask");
     assert_eq!(again["call_id"], first["call_id"]);
     assert_eq!(again["arguments"], first["arguments"]);
     let call_id = again["call_id"].as_str().unwrap();
@@ -445,7 +433,7 @@ fn killed_while_a_tool_runs_the_call_is_never_run_again() {
     let served = serve(&home, &model, &config, &[]);
     create(&served, "tool");
     let events = served.stream("/api/v1/sessions/tool/messages", json!({"text": "ping it"}));
-    let question = pending(&served, "tool");
+    let question = served.pending("tool");
     let call_id = question["call_id"].as_str().unwrap();
     served.post(
         &format!("/api/v1/approvals/tool/{call_id}"),
@@ -488,7 +476,7 @@ fn sigterm_lets_a_running_tool_finish_and_the_turn_goes_on_later() {
     let served = serve(&home, &model, &config, &["--shutdown-grace", "20"]);
     create(&served, "term");
     let events = served.stream("/api/v1/sessions/term/messages", json!({"text": "ping it"}));
-    let question = pending(&served, "term");
+    let question = served.pending("term");
     let call_id = question["call_id"].as_str().unwrap();
     served.post(
         &format!("/api/v1/approvals/term/{call_id}"),
@@ -612,7 +600,7 @@ fn a_second_host_takes_over_a_session_when_the_first_dies() {
     let created = first.post("/api/v1/sessions", json!({"id": "shared"}));
     assert_eq!(created.status, 201, "{}", created.text);
     let _events = first.stream("/api/v1/sessions/shared/messages", json!({"text": "write"}));
-    let asked = pending(&first, "shared");
+    let asked = first.pending("shared");
     // While the first host lives, the second cannot drive the session.
     std::thread::sleep(Duration::from_secs(3));
     assert!(
@@ -630,7 +618,7 @@ fn a_second_host_takes_over_a_session_when_the_first_dies() {
     );
     first.kill9();
     // After the lease (2 s) the second host resumes the turn: the question is asked again.
-    let again = pending(&second, "shared");
+    let again = second.pending("shared");
     assert_eq!(again["call_id"], asked["call_id"]);
     let call_id = again["call_id"].as_str().unwrap();
     let answered = second.post(
@@ -692,7 +680,7 @@ fn a_store_that_goes_away_mid_turn_stops_the_turn_and_it_resumes_when_back() {
     let served = serve(&home, &model, &config, &["--store", &url]);
     create(&served, "away");
     let events = served.stream("/api/v1/sessions/away/messages", json!({"text": "write"}));
-    let asked = pending(&served, "away");
+    let asked = served.pending("away");
     let call_id = asked["call_id"].as_str().unwrap().to_string();
     cluster.stop();
     let answered = served.post(
@@ -713,7 +701,7 @@ fn a_store_that_goes_away_mid_turn_stops_the_turn_and_it_resumes_when_back() {
     // The answer was not recorded, so the call did not run.
     assert_eq!(std::fs::read_to_string(data.join("away.txt")).unwrap(), "");
     cluster.start_server();
-    let again = pending(&served, "away");
+    let again = served.pending("away");
     assert_eq!(again["call_id"], call_id.as_str());
     served.post(
         &format!("/api/v1/approvals/away/{call_id}"),
@@ -737,7 +725,7 @@ fn cordon_approve_lists_and_answers_a_waiting_call() {
     let served = serve(&home, &model, &config, &[]);
     create(&served, "term");
     let events = served.stream("/api/v1/sessions/term/messages", json!({"text": "write"}));
-    let question = pending(&served, "term");
+    let question = served.pending("term");
     let call_id = question["call_id"].as_str().unwrap().to_string();
     let url = format!("http://{}", served.addr);
     let listed = home.cordon(&["approve", "--list", "--url", &url]).ok();
