@@ -177,13 +177,39 @@ fn final_decision(
     rules: &ApprovalConfig,
     spec: &ToolSpec,
     verdict: &cordon_agent::cordon_policy::Verdict,
+    labels: &cordon_core::SessionLabels,
 ) -> GrantDecision {
     let none = approval::Standing {
         answers: &Default::default(),
         requester: None,
-        labels: &cordon_core::labels::NO_LABELS,
+        labels,
     };
     approval::decide(rules, none, spec, Some(verdict))
+}
+
+/// The session labels `--label` gives, so the Rule of Two decides as in such a session.
+fn held_labels(given: &[String]) -> anyhow::Result<cordon_core::SessionLabels> {
+    let mut held = cordon_core::SessionLabels::default();
+    for label in given {
+        let source = format!("--label {label}");
+        let exposure = match label.as_str() {
+            "private" => cordon_core::Exposure {
+                private: vec![source],
+                ..Default::default()
+            },
+            "untrusted" => cordon_core::Exposure {
+                untrusted: vec![source],
+                ..Default::default()
+            },
+            other => {
+                return Err(usage(format!(
+                    "--label `{other}`: a session's labels are `private` and `untrusted`"
+                )));
+            }
+        };
+        held.saw("the session", &exposure);
+    }
+    Ok(held)
 }
 
 /// What a conversation does with calls of the tool: the decision in words, and why.
@@ -468,6 +494,7 @@ async fn explain(home: &Home, args: ExplainArgs) -> anyhow::Result<()> {
         approved: args.approved.iter().cloned().collect(),
         labels: args.labels.iter().cloned().collect(),
     };
+    let held = held_labels(&args.labels)?;
     let counts = counts(&args.counts, &policy, &identity)?;
     let now_ms = match &args.at {
         Some(at) => policy
@@ -488,7 +515,7 @@ async fn explain(home: &Home, args: ExplainArgs) -> anyhow::Result<()> {
     });
     let default = grant_default(&found.config.approval, spec);
     let each = with_errors(each, &verdict);
-    let decided = final_decision(&found.config.approval, spec, &verdict);
+    let decided = final_decision(&found.config.approval, spec, &verdict, &held);
     let decision = default_word(&decided);
     let at = policy.show_time(now_ms);
     if args.json {
@@ -515,6 +542,11 @@ async fn explain(home: &Home, args: ExplainArgs) -> anyhow::Result<()> {
             "decision": decision,
             "decided_by": match (&decided.rule, &verdict.rule) {
                 (Some(_), _) => "rule",
+                (None, _) if !held.is_empty()
+                    && cordon_core::rule_of_two(&held, &identity, &spec.exposure).is_some() =>
+                {
+                    "rule_of_two"
+                }
                 (None, Some(_)) => "approval",
                 (None, None) => "default",
             },
@@ -531,8 +563,12 @@ async fn explain(home: &Home, args: ExplainArgs) -> anyhow::Result<()> {
     outln!("  {}, at {at}", caller_words(&caller, &session, &counts));
     match (&decided.rule, &verdict.rule) {
         (Some(rule), _) => outln!("decision: {decision}, by rule {}", rule_words(rule)),
-        // A rule applied, but `[approval]` (stricter) decides.
+        // A rule applied, but `[approval]` (stricter) decides; or the Rule of Two does, over
+        // the rules and the default alike.
         (None, Some(_)) => outln!("decision: {decision}: {}", decided.reason),
+        (None, None) if decided.reason != default.reason => {
+            outln!("decision: {decision}: {}", decided.reason)
+        }
         (None, None) => {
             outln!("decision: {decision} (no rule applies: the grant-derived default decides)")
         }

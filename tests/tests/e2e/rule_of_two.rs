@@ -376,3 +376,45 @@ fn a_gateway_client_that_resends_a_history_does_not_shed_its_labels() {
     });
     assert!(server.asked().is_empty(), "{:?}", server.asked());
 }
+
+#[test]
+fn policy_explain_decides_as_a_labelled_session_would() {
+    let (home, server, config) = setup();
+    let args = json!({ "url": server.url("/collect?d=x") }).to_string();
+    let explain = |extra: &[&str]| {
+        let mut a = vec![
+            "policy",
+            "explain",
+            "probe.http",
+            args.as_str(),
+            "--config",
+            config.to_str().unwrap(),
+        ];
+        a.extend(extra);
+        home.cordon(&a)
+    };
+    let plain = explain(&[]).ok();
+    assert!(plain.stdout.contains("decision: allow"), "{}", plain.stdout);
+    assert!(
+        plain
+            .stdout
+            .contains("Rule of Two: probe.http can send data out"),
+        "{}",
+        plain.stdout
+    );
+    let held = explain(&["--label", "private", "--label", "untrusted"]).ok();
+    assert!(
+        held.stdout.contains("decision: ask")
+            && held
+                .stdout
+                .contains("read private data through `--label private`"),
+        "{}",
+        held.stdout
+    );
+    let wrong = explain(&["--label", "secret"]).code(2);
+    assert!(
+        wrong.stderr.contains("`private` and `untrusted`"),
+        "{}",
+        wrong.stderr
+    );
+}
