@@ -407,6 +407,9 @@ pub struct ContextConfig {
     /// `auto` (the model's tokenizer when known, an estimate otherwise), `estimate`,
     /// `cl100k_base` or `o200k_base`.
     pub tokenizer: String,
+    /// A tool result longer than this (in tokens, estimated at four bytes each) is sent as
+    /// a preview the model pages with `read_result` (see [`crate::spill`]); 0: always whole.
+    pub result_budget_tokens: usize,
 }
 
 impl Default for ContextConfig {
@@ -418,6 +421,7 @@ impl Default for ContextConfig {
             keep_last_turns: 2,
             summarize: false,
             tokenizer: "auto".to_string(),
+            result_budget_tokens: 8_000,
         }
     }
 }

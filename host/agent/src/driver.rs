@@ -29,7 +29,7 @@ use crate::machine::{
 use crate::parameters::TurnParameters;
 use crate::text_tool_calls;
 use crate::tool_host::ToolHost;
-use crate::tools::{ToolSpec, render_result};
+use crate::tools::{ToolFailure, ToolFailureKind, ToolSpec, render_result};
 
 /// Errors that stop a turn before or outside the model's control.
 #[derive(Debug, thiserror::Error)]
@@ -240,10 +240,18 @@ impl Agent {
     }
 
     fn catalog(&self) -> ToolCatalog {
-        let specs = self.tools.tools();
+        let mut specs = self.tools.tools();
         // The `[policy]` as cordon.toml says now, so an edit takes effect without a restart.
         let config = crate::policy::reread(&self.config.policy);
         let policy = crate::policy::load_or_last(&config, &specs);
+        // The built-in pager (offered only once a result was too long to send whole), under
+        // a name no installed tool has.
+        let name = if specs.iter().any(|s| s.name == crate::spill::TOOL) {
+            "cordon__read_result"
+        } else {
+            crate::spill::TOOL
+        };
+        specs.push(crate::spill::tool_spec(name));
         ToolCatalog::with_policy(specs, self.config.approval.clone(), policy)
     }
 
@@ -624,15 +632,38 @@ if a call is refused or declined, tell the user instead of trying to get around 
         };
         self.tally(catalog, &planned, &calls, io).await?;
         let mut running: Vec<String> = calls.iter().map(|c| c.call_id.clone()).collect();
+        // Calls of the built-in `read_result` are answered here, from the conversation.
+        let page = crate::spill::threshold(self.config.context.result_budget_tokens)
+            .unwrap_or(crate::spill::PAGE_BYTES);
+        let mut paged: BTreeMap<String, Result<Vec<cordon_core::Content>, ToolFailure>> = calls
+            .iter()
+            .filter(|run| {
+                catalog
+                    .spec(&run.tool)
+                    .is_some_and(crate::spill::is_builtin)
+            })
+            .map(|run| {
+                let answer = crate::spill::read(&conv.messages, &run.arguments, page)
+                    .map(|text| vec![cordon_core::Content::Text(text)])
+                    .map_err(|e| ToolFailure::new(ToolFailureKind::InvalidArguments, e));
+                (run.call_id.clone(), answer)
+            })
+            .collect();
         let child = io.cancel.child_token();
         let tools = self.tools.clone();
         let futs = calls.into_iter().map(|run| {
             let token = child.clone();
             let tools = tools.clone();
+            let answered = paged.remove(&run.call_id);
             async move {
-                let (result, report) = tools
-                    .call_reported(&run.tool, run.arguments.clone(), token)
-                    .await;
+                let (result, report) = match answered {
+                    Some(result) => (result, None),
+                    None => {
+                        tools
+                            .call_reported(&run.tool, run.arguments.clone(), token)
+                            .await
+                    }
+                };
                 (run, result, report)
             }
         });

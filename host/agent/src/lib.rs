@@ -53,6 +53,7 @@ pub mod machine;
 pub mod messages;
 pub mod parameters;
 pub mod policy;
+pub mod spill;
 pub mod text_tool_calls;
 pub mod tool_host;
 pub mod tools;

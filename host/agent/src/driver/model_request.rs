@@ -66,10 +66,28 @@ impl Agent {
             .tool_choice
             .as_ref()
             .filter(|_| conv.progress.iterations == 0 && !final_pass);
+        let ctx = &self.config.context;
+        // Results too long to send whole go as previews (see `crate::spill`), and the model
+        // gets the tool to page through them.
+        let limit = crate::spill::threshold(ctx.result_budget_tokens)
+            .filter(|&l| crate::spill::holds_large(&conv.messages, l));
+        let view: std::borrow::Cow<'_, [Message]> = match limit {
+            Some(l) => conv
+                .messages
+                .iter()
+                .map(|m| crate::spill::shown(m, l))
+                .collect::<Vec<_>>()
+                .into(),
+            None => (&conv.messages[..]).into(),
+        };
         let offered: Vec<&ToolSpec> = if final_pass || choice == Some(&ToolChoice::None) {
             Vec::new()
         } else {
-            catalog.offered(conv.standing())
+            let mut offered = catalog.offered(conv.standing());
+            if limit.is_some() {
+                offered.extend(catalog.pager(conv.standing()));
+            }
+            offered
         };
         let system = self.system_prompt(&offered, final_pass);
         let tools: Vec<Value> = if self.config.llm.tool_format == ToolFormat::Native {
@@ -83,7 +101,6 @@ impl Agent {
         } else {
             Vec::new()
         };
-        let ctx = &self.config.context;
         let fixed = self.tokenizer.count(&system)
             + tools
                 .iter()
@@ -94,14 +111,14 @@ impl Agent {
             .window_tokens
             .saturating_sub(ctx.reserve_tokens)
             .saturating_sub(fixed);
-        let plan = context::prune(&conv.messages, budget, ctx, &self.tokenizer);
+        let plan = context::prune(&view, budget, ctx, &self.tokenizer);
         let mut summary_text = None;
         if !plan.dropped.is_empty() {
             if ctx.summarize {
                 summary_text = match &conv.summary {
                     Some(s) if s.covers == plan.dropped => Some(s.text.clone()),
                     _ => {
-                        let text = self.summarize(conv, &plan.dropped, cancel).await;
+                        let text = self.summarize(&view, &plan.dropped, cancel).await;
                         if let Some(t) = &text {
                             conv.summary = Some(Summary {
                                 covers: plan.dropped.clone(),
@@ -144,11 +161,7 @@ impl Agent {
                 fits: plan.fits,
             });
         }
-        let kept: Vec<Message> = plan
-            .kept
-            .iter()
-            .map(|&i| conv.messages[i].clone())
-            .collect();
+        let kept: Vec<Message> = plan.kept.iter().map(|&i| view[i].clone()).collect();
         let mut messages = vec![json!({"role": "system", "content": system})];
         if let Some(s) = summary_text {
             messages.push(json!({"role": "system", "content": format!(
@@ -175,14 +188,14 @@ impl Agent {
 
     async fn summarize(
         &self,
-        conv: &Conversation,
+        messages: &[Message],
         dropped: &[usize],
         cancel: &CancellationToken,
     ) -> Option<String> {
         let excerpt: Vec<String> = dropped
             .iter()
             .map(|&i| {
-                let m = &conv.messages[i];
+                let m = &messages[i];
                 format!("{}: {}", m.role(), m.content())
             })
             .collect();

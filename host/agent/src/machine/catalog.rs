@@ -118,13 +118,25 @@ impl ToolCatalog {
         }
     }
 
-    /// The tools the model is offered: installed, enabled and not denied.
+    /// The tools the model is offered: installed, enabled and not denied (the built-in
+    /// `read_result` is offered apart, when there is something to page; see
+    /// [`crate::spill`]).
     pub fn offered(&self, standing: Standing<'_>) -> Vec<&ToolSpec> {
         self.tools
             .values()
             .map(|(s, _)| s)
+            .filter(|s| !crate::spill::is_builtin(s))
             .filter(|s| self.decision(s, standing).policy != Policy::Deny)
             .collect()
+    }
+
+    /// The built-in `read_result`, unless a rule denies it.
+    pub fn pager(&self, standing: Standing<'_>) -> Option<&ToolSpec> {
+        self.tools
+            .values()
+            .map(|(s, _)| s)
+            .find(|s| crate::spill::is_builtin(s))
+            .filter(|s| self.decision(s, standing).policy != Policy::Deny)
     }
 
     /// Checks a call: the tool must exist, policy must not deny it and the arguments must be

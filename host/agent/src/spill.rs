@@ -1,0 +1,427 @@
+//! Results too large for the model: the conversation keeps a tool's whole result, the model
+//! is sent a preview (its first and last lines, with counts) and pages through the rest with
+//! the built-in tool `read_result`, by lines or by searching.
+//!
+//! What decides, in order:
+//! 1. A tool result longer than `[context] result_budget_tokens` (estimated at four bytes a
+//!    token, so the check costs nothing) is sent as a preview; shorter ones are sent whole.
+//!    `0` turns this off.
+//! 2. The whole result stays in the conversation (and so in the store): a preview loses
+//!    nothing, and a later request can read any part of it.
+//! 3. `read_result` is offered to the model only once the conversation holds a result sent as
+//!    a preview; it reads only results of this conversation, names them by the call's id, and
+//!    runs in the host without a sandbox (it reads what the conversation already holds).
+//! 4. Each page is itself bounded by the budget, so paging can never overflow the context.
+
+use serde_json::{Value, json};
+
+use crate::messages::Message;
+use crate::tools::ToolSpec;
+
+/// The built-in tool's plugin name: approval rules, the audit log and policy see it as
+/// `cordon.read_result`.
+pub const PLUGIN: &str = "cordon";
+/// The built-in tool's own name.
+pub const TOOL: &str = "read_result";
+
+/// How much of a result one page holds when previews are off (`result_budget_tokens = 0`)
+/// and the model reads an earlier result all the same.
+pub const PAGE_BYTES: usize = 32_000;
+
+/// Lines a page holds at most, whatever the budget.
+const MAX_PAGE_LINES: usize = 1_000;
+/// Matches a search returns at most.
+const MAX_MATCHES: usize = 200;
+
+/// The byte length past which a result is sent as a preview (`budget_tokens` × 4), or `None`
+/// when previews are off.
+pub fn threshold(budget_tokens: usize) -> Option<usize> {
+    (budget_tokens > 0).then(|| budget_tokens.saturating_mul(4))
+}
+
+/// Whether any tool result of `messages` is longer than `limit` bytes.
+pub fn holds_large(messages: &[Message], limit: usize) -> bool {
+    messages
+        .iter()
+        .any(|m| matches!(m, Message::Tool { content, .. } if content.len() > limit))
+}
+
+/// What the model is sent for `content`, the result of the call the model gave id `call_id`:
+/// itself when it fits in `limit` bytes, else its first and last lines within that limit,
+/// the counts, and how to read the rest.
+pub fn preview(content: &str, call_id: &str, tool_name: &str, limit: usize) -> String {
+    if content.len() <= limit {
+        return content.to_string();
+    }
+    let lines: Vec<&str> = content.lines().collect();
+    // Two thirds of the room for the head, a third for the tail.
+    let head_room = limit * 2 / 3;
+    let tail_room = limit / 3;
+    let mut head = Vec::new();
+    let mut used = 0;
+    for line in &lines {
+        let cost = line.len() + 1;
+        if used + cost > head_room {
+            break;
+        }
+        used += cost;
+        head.push(*line);
+    }
+    let mut tail = Vec::new();
+    let mut used = 0;
+    for line in lines.iter().skip(head.len()).rev() {
+        let cost = line.len() + 1;
+        if used + cost > tail_room {
+            break;
+        }
+        used += cost;
+        tail.push(*line);
+    }
+    tail.reverse();
+    // A first line longer than the whole room: its start, cut on a character boundary.
+    let cut_start = if head.is_empty() {
+        let mut end = head_room.min(content.len());
+        while !content.is_char_boundary(end) {
+            end -= 1;
+        }
+        Some(&content[..end])
+    } else {
+        None
+    };
+    let skipped_from = head.len() + 1;
+    let skipped_to = lines.len() - tail.len();
+    let mut out = format!(
+        "[This result of `{tool_name}` is {} bytes in {} lines, too long to send whole. Shown: \
+         lines 1-{} and {}-{}. Read the rest with `{TOOL}`: {{\"call_id\": \"{call_id}\", \
+         \"from_line\": N, \"lines\": M}}, {{\"call_id\": \"{call_id}\", \"offset\": BYTE, \
+         \"length\": N}}, or {{\"call_id\": \"{call_id}\", \"pattern\": \"regex\"}}.]\n",
+        content.len(),
+        lines.len(),
+        head.len(),
+        skipped_to + 1,
+        lines.len(),
+    );
+    match cut_start {
+        Some(start) => {
+            out.push_str(start);
+            out.push_str(" …\n");
+        }
+        None => {
+            out.push_str(&head.join("\n"));
+            out.push('\n');
+        }
+    }
+    out.push_str(&format!(
+        "[… lines {skipped_from}-{skipped_to} not shown …]\n"
+    ));
+    out.push_str(&tail.join("\n"));
+    out
+}
+
+/// Whether `spec` is the built-in `read_result` (an installed plugin's tool always has its
+/// component's digest; the built-in has none).
+pub fn is_builtin(spec: &ToolSpec) -> bool {
+    spec.plugin == PLUGIN && spec.tool == TOOL && spec.digest.is_empty()
+}
+
+/// What the model is sent of `message`: a tool result longer than `limit` bytes as its
+/// preview, anything else as it is.
+pub fn shown(message: &Message, limit: usize) -> Message {
+    match message {
+        Message::Tool {
+            tool_call_id,
+            name,
+            content,
+            is_error,
+        } if content.len() > limit => Message::Tool {
+            tool_call_id: tool_call_id.clone(),
+            name: name.clone(),
+            content: preview(content, tool_call_id, name, limit),
+            is_error: *is_error,
+        },
+        other => other.clone(),
+    }
+}
+
+/// The tool the model pages with; `name` is the name it sees.
+pub fn tool_spec(name: &str) -> ToolSpec {
+    let descriptor = cordon_core::ToolDescriptor {
+        name: TOOL.to_string(),
+        description: "Reads a tool result that was too long to send whole: `lines` lines from \
+                      `from_line` (1-based), `length` bytes from `offset`, or each match of \
+                      `pattern` (a regular expression) with its offset, line and surroundings. \
+                      Name the result by the id of the call that returned it."
+            .to_string(),
+        input_schema: json!({
+            "type": "object",
+            "properties": {
+                "call_id": {"type": "string", "description": "the id of the call whose result to read"},
+                "from_line": {"type": "integer", "minimum": 1},
+                "lines": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LINES},
+                "offset": {"type": "integer", "minimum": 0, "description": "a byte offset, to read by bytes"},
+                "length": {"type": "integer", "minimum": 1},
+                "pattern": {"type": "string", "description": "a regular expression; each match is returned with what surrounds it"},
+            },
+            "required": ["call_id"],
+            "additionalProperties": false,
+        }),
+        hints: cordon_core::ToolHints {
+            read_only: true,
+            destructive: false,
+            idempotent: true,
+            open_world: false,
+        },
+        output_schema: None,
+    };
+    let mut spec = ToolSpec::from_descriptor(descriptor, PLUGIN, Vec::new(), false);
+    spec.name = name.to_string();
+    spec
+}
+
+/// Answers a call of `read_result` with `args` from `messages`: a page by lines or by
+/// bytes, or the matches of a pattern with what surrounds them; or what was wrong with the
+/// call. Every answer is bounded by `limit` bytes.
+pub fn read(messages: &[Message], args: &Value, limit: usize) -> Result<String, String> {
+    let call_id = args["call_id"]
+        .as_str()
+        .ok_or("give `call_id`, the id of the call whose result to read")?;
+    let content = messages
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            Message::Tool {
+                tool_call_id,
+                content,
+                ..
+            } if tool_call_id == call_id => Some(content.as_str()),
+            _ => None,
+        })
+        .ok_or_else(|| format!("this conversation holds no result of a call `{call_id}`"))?;
+    if let Some(pattern) = args["pattern"].as_str() {
+        return search(content, pattern, limit);
+    }
+    if args.get("offset").is_some() || args.get("length").is_some() {
+        return bytes(content, args, limit);
+    }
+    lines(content, args, limit)
+}
+
+/// Lines `from_line`.. (1-based), each with its number.
+fn lines(content: &str, args: &Value, limit: usize) -> Result<String, String> {
+    let total = content.lines().count();
+    let from = args["from_line"].as_u64().unwrap_or(1).max(1) as usize;
+    if from > total {
+        return Err(format!(
+            "the result has {total} lines; `from_line` is past its end"
+        ));
+    }
+    let want = args["lines"]
+        .as_u64()
+        .unwrap_or(100)
+        .clamp(1, MAX_PAGE_LINES as u64) as usize;
+    let mut out = String::new();
+    let mut last = from - 1;
+    for (i, line) in content.lines().enumerate().skip(from - 1).take(want) {
+        let entry = format!("{}: {line}\n", i + 1);
+        if out.len() + entry.len() > limit {
+            if out.is_empty() {
+                return Err(format!(
+                    "line {} is {} bytes, longer than a page; read it by bytes (`offset`, `length`)",
+                    i + 1,
+                    line.len()
+                ));
+            }
+            break;
+        }
+        out.push_str(&entry);
+        last = i + 1;
+    }
+    if last < total {
+        out.push_str(&format!("[lines {}-{total} follow]\n", last + 1));
+    }
+    Ok(out)
+}
+
+/// Bytes `offset`..`offset + length` (cut to whole characters).
+fn bytes(content: &str, args: &Value, limit: usize) -> Result<String, String> {
+    let total = content.len();
+    let offset = args["offset"].as_u64().unwrap_or(0) as usize;
+    if offset >= total {
+        return Err(format!(
+            "the result has {total} bytes; `offset` is past its end"
+        ));
+    }
+    let length = (args["length"].as_u64().unwrap_or(limit as u64) as usize).min(limit);
+    let mut start = offset;
+    while !content.is_char_boundary(start) {
+        start -= 1;
+    }
+    let mut end = (start + length).min(total);
+    while !content.is_char_boundary(end) {
+        end -= 1;
+    }
+    Ok(format!(
+        "[bytes {start}-{end} of {total}]\n{}",
+        &content[start..end]
+    ))
+}
+
+/// Each match of `pattern` with up to [`AROUND`] bytes either side, its byte offset and line.
+fn search(content: &str, pattern: &str, limit: usize) -> Result<String, String> {
+    let re = regex::RegexBuilder::new(pattern)
+        .multi_line(true)
+        .build()
+        .map_err(|e| format!("`pattern` is not a regular expression: {e}"))?;
+    let mut out = String::new();
+    let mut found = 0;
+    let mut line = 1;
+    let mut counted_to = 0;
+    for m in re.find_iter(content) {
+        if found == MAX_MATCHES {
+            out.push_str("[more matches; narrow the pattern]\n");
+            break;
+        }
+        line += content[counted_to..m.start()].matches('\n').count();
+        counted_to = m.start();
+        let mut from = m.start().saturating_sub(AROUND);
+        while !content.is_char_boundary(from) {
+            from -= 1;
+        }
+        let mut to = (m.end() + AROUND).min(content.len());
+        while !content.is_char_boundary(to) {
+            to -= 1;
+        }
+        let entry = format!(
+            "offset {} (line {line}): {}\n",
+            m.start(),
+            content[from..to].replace('\n', "⏎")
+        );
+        if out.len() + entry.len() > limit {
+            out.push_str("[more matches; narrow the pattern]\n");
+            break;
+        }
+        out.push_str(&entry);
+        found += 1;
+    }
+    if found == 0 {
+        return Ok(format!(
+            "nothing in the {} bytes matches `{pattern}`",
+            content.len()
+        ));
+    }
+    Ok(out)
+}
+
+/// Bytes shown either side of a match.
+const AROUND: usize = 100;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(n: usize) -> String {
+        (1..=n)
+            .map(|i| format!("row-{i}|{}", "x".repeat(20)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn tool(call_id: &str, content: String) -> Message {
+        Message::Tool {
+            tool_call_id: call_id.into(),
+            name: "sql_query".into(),
+            content,
+            is_error: false,
+        }
+    }
+
+    #[test]
+    fn a_long_result_is_sent_as_its_ends_and_counts() {
+        let text = rows(10_000);
+        let shown = preview(&text, "q1", "sql_query", 4_000);
+        assert!(shown.len() <= 4_000 + 400, "{}", shown.len());
+        assert!(shown.contains("10000 lines") && shown.contains("\"call_id\": \"q1\""));
+        assert!(shown.contains("\nrow-1|") && shown.contains("row-10000|"));
+        assert!(!shown.contains("row-5000|"));
+        // What fits is sent as it is.
+        assert_eq!(preview("short", "q1", "t", 4_000), "short");
+        // One enormous line: its start.
+        let blob = "y".repeat(50_000);
+        let shown = preview(&blob, "q2", "t", 3_000);
+        assert!(shown.contains("1 lines") && shown.len() < 3_000 + 400);
+    }
+
+    #[test]
+    fn pages_and_searches_read_the_whole_result() {
+        let messages = vec![tool("q1", rows(10_000))];
+        let page = read(
+            &messages,
+            &json!({"call_id": "q1", "from_line": 4321, "lines": 2}),
+            10_000,
+        )
+        .unwrap();
+        assert!(
+            page.starts_with("4321: row-4321|") && page.contains("4322: row-4322|"),
+            "{page}"
+        );
+        assert!(page.contains("[lines 4323-10000 follow]"));
+        let found = read(
+            &messages,
+            &json!({"call_id": "q1", "pattern": "^row-777\\|"}),
+            10_000,
+        )
+        .unwrap();
+        // `^` and `$` hold at each line's ends.
+        assert!(
+            found.starts_with("offset ") && found.contains("(line 777): "),
+            "{found}"
+        );
+        assert_eq!(found.lines().count(), 1, "{found}");
+        // One long line (a JSON result) is read by bytes, and searched all the same.
+        let ids: Vec<String> = (0..5_000).map(|i| format!("{{\"id\":{i}}}")).collect();
+        let json_line = vec![tool("j1", format!("[{}]", ids.join(",")))];
+        let hit = read(
+            &json_line,
+            &json!({"call_id": "j1", "pattern": "\"id\":4321\\b"}),
+            10_000,
+        )
+        .unwrap();
+        assert!(
+            hit.contains("{\"id\":4321}") && hit.contains("(line 1)"),
+            "{hit}"
+        );
+        let slice = read(
+            &json_line,
+            &json!({"call_id": "j1", "offset": 10, "length": 20}),
+            10_000,
+        )
+        .unwrap();
+        assert!(slice.starts_with("[bytes 10-30 of "), "{slice}");
+        assert!(
+            read(&json_line, &json!({"call_id": "j1"}), 1_000)
+                .unwrap_err()
+                .contains("read it by bytes")
+        );
+        // A page is bounded by the budget, not only by its line count.
+        let small = read(&messages, &json!({"call_id": "q1", "lines": 1000}), 500).unwrap();
+        assert!(small.len() <= 500 + 40, "{}", small.len());
+        assert!(
+            read(&messages, &json!({"call_id": "nope"}), 500)
+                .unwrap_err()
+                .contains("no result")
+        );
+        assert!(read(&messages, &json!({"call_id": "q1", "pattern": "("}), 500).is_err());
+        assert!(
+            read(
+                &messages,
+                &json!({"call_id": "q1", "from_line": 20_000}),
+                500
+            )
+            .is_err()
+        );
+        let none = read(&messages, &json!({"call_id": "q1", "pattern": "zzz"}), 500).unwrap();
+        assert!(none.starts_with("nothing in the "), "{none}");
+        assert!(holds_large(&messages, 1_000) && !holds_large(&messages, 10_000_000));
+        assert_eq!(threshold(0), None);
+    }
+}
