@@ -48,8 +48,19 @@ pub fn holds_large(messages: &[Message], limit: usize) -> bool {
 
 /// What the model is sent for `content`, the result of the call the model gave id `call_id`:
 /// itself when it fits in `limit` bytes, else its first and last lines within that limit,
-/// the counts, and how to read the rest.
+/// the counts, and how to read the rest with `read_result`.
 pub fn preview(content: &str, call_id: &str, tool_name: &str, limit: usize) -> String {
+    let how = format!(
+        "Read the rest with `{TOOL}`: {{\"call_id\": \"{call_id}\", \"from_line\": N, \
+         \"lines\": M}}, {{\"call_id\": \"{call_id}\", \"offset\": BYTE, \"length\": N}}, \
+         or {{\"call_id\": \"{call_id}\", \"pattern\": \"regex\"}}."
+    );
+    ends(content, tool_name, limit, &how)
+}
+
+/// `content` itself when it fits in `limit` bytes, else its first and last lines within that
+/// limit, the counts, and `how` to read the rest (MCP clients read a resource instead).
+pub fn ends(content: &str, tool_name: &str, limit: usize, how: &str) -> String {
     if content.len() <= limit {
         return content.to_string();
     }
@@ -92,9 +103,7 @@ pub fn preview(content: &str, call_id: &str, tool_name: &str, limit: usize) -> S
     let skipped_to = lines.len() - tail.len();
     let mut out = format!(
         "[This result of `{tool_name}` is {} bytes in {} lines, too long to send whole. Shown: \
-         lines 1-{} and {}-{}. Read the rest with `{TOOL}`: {{\"call_id\": \"{call_id}\", \
-         \"from_line\": N, \"lines\": M}}, {{\"call_id\": \"{call_id}\", \"offset\": BYTE, \
-         \"length\": N}}, or {{\"call_id\": \"{call_id}\", \"pattern\": \"regex\"}}.]\n",
+         lines 1-{} and {}-{}. {how}]\n",
         content.len(),
         lines.len(),
         head.len(),

@@ -47,6 +47,7 @@ pub async fn run(home: &Home, records: Records, args: McpArgs) -> anyhow::Result
         keep_arguments: records.keep_arguments,
         origin: "mcp".to_string(),
         notice,
+        result_budget_tokens: config.context.result_budget_tokens,
         ..McpOptions::default()
     };
     let source = Arc::new(HomeTools::new(home.clone()));

@@ -16,6 +16,7 @@
 mod asking;
 mod audit;
 mod catalog;
+mod kept;
 mod server;
 mod stdio;
 

@@ -20,8 +20,8 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     InputRequest, InputRequiredResult, ListPromptsResult, ListResourceTemplatesResult,
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig, SubscriptionFilter,
-    ToolsCapability,
+    ProgressToken, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, SubscriptionFilter, ToolsCapability,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
@@ -34,6 +34,7 @@ use crate::audit::AuditWriter;
 use crate::catalog::{Catalog, Catalogs, Offered};
 
 mod policy;
+mod results;
 
 /// How an MCP server behaves.
 #[derive(Debug, Clone)]
@@ -56,6 +57,9 @@ pub struct McpOptions {
     /// What clients must know before anything else (`cordon mcp` on a home with no plugins),
     /// added to the instructions every client gets.
     pub notice: Option<String>,
+    /// A result longer than this (in tokens, four bytes each) is sent as a preview and a
+    /// link to read it whole (`[context] result_budget_tokens`); 0: always whole.
+    pub result_budget_tokens: usize,
 }
 
 impl Default for McpOptions {
@@ -69,6 +73,7 @@ impl Default for McpOptions {
             watch_every: Duration::from_secs(1),
             progress_every: Duration::from_secs(1),
             notice: None,
+            result_budget_tokens: cordon_agent::ContextConfig::default().result_budget_tokens,
         }
     }
 }
@@ -87,6 +92,8 @@ pub struct McpHost {
     /// them in: by the TCP connection the answer came over (with its token and client name),
     /// in the order first answered.
     stateless_answers: Mutex<Vec<(Caller, Answers)>>,
+    /// Results too long to send whole, kept for the clients that got them.
+    kept: crate::kept::Kept,
     /// The session labels of clients over HTTP, by token and client name (without its
     /// version), least recently used first. Not by connection or MCP session: a client that
     /// reconnects, re-initialises after its session ended or upgrades must not start clean,
@@ -118,6 +125,7 @@ impl McpHost {
             options,
             outstanding: Outstanding::default(),
             stateless_answers: Mutex::new(Vec::new()),
+            kept: Default::default(),
             http_labels: Mutex::new(Vec::new()),
             watching: std::sync::Once::new(),
         })
@@ -213,6 +221,21 @@ struct Caller {
     connection: u64,
     token: Option<String>,
     client: String,
+}
+
+/// The name the client gives itself, without its version: what rules name it by, and what
+/// its labels and kept results are kept under.
+fn introduced_name(context: &RequestContext<RoleServer>) -> String {
+    context
+        .client_info()
+        .map(|info| {
+            info.name
+                .chars()
+                .filter(|c| !c.is_control())
+                .take(120)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The name of the token the request behind `context` authenticated with (over HTTP).
@@ -643,17 +666,7 @@ impl McpServer {
         let client = client_name(&context);
         let token = token(&context);
         let policy = self.policy(&catalog);
-        // Rules name a client by the name it gives itself, without its version.
-        let introduced: String = context
-            .client_info()
-            .map(|info| {
-                info.name
-                    .chars()
-                    .filter(|c| !c.is_control())
-                    .take(120)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let introduced = introduced_name(&context);
         let caller = self.caller(&introduced, token.as_deref());
         let labels = self.labels_for(&context, token.as_deref(), &introduced);
         let seen = labels.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -744,7 +757,7 @@ impl McpServer {
             .audit(self.record(&facts, &approved, outcome, report))
             .await;
         Ok(match result {
-            Ok(content) => succeeded(content, spec.output_schema.is_some()),
+            Ok(content) => self.delivered(spec, content, (token.clone(), introduced.clone())),
             Err(failure) => failed(&failure),
         }
         .into())
@@ -827,6 +840,8 @@ impl ServerHandler for McpServer {
         let mut tools = ToolsCapability::default();
         tools.list_changed = Some(true);
         capabilities.tools = Some(tools);
+        // For the links to results too long to send whole (see `crate::kept`).
+        capabilities.resources = Some(Default::default());
         let instructions = match &self.host.options.notice {
             Some(notice) => format!("{notice}\n\n{INSTRUCTIONS}"),
             None => INSTRUCTIONS.to_string(),
@@ -853,6 +868,15 @@ impl ServerHandler for McpServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         Ok(ListResourcesResult::default())
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let owner = (token(&context), introduced_name(&context));
+        self.read_kept(&request.uri, &owner).map(Into::into)
     }
 
     async fn list_resource_templates(

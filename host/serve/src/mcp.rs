@@ -72,6 +72,7 @@ pub(crate) fn service(
             approval_timeout: options.approval_timeout,
             keep_arguments: options.config.audit.keep_arguments,
             origin: "mcp-http".to_string(),
+            result_budget_tokens: options.config.context.result_budget_tokens,
             ..McpOptions::default()
         },
     );
