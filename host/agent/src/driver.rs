@@ -241,17 +241,26 @@ impl Agent {
 
     fn catalog(&self) -> ToolCatalog {
         let mut specs = self.tools.tools();
+        // The built-in pager (offered only once a result was too long to send whole), under
+        // a name no other tool has; before the policy loads, so rules can name it.
+        let free = |name: &str| !specs.iter().any(|s| s.name == name);
+        let name = std::iter::once(crate::spill::TOOL.to_string())
+            .chain((0..).map(|n| {
+                format!(
+                    "cordon__read_result{}",
+                    if n == 0 {
+                        String::new()
+                    } else {
+                        format!("_{n}")
+                    }
+                )
+            }))
+            .find(|n| free(n))
+            .unwrap_or_default();
+        specs.push(crate::spill::tool_spec(&name));
         // The `[policy]` as cordon.toml says now, so an edit takes effect without a restart.
         let config = crate::policy::reread(&self.config.policy);
         let policy = crate::policy::load_or_last(&config, &specs);
-        // The built-in pager (offered only once a result was too long to send whole), under
-        // a name no installed tool has.
-        let name = if specs.iter().any(|s| s.name == crate::spill::TOOL) {
-            "cordon__read_result"
-        } else {
-            crate::spill::TOOL
-        };
-        specs.push(crate::spill::tool_spec(name));
         ToolCatalog::with_policy(specs, self.config.approval.clone(), policy)
     }
 

@@ -20,7 +20,7 @@ use crate::tools::ToolSpec;
 
 /// The built-in tool's plugin name: approval rules, the audit log and policy see it as
 /// `cordon.read_result`.
-pub const PLUGIN: &str = "cordon";
+pub const PLUGIN: &str = cordon_core::BUILT_IN_PLUGIN;
 /// The built-in tool's own name.
 pub const TOOL: &str = "read_result";
 
@@ -47,27 +47,47 @@ pub fn holds_large(messages: &[Message], limit: usize) -> bool {
 }
 
 /// What the model is sent for `content`, the result of the call the model gave id `call_id`:
-/// itself when it fits in `limit` bytes, else its first and last lines within that limit,
-/// the counts, and how to read the rest with `read_result`.
-pub fn preview(content: &str, call_id: &str, tool_name: &str, limit: usize) -> String {
+/// itself when it fits in `limit` bytes, else its first and last lines, the counts, and how
+/// to read the rest with the pager, whose model-facing name is `pager`; never longer than
+/// `limit`.
+pub fn preview(content: &str, call_id: &str, tool_name: &str, pager: &str, limit: usize) -> String {
+    // The id as a JSON string: a gateway client chooses it.
+    let id = serde_json::to_string(call_id).unwrap_or_default();
     let how = format!(
-        "Read the rest with `{TOOL}`: {{\"call_id\": \"{call_id}\", \"from_line\": N, \
-         \"lines\": M}}, {{\"call_id\": \"{call_id}\", \"offset\": BYTE, \"length\": N}}, \
-         or {{\"call_id\": \"{call_id}\", \"pattern\": \"regex\"}}."
+        "Read the rest with `{pager}`: {{\"call_id\": {id}, \"from_line\": N, \"lines\": M}}, \
+         {{\"call_id\": {id}, \"offset\": BYTE, \"length\": N}}, or {{\"call_id\": {id}, \
+         \"pattern\": \"regex\"}}."
     );
     ends(content, tool_name, limit, &how)
 }
 
-/// `content` itself when it fits in `limit` bytes, else its first and last lines within that
-/// limit, the counts, and `how` to read the rest (MCP clients read a resource instead).
+/// `content` itself when it fits in `limit` bytes, else its first and last lines, the counts,
+/// and `how` to read the rest (MCP clients read a resource instead); never longer than
+/// `limit` unless `how` alone is.
 pub fn ends(content: &str, tool_name: &str, limit: usize, how: &str) -> String {
     if content.len() <= limit {
         return content.to_string();
     }
     let lines: Vec<&str> = content.lines().collect();
+    let header = |head: usize, tail_from: usize| {
+        format!(
+            "[This result of `{tool_name}` is {} bytes in {} lines, too long to send whole. \
+             Shown: {}. {how}]\n",
+            content.len(),
+            lines.len(),
+            match (head, tail_from <= lines.len()) {
+                (0, false) => "its start".to_string(),
+                (0, true) => format!("its start and lines {tail_from}-{}", lines.len()),
+                (h, false) => format!("lines 1-{h}"),
+                (h, true) => format!("lines 1-{h} and {tail_from}-{}", lines.len()),
+            }
+        )
+    };
+    // The header at its longest, and the gap's line, come out of the room first.
+    let fixed = header(lines.len(), 1).len() + 64;
+    let room = limit.saturating_sub(fixed);
     // Two thirds of the room for the head, a third for the tail.
-    let head_room = limit * 2 / 3;
-    let tail_room = limit / 3;
+    let (head_room, tail_room) = (room * 2 / 3, room / 3);
     let mut head = Vec::new();
     let mut used = 0;
     for line in &lines {
@@ -89,40 +109,21 @@ pub fn ends(content: &str, tool_name: &str, limit: usize, how: &str) -> String {
         tail.push(*line);
     }
     tail.reverse();
-    // A first line longer than the whole room: its start, cut on a character boundary.
-    let cut_start = if head.is_empty() {
+    let tail_from = lines.len() - tail.len() + 1;
+    let mut out = header(head.len(), tail_from);
+    if head.is_empty() {
+        // A first line longer than the room: its start, cut on a character boundary.
         let mut end = head_room.min(content.len());
         while !content.is_char_boundary(end) {
             end -= 1;
         }
-        Some(&content[..end])
+        out.push_str(&content[..end]);
+        out.push_str(" …\n");
     } else {
-        None
-    };
-    let skipped_from = head.len() + 1;
-    let skipped_to = lines.len() - tail.len();
-    let mut out = format!(
-        "[This result of `{tool_name}` is {} bytes in {} lines, too long to send whole. Shown: \
-         lines 1-{} and {}-{}. {how}]\n",
-        content.len(),
-        lines.len(),
-        head.len(),
-        skipped_to + 1,
-        lines.len(),
-    );
-    match cut_start {
-        Some(start) => {
-            out.push_str(start);
-            out.push_str(" …\n");
-        }
-        None => {
-            out.push_str(&head.join("\n"));
-            out.push('\n');
-        }
+        out.push_str(&head.join("\n"));
+        out.push('\n');
     }
-    out.push_str(&format!(
-        "[… lines {skipped_from}-{skipped_to} not shown …]\n"
-    ));
+    out.push_str("[… the rest not shown …]\n");
     out.push_str(&tail.join("\n"));
     out
 }
@@ -134,8 +135,8 @@ pub fn is_builtin(spec: &ToolSpec) -> bool {
 }
 
 /// What the model is sent of `message`: a tool result longer than `limit` bytes as its
-/// preview, anything else as it is.
-pub fn shown(message: &Message, limit: usize) -> Message {
+/// preview naming the pager `pager`, anything else as it is.
+pub fn shown(message: &Message, pager: &str, limit: usize) -> Message {
     match message {
         Message::Tool {
             tool_call_id,
@@ -145,7 +146,7 @@ pub fn shown(message: &Message, limit: usize) -> Message {
         } if content.len() > limit => Message::Tool {
             tool_call_id: tool_call_id.clone(),
             name: name.clone(),
-            content: preview(content, tool_call_id, name, limit),
+            content: preview(content, tool_call_id, name, pager, limit),
             is_error: *is_error,
         },
         other => other.clone(),
@@ -189,7 +190,7 @@ pub fn tool_spec(name: &str) -> ToolSpec {
 
 /// Answers a call of `read_result` with `args` from `messages`: a page by lines or by
 /// bytes, or the matches of a pattern with what surrounds them; or what was wrong with the
-/// call. Every answer is bounded by `limit` bytes.
+/// call. Every answer is at most `limit` bytes, so it is never previewed itself.
 pub fn read(messages: &[Message], args: &Value, limit: usize) -> Result<String, String> {
     let call_id = args["call_id"]
         .as_str()
@@ -206,17 +207,22 @@ pub fn read(messages: &[Message], args: &Value, limit: usize) -> Result<String, 
             _ => None,
         })
         .ok_or_else(|| format!("this conversation holds no result of a call `{call_id}`"))?;
+    // Room for the line that says what follows.
+    let room = limit.saturating_sub(FOOTER);
     if let Some(pattern) = args["pattern"].as_str() {
-        return search(content, pattern, limit);
+        return search(content, pattern, room);
     }
     if args.get("offset").is_some() || args.get("length").is_some() {
-        return bytes(content, args, limit);
+        return bytes(content, args, room);
     }
-    lines(content, args, limit)
+    lines(content, args, room)
 }
 
+/// What the line saying what follows (or the header of a page of bytes) takes at most.
+const FOOTER: usize = 96;
+
 /// Lines `from_line`.. (1-based), each with its number.
-fn lines(content: &str, args: &Value, limit: usize) -> Result<String, String> {
+fn lines(content: &str, args: &Value, room: usize) -> Result<String, String> {
     let total = content.lines().count();
     let from = args["from_line"].as_u64().unwrap_or(1).max(1) as usize;
     if from > total {
@@ -230,12 +236,22 @@ fn lines(content: &str, args: &Value, limit: usize) -> Result<String, String> {
         .clamp(1, MAX_PAGE_LINES as u64) as usize;
     let mut out = String::new();
     let mut last = from - 1;
-    for (i, line) in content.lines().enumerate().skip(from - 1).take(want) {
+    let mut at = 0;
+    for (i, line) in content.split_inclusive('\n').enumerate() {
+        let start = at;
+        at += line.len();
+        if i + 1 < from {
+            continue;
+        }
+        if i + 1 >= from + want {
+            break;
+        }
+        let line = line.trim_end_matches(['\n', '\r']);
         let entry = format!("{}: {line}\n", i + 1);
-        if out.len() + entry.len() > limit {
+        if out.len() + entry.len() > room {
             if out.is_empty() {
                 return Err(format!(
-                    "line {} is {} bytes, longer than a page; read it by bytes (`offset`, `length`)",
+                    "line {} is {} bytes, longer than a page; read it by bytes from `offset` {start}",
                     i + 1,
                     line.len()
                 ));
@@ -252,7 +268,7 @@ fn lines(content: &str, args: &Value, limit: usize) -> Result<String, String> {
 }
 
 /// Bytes `offset`..`offset + length` (cut to whole characters).
-fn bytes(content: &str, args: &Value, limit: usize) -> Result<String, String> {
+fn bytes(content: &str, args: &Value, room: usize) -> Result<String, String> {
     let total = content.len();
     let offset = args["offset"].as_u64().unwrap_or(0) as usize;
     if offset >= total {
@@ -260,7 +276,7 @@ fn bytes(content: &str, args: &Value, limit: usize) -> Result<String, String> {
             "the result has {total} bytes; `offset` is past its end"
         ));
     }
-    let length = (args["length"].as_u64().unwrap_or(limit as u64) as usize).min(limit);
+    let length = (args["length"].as_u64().unwrap_or(room as u64) as usize).min(room);
     let mut start = offset;
     while !content.is_char_boundary(start) {
         start -= 1;
@@ -275,12 +291,16 @@ fn bytes(content: &str, args: &Value, limit: usize) -> Result<String, String> {
     ))
 }
 
-/// Each match of `pattern` with up to [`AROUND`] bytes either side, its byte offset and line.
-fn search(content: &str, pattern: &str, limit: usize) -> Result<String, String> {
+/// Each match of `pattern` with up to [`AROUND`] bytes either side, its byte offset and line;
+/// a match too long for a page is named by its offset and length.
+fn search(content: &str, pattern: &str, room: usize) -> Result<String, String> {
     let re = regex::RegexBuilder::new(pattern)
         .multi_line(true)
+        // A pattern is the model's: its compiled size is bounded.
+        .size_limit(1 << 20)
+        .dfa_size_limit(1 << 20)
         .build()
-        .map_err(|e| format!("`pattern` is not a regular expression: {e}"))?;
+        .map_err(|e| format!("`pattern` is not a regular expression (or too large): {e}"))?;
     let mut out = String::new();
     let mut found = 0;
     let mut line = 1;
@@ -300,19 +320,27 @@ fn search(content: &str, pattern: &str, limit: usize) -> Result<String, String> 
         while !content.is_char_boundary(to) {
             to -= 1;
         }
-        let entry = format!(
+        let mut entry = format!(
             "offset {} (line {line}): {}\n",
             m.start(),
             content[from..to].replace('\n', "⏎")
         );
-        if out.len() + entry.len() > limit {
+        if entry.len() > room.saturating_sub(out.len()) && m.len() + 2 * AROUND > room / 2 {
+            // The match itself is too long to show here.
+            entry = format!(
+                "offset {} (line {line}): a match of {} bytes; read it by bytes\n",
+                m.start(),
+                m.len()
+            );
+        }
+        if out.len() + entry.len() > room {
             out.push_str("[more matches; narrow the pattern]\n");
             break;
         }
         out.push_str(&entry);
         found += 1;
     }
-    if found == 0 {
+    if found == 0 && out.is_empty() {
         return Ok(format!(
             "nothing in the {} bytes matches `{pattern}`",
             content.len()
@@ -345,19 +373,29 @@ mod tests {
     }
 
     #[test]
-    fn a_long_result_is_sent_as_its_ends_and_counts() {
+    fn a_long_result_is_sent_as_its_ends_and_counts_within_the_budget() {
         let text = rows(10_000);
-        let shown = preview(&text, "q1", "sql_query", 4_000);
-        assert!(shown.len() <= 4_000 + 400, "{}", shown.len());
+        let shown = preview(&text, "q1", "sql_query", "read_result", 4_000);
+        assert!(shown.len() <= 4_000, "{}", shown.len());
         assert!(shown.contains("10000 lines") && shown.contains("\"call_id\": \"q1\""));
         assert!(shown.contains("\nrow-1|") && shown.contains("row-10000|"));
         assert!(!shown.contains("row-5000|"));
+        // The pager by the name the model knows it by; an id a client chose, quoted.
+        let renamed = preview(&text, "a\"b", "t", "cordon__read_result", 4_000);
+        assert!(renamed.contains("`cordon__read_result`") && renamed.contains(r#""a\"b""#));
         // What fits is sent as it is.
-        assert_eq!(preview("short", "q1", "t", 4_000), "short");
-        // One enormous line: its start.
-        let blob = "y".repeat(50_000);
-        let shown = preview(&blob, "q2", "t", 3_000);
-        assert!(shown.contains("1 lines") && shown.len() < 3_000 + 400);
+        assert_eq!(preview("short", "q1", "t", "read_result", 4_000), "short");
+        // One enormous line of multi-byte characters: its start, cut between characters.
+        let blob = "é".repeat(25_000);
+        let shown = preview(&blob, "q2", "t", "read_result", 3_000);
+        assert!(shown.contains("1 lines") && shown.contains("its start") && shown.len() <= 3_000);
+        // Lines ending in CRLF.
+        let crlf = (1..=2_000).map(|i| format!("r{i}\r\n")).collect::<String>();
+        let shown = preview(&crlf, "q3", "t", "read_result", 1_000);
+        assert!(
+            shown.len() <= 1_000 && shown.contains("2000 lines"),
+            "{shown}"
+        );
     }
 
     #[test]
@@ -409,11 +447,32 @@ mod tests {
         assert!(
             read(&json_line, &json!({"call_id": "j1"}), 1_000)
                 .unwrap_err()
-                .contains("read it by bytes")
+                .contains("read it by bytes from `offset` 0")
         );
         // A page is bounded by the budget, not only by its line count.
-        let small = read(&messages, &json!({"call_id": "q1", "lines": 1000}), 500).unwrap();
-        assert!(small.len() <= 500 + 40, "{}", small.len());
+        // Every answer is within the budget, so it is never previewed in turn.
+        for args in [
+            json!({"call_id": "q1", "lines": 1000}),
+            json!({"call_id": "q1", "offset": 0}),
+            json!({"call_id": "q1", "pattern": "row"}),
+        ] {
+            let page = read(&messages, &args, 500).unwrap();
+            assert!(page.len() <= 500, "{args}: {}", page.len());
+        }
+        // A match too long for a page is named by where it is.
+        let blob = vec![tool("b1", "é".repeat(10_000))];
+        let hit = read(&blob, &json!({"call_id": "b1", "pattern": "é+"}), 500).unwrap();
+        assert!(
+            hit.starts_with("offset 0 (line 1): a match of 20000 bytes"),
+            "{hit}"
+        );
+        let cut = read(
+            &blob,
+            &json!({"call_id": "b1", "offset": 1, "length": 3}),
+            500,
+        )
+        .unwrap();
+        assert!(cut.starts_with("[bytes 0-2 of 20000]"), "{cut}");
         assert!(
             read(&messages, &json!({"call_id": "nope"}), 500)
                 .unwrap_err()

@@ -23,6 +23,10 @@ pub use audit::{
     AuditEntry, AuditRecord, CallOutcome, CallReport, HomeChangeAudit, MAX_REFUSALS_RECORDED,
     Requester, ToolCallAudit, arguments_sha256, local_user, now_ms,
 };
+/// The plugin name of the tools Cordon provides itself (`cordon.read_result`): no installed
+/// plugin may take it, so rules, answers and audit records never mix the two.
+pub const BUILT_IN_PLUGIN: &str = "cordon";
+
 pub use ceiling::{CAPABILITY_IMPORTS, Capability, Ceiling, CeilingError};
 pub use grant::{FsGrant, FsMode, Grant, GrantError, Grants, HttpOrigin, HttpScheme};
 pub use labels::{Exposure, Label, LabelSource, RuleOfTwo, SessionLabels, rule_of_two};

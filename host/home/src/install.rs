@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::time::SystemTime;
 
 use cordon_core::replace_file_stamped;
-use cordon_core::{Capability, Ceiling, Grant, Grants, Limits, ToolDescriptor, tools_hash};
+use cordon_core::{
+    BUILT_IN_PLUGIN, Capability, Ceiling, Grant, Grants, Limits, ToolDescriptor, tools_hash,
+};
 use cordon_runtime::{CompileEvent, Plugin, Runtime, RuntimeConfig, compiled_file_name};
 
 use crate::error::HomeError;
@@ -238,6 +240,15 @@ impl Home {
                 })?,
         };
         validate_plugin_name(&name)?;
+        if name == BUILT_IN_PLUGIN {
+            // Approval rules, the policy and the audit log would not tell its tools from the
+            // built-in ones (`cordon.read_result`).
+            return Err(HomeError::BadPluginName {
+                name,
+                reason: "it is the name of Cordon's own built-in tools; give another with --name"
+                    .into(),
+            });
+        }
         // Cheap checks of the user's input first, before downloading or compiling anything.
         let new_grants = self.parse_grants(&request.grants)?;
         Limits::default().with_overrides(request.limits.iter().map(String::as_str))?;

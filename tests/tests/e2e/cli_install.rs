@@ -199,6 +199,9 @@ fn refused_installs_leave_the_home_unchanged() {
     .stderr_has(&["memory=lots"]);
     home.fails_unchanged(&["plugin", "install", &probe(), "--name", "Bad.Name"], 2)
         .stderr_has(&["not a valid plugin name"]);
+    // `cordon` names Cordon's own tools (`cordon.read_result`).
+    home.fails_unchanged(&["plugin", "install", &probe(), "--name", "cordon"], 2)
+        .stderr_has(&["built-in tools"]);
 
     // The runaway fixture does not import wasi:http, so an HTTP grant is beyond its ceiling.
     home.fails_unchanged(

@@ -71,11 +71,15 @@ impl Agent {
         // gets the tool to page through them.
         let limit = crate::spill::threshold(ctx.result_budget_tokens)
             .filter(|&l| crate::spill::holds_large(&conv.messages, l));
+        let pager = catalog
+            .pager_name()
+            .unwrap_or(crate::spill::TOOL)
+            .to_string();
         let view: std::borrow::Cow<'_, [Message]> = match limit {
             Some(l) => conv
                 .messages
                 .iter()
-                .map(|m| crate::spill::shown(m, l))
+                .map(|m| crate::spill::shown(m, &pager, l))
                 .collect::<Vec<_>>()
                 .into(),
             None => (&conv.messages[..]).into(),

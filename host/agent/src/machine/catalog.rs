@@ -130,6 +130,15 @@ impl ToolCatalog {
             .collect()
     }
 
+    /// The name the model knows the built-in `read_result` by.
+    pub fn pager_name(&self) -> Option<&str> {
+        self.tools
+            .values()
+            .map(|(s, _)| s)
+            .find(|s| crate::spill::is_builtin(s))
+            .map(|s| s.name.as_str())
+    }
+
     /// The built-in `read_result`, unless a rule denies it.
     pub fn pager(&self, standing: Standing<'_>) -> Option<&ToolSpec> {
         self.tools
