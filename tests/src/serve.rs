@@ -175,6 +175,21 @@ impl Served {
         })
     }
 
+    /// Answers `question` (as the approvals API lists it) with `answer` (`yes`, `no`,
+    /// `always`, `never`), asserting the API took it.
+    #[track_caller]
+    pub fn answer(&self, question: &Value, answer: &str) {
+        let answered = self.post(
+            &format!(
+                "/api/v1/approvals/{}/{}",
+                question["session"].as_str().expect("a question's session"),
+                question["call_id"].as_str().expect("a question's call id")
+            ),
+            serde_json::json!({ "answer": answer }),
+        );
+        assert_eq!(answered.status, 200, "{}", answered.text);
+    }
+
     /// `DELETE path` with the token.
     pub fn delete(&self, path: &str) -> Answer {
         self.raw("DELETE", path, Some(&self.token), None)

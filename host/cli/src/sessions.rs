@@ -242,8 +242,7 @@ async fn show(store: &Store, name: &str, log: bool, json: bool) -> anyhow::Resul
     print_listing(&info);
     if !conversation.labels.is_empty() {
         outln!("labels: {}", conversation.labels.describe());
-        let both = [cordon_core::Label::Private, cordon_core::Label::Untrusted];
-        if both.iter().all(|l| conversation.labels.holds(*l)) {
+        if conversation.labels.holds_both() {
             outln!("        tools that can send data out are asked first (Rule of Two)");
         }
     }

@@ -192,21 +192,10 @@ impl SessionLabels {
         self.sources.is_empty()
     }
 
-    /// Adds another session's labels (a fork keeps its parent's).
-    pub fn merge(&mut self, other: &SessionLabels) {
-        for s in &other.sources {
-            let exposure = match s.label {
-                Label::Private => Exposure {
-                    private: vec![s.grant.clone()],
-                    ..Exposure::default()
-                },
-                Label::Untrusted => Exposure {
-                    untrusted: vec![s.grant.clone()],
-                    ..Exposure::default()
-                },
-            };
-            self.saw(&s.tool, &exposure);
-        }
+    /// Whether the session holds both labels: then calls that can send data out are held
+    /// back (rule 5).
+    pub fn holds_both(&self) -> bool {
+        self.holds(Label::Private) && self.holds(Label::Untrusted)
     }
 
     /// A one-line account for people: `private (files.read_file through fs:/docs:/docs:ro),
@@ -364,10 +353,7 @@ mod tests {
             "web.fetch",
             &Exposure::of(&grants(&["net:https://example.com"])),
         );
-        assert!(session.holds(Label::Untrusted) && session.holds(Label::Private));
-        let mut fork = SessionLabels::default();
-        fork.merge(&session);
-        assert_eq!(fork, session);
+        assert!(session.holds_both());
         let json = serde_json::to_string(&session).unwrap();
         assert_eq!(
             serde_json::from_str::<SessionLabels>(&json).unwrap(),

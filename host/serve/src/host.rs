@@ -249,6 +249,16 @@ impl Host {
         self.draining.load(Ordering::SeqCst)
     }
 
+    /// Refuses a new turn while the host shuts down.
+    fn taking_turns(&self) -> Result<(), ApiError> {
+        if self.is_stopping() {
+            return Err(ApiError::unavailable(
+                "the host is shutting down and takes no new turns; try again when it is back",
+            ));
+        }
+        Ok(())
+    }
+
     /// Stops taking turns and tells running ones to stop at their next safe point.
     pub fn begin_shutdown(&self) {
         self.draining.store(true, Ordering::SeqCst);
@@ -278,11 +288,7 @@ impl Host {
         by: Option<Requester>,
         door: &'static str,
     ) -> Result<broadcast::Receiver<Arc<SessionEvent>>, ApiError> {
-        if self.is_stopping() {
-            return Err(ApiError::unavailable(
-                "the host is shutting down and takes no new turns; try again when it is back",
-            ));
-        }
+        self.taking_turns()?;
         let live = self.claim(id)?;
         match self.prepare_turn(id, &input, tools.as_ref()).await {
             Ok((journal, conversation, agent)) => Ok(self.spawn_drive(
@@ -312,11 +318,7 @@ impl Host {
         by: Option<Requester>,
         door: &'static str,
     ) -> Result<(String, broadcast::Receiver<Arc<SessionEvent>>), ApiError> {
-        if self.is_stopping() {
-            return Err(ApiError::unavailable(
-                "the host is shutting down and takes no new turns; try again when it is back",
-            ));
-        }
+        self.taking_turns()?;
         // Settings that cannot make an engine are refused before anything is created.
         let agent = match &tools {
             None => self.agent(&new.settings).await?,

@@ -268,14 +268,7 @@ fn over_the_api_a_rule_asks_every_time_even_after_always() {
         !first["reason"].as_str().unwrap().contains("policy rule"),
         "{first}"
     );
-    let answered = served.post(
-        &format!(
-            "/api/v1/approvals/shop/{}",
-            first["call_id"].as_str().unwrap()
-        ),
-        json!({"answer": "always"}),
-    );
-    assert_eq!(answered.status, 200, "{}", answered.text);
+    served.answer(&first, "always");
     // The delete is asked all the same, with the rule's reason.
     let second = eventually(Duration::from_secs(60), "the second question", || {
         let p = served.pending("shop");
@@ -286,14 +279,7 @@ fn over_the_api_a_rule_asks_every_time_even_after_always() {
         reason.contains("policy rule `deletes`") && reason.contains("checked every time"),
         "{reason}"
     );
-    let answered = served.post(
-        &format!(
-            "/api/v1/approvals/shop/{}",
-            second["call_id"].as_str().unwrap()
-        ),
-        json!({"answer": "no"}),
-    );
-    assert_eq!(answered.status, 200, "{}", answered.text);
+    served.answer(&second, "no");
     events.until("turn_finished", Duration::from_secs(60));
     assert_eq!(count(&data.join("shop.db")), 3, "the declined delete ran");
     drop(served);
@@ -392,14 +378,7 @@ fn two_hosts_on_one_postgresql_store_share_their_counters() {
         reason.contains("policy rule `hourly`") && reason.contains("one insert an hour"),
         "{reason}"
     );
-    let answered = b.post(
-        &format!(
-            "/api/v1/approvals/on-b/{}",
-            asked["call_id"].as_str().unwrap()
-        ),
-        json!({"answer": "no"}),
-    );
-    assert_eq!(answered.status, 200, "{}", answered.text);
+    b.answer(&asked, "no");
     events.until("turn_finished", Duration::from_secs(60));
     assert_eq!(
         count(&data_b.join("shop.db")),

@@ -79,11 +79,6 @@ fn run(
     .ok()
 }
 
-/// The audit records of `probe.http` calls, oldest first.
-fn fetches(home: &TestHome) -> Vec<Value> {
-    home.audit_of("probe.http")
-}
-
 /// What the injected page makes the model do: read the private file, fetch the page, then
 /// fetch `leak`, each in its own answer; then the steps `then`.
 fn attack(server: &HttpServer, leak: &str, then: Vec<Step>) -> Vec<Step> {
@@ -131,7 +126,7 @@ fn an_injected_page_cannot_make_the_model_send_a_private_file_out_unasked() {
     let asked = server.asked();
     assert_eq!(asked, ["/weather"], "{asked:?}");
     // The audit log says what the session held when each fetch was decided.
-    let records = fetches(&home);
+    let records = home.audit_of("probe.http");
     assert_eq!(records.len(), 2, "{records:?}");
     assert_eq!(records[0]["decision"], "auto");
     assert_eq!(records[0]["labels"], json!(["private"]));
@@ -157,7 +152,7 @@ fn without_the_private_read_the_same_fetches_run_unasked() {
         ["/weather", "/collect?d=nothing-private"],
         "both fetches reached the server"
     );
-    let records = fetches(&home);
+    let records = home.audit_of("probe.http");
     assert_eq!(records[1]["decision"], "auto", "{}", records[1]);
     assert_eq!(records[1]["labels"], json!(["untrusted"]));
 }
@@ -196,7 +191,7 @@ fn a_public_directory_and_a_deny_setting_change_the_outcome_as_written() {
     let refused = model.result(3, "f2");
     assert!(refused.contains("untrusted content"), "{refused}");
     assert_eq!(server.asked(), ["/weather"]);
-    assert_eq!(fetches(&home)[1]["decision"], "deny");
+    assert_eq!(home.audit_of("probe.http")[1]["decision"], "deny");
 }
 
 #[test]
@@ -222,7 +217,7 @@ fn approving_everything_in_advance_does_not_answer_the_rule_of_two() {
         "{refused}"
     );
     assert_eq!(server.asked(), ["/weather"]);
-    let records = fetches(&home);
+    let records = home.audit_of("probe.http");
     assert!(
         records[1]["decided_by"]
             .as_str()
@@ -275,14 +270,7 @@ fn over_the_api_the_session_keeps_its_labels_and_a_person_decides() {
         "{shown}"
     );
     assert_eq!(shown["labels"]["sources"][0]["tool"], "files.read_file");
-    let answered = served.post(
-        &format!(
-            "/api/v1/approvals/ann/{}",
-            question["call_id"].as_str().unwrap()
-        ),
-        json!({"answer": "no"}),
-    );
-    assert_eq!(answered.status, 200, "{}", answered.text);
+    served.answer(&question, "no");
     let seen = events.until("turn_finished", Duration::from_secs(60));
     let changes: Vec<&Value> = seen
         .iter()
@@ -297,13 +285,7 @@ fn over_the_api_the_session_keeps_its_labels_and_a_person_decides() {
     let events = served.stream("/api/v1/sessions/ann/messages", json!({"text": "And now?"}));
     let question = served.pending("ann");
     assert_eq!(question["rule_of_two"], true, "{question}");
-    served.post(
-        &format!(
-            "/api/v1/approvals/ann/{}",
-            question["call_id"].as_str().unwrap()
-        ),
-        json!({"answer": "yes"}),
-    );
+    served.answer(&question, "yes");
     events.until("turn_finished", Duration::from_secs(60));
     // A person said yes: that one fetch ran.
     assert_eq!(server.asked(), ["/weather", "/weather"]);
@@ -362,15 +344,7 @@ fn a_gateway_client_that_resends_a_history_does_not_shed_its_labels() {
                 .cloned()
         });
         assert_eq!(question["rule_of_two"], true, "{question}");
-        let answered = served.post(
-            &format!(
-                "/api/v1/approvals/{}/{}",
-                question["session"].as_str().unwrap(),
-                question["call_id"].as_str().unwrap()
-            ),
-            json!({"answer": "no"}),
-        );
-        assert_eq!(answered.status, 200, "{}", answered.text);
+        served.answer(&question, "no");
         let done = answer.join().unwrap();
         assert_eq!(done.status, 200, "{}", done.text);
     });

@@ -130,6 +130,13 @@ impl ToolCatalog {
             .collect()
     }
 
+    /// Whether the Rule of Two holds back calls of the tool the model calls `name` in a
+    /// session holding `labels` (see [`cordon_core::labels`]).
+    pub fn held_back(&self, name: &str, labels: &cordon_core::SessionLabels) -> bool {
+        self.spec(name)
+            .is_some_and(|s| cordon_core::rule_of_two(labels, &s.identity(), &s.exposure).is_some())
+    }
+
     /// The name the model knows the built-in `read_result` by.
     pub fn pager_name(&self) -> Option<&str> {
         self.tools

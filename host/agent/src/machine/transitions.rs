@@ -209,9 +209,7 @@ pub(super) fn apply_approval(
         // An `always` does not answer another call a policy rule asks about, nor one the Rule
         // of Two holds back: each such call is asked about on its own, with its own arguments
         // shown. A `never` refuses it all the same.
-        let held_back = env.catalog.spec(&p.call.name).is_some_and(|s| {
-            cordon_core::rule_of_two(&conv.labels, &s.identity(), &s.exposure).is_some()
-        });
+        let held_back = env.catalog.held_back(&p.call.name, &conv.labels);
         let asked_by_rule = held_back || p.policy.as_ref().is_some_and(|n| n.rule.is_some());
         let same_tool = remembered.is_some()
             && identity.is_some()
@@ -335,8 +333,7 @@ fn label(conv: &mut Conversation, env: Env<'_>, name: &str, out: &mut Vec<Action
         out.push(Action::Emit(AgentEvent::LabelsChanged {
             labels: conv.labels.names(),
             sources: conv.labels.describe(),
-            rule_of_two: conv.labels.holds(cordon_core::Label::Private)
-                && conv.labels.holds(cordon_core::Label::Untrusted),
+            rule_of_two: conv.labels.holds_both(),
         }));
     }
 }
@@ -680,9 +677,7 @@ pub(super) fn approval_request(
                 .map(|s| catalog.decision(s, conv.standing()).reason)
                 .unwrap_or_default(),
         },
-        rule_of_two: spec.is_some_and(|s| {
-            cordon_core::rule_of_two(&conv.labels, &s.identity(), &s.exposure).is_some()
-        }),
+        rule_of_two: catalog.held_back(&p.call.name, &conv.labels),
     }
 }
 
