@@ -118,8 +118,18 @@ pub enum ApprovalAnswer {
     No,
     /// Run this call and every later call of this tool in the conversation.
     Always,
-    /// Refuse this call and every later call of this tool in the conversation.
+    /// Refuse this call and every later call of this tool in the conversation. To a grant
+    /// request: refuse, and never ask for this grant again in the conversation.
     Never,
+    /// To a grant request only: give the grant for this many minutes (kept in the lock with
+    /// its end, at most a day), and run the call again with it.
+    For {
+        /// How long, in minutes (at least 1).
+        minutes: u64,
+    },
+    /// To a grant request only: give the grant for good (as `cordon grant` does), and run the
+    /// call again with it.
+    Forever,
     /// Do not run this call, and nobody was asked: the interface cannot ask (no terminal) or
     /// was told not to (`cordon run --approve auto`). The model is told this reason rather
     /// than that the user declined.
@@ -138,8 +148,46 @@ impl ApprovalAnswer {
             ApprovalAnswer::No => "no",
             ApprovalAnswer::Always => "always",
             ApprovalAnswer::Never => "never",
+            ApprovalAnswer::For { .. } => "for",
+            ApprovalAnswer::Forever => "forever",
             ApprovalAnswer::Refused { .. } => "refused",
         }
+    }
+
+    /// A person's answer as the doors take it: `yes`, `no`, `always`, `never`, and to a grant
+    /// request also `forever` and `for 30m` (or `for:2h`, any length from a minute to a day).
+    /// `grant` says whether the question is a grant request; the error names what to type.
+    pub fn parse(word: &str, grant: bool) -> Result<ApprovalAnswer, String> {
+        let word = word.trim().to_lowercase();
+        let words = if grant {
+            "yes (this call), always (this session), `for 30m` (a while, up to a day), forever,              no or never"
+        } else {
+            "yes, no, always or never"
+        };
+        let answer = match word.as_str() {
+            "y" | "yes" | "once" => ApprovalAnswer::Yes,
+            "n" | "no" => ApprovalAnswer::No,
+            "a" | "always" | "session" => ApprovalAnswer::Always,
+            "v" | "never" => ApprovalAnswer::Never,
+            "forever" | "f" if grant => ApprovalAnswer::Forever,
+            other if grant && other.starts_with("for") => {
+                let span = other["for".len()..]
+                    .trim_start_matches([' ', ':', '='])
+                    .trim();
+                let minutes = humantime::parse_duration(span)
+                    .map_err(|e| format!("`{span}` is not a duration ({e}); type e.g. `for 30m`"))?
+                    .as_secs()
+                    / 60;
+                if !(1..=24 * 60).contains(&minutes) {
+                    return Err(format!(
+                        "`{span}` is outside a minute to a day; for longer, answer `forever`"
+                    ));
+                }
+                ApprovalAnswer::For { minutes }
+            }
+            other => return Err(format!("`{other}` is not an answer; answer {words}")),
+        };
+        Ok(answer)
     }
 }
 

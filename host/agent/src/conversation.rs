@@ -11,6 +11,7 @@ use serde_json::Value;
 use cordon_core::{Requester, SessionLabels};
 
 use crate::approval::{Standing, StandingAnswer};
+use crate::grant_requests::{GrantRequest, SessionGrants};
 use crate::messages::{Message, ModelResponse, ToolCall, Usage};
 use crate::parameters::TurnParameters;
 
@@ -104,6 +105,13 @@ pub struct Progress {
     pub retries: u32,
     /// How often each (tool, canonical arguments) was requested in this turn.
     pub calls_seen: BTreeMap<String, u32>,
+    /// Grant requests made in this turn (see [`crate::grant_requests`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub grant_requests: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A cached summary of pruned messages.
@@ -260,6 +268,13 @@ pub struct PlannedCall {
     /// them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub labels: Vec<String>,
+    /// A grant request held on the call: the sandbox refused it something a grant would allow,
+    /// and a person is asked (the call is `Pending` meanwhile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant_request: Option<Box<GrantRequest>>,
+    /// Grants a person gave this call through a grant request: it runs again with them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub granted: Vec<String>,
 }
 
 /// What the per-call policy said of a call: kept with the call so its audit record names the
@@ -302,6 +317,9 @@ pub struct Conversation {
     /// [`cordon_core::labels`]). Only ever added to.
     #[serde(default, skip_serializing_if = "SessionLabels::is_empty")]
     pub labels: SessionLabels,
+    /// Grants given for this conversation through grant requests, and those refused for good.
+    #[serde(default, skip_serializing_if = "SessionGrants::is_empty")]
+    pub grants: SessionGrants,
     /// Tool calls identified so far: the number in Cordon's id of the last call (`c7` → 7).
     #[serde(default)]
     pub next_call: u64,
@@ -332,6 +350,7 @@ impl Conversation {
             session_approvals: BTreeMap::new(),
             approved_tools: Default::default(),
             labels: SessionLabels::default(),
+            grants: SessionGrants::default(),
             next_call: 0,
             notes: Vec::new(),
             usage: Usage::default(),
@@ -434,6 +453,8 @@ pub struct ConversationTail<'a> {
     approved_tools: &'a BTreeMap<String, usize>,
     #[serde(skip_serializing_if = "SessionLabels::is_empty")]
     labels: &'a SessionLabels,
+    #[serde(skip_serializing_if = "SessionGrants::is_empty")]
+    grants: &'a SessionGrants,
     next_call: u64,
     notes: &'a [Note],
     usage: &'a Usage,
@@ -451,6 +472,7 @@ impl Conversation {
             session_approvals: &self.session_approvals,
             approved_tools: &self.approved_tools,
             labels: &self.labels,
+            grants: &self.grants,
             next_call: self.next_call,
             notes: &self.notes,
             usage: &self.usage,

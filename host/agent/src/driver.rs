@@ -16,6 +16,7 @@ use crate::approval::{ApprovalAnswer, GivenAnswer, Standing};
 use crate::config::{AgentConfig, ConfigError, ToolFormat};
 use crate::context::Tokenizer;
 use crate::conversation::{Conversation, ConversationError, TurnOutcome};
+use crate::grant_requests::SessionGrants;
 use crate::journal::{Cause, Journal, JournalError, NoJournal};
 use crate::llm::{LlmClient, LlmSetupError};
 use crate::machine::{
@@ -205,7 +206,7 @@ impl Agent {
 
     /// The tools the model would be offered now in `conv` (installed, enabled, not denied).
     pub fn offered_tools(&self, conv: &Conversation) -> Vec<ToolSpec> {
-        let catalog = self.catalog();
+        let catalog = self.catalog(&conv.grants);
         let mut session = conv.session_approvals.clone();
         catalog.upgrade_session(&mut session);
         let standing = Standing {
@@ -218,7 +219,7 @@ impl Agent {
 
     /// The approval policy that applies to each installed tool in `conv`, for `/tools`.
     pub fn tool_policies(&self, conv: &Conversation) -> Vec<(ToolSpec, crate::approval::Decision)> {
-        let catalog = self.catalog();
+        let catalog = self.catalog(&conv.grants);
         let mut session = conv.session_approvals.clone();
         catalog.upgrade_session(&mut session);
         let standing = Standing {
@@ -236,8 +237,18 @@ impl Agent {
             .collect()
     }
 
-    fn catalog(&self) -> ToolCatalog {
-        let mut specs = self.tools.tools();
+    /// The catalog of a turn of a conversation that was given `grants` for itself: each tool
+    /// as it runs with them (see [`ToolSpec::widened`]).
+    fn catalog(&self, grants: &SessionGrants) -> ToolCatalog {
+        let mut specs: Vec<ToolSpec> = self
+            .tools
+            .tools()
+            .into_iter()
+            .map(|s| match grants.of(&s.plugin) {
+                extra if extra.is_empty() => s,
+                extra => s.widened(&extra),
+            })
+            .collect();
         // The built-in pager (offered only once a result was too long to send whole), under
         // a name no other tool has; before the policy loads, so rules can name it.
         let free = |name: &str| !specs.iter().any(|s| s.name == name);
@@ -331,11 +342,12 @@ if a call is refused or declined, tell the user instead of trying to get around 
         input: TurnInput,
         io: &mut TurnIo<'_>,
     ) -> Result<Driven, AgentError> {
-        let mut catalog = self.catalog();
+        let mut catalog = self.catalog(&conv.grants);
         // Answers saved under model-facing names move to identities; same meaning, so the
         // conversation counts as unchanged even if the turn is then refused.
         catalog.upgrade_session(&mut conv.session_approvals);
         catalog.label_history(conv);
+        self.audit_expired(io).await?;
         let inputs = CallInputs::default();
         let (first, cause) = {
             let env = Env {
@@ -404,6 +416,17 @@ if a call is refused or declined, tell the user instead of trying to get around 
                     io.journal.audit(record).await?;
                     None
                 }
+                Action::GiveGrants {
+                    call_id,
+                    tool,
+                    grants,
+                    minutes,
+                    by,
+                } => {
+                    self.give_grants(conv, &catalog, io, (&call_id, &tool), &grants, minutes, &by)
+                        .await?;
+                    None
+                }
                 Action::Advance => Some(Event::Proceed),
                 // Work that starts something new waits for the next drive when suspended.
                 Action::CallModel { .. }
@@ -415,7 +438,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
                     return Ok(Driven::Suspended);
                 }
                 Action::CallModel { final_pass } => {
-                    catalog = self.catalog();
+                    catalog = self.catalog(&conv.grants);
                     let frontend = &mut *io.frontend;
                     let mut emit = |e: &AgentEvent| frontend.event(e);
                     let call = self.call_model(conv, &catalog, final_pass, &mut emit, io.cancel);
@@ -574,7 +597,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
             }
         };
         actions.pop();
-        *catalog = self.catalog();
+        *catalog = self.catalog(&conv.grants);
         let held = HeldEvents::new(&mut *io.frontend);
         for action in actions {
             match action {
@@ -670,7 +693,7 @@ struct Held<'f> {
 
 /// One thing a turn shows.
 enum Shown {
-    Event(AgentEvent),
+    Event(Box<AgentEvent>),
     /// Saving the conversation.
     Persist,
 }
@@ -693,7 +716,7 @@ impl<'f> HeldEvents<'f> {
     fn event(&self, event: &AgentEvent) {
         let mut held = self.lock();
         match &mut held.waiting {
-            Some(waiting) => waiting.push(Shown::Event(event.clone())),
+            Some(waiting) => waiting.push(Shown::Event(Box::new(event.clone()))),
             None => held.frontend.event(event),
         }
     }

@@ -39,6 +39,53 @@ pub trait ToolHost: Send + Sync {
     ) -> (Result<Vec<Content>, ToolFailure>, Option<CallReport>) {
         (self.call(name, arguments, cancel).await, None)
     }
+
+    /// [`ToolHost::call_reported`] with `grants` (grant syntax) besides the plugin's own, for
+    /// this call only: what a person gave through a grant request. Hosts that run sandboxes
+    /// override it; the default refuses a call with any.
+    async fn call_granted(
+        &self,
+        name: &str,
+        arguments: Value,
+        grants: &[String],
+        cancel: CancellationToken,
+    ) -> (Result<Vec<Content>, ToolFailure>, Option<CallReport>) {
+        if grants.is_empty() {
+            return self.call_reported(name, arguments, cancel).await;
+        }
+        let failure = ToolFailure::new(
+            ToolFailureKind::Failed,
+            "this host cannot give a call grants of its own",
+        );
+        (Err(failure), None)
+    }
+
+    /// The grants of `wanted` (as a sandbox's report names them) that a person may be asked
+    /// to give the plugin of tool `name`: those that resolve, reach none of Cordon's own state
+    /// and lie within the plugin's ceiling. The default offers none.
+    fn requestable(&self, name: &str, wanted: &[String]) -> Vec<String> {
+        let _ = (name, wanted);
+        Vec::new()
+    }
+
+    /// Records `grants` for the plugin of tool `name` in the lock: for `minutes`, or for good
+    /// when `None`, as given by `by`. Returns one line per grant recorded, for the audit log.
+    async fn grant_for(
+        &self,
+        name: &str,
+        grants: &[String],
+        minutes: Option<u64>,
+        by: &str,
+    ) -> Result<Vec<String>, String> {
+        let _ = (name, grants, minutes, by);
+        Err("this host cannot record grants".to_string())
+    }
+
+    /// Grants given for a while whose end passed, dropped from the lock since last asked, as
+    /// (plugin, line): the driver puts them in the audit log. The default has none.
+    fn take_expired(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
 }
 
 /// Where a long-running host gets its tools (the home's installed plugins, verified and ready
@@ -102,6 +149,16 @@ impl ToolHost for SelectedTools {
         arguments: Value,
         cancel: CancellationToken,
     ) -> (Result<Vec<Content>, ToolFailure>, Option<CallReport>) {
+        self.call_granted(name, arguments, &[], cancel).await
+    }
+
+    async fn call_granted(
+        &self,
+        name: &str,
+        arguments: Value,
+        grants: &[String],
+        cancel: CancellationToken,
+    ) -> (Result<Vec<Content>, ToolFailure>, Option<CallReport>) {
         if !self.tools().iter().any(|s| s.name == name) {
             let failure = ToolFailure::new(
                 ToolFailureKind::NotFound,
@@ -109,6 +166,26 @@ impl ToolHost for SelectedTools {
             );
             return (Err(failure), None);
         }
-        self.inner.call_reported(name, arguments, cancel).await
+        self.inner
+            .call_granted(name, arguments, grants, cancel)
+            .await
+    }
+
+    fn requestable(&self, name: &str, wanted: &[String]) -> Vec<String> {
+        self.inner.requestable(name, wanted)
+    }
+
+    async fn grant_for(
+        &self,
+        name: &str,
+        grants: &[String],
+        minutes: Option<u64>,
+        by: &str,
+    ) -> Result<Vec<String>, String> {
+        self.inner.grant_for(name, grants, minutes, by).await
+    }
+
+    fn take_expired(&self) -> Vec<(String, String)> {
+        self.inner.take_expired()
     }
 }

@@ -147,6 +147,30 @@ impl ToolSpec {
         }
     }
 
+    /// The tool as it runs with `extra` grants besides its own (given for a session through a
+    /// grant request): its grants, what it can change, its reach and its exposure recomputed,
+    /// so approval, policy and the Rule of Two see what it can now reach.
+    pub fn widened(&self, extra: &[String]) -> ToolSpec {
+        if extra.is_empty() {
+            return self.clone();
+        }
+        let grants: cordon_core::Grants = self
+            .grants
+            .iter()
+            .chain(extra)
+            .filter_map(|g| g.parse::<cordon_core::Grant>().ok())
+            .collect();
+        let can_change = self.can_change_anything || grants.can_change_anything();
+        ToolSpec {
+            grants: grants.iter().map(|g| g.to_string()).collect(),
+            can_change_anything: can_change,
+            proven: cordon_core::ProvenHints::derive(&grants, &self.hints),
+            reach: reach_of(&grants, can_change),
+            exposure: cordon_core::Exposure::of(&grants),
+            ..self.clone()
+        }
+    }
+
     /// What the policy engine knows of the tool.
     pub fn facts(&self) -> cordon_policy::ToolFacts {
         cordon_policy::ToolFacts {
@@ -159,6 +183,27 @@ impl ToolSpec {
             },
         }
     }
+}
+
+/// What `grants` reach, as policy rules see it (`resource` in Cedar).
+pub fn reach_of(grants: &cordon_core::Grants, can_change: bool) -> cordon_policy::Reach {
+    use cordon_core::{FsMode, Grant};
+    let mut reach = cordon_policy::Reach {
+        can_change,
+        ..cordon_policy::Reach::default()
+    };
+    for g in grants.iter() {
+        match g {
+            Grant::Fs(fs) => match fs.mode {
+                FsMode::ReadWrite => reach.read_write.push(fs.guest_path()),
+                FsMode::ReadOnly => reach.read_only.push(fs.guest_path()),
+            },
+            Grant::Env(name, _) => reach.env.push(name.clone()),
+            Grant::Http(origin, _) => reach.network.push(origin.to_string()),
+            Grant::Tcp(addr, _) => reach.network.push(format!("tcp://{addr}")),
+        }
+    }
+    reach
 }
 
 /// Renders a tool result as the text the model reads.

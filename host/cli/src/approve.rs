@@ -26,8 +26,8 @@ pub struct ApproveArgs {
     session: Option<String>,
     /// The call (`c3`), as `--list` shows it.
     call: Option<String>,
-    /// yes, no, always (this tool, for the rest of the session) or never.
-    #[arg(value_parser = ["yes", "no", "always", "never"])]
+    /// yes, no, always (this tool, for the rest of the session) or never; to a grant request
+    /// also `for 30m` (up to a day) or forever.
     answer: Option<String>,
     /// List the waiting questions and exit.
     #[arg(long)]
@@ -217,12 +217,7 @@ impl Answerer {
                         "session `{session}` is driven by a cordon serve, which is not running;                          only the calls of MCP clients (session `{WAITING_APPROVALS_SESSION}`) can be answered without it"
                     );
                 }
-                let given = match answer {
-                    "yes" => ApprovalAnswer::Yes,
-                    "always" => ApprovalAnswer::Always,
-                    "no" => ApprovalAnswer::No,
-                    _ => ApprovalAnswer::Never,
-                };
+                let given = ApprovalAnswer::parse(answer, false).map_err(anyhow::Error::msg)?;
                 let by = format!("{} at the terminal (cordon approve)", local_user());
                 store
                     .answer_approval(call, &GivenAnswer::new(given, by.clone()))
@@ -288,6 +283,21 @@ fn describe(question: &Value, stream: Stream) -> String {
         Some(client) => format!("MCP client `{client}`"),
         None => format!("session {}", question["session"].as_str().unwrap_or("?")),
     };
+    let wanted: Vec<&str> = question["requested_grants"]
+        .as_array()
+        .map(|g| g.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if !wanted.is_empty() {
+        return format!(
+            "{whose} call {}: tool `{}` (plugin {}) was refused by its sandbox; asked because \
+             {}.\nIt would run again with: {}",
+            question["call_id"].as_str().unwrap_or("?"),
+            question["tool"].as_str().unwrap_or("?"),
+            question["plugin"].as_str().unwrap_or("?"),
+            question["reason"].as_str().unwrap_or("?"),
+            wanted.join(", "),
+        );
+    }
     format!(
         "{whose} call {}: tool `{}` (plugin {}) wants to run with:\n{}\ngrants: {grants}\nasked because {}.",
         question["call_id"].as_str().unwrap_or("?"),
@@ -303,6 +313,7 @@ pub async fn run(home: &Home, store: Option<&str>, args: ApproveArgs) -> anyhow:
     let server = answerer(home, store, &args).await?;
     match (&args.session, &args.call, &args.answer) {
         (Some(session), Some(call), Some(answer)) => {
+            ApprovalAnswer::parse(answer, true).map_err(anyhow::Error::msg)?;
             let by = server.answer(session, call, answer).await?;
             outln!("Answered {answer} for call {call} of session {session} (as {by}).");
             return Ok(());
@@ -326,22 +337,36 @@ pub async fn run(home: &Home, store: Option<&str>, args: ApproveArgs) -> anyhow:
     let stdin = std::io::stdin();
     for question in &pending {
         errln!("\n{}", describe(question, Stream::Stderr));
+        let grant = question["requested_grants"]
+            .as_array()
+            .is_some_and(|g| !g.is_empty());
         let answer = loop {
-            crate::term::ask("Allow? [y]es / [n]o / [a]lways for this tool / ne[v]er / [s]kip: ");
+            crate::term::ask(if grant {
+                "Grant? [y]es this call / [a]lways this session / for 30m / [f]orever / [n]o / \
+                 ne[v]er / [s]kip: "
+            } else {
+                "Allow? [y]es / [n]o / [a]lways for this tool / ne[v]er / [s]kip: "
+            });
             let mut line = String::new();
             if stdin.lock().read_line(&mut line).unwrap_or(0) == 0 {
                 return Ok(());
             }
-            match line.trim().to_lowercase().as_str() {
-                "y" | "yes" => break Some("yes"),
-                "n" | "no" => break Some("no"),
-                "a" | "always" => break Some("always"),
-                "v" | "never" => break Some("never"),
-                "s" | "skip" | "" => break None,
-                other => errln!("`{other}` is not an answer; type y, n, a, v or s."),
+            let line = line.trim().to_lowercase();
+            if line.is_empty() || line == "s" || line == "skip" {
+                break None;
+            }
+            match ApprovalAnswer::parse(&line, grant) {
+                Ok(a) => {
+                    break Some(match a {
+                        ApprovalAnswer::For { minutes } => format!("for {minutes}m"),
+                        other => other.as_str().to_string(),
+                    });
+                }
+                Err(e) => errln!("{e}; or s to skip."),
             }
         };
         let Some(answer) = answer else { continue };
+        let answer = answer.as_str();
         let session = question["session"].as_str().unwrap_or_default();
         let call = question["call_id"].as_str().unwrap_or_default();
         match server.answer(session, call, answer).await {

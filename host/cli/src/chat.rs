@@ -230,8 +230,58 @@ type Current = Arc<Mutex<Option<CancellationToken>>>;
 
 /// The question every approval ends with.
 const ALLOW: &str = "Allow? [y]es / [n]o / [a]lways for this tool / ne[v]er: ";
+const GRANT: &str =
+    "Grant? [y]es this call / [a]lways this session / for 30m / [f]orever / [n]o / ne[v]er: ";
 
 impl Terminal {
+    /// A grant request: only a person at a terminal answers it, whatever `--approve` says.
+    async fn grant(&mut self, request: &ApprovalRequest) -> GivenAnswer {
+        if self.mode != ApproveMode::Ask || !self.interactive {
+            let answer = ApprovalAnswer::Refused {
+                reason: "grant requests are answered by a person at a terminal, and this run \
+                         has none to ask (grant it with `cordon grant` and run it again)"
+                    .to_string(),
+            };
+            return GivenAnswer::new(answer, "nobody (no person to ask for a grant)");
+        }
+        let mut text = format!(
+            "\nTool `{}` (plugin {}) was refused by its sandbox.\n",
+            request.tool, request.plugin
+        );
+        text.push_str(&format!("Asked because {}.\n", request.reason));
+        text.push_str("It would run again with:\n");
+        for g in &request.requested_grants {
+            text.push_str(&format!("  + {g}\n"));
+        }
+        Stream::Stderr.reset_attributes();
+        self.note(&text);
+        loop {
+            let by = format!("{} at the terminal", cordon_core::local_user());
+            let line = match self.input.answer(GRANT).await {
+                Read::Line(line) => line,
+                Read::End => {
+                    errln!("\n(no more input: not granted)");
+                    return GivenAnswer::new(
+                        ApprovalAnswer::No,
+                        "nobody (the terminal's input ended)",
+                    );
+                }
+                Read::Interrupted => {
+                    let token = self.current.lock().ok().and_then(|g| g.clone());
+                    if let Some(token) = token {
+                        token.cancel();
+                        std::future::pending::<()>().await;
+                    }
+                    return GivenAnswer::new(ApprovalAnswer::No, by);
+                }
+            };
+            match ApprovalAnswer::parse(&line, true) {
+                Ok(answer) => return GivenAnswer::new(answer, by),
+                Err(e) => errln!("{e}."),
+            }
+        }
+    }
+
     fn out(&mut self, text: &str) {
         let mut stdout = std::io::stdout();
         let _ = stdout.write_all(Stream::Stdout.show(text).as_bytes());
@@ -308,6 +358,9 @@ impl Frontend for Terminal {
     }
 
     async fn approve(&mut self, request: &ApprovalRequest) -> GivenAnswer {
+        if request.is_grant_request() {
+            return self.grant(request).await;
+        }
         match self.mode {
             // A blanket answer given before the session saw anything cannot answer the Rule
             // of Two, which holds a call back because of what the session saw since.

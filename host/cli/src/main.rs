@@ -340,7 +340,7 @@ async fn conversation_tools(
 ) -> anyhow::Result<std::sync::Arc<dyn cordon_agent::ToolHost>> {
     home.check_recorded_grants()?;
     let toolbox = cordon_home::Toolbox::load(home).await?;
-    let tools = toolbox_host::ToolboxHost::new(toolbox);
+    let tools = toolbox_host::ToolboxHost::new(toolbox).with_home(home.clone());
     for (plugin, reason) in tools.unavailable() {
         errln!("warning: plugin `{plugin}` is not offered: {reason}");
     }

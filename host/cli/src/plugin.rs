@@ -489,6 +489,7 @@ fn describe_install(p: &PreparedInstall) {
     outln!("  tools:   {}", r.tools.join(", "));
     print_unavailable(p.unavailable_functions());
     print_grants(&r.grants);
+    print_expiring(&r.expiring);
     print_install_approval(p);
     for (tool, others) in p.shadowed_tools() {
         let seen: Vec<String> = others
@@ -606,6 +607,24 @@ fn print_ceiling(ceiling: &Ceiling) {
     } else {
         let labels: Vec<&str> = caps.into_iter().map(capability_label).collect();
         outln!("  ceiling: may be granted {}", labels.join(", "));
+    }
+}
+
+/// Grants given for a while through grant requests, with the time each has left.
+fn print_expiring(expiring: &[cordon_home::ExpiringGrant]) {
+    if expiring.is_empty() {
+        return;
+    }
+    let now = cordon_core::now_ms();
+    outln!("  for a while:");
+    for e in expiring {
+        outln!(
+            "    {} ({}, until {}, given by {})",
+            e.grant,
+            e.time_left(now),
+            e.until,
+            e.by
+        );
     }
 }
 
@@ -768,6 +787,7 @@ async fn inspect(home: &Home, name: &str, config: Option<&Path>) -> anyhow::Resu
     print_imports(&record.imports);
     print_ceiling(&record.ceiling());
     print_grants(&record.grants);
+    print_expiring(&record.expiring);
     let limits = record.limits()?;
     let shown: Vec<String> = LimitKind::ALL
         .into_iter()

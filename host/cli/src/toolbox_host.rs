@@ -28,6 +28,11 @@ pub struct ToolboxHost {
     call_names: BTreeMap<String, String>,
     /// What the user should know about the names (collisions, renames, tools left out).
     notices: Vec<String>,
+    /// The home the toolbox came from, where grant requests are checked and grants given for
+    /// a while or for good are recorded; `None` for a host that cannot give grants.
+    home: Option<Home>,
+    /// Expiring grants dropped from the lock when the toolbox loaded, not yet in the audit log.
+    expired: std::sync::Mutex<Vec<(String, cordon_home::ExpiringGrant)>>,
 }
 
 impl ToolboxHost {
@@ -54,7 +59,28 @@ impl ToolboxHost {
             names,
             call_names,
             notices,
+            home: None,
+            expired: Default::default(),
         }
+    }
+
+    /// This host, able to answer grant requests in `home`; expiring grants whose end has
+    /// passed are dropped from its lock now, for the audit log (see [`ToolHost::take_expired`]).
+    pub fn with_home(mut self, home: Home) -> Self {
+        match home.prune_expired() {
+            Ok(gone) => self.expired = std::sync::Mutex::new(gone),
+            Err(e) => tracing::warn!("cannot drop ended grants from the lock: {e}"),
+        }
+        self.home = Some(home);
+        self
+    }
+
+    /// The plugin of the tool the model calls `name`.
+    fn plugin_of(&self, name: &str) -> Option<&str> {
+        self.call_names
+            .get(name)
+            .and_then(|identity| identity.split_once('.'))
+            .map(|(plugin, _)| plugin)
     }
 
     /// Plugins that were installed but could not be loaded, with the reason.
@@ -90,27 +116,7 @@ pub fn spec_for(entry: &ToolEntry, name: String) -> ToolSpec {
     spec
 }
 
-/// What a plugin's grants reach, as policy rules see it: guest paths by mode, network
-/// origins and addresses, environment variable names.
-pub fn reach_of(grants: &cordon_core::Grants, can_change: bool) -> cordon_policy::Reach {
-    use cordon_core::{FsMode, Grant};
-    let mut reach = cordon_policy::Reach {
-        can_change,
-        ..cordon_policy::Reach::default()
-    };
-    for g in grants.iter() {
-        match g {
-            Grant::Fs(fs) => match fs.mode {
-                FsMode::ReadWrite => reach.read_write.push(fs.guest_path()),
-                FsMode::ReadOnly => reach.read_only.push(fs.guest_path()),
-            },
-            Grant::Env(name, _) => reach.env.push(name.clone()),
-            Grant::Http(origin, _) => reach.network.push(origin.to_string()),
-            Grant::Tcp(addr, _) => reach.network.push(format!("tcp://{addr}")),
-        }
-    }
-    reach
-}
+pub use cordon_agent::reach_of;
 
 /// A name the chat APIs accept for a toolbox call name (`plugin.tool` → `plugin__tool`).
 pub fn model_name(call_name: &str) -> String {
@@ -219,6 +225,74 @@ impl ToolHost for ToolboxHost {
         arguments: Value,
         cancel: CancellationToken,
     ) -> (Result<Vec<Content>, ToolFailure>, Option<CallReport>) {
+        self.call_granted(name, arguments, &[], cancel).await
+    }
+
+    fn requestable(&self, name: &str, wanted: &[String]) -> Vec<String> {
+        let (Some(home), Some(plugin)) = (&self.home, self.plugin_of(name)) else {
+            return Vec::new();
+        };
+        wanted
+            .iter()
+            .filter_map(|w| match home.requestable(plugin, w) {
+                Ok(grant) => Some(grant.to_string()),
+                Err(e) => {
+                    tracing::info!(%plugin, grant = %w, "not offered as a grant request: {e}");
+                    None
+                }
+            })
+            .collect()
+    }
+
+    async fn grant_for(
+        &self,
+        name: &str,
+        grants: &[String],
+        minutes: Option<u64>,
+        by: &str,
+    ) -> Result<Vec<String>, String> {
+        let (Some(home), Some(plugin)) = (&self.home, self.plugin_of(name)) else {
+            return Err("this host cannot record grants".to_string());
+        };
+        let duration = minutes.map(|m| std::time::Duration::from_secs(m * 60));
+        let mut lines = Vec::new();
+        for g in grants {
+            let change = home
+                .grant_for(plugin, g, duration, by)
+                .map_err(|e| e.to_string())?;
+            lines.push(match minutes {
+                Some(m) => format!("{} for {m} minutes", change.granted),
+                None => change.granted.to_string(),
+            });
+        }
+        Ok(lines)
+    }
+
+    fn take_expired(&self) -> Vec<(String, String)> {
+        let taken = std::mem::take(
+            &mut *self
+                .expired
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        taken
+            .into_iter()
+            .map(|(plugin, e)| {
+                (
+                    plugin,
+                    format!("- {} (given by {} until {})", e.grant, e.by, e.until),
+                )
+            })
+            .collect()
+    }
+
+    async fn call_granted(
+        &self,
+        name: &str,
+        arguments: Value,
+        grants: &[String],
+        cancel: CancellationToken,
+    ) -> (Result<Vec<Content>, ToolFailure>, Option<CallReport>) {
         let Some(identity) = self.call_names.get(name) else {
             let failure = ToolFailure::new(
                 ToolFailureKind::NotFound,
@@ -233,10 +307,30 @@ impl ToolHost for ToolboxHost {
             );
             return (Err(failure), None);
         };
+        let mut given = Vec::new();
+        for g in grants {
+            match g.parse::<cordon_core::Grant>().map(|g| g.resolve()) {
+                Ok(Ok(g)) => given.push(g),
+                Ok(Err(e)) => {
+                    let failure = ToolFailure::new(
+                        ToolFailureKind::Denied,
+                        format!("the grant `{g}` given to this call cannot be used: {e}"),
+                    );
+                    return (Err(failure), None);
+                }
+                Err(e) => {
+                    let failure = ToolFailure::new(
+                        ToolFailureKind::Denied,
+                        format!("the grant `{g}` given to this call is not a grant: {e}"),
+                    );
+                    return (Err(failure), None);
+                }
+            }
+        }
         // The sandbox stops the guest itself when `cancel` fires, and still reports the call.
         let (result, report) = self
             .toolbox
-            .call_value_reported(identity, &arguments, &cancel)
+            .call_value_granted(identity, &arguments, &given, &cancel)
             .await;
         let result = match result {
             Err(HomeError::Call {
@@ -308,7 +402,7 @@ impl ToolSource for HomeTools {
 
     async fn load(&self) -> Result<Arc<dyn ToolHost>, String> {
         let toolbox = Toolbox::load(&self.home).await.map_err(|e| e.to_string())?;
-        let tools = ToolboxHost::new(toolbox);
+        let tools = ToolboxHost::new(toolbox).with_home(self.home.clone());
         for (plugin, reason) in tools.unavailable() {
             errln!("warning: plugin `{plugin}` is not offered: {reason}");
         }

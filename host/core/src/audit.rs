@@ -28,7 +28,16 @@ pub struct CallReport {
     /// Refusals beyond the first [`MAX_REFUSALS_RECORDED`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub refusals_dropped: u64,
+    /// The narrowest grants that would have allowed what was refused (`net:https://api.example`,
+    /// `fs:/data/out:rw`), in grant syntax, at most [`MAX_GRANTS_WANTED`]: what a grant
+    /// request may offer a person. Only refusals a grant can lift are here (not a path that
+    /// escapes its grant through `..` or a link, nor a reserved address).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wanted: Vec<String>,
 }
+
+/// How many wanted grants one call's report keeps.
+pub const MAX_GRANTS_WANTED: usize = 8;
 
 /// How many refusals one call's report keeps: a plugin probing thousands of paths must not
 /// make its audit record grow with them.
@@ -46,6 +55,15 @@ impl CallReport {
             self.refused.push(what);
         } else {
             self.refusals_dropped += 1;
+        }
+    }
+
+    /// Notes a grant that would have allowed a refused access (see [`CallReport::wanted`]);
+    /// kept once, at most [`MAX_GRANTS_WANTED`].
+    pub fn want(&mut self, grant: impl Into<String>) {
+        let grant = grant.into();
+        if !self.wanted.contains(&grant) && self.wanted.len() < MAX_GRANTS_WANTED {
+            self.wanted.push(grant);
         }
     }
 }

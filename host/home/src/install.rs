@@ -374,6 +374,12 @@ impl Home {
             tools: tools.iter().map(|t| t.name.clone()).collect(),
             tools_hash: tools_hash(&tools),
             grants: with_grants(base_grants, &new_grants),
+            // Kept while the same component stays; an upgrade starts without them, so what
+            // was given for a while to one component is asked for again by the next.
+            expiring: match &previous {
+                Some(old) if old.digest == digest => old.expiring.clone(),
+                _ => Vec::new(),
+            },
             limits: base_limits,
             compiled: plugin.compiled_pin().cloned(),
             previous_manifests: previous

@@ -16,6 +16,7 @@
 //! leaves every file exactly as it was.
 
 mod error;
+pub mod expiring;
 mod fsutil;
 mod install;
 mod lockfile;
@@ -34,6 +35,7 @@ use cordon_core::{Grant, GrantError, Grants, Limits, ReservedKind, ReservedPaths
 use cordon_runtime::{Runtime, RuntimeConfig};
 
 pub use error::HomeError;
+pub use expiring::{ExpiringGrant, MAX_GRANT_DURATION};
 pub use fsutil::{HomeLock, MAX_COMPONENT_BYTES, sha256_digest};
 pub use install::{
     InstallReport, InstallRequest, PreparedInstall, Provenance, Rollback, SignerChange, ToolChange,
@@ -281,6 +283,10 @@ impl Home {
                 .ceiling()
                 .permit_all(&parsed)
                 .map_err(|e| e.for_plugin(plugin))?;
+            // Given for good now: an end it had no longer applies.
+            record
+                .expiring
+                .retain(|e| !parsed.iter().any(|g| g.same_access(&e.grant)));
             Ok(parsed
                 .iter()
                 .map(|g| GrantChange {
@@ -303,7 +309,12 @@ impl Home {
             let record = lock.plugin_mut(plugin)?;
             let mut removed = Vec::new();
             for (pattern, text) in parsed.iter().zip(patterns) {
-                let gone = record.grants.revoke(pattern);
+                let mut gone = record.grants.revoke(pattern);
+                let (ended, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut record.expiring)
+                    .into_iter()
+                    .partition(|e| e.grant.matches_revoke(pattern));
+                record.expiring = kept;
+                gone.extend(ended.into_iter().map(|e| e.grant));
                 if gone.is_empty() {
                     return Err(HomeError::NotGranted {
                         plugin: plugin.to_string(),

@@ -7,6 +7,7 @@ use cordon_core::{Ceiling, CompiledPin, Grants, LimitKind, Limits};
 use serde::{Deserialize, Serialize};
 
 use crate::error::HomeError;
+use crate::expiring::ExpiringGrant;
 use crate::fsutil::{atomic_write, io_err};
 
 /// The lock file format version this build reads and writes.
@@ -55,6 +56,10 @@ pub struct PluginRecord {
     /// What the plugin may reach. Empty means nothing.
     #[serde(default)]
     pub grants: Grants,
+    /// Grants given for a while through grant requests, each with its end; a call applies
+    /// only those not yet ended (see [`crate::expiring`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expiring: Vec<ExpiringGrant>,
     /// Limit overrides by key (`memory`, `time`, `output`, `args`, `log`); the rest default.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub limits: BTreeMap<String, String>,
@@ -310,6 +315,7 @@ mod tests {
             tools: tools.iter().map(|s| s.to_string()).collect(),
             tools_hash: "sha256:00".into(),
             grants: Grants::new(),
+            expiring: Vec::new(),
             limits: BTreeMap::new(),
             oci_manifest: None,
             unsigned: false,

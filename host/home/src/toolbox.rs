@@ -5,8 +5,8 @@ use std::sync::{Arc, OnceLock};
 
 use cordon_core::Content;
 use cordon_core::{
-    CallReport, CompiledPin, CompiledSchema, DigestCheck, Grants, LimitKind, Limits, ReservedPaths,
-    ToolDescriptor, tools_hash, verify_file_digest,
+    CallReport, CompiledPin, CompiledSchema, DigestCheck, Grant, Grants, LimitKind, Limits,
+    ReservedPaths, ToolDescriptor, tools_hash, verify_file_digest,
 };
 use cordon_runtime::{CallError, CancellationToken, Plugin, Runtime, Sandbox, ToolOutput};
 use serde_json::Value;
@@ -51,8 +51,12 @@ pub struct ToolEntry {
     pub call_name: String,
     /// What the plugin reported for it (name, description, schema, hints).
     pub descriptor: ToolDescriptor,
-    /// The plugin's grants, exactly as the sandbox will apply them.
+    /// The plugin's grants, exactly as the sandbox will apply them: its lasting grants and
+    /// the expiring ones that had not ended when the tool was loaded.
     pub grants: Grants,
+    /// The expiring grants among `grants`, with their ends (ms since the Unix epoch): a call
+    /// that starts after an end runs without that grant, however long ago the tool loaded.
+    pub ends: Vec<(Grant, i64)>,
     /// The plugin's effective limits.
     pub limits: Limits,
     /// Whether the plugin's effective capabilities let it change or send anything (a
@@ -81,6 +85,25 @@ impl std::fmt::Debug for ToolEntry {
 }
 
 impl ToolEntry {
+    /// The grants a call starting now runs with: `grants` without the expiring ones that have
+    /// ended since the tool loaded, plus `extra`.
+    pub fn grants_now(&self, extra: &[Grant]) -> Grants {
+        let now = cordon_core::now_ms();
+        let mut grants = if self.ends.iter().any(|(_, end)| now >= *end) {
+            self.grants
+                .iter()
+                .filter(|g| !self.ends.iter().any(|(e, end)| e == *g && now >= *end))
+                .cloned()
+                .collect()
+        } else {
+            self.grants.clone()
+        };
+        for g in extra {
+            grants.add(g.clone());
+        }
+        grants
+    }
+
     /// The plugin's exported functions that are not tools (a component without Cordon's
     /// contract), and why.
     pub fn unavailable_functions(&self) -> &[cordon_runtime::Unavailable] {
@@ -359,6 +382,19 @@ impl Toolbox {
         arguments: &Value,
         cancel: &CancellationToken,
     ) -> (Result<ToolOutput, HomeError>, Option<CallReport>) {
+        self.call_value_granted(name, arguments, &[], cancel).await
+    }
+
+    /// [`Toolbox::call_value_reported`] with `extra` grants for this call only: what a person
+    /// gave through a grant request for this call or this session. The caller checked them
+    /// ([`Home::requestable`]); reserved state is refused by the sandbox whatever they say.
+    pub async fn call_value_granted(
+        &self,
+        name: &str,
+        arguments: &Value,
+        extra: &[Grant],
+        cancel: &CancellationToken,
+    ) -> (Result<ToolOutput, HomeError>, Option<CallReport>) {
         let tool = match self.resolve(name).and_then(|tool| {
             tool.validate(arguments)?;
             Ok(tool)
@@ -367,7 +403,7 @@ impl Toolbox {
             Err(e) => return (Err(e), None),
         };
         let sandbox = Sandbox {
-            grants: tool.grants.clone(),
+            grants: tool.grants_now(extra),
             limits: tool.limits,
             env: Default::default(),
             reserved: self.reserved.clone(),
@@ -474,7 +510,18 @@ async fn load_plugin(
             tools
         }
     };
-    let can_change_anything = record.grants.can_change_anything();
+    let now = cordon_core::now_ms();
+    let ends: Vec<(Grant, i64)> = record
+        .expiring
+        .iter()
+        .filter(|e| e.applies_at(now))
+        .map(|e| (e.grant.clone(), e.until_ms()))
+        .collect();
+    let grants = crate::with_grants(
+        record.grants.clone(),
+        &ends.iter().map(|(g, _)| g.clone()).collect::<Vec<_>>(),
+    );
+    let can_change_anything = grants.can_change_anything();
     let pin = component.compiled_pin().cloned();
     let entries = descriptors
         .into_iter()
@@ -489,7 +536,8 @@ async fn load_plugin(
                 digest: record.digest.clone(),
                 call_name,
                 descriptor,
-                grants: record.grants.clone(),
+                grants: grants.clone(),
+                ends: ends.clone(),
                 limits,
                 can_change_anything,
                 schema: Arc::new(OnceLock::new()),

@@ -391,6 +391,7 @@ mod tests {
             grants: vec!["read-write /data".into()],
             reason: "its grants allow changing something".into(),
             rule_of_two: false,
+            requested_grants: vec![],
         }
     }
 

@@ -403,7 +403,10 @@ impl McpServer {
             by: given.by.clone(),
         };
         match given.answer {
-            ApprovalAnswer::Yes => Asked::Run(approved),
+            // `for` and `forever` answer grant requests; here they are a yes for this call.
+            ApprovalAnswer::Yes | ApprovalAnswer::For { .. } | ApprovalAnswer::Forever => {
+                Asked::Run(approved)
+            }
             ApprovalAnswer::Always => {
                 answers.lock().unwrap_or_else(|e| e.into_inner()).insert(
                     spec.identity(),
@@ -492,6 +495,7 @@ impl McpServer {
             reason: decision.reason,
             rule_of_two: cordon_core::rule_of_two(facts.labels, &spec.identity(), &spec.exposure)
                 .is_some(),
+            requested_grants: Vec::new(),
         };
         let timeout = self.host.options.approval_timeout;
         // The answer to a question sent in an InputRequiredResult.

@@ -57,6 +57,9 @@ pub(crate) struct Refused {
     /// The line for the call's report: the origin for a request that was well-formed but not
     /// granted (`http: https://evil.example:443 (not granted)`), else the reason.
     pub(crate) line: String,
+    /// The grant that would have allowed the request (`net:https://api.example`), for a
+    /// well-formed request to an origin not granted.
+    pub(crate) wanted: Option<String>,
 }
 
 impl Refused {
@@ -65,6 +68,7 @@ impl Refused {
         Refused {
             line: format!("http: {why}"),
             why,
+            wanted: None,
         }
     }
 }
@@ -146,9 +150,14 @@ impl HttpPolicy {
                     .join(", ")
             )
         };
+        let wanted = format!("net:{origin}")
+            .parse::<cordon_core::Grant>()
+            .ok()
+            .map(|g| g.to_string());
         Ok(Err(Refused {
             why,
             line: format!("http: {origin} (not granted)"),
+            wanted,
         }))
     }
 }
@@ -171,6 +180,9 @@ impl WasiHttpHooks for HttpPolicy {
             Err(refused) => {
                 tracing::warn!(target: "cordon::sandbox", plugin = %self.plugin, "refused HTTP request: {}", refused.why);
                 self.refused.refuse(refused.line);
+                if let Some(grant) = refused.wanted {
+                    self.refused.want(grant);
+                }
                 return Box::new(async { Err(HttpError::HttpRequestDenied) });
             }
         };
@@ -285,10 +297,13 @@ mod tests {
             .check(&req("https://Evil.example./x?q=1", None))
             .unwrap_err();
         assert_eq!(e.line, "http: https://evil.example:443 (not granted)");
+        // The grant a person may be asked for: that origin, nothing wider.
+        assert_eq!(e.wanted.as_deref(), Some("net:https://evil.example"));
         let e = policy(&[])
             .check(&req("http://10.0.0.1:8080/", None))
             .unwrap_err();
         assert_eq!(e.line, "http: http://10.0.0.1:8080 (not granted)");
+        assert_eq!(e.wanted.as_deref(), Some("net:http://10.0.0.1:8080"));
         let e = p
             .check(&req("https://user@api.example.com/", None))
             .unwrap_err();

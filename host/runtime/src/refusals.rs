@@ -35,6 +35,11 @@ impl Refusals {
         self.noted.refuse(shortened(line));
     }
 
+    /// Notes the grant that would have allowed what was just refused (grant syntax).
+    pub(crate) fn want(&mut self, grant: String) {
+        self.noted.want(grant);
+    }
+
     /// A handle for code that notes refusals where this store is out of reach; the same one
     /// every time, so the call's refusals stay in one place.
     pub(crate) fn shared(&mut self) -> SharedRefusals {
@@ -68,6 +73,14 @@ impl SharedRefusals {
             .refuse(line);
     }
 
+    /// Notes a grant that would have allowed a refusal (see [`Refusals::want`]).
+    pub(crate) fn want(&self, grant: String) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .want(grant);
+    }
+
     fn drain_into(&self, report: &mut CallReport) {
         let taken = std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner));
         merge(report, taken);
@@ -92,6 +105,9 @@ fn merge(report: &mut CallReport, from: CallReport) {
         report.refuse(line);
     }
     report.refusals_dropped += from.refusals_dropped;
+    for grant in from.wanted {
+        report.want(grant);
+    }
 }
 
 #[cfg(test)]

@@ -313,7 +313,10 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
             if !allowed {
                 tracing::warn!(target: "cordon::sandbox", plugin = %plugin_name, %addr, ?use_, "refused socket address");
                 refusals.refuse(match use_ {
-                    SocketAddrUse::TcpConnect => format!("tcp: {addr} (not granted)"),
+                    SocketAddrUse::TcpConnect => {
+                        refusals.want(cordon_core::Grant::Tcp(addr, Default::default()).to_string());
+                        format!("tcp: {addr} (not granted)")
+                    }
                     SocketAddrUse::TcpBind => format!("tcp: binding {addr} (not granted)"),
                     SocketAddrUse::TcpListen => format!("tcp: listening on {addr} (not granted)"),
                     other => format!("tcp: {other:?} {addr} (not granted)"),

@@ -447,17 +447,13 @@ async fn answer_approval(
     Path((session, call_id)): Path<(String, String)>,
     Body(body): Body<Answer>,
 ) -> Result<Json<Value>, ApiError> {
-    let answer = match body.answer.as_str() {
-        "yes" => ApprovalAnswer::Yes,
-        "no" => ApprovalAnswer::No,
-        "always" => ApprovalAnswer::Always,
-        "never" => ApprovalAnswer::Never,
-        other => {
-            return Err(ApiError::bad_request(format!(
-                "`{other}` is not an answer; use yes, no, always (this tool, for the rest of the session) or never"
-            )));
-        }
-    };
+    // `for 30m` and `forever` answer grant requests only; the session checks which it is.
+    let answer = ApprovalAnswer::parse(&body.answer, true).map_err(|e| {
+        ApiError::bad_request(format!(
+            "{e} (to a question about running a call: yes, no, always for this tool in the \
+             session, or never)"
+        ))
+    })?;
     let by = format!("API token `{}`", caller.0);
     if session == WAITING_APPROVALS_SESSION {
         let given = GivenAnswer::new(answer.clone(), by.clone());

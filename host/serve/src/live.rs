@@ -214,6 +214,19 @@ impl LiveSession {
     /// Answers a waiting question.
     pub fn answer(&self, call_id: &str, answer: GivenAnswer) -> Result<(), ApiError> {
         let mut state = self.state();
+        if let Some(waiting) = state.waiting.get(call_id)
+            && !waiting.approval.request.is_grant_request()
+            && matches!(
+                answer.answer,
+                ApprovalAnswer::For { .. } | ApprovalAnswer::Forever
+            )
+        {
+            return Err(ApiError::bad_request(format!(
+                "`{}` answers a grant request, and call `{call_id}` waits for approval to run; \
+                 answer yes, no, always or never",
+                answer.answer.as_str()
+            )));
+        }
         let Some(waiting) = state.waiting.remove(call_id) else {
             if let Some(earlier) = state.answered.get(call_id) {
                 return Err(ApiError::conflict(format!(
@@ -337,6 +350,7 @@ mod tests {
             grants: vec![],
             reason: "why".into(),
             rule_of_two: false,
+            requested_grants: vec![],
         }
     }
 

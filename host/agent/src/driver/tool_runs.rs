@@ -56,7 +56,18 @@ impl Agent {
             .collect();
         let child = io.cancel.child_token();
         let tools = self.tools.clone();
-        let futs = calls.into_iter().map(|run| {
+        // Grants given through grant requests: to each call, and to the conversation.
+        let granted: Vec<(ToolRun, Vec<String>)> = calls
+            .into_iter()
+            .map(|run| {
+                let mut grants = run.grants.clone();
+                if let Some(spec) = catalog.spec(&run.tool) {
+                    grants.extend(conv.grants.of(&spec.plugin));
+                }
+                (run, grants)
+            })
+            .collect();
+        let futs = granted.into_iter().map(|(run, grants)| {
             let token = child.clone();
             let tools = tools.clone();
             let answered = paged.remove(&run.call_id);
@@ -65,7 +76,7 @@ impl Agent {
                     Some(result) => (result, None),
                     None => {
                         tools
-                            .call_reported(&run.tool, run.arguments.clone(), token)
+                            .call_granted(&run.tool, run.arguments.clone(), &grants, token)
                             .await
                     }
                 };
@@ -110,6 +121,14 @@ impl Agent {
                 return self.apply(conv, catalog, cancel, io, queue).await;
             };
             running.retain(|id| *id != run.call_id);
+            // What a grant would have allowed, when the sandbox refused it and the call failed.
+            let (wanted, refused) = match &report {
+                Some(r) if result.is_err() && !r.wanted.is_empty() => (
+                    self.tools.requestable(&run.tool, &r.wanted),
+                    r.refused.clone(),
+                ),
+                _ => (Vec::new(), Vec::new()),
+            };
             if let Some(p) = planned.get(&run.call_id) {
                 let outcome = match &result {
                     Ok(_) => CallOutcome::Ok,
@@ -125,6 +144,8 @@ impl Agent {
                 call_id: run.call_id,
                 content: render_result(&result),
                 is_error: result.is_err(),
+                wanted,
+                refused,
             };
             self.apply(conv, catalog, Event::ToolFinished { outcome }, io, queue)
                 .await?;
@@ -169,7 +190,17 @@ impl Agent {
                 digest: spec.map(|s| s.digest.clone()).unwrap_or_default(),
                 arguments_sha256: arguments_sha256(&arguments),
                 arguments: audit.keep_arguments.then_some(arguments),
-                grants: spec.map(|s| s.grants.clone()).unwrap_or_default(),
+                grants: {
+                    // The grants it ran with: its plugin's, and those given through grant
+                    // requests, marked as such.
+                    let mut grants = spec.map(|s| s.grants.clone()).unwrap_or_default();
+                    grants.extend(
+                        call.granted
+                            .iter()
+                            .map(|g| format!("{g} (given to this call by a grant request)")),
+                    );
+                    grants
+                },
                 decision,
                 decided_by,
                 policy_rule: call
@@ -187,5 +218,77 @@ impl Agent {
                 report,
             })),
         }
+    }
+}
+
+impl Agent {
+    /// Records in the lock grants a person gave through a grant request for a while or for
+    /// good, and in the audit log what was recorded (or why it was not). The call runs again
+    /// with them either way: a lock that cannot be written costs only their lasting.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn give_grants(
+        &self,
+        conv: &Conversation,
+        catalog: &ToolCatalog,
+        io: &mut TurnIo<'_>,
+        (call_id, tool): (&str, &str),
+        grants: &[String],
+        minutes: Option<u64>,
+        by: &str,
+    ) -> Result<(), AgentError> {
+        let spec = catalog.spec(tool);
+        let how_long = match minutes {
+            Some(m) => format!("for {m} minutes"),
+            None => "for good".to_string(),
+        };
+        let details = match self.tools.grant_for(tool, grants, minutes, by).await {
+            Ok(lines) => lines
+                .into_iter()
+                .map(|l| format!("+ {l} (grant request of call {call_id})"))
+                .collect(),
+            Err(e) => {
+                tracing::warn!("grants given {how_long} were not recorded: {e}");
+                vec![format!(
+                    "not recorded: {} {how_long} ({e}); given to call {call_id} only",
+                    grants.join(", ")
+                )]
+            }
+        };
+        let record = AuditRecord {
+            at_ms: now_ms(),
+            origin: io.audit.origin.clone(),
+            entry: AuditEntry::HomeChange(cordon_core::HomeChangeAudit {
+                action: "grant".to_string(),
+                plugin: spec.map(|s| s.plugin.clone()).unwrap_or_default(),
+                digest: spec.map(|s| s.digest.clone()).unwrap_or_default(),
+                details,
+                by: by.to_string(),
+            }),
+        };
+        let _ = conv;
+        io.journal.audit(record).await?;
+        Ok(())
+    }
+}
+
+impl Agent {
+    /// Puts in the audit log the grants given for a while that ended and were dropped from the
+    /// lock since the tools last said so.
+    pub(super) async fn audit_expired(&self, io: &mut TurnIo<'_>) -> Result<(), AgentError> {
+        for (plugin, line) in self.tools.take_expired() {
+            let record = AuditRecord {
+                at_ms: now_ms(),
+                origin: io.audit.origin.clone(),
+                entry: AuditEntry::HomeChange(cordon_core::HomeChangeAudit {
+                    action: "expire".to_string(),
+                    plugin,
+                    digest: String::new(),
+                    details: vec![line],
+                    by: "Cordon (the grant's time ran out)".to_string(),
+                }),
+            };
+            io.journal.audit(record).await?;
+        }
+        Ok(())
     }
 }

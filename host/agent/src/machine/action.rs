@@ -28,6 +28,18 @@ pub struct ApprovalRequest {
     /// must answer, not a standing setting such as `cordon run --approve all`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rule_of_two: bool,
+    /// The grants a grant request asks for (see [`crate::grant_requests`]); empty for any
+    /// other question. A grant request is answered by a person only, with `yes` (this call),
+    /// `always` (this conversation), `for` (a while), `forever`, `no` or `never`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requested_grants: Vec<String>,
+}
+
+impl ApprovalRequest {
+    /// Whether it is a grant request rather than a question about running a call.
+    pub fn is_grant_request(&self) -> bool {
+        !self.requested_grants.is_empty()
+    }
 }
 
 /// What the driver must do.
@@ -59,6 +71,20 @@ pub enum Action {
         /// Whether the driver should randomise the delay (not when the server said when).
         jitter: bool,
     },
+    /// Record grants a person gave through a grant request in the lock (for `minutes`, or
+    /// for good when `None`); the call runs again with them whatever this does.
+    GiveGrants {
+        /// The call whose grant request was answered.
+        call_id: String,
+        /// The tool, by the name the model used.
+        tool: String,
+        /// The grants (grant syntax).
+        grants: Vec<String>,
+        /// How long, or `None` for good.
+        minutes: Option<u64>,
+        /// Who gave them.
+        by: String,
+    },
     /// Feed `Proceed`.
     Advance,
     /// Tell the user interface.
@@ -85,6 +111,10 @@ pub struct ToolRun {
     pub tool: String,
     /// The validated arguments.
     pub arguments: Value,
+    /// Grants given to this call through a grant request, besides its plugin's own and those
+    /// given for the conversation (which the driver adds).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grants: Vec<String>,
 }
 
 /// One call of a model's answer, as [`AgentEvent::ToolCallsRequested`] shows it.

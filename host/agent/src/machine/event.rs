@@ -9,7 +9,7 @@ use crate::messages::{LlmFailure, ModelResponse};
 use crate::parameters::TurnParameters;
 
 /// The result of one call, from the driver.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ToolOutcome {
     /// Cordon's id of the call, from [`ToolRun::call_id`](super::ToolRun::call_id).
     pub call_id: String,
@@ -17,6 +17,13 @@ pub struct ToolOutcome {
     pub content: String,
     /// Whether the tool failed.
     pub is_error: bool,
+    /// For a failed call, the grants that would have allowed what the sandbox refused, as
+    /// the host found them requestable (see [`crate::grant_requests`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wanted: Vec<String>,
+    /// What the sandbox refused, one line each, for the person a grant request asks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<String>,
 }
 
 /// Inputs to the machine.

@@ -34,6 +34,7 @@ mod action;
 mod catalog;
 mod env;
 mod event;
+mod granting;
 mod resume;
 mod transitions;
 

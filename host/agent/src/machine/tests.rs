@@ -257,11 +257,13 @@ fn auto_tools_run_and_results_return_in_call_order() {
                 call_id: "c2".into(),
                 content: "B".into(),
                 is_error: false,
+                ..Default::default()
             },
             ToolOutcome {
                 call_id: "c1".into(),
                 content: "A".into(),
                 is_error: false,
+                ..Default::default()
             },
         ],
     });
@@ -285,6 +287,7 @@ fn tool_errors_go_through_handling_tool_error() {
             call_id: "c1".into(),
             content: "Error (failed): x".into(),
             is_error: true,
+            ..Default::default()
         }],
     });
     assert!(matches!(t.conv.state, State::HandlingToolError { .. }));
@@ -407,11 +410,13 @@ fn ask_tools_wait_for_approval_yes_and_no() {
                 call_id: "c1".into(),
                 content: "W".into(),
                 is_error: false,
+                ..Default::default()
             },
             ToolOutcome {
                 call_id: "c2".into(),
                 content: "R".into(),
                 is_error: false,
+                ..Default::default()
             },
         ],
     });
@@ -468,6 +473,7 @@ fn calls_sharing_an_id_are_approved_run_and_answered_one_by_one() {
             call_id: first.call_id.clone(),
             content: "harmless result".into(),
             is_error: false,
+            ..Default::default()
         }],
     });
     // On the wire, each result answers exactly one call.
@@ -541,6 +547,7 @@ fn missing_and_repeated_wire_ids_are_replaced_and_unique_ones_kept() {
                 call_id: format!("c{}", i + 1),
                 content: r.to_string(),
                 is_error: false,
+                ..Default::default()
             })
             .collect(),
     });
@@ -786,6 +793,7 @@ fn limit_check_after_successful_tools_too() {
             call_id: "c1".into(),
             content: "ok".into(),
             is_error: false,
+            ..Default::default()
         }],
     });
     assert!(has(&a, |a| matches!(
@@ -1127,6 +1135,7 @@ fn resuming_mid_run_never_runs_a_call_again_and_keeps_recorded_results() {
             call_id: "c1".into(),
             content: "read once".into(),
             is_error: false,
+            ..Default::default()
         },
     });
     let mut loaded = Conversation::from_json(&t.conv.to_json()).unwrap();
@@ -1183,6 +1192,7 @@ fn results_are_recorded_one_call_at_a_time() {
             call_id: id.into(),
             content: format!("result of {id}"),
             is_error: false,
+            ..Default::default()
         },
     };
     // Results may come in any order; the batch stays running until every call has one.
@@ -1263,6 +1273,7 @@ fn who_decided_is_kept_for_every_call() {
             call_id: "c1".into(),
             content: "ok".into(),
             is_error: false,
+            ..Default::default()
         },
     });
     let audited: Vec<(String, String, String)> = a
@@ -1494,6 +1505,7 @@ fn results_label_the_conversation_and_both_labels_hold_back_a_call_that_sends() 
                 call_id: call_id.into(),
                 content: "text".into(),
                 is_error,
+                ..Default::default()
             }],
         })
     };
@@ -1578,4 +1590,140 @@ fn a_history_without_labels_is_labelled_from_its_tool_results() {
     held.messages = conv.messages[2..].to_vec();
     cat.label_history(&mut held);
     assert_eq!(held.labels, conv.labels);
+}
+
+fn refused(call_id: &str) -> Event {
+    Event::ToolFinished {
+        outcome: ToolOutcome {
+            call_id: call_id.into(),
+            content: "Error (denied): not granted".into(),
+            is_error: true,
+            wanted: vec!["net:https://api.example".into()],
+            refused: vec!["http: https://api.example:443 (not granted)".into()],
+        },
+    }
+}
+
+fn grant_answer(call_id: &str, answer: ApprovalAnswer) -> Event {
+    Event::ApprovalGiven {
+        call_id: call_id.into(),
+        answer,
+        by: "ann".into(),
+        at_ms: 1,
+    }
+}
+
+#[test]
+fn a_refused_call_becomes_a_grant_request_and_runs_again_with_what_was_given() {
+    let mut t = T::new().started();
+    t.respond("", &[("1", "read", json!({"q": "a"}))]);
+    let a = t.step(refused("c1"));
+    let Some(Action::RequestApproval { request }) = a
+        .iter()
+        .find(|a| matches!(a, Action::RequestApproval { .. }))
+    else {
+        panic!("{a:?}")
+    };
+    assert_eq!(request.requested_grants, ["net:https://api.example"]);
+    assert!(request.reason.contains("not granted"), "{}", request.reason);
+    assert!(matches!(t.conv.state, State::AwaitingApproval { .. }));
+    // `always` gives it to the conversation, and the call runs again with it.
+    let a = t.step(grant_answer("c1", ApprovalAnswer::Always));
+    let Some(Action::RunTools { calls }) = a.iter().find(|a| matches!(a, Action::RunTools { .. }))
+    else {
+        panic!("{a:?}")
+    };
+    assert_eq!(calls[0].grants, ["net:https://api.example"]);
+    assert_eq!(t.conv.grants.of("p"), ["net:https://api.example"]);
+    t.step(Event::ToolFinished {
+        outcome: ToolOutcome {
+            call_id: "c1".into(),
+            content: "fetched".into(),
+            ..Default::default()
+        },
+    });
+    assert_eq!(
+        tool_messages(&t.conv),
+        vec![("1".into(), "fetched".into(), false)]
+    );
+    // Given for the session: a later refusal of the same grant is not asked about again.
+    assert!(
+        t.conv
+            .grants
+            .askable("p", &["net:https://api.example".into()])
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_refused_grant_sends_the_refusal_and_forever_is_recorded_by_the_driver() {
+    let mut t = T::new().started();
+    t.respond(
+        "",
+        &[
+            ("1", "read", json!({"q": "a"})),
+            ("2", "read", json!({"q": "b"})),
+        ],
+    );
+    t.step(refused("c1"));
+    // The batch waits for its other call before asking.
+    assert!(matches!(t.conv.state, State::ExecutingTools { .. }));
+    let a = t.step(refused("c2"));
+    assert!(has(
+        &a,
+        |a| matches!(a, Action::RequestApproval { request } if request.call_id == "c1")
+    ));
+    let a = t.step(grant_answer("c1", ApprovalAnswer::Never));
+    assert!(
+        !has(
+            &a,
+            |a| matches!(a, Action::RequestApproval { request } if request.call_id == "c2")
+        ),
+        "a grant refused for good is not asked for again: {a:?}"
+    );
+    let messages = tool_messages(&t.conv);
+    assert!(
+        messages[0].1.contains("will not be asked again"),
+        "{messages:?}"
+    );
+    assert!(messages[1].1.contains("not granted"), "{messages:?}");
+    // Another turn: `forever` asks the driver to record it, and the call runs with it.
+    let mut t = T::new().started();
+    t.respond("", &[("1", "read", json!({"q": "a"}))]);
+    t.step(refused("c1"));
+    let a = t.step(grant_answer("c1", ApprovalAnswer::Forever));
+    assert!(has(
+        &a,
+        |a| matches!(a, Action::GiveGrants { minutes: None, grants, .. } if grants == &["net:https://api.example".to_string()])
+    ));
+    assert!(has(
+        &a,
+        |a| matches!(a, Action::RunTools { calls } if calls[0].grants.len() == 1)
+    ));
+}
+
+#[test]
+fn grant_requests_are_bounded_per_turn_and_nobody_is_asked_past_the_bound() {
+    let mut t = T::new().started();
+    let calls: Vec<(String, &str, Value)> = (1..=4)
+        .map(|i| (i.to_string(), "read", json!({"q": i.to_string()})))
+        .collect();
+    let calls: Vec<(&str, &str, Value)> = calls
+        .iter()
+        .map(|(a, b, c)| (a.as_str(), *b, c.clone()))
+        .collect();
+    t.respond("", &calls);
+    for i in 1..=4 {
+        t.step(refused(&format!("c{i}")));
+    }
+    for i in 1..=3 {
+        t.step(grant_answer(&format!("c{i}"), ApprovalAnswer::No));
+    }
+    let messages = tool_messages(&t.conv);
+    assert_eq!(messages.len(), 4, "{messages:?}");
+    assert!(messages[3].1.contains("Nobody was asked"), "{messages:?}");
+    assert!(
+        messages[3].1.contains("this turn already made 3"),
+        "{messages:?}"
+    );
 }

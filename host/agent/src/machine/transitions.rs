@@ -168,6 +168,12 @@ pub(super) fn apply_approval(
     env: Env<'_>,
     out: &mut Vec<Action>,
 ) {
+    if batch
+        .iter()
+        .any(|p| p.id == call_id && p.grant_request.is_some())
+    {
+        return super::granting::answer_grant(conv, batch, call_id, answer, given, env, out);
+    }
     let by = if given.by.is_empty() {
         "the user".to_string()
     } else {
@@ -200,7 +206,15 @@ pub(super) fn apply_approval(
         };
         conv.session_approvals.insert(identity.clone(), answer);
     }
-    let approved = matches!(answer, ApprovalAnswer::Yes | ApprovalAnswer::Always);
+    // `for` and `forever` answer grant requests only; to any other question they are a yes
+    // for this call, never a standing answer.
+    let approved = matches!(
+        answer,
+        ApprovalAnswer::Yes
+            | ApprovalAnswer::Always
+            | ApprovalAnswer::For { .. }
+            | ApprovalAnswer::Forever
+    );
     if let (Some(identity), true) = (&identity, approved) {
         let turn = conv.turns.len().saturating_sub(1);
         conv.approved_tools.entry(identity.clone()).or_insert(turn);
@@ -219,7 +233,10 @@ pub(super) fn apply_approval(
             continue;
         }
         let declined = match &answer {
-            ApprovalAnswer::Yes | ApprovalAnswer::Always => None,
+            ApprovalAnswer::Yes
+            | ApprovalAnswer::Always
+            | ApprovalAnswer::For { .. }
+            | ApprovalAnswer::Forever => None,
             ApprovalAnswer::No | ApprovalAnswer::Never => Some(
                 "the user declined this call; do not retry it unless the user asks".to_string(),
             ),
@@ -263,16 +280,14 @@ pub(super) fn record_result(
     out: &mut Vec<Action>,
 ) {
     if let Some(p) = batch.iter_mut().find(|p| p.id == outcome.call_id) {
-        p.status = CallStatus::Done {
-            content: outcome.content,
-            is_error: outcome.is_error,
-        };
-        label(conv, env, &p.call.name, out);
+        label(conv, env, &p.call.name, &p.granted, out);
+        super::granting::settle(conv, p, outcome, env);
     }
     if batch.iter().any(|p| p.status == CallStatus::Approved) {
         conv.state = State::ExecutingTools { batch };
     } else {
-        finish_batch(conv, batch, env, out);
+        // Calls held for a grant request are asked about once every running call is done.
+        after_approval(conv, batch, env, out);
     }
 }
 
@@ -291,13 +306,13 @@ pub(super) fn record_results(
     {
         let r = results.iter().find(|r| r.call_id == p.id);
         if r.is_some() {
-            label(conv, env, &p.call.name, out);
+            label(conv, env, &p.call.name, &p.granted, out);
         }
         p.status = match r {
-            Some(r) => CallStatus::Done {
-                content: r.content.clone(),
-                is_error: r.is_error,
-            },
+            Some(r) => {
+                super::granting::settle(conv, p, r.clone(), env);
+                continue;
+            }
             None => CallStatus::Done {
                 content: render_failure(&ToolFailure::new(
                     ToolFailureKind::Failed,
@@ -307,16 +322,24 @@ pub(super) fn record_results(
             },
         };
     }
-    finish_batch(conv, batch, env, out);
+    after_approval(conv, batch, env, out);
 }
 
-/// The conversation holds the labels of a result of the tool the model calls `name`: the
-/// result, error or not, goes to the model with the batch (see [`cordon_core::labels`]).
-/// A label new to the conversation is announced.
-fn label(conv: &mut Conversation, env: Env<'_>, name: &str, out: &mut Vec<Action>) {
+/// The conversation holds the labels of a result of the tool the model calls `name`, run
+/// with the `granted` grants besides its own: the result, error or not, goes to the model
+/// with the batch (see [`cordon_core::labels`]). A label new to the conversation is announced.
+fn label(
+    conv: &mut Conversation,
+    env: Env<'_>,
+    name: &str,
+    granted: &[String],
+    out: &mut Vec<Action>,
+) {
     let before = conv.labels.labels();
     match env.catalog.spec(name) {
-        Some(spec) => conv.labels.saw(&spec.identity(), &spec.exposure),
+        Some(spec) => conv
+            .labels
+            .saw(&spec.identity(), &spec.widened(granted).exposure),
         // A tool gone from the catalog since it was called: what it could reach is no longer
         // known, so its result is taken to carry both labels.
         None => {
@@ -493,6 +516,8 @@ pub(super) fn process_response(
                     }),
                     policy: None,
                     labels: conv.labels.names(),
+                    grant_request: None,
+                    granted: Vec::new(),
                 },
                 outcome: CallOutcome::NotRun {
                     reason: content.clone(),
@@ -580,6 +605,8 @@ pub(super) fn process_response(
                     approval: Some(approval),
                     policy,
                     labels: conv.labels.names(),
+                    grant_request: None,
+                    granted: Vec::new(),
                 }
             }
             Ok(Checked {
@@ -593,6 +620,8 @@ pub(super) fn process_response(
                 arguments: Some(args),
                 policy: note,
                 labels: conv.labels.names(),
+                grant_request: None,
+                granted: Vec::new(),
                 approval: (decision.policy != Policy::Ask).then(|| CallApproval {
                     decision: decision.policy.as_str().to_string(),
                     by: format!("policy: {}", decision.reason),
@@ -614,7 +643,7 @@ pub(super) fn process_response(
     after_approval(conv, batch, env, out);
 }
 
-fn after_approval(
+pub(super) fn after_approval(
     conv: &mut Conversation,
     batch: Vec<PlannedCall>,
     env: Env<'_>,
@@ -654,6 +683,7 @@ pub(super) fn approved_calls(batch: &[PlannedCall]) -> Vec<ToolRun> {
             call_id: p.id.clone(),
             tool: p.call.name.clone(),
             arguments: p.arguments.clone().unwrap_or(Value::Null),
+            grants: p.granted.clone(),
         })
         .collect()
 }
@@ -664,6 +694,31 @@ pub(super) fn approval_request(
     catalog: &ToolCatalog,
 ) -> ApprovalRequest {
     let spec = catalog.spec(&p.call.name);
+    if let Some(request) = &p.grant_request {
+        let mut reason = crate::grant_requests::reason(&p.call.name, request);
+        let widened = spec.map(|s| s.widened(&request.grants));
+        if conv.labels.holds_both()
+            && spec.is_some_and(|s| s.exposure.egress.is_empty())
+            && widened
+                .as_ref()
+                .is_some_and(|w| !w.exposure.egress.is_empty())
+        {
+            reason.push_str(
+                "; this conversation holds private data and untrusted content, and the grant \
+                 would let the tool send data out",
+            );
+        }
+        return ApprovalRequest {
+            call_id: p.id.clone(),
+            tool: p.call.name.clone(),
+            plugin: spec.map(|s| s.plugin.clone()).unwrap_or_default(),
+            arguments: p.arguments.clone().unwrap_or(Value::Null),
+            grants: spec.map(|s| s.grants.clone()).unwrap_or_default(),
+            reason,
+            rule_of_two: false,
+            requested_grants: request.grants.clone(),
+        };
+    }
     ApprovalRequest {
         call_id: p.id.clone(),
         tool: p.call.name.clone(),
@@ -678,10 +733,15 @@ pub(super) fn approval_request(
                 .unwrap_or_default(),
         },
         rule_of_two: catalog.held_back(&p.call.name, &conv.labels),
+        requested_grants: Vec::new(),
     }
 }
 
 fn result_of(p: &PlannedCall) -> (String, bool) {
+    if let (Some(request), CallStatus::Pending) = (&p.grant_request, &p.status) {
+        // It ran and was refused; the grant request went unanswered.
+        return (request.result.clone(), true);
+    }
     match &p.status {
         CallStatus::Invalid { message } => (format!("Error (invalid call): {message}"), true),
         CallStatus::Denied { message } => (format!("Error (not run): {message}"), true),
@@ -717,7 +777,7 @@ fn push_results(
                     reason: message.clone(),
                 },
             });
-        } else if p.status == CallStatus::Pending {
+        } else if p.status == CallStatus::Pending && p.grant_request.is_none() {
             out.push(Action::AuditCall {
                 call: p.clone(),
                 outcome: CallOutcome::NotRun {

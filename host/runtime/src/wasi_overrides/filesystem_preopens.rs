@@ -32,6 +32,8 @@ pub(crate) struct Preopen {
     pub(crate) dir: Dir,
     /// Where the guest sees it.
     pub(crate) guest_path: String,
+    /// The grant it was opened for: what a grant request widens.
+    pub(crate) grant: FsGrant,
 }
 
 /// Opens the directory of `grant` for one call; refuses (as `Denied`) one that vanished, now
@@ -79,6 +81,7 @@ pub(crate) fn open_granted(
     Ok(Preopen {
         dir: Dir::new(file, perms, mode, ALLOW_BLOCKING_CURRENT_THREAD),
         guest_path: grant.guest_path(),
+        grant: grant.clone(),
     })
 }
 
@@ -90,6 +93,8 @@ pub(crate) struct Located<'p> {
     pub(crate) path: String,
     /// The guest path of the grant the directory lies in, when known.
     pub(crate) grant: Option<&'p str>,
+    /// The grant the directory lies in, when known.
+    pub(crate) granted: Option<&'p FsGrant>,
 }
 
 impl Located<'_> {
@@ -100,6 +105,48 @@ impl Located<'_> {
             Some(grant) => format!("{} {what} at {grant}", self.path),
             None => format!("{} (below a directory the plugin opened) {what}", self.path),
         }
+    }
+
+    /// The narrowest grant that would let the guest write this path, for a write refused under
+    /// a read-only grant: its directory read-write, as the guest sees it, when that directory
+    /// lies below the grant and exists on the host as a directory that is no link; else the
+    /// whole granted directory read-write. The grant's marks are kept. `None` when the grant
+    /// is unknown.
+    pub(crate) fn wanted_rw(&self) -> Option<String> {
+        let granted = self.granted?;
+        let guest_root = granted.guest_path();
+        let parent = match self.path.rfind('/') {
+            Some(0) => "/".to_string(),
+            Some(i) => self.path[..i].to_string(),
+            None => guest_root.clone(),
+        };
+        let below = parent
+            .strip_prefix(guest_root.trim_end_matches('/'))
+            .filter(|rest| rest.is_empty() || rest.starts_with('/'))
+            .map(|rest| rest.trim_start_matches('/'));
+        let narrow = below.and_then(|rest| {
+            if rest.is_empty()
+                || rest
+                    .split('/')
+                    .any(|c| c == ".." || c == "." || c.is_empty())
+            {
+                return None;
+            }
+            let host = granted.host.join(rest);
+            let canonical = std::fs::canonicalize(&host).ok()?;
+            (canonical == host && canonical.is_dir()).then_some((host, parent.clone()))
+        });
+        let (host, guest) = narrow.unwrap_or_else(|| (granted.host.clone(), guest_root.clone()));
+        let same = host.to_str() == Some(guest.as_str());
+        Some(
+            cordon_core::Grant::Fs(FsGrant {
+                host,
+                guest: (!same).then_some(guest),
+                mode: FsMode::ReadWrite,
+                marks: granted.marks,
+            })
+            .to_string(),
+        )
     }
 }
 
@@ -121,6 +168,7 @@ pub(crate) fn locate<'p>(preopens: &'p [Preopen], dir: &Dir, path: &str) -> Loca
         return Located {
             path: path.to_string(),
             grant: None,
+            granted: None,
         };
     };
     let guest = if path.starts_with('/') {
@@ -131,6 +179,7 @@ pub(crate) fn locate<'p>(preopens: &'p [Preopen], dir: &Dir, path: &str) -> Loca
     Located {
         path: guest,
         grant: Some(&grant.guest_path),
+        granted: Some(&grant.grant),
     }
 }
 
@@ -273,6 +322,26 @@ mod tests {
             OpenMode::READ,
             ALLOW_BLOCKING_CURRENT_THREAD,
         )
+    }
+
+    #[test]
+    fn a_write_under_a_read_only_grant_wants_its_own_directory_read_write() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        std::fs::create_dir_all(root.join("data/out")).unwrap();
+        std::os::unix::fs::symlink(root.join("data/out"), root.join("data/link")).unwrap();
+        let preopens = [preopen(&root.join("data"), "/data")];
+        let host = root.join("data").display().to_string();
+        let want = |path: &str| locate(&preopens, &preopens[0].dir, path).wanted_rw();
+        // That file's directory, seen where the guest sees it.
+        assert_eq!(
+            want("out/report.csv").unwrap(),
+            format!("fs:{host}/out:/data/out:rw")
+        );
+        // A directory that does not exist, a link, or `..`: the whole grant, never wider.
+        for path in ["new/report.csv", "link/report.csv", "out/../x", "report.csv"] {
+            assert_eq!(want(path).unwrap(), format!("fs:{host}:/data:rw"), "{path}");
+        }
     }
 
     #[test]

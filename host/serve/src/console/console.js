@@ -284,8 +284,18 @@ function renderApprovals(container, pending) {
       el("div", { class: "why", text: "Asked because " + p.reason + "." }),
       el("div", { class: "expires", text: "Denied if unanswered by " + new Date(p.expires_ms).toLocaleTimeString() }));
     const buttons = el("div", { class: "row" });
+    const wanted = p.requested_grants || [];
+    if (wanted.length) {
+      // A grant request: the call ran and its sandbox refused it what these grants allow.
+      box.children[0].replaceChildren(el("strong", { text: `${p.tool}` }),
+        ` (plugin ${p.plugin}) in session ${p.session} was refused by its sandbox; it would run again with:`);
+      box.insertBefore(el("pre", { class: "requested-grants", text: wanted.join("\n") }), box.children[1]);
+    }
     // A call the Rule of Two holds back is asked every time: `always` would not hold.
-    const answers = p.rule_of_two
+    const answers = wanted.length
+      ? [["yes", "Grant for this call"], ["always", "For this session"], ["for 1h", "For an hour"],
+         ["forever", "For good"], ["no", "Refuse"], ["never", "Never in this session"]]
+      : p.rule_of_two
       ? [["yes", "Approve"], ["no", "Deny"]]
       : [["yes", "Approve"], ["no", "Deny"], ["always", "Always for this tool"]];
     for (const [answer, label] of answers) {

@@ -17,6 +17,7 @@ fn request(call_id: &str) -> ApprovalRequest {
         grants: vec!["fs:/srv:/data:rw".into()],
         reason: "its grants allow changing something".into(),
         rule_of_two: false,
+        requested_grants: vec![],
     }
 }
 

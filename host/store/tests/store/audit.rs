@@ -43,6 +43,7 @@ fn call(at_ms: i64, session: Option<&str>, plugin: &str, tool: &str, ok: bool) -
                 peak_memory: 1 << 20,
                 refused: vec!["path: /etc (outside every grant)".into()],
                 refusals_dropped: 0,
+                ..Default::default()
             }),
         })),
     }

@@ -114,6 +114,7 @@ async fn tool_turn(conv: &mut Conversation, journal: &mut dyn Journal, n: usize)
                 call_id,
                 content: format!("result {n}"),
                 is_error: false,
+                ..Default::default()
             },
         },
     )

@@ -122,12 +122,18 @@ fn note_refusal(
         return Ok(());
     };
     let at = locate(parts.fs.preopens(), dir, path);
-    parts.refused.refuse(match refused {
+    let line = match refused {
         OpenError::Escapes => format!("path: {}", at.grant_phrase("escapes the grant")),
-        OpenError::ReadOnly => format!("write: {}", at.grant_phrase("under a read-only grant")),
+        OpenError::ReadOnly => {
+            if let Some(grant) = at.wanted_rw() {
+                parts.refused.want(grant);
+            }
+            format!("write: {}", at.grant_phrase("under a read-only grant"))
+        }
         OpenError::Pipe => format!("path: {} is a named pipe or socket (not opened)", at.path),
         OpenError::Code(_) => return Ok(()),
-    });
+    };
+    parts.refused.refuse(line);
     Ok(())
 }
 

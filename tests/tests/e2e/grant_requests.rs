@@ -1,0 +1,195 @@
+//! Grant requests: a call its sandbox refused something a grant would allow becomes a question
+//! to a person. The `probe` fixture is granted one local server and the model fetches from
+//! another; the refusal names that origin, a person grants it (for this call, or for a while),
+//! and the call runs again with it. Where nobody can answer, the model gets the refusal.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use cordon_scripted_llm::Step;
+use cordon_tests::serve::Served;
+use cordon_tests::{HttpServer, TestHome, fixture};
+use serde_json::json;
+
+use crate::model::{Model, call};
+
+/// A home with `probe` granted `granted` only, allowed to run unasked; and another server the
+/// model will fetch from.
+fn setup() -> (TestHome, HttpServer, HttpServer, std::path::PathBuf) {
+    let home = TestHome::new();
+    let granted = HttpServer::serve(BTreeMap::from([("/a".to_string(), b"from a".to_vec())]));
+    let page = b"the other server's page".to_vec();
+    let other = HttpServer::serve(BTreeMap::from([
+        ("/b".to_string(), page.clone()),
+        ("/c".to_string(), page.clone()),
+        ("/d".to_string(), page),
+    ]));
+    home.cordon(&[
+        "plugin",
+        "install",
+        fixture("probe").to_str().unwrap(),
+        "--grant",
+        &format!("net:{}", granted.origin()),
+    ])
+    .ok();
+    let config = home.scratch("cfg").join("cordon.toml");
+    std::fs::write(&config, "[approval.tools]\n\"probe.http\" = \"auto\"\n").unwrap();
+    (home, granted, other, config)
+}
+
+fn fetch(id: &str, url: &str) -> cordon_scripted_llm::ScriptedCall {
+    call(id, "http", json!({ "url": url }))
+}
+
+#[test]
+fn with_nobody_to_ask_the_model_gets_the_refusal_and_nothing_is_granted() {
+    let (home, _granted, other, config) = setup();
+    let model = Model::new(vec![
+        Step::tool_calls(vec![fetch("f1", &other.url("/b"))]),
+        Step::text("Could not."),
+    ]);
+    home.cordon_at(
+        Some(&home.scratch("cwd")),
+        &[
+            "run",
+            "Fetch it",
+            "--config",
+            config.to_str().unwrap(),
+            "--approve",
+            "all",
+        ],
+        "",
+        &[
+            ("CORDON_LLM_URL", &model.url()),
+            ("CORDON_MODEL", "scripted"),
+        ],
+    )
+    .ok();
+    let result = model.result(1, "f1");
+    assert!(
+        result.contains("nobody was asked to grant")
+            && result.contains(&format!("net:{}", other.origin())),
+        "{result}"
+    );
+    assert!(other.asked().is_empty(), "{:?}", other.asked());
+    let lock = std::fs::read_to_string(home.path().join("plugins.toml")).unwrap();
+    assert!(!lock.contains(&other.origin()), "{lock}");
+}
+
+#[test]
+fn over_the_api_a_person_grants_an_origin_for_a_while_and_the_call_runs_again() {
+    let (home, _granted, other, config) = setup();
+    let model = Model::new(vec![
+        Step::tool_calls(vec![fetch("f1", &other.url("/b"))]),
+        Step::text("Fetched."),
+        // A second turn: the grant is in the lock now, so no question.
+        Step::tool_calls(vec![fetch("f2", &other.url("/b"))]),
+        Step::text("Again."),
+    ]);
+    let env = [
+        ("CORDON_LLM_URL", model.url()),
+        ("CORDON_MODEL", "scripted".to_string()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let served = Served::start(&home, &env, &["--config", config.to_str().unwrap()]);
+    let created = served.post("/api/v1/sessions", json!({"id": "ann"}));
+    assert_eq!(created.status, 201, "{}", created.text);
+    let events = served.stream("/api/v1/sessions/ann/messages", json!({"text": "Fetch it"}));
+    let question = served.pending("ann");
+    let wanted = format!("net:{}", other.origin());
+    assert_eq!(question["requested_grants"], json!([wanted]), "{question}");
+    assert!(
+        question["reason"].as_str().unwrap().contains("refused"),
+        "{question}"
+    );
+    // `for` answers grant requests only; a made-up length is refused with what to type.
+    let bad = served.post(
+        &format!(
+            "/api/v1/approvals/ann/{}",
+            question["call_id"].as_str().unwrap()
+        ),
+        json!({"answer": "for ever and ever"}),
+    );
+    assert_eq!(bad.status, 400, "{}", bad.text);
+    served.answer(&question, "for 30m");
+    events.until("turn_finished", Duration::from_secs(60));
+    assert!(
+        model.result(1, "f1").contains("the other server's page"),
+        "{}",
+        model.result(1, "f1")
+    );
+    assert_eq!(other.asked(), ["/b"]);
+    // The lock keeps it with its end; `plugin inspect` shows the time left.
+    let inspect = home.cordon(&["plugin", "inspect", "probe"]).ok();
+    assert!(
+        inspect.stdout.contains("for a while:")
+            && inspect.stdout.contains(&wanted)
+            && inspect.stdout.contains("left"),
+        "{}",
+        inspect.stdout
+    );
+    let events = served.stream("/api/v1/sessions/ann/messages", json!({"text": "Again"}));
+    events.until("turn_finished", Duration::from_secs(60));
+    assert!(model.result(3, "f2").contains("the other server's page"));
+    assert_eq!(other.asked(), ["/b", "/b"]);
+    served.terminate(Duration::from_secs(30));
+    let audit = home.cordon(&["audit"]).ok();
+    assert!(
+        audit.stdout.contains(&wanted) && audit.stdout.contains("for 30 minutes"),
+        "{}",
+        audit.stdout
+    );
+    // Revoked like any grant.
+    home.cordon(&["revoke", "probe", &wanted]).ok();
+    let lock = std::fs::read_to_string(home.path().join("plugins.toml")).unwrap();
+    assert!(!lock.contains(&other.origin()), "{lock}");
+}
+
+#[test]
+fn a_grant_for_this_call_only_is_asked_again_next_time_and_never_is_remembered() {
+    let (home, _granted, other, config) = setup();
+    let model = Model::new(vec![
+        Step::tool_calls(vec![fetch("f1", &other.url("/b"))]),
+        // Other pages: the same call three times would stop the turn for lack of progress.
+        Step::tool_calls(vec![fetch("f2", &other.url("/c"))]),
+        Step::tool_calls(vec![fetch("f3", &other.url("/d"))]),
+        Step::text("Done."),
+    ]);
+    let env = [
+        ("CORDON_LLM_URL", model.url()),
+        ("CORDON_MODEL", "scripted".to_string()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let served = Served::start(&home, &env, &["--config", config.to_str().unwrap()]);
+    served.post("/api/v1/sessions", json!({"id": "bob"}));
+    let events = served.stream("/api/v1/sessions/bob/messages", json!({"text": "Fetch"}));
+    let first = served.pending("bob");
+    served.answer(&first, "yes");
+    let second = crate::grant_requests::next_question(&served, "bob", &first);
+    served.answer(&second, "never");
+    events.until("turn_finished", Duration::from_secs(60));
+    assert!(model.result(1, "f1").contains("the other server's page"));
+    let refused = model.result(2, "f2");
+    assert!(refused.contains("will not be asked again"), "{refused}");
+    // Refused for good in this conversation: the third fetch fails without a question.
+    assert!(!model.result(3, "f3").contains("the other server's page"));
+    assert_eq!(other.asked(), ["/b"]);
+    served.terminate(Duration::from_secs(30));
+    let lock = std::fs::read_to_string(home.path().join("plugins.toml")).unwrap();
+    assert!(!lock.contains(&other.origin()), "{lock}");
+}
+
+/// The question of `session` waiting after `earlier` was answered.
+pub(crate) fn next_question(
+    served: &Served,
+    session: &str,
+    earlier: &serde_json::Value,
+) -> serde_json::Value {
+    cordon_tests::serve::eventually(Duration::from_secs(60), "the next question", || {
+        served.get("/api/v1/approvals").json["pending"]
+            .as_array()?
+            .iter()
+            .find(|p| p["session"] == session && p["call_id"] != earlier["call_id"])
+            .cloned()
+    })
+}
