@@ -26,6 +26,8 @@ use serde::{Deserialize, Serialize};
 pub const MAX_PER_TURN: u32 = 3;
 /// Grant requests one conversation may make.
 pub const MAX_PER_SESSION: u32 = 20;
+/// The longest a grant may be given for through a grant request, in minutes (a day).
+pub const MAX_MINUTES: u64 = 24 * 60;
 
 /// A grant request held on a call: what it asks for, and what the model is sent if it is
 /// refused.

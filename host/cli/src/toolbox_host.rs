@@ -254,7 +254,7 @@ impl ToolHost for ToolboxHost {
         let (Some(home), Some(plugin)) = (&self.home, self.plugin_of(name)) else {
             return Err("this host cannot record grants".to_string());
         };
-        let duration = minutes.map(|m| std::time::Duration::from_secs(m * 60));
+        let duration = minutes.map(|m| std::time::Duration::from_secs(m.saturating_mul(60)));
         let mut lines = Vec::new();
         for g in grants {
             let change = home
@@ -309,16 +309,36 @@ impl ToolHost for ToolboxHost {
         };
         let mut given = Vec::new();
         for g in grants {
-            match g.parse::<cordon_core::Grant>().map(|g| g.resolve()) {
-                Ok(Ok(g)) => given.push(g),
-                Ok(Err(e)) => {
+            // Checked again at every call, as when it was asked for: still within the ceiling
+            // and clear of Cordon's own state, and still naming the directory the person saw
+            // (a link put in its path since makes it fail, never follow).
+            let checked = match (&self.home, self.plugin_of(name)) {
+                (Some(home), Some(plugin)) => {
+                    home.requestable(plugin, g).map_err(|e| e.to_string())
+                }
+                _ => Err("this host cannot give a call grants of its own".to_string()),
+            };
+            let as_given = g.parse::<cordon_core::Grant>();
+            match (checked, as_given) {
+                (Ok(resolved), Ok(parsed)) if resolved.same_access(&parsed) => given.push(resolved),
+                (Ok(resolved), Ok(_)) => {
+                    let failure = ToolFailure::new(
+                        ToolFailureKind::Denied,
+                        format!(
+                            "the grant `{g}` given to this call now resolves to `{resolved}`; \
+                             it was not used"
+                        ),
+                    );
+                    return (Err(failure), None);
+                }
+                (Err(e), _) => {
                     let failure = ToolFailure::new(
                         ToolFailureKind::Denied,
                         format!("the grant `{g}` given to this call cannot be used: {e}"),
                     );
                     return (Err(failure), None);
                 }
-                Err(e) => {
+                (_, Err(e)) => {
                     let failure = ToolFailure::new(
                         ToolFailureKind::Denied,
                         format!("the grant `{g}` given to this call is not a grant: {e}"),

@@ -57,6 +57,9 @@ pub struct ToolEntry {
     /// The expiring grants among `grants`, with their ends (ms since the Unix epoch): a call
     /// that starts after an end runs without that grant, however long ago the tool loaded.
     pub ends: Vec<(Grant, i64)>,
+    /// The plugin's lasting grants alone: what an expiring grant that replaced one of them
+    /// (read-write over read-only at the same place) gives way to at its end.
+    lasting: Grants,
     /// The plugin's effective limits.
     pub limits: Limits,
     /// Whether the plugin's effective capabilities let it change or send anything (a
@@ -90,11 +93,13 @@ impl ToolEntry {
     pub fn grants_now(&self, extra: &[Grant]) -> Grants {
         let now = cordon_core::now_ms();
         let mut grants = if self.ends.iter().any(|(_, end)| now >= *end) {
-            self.grants
-                .iter()
-                .filter(|g| !self.ends.iter().any(|(e, end)| e == *g && now >= *end))
-                .cloned()
-                .collect()
+            let mut grants = self.lasting.clone();
+            for (g, end) in &self.ends {
+                if now < *end {
+                    grants.add(g.clone());
+                }
+            }
+            grants
         } else {
             self.grants.clone()
         };
@@ -538,6 +543,7 @@ async fn load_plugin(
                 descriptor,
                 grants: grants.clone(),
                 ends: ends.clone(),
+                lasting: record.grants.clone(),
                 limits,
                 can_change_anything,
                 schema: Arc::new(OnceLock::new()),

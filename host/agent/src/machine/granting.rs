@@ -24,8 +24,22 @@ pub(super) fn settle(
             .map(|s| s.plugin.clone())
             .unwrap_or_default();
         let askable = conv.grants.askable(&plugin, &outcome.wanted);
+        // A grant that would let the tool send out what this session holds is not asked for:
+        // the Rule of Two would hold its calls back anyway, and a person asked in the middle
+        // of such a session is the one the injected content aims at.
+        let sends = env.catalog.spec(&p.call.name).and_then(|s| {
+            cordon_core::rule_of_two(&conv.labels, &s.identity(), &s.widened(&askable).exposure)
+        });
         if !askable.is_empty() && !plugin.is_empty() {
-            match conv.grants.limit_reached(conv.progress.grant_requests) {
+            let blocked = match sends {
+                Some(_) => Some(
+                    "this conversation holds private data and untrusted content, and the grant \
+                     would let the tool send data out (Rule of Two)"
+                        .to_string(),
+                ),
+                None => conv.grants.limit_reached(conv.progress.grant_requests),
+            };
+            match blocked {
                 None => {
                     conv.grants.asked += 1;
                     conv.progress.grant_requests += 1;
@@ -104,7 +118,9 @@ pub(super) fn answer_grant(
                 tool: p.call.name.clone(),
                 grants: request.grants.clone(),
                 minutes: match answer {
-                    ApprovalAnswer::For { minutes } => Some(minutes),
+                    ApprovalAnswer::For { minutes } => {
+                        Some(minutes.clamp(1, crate::grant_requests::MAX_MINUTES))
+                    }
                     _ => None,
                 },
                 by: by.clone(),
@@ -145,12 +161,8 @@ pub(super) fn answer_grant(
             continue;
         }
         let held = other.grant_request.take().expect("held");
-        other.status = if conv
-            .grants
-            .of(&plugin)
-            .iter()
-            .any(|g| held.grants.contains(g))
-        {
+        let given = conv.grants.of(&plugin);
+        other.status = if held.grants.iter().all(|g| given.contains(g)) {
             other.granted = held.grants;
             CallStatus::Approved
         } else {

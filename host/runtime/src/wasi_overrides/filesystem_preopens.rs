@@ -339,7 +339,12 @@ mod tests {
             format!("fs:{host}/out:/data/out:rw")
         );
         // A directory that does not exist, a link, or `..`: the whole grant, never wider.
-        for path in ["new/report.csv", "link/report.csv", "out/../x", "report.csv"] {
+        for path in [
+            "new/report.csv",
+            "link/report.csv",
+            "out/../x",
+            "report.csv",
+        ] {
             assert_eq!(want(path).unwrap(), format!("fs:{host}:/data:rw"), "{path}");
         }
     }
