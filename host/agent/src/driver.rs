@@ -16,7 +16,7 @@ use crate::approval::{ApprovalAnswer, GivenAnswer, Standing};
 use crate::config::{AgentConfig, ConfigError, ToolFormat};
 use crate::context::Tokenizer;
 use crate::conversation::{Conversation, ConversationError, TurnOutcome};
-use crate::grant_requests::SessionGrants;
+use crate::grant_requests::{Applying, SessionGrants};
 use crate::journal::{Cause, Journal, JournalError, NoJournal};
 use crate::llm::{LlmClient, LlmSetupError};
 use crate::machine::{
@@ -206,7 +206,7 @@ impl Agent {
 
     /// The tools the model would be offered now in `conv` (installed, enabled, not denied).
     pub fn offered_tools(&self, conv: &Conversation) -> Vec<ToolSpec> {
-        let catalog = self.catalog(&conv.grants);
+        let catalog = self.catalog(&conv.grants, conv.requester());
         let mut session = conv.session_approvals.clone();
         catalog.upgrade_session(&mut session);
         let standing = Standing {
@@ -219,7 +219,7 @@ impl Agent {
 
     /// The approval policy that applies to each installed tool in `conv`, for `/tools`.
     pub fn tool_policies(&self, conv: &Conversation) -> Vec<(ToolSpec, crate::approval::Decision)> {
-        let catalog = self.catalog(&conv.grants);
+        let catalog = self.catalog(&conv.grants, conv.requester());
         let mut session = conv.session_approvals.clone();
         catalog.upgrade_session(&mut session);
         let standing = Standing {
@@ -239,14 +239,24 @@ impl Agent {
 
     /// The catalog of a turn of a conversation that was given `grants` for itself: each tool
     /// as it runs with them (see [`ToolSpec::widened`]).
-    fn catalog(&self, grants: &SessionGrants) -> ToolCatalog {
+    fn catalog(&self, grants: &SessionGrants, requester: Option<&Requester>) -> ToolCatalog {
+        let now_ms = cordon_core::now_ms();
         let mut specs: Vec<ToolSpec> = self
             .tools
             .tools()
             .into_iter()
-            .map(|s| match grants.of(&s.plugin) {
-                extra if extra.is_empty() => s,
-                extra => s.widened(&extra),
+            .map(|s| {
+                let extra = grants.of(Applying {
+                    plugin: &s.plugin,
+                    digest: &s.digest,
+                    requester,
+                    now_ms,
+                });
+                if extra.is_empty() {
+                    s
+                } else {
+                    s.widened(&extra)
+                }
             })
             .collect();
         // The built-in pager (offered only once a result was too long to send whole), under
@@ -342,7 +352,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
         input: TurnInput,
         io: &mut TurnIo<'_>,
     ) -> Result<Driven, AgentError> {
-        let mut catalog = self.catalog(&conv.grants);
+        let mut catalog = self.catalog(&conv.grants, conv.requester());
         // Answers saved under model-facing names move to identities; same meaning, so the
         // conversation counts as unchanged even if the turn is then refused.
         catalog.upgrade_session(&mut conv.session_approvals);
@@ -420,11 +430,17 @@ if a call is refused or declined, tell the user instead of trying to get around 
                     call_id,
                     tool,
                     grants,
-                    minutes,
+                    span,
                     by,
                 } => {
-                    self.give_grants(conv, &catalog, io, (&call_id, &tool), &grants, minutes, &by)
-                        .await?;
+                    let given = tool_runs::GivenGrants {
+                        call_id: &call_id,
+                        tool: &tool,
+                        grants: &grants,
+                        span,
+                        by: &by,
+                    };
+                    self.give_grants(&catalog, io, given).await?;
                     None
                 }
                 Action::Advance => Some(Event::Proceed),
@@ -438,7 +454,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
                     return Ok(Driven::Suspended);
                 }
                 Action::CallModel { final_pass } => {
-                    catalog = self.catalog(&conv.grants);
+                    catalog = self.catalog(&conv.grants, conv.requester());
                     let frontend = &mut *io.frontend;
                     let mut emit = |e: &AgentEvent| frontend.event(e);
                     let call = self.call_model(conv, &catalog, final_pass, &mut emit, io.cancel);
@@ -597,7 +613,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
             }
         };
         actions.pop();
-        *catalog = self.catalog(&conv.grants);
+        *catalog = self.catalog(&conv.grants, conv.requester());
         let held = HeldEvents::new(&mut *io.frontend);
         for action in actions {
             match action {

@@ -20,6 +20,7 @@
 //!    again; `no` and `never` send the model the refused call's own error.
 //! 5. The call runs again, once, with the grants given; what it returns is its result.
 
+use cordon_core::Requester;
 use serde::{Deserialize, Serialize};
 
 /// Grant requests one turn may make.
@@ -28,6 +29,32 @@ pub const MAX_PER_TURN: u32 = 3;
 pub const MAX_PER_SESSION: u32 = 20;
 /// The longest a grant may be given for through a grant request, in minutes (a day).
 pub const MAX_MINUTES: u64 = 24 * 60;
+
+/// How long a person gave a grant for, in answer to a grant request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GrantSpan {
+    /// The call that asked, once (`yes`).
+    Call,
+    /// The plugin's calls in the rest of the conversation (`always`).
+    Session,
+    /// This many minutes, kept in the lock with its end (`for 30m`).
+    Minutes(u64),
+    /// For good, kept in the lock (`forever`).
+    Forever,
+}
+
+impl GrantSpan {
+    /// In words, for the audit log.
+    pub fn describe(self) -> String {
+        match self {
+            GrantSpan::Call => "for this call".to_string(),
+            GrantSpan::Session => "for this conversation".to_string(),
+            GrantSpan::Minutes(m) => format!("for {m} minutes"),
+            GrantSpan::Forever => "for good".to_string(),
+        }
+    }
+}
 
 /// A grant request held on a call: what it asks for, and what the model is sent if it is
 /// refused.
@@ -42,7 +69,8 @@ pub struct GrantRequest {
     pub result: String,
 }
 
-/// One grant a person gave for a conversation.
+/// One grant a person gave for a conversation (`always`), or for a while (`for`, also kept in
+/// the lock, which a long-running host reloads and a chat does not).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionGrant {
     /// The plugin it was given to.
@@ -53,6 +81,42 @@ pub struct SessionGrant {
     pub by: String,
     /// When, in milliseconds since the Unix epoch.
     pub at_ms: i64,
+    /// The plugin's component then (`sha256:…`): an upgraded plugin is asked again.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub digest: String,
+    /// Whose turns it applies to in a served session (as `always` answers are bound); `None`
+    /// for a conversation without requesters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requester: Option<Requester>,
+    /// When it ends, for a grant given for a while.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_ms: Option<i64>,
+}
+
+/// Which calls a session grant may apply to: of a plugin, its component now, in a turn of a
+/// requester, at a time (0: not known, and a grant's end is then not checked here; its copy in
+/// the lock still ends).
+#[derive(Debug, Clone, Copy)]
+pub struct Applying<'a> {
+    /// The plugin.
+    pub plugin: &'a str,
+    /// Its component now (empty: not known).
+    pub digest: &'a str,
+    /// The turn's requester.
+    pub requester: Option<&'a Requester>,
+    /// Now, in milliseconds since the Unix epoch.
+    pub now_ms: i64,
+}
+
+impl SessionGrant {
+    fn applies(&self, to: Applying<'_>) -> bool {
+        self.plugin == to.plugin
+            && (self.digest.is_empty() || to.digest.is_empty() || self.digest == to.digest)
+            && self.requester.as_ref() == to.requester
+            && self
+                .until_ms
+                .is_none_or(|until| to.now_ms == 0 || to.now_ms < until)
+    }
 }
 
 /// The grants of a conversation: given for it, and refused for good in it.
@@ -75,21 +139,23 @@ impl SessionGrants {
         self.given.is_empty() && self.refused.is_empty() && self.asked == 0
     }
 
-    /// The grants given to `plugin` for this conversation.
-    pub fn of(&self, plugin: &str) -> Vec<String> {
-        self.given
-            .iter()
-            .filter(|g| g.plugin == plugin)
-            .map(|g| g.grant.clone())
-            .collect()
+    /// The grants given in this conversation that apply to a call (see [`Applying`]).
+    pub fn of(&self, to: Applying<'_>) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for g in self.given.iter().filter(|g| g.applies(to)) {
+            if !out.contains(&g.grant) {
+                out.push(g.grant.clone());
+            }
+        }
+        out
     }
 
-    /// The grants of `wanted` that may still be asked for `plugin` (rule 2).
-    pub fn askable(&self, plugin: &str, wanted: &[String]) -> Vec<String> {
-        let given = self.of(plugin);
+    /// The grants of `wanted` that may still be asked for a call (rule 2).
+    pub fn askable(&self, to: Applying<'_>, wanted: &[String]) -> Vec<String> {
+        let given = self.of(to);
         wanted
             .iter()
-            .filter(|w| !given.contains(w) && !self.refused.contains(&key(plugin, w)))
+            .filter(|w| !given.contains(w) && !self.refused.contains(&key(to.plugin, w)))
             .cloned()
             .collect()
     }
@@ -119,17 +185,26 @@ impl SessionGrants {
         }
     }
 
-    /// Gives `grants` to `plugin` for the conversation.
-    pub fn give(&mut self, plugin: &str, grants: &[String], by: &str, at_ms: i64) {
+    /// Gives `grants` to the calls `to` describes, until `until_ms` or for the conversation.
+    pub fn give(
+        &mut self,
+        to: Applying<'_>,
+        grants: &[String],
+        by: &str,
+        at_ms: i64,
+        until_ms: Option<i64>,
+    ) {
         for g in grants {
-            if !self.of(plugin).contains(g) {
-                self.given.push(SessionGrant {
-                    plugin: plugin.to_string(),
-                    grant: g.clone(),
-                    by: by.to_string(),
-                    at_ms,
-                });
-            }
+            self.given.retain(|s| !(s.applies(to) && s.grant == *g));
+            self.given.push(SessionGrant {
+                plugin: to.plugin.to_string(),
+                grant: g.clone(),
+                by: by.to_string(),
+                at_ms,
+                digest: to.digest.to_string(),
+                requester: to.requester.cloned(),
+                until_ms,
+            });
         }
     }
 }
@@ -160,6 +235,15 @@ pub fn reason(tool: &str, request: &GrantRequest) -> String {
 mod tests {
     use super::*;
 
+    fn to<'a>(plugin: &'a str, requester: Option<&'a Requester>, now_ms: i64) -> Applying<'a> {
+        Applying {
+            plugin,
+            digest: "sha256:1",
+            requester,
+            now_ms,
+        }
+    }
+
     #[test]
     fn refused_and_given_grants_are_not_asked_again_and_requests_are_bounded() {
         let mut s = SessionGrants::default();
@@ -167,13 +251,27 @@ mod tests {
             "net:https://a.example".to_string(),
             "net:https://b.example".into(),
         ];
-        assert_eq!(s.askable("web", &wanted), wanted);
+        let web = to("web", None, 0);
+        assert_eq!(s.askable(web, &wanted), wanted);
         s.refuse("web", &wanted[..1]);
-        s.give("web", &wanted[1..], "ann", 1);
-        assert!(s.askable("web", &wanted).is_empty());
+        s.give(web, &wanted[1..], "ann", 1, None);
+        assert!(s.askable(web, &wanted).is_empty());
         // Another plugin is another question.
-        assert_eq!(s.askable("fetch", &wanted), wanted);
-        assert_eq!(s.of("web"), vec!["net:https://b.example".to_string()]);
+        assert_eq!(s.askable(to("fetch", None, 0), &wanted), wanted);
+        assert_eq!(s.of(web), vec!["net:https://b.example".to_string()]);
+        // Not for another requester's turns, another component, or past its end.
+        let bob = Requester::token("bob");
+        assert!(s.of(to("web", Some(&bob), 0)).is_empty());
+        assert!(
+            s.of(Applying {
+                digest: "sha256:2",
+                ..web
+            })
+            .is_empty()
+        );
+        s.give(to("web", Some(&bob), 0), &wanted[..1], "ann", 1, Some(100));
+        assert_eq!(s.of(to("web", Some(&bob), 99)).len(), 1);
+        assert!(s.of(to("web", Some(&bob), 100)).is_empty());
         assert!(s.limit_reached(MAX_PER_TURN - 1).is_none());
         assert!(s.limit_reached(MAX_PER_TURN).unwrap().contains("this turn"));
         s.asked = MAX_PER_SESSION;

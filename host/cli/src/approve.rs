@@ -289,11 +289,12 @@ fn describe(question: &Value, stream: Stream) -> String {
         .unwrap_or_default();
     if !wanted.is_empty() {
         return format!(
-            "{whose} call {}: tool `{}` (plugin {}) was refused by its sandbox; asked because \
-             {}.\nIt would run again with: {}",
+            "{whose} call {}: tool `{}` (plugin {}), called with:\n{}\nwas refused by its \
+             sandbox; asked because {}.\nIt would run again with: {}",
             question["call_id"].as_str().unwrap_or("?"),
             question["tool"].as_str().unwrap_or("?"),
             question["plugin"].as_str().unwrap_or("?"),
+            stream.show_json(&arguments),
             question["reason"].as_str().unwrap_or("?"),
             wanted.join(", "),
         );

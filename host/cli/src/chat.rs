@@ -248,6 +248,11 @@ impl Terminal {
             "\nTool `{}` (plugin {}) was refused by its sandbox.\n",
             request.tool, request.plugin
         );
+        let args = serde_json::to_string_pretty(&request.arguments).unwrap_or_default();
+        text.push_str(&format!(
+            "It was called with:\n{}\n",
+            Stream::Stderr.show_json(&args)
+        ));
         text.push_str(&format!("Asked because {}.\n", request.reason));
         text.push_str("It would run again with:\n");
         for g in &request.requested_grants {

@@ -146,7 +146,8 @@ impl Home {
     pub fn check_recorded_grants(&self) -> Result<(), HomeError> {
         let lock = self.read()?;
         for (plugin, record) in &lock.plugins {
-            for grant in record.grants.iter() {
+            let expiring = record.expiring.iter().map(|e| &e.grant);
+            for grant in record.grants.iter().chain(expiring) {
                 let (checked, revoke) = match grant {
                     Grant::Fs(fs) => (
                         self.reserved.check_dir(&fs.host),

@@ -87,8 +87,17 @@ impl SharedRefusals {
     }
 }
 
-/// `line`, cut to at most [`MAX_REFUSAL_LINE_BYTES`] (at a character boundary, ending in `…`).
-fn shortened(mut line: String) -> String {
+/// `line`, cut to at most [`MAX_REFUSAL_LINE_BYTES`] (at a character boundary, ending in `…`),
+/// with control characters shown as `?`: a line names paths a plugin chose, and it is shown to
+/// people (a grant request quotes it), where a newline could forge a line of its own.
+fn shortened(line: String) -> String {
+    let mut line = if line.chars().any(char::is_control) {
+        line.chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect()
+    } else {
+        line
+    };
     if line.len() > MAX_REFUSAL_LINE_BYTES {
         const ELLIPSIS: &str = "…";
         let end = line.floor_char_boundary(MAX_REFUSAL_LINE_BYTES - ELLIPSIS.len());
@@ -133,6 +142,15 @@ mod tests {
         let mut again = CallReport::default();
         refusals.drain_into(&mut again);
         assert_eq!(again, CallReport::default());
+    }
+
+    #[test]
+    fn control_characters_cannot_forge_a_line() {
+        let mut refusals = Refusals::default();
+        refusals.refuse("path: /data/x\nGrant? yes\u{1b}[2K".into());
+        let mut report = CallReport::default();
+        refusals.drain_into(&mut report);
+        assert_eq!(report.refused, vec!["path: /data/x?Grant? yes?[2K"]);
     }
 
     #[test]

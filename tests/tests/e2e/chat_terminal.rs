@@ -334,3 +334,75 @@ fn approval_questions_are_answered_on_the_terminal_and_ctrl_c_cancels_them() {
         "an answer was kept: {kept}"
     );
 }
+
+/// A write under a read-only grant is refused by the sandbox and becomes a grant request on
+/// the terminal: the narrowest grant (that file's directory, read-write) is offered, `always`
+/// gives it for the rest of the chat, and the call runs again with it; the directory beside it
+/// stays read-only, and the lock is not changed.
+#[test]
+fn a_refused_write_becomes_a_grant_request_answered_on_the_terminal() {
+    let home = TestHome::new();
+    let data = home.scratch("data");
+    std::fs::create_dir_all(data.join("out")).unwrap();
+    std::fs::create_dir_all(data.join("keep")).unwrap();
+    let probe = cordon_tests::fixture("probe");
+    let grant = cordon_tests::support::grant_fs(&data, "/data", "ro");
+    home.cordon(&[
+        "plugin",
+        "install",
+        probe.to_str().unwrap(),
+        "--grant",
+        &grant,
+    ])
+    .ok();
+    let write = |id: &str, file: &str| {
+        call(
+            id,
+            "fs",
+            json!({"op": "write", "path": format!("/data/{file}"), "content": "written"}),
+        )
+    };
+    let model = Model::new(vec![
+        Step::tool_calls(vec![write("c1", "out/a.txt")]),
+        Step::text("wrote a"),
+        Step::tool_calls(vec![write("c2", "out/b.txt"), write("c3", "keep/c.txt")]),
+        Step::text("wrote b"),
+    ]);
+    let mut session = chat(&home, &model);
+    press(&mut session, &format!("write a{ENTER}"));
+    // The tool declares itself destructive: approved to run first, for the whole chat.
+    expect(&mut session, "Allow?");
+    press(&mut session, &format!("a{ENTER}"));
+    expect(&mut session, "was refused by its sandbox");
+    let host = std::fs::canonicalize(&data).unwrap();
+    expect(
+        &mut session,
+        &format!("+ fs:{}/out:/data/out:rw", host.display()),
+    );
+    expect(&mut session, "Grant?");
+    press(&mut session, &format!("sometime{ENTER}"));
+    expect(&mut session, "is not an answer");
+    press(&mut session, &format!("a{ENTER}"));
+    answered(&mut session, "wrote a");
+    assert_eq!(
+        std::fs::read_to_string(data.join("out/a.txt")).unwrap(),
+        "written"
+    );
+    // Given for the chat: the next write there runs unasked; one beside it is asked about.
+    press(&mut session, &format!("write b{ENTER}"));
+    expect(
+        &mut session,
+        &format!("+ fs:{}/keep:/data/keep:rw", host.display()),
+    );
+    expect(&mut session, "Grant?");
+    press(&mut session, &format!("n{ENTER}"));
+    answered(&mut session, "wrote b");
+    leave(session);
+    assert_eq!(
+        std::fs::read_to_string(data.join("out/b.txt")).unwrap(),
+        "written"
+    );
+    assert!(!data.join("keep/c.txt").exists());
+    let lock = std::fs::read_to_string(home.path().join("plugins.toml")).unwrap();
+    assert!(!lock.contains(":rw"), "{lock}");
+}

@@ -14,7 +14,7 @@ impl Agent {
     /// The policy rules that may apply to calls of each installed tool, by identity
     /// (`plugin.tool`), as the policy in force now has them: what `/tools` and the console show.
     pub fn tool_rules(&self) -> BTreeMap<String, Vec<cordon_policy::RuleRef>> {
-        let catalog = self.catalog(&Default::default());
+        let catalog = self.catalog(&Default::default(), None);
         let Some(policy) = catalog.policy() else {
             return BTreeMap::new();
         };

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::{Agent, AgentError, AuditContext, TurnIo};
 use crate::conversation::{Conversation, PlannedCall, State};
+use crate::grant_requests::{Applying, GrantSpan};
 use crate::machine::{Action, Event, ToolCatalog, ToolOutcome, ToolRun};
 use crate::tools::{ToolFailure, ToolFailureKind, render_result};
 
@@ -62,7 +63,12 @@ impl Agent {
             .map(|run| {
                 let mut grants = run.grants.clone();
                 if let Some(spec) = catalog.spec(&run.tool) {
-                    grants.extend(conv.grants.of(&spec.plugin));
+                    grants.extend(conv.grants.of(Applying {
+                        plugin: &spec.plugin,
+                        digest: &spec.digest,
+                        requester: conv.requester(),
+                        now_ms: now_ms(),
+                    }));
                 }
                 (run, grants)
             })
@@ -221,38 +227,59 @@ impl Agent {
     }
 }
 
+/// Grants a person gave through a grant request, as the machine asks the driver to record them.
+pub(super) struct GivenGrants<'a> {
+    pub(super) call_id: &'a str,
+    pub(super) tool: &'a str,
+    pub(super) grants: &'a [String],
+    pub(super) span: GrantSpan,
+    pub(super) by: &'a str,
+}
+
 impl Agent {
-    /// Records in the lock grants a person gave through a grant request for a while or for
-    /// good, and in the audit log what was recorded (or why it was not). The call runs again
-    /// with them either way: a lock that cannot be written costs only their lasting.
-    #[allow(clippy::too_many_arguments)]
+    /// Records grants a person gave through a grant request: in the lock when given for a
+    /// while or for good, and in the audit log whatever the span (or why the lock did not take
+    /// them). The call runs again with them either way: a lock that cannot be written costs
+    /// only their lasting.
     pub(super) async fn give_grants(
         &self,
-        conv: &Conversation,
         catalog: &ToolCatalog,
         io: &mut TurnIo<'_>,
-        (call_id, tool): (&str, &str),
-        grants: &[String],
-        minutes: Option<u64>,
-        by: &str,
+        given: GivenGrants<'_>,
     ) -> Result<(), AgentError> {
+        let GivenGrants {
+            call_id,
+            tool,
+            grants,
+            span,
+            by,
+        } = given;
         let spec = catalog.spec(tool);
-        let how_long = match minutes {
-            Some(m) => format!("for {m} minutes"),
-            None => "for good".to_string(),
+        let how_long = span.describe();
+        let minutes = match span {
+            GrantSpan::Call | GrantSpan::Session => None,
+            GrantSpan::Minutes(m) => Some(Some(m)),
+            GrantSpan::Forever => Some(None),
         };
-        let details = match self.tools.grant_for(tool, grants, minutes, by).await {
-            Ok(lines) => lines
-                .into_iter()
-                .map(|l| format!("+ {l} (grant request of call {call_id})"))
+        let details = match minutes {
+            None => grants
+                .iter()
+                .map(|g| format!("+ {g} {how_long} (grant request of call {call_id})"))
                 .collect(),
-            Err(e) => {
-                tracing::warn!("grants given {how_long} were not recorded: {e}");
-                vec![format!(
-                    "not recorded: {} {how_long} ({e}); given to call {call_id} only",
-                    grants.join(", ")
-                )]
-            }
+            Some(minutes) => match self.tools.grant_for(tool, grants, minutes, by).await {
+                Ok(lines) => lines
+                    .into_iter()
+                    .map(|l| format!("+ {l} (grant request of call {call_id})"))
+                    .collect(),
+                Err(e) => {
+                    tracing::warn!("grants given {how_long} were not recorded: {e}");
+                    vec![format!(
+                        "not recorded: {} {how_long} ({e}); given to this conversation only \
+                         (grant request of call {call_id})",
+                        grants.join(", ")
+                    )]
+                }
+            },
         };
         let record = AuditRecord {
             at_ms: now_ms(),
@@ -265,7 +292,6 @@ impl Agent {
                 by: by.to_string(),
             }),
         };
-        let _ = conv;
         io.journal.audit(record).await?;
         Ok(())
     }

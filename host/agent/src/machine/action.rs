@@ -71,8 +71,9 @@ pub enum Action {
         /// Whether the driver should randomise the delay (not when the server said when).
         jitter: bool,
     },
-    /// Record grants a person gave through a grant request in the lock (for `minutes`, or
-    /// for good when `None`); the call runs again with them whatever this does.
+    /// Record grants a person gave through a grant request: in the audit log always, and in
+    /// the lock when given for a while or for good. The call runs again with them whatever
+    /// this does.
     GiveGrants {
         /// The call whose grant request was answered.
         call_id: String,
@@ -80,8 +81,8 @@ pub enum Action {
         tool: String,
         /// The grants (grant syntax).
         grants: Vec<String>,
-        /// How long, or `None` for good.
-        minutes: Option<u64>,
+        /// How long.
+        span: crate::grant_requests::GrantSpan,
         /// Who gave them.
         by: String,
     },

@@ -1,11 +1,48 @@
 //! The machine's side of grant requests (see [`crate::grant_requests`] for what decides): a
 //! finished call is held for a grant request, and a person's answer to one settles it.
 
-use super::transitions::{Given, after_approval};
 use super::{Action, AgentEvent, Env, ToolOutcome};
 use crate::approval::ApprovalAnswer;
-use crate::conversation::{CallStatus, Conversation, PlannedCall};
-use crate::grant_requests::GrantRequest;
+use crate::conversation::{CallApproval, CallStatus, Conversation, PlannedCall};
+use crate::grant_requests::{Applying, GrantRequest, GrantSpan, MAX_MINUTES};
+
+/// Who answered a question, and when.
+pub(super) struct Given {
+    pub(super) by: String,
+    pub(super) at_ms: i64,
+}
+
+impl Given {
+    /// Emits the answer to `call_id` for the user interface; returns who gave it (`the user`
+    /// when the door did not say).
+    pub(super) fn announce(
+        self,
+        call_id: &str,
+        answer: &ApprovalAnswer,
+        out: &mut Vec<Action>,
+    ) -> String {
+        out.push(Action::Emit(AgentEvent::ApprovalGiven {
+            call_id: call_id.to_string(),
+            answer: answer.clone(),
+        }));
+        if self.by.is_empty() {
+            "the user".to_string()
+        } else {
+            self.by
+        }
+    }
+}
+
+/// The calls of the tool the model calls `name`, in this turn, that session grants may apply
+/// to; `None` for a tool no longer in the catalog.
+fn applying<'a>(conv: &'a Conversation, env: Env<'a>, name: &str) -> Option<Applying<'a>> {
+    env.catalog.spec(name).map(|s| Applying {
+        plugin: &s.plugin,
+        digest: &s.digest,
+        requester: conv.requester(),
+        now_ms: env.inputs.now_ms,
+    })
+}
 
 /// Settles a finished call: `Done` with its outcome, or `Pending` with a grant request when
 /// the sandbox refused it something a grant allows and a request may be made (rules 2 and 3).
@@ -17,21 +54,18 @@ pub(super) fn settle(
     env: Env<'_>,
 ) {
     let mut content = outcome.content;
-    if outcome.is_error && !outcome.wanted.is_empty() {
-        let plugin = env
-            .catalog
-            .spec(&p.call.name)
-            .map(|s| s.plugin.clone())
-            .unwrap_or_default();
-        let askable = conv.grants.askable(&plugin, &outcome.wanted);
+    let spec = env.catalog.spec(&p.call.name);
+    let askable = match (spec, applying(conv, env, &p.call.name)) {
+        (Some(_), Some(to)) if outcome.is_error => conv.grants.askable(to, &outcome.wanted),
+        _ => Vec::new(),
+    };
+    if let (Some(spec), false) = (spec, askable.is_empty()) {
         // A grant that would let the tool send out what this session holds is not asked for:
-        // the Rule of Two would hold its calls back anyway, and a person asked in the middle
-        // of such a session is the one the injected content aims at.
-        let sends = env.catalog.spec(&p.call.name).and_then(|s| {
-            cordon_core::rule_of_two(&conv.labels, &s.identity(), &s.widened(&askable).exposure)
-        });
-        if !askable.is_empty() && !plugin.is_empty() {
-            let blocked = match sends {
+        // the Rule of Two would hold the call back anyway, and a person asked in the middle of
+        // such a session is the one the injected content aims at.
+        let widened = spec.widened(&askable);
+        let blocked =
+            match cordon_core::rule_of_two(&conv.labels, &spec.identity(), &widened.exposure) {
                 Some(_) => Some(
                     "this conversation holds private data and untrusted content, and the grant \
                      would let the tool send data out (Rule of Two)"
@@ -39,23 +73,22 @@ pub(super) fn settle(
                 ),
                 None => conv.grants.limit_reached(conv.progress.grant_requests),
             };
-            match blocked {
-                None => {
-                    conv.grants.asked += 1;
-                    conv.progress.grant_requests += 1;
-                    p.grant_request = Some(Box::new(GrantRequest {
-                        grants: askable,
-                        refused: outcome.refused,
-                        result: content,
-                    }));
-                    p.status = CallStatus::Pending;
-                    return;
-                }
-                Some(why) => content.push_str(&format!(
-                    "\n(Nobody was asked to grant {}: {why}.)",
-                    askable.join(", ")
-                )),
+        match blocked {
+            None => {
+                conv.grants.asked += 1;
+                conv.progress.grant_requests += 1;
+                p.grant_request = Some(Box::new(GrantRequest {
+                    grants: askable,
+                    refused: outcome.refused,
+                    result: content,
+                }));
+                p.status = CallStatus::Pending;
+                return;
             }
+            Some(why) => content.push_str(&format!(
+                "\n(Nobody was asked to grant {}: {why}.)",
+                askable.join(", ")
+            )),
         }
     }
     p.status = CallStatus::Done {
@@ -64,90 +97,107 @@ pub(super) fn settle(
     };
 }
 
+/// Whether `call_id` waits on a grant request rather than on approval to run.
+pub(super) fn is_grant_request(batch: &[PlannedCall], call_id: &str) -> bool {
+    batch
+        .iter()
+        .any(|p| p.id == call_id && p.grant_request.is_some())
+}
+
 /// AwaitingApproval, `ApprovalGiven` for a call held for a grant request (rule 4): the grants
-/// are given (to the call, the conversation, or the lock) and the call runs again, or the model
-/// gets the refused call's error.
+/// are given (to the call, the conversation, or the lock) and the call is approved to run
+/// again, or it gets the refused call's error. The caller goes on as after any answer.
 pub(super) fn answer_grant(
     conv: &mut Conversation,
-    mut batch: Vec<PlannedCall>,
+    batch: &mut [PlannedCall],
     call_id: String,
     answer: ApprovalAnswer,
     given: Given,
     env: Env<'_>,
     out: &mut Vec<Action>,
 ) {
-    let by = if given.by.is_empty() {
-        "the user".to_string()
+    let at_ms = if given.at_ms > 0 {
+        given.at_ms
     } else {
-        given.by
+        env.inputs.now_ms
     };
-    out.push(Action::Emit(AgentEvent::ApprovalGiven {
-        call_id: call_id.clone(),
-        answer: answer.clone(),
-    }));
+    let by = given.announce(&call_id, &answer, out);
     let Some(p) = batch.iter_mut().find(|p| p.id == call_id) else {
-        return after_approval(conv, batch, env, out);
+        return;
     };
     let Some(request) = p.grant_request.take() else {
-        return after_approval(conv, batch, env, out);
+        return;
     };
-    let plugin = env
-        .catalog
-        .spec(&p.call.name)
-        .map(|s| s.plugin.clone())
-        .unwrap_or_default();
-    let refused = |note: Option<String>| {
-        let mut content = request.result.clone();
-        if let Some(note) = note {
-            content.push_str(&format!("\n({note})"));
-        }
-        CallStatus::Done {
-            content,
+    let Some(spec) = env.catalog.spec(&p.call.name) else {
+        // The tool is gone: nothing to give a grant to.
+        p.status = CallStatus::Done {
+            content: request.result,
             is_error: true,
-        }
+        };
+        return;
     };
-    p.status = match &answer {
-        ApprovalAnswer::Yes => CallStatus::Approved,
-        ApprovalAnswer::Always => {
-            conv.grants.give(&plugin, &request.grants, &by, given.at_ms);
-            CallStatus::Approved
-        }
-        ApprovalAnswer::For { .. } | ApprovalAnswer::Forever => {
+    let plugin = spec.plugin.clone();
+    let requester = conv.requester().cloned();
+    let to = Applying {
+        plugin: &spec.plugin,
+        digest: &spec.digest,
+        requester: requester.as_ref(),
+        now_ms: env.inputs.now_ms,
+    };
+    let refused = |note: String| CallStatus::Done {
+        content: format!("{}\n({note})", request.result),
+        is_error: true,
+    };
+    let span = match answer {
+        ApprovalAnswer::Yes => Some(GrantSpan::Call),
+        ApprovalAnswer::Always => Some(GrantSpan::Session),
+        ApprovalAnswer::For { minutes } => Some(GrantSpan::Minutes(minutes.clamp(1, MAX_MINUTES))),
+        ApprovalAnswer::Forever => Some(GrantSpan::Forever),
+        ApprovalAnswer::No | ApprovalAnswer::Never | ApprovalAnswer::Refused { .. } => None,
+    };
+    let grants = request.grants.join(", ");
+    p.status = match (&answer, span) {
+        (_, Some(span)) => {
+            // Given beyond this call: kept for the conversation too, so a host that does not
+            // reload the lock (a chat) applies it to the plugin's later calls until its end.
+            let until = match span {
+                GrantSpan::Call => None,
+                GrantSpan::Session | GrantSpan::Forever => Some(None),
+                GrantSpan::Minutes(m) => {
+                    Some((at_ms > 0).then(|| at_ms.saturating_add((m * 60_000) as i64)))
+                }
+            };
+            if let Some(until) = until {
+                conv.grants.give(to, &request.grants, &by, at_ms, until);
+            }
             out.push(Action::GiveGrants {
                 call_id: call_id.clone(),
                 tool: p.call.name.clone(),
                 grants: request.grants.clone(),
-                minutes: match answer {
-                    ApprovalAnswer::For { minutes } => {
-                        Some(minutes.clamp(1, crate::grant_requests::MAX_MINUTES))
-                    }
-                    _ => None,
-                },
+                span,
                 by: by.clone(),
+            });
+            p.granted = request.grants.clone();
+            p.approval = Some(CallApproval {
+                decision: answer.as_str().to_string(),
+                by: format!("{by}, to a grant request for {grants}"),
             });
             CallStatus::Approved
         }
-        ApprovalAnswer::No => refused(Some(format!(
-            "{by} did not grant {}",
-            request.grants.join(", ")
-        ))),
-        ApprovalAnswer::Never => {
+        (ApprovalAnswer::Never, None) => {
             conv.grants.refuse(&plugin, &request.grants);
-            refused(Some(format!(
-                "{by} did not grant {}, and will not be asked again in this conversation",
-                request.grants.join(", ")
-            )))
+            refused(format!(
+                "{by} did not grant {grants}, and will not be asked again in this conversation"
+            ))
         }
-        ApprovalAnswer::Refused { reason } => refused(Some(format!(
-            "nobody was asked to grant {}: {reason}",
-            request.grants.join(", ")
-        ))),
+        (ApprovalAnswer::Refused { reason }, None) => {
+            refused(format!("nobody was asked to grant {grants}: {reason}"))
+        }
+        (_, None) => refused(format!("{by} did not grant {grants}")),
     };
-    if p.status == CallStatus::Approved {
-        p.granted = request.grants.clone();
-    }
     // An answer for the conversation (`always`, `never`) also settles the other calls of the
-    // plugin held for the same grants: they run with them, or get their own refusal.
+    // plugin held for the same grants: they run with them (when every grant they wait for was
+    // given), or get their own refusal (when one was refused for good).
     for other in batch.iter_mut().filter(|o| o.id != call_id) {
         let Some(held) = &other.grant_request else {
             continue;
@@ -157,12 +207,16 @@ pub(super) fn answer_grant(
             .spec(&other.call.name)
             .map(|s| s.plugin.as_str())
             == Some(plugin.as_str());
-        if !same_plugin || !conv.grants.askable(&plugin, &held.grants).is_empty() {
+        if !same_plugin || !conv.grants.askable(to, &held.grants).is_empty() {
             continue;
         }
         let held = other.grant_request.take().expect("held");
-        let given = conv.grants.of(&plugin);
+        let given = conv.grants.of(to);
         other.status = if held.grants.iter().all(|g| given.contains(g)) {
+            other.approval = Some(CallApproval {
+                decision: "always".to_string(),
+                by: format!("{by}, to a grant request for {}", held.grants.join(", ")),
+            });
             other.granted = held.grants;
             CallStatus::Approved
         } else {
@@ -176,5 +230,4 @@ pub(super) fn answer_grant(
             }
         };
     }
-    after_approval(conv, batch, env, out);
 }

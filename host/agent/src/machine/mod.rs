@@ -17,6 +17,7 @@
 //! | AwaitingModel             | ModelFailed       | `model_failed`     | TransientFailure (retry left) or Failed |
 //! | TransientFailure          | RetryTimerFired   | `call_model`       | AwaitingModel |
 //! | ProcessingModelResponse   | Proceed           | `process_response` | Idle (answer), Idle (no progress), AwaitingApproval, ExecutingTools or HandlingToolError |
+//! | AwaitingApproval          | ApprovalGiven (for a grant request) | `granting::answer_grant` | the call approved to run again with the grant, or given its refusal; then as below |
 //! | AwaitingApproval          | ApprovalGiven (for a pending call) | `apply_approval` | AwaitingApproval (more pending), ExecutingTools or HandlingToolError |
 //! | ExecutingTools            | ToolFinished (for a running call) | `record_result` | ExecutingTools (more running), AwaitingModel or HandlingToolError |
 //! | ExecutingTools            | ToolsFinished     | `record_results`   | AwaitingModel (next iteration or final-answer pass) or HandlingToolError |
@@ -49,10 +50,11 @@ pub use resume::{INTERRUPTED, resume};
 
 use crate::conversation::Conversation;
 pub use crate::conversation::{CallStatus, PlannedCall, State};
+use granting::Given;
 use transitions::{
-    Given, UserTurn, apply_approval, call_model, cancel, is_pending, is_running, model_failed,
-    next_request, process_response, receive_response, record_result, record_results, retry_failed,
-    start_turn,
+    UserTurn, after_approval, apply_approval, call_model, cancel, is_pending, is_running,
+    model_failed, next_request, process_response, receive_response, record_result, record_results,
+    retry_failed, start_turn,
 };
 
 /// An event that does not fit the state.
@@ -124,7 +126,13 @@ pub fn step(conv: &mut Conversation, event: Event, env: Env<'_>) -> Result<Vec<A
             },
         ) if is_pending(&batch, &call_id) => {
             let given = Given { by, at_ms };
-            apply_approval(conv, batch, call_id, answer, given, env, &mut out)
+            if granting::is_grant_request(&batch, &call_id) {
+                let mut batch = batch;
+                granting::answer_grant(conv, &mut batch, call_id, answer, given, env, &mut out);
+                after_approval(conv, batch, env, &mut out)
+            } else {
+                apply_approval(conv, batch, call_id, answer, given, env, &mut out)
+            }
         }
         (State::ExecutingTools { batch }, Event::ToolFinished { outcome })
             if is_running(&batch, &outcome.call_id) =>

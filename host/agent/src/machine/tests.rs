@@ -1634,7 +1634,13 @@ fn a_refused_call_becomes_a_grant_request_and_runs_again_with_what_was_given() {
         panic!("{a:?}")
     };
     assert_eq!(calls[0].grants, ["net:https://api.example"]);
-    assert_eq!(t.conv.grants.of("p"), ["net:https://api.example"]);
+    let p = crate::grant_requests::Applying {
+        plugin: "p",
+        digest: "",
+        requester: None,
+        now_ms: 0,
+    };
+    assert_eq!(t.conv.grants.of(p), ["net:https://api.example"]);
     t.step(Event::ToolFinished {
         outcome: ToolOutcome {
             call_id: "c1".into(),
@@ -1650,7 +1656,7 @@ fn a_refused_call_becomes_a_grant_request_and_runs_again_with_what_was_given() {
     assert!(
         t.conv
             .grants
-            .askable("p", &["net:https://api.example".into()])
+            .askable(p, &["net:https://api.example".into()])
             .is_empty()
     );
 }
@@ -1694,7 +1700,7 @@ fn a_refused_grant_sends_the_refusal_and_forever_is_recorded_by_the_driver() {
     let a = t.step(grant_answer("c1", ApprovalAnswer::Forever));
     assert!(has(
         &a,
-        |a| matches!(a, Action::GiveGrants { minutes: None, grants, .. } if grants == &["net:https://api.example".to_string()])
+        |a| matches!(a, Action::GiveGrants { span: crate::grant_requests::GrantSpan::Forever, grants, .. } if grants == &["net:https://api.example".to_string()])
     ));
     assert!(has(
         &a,

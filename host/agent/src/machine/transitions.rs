@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use cordon_core::Requester;
 use serde_json::Value;
 
+use super::granting::Given;
 use super::{Action, AgentEvent, Env, RequestedCall, ToolCatalog, ToolOutcome, ToolRun};
 use super::{ApprovalRequest, catalog::Checked, catalog::Refusal};
 use crate::approval::{ApprovalAnswer, Policy, StandingAnswer};
@@ -151,12 +152,6 @@ pub(super) fn is_pending(batch: &[PlannedCall], call_id: &str) -> bool {
         .any(|p| p.id == call_id && p.status == CallStatus::Pending)
 }
 
-/// Who answered a question, and when.
-pub(super) struct Given {
-    pub(super) by: String,
-    pub(super) at_ms: i64,
-}
-
 /// AwaitingApproval, `ApprovalGiven`: the answer settles the call (and, for `always`/`never`,
 /// the other pending calls of the same tool); then the next question, the run, or the errors.
 pub(super) fn apply_approval(
@@ -168,21 +163,8 @@ pub(super) fn apply_approval(
     env: Env<'_>,
     out: &mut Vec<Action>,
 ) {
-    if batch
-        .iter()
-        .any(|p| p.id == call_id && p.grant_request.is_some())
-    {
-        return super::granting::answer_grant(conv, batch, call_id, answer, given, env, out);
-    }
-    let by = if given.by.is_empty() {
-        "the user".to_string()
-    } else {
-        given.by
-    };
-    out.push(Action::Emit(AgentEvent::ApprovalGiven {
-        call_id: call_id.clone(),
-        answer: answer.clone(),
-    }));
+    let at_ms = given.at_ms;
+    let by = given.announce(&call_id, &answer, out);
     // `always`/`never` bind to the tool's identity (plugin and tool), and also settle
     // the other pending calls of the same tool in this answer.
     let identity = batch
@@ -199,7 +181,7 @@ pub(super) fn apply_approval(
         let answer = StandingAnswer {
             policy,
             by: by.clone(),
-            at_ms: given.at_ms,
+            at_ms,
             call_id: call_id.clone(),
             turn: conv.turns.len().saturating_sub(1),
             requester: conv.requester().cloned(),
