@@ -217,7 +217,7 @@ impl Answerer {
                         "session `{session}` is driven by a cordon serve, which is not running;                          only the calls of MCP clients (session `{WAITING_APPROVALS_SESSION}`) can be answered without it"
                     );
                 }
-                let given = ApprovalAnswer::parse(answer, false).map_err(anyhow::Error::msg)?;
+                let given = ApprovalAnswer::parse(answer, true).map_err(anyhow::Error::msg)?;
                 let by = format!("{} at the terminal (cordon approve)", local_user());
                 store
                     .answer_approval(call, &GivenAnswer::new(given, by.clone()))

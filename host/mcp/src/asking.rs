@@ -177,6 +177,9 @@ pub fn question_form(question: &ApprovalRequest, always_holds: &str) -> ElicitRe
     } else {
         question.grants.join("; ")
     };
+    if question.is_grant_request() {
+        return grant_form(question, &arguments);
+    }
     // A call the Rule of Two holds back is asked about every time: `always` would not hold.
     let (always, choices, names) = if question.rule_of_two {
         (
@@ -198,12 +201,44 @@ pub fn question_form(question: &ApprovalRequest, always_holds: &str) -> ElicitRe
         question.plugin,
         question.reason.trim_end_matches('.'),
     );
+    form(message, "Run this call?", choices, names)
+}
+
+/// The form of a grant request: what the sandbox refused, the grants that would allow it,
+/// and how long to give them for.
+fn grant_form(question: &ApprovalRequest, arguments: &str) -> ElicitRequestParams {
+    let message = format!(
+        "Cordon's sandbox refused `{}` of plugin `{}`: {}.\nArguments: {arguments}\nGrant, and \
+         run the call again with: {}\nonce: for this call. session: for the rest of this \
+         session. hour: for an hour. forever: for good (as `cordon grant`). deny: not now. \
+         never: not in this session.",
+        question.tool,
+        question.plugin,
+        question.reason.trim_end_matches('.'),
+        question.requested_grants.join("; "),
+    );
+    form(
+        message,
+        "Grant it?",
+        json!(["once", "session", "hour", "forever", "deny", "never"]),
+        json!([
+            "For this call",
+            "For this session",
+            "For an hour",
+            "For good",
+            "Deny",
+            "Never in this session"
+        ]),
+    )
+}
+
+fn form(message: String, title: &str, choices: Value, names: Value) -> ElicitRequestParams {
     let schema = json!({
         "type": "object",
         "properties": {
             "answer": {
                 "type": "string",
-                "title": "Run this call?",
+                "title": title,
                 "enum": choices,
                 "enumNames": names,
             }
@@ -234,8 +269,13 @@ pub fn read_answer(result: &ElicitResult, client: &str) -> GivenAnswer {
                 .and_then(Value::as_str)
             {
                 Some("once") => ApprovalAnswer::Yes,
-                Some("always") => ApprovalAnswer::Always,
+                // `session`, `hour`, `forever` and `never` are offered by grant requests only;
+                // to another question the server takes them as what they say of this call.
+                Some("always" | "session") => ApprovalAnswer::Always,
+                Some("hour") => ApprovalAnswer::For { minutes: 60 },
+                Some("forever") => ApprovalAnswer::Forever,
                 Some("deny") => ApprovalAnswer::No,
+                Some("never") => ApprovalAnswer::Never,
                 other => ApprovalAnswer::Refused {
                     reason: format!(
                         "the client answered {}, which is not once, always or deny",

@@ -34,6 +34,7 @@ use crate::audit::AuditWriter;
 use crate::catalog::{Catalog, Catalogs, Offered};
 
 mod callers;
+mod granting;
 mod policy;
 mod results;
 
@@ -99,12 +100,20 @@ pub struct McpHost {
     /// version), least recently used first. Not by connection or MCP session: a client that
     /// reconnects, re-initialises after its session ended or upgrades must not start clean,
     /// and programs sharing a token and a name share labels, which only asks more.
-    http_labels: Mutex<Vec<(HttpClient, Labels)>>,
+    http_labels: Mutex<Vec<(HttpClient, Holding)>>,
     watching: std::sync::Once,
 }
 
-/// A session's labels (see [`cordon_core::labels`]), shared by its calls.
-type Labels = Arc<Mutex<SessionLabels>>;
+/// What a session holds, shared by its calls: its labels (see [`cordon_core::labels`]) and
+/// the grants given or refused for good in it through grant requests.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Held {
+    pub(crate) labels: SessionLabels,
+    pub(crate) grants: cordon_agent::grant_requests::SessionGrants,
+}
+
+/// A session's [`Held`], shared by its calls.
+type Holding = Arc<Mutex<Held>>;
 
 /// A client over HTTP, as its labels are kept: its token and its name.
 type HttpClient = (Option<String>, String);
@@ -203,7 +212,7 @@ pub struct McpServer {
     /// approval-before-action rules read.
     approved: Arc<Mutex<std::collections::BTreeSet<String>>>,
     /// What this connection's model was given results of (see [`cordon_core::labels`]).
-    labels: Labels,
+    labels: Holding,
     /// This connection's key for `within = "session"` policy counters.
     session: String,
 }
@@ -320,6 +329,17 @@ fn succeeded(content: Vec<Content>, output_schema: bool) -> CallToolResult {
 struct Approved {
     decision: String,
     by: String,
+}
+
+/// How a call ended, for its audit record.
+fn outcome_of(result: &Result<Vec<Content>, ToolFailure>) -> CallOutcome {
+    match result {
+        Ok(_) => CallOutcome::Ok,
+        Err(f) => CallOutcome::Error {
+            kind: f.kind.as_str().to_string(),
+            message: f.message.clone(),
+        },
+    }
 }
 
 /// Where asking got to.
@@ -591,7 +611,16 @@ impl McpServer {
         let introduced = introduced_name(&context);
         let caller = self.caller(&introduced, token.as_deref());
         let labels = self.labels_for(&context, token.as_deref(), &introduced);
-        let seen = labels.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let (seen, session_grants) = {
+            let held = labels.lock().unwrap_or_else(|e| e.into_inner());
+            let to = cordon_agent::grant_requests::Applying {
+                plugin: &spec.plugin,
+                digest: &spec.digest,
+                requester: None,
+                now_ms: now_ms(),
+            };
+            (held.labels.clone(), held.grants.of(to))
+        };
         let verdict = self
             .verdict(&policy, spec, &arguments, &caller, &seen)
             .await;
@@ -658,26 +687,44 @@ impl McpServer {
         // trip may have run the call without counting it.)
         let ((), (result, report)) = tokio::join!(
             self.ran(&policy, &facts, &approved, &caller),
-            catalog
-                .host
-                .call_reported(&spec.name, arguments.clone(), context.ct.clone())
+            catalog.host.call_granted(
+                &spec.name,
+                arguments.clone(),
+                &session_grants,
+                context.ct.clone()
+            )
         );
-        drop(progress);
         // The client's model is given the result, an error or not.
         labels
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .saw(&spec.identity(), &spec.exposure);
-        let outcome = match &result {
-            Ok(_) => CallOutcome::Ok,
-            Err(f) => CallOutcome::Error {
-                kind: f.kind.as_str().to_string(),
-                message: f.message.clone(),
-            },
-        };
+            .labels
+            .saw(&spec.identity(), &spec.widened(&session_grants).exposure);
+        let wanted = report
+            .as_ref()
+            .map(|r| r.wanted.clone())
+            .unwrap_or_default();
+        let refused = report
+            .as_ref()
+            .map(|r| r.refused.clone())
+            .unwrap_or_default();
         self.host
-            .audit(self.record(&facts, &approved, outcome, report))
+            .audit(self.record(&facts, &approved, outcome_of(&result), report))
             .await;
+        // A refusal a grant would lift may be put to a person, and the call run again.
+        let result = match result {
+            Err(failure) if !wanted.is_empty() => {
+                let refusal = granting::Refusal {
+                    failure,
+                    wanted,
+                    refused,
+                };
+                self.grant_request(&catalog, &facts, &labels, &context, refusal)
+                    .await
+            }
+            other => other,
+        };
+        drop(progress);
         Ok(match result {
             Ok(content) => self.delivered(spec, content, (token.clone(), introduced.clone())),
             Err(failure) => failed(&failure),

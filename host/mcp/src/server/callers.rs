@@ -5,7 +5,7 @@ use rmcp::RoleServer;
 use rmcp::model::ProtocolVersion;
 use rmcp::service::RequestContext;
 
-use super::{Answers, CallFacts, Caller, Labels, MAX_STATELESS_CLIENTS, McpServer};
+use super::{Answers, CallFacts, Caller, Holding, MAX_STATELESS_CLIENTS, McpServer};
 
 impl McpServer {
     /// Where the `always` answers of the client behind `context` are kept, and for how long
@@ -67,7 +67,7 @@ impl McpServer {
         context: &RequestContext<RoleServer>,
         token: Option<&str>,
         name: &str,
-    ) -> Labels {
+    ) -> Holding {
         if context.extensions.get::<http::request::Parts>().is_none() {
             return self.labels.clone();
         }
@@ -84,7 +84,7 @@ impl McpServer {
                 if kept.len() >= MAX_STATELESS_CLIENTS {
                     kept.remove(0);
                 }
-                Labels::default()
+                Holding::default()
             }
         };
         kept.push((who, labels.clone()));
