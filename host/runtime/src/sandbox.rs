@@ -296,9 +296,10 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
     }
     let mut refused = Refusals::default();
     b.allow_udp(false).allow_ip_name_lookup(false);
-    if tcp.is_empty() {
-        b.allow_tcp(false);
-    } else {
+    // Sockets are created whatever the grants (a component that does not import them cannot
+    // ask): what a socket may reach is decided when it binds or connects, so a connect to an
+    // address not granted is refused there, with the address, which a grant request can name.
+    {
         let tcp = Arc::new(tcp);
         let plugin_name = plugin.clone();
         // wasmtime-wasi calls the check from a connect it runs without the store.

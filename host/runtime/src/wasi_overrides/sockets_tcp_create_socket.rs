@@ -13,10 +13,10 @@
 //! children there, so the socket cannot be dropped before them: a connection counts as long
 //! as anything of it is still in the guest's hands.
 //!
-//! A call without any TCP grant is refused the socket itself (`access-denied`, by
-//! wasmtime-wasi): that refusal is noted for the call's report here, where it is answered. (An
-//! address that is not granted is refused, and noted, by the check the sandbox gives
-//! wasmtime-wasi.)
+//! A call gets sockets whatever its TCP grants: an address that is not granted is refused, and
+//! noted with the grant that would allow it, by the check the sandbox gives wasmtime-wasi when
+//! the socket binds or connects. Should wasmtime-wasi refuse the socket itself
+//! (`access-denied`), that is noted here, where it is answered.
 
 use wasmtime::StoreContextMut;
 use wasmtime::component::Linker;
@@ -74,7 +74,7 @@ pub(crate) fn shadow<T: OverrideView>(linker: &mut Linker<T>) -> wasmtime::Resul
                         state
                             .overrides()
                             .refused
-                            .refuse("tcp: a socket (the plugin has no TCP grant)".to_string());
+                            .refuse("tcp: a socket (refused by the host)".to_string());
                     }
                     return Ok((Err(code),));
                 }

@@ -130,6 +130,8 @@ async fn a_tcp_connect_to_an_address_not_granted_is_reported() {
     let (result, report) = reported(probe(), &sb, "tcp", json!({"addr": other.to_string()})).await;
     assert!(matches!(result, Err(CallError::Tool(_))), "{result:?}");
     assert_eq!(report.refused, [format!("tcp: {other} (not granted)")]);
+    // The grant a person may be asked for: that address.
+    assert_eq!(report.wanted, [format!("net:tcp://{other}")]);
 
     // Listening is never granted: the bind is refused.
     let (result, report) =
@@ -137,7 +139,7 @@ async fn a_tcp_connect_to_an_address_not_granted_is_reported() {
     assert!(matches!(result, Err(CallError::Tool(_))), "{result:?}");
     assert_eq!(report.refused, ["tcp: binding 127.0.0.1:0 (not granted)"]);
 
-    // Without any TCP grant the socket itself is refused.
+    // Without any TCP grant the connect is refused all the same, and names the address.
     let (result, report) = reported(
         probe(),
         &Sandbox::default(),
@@ -146,10 +148,8 @@ async fn a_tcp_connect_to_an_address_not_granted_is_reported() {
     )
     .await;
     assert!(matches!(result, Err(CallError::Tool(_))), "{result:?}");
-    assert_eq!(
-        report.refused,
-        ["tcp: a socket (the plugin has no TCP grant)"]
-    );
+    assert_eq!(report.refused, [format!("tcp: {other} (not granted)")]);
+    assert_eq!(report.wanted, [format!("net:tcp://{other}")]);
 }
 
 #[tokio::test]
