@@ -721,7 +721,7 @@ async fn connect_cordon(bin: &Path, home: &Path, config: &Path) -> Client {
     connect(cmd).await
 }
 
-async fn call_cost(bin: &Path, noop: &Path, n: usize, hot_share: usize) {
+async fn call_cost(bin: &Path, noop: &Path, n: usize, hot_share: usize, baseline: Option<&Path>) {
     let dir = tempfile::tempdir().expect("temporary home");
     let home = dir.path().join("home");
     std::fs::create_dir_all(&home).expect("home directory");
@@ -752,6 +752,13 @@ async fn call_cost(bin: &Path, noop: &Path, n: usize, hot_share: usize) {
     let mut clients = Vec::new();
     for (_, config) in &configs {
         clients.push(connect_cordon(bin, &home, config).await);
+    }
+    // Another build of cordon on the same home and config, interleaved in the same rounds: what
+    // a change costs every call, measured against the code before it.
+    if let Some(other) = baseline {
+        let none = configs[0].1.clone();
+        clients.push(connect_cordon(other, &home, &none).await);
+        configs.push((format!("no policy, {}", other.display()), none));
     }
     for client in &clients {
         calls(client, 100).await;
@@ -810,7 +817,8 @@ async fn main() {
             .expect("the decision benchmark"),
     };
     if !args.iter().any(|a| a == "--decisions-only") {
-        call_cost(&bin, &noop, n, hot_share).await;
+        let baseline = arg(&args, "--baseline-cordon").map(std::path::PathBuf::from);
+        call_cost(&bin, &noop, n, hot_share, baseline.as_deref()).await;
     }
     rule_of_two_costs(samples);
 }

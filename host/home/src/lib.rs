@@ -238,8 +238,18 @@ impl Home {
         self.cache_dir().join(format!("{hex}.verified"))
     }
 
-    /// A runtime whose compile cache is this home's `cache/`.
+    /// A runtime whose compile cache is this home's `cache/`. Its calls' lock directories are
+    /// written to the home's ledger (`locks/`), and those a host killed mid-call left are
+    /// removed now (see [`cordon_runtime::LockLedger`]).
     pub fn runtime(&self) -> Result<Runtime, HomeError> {
+        if self.root.exists() {
+            let removed = cordon_runtime::LockLedger::install(&self.root.join("locks"));
+            if removed > 0 {
+                tracing::info!(
+                    "removed {removed} lock directories that calls of a stopped host left behind"
+                );
+            }
+        }
         Runtime::new(RuntimeConfig {
             cache_dir: Some(self.cache_dir()),
             max_instances: self.max_instances,

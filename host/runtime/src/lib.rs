@@ -46,6 +46,7 @@ pub use sandbox::{EnvSource, Sandbox};
 /// What fires [`Sandbox::cancel`].
 pub use tokio_util::sync::CancellationToken;
 pub use typed::Unavailable;
+pub use wasi_overrides::filesystem_types::lock_dirs::LockLedger;
 
 /// How many lookups of names a directory listing had just shown absent were answered from
 /// that listing instead of the filesystem, in this process (see `wasi_overrides::filesystem_types::fresh_listing`). For tests

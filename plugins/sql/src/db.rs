@@ -180,11 +180,24 @@ fn file_len(path: &str) -> Option<u64> {
 fn check_pending_changes(database: &str) -> Result<(), ToolError> {
     let journal = format!("{database}-journal");
     if file_len(&journal).is_some_and(|n| n > 0) {
-        return Err(ToolError::failed(format!(
-            "{database} has a non-empty rollback journal ({journal}): a write is in progress or \
-             was interrupted, so its content may be inconsistent. Retry when the writer has \
-             finished, or open it once with sqlite3 on the host to roll the journal back"
-        )));
+        // An interrupted write's journal: where the grant allows writing, SQLite rolls it back
+        // as it opens the file for writing and reads it (unless a writer holds the database's
+        // lock right now, when the journal is that writer's and stays).
+        let rolled_back = open_write(database, false)
+            .and_then(|conn| {
+                conn.query_row("SELECT count(*) FROM sqlite_schema", [], |_| Ok(()))
+                    .map_err(|e| sqlite_error(database, &e))
+            })
+            .is_ok()
+            && !file_len(&journal).is_some_and(|n| n > 0);
+        if !rolled_back {
+            return Err(ToolError::failed(format!(
+                "{database} has a non-empty rollback journal ({journal}): a write is in \
+                 progress or was interrupted, so its content may be inconsistent. Retry when \
+                 the writer has finished; an interrupted write is rolled back by the next \
+                 sql_execute, or by reading it under a read-write grant"
+            )));
+        }
     }
     let wal = format!("{database}-wal");
     let Some(wal_len) = file_len(&wal).filter(|&n| n > 0) else {
@@ -244,9 +257,10 @@ pub fn sqlite_error(database: &str, err: &rusqlite::Error) -> ToolError {
                  use sql_execute, which needs a read-write grant"
             )),
             ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => ToolError::failed(format!(
-                "{db}SQLite error: {message}. Another program is writing it; retry later. \
-                 If nothing is, an interrupted call may have left the lock directory \
-                 {database}.lock behind: remove it on the host"
+                "{db}SQLite error: {message}. Another call or program is writing it; retry \
+                 later. (Cordon removes the lock an interrupted call leaves; a \
+                 {database}.lock directory left by a program outside Cordon must be removed \
+                 on the host)"
             )),
             ErrorCode::NotADatabase => {
                 ToolError::invalid(format!("{db}not a SQLite database ({message})"))

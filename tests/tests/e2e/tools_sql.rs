@@ -897,3 +897,138 @@ fn host_count(db: &Path, table: &str) -> i64 {
     let text = host_query(db, &format!("SELECT count(*) FROM {table}"));
     text.trim_matches(['[', ']']).parse().unwrap()
 }
+
+/// A write stopped by its time limit leaves nothing behind: no lock directory, no journal
+/// that blocks readers, and the database exactly as before the interrupted statement; the next
+/// write and read work.
+#[test]
+fn a_write_stopped_by_its_time_limit_leaves_the_database_usable_and_as_before() {
+    let home = home_with(PLUGINS);
+    let data = home.scratch("data");
+    let db = data.join("big.db");
+    support::sqlite(
+        &db,
+        "CREATE TABLE t(x INTEGER, pad TEXT);
+         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200000)
+         INSERT INTO t SELECT i, hex(randomblob(16)) FROM n;",
+    );
+    install(
+        &home,
+        "sql",
+        &[grant_fs(&data, "/data", "rw")],
+        &["time=1s"],
+    );
+    // Doubling the table again and again in one transaction cannot finish in a second.
+    let grow = "INSERT INTO t SELECT x, pad FROM t; ".repeat(8);
+    let run = call(
+        &home,
+        "sql_execute",
+        json!({"database": "/data/big.db", "sql": grow}),
+    );
+    assert_ne!(run.code, 0, "the write finished:\n{}", run.stdout);
+    assert!(
+        run.stderr.contains("time") || run.stdout.contains("time"),
+        "{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    assert!(
+        !data.join("big.db.lock").exists(),
+        "the lock outlived its call"
+    );
+    // A read first: under a read-write grant it rolls the interrupted write back.
+    let counted = json_of(
+        &call(
+            &home,
+            "sql_query",
+            json!({"database": "/data/big.db", "sql": "SELECT count(*) AS n FROM t"}),
+        )
+        .ok(),
+    );
+    assert_eq!(counted["rows"], json!([[200000]]), "{counted}");
+    assert!(
+        !data.join("big.db-journal").exists()
+            || std::fs::metadata(data.join("big.db-journal"))
+                .unwrap()
+                .len()
+                == 0
+    );
+    // The next write works.
+    let out = json_of(
+        &call(
+            &home,
+            "sql_execute",
+            json!({"database": "/data/big.db", "sql": "INSERT INTO t VALUES (-1, 'after')"}),
+        )
+        .ok(),
+    );
+    assert_eq!(out["changes"], 1, "{out}");
+    let counted = json_of(
+        &call(
+            &home,
+            "sql_query",
+            json!({"database": "/data/big.db", "sql": "SELECT count(*) AS n FROM t"}),
+        )
+        .ok(),
+    );
+    assert_eq!(counted["rows"], json!([[200001]]), "{counted}");
+    assert_eq!(host_count(&db, "t"), 200_001);
+}
+
+/// A host killed while a write holds its lock: the next host started on the home removes the
+/// lock the dead process's call held (from the home's ledger), and the write after it rolls
+/// the interrupted one back.
+#[test]
+fn a_host_killed_mid_write_leaves_no_lock_for_the_next_host() {
+    let home = home_with(PLUGINS);
+    let data = home.scratch("data");
+    let db = data.join("big.db");
+    support::sqlite(
+        &db,
+        "CREATE TABLE t(x INTEGER, pad TEXT);
+         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200000)
+         INSERT INTO t SELECT i, hex(randomblob(16)) FROM n;",
+    );
+    install(
+        &home,
+        "sql",
+        &[grant_fs(&data, "/data", "rw")],
+        &["time=120s"],
+    );
+    let grow = "INSERT INTO t SELECT x, pad FROM t; ".repeat(8);
+    let args = json!({"database": "/data/big.db", "sql": grow}).to_string();
+    let mut child = home
+        .cordon_command(&["call", "sql_execute", &args])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start cordon call");
+    let lock = data.join("big.db.lock");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !lock.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the write never took its lock"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Well into the write, then killed.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    child.kill().expect("kill cordon call");
+    child.wait().expect("reap cordon call");
+    assert!(
+        lock.exists(),
+        "the killed call's lock is there until a host starts"
+    );
+    let out = json_of(
+        &call(
+            &home,
+            "sql_execute",
+            json!({"database": "/data/big.db", "sql": "INSERT INTO t VALUES (-1, 'after')"}),
+        )
+        .ok(),
+    );
+    assert_eq!(out["changes"], 1, "{out}");
+    assert!(!lock.exists());
+    assert_eq!(host_count(&db, "t"), 200_001);
+}

@@ -26,6 +26,7 @@ use filesystem_preopens::Preopen;
 use filesystem_types::file_streams::FileStreams;
 #[cfg(unix)]
 use filesystem_types::fresh_listing::FreshListing;
+use filesystem_types::lock_dirs::LockDirs;
 use filesystem_types::open_files::OpenFiles;
 #[cfg(unix)]
 use filesystem_types::readdir::{DirEntries, ListedEntry};
@@ -74,6 +75,8 @@ pub(crate) struct FsOverrides {
     preopens: Vec<Preopen>,
     open_files: OpenFiles,
     file_streams: FileStreams,
+    /// The lock directories this call made and has not removed: removed when it ends.
+    pub(crate) lock_dirs: LockDirs,
     /// The directory listings this call took, and whether the log already says it hit their cap.
     #[cfg(unix)]
     listings: Created<DirEntries>,
@@ -99,6 +102,7 @@ impl FsOverrides {
             preopens,
             open_files: Default::default(),
             file_streams: Default::default(),
+            lock_dirs: Default::default(),
             #[cfg(unix)]
             listings: Default::default(),
             #[cfg(unix)]
@@ -166,6 +170,8 @@ const fn over(
 
 const LISTING: &str = "listings typed from d_type, not a stat per entry, within the listings cap";
 const FILE_STREAMS: &str = "file streams within the file-streams cap";
+const LOCKS: &str =
+    "lock directories a call made are removed when it ends (SQLite's dot-file locks)";
 const HTTP_CAPS: &str = "HTTP objects and their parts within the HTTP caps";
 
 /// Every replaced function, checked in full by [`link`].
@@ -210,6 +216,18 @@ pub(crate) const OVERRIDES: &[Override] = &[
         "[method]descriptor.open-at",
         "filesystem_types::open_files",
         "opens within the open-files cap (and remembered for fresh listings)",
+    ),
+    over(
+        WASI_FILESYSTEM_TYPES,
+        "[method]descriptor.create-directory-at",
+        "filesystem_types::lock_dirs",
+        LOCKS,
+    ),
+    over(
+        WASI_FILESYSTEM_TYPES,
+        "[method]descriptor.remove-directory-at",
+        "filesystem_types::lock_dirs",
+        LOCKS,
     ),
     over(
         WASI_FILESYSTEM_TYPES,

@@ -1,6 +1,7 @@
 //! Cordon's replacements in `wasi:filesystem/types`, one module per concern: listings
 //! (`readdir`), lookups a fresh listing answers (`fresh_listing`), the open-files cap
-//! (`open_files`) and the file-streams cap (`file_streams`).
+//! (`open_files`), lock directories no call leaves behind (`lock_dirs`) and the file-streams
+//! cap (`file_streams`).
 
 use wasmtime::component::Linker;
 
@@ -9,6 +10,7 @@ use super::OverrideView;
 pub(crate) mod file_streams;
 #[cfg(unix)]
 pub(crate) mod fresh_listing;
+pub(crate) mod lock_dirs;
 pub(crate) mod open_files;
 #[cfg(unix)]
 pub(crate) mod readdir;
@@ -21,5 +23,6 @@ pub(crate) fn shadow<T: OverrideView>(linker: &mut Linker<T>) -> wasmtime::Resul
     #[cfg(unix)]
     fresh_listing::shadow(linker)?;
     open_files::shadow(linker)?;
+    lock_dirs::shadow(linker)?;
     file_streams::shadow(linker)
 }
