@@ -90,6 +90,9 @@ HOSTILE_ANSWER = (
     "\u001b]0;x\u0007 and \u001b[31mred\u001b[0m &amp; done."
 )
 PAGE_TITLE = "Cordon"
+# An origin nothing listens on, never granted: its fetch is refused by the sandbox first.
+UNGRANTED = "http://127.0.0.1:9"
+FOURTH_ANSWER = "Nothing answered there."
 
 SCRIPT = {
     "steps": [
@@ -129,6 +132,19 @@ SCRIPT = {
         {"kind": "text", "text": SECOND_ANSWER},
         # Turn 3: hostile text, streamed in 5-character pieces 20 ms apart.
         {"kind": "text", "text": HOSTILE_ANSWER, "chunk": 5, "delay_ms": 20},
+        # Turn 4: a fetch from an origin the probe was not granted: a grant request.
+        {
+            "kind": "tool_calls",
+            "content": "Fetching it.",
+            "calls": [
+                {
+                    "id": "call_fetch",
+                    "name": "http",
+                    "arguments": {"url": f"{UNGRANTED}/page"},
+                }
+            ],
+        },
+        {"kind": "text", "text": FOURTH_ANSWER},
     ]
 }
 
@@ -727,6 +743,44 @@ def scenario(console, work, data, token, home):
         d.execute_script("return sessionStorage.getItem('cordon-token')") == token,
         "the token was not kept in the tab",
     )
+
+    # ---- turn 4: a grant request ----
+    log("a fetch the sandbox refuses becomes a grant request with the origin and its choices")
+    c.click(f'#session-list li[data-session="{SESSION}"]', "the session in the list")
+    c.wait(lambda: c.text_of("#session-title") == SESSION, "the session to be selected")
+    c.type_into("#message", "Fetch the page.", "the composer")
+    c.click("#send", "Send")
+    card_css = f'#session-approvals .approval[data-session="{SESSION}"]'
+    grant_css = card_css + " pre.requested-grants"
+    # The probe's `http` may first be asked about as a call; approved, its refusal follows.
+    for _ in range(2):
+        c.wait(lambda: c.visible(card_css), "a question in the session view")
+        if c.one(grant_css):
+            break
+        asked = f'{card_css}[data-call="{c.one(card_css).get_attribute("data-call")}"]'
+        c.click(asked + ' button[data-answer="yes"]', "Approve")
+        c.wait(
+            lambda asked=asked: c.one(grant_css) or not c.one(asked),
+            "the approval to go",
+        )
+    c.wait(lambda: c.visible(grant_css), "the grant request")
+    wanted = c.text_of(grant_css)
+    check(wanted == f"net:{UNGRANTED}", f"the grant request asks for {wanted!r}")
+    card_text = c.text_of(card_css)
+    check("refused by its sandbox" in card_text, f"the card says {card_text!r}")
+    answers = [b.get_attribute("data-answer") for b in c.find(card_css + " button[data-answer]")]
+    check(
+        answers == ["yes", "always", "for 1h", "forever", "no", "never"],
+        f"the grant request offers {answers!r}",
+    )
+    call = c.one(card_css).get_attribute("data-call")
+    c.click(f'{card_css}[data-call="{call}"] button[data-answer="yes"]', "Grant for this call")
+    c.wait_transcript(
+        lambda m: has(m, "assistant", "model", FOURTH_ANSWER, exact=True),
+        "the answer after the grant",
+    )
+    lock = (home / "plugins.toml").read_text()
+    check(UNGRANTED not in lock, "a grant for one call was written to the lock")
 
 
 def check_inert(c):
