@@ -164,7 +164,21 @@ fn a_grant_for_this_call_only_is_asked_again_next_time_and_never_is_remembered()
     served.post("/api/v1/sessions", json!({"id": "bob"}));
     let events = served.stream("/api/v1/sessions/bob/messages", json!({"text": "Fetch"}));
     let first = served.pending("bob");
-    served.answer(&first, "yes");
+    // Answered from a terminal with `cordon approve`, which shows what would be granted.
+    let listed = home.cordon(&["approve", "--list"]).ok();
+    assert!(
+        listed.stdout.contains("refused by its sandbox")
+            && listed.stdout.contains(&format!("net:{}", other.origin())),
+        "{}",
+        listed.stdout
+    );
+    home.cordon(&[
+        "approve",
+        "bob",
+        first["call_id"].as_str().unwrap(),
+        "yes",
+    ])
+    .ok();
     let second = crate::grant_requests::next_question(&served, "bob", &first);
     served.answer(&second, "never");
     events.until("turn_finished", Duration::from_secs(60));
