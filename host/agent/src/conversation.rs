@@ -440,11 +440,16 @@ impl Conversation {
 
 /// Everything of a conversation but its messages, borrowed: what a store records with each
 /// transition beside the messages appended since the last one, so recording a transition costs
-/// what changed rather than the whole history. [`Conversation::from_tail`] puts the two back
-/// together.
+/// what changed rather than the whole history. Turns and notes are recorded from where they
+/// may have changed on: a turn changes only while it is the last, and notes are only added
+/// (a fork, which drops some, is a new conversation recorded whole). [`Conversation::replay`]
+/// puts the records back together.
 #[derive(Debug, Serialize)]
 pub struct ConversationTail<'a> {
     format: u32,
+    /// The index of the first turn `turns` holds; the earlier ones are as recorded before.
+    #[serde(skip_serializing_if = "is_zero_usize")]
+    turns_from: usize,
     turns: &'a [Turn],
     state: &'a State,
     progress: &'a Progress,
@@ -456,17 +461,35 @@ pub struct ConversationTail<'a> {
     #[serde(skip_serializing_if = "SessionGrants::is_empty")]
     grants: &'a SessionGrants,
     next_call: u64,
+    /// The index of the first note `notes` holds; the earlier ones are as recorded before.
+    #[serde(skip_serializing_if = "is_zero_usize")]
+    notes_from: usize,
     notes: &'a [Note],
     usage: &'a Usage,
     summary: &'a Option<Summary>,
 }
 
+fn is_zero_usize(n: &usize) -> bool {
+    *n == 0
+}
+
 impl Conversation {
     /// The conversation without its messages (see [`ConversationTail`]).
     pub fn tail(&self) -> ConversationTail<'_> {
+        self.tail_since(0, 0)
+    }
+
+    /// [`Conversation::tail`] with only the turns from `turns_from` on and the notes from
+    /// `notes_from` on: what changed since a record that had `turns_from + 1` turns and
+    /// `notes_from` notes.
+    pub fn tail_since(&self, turns_from: usize, notes_from: usize) -> ConversationTail<'_> {
+        let turns_from = turns_from.min(self.turns.len());
+        let notes_from = notes_from.min(self.notes.len());
         ConversationTail {
             format: self.format,
-            turns: &self.turns,
+            turns_from,
+            turns: &self.turns[turns_from..],
+            notes_from,
             state: &self.state,
             progress: &self.progress,
             session_approvals: &self.session_approvals,
@@ -474,7 +497,7 @@ impl Conversation {
             labels: &self.labels,
             grants: &self.grants,
             next_call: self.next_call,
-            notes: &self.notes,
+            notes: &self.notes[notes_from..],
             usage: &self.usage,
             summary: &self.summary,
         }
@@ -494,11 +517,73 @@ impl Conversation {
         self.turns.last().and_then(|t| t.requested_by.as_ref())
     }
 
-    /// Puts a conversation back together from a recorded tail (JSON of a
-    /// [`ConversationTail`]) and its messages.
+    /// Puts a conversation back together from a recorded tail (JSON of a whole
+    /// [`ConversationTail`], [`Conversation::tail`]) and its messages.
     pub fn from_tail(tail: &str, messages: Vec<Message>) -> Result<Self, ConversationError> {
-        let mut value: Value =
+        let value: Value =
             serde_json::from_str(tail).map_err(|e| ConversationError::Parse(e.to_string()))?;
+        Self::from_tail_value(value, messages)
+    }
+
+    /// Puts a conversation back together from `base` (a snapshot) and the records of the
+    /// transitions after it, oldest first: for each, the index of the first message it holds,
+    /// those messages (JSON), and its tail (JSON of a [`ConversationTail`], whole or since the
+    /// record before). The last tail is the conversation's state; messages, turns and notes
+    /// are folded through all of them.
+    pub fn replay<'r>(
+        base: Conversation,
+        records: impl IntoIterator<Item = (usize, &'r str, &'r str)>,
+    ) -> Result<Self, ConversationError> {
+        let parse = |e: serde_json::Error| ConversationError::Parse(e.to_string());
+        let mut base = base;
+        let mut messages = std::mem::take(&mut base.messages);
+        let mut turns = std::mem::take(&mut base.turns);
+        let mut notes = std::mem::take(&mut base.notes);
+        let mut last: Option<Value> = None;
+        for (first, added, tail) in records {
+            let added: Vec<Message> = serde_json::from_str(added).map_err(parse)?;
+            messages.truncate(first);
+            messages.extend(added);
+            let mut tail: Value = serde_json::from_str(tail).map_err(parse)?;
+            let Some(object) = tail.as_object_mut() else {
+                return Err(ConversationError::Parse(
+                    "a recorded conversation is not a JSON object".to_string(),
+                ));
+            };
+            let from = |o: &mut serde_json::Map<String, Value>, key: &str| {
+                o.remove(key).and_then(|v| v.as_u64()).unwrap_or(0) as usize
+            };
+            let turns_from = from(object, "turns_from");
+            let recorded: Vec<Turn> = match object.remove("turns") {
+                Some(v) => serde_json::from_value(v).map_err(parse)?,
+                None => Vec::new(),
+            };
+            turns.truncate(turns_from);
+            turns.extend(recorded);
+            let notes_from = from(object, "notes_from");
+            let recorded: Vec<Note> = match object.remove("notes") {
+                Some(v) => serde_json::from_value(v).map_err(parse)?,
+                None => Vec::new(),
+            };
+            notes.truncate(notes_from);
+            notes.extend(recorded);
+            last = Some(tail);
+        }
+        let Some(mut tail) = last else {
+            base.messages = messages;
+            base.turns = turns;
+            base.notes = notes;
+            return Ok(base);
+        };
+        tail["turns"] = serde_json::to_value(turns).map_err(parse)?;
+        tail["notes"] = serde_json::to_value(notes).map_err(parse)?;
+        Self::from_tail_value(tail, messages)
+    }
+
+    fn from_tail_value(
+        mut value: Value,
+        messages: Vec<Message>,
+    ) -> Result<Self, ConversationError> {
         let Some(object) = value.as_object_mut() else {
             return Err(ConversationError::Parse(
                 "a recorded conversation is not a JSON object".to_string(),

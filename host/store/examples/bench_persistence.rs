@@ -18,6 +18,12 @@
 //!
 //! `cargo run --release -p cordon-store --example bench_persistence [-- --sessions N
 //! --turns-per-session K --no-postgres]`
+//!
+//! `--growth` instead drives one session of 1,000 turns in a SQLite store, in step with the
+//! same conversation in memory, and reports at 10, 100 and 1,000 turns what the session's
+//! transitions take in the store and the time a turn adds by being recorded (medians of the
+//! ten turns before): a transition records what changed, so doubling the turns at most
+//! doubles the size, and a turn's added time stays flat.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -312,6 +318,9 @@ fn arg(args: &[String], name: &str, default: usize) -> usize {
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--growth") {
+        return growth().await;
+    }
     let sessions = arg(&args, "--sessions", 40).max(1);
     let per_session = arg(&args, "--turns-per-session", 8).max(1);
     let warmup = 2;
@@ -363,4 +372,83 @@ async fn main() {
         load_average(),
         model.served()
     );
+}
+
+/// `--growth`: one long session, in the store and in memory in step.
+async fn growth() {
+    let model = ScriptedServer::start(Script::by_role(
+        Step::tool_calls(vec![
+            ScriptedCall::new("lookup", json!({"key": "region"})),
+            ScriptedCall::new("count", json!({"key": "orders"})),
+        ]),
+        Step::text("The north region sold most last month: 1,204 orders."),
+    ))
+    .await
+    .expect("start the scripted model");
+    let mut config = AgentConfig::default();
+    config.llm.url = model.base_url();
+    config.llm.model = "scripted".to_string();
+    let agent = Agent::new(config, Arc::new(CheapTools)).expect("make the engine");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let url = format!("sqlite:{}", dir.path().join("sessions.db").display());
+    let store = Store::open(&url, StoreOptions::default())
+        .await
+        .expect("open the SQLite store");
+    let id = store
+        .create_session(NewSession {
+            id: Some("long".to_string()),
+            origin: "bench".to_string(),
+            parent: None,
+            settings: SessionSettings::default(),
+            conversation: Conversation::new(),
+            created_by: None,
+        })
+        .await
+        .expect("create a session")
+        .id;
+    let (mut journal, mut conv) = store.drive(&id).await.expect("take the session");
+    let mut memory = Conversation::new();
+    let mut added = Vec::new();
+    println!("bench_persistence --growth: one SQLite session, turns recorded as they run");
+    println!("  turns   transitions' bytes   bytes per turn   added per turn p50 (last 10)");
+    let mut last_bytes = 0usize;
+    for t in 1..=1000usize {
+        let text = format!("question {t}");
+        let mut none = NoJournal;
+        let (m, st) = if t % 2 == 0 {
+            let m = drive(&agent, &mut memory, &mut none, text.clone(), None).await;
+            (
+                m,
+                drive(&agent, &mut conv, &mut journal, text, Some(&id)).await,
+            )
+        } else {
+            let st = drive(&agent, &mut conv, &mut journal, text.clone(), Some(&id)).await;
+            (drive(&agent, &mut memory, &mut none, text, None).await, st)
+        };
+        added.push(st.time.as_secs_f64() - m.time.as_secs_f64());
+        if [10, 100, 1000].contains(&t) {
+            let log = store.transitions(&id, 0).await.expect("the transitions");
+            let bytes: usize = log
+                .iter()
+                .map(|r| r.tail_bytes + serde_json::to_string(&r.messages).map_or(0, |s| s.len()))
+                .sum();
+            let recent = &added[added.len() - 10..];
+            println!(
+                "  {t:>5}   {bytes:>18}   {:>14}   {:>8.3} ms{}",
+                bytes / t,
+                quantile(recent, 0.5) * 1e3,
+                if last_bytes > 0 {
+                    format!(
+                        "   ({:.2}× the bytes of a tenth of the turns)",
+                        bytes as f64 / last_bytes as f64
+                    )
+                } else {
+                    String::new()
+                }
+            );
+            last_bytes = bytes;
+        }
+    }
+    journal.release().await.expect("give the session back");
+    store.close().await;
 }

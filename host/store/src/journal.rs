@@ -31,6 +31,10 @@ pub struct SessionJournal {
     seq: i64,
     /// Messages recorded so far.
     messages: usize,
+    /// Turns and notes recorded so far: a transition records the last of those turns again
+    /// (it may have changed) and what came after, and the notes after these.
+    turns: usize,
+    notes: usize,
     since_snapshot: u32,
     lost: CancellationToken,
     /// Renews the lease; started once the session is in the store.
@@ -92,6 +96,8 @@ impl Store {
             id: id.clone(),
             seq: 0,
             messages: new.conversation.messages.len(),
+            turns: new.conversation.turns.len(),
+            notes: new.conversation.notes.len(),
             since_snapshot: 0,
             lost: CancellationToken::new(),
             keeper: None,
@@ -109,6 +115,8 @@ impl Store {
             id: id.to_string(),
             seq,
             messages: conv.messages.len(),
+            turns: conv.turns.len(),
+            notes: conv.notes.len(),
             since_snapshot: 0,
             keeper: Some(keep_lease(self.clone(), id.to_string(), lost.clone())),
             lost,
@@ -188,7 +196,9 @@ impl SessionJournal {
         const OLD_SNAPSHOTS: &str = "DELETE FROM snapshots WHERE session = $1 AND seq < $2";
         let first = self.messages.min(conv.messages.len());
         let added = serde_json::to_string(&conv.messages[first..]).unwrap_or_default();
-        let tail = serde_json::to_string(&conv.tail()).unwrap_or_default();
+        let tail =
+            serde_json::to_string(&conv.tail_since(self.turns.saturating_sub(1), self.notes))
+                .unwrap_or_default();
         let cause = serde_json::to_string(cause).unwrap_or_default();
         let snapshot = (self.since_snapshot + 1 >= self.store.options().snapshot_every)
             .then(|| serde_json::to_string(conv).unwrap_or_default());
@@ -272,6 +282,8 @@ impl SessionJournal {
         }
         self.seq = seq;
         self.messages = conv.messages.len();
+        self.turns = conv.turns.len();
+        self.notes = conv.notes.len();
         self.since_snapshot = if snapshot.is_some() {
             0
         } else {

@@ -95,6 +95,9 @@ pub struct TransitionRecord {
     pub messages: Vec<Message>,
     /// The state the machine was left in.
     pub state: String,
+    /// The bytes its record takes beside its messages (the state, the changed turns and notes,
+    /// the counters): what a long session's transitions must not grow with.
+    pub tail_bytes: usize,
 }
 
 /// Checks a session name: 1 to 64 ASCII letters, digits, `.`, `_` or `-`, starting with a
@@ -371,26 +374,18 @@ impl Store {
         let Some((snapshot, after)) = rows else {
             return Err(corrupt("it has no snapshot".to_string()));
         };
-        let mut conv = Conversation::from_json(&snapshot).map_err(|e| corrupt(e.to_string()))?;
-        // Each transition added messages (from `first` on); only the last one's tail (the
-        // state, turns, counters) is the conversation's now, so it alone is put back together
-        // with them: once per load, not once per transition since the snapshot, which made
-        // loading a long session cost its transitions times its messages.
-        let mut all = std::mem::take(&mut conv.messages);
-        let mut last = None;
-        for (first, messages, tail) in after {
-            let added: Vec<Message> =
-                serde_json::from_str(&messages).map_err(|e| corrupt(e.to_string()))?;
-            all.truncate(usize::try_from(first).unwrap_or(0));
-            all.extend(added);
-            last = Some(tail);
-        }
-        match last {
-            Some(tail) => {
-                conv = Conversation::from_tail(&tail, all).map_err(|e| corrupt(e.to_string()))?
-            }
-            None => conv.messages = all,
-        }
+        let base = Conversation::from_json(&snapshot).map_err(|e| corrupt(e.to_string()))?;
+        // Each transition added messages (from `first` on) and the turns and notes that
+        // changed; the last one's tail is the conversation's state now. Put back together once
+        // per load, not once per transition since the snapshot.
+        let records = after.iter().map(|(first, messages, tail)| {
+            (
+                usize::try_from(*first).unwrap_or(0),
+                messages.as_str(),
+                tail.as_str(),
+            )
+        });
+        let conv = Conversation::replay(base, records).map_err(|e| corrupt(e.to_string()))?;
         Ok((info, conv))
     }
 
@@ -421,8 +416,10 @@ impl Store {
                     id: id.to_string(),
                     reason: format!("transition {seq}: {e}"),
                 };
+                let tail_bytes = tail.len();
                 let tail: Value = serde_json::from_str(&tail).map_err(corrupt)?;
                 Ok(TransitionRecord {
+                    tail_bytes,
                     seq,
                     at_ms,
                     cause: serde_json::from_str(&cause).map_err(corrupt)?,

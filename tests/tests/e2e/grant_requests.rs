@@ -172,13 +172,8 @@ fn a_grant_for_this_call_only_is_asked_again_next_time_and_never_is_remembered()
         "{}",
         listed.stdout
     );
-    home.cordon(&[
-        "approve",
-        "bob",
-        first["call_id"].as_str().unwrap(),
-        "yes",
-    ])
-    .ok();
+    home.cordon(&["approve", "bob", first["call_id"].as_str().unwrap(), "yes"])
+        .ok();
     let second = crate::grant_requests::next_question(&served, "bob", &first);
     served.answer(&second, "never");
     events.until("turn_finished", Duration::from_secs(60));

@@ -462,3 +462,30 @@ each_backend!(
             .unwrap();
     }
 );
+
+each_backend!(
+    a_transition_records_what_changed_not_the_whole_turn_list,
+    |backend: Backend| async move {
+        // No snapshot after the first: loading folds every transition.
+        let (store, _, _dir) = fresh(backend, options(Duration::from_secs(30), 10_000)).await;
+        new_session(&store, "long").await;
+        let (mut journal, mut conv) = store.drive("long").await.unwrap();
+        for n in 0..60 {
+            tool_turn(&mut conv, &mut journal, n).await;
+        }
+        let log = store.transitions("long", 0).await.unwrap();
+        // Six transitions a turn: the 6th turn's and the 60th's take the same room (within
+        // the digits their numbers add).
+        let turn = |t: usize| -> usize { log[t * 6..t * 6 + 6].iter().map(|r| r.tail_bytes).sum() };
+        assert!(
+            turn(59) <= turn(5) + 200,
+            "the 60th turn's records take {} bytes, the 6th's {}",
+            turn(59),
+            turn(5)
+        );
+        let (_, loaded) = store.load("long").await.unwrap();
+        assert_eq!(loaded, conv);
+        assert_eq!(loaded.turns.len(), 60);
+        journal.release().await.unwrap();
+    }
+);
