@@ -35,7 +35,10 @@ pub struct SessionJournal {
     /// (it may have changed) and what came after, and the notes after these.
     turns: usize,
     notes: usize,
+    /// Transitions recorded since the newest snapshot, and their bytes; the snapshot's size.
     since_snapshot: u32,
+    since_snapshot_bytes: usize,
+    snapshot_bytes: usize,
     lost: CancellationToken,
     /// Renews the lease; started once the session is in the store.
     keeper: Option<tokio::task::JoinHandle<()>>,
@@ -61,14 +64,14 @@ impl Store {
     /// [`StoreError::Busy`] while another host drives it.
     pub async fn drive(&self, id: &str) -> Result<(SessionJournal, Conversation), StoreError> {
         self.acquire(id).await?;
-        let (info, conv) = match self.load(id).await {
+        let (info, conv, replayed) = match self.load_replayed(id).await {
             Ok(loaded) => loaded,
             Err(e) => {
                 let _ = self.release(id).await;
                 return Err(e);
             }
         };
-        Ok((self.journal(id, info.seq, &conv), conv))
+        Ok((self.journal(id, info.seq, &conv, replayed), conv))
     }
 
     /// A new session holding `new.conversation`, ready to drive, and its journal: for a
@@ -91,6 +94,7 @@ impl Store {
             settings: serde_json::to_string(&new.settings).unwrap_or_else(|_| "{}".into()),
             start: new.conversation.to_json(),
         };
+        let snapshot_bytes = unborn.start.len();
         let journal = SessionJournal {
             store: self.clone(),
             id: id.clone(),
@@ -99,6 +103,8 @@ impl Store {
             turns: new.conversation.turns.len(),
             notes: new.conversation.notes.len(),
             since_snapshot: 0,
+            since_snapshot_bytes: 0,
+            snapshot_bytes,
             lost: CancellationToken::new(),
             keeper: None,
             unborn: Some(unborn),
@@ -108,7 +114,13 @@ impl Store {
 
     /// The journal of a session this process holds the lease on, at `seq`, and the task that
     /// keeps the lease.
-    fn journal(&self, id: &str, seq: i64, conv: &Conversation) -> SessionJournal {
+    fn journal(
+        &self,
+        id: &str,
+        seq: i64,
+        conv: &Conversation,
+        replayed: crate::sessions::Replayed,
+    ) -> SessionJournal {
         let lost = CancellationToken::new();
         SessionJournal {
             store: self.clone(),
@@ -117,7 +129,9 @@ impl Store {
             messages: conv.messages.len(),
             turns: conv.turns.len(),
             notes: conv.notes.len(),
-            since_snapshot: 0,
+            since_snapshot: replayed.transitions,
+            since_snapshot_bytes: replayed.bytes,
+            snapshot_bytes: replayed.snapshot_bytes,
             keeper: Some(keep_lease(self.clone(), id.to_string(), lost.clone())),
             lost,
             unborn: None,
@@ -200,7 +214,12 @@ impl SessionJournal {
             serde_json::to_string(&conv.tail_since(self.turns.saturating_sub(1), self.notes))
                 .unwrap_or_default();
         let cause = serde_json::to_string(cause).unwrap_or_default();
-        let snapshot = (self.since_snapshot + 1 >= self.store.options().snapshot_every)
+        // A snapshot once `snapshot_every` transitions and at least the last snapshot's size in
+        // transitions came since: writing snapshots then costs at most what the transitions
+        // cost, however long the session, and a load reads at most twice the session.
+        let since_bytes = self.since_snapshot_bytes + added.len() + tail.len();
+        let snapshot = (self.since_snapshot + 1 >= self.store.options().snapshot_every
+            && since_bytes >= self.snapshot_bytes)
             .then(|| serde_json::to_string(conv).unwrap_or_default());
         let now = now_ms();
         let seq = self.seq + 1;
@@ -284,11 +303,17 @@ impl SessionJournal {
         self.messages = conv.messages.len();
         self.turns = conv.turns.len();
         self.notes = conv.notes.len();
-        self.since_snapshot = if snapshot.is_some() {
-            0
-        } else {
-            self.since_snapshot + 1
-        };
+        match &snapshot {
+            Some(snapshot) => {
+                self.since_snapshot = 0;
+                self.since_snapshot_bytes = 0;
+                self.snapshot_bytes = snapshot.len();
+            }
+            None => {
+                self.since_snapshot += 1;
+                self.since_snapshot_bytes = since_bytes;
+            }
+        }
         Ok(())
     }
 

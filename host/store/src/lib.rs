@@ -62,7 +62,9 @@ pub struct StoreOptions {
     /// before taking over a session whose host died. The driving host renews it at every
     /// transition and every third of this while it waits.
     pub lease_ttl: Duration,
-    /// A snapshot of the whole conversation every this many transitions.
+    /// A snapshot of the whole conversation after at least this many transitions, once the
+    /// transitions since the last one take as much room as it does (so snapshots of a long
+    /// session cost no more than its transitions).
     pub snapshot_every: u32,
     /// What kind of process drives sessions through this store (`serve`, `cli`): the first
     /// part of its name in leases, so that a host takes up only the sessions its own kind was

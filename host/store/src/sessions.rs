@@ -100,6 +100,15 @@ pub struct TransitionRecord {
     pub tail_bytes: usize,
 }
 
+/// What loading a session read: the transitions after its snapshot (how many, their bytes)
+/// and the snapshot's size.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Replayed {
+    pub(crate) transitions: u32,
+    pub(crate) bytes: usize,
+    pub(crate) snapshot_bytes: usize,
+}
+
 /// Checks a session name: 1 to 64 ASCII letters, digits, `.`, `_` or `-`, starting with a
 /// letter or digit, so it is safe in URLs, file names and terminals.
 pub fn validate_session_id(id: &str) -> Result<(), StoreError> {
@@ -341,6 +350,17 @@ impl Store {
     /// A session's conversation as last recorded: the newest snapshot and the transitions
     /// after it.
     pub async fn load(&self, id: &str) -> Result<(SessionInfo, Conversation), StoreError> {
+        self.load_replayed(id)
+            .await
+            .map(|(info, conv, _)| (info, conv))
+    }
+
+    /// [`Store::load`], with what loading it replayed: what the journal that drives it next
+    /// counts on from, to know when its next snapshot is due.
+    pub(crate) async fn load_replayed(
+        &self,
+        id: &str,
+    ) -> Result<(SessionInfo, Conversation, Replayed), StoreError> {
         const SNAPSHOT: &str = "SELECT seq, conversation FROM snapshots WHERE session = $1 \
                                 ORDER BY seq DESC LIMIT 1";
         const AFTER: &str = "SELECT seq, first_message, messages, tail FROM transitions \
@@ -386,7 +406,12 @@ impl Store {
             )
         });
         let conv = Conversation::replay(base, records).map_err(|e| corrupt(e.to_string()))?;
-        Ok((info, conv))
+        let replayed = Replayed {
+            transitions: after.len() as u32,
+            bytes: after.iter().map(|(_, m, t)| m.len() + t.len()).sum(),
+            snapshot_bytes: snapshot.len(),
+        };
+        Ok((info, conv, replayed))
     }
 
     /// A session's recorded transitions after `after_seq`, oldest first.
