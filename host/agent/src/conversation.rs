@@ -15,8 +15,13 @@ use crate::grant_requests::{GrantRequest, SessionGrants};
 use crate::messages::{Message, ModelResponse, ToolCall, Usage};
 use crate::parameters::TurnParameters;
 
-/// The save format version; bumped when the layout changes incompatibly.
-pub const FORMAT_VERSION: u32 = 1;
+/// The save format version; bumped when the layout changes incompatibly. 2: a recorded tail
+/// may hold only the turns and notes that changed (see [`ConversationTail`]), which a reader of
+/// format 1 would take for the whole list.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The oldest format this version reads (format 1 is format 2 with every tail whole).
+const OLDEST_FORMAT: u32 = 1;
 
 /// Errors in loading, saving or forking a conversation.
 #[derive(Debug, thiserror::Error)]
@@ -369,11 +374,12 @@ impl Conversation {
         let v: serde_json::Value =
             serde_json::from_str(text).map_err(|e| ConversationError::Parse(e.to_string()))?;
         let found = v["format"].as_u64().unwrap_or(0) as u32;
-        if found != FORMAT_VERSION {
+        if !(OLDEST_FORMAT..=FORMAT_VERSION).contains(&found) {
             return Err(ConversationError::Version { found });
         }
         let mut conv: Self =
             serde_json::from_value(v).map_err(|e| ConversationError::Parse(e.to_string()))?;
+        conv.format = FORMAT_VERSION;
         identify_saved_calls(&mut conv);
         Ok(conv)
     }
@@ -486,7 +492,7 @@ impl Conversation {
         let turns_from = turns_from.min(self.turns.len());
         let notes_from = notes_from.min(self.notes.len());
         ConversationTail {
-            format: self.format,
+            format: FORMAT_VERSION,
             turns_from,
             turns: &self.turns[turns_from..],
             notes_from,
@@ -542,6 +548,14 @@ impl Conversation {
         let mut last: Option<Value> = None;
         for (first, added, tail) in records {
             let added: Vec<Message> = serde_json::from_str(added).map_err(parse)?;
+            let gap = |what: &str, from: usize, had: usize| {
+                ConversationError::Parse(format!(
+                    "a record continues from {what} {from}, and the records before it hold {had}"
+                ))
+            };
+            if first > messages.len() {
+                return Err(gap("message", first, messages.len()));
+            }
             messages.truncate(first);
             messages.extend(added);
             let mut tail: Value = serde_json::from_str(tail).map_err(parse)?;
@@ -558,6 +572,9 @@ impl Conversation {
                 Some(v) => serde_json::from_value(v).map_err(parse)?,
                 None => Vec::new(),
             };
+            if turns_from > turns.len() {
+                return Err(gap("turn", turns_from, turns.len()));
+            }
             turns.truncate(turns_from);
             turns.extend(recorded);
             let notes_from = from(object, "notes_from");
@@ -565,6 +582,9 @@ impl Conversation {
                 Some(v) => serde_json::from_value(v).map_err(parse)?,
                 None => Vec::new(),
             };
+            if notes_from > notes.len() {
+                return Err(gap("note", notes_from, notes.len()));
+            }
             notes.truncate(notes_from);
             notes.extend(recorded);
             last = Some(tail);
@@ -593,9 +613,10 @@ impl Conversation {
             serde_json::to_value(messages).map_err(|e| ConversationError::Parse(e.to_string()))?;
         object.insert("messages".to_string(), messages);
         let found = object.get("format").and_then(Value::as_u64).unwrap_or(0) as u32;
-        if found != FORMAT_VERSION {
+        if !(OLDEST_FORMAT..=FORMAT_VERSION).contains(&found) {
             return Err(ConversationError::Version { found });
         }
+        object.insert("format".to_string(), Value::from(FORMAT_VERSION));
         serde_json::from_value(value).map_err(|e| ConversationError::Parse(e.to_string()))
     }
 }

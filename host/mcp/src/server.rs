@@ -621,6 +621,15 @@ impl McpServer {
             };
             (held.labels.clone(), held.grants.of(to))
         };
+        // The tool as it runs in this session: with the grants given for it, which policy,
+        // approval and the Rule of Two must see.
+        let widened;
+        let spec = if session_grants.is_empty() {
+            spec
+        } else {
+            widened = spec.widened(&session_grants);
+            &widened
+        };
         let verdict = self
             .verdict(&policy, spec, &arguments, &caller, &seen)
             .await;

@@ -21,9 +21,10 @@
 //!
 //! `--growth` instead drives one session of 1,000 turns in a SQLite store, in step with the
 //! same conversation in memory, and reports at 10, 100 and 1,000 turns what the session's
-//! transitions take in the store and the time a turn adds by being recorded (medians of the
-//! ten turns before): a transition records what changed, so doubling the turns at most
-//! doubles the size, and a turn's added time stays flat.
+//! transitions take in the store, the time a turn spends recording its transitions, and the
+//! time a turn takes in the store and in memory (medians of the ten turns before): a
+//! transition records what changed, so doubling the turns at most doubles the size, and the
+//! recording time stays flat.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -97,6 +98,8 @@ struct Counting<'a> {
     inner: &'a mut dyn Journal,
     transitions: usize,
     audits: usize,
+    /// Time spent recording transitions.
+    recording: Duration,
 }
 
 impl<'a> Counting<'a> {
@@ -105,6 +108,7 @@ impl<'a> Counting<'a> {
             inner,
             transitions: 0,
             audits: 0,
+            recording: Duration::ZERO,
         }
     }
 }
@@ -117,7 +121,10 @@ impl Journal for Counting<'_> {
         cause: &Cause,
     ) -> Result<(), JournalError> {
         self.transitions += 1;
-        self.inner.transition(conversation, cause).await
+        let start = Instant::now();
+        let recorded = self.inner.transition(conversation, cause).await;
+        self.recording += start.elapsed();
+        recorded
     }
 
     async fn audit(&mut self, record: AuditRecord) -> Result<(), JournalError> {
@@ -135,6 +142,8 @@ struct Turn {
     time: Duration,
     transitions: usize,
     audits: usize,
+    /// The part of `time` spent recording its transitions.
+    recording: Duration,
 }
 
 async fn drive(
@@ -170,6 +179,7 @@ async fn drive(
         time,
         transitions: counting.transitions,
         audits: counting.audits,
+        recording: counting.recording,
     }
 }
 
@@ -408,9 +418,11 @@ async fn growth() {
         .id;
     let (mut journal, mut conv) = store.drive(&id).await.expect("take the session");
     let mut memory = Conversation::new();
-    let mut added = Vec::new();
+    let (mut recording, mut stored, mut in_memory) = (Vec::new(), Vec::new(), Vec::new());
     println!("bench_persistence --growth: one SQLite session, turns recorded as they run");
-    println!("  turns   transitions' bytes   bytes per turn   added per turn p50 (last 10)");
+    println!(
+        "  turns   transitions' bytes   bytes per turn   recording p50   turn p50 store / memory (last 10)"
+    );
     let mut last_bytes = 0usize;
     for t in 1..=1000usize {
         let text = format!("question {t}");
@@ -425,18 +437,22 @@ async fn growth() {
             let st = drive(&agent, &mut conv, &mut journal, text.clone(), Some(&id)).await;
             (drive(&agent, &mut memory, &mut none, text, None).await, st)
         };
-        added.push(st.time.as_secs_f64() - m.time.as_secs_f64());
+        recording.push(st.recording.as_secs_f64());
+        stored.push(st.time.as_secs_f64());
+        in_memory.push(m.time.as_secs_f64());
         if [10, 100, 1000].contains(&t) {
             let log = store.transitions(&id, 0).await.expect("the transitions");
             let bytes: usize = log
                 .iter()
                 .map(|r| r.tail_bytes + serde_json::to_string(&r.messages).map_or(0, |s| s.len()))
                 .sum();
-            let recent = &added[added.len() - 10..];
+            let p50 = |v: &[f64]| quantile(&v[v.len() - 10..], 0.5) * 1e3;
             println!(
-                "  {t:>5}   {bytes:>18}   {:>14}   {:>8.3} ms{}",
+                "  {t:>5}   {bytes:>18}   {:>14}   {:>10.3} ms   {:>8.3} / {:.3} ms{}",
                 bytes / t,
-                quantile(recent, 0.5) * 1e3,
+                p50(&recording),
+                p50(&stored),
+                p50(&in_memory),
                 if last_bytes > 0 {
                     format!(
                         "   ({:.2}× the bytes of a tenth of the turns)",

@@ -179,25 +179,16 @@ fn file_len(path: &str) -> Option<u64> {
 /// that immutable mode would ignore.
 fn check_pending_changes(database: &str) -> Result<(), ToolError> {
     let journal = format!("{database}-journal");
+    // Never rolled back from here: the sandboxed SQLite cannot see a native writer's locks, so
+    // the journal of a `sqlite3` writing right now would look interrupted, and a read must not
+    // undo a live write.
     if file_len(&journal).is_some_and(|n| n > 0) {
-        // An interrupted write's journal: where the grant allows writing, SQLite rolls it back
-        // as it opens the file for writing and reads it (unless a writer holds the database's
-        // lock right now, when the journal is that writer's and stays).
-        let rolled_back = open_write(database, false)
-            .and_then(|conn| {
-                conn.query_row("SELECT count(*) FROM sqlite_schema", [], |_| Ok(()))
-                    .map_err(|e| sqlite_error(database, &e))
-            })
-            .is_ok()
-            && !file_len(&journal).is_some_and(|n| n > 0);
-        if !rolled_back {
-            return Err(ToolError::failed(format!(
-                "{database} has a non-empty rollback journal ({journal}): a write is in \
-                 progress or was interrupted, so its content may be inconsistent. Retry when \
-                 the writer has finished; an interrupted write is rolled back by the next \
-                 sql_execute, or by reading it under a read-write grant"
-            )));
-        }
+        return Err(ToolError::failed(format!(
+            "{database} has a non-empty rollback journal ({journal}): a write is in progress or \
+             was interrupted, so its content may be inconsistent. Retry when the writer has \
+             finished; a write Cordon's sql tool had begun and was stopped is rolled back by the \
+             next sql_execute"
+        )));
     }
     let wal = format!("{database}-wal");
     let Some(wal_len) = file_len(&wal).filter(|&n| n > 0) else {

@@ -55,6 +55,7 @@ impl McpServer {
         let (askable, blocked) = {
             let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
             let askable = held.grants.askable(to, &offered);
+            // `spec` already holds the session's grants (see `call`).
             let widened = spec.widened(&askable);
             let blocked =
                 if cordon_core::rule_of_two(&held.labels, &spec.identity(), &widened.exposure)
@@ -99,6 +100,24 @@ impl McpServer {
             requested_grants: askable.clone(),
         };
         let given = self.ask_grant(&question, facts, context).await;
+        // A person may take minutes to answer while other calls of the session add labels:
+        // the Rule of Two is checked again as the grant would now be used.
+        let now_sends = {
+            let held = held.lock().unwrap_or_else(|e| e.into_inner());
+            cordon_core::rule_of_two(
+                &held.labels,
+                &spec.identity(),
+                &spec.widened(&askable).exposure,
+            )
+        };
+        if now_sends.is_some() && given.answer.as_str() != "no" && given.answer.as_str() != "never"
+        {
+            failure.message.push_str(&format!(
+                " (Not granted: while the question waited, this session came to hold private data \
+                 and untrusted content, and {grants} would let the tool send data out.)"
+            ));
+            return Err(failure);
+        }
         let span = match given.answer {
             ApprovalAnswer::Yes => GrantSpan::Call,
             ApprovalAnswer::Always => GrantSpan::Session,

@@ -5,17 +5,19 @@
 //! the write ends. A call stopped in between (its time limit, a cancel, a trap, a client gone)
 //! never removes it, and every later write would find the database locked for good. The host
 //! knows when a call ends, so what decides, in order:
-//! 1. A directory whose name ends in `.lock` that the guest created in this call is noted,
-//!    with its identity (device, inode and birth time: SQLite touches the directory's times
-//!    while it holds it, so its change time is no identity); one it removed again is
-//!    forgotten.
+//! 1. A directory the guest created in this call is noted when its name is `<file>.lock`, a
+//!    regular file `<file>` lies beside it, its path names no `.` or `..` and no control
+//!    character, and its filesystem keeps birth times; its identity is its device, inode and
+//!    birth time (SQLite touches the directory's times while it holds it, so its change time
+//!    is no identity, and an inode may be reused). One the guest removes again is forgotten.
 //! 2. When the call's store goes (however the call ended), each noted directory that is still
-//!    there, still the same directory and empty is removed: no lock outlives the call that took
-//!    it. Nothing else is touched; a directory someone made since under the same name has
-//!    another identity.
+//!    there, still the same directory and empty is removed, by its name in its parent opened
+//!    beneath the guest's descriptor: no lock outlives the call that took it, and nothing else
+//!    is touched.
 //! 3. Each noted directory is also written to this process's ledger in the home (see
-//!    [`LockLedger`]), so that when the host is killed mid-call, the next host started on the
-//!    home removes what the dead process's calls held, by the same rule.
+//!    [`LockLedger`]), which the process holds an exclusive `flock` on while it runs; the next
+//!    host started on the home takes the ledgers no process holds (their writers are gone,
+//!    whatever PID namespace or user they ran in) and removes what they name, by rule 2.
 //!
 //! SQLite rolls back the interrupted write's hot journal itself the next time it opens the
 //! database for writing, once the lock is gone.
@@ -24,6 +26,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use serde::{Deserialize, Serialize};
 use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemView};
@@ -31,73 +34,76 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{Host, HostDescriptor};
 
 use crate::wasi_overrides::{OverrideView, WASI_FILESYSTEM_TYPES};
 
-/// Which directory it is: a directory made since under the same name differs in one of these
-/// (its inode may be the old one's, reused; its birth time is later).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which directory it is: a directory made since under the same name has another birth time,
+/// even on a reused inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 struct Identity {
     dev: u64,
     ino: u64,
-    /// Seconds and nanoseconds of its birth, where the filesystem keeps it.
-    born: Option<(i64, u32)>,
+    born: (i64, u32),
 }
 
-impl Identity {
-    /// The identity of the directory at `path` below `parent`, without following a final link;
-    /// `None` when it is no directory.
-    #[cfg(unix)]
-    fn at(parent: &File, path: &Path) -> Option<Identity> {
-        use rustix::fs::{AtFlags, FileType, StatxFlags, statx};
-        let stat = statx(
-            parent,
-            path,
-            AtFlags::SYMLINK_NOFOLLOW,
-            StatxFlags::TYPE | StatxFlags::INO | StatxFlags::BTIME,
-        )
-        .ok()?;
-        if FileType::from_raw_mode(stat.stx_mode.into()) != FileType::Directory {
-            return None;
-        }
-        let born = (stat.stx_mask & StatxFlags::BTIME.bits() != 0)
-            .then_some((stat.stx_btime.tv_sec, stat.stx_btime.tv_nsec));
-        Some(Identity {
-            dev: rustix::fs::makedev(stat.stx_dev_major, stat.stx_dev_minor),
-            ino: stat.stx_ino,
-            born,
-        })
-    }
+/// What `name` in the directory `dir` is, without following a link: a directory and its
+/// identity, or a regular file.
+#[derive(Debug, PartialEq, Eq)]
+enum Entry {
+    Dir(Option<Identity>),
+    File,
+    Other,
+}
 
-    #[cfg(not(unix))]
-    fn at(_: &File, _: &Path) -> Option<Identity> {
-        None
-    }
+#[cfg(unix)]
+fn entry(dir: &File, name: &str) -> Option<Entry> {
+    use rustix::fs::{AtFlags, FileType, StatxFlags, statx};
+    let stat = statx(
+        dir,
+        name,
+        AtFlags::SYMLINK_NOFOLLOW,
+        StatxFlags::TYPE | StatxFlags::INO | StatxFlags::BTIME,
+    )
+    .ok()?;
+    Some(match FileType::from_raw_mode(stat.stx_mode.into()) {
+        FileType::Directory => Entry::Dir((stat.stx_mask & StatxFlags::BTIME.bits() != 0).then(
+            || Identity {
+                dev: rustix::fs::makedev(stat.stx_dev_major, stat.stx_dev_minor),
+                ino: stat.stx_ino,
+                born: (stat.stx_btime.tv_sec, stat.stx_btime.tv_nsec),
+            },
+        )),
+        FileType::RegularFile => Entry::File,
+        _ => Entry::Other,
+    })
+}
 
-    /// As a ledger line's first fields: `dev ino born_secs born_nanos` (`-` for no birth time).
-    fn to_fields(self) -> String {
-        match self.born {
-            Some((s, n)) => format!("{} {} {s} {n}", self.dev, self.ino),
-            None => format!("{} {} - -", self.dev, self.ino),
-        }
-    }
+#[cfg(not(unix))]
+fn entry(_: &File, _: &str) -> Option<Entry> {
+    None
+}
 
-    fn from_fields(dev: &str, ino: &str, secs: &str, nanos: &str) -> Option<Identity> {
-        let born = match (secs, nanos) {
-            ("-", "-") => None,
-            (s, n) => Some((s.parse().ok()?, n.parse().ok()?)),
-        };
-        Some(Identity {
-            dev: dev.parse().ok()?,
-            ino: ino.parse().ok()?,
-            born,
-        })
+/// Removes the empty directory `name` in `dir` if it is still `id`.
+#[cfg(unix)]
+fn remove_if_same(dir: &File, name: &str, id: Identity) -> std::io::Result<bool> {
+    if entry(dir, name) != Some(Entry::Dir(Some(id))) {
+        return Ok(false);
     }
+    rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::REMOVEDIR)?;
+    Ok(true)
+}
+
+#[cfg(not(unix))]
+fn remove_if_same(_: &File, _: &str, _: Identity) -> std::io::Result<bool> {
+    Ok(false)
 }
 
 /// One lock directory a call made.
 struct Taken {
-    /// The directory it was made in (the guest's descriptor's).
+    /// The guest's descriptor it was made beneath, and the path it gave: what a removal by the
+    /// guest names.
     parent: Arc<File>,
-    /// Its path below `parent`, as the guest gave it.
     path: String,
+    /// Its own directory, opened beneath `parent`, and its name there.
+    dir: File,
+    name: String,
     id: Identity,
     /// Its line in the ledger, when it has one.
     line: Option<String>,
@@ -121,10 +127,19 @@ pub(crate) struct LockDirs {
 /// The most lock directories one call's record keeps (SQLite takes one per database).
 const MAX_TAKEN: usize = 64;
 
-fn is_lock_name(path: &str) -> bool {
-    path.rsplit('/')
-        .next()
-        .is_some_and(|name| name.len() > ".lock".len() && name.ends_with(".lock"))
+/// `path` split into the directory it lies in and its name, when it names a lock directory by
+/// rule 1's words (the file beside it is checked once it is made).
+fn lock_path(path: &str) -> Option<(&str, &str)> {
+    if path.chars().any(char::is_control) || path.starts_with('/') {
+        return None;
+    }
+    let (dir, name) = match path.rsplit_once('/') {
+        Some((dir, name)) => (dir, name),
+        None => ("", path),
+    };
+    let ordinary = |c: &str| !c.is_empty() && c != "." && c != "..";
+    let locked = name.strip_suffix(".lock")?;
+    (ordinary(locked) && (dir.is_empty() || dir.split('/').all(ordinary))).then_some((dir, name))
 }
 
 impl LockDirs {
@@ -132,12 +147,26 @@ impl LockDirs {
         if self.taken.len() >= MAX_TAKEN {
             return;
         }
-        let Some(id) = Identity::at(&parent, Path::new(path)) else {
+        let Some((dir_part, name)) = lock_path(path) else {
+            return;
+        };
+        let dir = if dir_part.is_empty() {
+            parent.try_clone().ok()
+        } else {
+            cap_primitives::fs::open_dir(&parent, Path::new(dir_part)).ok()
+        };
+        let Some(dir) = dir else { return };
+        let locked = name.strip_suffix(".lock").unwrap_or_default();
+        let (Some(Entry::Dir(Some(id))), Some(Entry::File)) =
+            (entry(&dir, name), entry(&dir, locked))
+        else {
             return;
         };
         let mut taken = Taken {
             parent,
             path: path.to_string(),
+            dir,
+            name: name.to_string(),
             id,
             line: None,
         };
@@ -166,18 +195,15 @@ impl Drop for LockDirs {
         for t in self.taken.drain(..) {
             // Removed first, then let go of in the ledger: a host killed in between leaves a
             // line that names nothing, never a lock without its line.
-            if Identity::at(&t.parent, Path::new(&t.path)) != Some(t.id) {
-                t.let_go();
-                continue;
-            }
-            let removed = cap_primitives::fs::remove_dir(&t.parent, Path::new(&t.path));
+            let removed = remove_if_same(&t.dir, &t.name, t.id);
             t.let_go();
             match removed {
-                Ok(()) => tracing::info!(
+                Ok(true) => tracing::info!(
                     target: "cordon::sandbox",
                     path = %t.path,
                     "removed the lock directory a stopped call left behind"
                 ),
+                Ok(false) => {}
                 Err(e) => tracing::warn!(
                     target: "cordon::sandbox",
                     path = %t.path,
@@ -207,7 +233,7 @@ pub(crate) fn shadow<T: OverrideView>(linker: &mut Linker<T>) -> wasmtime::Resul
                 if let Err(e) = made {
                     return Ok((Err(Host::convert_error_code(&mut state.filesystem(), e)?),));
                 }
-                if is_lock_name(&path) {
+                if lock_path(&path).is_some() {
                     let parts = state.overrides();
                     if let Descriptor::Dir(parent) = parts.table.get(&dir)? {
                         let parent = parent.dir.clone();
@@ -233,7 +259,7 @@ pub(crate) fn shadow<T: OverrideView>(linker: &mut Linker<T>) -> wasmtime::Resul
                 if let Err(e) = removed {
                     return Ok((Err(Host::convert_error_code(&mut state.filesystem(), e)?),));
                 }
-                if is_lock_name(&path) {
+                if lock_path(&path).is_some() {
                     let parts = state.overrides();
                     if let Descriptor::Dir(parent) = parts.table.get(&dir)? {
                         let parent = parent.dir.clone();
@@ -248,18 +274,26 @@ pub(crate) fn shadow<T: OverrideView>(linker: &mut Linker<T>) -> wasmtime::Resul
 }
 
 /// Where this process writes the lock directories its calls hold (rule 3): one file per
-/// process in a directory of the home, named by the process id and its start time, so that a
-/// later process can tell whether the writer is still running. The file holds exactly the
-/// directories held now (rewritten, by rename, whenever one is taken or let go), so it stays
-/// as small as the number of locks held at once.
+/// process in a directory of the home, which the process holds an exclusive `flock` on while it
+/// runs. The file holds exactly the directories held now (one JSON line each, rewritten in
+/// place whenever one is taken or let go), so it stays as small as the locks held at once.
 pub struct LockLedger {
-    /// The ledger file.
-    path: PathBuf,
+    /// The ledger file, locked for as long as this process runs.
+    file: Mutex<File>,
     /// Its lines: one per lock directory a running call holds.
     held: Mutex<Vec<String>>,
 }
 
 static LEDGER: OnceLock<LockLedger> = OnceLock::new();
+
+/// One ledger line.
+#[derive(Serialize, Deserialize)]
+struct Line {
+    /// The host path of the directory the lock lies in, as the system named its descriptor.
+    dir: PathBuf,
+    name: String,
+    id: Identity,
+}
 
 impl LockLedger {
     /// Makes `dir` this process's ledger directory (the first call wins) and removes the lock
@@ -269,10 +303,10 @@ impl LockLedger {
     pub fn install(dir: &Path) -> usize {
         let removed = recover(dir);
         if LEDGER.get().is_none() {
-            match std::fs::create_dir_all(dir) {
-                Ok(()) => {
+            match own_ledger(dir) {
+                Ok(file) => {
                     let _ = LEDGER.set(LockLedger {
-                        path: dir.join(own_name()),
+                        file: Mutex::new(file),
                         held: Mutex::new(Vec::new()),
                     });
                 }
@@ -287,12 +321,12 @@ impl LockLedger {
 
     /// The line of a lock directory, when its host path can be known.
     fn line(taken: &Taken) -> Option<String> {
-        let parent = host_path(&taken.parent)?;
-        Some(format!(
-            "{} {}",
-            taken.id.to_fields(),
-            parent.join(&taken.path).display()
-        ))
+        let line = Line {
+            dir: host_path(&taken.dir)?,
+            name: taken.name.clone(),
+            id: taken.id,
+        };
+        serde_json::to_string(&line).ok()
     }
 
     fn take(&self, line: &str) {
@@ -308,40 +342,54 @@ impl LockLedger {
     }
 
     fn change(&self, f: impl FnOnce(&mut Vec<String>)) {
+        use std::io::{Seek, Write};
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut held);
-        let result = if held.is_empty() {
-            std::fs::remove_file(&self.path).or_else(|e| {
-                if e.kind() == std::io::ErrorKind::NotFound {
-                    Ok(())
-                } else {
-                    Err(e)
-                }
-            })
-        } else {
-            let tmp = self.path.with_extension("new");
-            let mut text = held.join("\n");
+        let mut text = held.join("\n");
+        if !text.is_empty() {
             text.push('\n');
-            std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &self.path))
-        };
+        }
+        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let result = file
+            .set_len(0)
+            .and_then(|()| file.rewind())
+            .and_then(|()| file.write_all(text.as_bytes()));
         if let Err(e) = result {
             tracing::warn!("cannot update the ledger of lock directories: {e}");
         }
     }
 }
 
-/// This process's ledger file name: its id and start time.
-fn own_name() -> String {
-    let pid = std::process::id();
-    format!("{pid}-{}", start_time(pid).unwrap_or_default())
+/// This process's ledger file in `dir`, created and locked.
+fn own_ledger(dir: &Path) -> std::io::Result<File> {
+    std::fs::create_dir_all(dir)?;
+    let name = format!(
+        "{}-{:016x}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    );
+    let file = std::fs::OpenOptions::new()
+        .create_new(true)
+        .read(true)
+        .write(true)
+        .open(dir.join(name))?;
+    if !try_lock(&file) {
+        return Err(std::io::Error::other("cannot lock a new ledger file"));
+    }
+    Ok(file)
 }
 
-/// A process's start time (clock ticks since boot), from `/proc`.
-fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may hold spaces; the fields after it are plain.
-    let after = &stat[stat.rfind(')')? + 2..];
-    after.split(' ').nth(19)?.parse().ok()
+/// Takes an exclusive `flock` on `file` if nobody holds one.
+#[cfg(unix)]
+fn try_lock(file: &File) -> bool {
+    rustix::fs::flock(file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok()
+}
+
+#[cfg(not(unix))]
+fn try_lock(_: &File) -> bool {
+    false
 }
 
 /// The host path of an open directory.
@@ -358,36 +406,32 @@ fn host_path(dir: &File) -> Option<PathBuf> {
     }
 }
 
-/// Removes what the ledgers in `dir` of processes no longer running name (when still the same
-/// empty directory), and those ledgers; returns how many directories it removed.
+/// Removes what the ledgers in `dir` that no running process holds name (by rule 2), and those
+/// ledgers; returns how many directories it removed.
 fn recover(dir: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };
     let mut removed = 0;
     for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some((pid, started)) = name.split_once('-') else {
+        let Ok(file) = File::open(entry.path()) else {
             continue;
         };
-        let (Ok(pid), Ok(started)) = (pid.parse::<u32>(), started.parse::<u64>()) else {
-            continue;
-        };
-        if start_time(pid) == Some(started) {
-            continue; // Still running: its calls may hold their locks.
+        if !try_lock(&file) {
+            continue; // Its process runs: its calls may hold their locks.
         }
-        let Ok(text) = std::fs::read_to_string(entry.path()) else {
-            continue;
-        };
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
         for line in text.lines() {
-            let fields: Vec<&str> = line.splitn(5, ' ').collect();
-            let [dev, ino, secs, nanos, path] = fields[..] else {
+            let Ok(line) = serde_json::from_str::<Line>(line) else {
                 continue;
             };
-            let Some(id) = Identity::from_fields(dev, ino, secs, nanos) else {
+            let Some((_, name)) = lock_path(&line.name).filter(|(d, _)| d.is_empty()) else {
                 continue;
             };
-            if remove_if_same(Path::new(path), id) {
+            let Ok(parent) = File::open(&line.dir) else {
+                continue;
+            };
+            if remove_if_same(&parent, name, line.id).unwrap_or(false) {
                 removed += 1;
             }
         }
@@ -396,63 +440,77 @@ fn recover(dir: &Path) -> usize {
     removed
 }
 
-/// Removes the directory at `path` if it is still `id` (and empty).
-fn remove_if_same(path: &Path, id: Identity) -> bool {
-    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-        return false;
-    };
-    let Ok(parent) = File::open(parent) else {
-        return false;
-    };
-    Identity::at(&parent, Path::new(name)) == Some(id)
-        && cap_primitives::fs::remove_dir(&parent, Path::new(name)).is_ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn lock_names_are_what_sqlite_makes() {
-        assert!(is_lock_name("shop.db.lock"));
-        assert!(is_lock_name("sub/shop.db.lock"));
-        assert!(!is_lock_name(".lock"));
-        assert!(!is_lock_name("sub/.lock"));
-        assert!(!is_lock_name("locks"));
+        assert_eq!(lock_path("shop.db.lock"), Some(("", "shop.db.lock")));
+        assert_eq!(lock_path("sub/shop.db.lock"), Some(("sub", "shop.db.lock")));
+        for not in [
+            ".lock",
+            "sub/.lock",
+            "locks",
+            "../x.lock",
+            "a/../x.lock",
+            "/x.lock",
+            "a\nb.lock",
+            "./x.lock",
+        ] {
+            assert_eq!(lock_path(not), None, "{not:?}");
+        }
     }
 
     #[test]
-    fn a_dead_process_ledger_removes_only_the_same_empty_directories() {
+    fn ledgers_nobody_holds_remove_only_the_same_empty_directories() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path();
-        let ledger = root.join("ledger");
-        std::fs::create_dir_all(&ledger).unwrap();
-        let same = root.join("a.db.lock");
-        let other = root.join("b.db.lock");
-        let full = root.join("c.db.lock");
-        for d in [&same, &other, &full] {
-            std::fs::create_dir(d).unwrap();
-        }
-        std::fs::write(full.join("x"), "x").unwrap();
-        let line = |p: &Path| {
-            let parent = File::open(p.parent().unwrap()).unwrap();
-            let id = Identity::at(&parent, Path::new(p.file_name().unwrap())).unwrap();
-            format!("{} {}\n", id.to_fields(), p.display())
-        };
-        let mut text = line(&same) + &line(&full);
-        // `other` was made again since: its recorded identity is not its own.
+        let ledgers = root.join("ledgers");
+        std::fs::create_dir_all(&ledgers).unwrap();
         let parent = File::open(root).unwrap();
-        let mut was = Identity::at(&parent, Path::new("b.db.lock")).unwrap();
-        was.ino += 1;
-        text.push_str(&format!("{} {}\n", was.to_fields(), other.display()));
-        // A process that cannot be running: pid 1 never started at tick 1.
-        std::fs::write(ledger.join("1-1"), &text).unwrap();
-        // And one of this process, still running: kept.
-        std::fs::write(ledger.join(own_name()), line(&other)).unwrap();
-        assert_eq!(recover(&ledger), 1);
-        assert!(!same.exists());
-        assert!(other.exists() && full.exists());
-        assert!(!ledger.join("1-1").exists());
-        assert!(ledger.join(own_name()).exists());
+        for d in ["a.db.lock", "b.db.lock", "c.db.lock"] {
+            std::fs::create_dir(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("c.db.lock/x"), "x").unwrap();
+        let Some(Entry::Dir(Some(a))) = entry(&parent, "a.db.lock") else {
+            // A filesystem without birth times: nothing is ever noted there.
+            return;
+        };
+        let Some(Entry::Dir(Some(mut b))) = entry(&parent, "b.db.lock") else {
+            unreachable!()
+        };
+        let Some(Entry::Dir(Some(c))) = entry(&parent, "c.db.lock") else {
+            unreachable!()
+        };
+        // `b` was made again since: its recorded identity is not its own.
+        b.born.1 = b.born.1.wrapping_add(1);
+        let line = |name: &str, id: Identity| {
+            serde_json::to_string(&Line {
+                dir: root.to_path_buf(),
+                name: name.into(),
+                id,
+            })
+            .unwrap()
+        };
+        let dead = [
+            line("a.db.lock", a),
+            line("b.db.lock", b),
+            line("c.db.lock", c),
+        ]
+        .join("\n");
+        std::fs::write(ledgers.join("gone"), dead).unwrap();
+        // A ledger whose process runs (held here): left alone, and what it names too.
+        let live = own_ledger(&ledgers).unwrap();
+        let live_text = line("a.db.lock", a);
+        std::fs::write(ledgers.join("held"), &live_text).unwrap();
+        let held = File::open(ledgers.join("held")).unwrap();
+        assert!(try_lock(&held));
+        assert_eq!(recover(&ledgers), 1);
+        assert!(!root.join("a.db.lock").exists());
+        assert!(root.join("b.db.lock").exists() && root.join("c.db.lock").exists());
+        assert!(!ledgers.join("gone").exists());
+        assert!(ledgers.join("held").exists());
+        drop(live);
     }
 }
