@@ -260,12 +260,29 @@ impl Terminal {
         }
         Stream::Stderr.reset_attributes();
         self.note(&text);
+        self.read_answer(GRANT, "not granted", |line| {
+            ApprovalAnswer::parse(line, true)
+        })
+        .await
+    }
+
+    /// Reads answers to `prompt` until one `parse` takes. The input's end answers no (`ended`
+    /// says what that means here). Ctrl-C at the question (read by the line editor, so no
+    /// signal) cancels the turn as it does while the turn runs: the driver waits on the token
+    /// first, so the turn ends cancelled and the question goes unanswered, not answered no.
+    async fn read_answer(
+        &mut self,
+        prompt: &str,
+        ended: &str,
+        parse: impl Fn(&str) -> Result<ApprovalAnswer, String>,
+    ) -> GivenAnswer {
         loop {
+            let read = self.input.answer(prompt).await;
             let by = format!("{} at the terminal", cordon_core::local_user());
-            let line = match self.input.answer(GRANT).await {
+            let line = match read {
                 Read::Line(line) => line,
                 Read::End => {
-                    errln!("\n(no more input: not granted)");
+                    errln!("\n(no more input: {ended})");
                     return GivenAnswer::new(
                         ApprovalAnswer::No,
                         "nobody (the terminal's input ended)",
@@ -280,7 +297,7 @@ impl Terminal {
                     return GivenAnswer::new(ApprovalAnswer::No, by);
                 }
             };
-            match ApprovalAnswer::parse(&line, true) {
+            match parse(&line) {
                 Ok(answer) => return GivenAnswer::new(answer, by),
                 Err(e) => errln!("{e}."),
             }
@@ -430,42 +447,16 @@ impl Frontend for Terminal {
         // On a clean line (`note`), in plain attributes whatever was printed before.
         Stream::Stderr.reset_attributes();
         self.note(&text);
-        loop {
-            let read = self.input.answer(ALLOW).await;
-            let by = format!("{} at the terminal", cordon_core::local_user());
-            let line = match read {
-                Read::Line(line) => line,
-                Read::End => {
-                    errln!("\n(no more input: denied)");
-                    return GivenAnswer::new(
-                        ApprovalAnswer::No,
-                        "nobody (the terminal's input ended)",
-                    );
-                }
-                // Ctrl-C at the question (read by the line editor, so no signal) cancels the
-                // turn as it does while the turn runs. The driver waits on the token first, so
-                // the turn ends cancelled and the question goes unanswered, not answered no.
-                Read::Interrupted => {
-                    let token = self.current.lock().ok().and_then(|g| g.clone());
-                    if let Some(token) = token {
-                        token.cancel();
-                        std::future::pending::<()>().await;
-                    }
-                    return GivenAnswer::new(ApprovalAnswer::No, by);
-                }
-            };
-            let answer = match line.trim().to_lowercase().as_str() {
-                "y" | "yes" => ApprovalAnswer::Yes,
-                "n" | "no" => ApprovalAnswer::No,
-                "a" | "always" => ApprovalAnswer::Always,
-                "v" | "never" => ApprovalAnswer::Never,
-                other => {
-                    errln!("`{other}` is not an answer; type y, n, a or v.");
-                    continue;
-                }
-            };
-            return GivenAnswer::new(answer, by);
-        }
+        self.read_answer(ALLOW, "denied", |line| {
+            match line.trim().to_lowercase().as_str() {
+                "y" | "yes" => Ok(ApprovalAnswer::Yes),
+                "n" | "no" => Ok(ApprovalAnswer::No),
+                "a" | "always" => Ok(ApprovalAnswer::Always),
+                "v" | "never" => Ok(ApprovalAnswer::Never),
+                other => Err(format!("`{other}` is not an answer; type y, n, a or v")),
+            }
+        })
+        .await
     }
 
     fn persist(&mut self, conversation: &Conversation) {

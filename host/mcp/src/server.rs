@@ -331,6 +331,34 @@ struct Approved {
     by: String,
 }
 
+/// Asks the user of the client behind `context` with `form` (an elicitation over its
+/// session), for at most `timeout` or until the client cancels the call.
+async fn elicit(
+    context: &RequestContext<RoleServer>,
+    form: rmcp::model::ElicitRequestParams,
+    client: &str,
+    timeout: Duration,
+) -> GivenAnswer {
+    let asked = context
+        .peer
+        .create_elicitation_with_timeout(form, Some(timeout));
+    tokio::select! {
+        answer = asked => match answer {
+            Ok(result) => read_answer(&result, client),
+            Err(e) => GivenAnswer::new(
+                ApprovalAnswer::Refused {
+                    reason: format!("the client did not answer the question ({e})"),
+                },
+                format!("nobody (MCP client `{client}` did not answer)"),
+            ),
+        },
+        () = context.ct.cancelled() => GivenAnswer::new(
+            ApprovalAnswer::Refused { reason: "the client cancelled the call".to_string() },
+            format!("MCP client `{client}` (cancelled)"),
+        ),
+    }
+}
+
 /// How a call ended, for its audit record.
 fn outcome_of(result: &Result<Vec<Content>, ToolFailure>) -> CallOutcome {
     match result {
@@ -559,25 +587,8 @@ impl McpServer {
                 )]);
                 return Asked::Sent(InputRequiredResult::new(Some(requests), Some(handle)));
             }
-            let asked = context.peer.create_elicitation_with_timeout(
-                question_form(&question, always_holds),
-                Some(timeout),
-            );
-            let given = tokio::select! {
-                answer = asked => match answer {
-                    Ok(result) => read_answer(&result, facts.client),
-                    Err(e) => GivenAnswer::new(
-                        ApprovalAnswer::Refused {
-                            reason: format!("the client did not answer the question ({e})"),
-                        },
-                        format!("nobody (MCP client `{}` did not answer)", facts.client),
-                    ),
-                },
-                () = context.ct.cancelled() => GivenAnswer::new(
-                    ApprovalAnswer::Refused { reason: "the client cancelled the call".to_string() },
-                    format!("MCP client `{}` (cancelled)", facts.client),
-                ),
-            };
+            let form = question_form(&question, always_holds);
+            let given = elicit(context, form, facts.client, timeout).await;
             return self.take_answer(&answers, facts, given);
         }
         let given = self

@@ -336,19 +336,7 @@ async fn main() {
     let warmup = 2;
     let with_postgres = !args.iter().any(|a| a == "--no-postgres");
 
-    let model = ScriptedServer::start(Script::by_role(
-        Step::tool_calls(vec![
-            ScriptedCall::new("lookup", json!({"key": "region"})),
-            ScriptedCall::new("count", json!({"key": "orders"})),
-        ]),
-        Step::text("The north region sold most last month: 1,204 orders."),
-    ))
-    .await
-    .expect("start the scripted model");
-    let mut config = AgentConfig::default();
-    config.llm.url = model.base_url();
-    config.llm.model = "scripted".to_string();
-    let agent = Agent::new(config, Arc::new(CheapTools)).expect("make the engine");
+    let (model, agent) = scripted_agent().await;
 
     println!(
         "bench_persistence: {sessions} sessions of {per_session} turns per store (+{warmup} warm-up sessions), load average {}",
@@ -384,8 +372,9 @@ async fn main() {
     );
 }
 
-/// `--growth`: one long session, in the store and in memory in step.
-async fn growth() {
+/// The scripted model (answering by the role of the last message: two tool calls, then a
+/// text) and an engine that asks it, with the cheap tools.
+async fn scripted_agent() -> (ScriptedServer, Agent) {
     let model = ScriptedServer::start(Script::by_role(
         Step::tool_calls(vec![
             ScriptedCall::new("lookup", json!({"key": "region"})),
@@ -399,6 +388,12 @@ async fn growth() {
     config.llm.url = model.base_url();
     config.llm.model = "scripted".to_string();
     let agent = Agent::new(config, Arc::new(CheapTools)).expect("make the engine");
+    (model, agent)
+}
+
+/// `--growth`: one long session, in the store and in memory in step.
+async fn growth() {
+    let (_model, agent) = scripted_agent().await;
     let dir = tempfile::tempdir().expect("a temporary directory");
     let url = format!("sqlite:{}", dir.path().join("sessions.db").display());
     let store = Store::open(&url, StoreOptions::default())

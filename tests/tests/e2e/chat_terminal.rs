@@ -285,18 +285,20 @@ fn ctrl_c_cancels_a_slow_answer_and_clears_the_line() {
     );
 }
 
+/// The probe's `fs` call that writes `written` to `/data/<file>`.
+fn write(id: &str, file: &str) -> cordon_scripted_llm::ScriptedCall {
+    call(
+        id,
+        "fs",
+        json!({"op": "write", "path": format!("/data/{file}"), "content": "written"}),
+    )
+}
+
 /// An approval question during a turn is answered in the same editor: `y` runs the call (the
 /// file is written), Ctrl-C at the question cancels that turn, and the chat goes on.
 #[test]
 fn approval_questions_are_answered_on_the_terminal_and_ctrl_c_cancels_them() {
     let (home, data) = probe_home(&[]);
-    let write = |id: &str, file: &str| {
-        call(
-            id,
-            "fs",
-            json!({"op": "write", "path": format!("/data/{file}"), "content": "written"}),
-        )
-    };
     let model = Model::new(vec![
         Step::tool_calls(vec![write("c1", "yes.txt")]),
         Step::text("wrote it"),
@@ -355,13 +357,6 @@ fn a_refused_write_becomes_a_grant_request_answered_on_the_terminal() {
         &grant,
     ])
     .ok();
-    let write = |id: &str, file: &str| {
-        call(
-            id,
-            "fs",
-            json!({"op": "write", "path": format!("/data/{file}"), "content": "written"}),
-        )
-    };
     let model = Model::new(vec![
         Step::tool_calls(vec![write("c1", "out/a.txt")]),
         Step::text("wrote a"),

@@ -898,11 +898,10 @@ fn host_count(db: &Path, table: &str) -> i64 {
     text.trim_matches(['[', ']']).parse().unwrap()
 }
 
-/// A write stopped by its time limit leaves nothing behind: no lock directory, no journal
-/// that blocks readers, and the database exactly as before the interrupted statement; the next
-/// write and read work.
-#[test]
-fn a_write_stopped_by_its_time_limit_leaves_the_database_usable_and_as_before() {
+/// A home with `sql` granted `data` read-write under `limit`, a database `big.db` of 200,000
+/// rows in it, and a script that doubles its table eight times in one transaction (a write
+/// that takes seconds).
+fn big_db(limit: &str) -> (TestHome, PathBuf, PathBuf, String) {
     let home = home_with(PLUGINS);
     let data = home.scratch("data");
     let db = data.join("big.db");
@@ -912,14 +911,18 @@ fn a_write_stopped_by_its_time_limit_leaves_the_database_usable_and_as_before() 
          WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200000)
          INSERT INTO t SELECT i, hex(randomblob(16)) FROM n;",
     );
-    install(
-        &home,
-        "sql",
-        &[grant_fs(&data, "/data", "rw")],
-        &["time=1s"],
-    );
-    // Doubling the table again and again in one transaction cannot finish in a second.
+    install(&home, "sql", &[grant_fs(&data, "/data", "rw")], &[limit]);
     let grow = "INSERT INTO t SELECT x, pad FROM t; ".repeat(8);
+    (home, data, db, grow)
+}
+
+/// A write stopped by its time limit leaves nothing behind: no lock directory, no journal
+/// that blocks readers, and the database exactly as before the interrupted statement; the next
+/// write and read work.
+#[test]
+fn a_write_stopped_by_its_time_limit_leaves_the_database_usable_and_as_before() {
+    // Doubling the table again and again in one transaction cannot finish in a second.
+    let (home, data, db, grow) = big_db("time=1s");
     let run = call(
         &home,
         "sql_execute",
@@ -976,22 +979,7 @@ fn a_write_stopped_by_its_time_limit_leaves_the_database_usable_and_as_before() 
 /// the interrupted one back.
 #[test]
 fn a_host_killed_mid_write_leaves_no_lock_for_the_next_host() {
-    let home = home_with(PLUGINS);
-    let data = home.scratch("data");
-    let db = data.join("big.db");
-    support::sqlite(
-        &db,
-        "CREATE TABLE t(x INTEGER, pad TEXT);
-         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200000)
-         INSERT INTO t SELECT i, hex(randomblob(16)) FROM n;",
-    );
-    install(
-        &home,
-        "sql",
-        &[grant_fs(&data, "/data", "rw")],
-        &["time=120s"],
-    );
-    let grow = "INSERT INTO t SELECT x, pad FROM t; ".repeat(8);
+    let (home, data, db, grow) = big_db("time=120s");
     let args = json!({"database": "/data/big.db", "sql": grow}).to_string();
     let mut child = home
         .cordon_command(&["call", "sql_execute", &args])

@@ -15,7 +15,7 @@ use rmcp::RoleServer;
 use rmcp::service::RequestContext;
 
 use super::{Approved, CallFacts, Holding, McpServer, outcome_of};
-use crate::asking::{can_elicit_form, question_form, read_answer};
+use crate::asking::{can_elicit_form, question_form};
 use crate::catalog::Catalog;
 
 /// A call's failure with what its sandbox refused and which grants would have allowed it.
@@ -253,23 +253,6 @@ impl McpServer {
                 .ask(question, facts.client, timeout, &context.ct)
                 .await;
         }
-        let asked = context
-            .peer
-            .create_elicitation_with_timeout(question_form(question, ""), Some(timeout));
-        tokio::select! {
-            answer = asked => match answer {
-                Ok(result) => read_answer(&result, facts.client),
-                Err(e) => GivenAnswer::new(
-                    ApprovalAnswer::Refused {
-                        reason: format!("the client did not answer the question ({e})"),
-                    },
-                    format!("nobody (MCP client `{}` did not answer)", facts.client),
-                ),
-            },
-            () = context.ct.cancelled() => GivenAnswer::new(
-                ApprovalAnswer::Refused { reason: "the client cancelled the call".to_string() },
-                format!("MCP client `{}` (cancelled)", facts.client),
-            ),
-        }
+        super::elicit(context, question_form(question, ""), facts.client, timeout).await
     }
 }

@@ -278,8 +278,11 @@ pub(crate) fn shadow<T: OverrideView>(linker: &mut Linker<T>) -> wasmtime::Resul
 /// runs. The file holds exactly the directories held now (one JSON line each, rewritten in
 /// place whenever one is taken or let go), so it stays as small as the locks held at once.
 pub struct LockLedger {
-    /// The ledger file, locked for as long as this process runs.
-    file: Mutex<File>,
+    /// The directory of the ledgers.
+    dir: PathBuf,
+    /// This process's ledger file, locked for as long as this process runs; made when the
+    /// first lock is taken, so a process that takes none leaves nothing in the home.
+    file: Mutex<Option<File>>,
     /// Its lines: one per lock directory a running call holds.
     held: Mutex<Vec<String>>,
 }
@@ -302,20 +305,11 @@ impl LockLedger {
     /// locks behind.
     pub fn install(dir: &Path) -> usize {
         let removed = recover(dir);
-        if LEDGER.get().is_none() {
-            match own_ledger(dir) {
-                Ok(file) => {
-                    let _ = LEDGER.set(LockLedger {
-                        file: Mutex::new(file),
-                        held: Mutex::new(Vec::new()),
-                    });
-                }
-                Err(e) => tracing::warn!(
-                    "cannot keep a ledger of lock directories in {}: {e}",
-                    dir.display()
-                ),
-            }
-        }
+        let _ = LEDGER.set(LockLedger {
+            dir: dir.to_path_buf(),
+            file: Mutex::new(None),
+            held: Mutex::new(Vec::new()),
+        });
         removed
     }
 
@@ -350,6 +344,22 @@ impl LockLedger {
             text.push('\n');
         }
         let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        if file.is_none() {
+            if held.is_empty() {
+                return;
+            }
+            match own_ledger(&self.dir) {
+                Ok(made) => *file = Some(made),
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot keep a ledger of lock directories in {}: {e}",
+                        self.dir.display()
+                    );
+                    return;
+                }
+            }
+        }
+        let Some(file) = file.as_mut() else { return };
         let result = file
             .set_len(0)
             .and_then(|()| file.rewind())
