@@ -295,6 +295,34 @@ pub fn read_answer(result: &ElicitResult, client: &str) -> GivenAnswer {
     GivenAnswer::new(answer, by)
 }
 
+/// Asks the user of the client behind `context` with `form` (an elicitation over its
+/// session), for at most `timeout` or until the client cancels the call.
+pub async fn elicit(
+    context: &rmcp::service::RequestContext<rmcp::RoleServer>,
+    form: rmcp::model::ElicitRequestParams,
+    client: &str,
+    timeout: Duration,
+) -> GivenAnswer {
+    let asked = context
+        .peer
+        .create_elicitation_with_timeout(form, Some(timeout));
+    tokio::select! {
+        answer = asked => match answer {
+            Ok(result) => read_answer(&result, client),
+            Err(e) => GivenAnswer::new(
+                ApprovalAnswer::Refused {
+                    reason: format!("the client did not answer the question ({e})"),
+                },
+                format!("nobody (MCP client `{client}` did not answer)"),
+            ),
+        },
+        () = context.ct.cancelled() => GivenAnswer::new(
+            ApprovalAnswer::Refused { reason: "the client cancelled the call".to_string() },
+            format!("MCP client `{client}` (cancelled)"),
+        ),
+    }
+}
+
 /// A question sent in an `InputRequiredResult`, waiting for the retried call.
 struct Asked {
     /// The token the asking call authenticated with (none on stdio): only a call with the same

@@ -28,7 +28,7 @@ use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use serde_json::Value;
 
 use crate::asking::{
-    APPROVAL_INPUT, Approver, Outstanding, Redeemed, can_elicit_form, question_form, read_answer,
+    APPROVAL_INPUT, Approver, Outstanding, Redeemed, can_elicit_form, elicit, question_form,
 };
 use crate::audit::AuditWriter;
 use crate::catalog::{Catalog, Catalogs, Offered};
@@ -329,34 +329,6 @@ fn succeeded(content: Vec<Content>, output_schema: bool) -> CallToolResult {
 struct Approved {
     decision: String,
     by: String,
-}
-
-/// Asks the user of the client behind `context` with `form` (an elicitation over its
-/// session), for at most `timeout` or until the client cancels the call.
-async fn elicit(
-    context: &RequestContext<RoleServer>,
-    form: rmcp::model::ElicitRequestParams,
-    client: &str,
-    timeout: Duration,
-) -> GivenAnswer {
-    let asked = context
-        .peer
-        .create_elicitation_with_timeout(form, Some(timeout));
-    tokio::select! {
-        answer = asked => match answer {
-            Ok(result) => read_answer(&result, client),
-            Err(e) => GivenAnswer::new(
-                ApprovalAnswer::Refused {
-                    reason: format!("the client did not answer the question ({e})"),
-                },
-                format!("nobody (MCP client `{client}` did not answer)"),
-            ),
-        },
-        () = context.ct.cancelled() => GivenAnswer::new(
-            ApprovalAnswer::Refused { reason: "the client cancelled the call".to_string() },
-            format!("MCP client `{client}` (cancelled)"),
-        ),
-    }
 }
 
 /// How a call ended, for its audit record.

@@ -253,6 +253,6 @@ impl McpServer {
                 .ask(question, facts.client, timeout, &context.ct)
                 .await;
         }
-        super::elicit(context, question_form(question, ""), facts.client, timeout).await
+        crate::asking::elicit(context, question_form(question, ""), facts.client, timeout).await
     }
 }

@@ -214,6 +214,25 @@ impl Drop for LockDirs {
     }
 }
 
+/// After the guest made or removed `path` below `dir`: `f` with the call's lock directories and
+/// the descriptor's directory, when `path` names a lock directory (rule 1).
+fn on_lock<T: OverrideView>(
+    state: &mut T,
+    dir: &Resource<Descriptor>,
+    path: &str,
+    f: impl FnOnce(&mut LockDirs, Arc<File>),
+) -> wasmtime::Result<()> {
+    if lock_path(path).is_none() {
+        return Ok(());
+    }
+    let parts = state.overrides();
+    if let Descriptor::Dir(parent) = parts.table.get(dir)? {
+        let parent = parent.dir.clone();
+        f(&mut parts.fs.lock_dirs, parent);
+    }
+    Ok(())
+}
+
 /// Replaces wasmtime-wasi's `create-directory-at` and `remove-directory-at` in `linker` (which
 /// still do the work) to note lock directories; shadowing must be allowed by the caller.
 pub(crate) fn shadow<T: OverrideView>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
@@ -233,13 +252,9 @@ pub(crate) fn shadow<T: OverrideView>(linker: &mut Linker<T>) -> wasmtime::Resul
                 if let Err(e) = made {
                     return Ok((Err(Host::convert_error_code(&mut state.filesystem(), e)?),));
                 }
-                if lock_path(&path).is_some() {
-                    let parts = state.overrides();
-                    if let Descriptor::Dir(parent) = parts.table.get(&dir)? {
-                        let parent = parent.dir.clone();
-                        parts.fs.lock_dirs.note(parent, &path);
-                    }
-                }
+                on_lock(state, &dir, &path, |locks, parent| {
+                    locks.note(parent, &path)
+                })?;
                 Ok((Ok(()),))
             })
         },
@@ -259,13 +274,9 @@ pub(crate) fn shadow<T: OverrideView>(linker: &mut Linker<T>) -> wasmtime::Resul
                 if let Err(e) = removed {
                     return Ok((Err(Host::convert_error_code(&mut state.filesystem(), e)?),));
                 }
-                if lock_path(&path).is_some() {
-                    let parts = state.overrides();
-                    if let Descriptor::Dir(parent) = parts.table.get(&dir)? {
-                        let parent = parent.dir.clone();
-                        parts.fs.lock_dirs.forget(&parent, &path);
-                    }
-                }
+                on_lock(state, &dir, &path, |locks, parent| {
+                    locks.forget(&parent, &path)
+                })?;
                 Ok((Ok(()),))
             })
         },
