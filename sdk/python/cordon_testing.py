@@ -39,10 +39,11 @@ except ImportError:  # checked in ComponentHost so that importing this module ne
     wasmtime = None
 
 _TICK_S = 0.01
-_INTERFACE = "cordon:tool/tools@0.1.3"
-_OUTPUTS = "cordon:tool/tool-outputs@0.1.3"
-_LOG = "cordon:tool/log@0.1.3"
-_BULK_READ = "cordon:tool/bulk-read@0.1.3"
+_INTERFACE = "cordon:tool/tools@0.1.4"
+_OUTPUTS = "cordon:tool/tool-outputs@0.1.4"
+_LOG = "cordon:tool/log@0.1.4"
+_BULK_READ = "cordon:tool/bulk-read@0.1.4"
+_RESULT_STREAM = "cordon:tool/result-stream@0.1.4"
 _READER = 1  # the host resource type of bulk-read's `reader`
 _MAX_QUEUED = 4096
 _MAX_QUEUED_BYTES = 1 << 20
@@ -143,6 +144,10 @@ class ComponentHost:
                 bulk.add_func("[method]reader.take", self._reader_take)
                 bulk.add_func("[static]reader.sifting", self._reader_sifting)
                 bulk.add_func("[method]reader.take-sifted", self._reader_take_sifted)
+            with root.add_instance(_RESULT_STREAM) as stream:
+                stream.add_func("write", self._write_result)
+        # What the running call wrote of its result: its kind (the first write's) and chunks.
+        self._written: tuple[str, list[str]] | None = None
         # bulk-read readers of the running call: rep -> (size limit, queued paths).
         self._readers: dict[int, tuple[int, list[str]]] = {}
         # The needles of the sifting ones among them.
@@ -218,9 +223,15 @@ class ComponentHost:
             self.timeout_s if timeout_s is None else timeout_s,
             self.memory_bytes if memory_bytes is None else memory_bytes,
         )
+        self._written = None
         result = self._run(func, store, name, text)
         if isinstance(result, list):
-            return [
+            written = []
+            if self._written is not None:
+                kind, chunks = self._written
+                whole = "".join(chunks)
+                written = [Json(json.loads(whole)) if kind == "json" else Text(whole)]
+            return written + [
                 Text(c.payload) if c.tag == "text" else Json(json.loads(c.payload)) for c in result
             ]
         raise _ERRORS.get(result.tag, ToolError)(result.payload)
@@ -252,6 +263,17 @@ class ComponentHost:
 
     def _log(self, _store: Any, level: Any, message: str, fields: list) -> None:
         self.logs.append((str(level), message, [tuple(f) for f in fields]))
+
+    def _write_result(self, _store: Any, kind: Any, chunk: str) -> str | None:
+        """cordon:tool/result-stream's ``write``: the chunks make one piece, of the first
+        write's kind, as the host keeps them."""
+        kind = str(getattr(kind, "name", kind)).lower()
+        if self._written is None:
+            self._written = (kind, [])
+        elif self._written[0] != kind:
+            return "the written result was started as one kind and cannot go on as the other"
+        self._written[1].append(chunk)
+        return None
 
     # cordon:tool/bulk-read, read on the calling thread when taken: the same files and
     # answers as the host, without its read-ahead threads.

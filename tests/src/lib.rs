@@ -259,6 +259,60 @@ impl TestHome {
         Run::from_output(format!("cordon {}", args.join(" ")), out)
     }
 
+    /// [`TestHome::cordon_at`] with no input, and the peak resident memory of the `cordon`
+    /// process in KiB (its own, from `wait4`), for tests that hold the host's memory to a bound.
+    #[expect(
+        clippy::zombie_processes,
+        reason = "the child is reaped by wait4, which gives its peak memory"
+    )]
+    pub fn cordon_measured(
+        &self,
+        cwd: Option<&Path>,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> (Run, u64) {
+        use std::io::Read;
+        use std::os::unix::process::ExitStatusExt;
+        let mut command = self.cordon_command(args);
+        if let Some(dir) = cwd {
+            command.current_dir(dir);
+        }
+        let mut child = command
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start cordon");
+        let drain = |mut from: Box<dyn Read + Send>| {
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                let _ = from.read_to_end(&mut bytes);
+                bytes
+            })
+        };
+        let stdout = drain(Box::new(child.stdout.take().expect("stdout is piped")));
+        let stderr = drain(Box::new(child.stderr.take().expect("stderr is piped")));
+        let pid = child.id() as libc::pid_t;
+        let mut status = 0;
+        // SAFETY: a zeroed rusage is a valid value for wait4 to fill in.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: waits for our own child, which `child` never waits for after this.
+        let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        assert_eq!(waited, pid, "wait4 for cordon");
+        let out = Output {
+            status: std::process::ExitStatus::from_raw(status),
+            stdout: stdout.join().expect("stdout reader"),
+            stderr: stderr.join().expect("stderr reader"),
+        };
+        // Linux gives the peak in KiB.
+        let peak = u64::try_from(usage.ru_maxrss).unwrap_or(0);
+        (
+            Run::from_output(format!("cordon {}", args.join(" ")), out),
+            peak,
+        )
+    }
+
     /// Every file (with a hash of its bytes) and directory under the home, to prove that a
     /// failed command changed nothing. Verification records in `cache/` (`*.sum`,
     /// `*.verified`: when a file's digest was last checked) are left out: any read may refresh

@@ -247,6 +247,7 @@ mod tests {
                 name: "tool".into(),
                 content: "y".repeat(80),
                 is_error: false,
+                kept: None,
             });
             h.push(Message::assistant(format!("answer {t} {}", "z".repeat(40))));
         }

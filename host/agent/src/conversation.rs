@@ -236,6 +236,10 @@ pub enum CallStatus {
         content: String,
         /// Whether the tool failed.
         is_error: bool,
+        /// When the result was kept apart from the conversation: its size (`content` is its
+        /// preview).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kept: Option<crate::messages::KeptResult>,
     },
 }
 

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::conversation::Conversation;
 use crate::machine::Event;
+use crate::pages::{KeptAt, KeptPart};
 
 /// Why the conversation changed: what a journal records beside the new conversation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -73,6 +74,26 @@ pub trait Journal: Send {
     async fn add_calls(&mut self, keys: &[String], minute: i64) -> Result<(), JournalError> {
         let _ = (keys, minute);
         Ok(())
+    }
+
+    /// Keeps a written tool result apart from the conversation, in parts (see
+    /// [`crate::pages`]), under `id` (Cordon's id of the call, unique in the conversation);
+    /// see [`crate::spill`]. Its line count once kept; None when the journal keeps no results
+    /// (the conversation then holds the result whole).
+    async fn keep_result(
+        &mut self,
+        id: &str,
+        written: &cordon_core::Written,
+    ) -> Result<Option<u64>, JournalError> {
+        let _ = (id, written);
+        Ok(None)
+    }
+
+    /// The part at `at` of the result kept under `id`; None past its end, or when no result
+    /// is kept under `id`.
+    async fn kept_part(&mut self, id: &str, at: KeptAt) -> Result<Option<KeptPart>, JournalError> {
+        let _ = (id, at);
+        Ok(None)
     }
 
     /// Driving is over for now: give up what the journal holds (a session's lease) so that

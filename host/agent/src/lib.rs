@@ -52,6 +52,7 @@ pub mod journal;
 pub mod llm;
 pub mod machine;
 pub mod messages;
+pub mod pages;
 pub mod parameters;
 pub mod policy;
 pub mod spill;
@@ -77,7 +78,7 @@ pub use journal::{Cause, Journal, JournalError, NoJournal};
 pub use machine::{
     Action, AgentEvent, ApprovalRequest, Event, RequestedCall, State, ToolOutcome, ToolRun,
 };
-pub use messages::{Message, ModelResponse, ToolCall, Usage};
+pub use messages::{KeptResult, Message, ModelResponse, ToolCall, Usage};
 pub use parameters::{ToolChoice, TurnParameters};
 pub use tokio_util::sync::CancellationToken;
 pub use tool_host::{SelectedTools, ToolHost, ToolSource};

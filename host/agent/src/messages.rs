@@ -60,7 +60,24 @@ pub enum Message {
         /// True when the call did not succeed (invalid, denied, failed, cancelled).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
+        /// When the result was kept in the store apart from the conversation (see
+        /// [`crate::spill`]): its size; `content` is then its preview.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kept: Option<KeptResult>,
     },
+}
+
+/// A tool result too large to hold in the conversation, kept by the journal in parts (see
+/// [`crate::Journal::keep_result`]) and read with `read_result`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptResult {
+    /// What the journal keeps it under: Cordon's id of the call (unique in the conversation,
+    /// where the model's may repeat).
+    pub id: String,
+    /// Its length in bytes.
+    pub bytes: u64,
+    /// Its lines (a last line without a newline counts).
+    pub lines: u64,
 }
 
 impl Message {

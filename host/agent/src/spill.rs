@@ -5,17 +5,25 @@
 //! What decides, in order:
 //! 1. A tool result longer than `[context] result_budget_tokens` (estimated at four bytes a
 //!    token, so the check costs nothing) is sent as a preview; shorter ones are sent whole.
-//!    `0` turns this off.
-//! 2. The whole result stays in the conversation (and so in the store): a preview loses
-//!    nothing, and a later request can read any part of it.
-//! 3. `read_result` is offered to the model only once the conversation holds a result sent as
+//!    `0` turns this off, except for kept results (rule 3).
+//! 2. A result the plugin returned whole stays in the conversation (and so in the store): a
+//!    preview loses nothing, and a later request can read any part of it.
+//! 3. A result the plugin wrote as it went (`result-stream`, up to the output limit, 64 MiB by
+//!    default) that is longer than the budget (16 MiB when previews are off) is *kept*: the
+//!    journal stores it in parts beside the conversation, which holds only its preview
+//!    ([`KeptResult`]), so neither the conversation nor the host's memory ever holds it whole.
+//!    A journal that keeps nothing (a conversation without a store) holds it in the
+//!    conversation instead.
+//! 4. `read_result` is offered to the model only once the conversation holds a result sent as
 //!    a preview; it reads only results of this conversation, names them by the call's id, and
-//!    runs in the host without a sandbox (it reads what the conversation already holds).
-//! 4. Each page is itself bounded by the budget, so paging can never overflow the context.
+//!    runs in the host without a sandbox (it reads what the conversation already holds or its
+//!    journal keeps for it; see [`crate::pages`]).
+//! 5. Each page is itself bounded by the budget, so paging can never overflow the context.
 
 use serde_json::{Value, json};
 
-use crate::messages::Message;
+use crate::messages::{KeptResult, Message};
+use crate::pages::{self, KeptAt, KeptPart, KeptParts};
 use crate::tools::ToolSpec;
 
 /// The built-in tool's plugin name: approval rules, the audit log and policy see it as
@@ -28,10 +36,11 @@ pub const TOOL: &str = "read_result";
 /// and the model reads an earlier result all the same.
 pub const PAGE_BYTES: usize = 32_000;
 
-/// Lines a page holds at most, whatever the budget.
-const MAX_PAGE_LINES: usize = 1_000;
-/// Matches a search returns at most.
-const MAX_MATCHES: usize = 200;
+use crate::pages::MAX_PAGE_LINES;
+
+/// The size past which a written result is kept apart from the conversation when previews are
+/// off: what a plugin may return whole at once.
+const KEEP_WITHOUT_PREVIEWS: usize = 16 << 20;
 
 /// The byte length past which a result is sent as a preview (`budget_tokens` × 4), or `None`
 /// when previews are off.
@@ -46,19 +55,83 @@ pub fn holds_large(messages: &[Message], limit: usize) -> bool {
         .any(|m| matches!(m, Message::Tool { content, .. } if content.len() > limit))
 }
 
+/// Whether `messages` hold a result kept apart (rule 3): the pager is offered whatever the
+/// budget.
+pub fn holds_kept(messages: &[Message]) -> bool {
+    messages
+        .iter()
+        .any(|m| matches!(m, Message::Tool { kept: Some(_), .. }))
+}
+
+/// The size past which a written result is kept apart (rule 3), for a budget of
+/// `budget_tokens`.
+pub fn keep_threshold(budget_tokens: usize) -> usize {
+    threshold(budget_tokens).unwrap_or(KEEP_WITHOUT_PREVIEWS)
+}
+
+/// How long the preview of a kept result is, for a budget of `budget_tokens`.
+pub fn kept_preview_bytes(budget_tokens: usize) -> usize {
+    threshold(budget_tokens).unwrap_or(PAGE_BYTES)
+}
+
+/// The preview of a written result of `tool_name` (a piece in a file, too long to read
+/// whole), for the call the model gave id `call_id`: as [`preview`] makes of one in memory.
+/// `lines` is its line count (as [`pages::Parts`] counted it).
+pub fn written_preview(
+    written: &cordon_core::Written,
+    lines: u64,
+    call_id: &str,
+    tool_name: &str,
+    pager: &str,
+    limit: usize,
+) -> std::io::Result<String> {
+    written_ends(
+        written,
+        lines,
+        tool_name,
+        limit,
+        &how_to_read(call_id, pager),
+    )
+}
+
+/// The preview of a written result of `tool_name` of `lines` lines, saying `how` to read the
+/// rest; like [`ends`], but reading only the ends of its file.
+pub fn written_ends(
+    written: &cordon_core::Written,
+    lines: u64,
+    tool_name: &str,
+    limit: usize,
+    how: &str,
+) -> std::io::Result<String> {
+    if written.len() <= limit as u64 {
+        return written.to_text();
+    }
+    let (head, tail) = pages::ends_of(written, limit)?;
+    let ends = Ends {
+        head: &head,
+        tail: &tail,
+        bytes: written.len(),
+        lines,
+    };
+    Ok(ends.shown(tool_name, limit, how))
+}
+
+fn how_to_read(call_id: &str, pager: &str) -> String {
+    // The id as a JSON string: a gateway client chooses it.
+    let id = serde_json::to_string(call_id).unwrap_or_default();
+    format!(
+        "Read the rest with `{pager}`: {{\"call_id\": {id}, \"from_line\": N, \"lines\": M}}, \
+         {{\"call_id\": {id}, \"offset\": BYTE, \"length\": N}}, or {{\"call_id\": {id}, \
+         \"pattern\": \"regex\"}}."
+    )
+}
+
 /// What the model is sent for `content`, the result of the call the model gave id `call_id`:
 /// itself when it fits in `limit` bytes, else its first and last lines, the counts, and how
 /// to read the rest with the pager, whose model-facing name is `pager`; never longer than
 /// `limit`.
 pub fn preview(content: &str, call_id: &str, tool_name: &str, pager: &str, limit: usize) -> String {
-    // The id as a JSON string: a gateway client chooses it.
-    let id = serde_json::to_string(call_id).unwrap_or_default();
-    let how = format!(
-        "Read the rest with `{pager}`: {{\"call_id\": {id}, \"from_line\": N, \"lines\": M}}, \
-         {{\"call_id\": {id}, \"offset\": BYTE, \"length\": N}}, or {{\"call_id\": {id}, \
-         \"pattern\": \"regex\"}}."
-    );
-    ends(content, tool_name, limit, &how)
+    ends(content, tool_name, limit, &how_to_read(call_id, pager))
 }
 
 /// `content` itself when it fits in `limit` bytes, else its first and last lines, the counts,
@@ -68,64 +141,107 @@ pub fn ends(content: &str, tool_name: &str, limit: usize, how: &str) -> String {
     if content.len() <= limit {
         return content.to_string();
     }
-    let lines: Vec<&str> = content.lines().collect();
-    let header = |head: usize, tail_from: usize| {
-        format!(
-            "[This result of `{tool_name}` is {} bytes in {} lines, too long to send whole. \
-             Shown: {}. {how}]\n",
-            content.len(),
-            lines.len(),
-            match (head, tail_from <= lines.len()) {
-                (0, false) => "its start".to_string(),
-                (0, true) => format!("its start and lines {tail_from}-{}", lines.len()),
-                (h, false) => format!("lines 1-{h}"),
-                (h, true) => format!("lines 1-{h} and {tail_from}-{}", lines.len()),
+    Ends {
+        head: content,
+        tail: content,
+        bytes: content.len() as u64,
+        lines: content.lines().count() as u64,
+    }
+    .shown(tool_name, limit, how)
+}
+
+/// A result's start and end and its counts: what a preview is made of, whether the result is
+/// in memory (`head` and `tail` both the whole of it) or in a file (each a part of it).
+pub struct Ends<'a> {
+    /// Its start: at least the preview's length of it, or all of it.
+    pub head: &'a str,
+    /// Its end, from the start of a line, or all of it.
+    pub tail: &'a str,
+    /// Its length.
+    pub bytes: u64,
+    /// Its lines (a last line without a newline counts).
+    pub lines: u64,
+}
+
+impl Ends<'_> {
+    /// The preview: the first and last lines that fit in `limit` with the counts, and `how`
+    /// to read the rest; never longer than `limit` unless `how` alone is.
+    pub fn shown(&self, tool_name: &str, limit: usize, how: &str) -> String {
+        let total = self.lines;
+        let header = |head: u64, tail_from: u64| {
+            format!(
+                "[This result of `{tool_name}` is {} bytes in {total} lines, too long to send \
+                 whole. Shown: {}. {how}]\n",
+                self.bytes,
+                match (head, tail_from <= total) {
+                    (0, false) => "its start".to_string(),
+                    (0, true) => format!("its start and lines {tail_from}-{total}"),
+                    (h, false) => format!("lines 1-{h}"),
+                    (h, true) => format!("lines 1-{h} and {tail_from}-{total}"),
+                }
+            )
+        };
+        // The header at its longest, and the gap's line, come out of the room first.
+        let fixed = header(total, 1).len() + 64;
+        let room = limit.saturating_sub(fixed);
+        // Two thirds of the room for the head, a third for the tail.
+        let (head_room, tail_room) = (room * 2 / 3, room / 3);
+        let mut head = Vec::new();
+        let mut used = 0;
+        // Where the lines shown at the head end, in the result.
+        let mut head_end = 0u64;
+        for segment in self.head.split_inclusive('\n') {
+            let line = trim_line(segment);
+            let cost = line.len() + 1;
+            if used + cost > head_room {
+                break;
             }
-        )
-    };
-    // The header at its longest, and the gap's line, come out of the room first.
-    let fixed = header(lines.len(), 1).len() + 64;
-    let room = limit.saturating_sub(fixed);
-    // Two thirds of the room for the head, a third for the tail.
-    let (head_room, tail_room) = (room * 2 / 3, room / 3);
-    let mut head = Vec::new();
-    let mut used = 0;
-    for line in &lines {
-        let cost = line.len() + 1;
-        if used + cost > head_room {
-            break;
+            used += cost;
+            head_end += segment.len() as u64;
+            head.push(line);
         }
-        used += cost;
-        head.push(*line);
-    }
-    let mut tail = Vec::new();
-    let mut used = 0;
-    for line in lines.iter().skip(head.len()).rev() {
-        let cost = line.len() + 1;
-        if used + cost > tail_room {
-            break;
+        let tail_start = self.bytes - self.tail.len() as u64;
+        let mut positioned = Vec::new();
+        let mut at = tail_start;
+        for segment in self.tail.split_inclusive('\n') {
+            positioned.push((at, trim_line(segment)));
+            at += segment.len() as u64;
         }
-        used += cost;
-        tail.push(*line);
-    }
-    tail.reverse();
-    let tail_from = lines.len() - tail.len() + 1;
-    let mut out = header(head.len(), tail_from);
-    if head.is_empty() {
-        // A first line longer than the room: its start, cut on a character boundary.
-        let mut end = head_room.min(content.len());
-        while !content.is_char_boundary(end) {
-            end -= 1;
+        let mut tail = Vec::new();
+        let mut used = 0;
+        for (start, line) in positioned.into_iter().rev() {
+            let cost = line.len() + 1;
+            if start < head_end || used + cost > tail_room {
+                break;
+            }
+            used += cost;
+            tail.push(line);
         }
-        out.push_str(&content[..end]);
-        out.push_str(" …\n");
-    } else {
-        out.push_str(&head.join("\n"));
-        out.push('\n');
+        tail.reverse();
+        let tail_from = total + 1 - tail.len() as u64;
+        let mut out = header(head.len() as u64, tail_from);
+        if head.is_empty() {
+            // A first line longer than the room: its start, cut on a character boundary.
+            let mut end = head_room.min(self.head.len());
+            while !self.head.is_char_boundary(end) {
+                end -= 1;
+            }
+            out.push_str(&self.head[..end]);
+            out.push_str(" …\n");
+        } else {
+            out.push_str(&head.join("\n"));
+            out.push('\n');
+        }
+        out.push_str("[… the rest not shown …]\n");
+        out.push_str(&tail.join("\n"));
+        out
     }
-    out.push_str("[… the rest not shown …]\n");
-    out.push_str(&tail.join("\n"));
-    out
+}
+
+/// A line without its ending (`\n` or `\r\n`), as `str::lines` gives it.
+fn trim_line(segment: &str) -> &str {
+    let line = segment.strip_suffix('\n').unwrap_or(segment);
+    line.strip_suffix('\r').unwrap_or(line)
 }
 
 /// Whether `spec` is the built-in `read_result` (an installed plugin's tool always has its
@@ -138,16 +254,19 @@ pub fn is_builtin(spec: &ToolSpec) -> bool {
 /// preview naming the pager `pager`, anything else as it is.
 pub fn shown(message: &Message, pager: &str, limit: usize) -> Message {
     match message {
+        // A kept result's content is its preview already.
         Message::Tool {
             tool_call_id,
             name,
             content,
             is_error,
+            kept: None,
         } if content.len() > limit => Message::Tool {
             tool_call_id: tool_call_id.clone(),
             name: name.clone(),
             content: preview(content, tool_call_id, name, pager, limit),
             is_error: *is_error,
+            kept: None,
         },
         other => other.clone(),
     }
@@ -188,169 +307,85 @@ pub fn tool_spec(name: &str) -> ToolSpec {
     spec
 }
 
-/// Answers a call of `read_result` with `args` from `messages`: a page by lines or by
-/// bytes, or the matches of a pattern with what surrounds them; or what was wrong with the
-/// call. Every answer is at most `limit` bytes, so it is never previewed itself.
-pub fn read(messages: &[Message], args: &Value, limit: usize) -> Result<String, String> {
+/// Answers a call of `read_result` with `args`: a page by lines or by bytes, or the matches
+/// of a pattern with what surrounds them, of a result `messages` hold whole or `parts` (the
+/// journal) keeps (see [`crate::pages`]); or what was wrong with the call. Every answer is at
+/// most `limit` bytes, so it is never previewed itself.
+pub async fn read(
+    messages: &[Message],
+    args: &Value,
+    limit: usize,
+    parts: &mut dyn KeptParts,
+) -> Result<String, String> {
     let call_id = args["call_id"]
         .as_str()
         .ok_or("give `call_id`, the id of the call whose result to read")?;
-    let content = messages
+    let (content, kept) = messages
         .iter()
         .rev()
         .find_map(|m| match m {
             Message::Tool {
                 tool_call_id,
                 content,
+                kept,
                 ..
-            } if tool_call_id == call_id => Some(content.as_str()),
+            } if tool_call_id == call_id => Some((content.as_str(), kept.clone())),
             _ => None,
         })
         .ok_or_else(|| format!("this conversation holds no result of a call `{call_id}`"))?;
     // Room for the line that says what follows.
     let room = limit.saturating_sub(FOOTER);
+    match kept {
+        Some(kept) => page(&mut Kept { parts, kept }, args, room).await,
+        None => page(&mut pages::Whole::new(content), args, room).await,
+    }
+}
+
+async fn page(source: &mut dyn pages::Source, args: &Value, room: usize) -> Result<String, String> {
     if let Some(pattern) = args["pattern"].as_str() {
-        return search(content, pattern, room);
+        return pages::search(source, pattern, room).await;
     }
     if args.get("offset").is_some() || args.get("length").is_some() {
-        return bytes(content, args, room);
+        let offset = args["offset"].as_u64().unwrap_or(0);
+        return pages::bytes(source, offset, args["length"].as_u64(), room).await;
     }
-    lines(content, args, room)
+    let from = args["from_line"].as_u64().unwrap_or(1).max(1);
+    pages::lines(source, from, args["lines"].as_u64().unwrap_or(100), room).await
+}
+
+/// A result the journal keeps, read part by part.
+struct Kept<'a> {
+    parts: &'a mut dyn KeptParts,
+    kept: KeptResult,
+}
+
+#[async_trait::async_trait]
+impl pages::Source for Kept<'_> {
+    fn bytes(&self) -> u64 {
+        self.kept.bytes
+    }
+
+    fn lines(&self) -> u64 {
+        self.kept.lines
+    }
+
+    async fn part(&mut self, at: KeptAt) -> Result<Option<KeptPart>, String> {
+        let part = self.parts.kept_part(&self.kept.id, at).await?;
+        // Past the last part there is none; but the first, and any byte or line the readers
+        // ask for (they check the ranges first), must be there.
+        if part.is_none() && at != KeptAt::Index(0) && matches!(at, KeptAt::Index(_)) {
+            return Ok(None);
+        }
+        part.map(Some).ok_or_else(|| {
+            "the store no longer holds this result (its session was moved or cut short); run \
+             the call again"
+                .to_string()
+        })
+    }
 }
 
 /// What the line saying what follows (or the header of a page of bytes) takes at most.
 const FOOTER: usize = 96;
-
-/// Lines `from_line`.. (1-based), each with its number.
-fn lines(content: &str, args: &Value, room: usize) -> Result<String, String> {
-    let total = content.lines().count();
-    let from = args["from_line"].as_u64().unwrap_or(1).max(1) as usize;
-    if from > total {
-        return Err(format!(
-            "the result has {total} lines; `from_line` is past its end"
-        ));
-    }
-    let want = args["lines"]
-        .as_u64()
-        .unwrap_or(100)
-        .clamp(1, MAX_PAGE_LINES as u64) as usize;
-    let mut out = String::new();
-    let mut last = from - 1;
-    let mut at = 0;
-    for (i, line) in content.split_inclusive('\n').enumerate() {
-        let start = at;
-        at += line.len();
-        if i + 1 < from {
-            continue;
-        }
-        if i + 1 >= from + want {
-            break;
-        }
-        let line = line.trim_end_matches(['\n', '\r']);
-        let entry = format!("{}: {line}\n", i + 1);
-        if out.len() + entry.len() > room {
-            if out.is_empty() {
-                return Err(format!(
-                    "line {} is {} bytes, longer than a page; read it by bytes from `offset` {start}",
-                    i + 1,
-                    line.len()
-                ));
-            }
-            break;
-        }
-        out.push_str(&entry);
-        last = i + 1;
-    }
-    if last < total {
-        out.push_str(&format!("[lines {}-{total} follow]\n", last + 1));
-    }
-    Ok(out)
-}
-
-/// Bytes `offset`..`offset + length` (cut to whole characters).
-fn bytes(content: &str, args: &Value, room: usize) -> Result<String, String> {
-    let total = content.len();
-    let offset = args["offset"].as_u64().unwrap_or(0) as usize;
-    if offset >= total {
-        return Err(format!(
-            "the result has {total} bytes; `offset` is past its end"
-        ));
-    }
-    let length = (args["length"].as_u64().unwrap_or(room as u64) as usize).min(room);
-    let mut start = offset;
-    while !content.is_char_boundary(start) {
-        start -= 1;
-    }
-    let mut end = (start + length).min(total);
-    while !content.is_char_boundary(end) {
-        end -= 1;
-    }
-    Ok(format!(
-        "[bytes {start}-{end} of {total}]\n{}",
-        &content[start..end]
-    ))
-}
-
-/// Each match of `pattern` with up to [`AROUND`] bytes either side, its byte offset and line;
-/// a match too long for a page is named by its offset and length.
-fn search(content: &str, pattern: &str, room: usize) -> Result<String, String> {
-    let re = regex::RegexBuilder::new(pattern)
-        .multi_line(true)
-        // A pattern is the model's: its compiled size is bounded.
-        .size_limit(1 << 20)
-        .dfa_size_limit(1 << 20)
-        .build()
-        .map_err(|e| format!("`pattern` is not a regular expression (or too large): {e}"))?;
-    let mut out = String::new();
-    let mut found = 0;
-    let mut line = 1;
-    let mut counted_to = 0;
-    for m in re.find_iter(content) {
-        if found == MAX_MATCHES {
-            out.push_str("[more matches; narrow the pattern]\n");
-            break;
-        }
-        line += content[counted_to..m.start()].matches('\n').count();
-        counted_to = m.start();
-        let mut from = m.start().saturating_sub(AROUND);
-        while !content.is_char_boundary(from) {
-            from -= 1;
-        }
-        let mut to = (m.end() + AROUND).min(content.len());
-        while !content.is_char_boundary(to) {
-            to -= 1;
-        }
-        let mut entry = format!(
-            "offset {} (line {line}): {}\n",
-            m.start(),
-            content[from..to].replace('\n', "⏎")
-        );
-        if entry.len() > room.saturating_sub(out.len()) && m.len() + 2 * AROUND > room / 2 {
-            // The match itself is too long to show here.
-            entry = format!(
-                "offset {} (line {line}): a match of {} bytes; read it by bytes\n",
-                m.start(),
-                m.len()
-            );
-        }
-        if out.len() + entry.len() > room {
-            out.push_str("[more matches; narrow the pattern]\n");
-            break;
-        }
-        out.push_str(&entry);
-        found += 1;
-    }
-    if found == 0 && out.is_empty() {
-        return Ok(format!(
-            "nothing in the {} bytes matches `{pattern}`",
-            content.len()
-        ));
-    }
-    Ok(out)
-}
-
-/// Bytes shown either side of a match.
-const AROUND: usize = 100;
 
 #[cfg(test)]
 mod tests {
@@ -369,7 +404,18 @@ mod tests {
             name: "sql_query".into(),
             content,
             is_error: false,
+            kept: None,
         }
+    }
+
+    /// `read` as the driver calls it, for a conversation without a store.
+    fn read(messages: &[Message], args: &Value, limit: usize) -> Result<String, String> {
+        futures::executor::block_on(super::read(
+            messages,
+            args,
+            limit,
+            &mut crate::pages::NoParts,
+        ))
     }
 
     #[test]

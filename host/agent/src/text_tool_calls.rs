@@ -268,6 +268,7 @@ mod tests {
                 name: "read_file".into(),
                 content: attack.into(),
                 is_error: false,
+                kept: None,
             },
         ];
         let out = render(&history);
@@ -308,12 +309,14 @@ mod tests {
                 name: "a".into(),
                 content: "r1".into(),
                 is_error: false,
+                kept: None,
             },
             Message::Tool {
                 tool_call_id: "2".into(),
                 name: "b".into(),
                 content: "r2".into(),
                 is_error: false,
+                kept: None,
             },
         ];
         let out = render(&history);

@@ -215,6 +215,10 @@ pub fn render_result(result: &Result<Vec<Content>, ToolFailure>) -> String {
                 .map(|p| match p {
                     Content::Text(t) => t.clone(),
                     Content::Json(v) => v.to_string(),
+                    // Read whole: results kept apart never come here (see `crate::spill`).
+                    Content::Written(w) => w.to_text().unwrap_or_else(|e| {
+                        format!("(the written result could not be read back: {e})")
+                    }),
                 })
                 .collect();
             if texts.is_empty() {

@@ -75,9 +75,47 @@ fn print_content(out: &mut impl Write, content: &[Content], terminal: bool) -> s
                 serde_json::to_writer_pretty(&mut *out, value)?;
                 out.write_all(b"\n")?;
             }
+            Content::Written(written) => print_written(out, written, terminal)?,
         }
     }
     out.flush()
+}
+
+/// Copies a written piece to `out` as it is read, never holding it whole; on a terminal
+/// with its control characters made harmless, as text pieces are.
+fn print_written(
+    out: &mut impl Write,
+    written: &cordon_core::Written,
+    terminal: bool,
+) -> std::io::Result<()> {
+    use std::io::Read;
+    let mut reader = written.reader();
+    let mut buf = vec![0u8; 64 << 10];
+    let mut carry = 0;
+    let mut last = b'\n';
+    loop {
+        let n = reader.read(&mut buf[carry..])?;
+        if n == 0 {
+            break;
+        }
+        let filled = carry + n;
+        // Whole characters only; a character cut at the end waits for the next read.
+        let whole = match std::str::from_utf8(&buf[..filled]) {
+            Ok(_) => filled,
+            Err(e) => e.valid_up_to(),
+        };
+        let text = std::str::from_utf8(&buf[..whole]).unwrap_or_default();
+        out.write_all(shown_on(terminal, text).as_bytes())?;
+        if whole > 0 {
+            last = buf[whole - 1];
+        }
+        buf.copy_within(whole..filled, 0);
+        carry = filled - whole;
+    }
+    if last != b'\n' {
+        out.write_all(b"\n")?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -374,9 +374,10 @@ pub fn failure(error: &HomeError) -> ToolFailure {
             CallError::Tool(tool_error) => return ToolFailure::from(tool_error.clone()),
             CallError::Denied(_) => ToolFailureKind::Denied,
             CallError::Cancelled => ToolFailureKind::Cancelled,
-            CallError::LimitExceeded { .. } | CallError::Trapped(_) | CallError::Malformed(_) => {
-                ToolFailureKind::Failed
-            }
+            CallError::LimitExceeded { .. }
+            | CallError::Trapped(_)
+            | CallError::Malformed(_)
+            | CallError::NotKept(_) => ToolFailureKind::Failed,
         },
         HomeError::InvalidArguments { .. } => ToolFailureKind::InvalidArguments,
         HomeError::UnknownTool { .. } | HomeError::AmbiguousTool { .. } => {

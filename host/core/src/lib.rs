@@ -18,6 +18,7 @@ mod reserved;
 mod schema;
 mod stamp;
 mod tool;
+mod written;
 
 pub use audit::{
     AuditEntry, AuditRecord, CallOutcome, CallReport, HomeChangeAudit, MAX_GRANTS_WANTED,
@@ -47,3 +48,4 @@ pub use tool::{
     Content, MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOL_NAME_BYTES, ProvenHints,
     ToolDescriptor, ToolError, ToolErrorKind, ToolHints, tools_hash,
 };
+pub use written::{Written, WrittenReader};

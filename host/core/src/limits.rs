@@ -86,8 +86,10 @@ pub struct Limits {
     /// Maximum wall-clock time of one call. 30 s by default.
     #[serde(with = "duration_serde")]
     pub time: Duration,
-    /// Maximum total size of a call's returned content. 1 MiB by default: a model cannot use
-    /// more, and it keeps a flood from filling the host's memory.
+    /// Maximum total size of a call's result. 64 MiB by default: a model reads a large result
+    /// through a preview and pages (the conversation keeps it whole), and a result that large
+    /// is written through `result-stream` into a file, never held whole in memory (what a
+    /// plugin returns at once is held to 16 MiB whatever this says).
     #[serde(with = "bytes_serde")]
     pub output: u64,
     /// Maximum size of the JSON arguments. 1 MiB by default; checked before instantiating.
@@ -104,7 +106,7 @@ impl Default for Limits {
         Limits {
             memory: 512 << 20,
             time: Duration::from_secs(30),
-            output: 1 << 20,
+            output: 64 << 20,
             args: 1 << 20,
             log: 64 << 10,
         }
@@ -345,12 +347,12 @@ mod tests {
         let l = Limits::default();
         assert_eq!(l.memory, 512 * 1024 * 1024);
         assert_eq!(l.time, Duration::from_secs(30));
-        assert_eq!(l.output, 1024 * 1024);
+        assert_eq!(l.output, 64 * 1024 * 1024);
         assert_eq!(l.args, 1024 * 1024);
         assert_eq!(l.log, 64 * 1024);
         assert_eq!(
             l.to_string(),
-            "memory=512MiB time=30s output=1MiB args=1MiB log=64KiB"
+            "memory=512MiB time=30s output=64MiB args=1MiB log=64KiB"
         );
     }
 

@@ -120,6 +120,10 @@ pub enum Content {
     Text(String),
     /// A parsed JSON document.
     Json(serde_json::Value),
+    /// Text or a JSON document the plugin wrote as it went, held in a file rather than in
+    /// memory (see [`Written`]). Never serialised: it is read in parts by whoever takes it.
+    #[serde(skip)]
+    Written(crate::Written),
 }
 
 impl Content {
@@ -128,6 +132,26 @@ impl Content {
         match self {
             Content::Text(t) => t.len(),
             Content::Json(v) => v.to_string().len(),
+            Content::Written(w) => usize::try_from(w.len()).unwrap_or(usize::MAX),
+        }
+    }
+
+    /// The piece in memory: a written piece read whole (see [`Written::to_text`]), as text, or
+    /// as JSON when it is a JSON document. For callers that hold whole results anyway.
+    pub fn in_memory(self) -> std::io::Result<Content> {
+        match self {
+            Content::Written(w) => {
+                let text = w.to_text()?;
+                Ok(if w.is_json() {
+                    match serde_json::from_str(&text) {
+                        Ok(v) => Content::Json(v),
+                        Err(_) => Content::Text(text),
+                    }
+                } else {
+                    Content::Text(text)
+                })
+            }
+            other => Ok(other),
         }
     }
 }

@@ -250,9 +250,15 @@ impl Home {
                 );
             }
         }
+        // What calls write of their results is kept in the home (no grant reaches it), on its
+        // disk, in files without names; without a home, in the system's temporary directory.
+        // The directory is made on the first write, so a call that writes nothing leaves the
+        // home as it was.
+        let spool_dir = self.root.exists().then(|| self.root.join("spool"));
         Runtime::new(RuntimeConfig {
             cache_dir: Some(self.cache_dir()),
             max_instances: self.max_instances,
+            spool_dir,
         })
         .map_err(HomeError::Runtime)
     }

@@ -145,6 +145,10 @@ impl ToolEntry {
     }
 }
 
+/// The largest written JSON result checked against its tool's output schema: parsed, a
+/// document takes several times its size in memory.
+const MAX_WRITTEN_CHECKED: u64 = 4 << 20;
+
 impl ToolEntry {
     /// Checks a successful result against the tool's output schema, when it has one: the
     /// plugin promised exactly one JSON piece, an object the schema accepts, and clients (MCP's
@@ -160,19 +164,32 @@ impl ToolEntry {
                 self.descriptor.name
             ))
         };
-        let mut json = output.content.iter().filter_map(|piece| match piece {
-            Content::Json(v) => Some(v),
-            Content::Text(_) => None,
-        });
-        let (Some(document), None) = (json.next(), json.next()) else {
-            let count = output
-                .content
-                .iter()
-                .filter(|p| matches!(p, Content::Json(_)))
-                .count();
+        let is_json = |p: &&Content| match p {
+            Content::Json(_) => true,
+            Content::Written(w) => w.is_json(),
+            Content::Text(_) => false,
+        };
+        let mut json = output.content.iter().filter(is_json);
+        let (Some(piece), None) = (json.next(), json.next()) else {
+            let count = output.content.iter().filter(is_json).count();
             return Err(broken(format!(
                 "it holds {count} JSON pieces, where exactly one is promised"
             )));
+        };
+        let read;
+        let document = match piece {
+            Content::Json(v) => v,
+            // A written document is checked against the schema up to a size that is cheap to
+            // hold parsed; a larger one only for being JSON (the runtime read it through).
+            Content::Written(w) if w.len() <= MAX_WRITTEN_CHECKED => {
+                read = w
+                    .to_text()
+                    .ok()
+                    .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+                    .ok_or_else(|| broken("its written JSON could not be read back".into()))?;
+                &read
+            }
+            _ => return Ok(()),
         };
         let compiled = self
             .output_schema

@@ -306,20 +306,24 @@ fn failed(failure: &ToolFailure) -> CallToolResult {
 fn succeeded(content: Vec<Content>, output_schema: bool) -> CallToolResult {
     let mut json = content.iter().filter_map(|piece| match piece {
         Content::Json(v) => Some(v),
-        Content::Text(_) => None,
+        Content::Text(_) | Content::Written(_) => None,
     });
     let alone = content.len() == 1 || output_schema;
     let structured = match (json.next(), json.next()) {
         (Some(v @ Value::Object(_)), None) if alone => Some(v.clone()),
         _ => None,
     };
-    let blocks: Vec<ContentBlock> = content
-        .into_iter()
-        .map(|piece| match piece {
-            Content::Text(t) => ContentBlock::text(t),
-            Content::Json(v) => ContentBlock::text(v.to_string()),
-        })
-        .collect();
+    let blocks: Vec<ContentBlock> =
+        content
+            .into_iter()
+            .map(|piece| match piece {
+                Content::Text(t) => ContentBlock::text(t),
+                Content::Json(v) => ContentBlock::text(v.to_string()),
+                Content::Written(w) => ContentBlock::text(w.to_text().unwrap_or_else(|e| {
+                    format!("(the written result could not be read back: {e})")
+                })),
+            })
+            .collect();
     let mut result = CallToolResult::success(blocks);
     result.structured_content = structured;
     result

@@ -32,6 +32,7 @@ pub(crate) mod outputs {
             "cordon:tool/types": crate::bindings::cordon::tool::types,
             "cordon:tool/log": crate::bindings::cordon::tool::log,
             "cordon:tool/bulk-read": crate::bindings::cordon::tool::bulk_read,
+            "cordon:tool/result-stream": crate::bindings::cordon::tool::result_stream,
         },
     });
 

@@ -28,6 +28,11 @@ pub(crate) const MAX_HANDLES_PER_CALL: usize = 4096;
 /// four million empty pieces are no bytes of text, but over 100 MB of host memory and JSON.
 pub(crate) const MAX_CONTENT_PIECES: usize = 1024;
 
+/// Bytes a call's returned pieces may have together, whatever the output limit: they are held
+/// in the plugin's memory and then the host's (JSON parsed, several times their size). A larger
+/// result is written through `cordon:tool/result-stream`, which the host keeps in a file.
+pub(crate) const MAX_RETURNED_BYTES: u64 = 16 << 20;
+
 // wasi:filesystem.
 
 /// Files one call may hold open at once (its preopens not counted). With the default pool of

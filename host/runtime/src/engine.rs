@@ -37,6 +37,10 @@ pub struct RuntimeConfig {
     /// costs time in proportion, so a CLI call should not pay for a server's pool. The
     /// engine is shared by the whole process, so the first runtime created decides.
     pub max_instances: u32,
+    /// Directory for what calls write of their results (`cordon:tool/result-stream`), in
+    /// files that have no name and vanish with the result; `None` is the system's temporary
+    /// directory. Best on a disk: a result may be as large as the output limit.
+    pub spool_dir: Option<PathBuf>,
 }
 
 impl Default for RuntimeConfig {
@@ -44,6 +48,7 @@ impl Default for RuntimeConfig {
         RuntimeConfig {
             cache_dir: None,
             max_instances: DEFAULT_MAX_INSTANCES,
+            spool_dir: None,
         }
     }
 }
@@ -134,6 +139,7 @@ struct RuntimeInner {
     engine: Engine,
     linker: Linker<HostState>,
     cache: Option<Cache>,
+    spool_dir: Arc<std::path::Path>,
 }
 
 /// Loads plugins. Cheap to clone; all clones share the engine, linker and cache.
@@ -152,10 +158,12 @@ impl Runtime {
         let link = |e: wasmtime::Error| RuntimeError::Engine(EngineError::Link(Arc::new(e)));
         // The world's interfaces, as `bindings::Plugin::add_to_linker` links them, except that
         // bulk-read runs on the part of the store data it is lent (see `bulk_read_bindings`).
-        use bindings::cordon::tool::{log, types};
+        use bindings::cordon::tool::{log, result_stream, types};
         use wasmtime::component::HasSelf;
         types::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s).map_err(link)?;
         log::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s).map_err(link)?;
+        result_stream::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            .map_err(link)?;
         crate::bulk_read_bindings::add_to_linker(&mut linker).map_err(link)?;
         let cache = config.cache_dir.map(|dir| Cache::new(dir, &engine));
         Ok(Runtime {
@@ -163,6 +171,7 @@ impl Runtime {
                 engine,
                 linker,
                 cache,
+                spool_dir: config.spool_dir.unwrap_or_else(std::env::temp_dir).into(),
             }),
         })
     }
@@ -318,6 +327,7 @@ impl Runtime {
                 digest: format!("sha256:{sha}"),
                 imports,
                 compiled,
+                spool_dir: self.inner.spool_dir.clone(),
             }));
         }
         // Optional (WIT 0.1.3): a component without the export has no output schemas.
@@ -330,6 +340,7 @@ impl Runtime {
             digest: format!("sha256:{sha}"),
             imports,
             compiled,
+            spool_dir: self.inner.spool_dir.clone(),
         }))
     }
 }

@@ -143,6 +143,10 @@ pub enum CallError {
     /// The call was stopped because its [`Sandbox::cancel`](crate::Sandbox::cancel) fired.
     #[error("the call was cancelled while it ran; whatever it did before stopping stays done")]
     Cancelled,
+    /// The host could not keep what the call wrote of its result (`result-stream`): its
+    /// spool directory is gone or its disk is full. Not the plugin's fault.
+    #[error("the host could not keep the call's result: {0}")]
+    NotKept(String),
 }
 
 /// Why a call's grants could not be honoured.
@@ -180,7 +184,8 @@ mod tests {
             "the component imports an interface that Cordon does not provide: \
              evil:thing/backdoor@1.0.0; Cordon provides wasi:cli, wasi:clocks, wasi:filesystem, \
              wasi:io, wasi:random, wasi:sockets, wasi:http (types, outgoing-handler), \
-             cordon:tool/log and cordon:tool/bulk-read (0.1.2: sifting readers)"
+             cordon:tool/log, cordon:tool/bulk-read (0.1.2: sifting readers) and \
+             cordon:tool/result-stream"
         );
     }
 }

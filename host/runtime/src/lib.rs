@@ -28,6 +28,7 @@ mod output;
 mod plugin;
 mod provided;
 mod refusals;
+mod result_stream;
 mod sandbox;
 mod typed;
 mod wasi_overrides;

@@ -5,13 +5,15 @@ use std::time::Instant;
 
 use cordon_core::{
     CallReport, Ceiling, CompiledPin, Content, LimitKind, Limits, ToolDescriptor, ToolError,
-    ToolErrorKind, ToolHints, format_bytes, format_bytes_rounded,
+    ToolErrorKind, ToolHints, Written, format_bytes, format_bytes_rounded,
 };
+use serde::Deserialize;
 use wasmtime::{Store, UpdateDeadline};
 
 use crate::bindings;
-use crate::caps::{MAX_CONTENT_PIECES, MAX_HANDLES_PER_CALL, MAX_WASM_STACK};
+use crate::caps::{MAX_CONTENT_PIECES, MAX_HANDLES_PER_CALL, MAX_RETURNED_BYTES, MAX_WASM_STACK};
 use crate::error::CallError;
+use crate::result_stream::Broken;
 use crate::sandbox::{HostState, Sandbox, build_state};
 use crate::typed::{TypedExports, Unavailable};
 
@@ -24,6 +26,8 @@ pub(crate) struct PluginInner {
     pub(crate) digest: String,
     pub(crate) imports: Vec<String>,
     pub(crate) compiled: Option<CompiledPin>,
+    /// Where calls keep what they write of their results (see `result_stream`).
+    pub(crate) spool_dir: Arc<std::path::Path>,
 }
 
 /// A compiled, linked plugin, ready to be instantiated for calls. Cheap to clone.
@@ -174,7 +178,7 @@ impl Plugin {
                 })
             })
             .await?
-            .0;
+            .value;
         descriptors(raw, outputs)
     }
 
@@ -266,7 +270,12 @@ impl Plugin {
                 .await;
         }
         let (tool_owned, args_owned) = (tool.to_string(), arguments.to_string());
-        let (result, stderr, stderr_truncated) = self
+        let Ran {
+            value: result,
+            stderr,
+            stderr_truncated,
+            written,
+        } = self
             .run(sandbox, report, move |exports, store| {
                 Box::pin(async move {
                     exports
@@ -300,24 +309,19 @@ impl Plugin {
                 ),
             });
         }
-        let total: u64 = pieces
+        let returned: u64 = pieces
             .iter()
             .map(|p| match p {
                 bindings::cordon::tool::types::Content::Text(t)
                 | bindings::cordon::tool::types::Content::Json(t) => t.len() as u64,
             })
             .sum();
-        if total > limits.output {
-            return Err(CallError::LimitExceeded {
-                limit: LimitKind::Output,
-                detail: format!(
-                    "the result is {} bytes; the output limit is {}",
-                    total,
-                    format_bytes(limits.output)
-                ),
-            });
+        check_output(returned, written.as_ref(), limits.output)?;
+        let mut content = Vec::with_capacity(pieces.len() + 1);
+        if let Some(written) = written {
+            check_written(&written, tool)?;
+            content.push(Content::Written(written));
         }
-        let mut content = Vec::with_capacity(pieces.len());
         for (i, p) in pieces.into_iter().enumerate() {
             content.push(match p {
                 bindings::cordon::tool::types::Content::Text(t) => Content::Text(t),
@@ -387,7 +391,12 @@ impl Plugin {
                 })
             })
             .await;
-        let (results, stderr, stderr_truncated) = match (ran, cap) {
+        let Ran {
+            value: results,
+            stderr,
+            stderr_truncated,
+            written,
+        } = match (ran, cap) {
             (
                 Err(CallError::LimitExceeded {
                     limit: LimitKind::Memory,
@@ -406,17 +415,15 @@ impl Plugin {
             }
             (ran, _) => ran?,
         };
-        let content = function.output(results)?;
-        let total: usize = content.iter().map(Content::size).sum();
-        if total as u64 > sandbox.limits.output {
-            return Err(CallError::LimitExceeded {
-                limit: LimitKind::Output,
-                detail: format!(
-                    "the result is {total} bytes as JSON; the output limit is {}",
-                    format_bytes(sandbox.limits.output)
-                ),
-            });
+        let returned = function.output(results)?;
+        let total: usize = returned.iter().map(Content::size).sum();
+        check_output(total as u64, written.as_ref(), sandbox.limits.output)?;
+        let mut content = Vec::with_capacity(returned.len() + 1);
+        if let Some(written) = written {
+            check_written(&written, tool)?;
+            content.push(Content::Written(written));
         }
+        content.extend(returned);
         Ok(ToolOutput {
             content,
             stderr,
@@ -433,7 +440,7 @@ impl Plugin {
         sandbox: &Sandbox,
         report: &mut CallReport,
         f: F,
-    ) -> Result<(R, String, bool), CallError>
+    ) -> Result<Ran<R>, CallError>
     where
         R: Send,
         F: for<'a> FnOnce(
@@ -444,7 +451,7 @@ impl Plugin {
             > + Send,
     {
         let limits = sandbox.limits;
-        let state = build_state(sandbox, self.name.clone())?;
+        let state = build_state(sandbox, self.name.clone(), &self.inner.spool_dir)?;
         let mut store = Store::new(self.inner.pre.engine(), state);
         store.limiter(|s| &mut s.budget.limiter);
         store.set_max_component_handles(MAX_HANDLES_PER_CALL);
@@ -491,6 +498,7 @@ impl Plugin {
         let Some(outcome) = outcome else {
             return Err(CallError::Cancelled);
         };
+        let written = store.data_mut().written.finish();
         let data = store.data();
         // What the plugin wrote last says where it was when it was stopped or crashed.
         let with_last_output = |msg: String| match data.out.pipe.last_lines(LAST_OUTPUT_LINES) {
@@ -511,7 +519,12 @@ impl Plugin {
         let (stderr, output_truncated) = data.out.pipe.take();
         let truncated = output_truncated || data.out.log.dropped() > 0;
         match result {
-            Ok(r) => Ok((r, stderr, truncated)),
+            Ok(value) => Ok(Ran {
+                value,
+                stderr,
+                stderr_truncated: truncated,
+                written: written.map_err(|broken| written_error(broken, limits.output))?,
+            }),
             Err(e) => {
                 if data.budget.cancelled {
                     return Err(CallError::Cancelled);
@@ -551,6 +564,138 @@ impl Plugin {
                 Err(CallError::Trapped(with_last_output(msg)))
             }
         }
+    }
+}
+
+/// Holds a result to the output limit: what the call returned (held in memory, so also to
+/// [`MAX_RETURNED_BYTES`]) and what it wrote (held in a file) together.
+fn check_output(returned: u64, written: Option<&Written>, limit: u64) -> Result<(), CallError> {
+    let written = written.map_or(0, Written::len);
+    let total = returned.saturating_add(written);
+    if total > limit {
+        return Err(CallError::LimitExceeded {
+            limit: LimitKind::Output,
+            detail: if written > 0 {
+                format!(
+                    "the result is {total} bytes ({written} written, {returned} returned); the \
+                     output limit is {}",
+                    format_bytes(limit)
+                )
+            } else {
+                format!(
+                    "the result is {total} bytes; the output limit is {}",
+                    format_bytes(limit)
+                )
+            },
+        });
+    }
+    if returned > MAX_RETURNED_BYTES {
+        return Err(CallError::LimitExceeded {
+            limit: LimitKind::Output,
+            detail: format!(
+                "the plugin returned {returned} bytes at once; at most {} are taken that way \
+                 (the rest of the output limit, {}, is for results written through \
+                 `cordon:tool/result-stream`, which the host keeps out of memory)",
+                format_bytes(MAX_RETURNED_BYTES),
+                format_bytes(limit)
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// A written JSON piece must be one JSON document: checked by reading it through once,
+/// without building it (serde_json's nesting limit of 128 applies, as to returned pieces).
+fn check_written(written: &Written, tool: &str) -> Result<(), CallError> {
+    if !written.is_json() {
+        return Ok(());
+    }
+    let unreadable = |e: std::io::Error| {
+        CallError::NotKept(format!("the written result could not be read back: {e}"))
+    };
+    // serde_json skips a value without counting its depth, so the depth is counted apart.
+    if json_depth(written.reader()).map_err(unreadable)? > MAX_JSON_DEPTH {
+        return Err(CallError::Malformed(format!(
+            "the written result of tool `{tool}` is JSON nested deeper than {MAX_JSON_DEPTH} \
+             levels, more than the host accepts"
+        )));
+    }
+    let reader = std::io::BufReader::with_capacity(64 << 10, written.reader());
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    let checked = serde::de::IgnoredAny::deserialize(&mut de).and_then(|_| de.end());
+    checked.map_err(|e| {
+        CallError::Malformed(format!(
+            "the written result of tool `{tool}` is marked json but is not JSON: {e}"
+        ))
+    })
+}
+
+/// How deep JSON may nest: serde_json's own limit for returned pieces, which keeps the
+/// host's stack safe wherever a document is parsed.
+const MAX_JSON_DEPTH: usize = 128;
+
+/// The deepest nesting of arrays and objects in JSON text read from `reader` (brackets inside
+/// strings do not count); whether it is JSON at all is checked apart.
+fn json_depth(mut reader: impl std::io::Read) -> std::io::Result<usize> {
+    let mut buf = vec![0u8; 64 << 10];
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    loop {
+        let n = reader.read(&mut buf)?;
+        if n == 0 {
+            return Ok(deepest);
+        }
+        for &b in &buf[..n] {
+            if in_string {
+                match b {
+                    _ if escaped => escaped = false,
+                    b'\\' => escaped = true,
+                    b'"' => in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match b {
+                b'"' => in_string = true,
+                b'[' | b'{' => {
+                    depth += 1;
+                    deepest = deepest.max(depth);
+                }
+                b']' | b'}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// What [`Plugin::run`] gives back of a call that returned.
+struct Ran<R> {
+    /// What the called function returned.
+    value: R,
+    /// What the plugin wrote to stdout and stderr, up to the log limit, and whether some of it
+    /// or of its log records were dropped.
+    stderr: String,
+    stderr_truncated: bool,
+    /// What it wrote of its result through `result-stream`, if anything.
+    written: Option<Written>,
+}
+
+/// The error of a call whose written result cannot be used.
+fn written_error(broken: Broken, output_limit: u64) -> CallError {
+    match broken {
+        Broken::OverLimit(bytes) => CallError::LimitExceeded {
+            limit: LimitKind::Output,
+            detail: format!(
+                "the plugin wrote a result of more than {bytes} bytes; the output limit is {}",
+                format_bytes(output_limit)
+            ),
+        },
+        Broken::Mixed => CallError::Malformed(
+            "the plugin wrote its result as text and then as json (or the reverse); a written \
+             result is one piece of one kind"
+                .to_string(),
+        ),
+        Broken::Host(why) => CallError::NotKept(why),
     }
 }
 
@@ -644,6 +789,14 @@ mod tests {
     use super::*;
     use bindings::cordon::tool::types as wit;
     use bindings::outputs::tool_outputs::OutputSchema;
+
+    #[test]
+    fn json_depth_counts_brackets_outside_strings() {
+        let depth = |s: &str| json_depth(s.as_bytes()).unwrap();
+        assert_eq!(depth(r#"[{"a":"[[[{","b\"[":[1]}]"#), 3);
+        assert_eq!(depth("1"), 0);
+        assert_eq!(depth(&("[".repeat(129) + &"]".repeat(129))), 129);
+    }
 
     fn tool(name: &str) -> wit::ToolDescriptor {
         wit::ToolDescriptor {

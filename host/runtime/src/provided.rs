@@ -23,6 +23,10 @@ const PROVIDED: &[(&str, Option<&str>)] = &[
         "cordon:tool/bulk-read@",
         Some("cordon:tool/bulk-read (0.1.2: sifting readers)"),
     ),
+    (
+        "cordon:tool/result-stream@",
+        Some("cordon:tool/result-stream"),
+    ),
     ("cordon:tool/types@", None),
 ];
 
@@ -70,7 +74,9 @@ mod tests {
         let list = provided_list();
         assert!(list.starts_with("wasi:cli, wasi:clocks, "), "{list}");
         assert!(
-            list.ends_with(" and cordon:tool/bulk-read (0.1.2: sifting readers)"),
+            list.ends_with(
+                "cordon:tool/bulk-read (0.1.2: sifting readers) and cordon:tool/result-stream"
+            ),
             "{list}"
         );
         assert!(!provided("wasi:keyvalue/store@0.2.0"));

@@ -15,13 +15,14 @@ use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use crate::bindings::cordon::tool::log;
+use crate::bindings::cordon::tool::{log, result_stream};
 use crate::bulk_read::{BulkReadParts, BulkReadView};
 use crate::caps::{MAX_HANDLES_PER_CALL, MAX_HTTP_FIELDS_BYTES, MAX_TABLE_ELEMENTS};
 use crate::error::{CallError, Denial};
 use crate::http_policy::HttpPolicy;
 use crate::output::{CappedPipe, LogSink};
 use crate::refusals::Refusals;
+use crate::result_stream::ResultSpool;
 use crate::wasi_overrides::filesystem_preopens::open_granted;
 use crate::wasi_overrides::{
     ALLOW_BLOCKING_CURRENT_THREAD, FsOverrides, NetOverrides, OverrideParts, OverrideView,
@@ -136,6 +137,8 @@ pub(crate) struct HostState {
     net: NetState,
     pub(crate) budget: Budget,
     pub(crate) out: CallOutput,
+    /// What the call wrote of its result through `cordon:tool/result-stream`.
+    pub(crate) written: ResultSpool,
     /// What the sandbox refused the call, noted where each refusal is made, for its report.
     /// (The HTTP policy, which wasmtime-wasi-http borrows alone, keeps its own.)
     refused: Refusals,
@@ -248,6 +251,12 @@ impl log::Host for HostState {
 
 impl crate::bindings::cordon::tool::types::Host for HostState {}
 
+impl result_stream::Host for HostState {
+    fn write(&mut self, kind: result_stream::PieceKind, chunk: String) -> Result<(), String> {
+        self.written.write(kind, &chunk)
+    }
+}
+
 /// A deadline that never comes in practice, for a time limit too long to add to now (30 years,
 /// as tokio's timers do).
 fn far_future() -> Instant {
@@ -258,7 +267,12 @@ fn far_future() -> Instant {
 /// whose host directory vanished, now resolves elsewhere (e.g. replaced by a symlink) or
 /// overlaps Cordon's own state (see `wasi_overrides::filesystem_preopens::open_granted`), and a
 /// `net:tcp` grant that reaches the PostgreSQL store.
-pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostState, CallError> {
+/// What the call writes of its result is kept in `spool_dir`.
+pub(crate) fn build_state(
+    sandbox: &Sandbox,
+    plugin: Arc<str>,
+    spool_dir: &std::path::Path,
+) -> Result<HostState, CallError> {
     let limits = &sandbox.limits;
     let mut b = WasiCtxBuilder::new();
     // Run filesystem calls on the calling thread instead of tokio's blocking pool: a directory
@@ -371,6 +385,7 @@ pub(crate) fn build_state(sandbox: &Sandbox, plugin: Arc<str>) -> Result<HostSta
             pipe: output,
             log: LogSink::new(usize::try_from(limits.log).unwrap_or(usize::MAX), plugin),
         },
+        written: ResultSpool::new(spool_dir.to_path_buf(), limits.output),
         refused,
     })
 }

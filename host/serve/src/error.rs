@@ -71,9 +71,10 @@ impl From<StoreError> for ApiError {
                 ApiError::bad_request(message)
             }
             StoreError::Database { .. } | StoreError::Open { .. } => ApiError::unavailable(message),
-            StoreError::Create { .. } | StoreError::Migrate { .. } | StoreError::Corrupt { .. } => {
-                ApiError::internal(message)
-            }
+            StoreError::Create { .. }
+            | StoreError::Migrate { .. }
+            | StoreError::Corrupt { .. }
+            | StoreError::Unkept { .. } => ApiError::internal(message),
         }
     }
 }

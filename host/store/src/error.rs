@@ -130,6 +130,14 @@ pub enum StoreError {
         /// Why.
         reason: String,
     },
+    /// A result to keep could not be read from where the host held it (its spool file).
+    #[error("the result of call `{id}` could not be read to keep it: {source}")]
+    Unkept {
+        /// The call.
+        id: String,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 impl StoreError {

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use cordon_agent::cordon_policy::CountQuery;
+use cordon_agent::pages::{InFiles, KeptAt, KeptPart, Parts};
 use cordon_agent::{CancellationToken, Cause, Conversation, Journal, JournalError, async_trait};
+use cordon_core::Written;
 use cordon_core::{AuditRecord, now_ms};
 use sqlx::Row;
 
@@ -388,6 +390,30 @@ impl Journal for SessionJournal {
             .map_err(|e| journal_error(&self.id, e))
     }
 
+    /// Kept in the store with the session (see `kept`); a session not written yet keeps none.
+    async fn keep_result(
+        &mut self,
+        id: &str,
+        written: &Written,
+    ) -> Result<Option<u64>, JournalError> {
+        if self.unborn.is_some() {
+            return Ok(None);
+        }
+        let mut parts = Parts::of(written);
+        self.store
+            .keep_result(&self.id, id, &mut parts)
+            .await
+            .map_err(|e| journal_error(&self.id, e))?;
+        Ok(Some(parts.lines()))
+    }
+
+    async fn kept_part(&mut self, id: &str, at: KeptAt) -> Result<Option<KeptPart>, JournalError> {
+        self.store
+            .kept_part(&self.id, id, at)
+            .await
+            .map_err(|e| journal_error(&self.id, e))
+    }
+
     async fn close(&mut self) -> Result<(), JournalError> {
         self.stop_keeping();
         if self.lost.is_cancelled() || self.unborn.is_some() {
@@ -402,15 +428,20 @@ impl Journal for SessionJournal {
 
 /// The journal of a conversation that is not a session: its transitions are not kept, its
 /// tool calls go to the audit log.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct AuditJournal {
     store: Store,
+    /// Results kept apart from the conversation, in their files, for as long as it lasts.
+    files: InFiles,
 }
 
 impl AuditJournal {
     /// Records tool calls into `store`.
     pub fn new(store: Store) -> Self {
-        Self { store }
+        Self {
+            store,
+            files: InFiles::default(),
+        }
     }
 }
 
@@ -440,6 +471,24 @@ impl Journal for AuditJournal {
         self.store
             .add_calls(keys, minute, None)
             .await
+            .map_err(|e| JournalError::Store(Box::new(e)))
+    }
+
+    /// Kept in their files, not in the store: the conversation lives only in this process.
+    async fn keep_result(
+        &mut self,
+        id: &str,
+        written: &Written,
+    ) -> Result<Option<u64>, JournalError> {
+        self.files
+            .keep(id, written)
+            .map(Some)
+            .map_err(|e| JournalError::Store(Box::new(e)))
+    }
+
+    async fn kept_part(&mut self, id: &str, at: KeptAt) -> Result<Option<KeptPart>, JournalError> {
+        self.files
+            .part(id, at)
             .map_err(|e| JournalError::Store(Box::new(e)))
     }
 }

@@ -25,6 +25,7 @@ mod counts;
 mod error;
 mod histories;
 mod journal;
+mod kept;
 mod sessions;
 
 use std::path::{Path, PathBuf};
@@ -288,6 +289,11 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "call counts",
         include_str!("../migrations/sqlite/0005_call_counts.sql"),
     ),
+    (
+        6,
+        "kept results",
+        include_str!("../migrations/sqlite/0006_kept_results.sql"),
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -314,6 +320,11 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         5,
         "call counts",
         include_str!("../migrations/postgres/0005_call_counts.sql"),
+    ),
+    (
+        6,
+        "kept results",
+        include_str!("../migrations/postgres/0006_kept_results.sql"),
     ),
 ];
 

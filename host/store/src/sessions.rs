@@ -475,26 +475,38 @@ impl Store {
             state: info.state.clone(),
             what: e.to_string(),
         })?;
-        self.create_session(NewSession {
-            id: new_id,
-            origin: "fork".to_string(),
-            parent: Some(id.to_string()),
-            settings: info.settings,
-            conversation: copy,
-            created_by: by,
-        })
-        .await
+        // The results the copy's messages keep apart go with it.
+        let kept: Vec<String> = copy
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool { kept: Some(k), .. } => Some(k.id.clone()),
+                _ => None,
+            })
+            .collect();
+        let made = self
+            .create_session(NewSession {
+                id: new_id,
+                origin: "fork".to_string(),
+                parent: Some(id.to_string()),
+                settings: info.settings,
+                conversation: copy,
+                created_by: by,
+            })
+            .await?;
+        self.copy_kept(id, &made.id, &kept).await?;
+        Ok(made)
     }
 
-    /// Removes a session, its log and its own policy counters (the audit log keeps its
-    /// records). Refused while
-    /// another host drives it.
+    /// Removes a session, its log, the results it kept apart and its own policy counters (the
+    /// audit log keeps its records). Refused while another host drives it.
     pub async fn delete_session(&self, id: &str) -> Result<(), StoreError> {
         const SQL: &str = "DELETE FROM sessions WHERE id = $1 \
                            AND (lease_holder IS NULL OR lease_holder = $2 OR lease_until_ms < $3)";
         const LOG: &str = "DELETE FROM transitions WHERE session = $1";
         const SNAPSHOTS: &str = "DELETE FROM snapshots WHERE session = $1";
         const HISTORIES: &str = "DELETE FROM gateway_histories WHERE session = $1";
+        const KEPT: &str = "DELETE FROM kept_results WHERE session = $1";
         let (counts_from, counts_to) = session_range(id);
         let info = self.session(id).await?;
         let deleted = on_backend!(self, pool => async {
@@ -506,6 +518,7 @@ impl Store {
             sqlx::query(LOG).bind(id).execute(&mut *tx).await?;
             sqlx::query(SNAPSHOTS).bind(id).execute(&mut *tx).await?;
             sqlx::query(HISTORIES).bind(id).execute(&mut *tx).await?;
+            sqlx::query(KEPT).bind(id).execute(&mut *tx).await?;
             sqlx::query(DELETE_SESSION_COUNTS).bind(&counts_from).bind(&counts_to).execute(&mut *tx).await?;
             tx.commit().await?;
             Ok::<_, sqlx::Error>(true)

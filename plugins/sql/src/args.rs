@@ -7,10 +7,10 @@ use serde::Deserialize;
 
 /// Default and upper bound for `sql_query`'s `max_rows`.
 pub const DEFAULT_MAX_ROWS: u32 = 200;
-pub const LIMIT_MAX_ROWS: u32 = 10_000;
+pub const LIMIT_MAX_ROWS: u32 = 1_000_000;
 /// Default and upper bound for the approximate size of returned rows, in bytes of JSON.
 pub const DEFAULT_MAX_BYTES: u32 = 256 * 1024;
-pub const LIMIT_MAX_BYTES: u32 = 4 * 1024 * 1024;
+pub const LIMIT_MAX_BYTES: u32 = 64 * 1024 * 1024;
 
 /// Arguments of `sql_schema`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -36,14 +36,15 @@ pub struct QueryArgs {
     /// named placeholders (`:name`, `@name`, `$name`; the key may omit the prefix).
     #[serde(default)]
     pub params: Option<Params>,
-    /// Maximum number of rows to return (default 200, at most 10000).
+    /// Maximum number of rows to return (default 200, at most 1000000).
     #[serde(default)]
-    #[schemars(range(min = 1, max = 10000))]
+    #[schemars(range(min = 1, max = 1000000))]
     pub max_rows: Option<u32>,
     /// Approximate maximum size of the returned rows in bytes of JSON (default 262144, at
-    /// most 4194304).
+    /// most 67108864). A result larger than the model can read at once comes as a preview to
+    /// page through.
     #[serde(default)]
-    #[schemars(range(min = 1, max = 4194304))]
+    #[schemars(range(min = 1, max = 67108864))]
     pub max_bytes: Option<u32>,
 }
 

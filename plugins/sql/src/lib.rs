@@ -33,13 +33,14 @@ pub fn plugin() -> Plugin {
             Hints::READ_ONLY,
             schema::run,
         )
-        .structured_tool(
+        .written_tool(
             "sql_query",
             "Runs one read-only SQL statement (SELECT, WITH, read-only PRAGMA, EXPLAIN) on a \
              SQLite database and returns the column names and rows as JSON. Pass values through \
              `params` (`?` placeholders, or `:name` with an object) instead of quoting them \
              into the SQL. At most `max_rows` rows and about `max_bytes` bytes are returned; \
              `truncated` says when more rows exist, so add LIMIT/OFFSET or aggregate instead. \
+             A large result may come as a preview that the host lets you page through. \
              Statements that write are refused: use sql_execute for those.",
             Hints::READ_ONLY,
             query::run,

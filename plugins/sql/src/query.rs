@@ -1,6 +1,10 @@
-//! `sql_query`: one read-only statement, capped.
+//! `sql_query`: one read-only statement, capped, its rows written out one at a time (see
+//! `cordon_sdk::written`), so a result of tens of megabytes takes the memory of one row.
+
+use std::io::Write;
 
 use cordon_sdk::ToolError;
+use cordon_sdk::written::JsonWriter;
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
@@ -9,7 +13,7 @@ use crate::args::{
     DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, LIMIT_MAX_BYTES, LIMIT_MAX_ROWS, QueryArgs,
 };
 use crate::db::{bind, open_read, resolve_database, sqlite_error};
-use crate::value::collect;
+use crate::value::walk;
 
 fn cap(name: &str, value: Option<u32>, default: u32, limit: u32) -> Result<usize, ToolError> {
     match value {
@@ -22,16 +26,16 @@ fn cap(name: &str, value: Option<u32>, default: u32, limit: u32) -> Result<usize
     }
 }
 
-/// What `sql_query` returns.
+/// What `sql_query` returns (written in this order: the counts come after the rows).
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct QueryResult {
     /// The result's column names, in order.
     pub columns: Vec<String>,
-    /// How many rows `rows` holds.
-    pub row_count: usize,
     /// The rows, each an array of values in column order: a string, number or null, or for a
     /// BLOB an object `{"blob_hex": …, "bytes": n}`.
     pub rows: Vec<Value>,
+    /// How many rows `rows` holds.
+    pub row_count: usize,
     /// Whether more rows exist than were returned.
     pub truncated: bool,
     /// Which cap stopped reading (`max_rows` or `max_bytes`); only when truncated.
@@ -42,7 +46,13 @@ pub struct QueryResult {
     pub note: Option<String>,
 }
 
-pub fn run(mut args: QueryArgs) -> Result<QueryResult, ToolError> {
+/// What the writer refused, as the tool's error (the host fails the call with its own reason,
+/// the output limit, in any case).
+fn unwritten(e: std::io::Error) -> ToolError {
+    ToolError::failed(format!("the result could not be written: {e}"))
+}
+
+pub fn run(mut args: QueryArgs, out: &mut JsonWriter<QueryResult>) -> Result<(), ToolError> {
     args.database = resolve_database(&args.database)?;
     let max_rows = cap("max_rows", args.max_rows, DEFAULT_MAX_ROWS, LIMIT_MAX_ROWS)?;
     let max_bytes = cap(
@@ -69,8 +79,22 @@ pub fn run(mut args: QueryArgs) -> Result<QueryResult, ToolError> {
         ));
     }
     bind(&mut stmt, args.params.as_ref())?;
-    let rows = collect(&mut stmt, max_rows, max_bytes)?;
-    let note = rows.truncated_by.map(|by| match by {
+    let columns: Vec<String> = stmt.column_names().map(str::to_owned).collect();
+    out.write_all(b"{\"columns\":").map_err(unwritten)?;
+    serde_json::to_writer(&mut *out, &columns).map_err(|e| unwritten(e.into()))?;
+    out.write_all(b",\"rows\":[").map_err(unwritten)?;
+    // One row a line: a long result read by lines is read by rows (row N on line N + 1).
+    let mut first = true;
+    let walked = walk(&mut stmt, max_rows, max_bytes, |row| {
+        let before: &[u8] = if std::mem::take(&mut first) {
+            b"\n"
+        } else {
+            b",\n"
+        };
+        out.write_all(before).map_err(unwritten)?;
+        out.write_all(row).map_err(unwritten)
+    })?;
+    let note = walked.truncated_by.map(|by| match by {
         "max_rows" => format!(
             "more rows exist beyond the first {max_rows}; raise max_rows, add LIMIT/OFFSET, or aggregate"
         ),
@@ -78,12 +102,25 @@ pub fn run(mut args: QueryArgs) -> Result<QueryResult, ToolError> {
             "stopped at about {max_bytes} bytes of rows; select fewer or narrower columns, or raise max_bytes"
         ),
     });
-    Ok(QueryResult {
-        columns: rows.columns,
-        row_count: rows.rows.len(),
-        rows: rows.rows,
-        truncated: rows.truncated_by.is_some(),
-        truncated_by: rows.truncated_by.map(str::to_owned),
+    #[derive(Serialize)]
+    struct Tail<'a> {
+        row_count: usize,
+        truncated: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        truncated_by: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
+    }
+    let tail = serde_json::to_vec(&Tail {
+        row_count: walked.rows,
+        truncated: walked.truncated_by.is_some(),
+        truncated_by: walked.truncated_by,
         note,
     })
+    .map_err(|e| unwritten(e.into()))?;
+    // The tail object's fields go on after the rows: `],` then its body without the `{`.
+    out.write_all(if walked.rows > 0 { b"\n]," } else { b"]," })
+        .map_err(unwritten)?;
+    out.write_all(&tail[1..]).map_err(unwritten)?;
+    out.flush().map_err(unwritten)
 }

@@ -40,32 +40,66 @@ pub fn collect(
     max_bytes: usize,
 ) -> Result<Rows, ToolError> {
     let columns: Vec<String> = stmt.column_names().map(str::to_owned).collect();
-    let width = columns.len();
     let mut rows = Vec::new();
+    let walked = walk(stmt, max_rows, max_bytes, |row| {
+        rows.push(serde_json::from_slice(row).map_err(|e| ToolError::failed(e.to_string()))?);
+        Ok(())
+    })?;
+    Ok(Rows {
+        columns,
+        rows,
+        truncated_by: walked.truncated_by,
+    })
+}
+
+/// How [`walk`] ended.
+pub struct Walked {
+    /// Rows handed over.
+    pub rows: usize,
+    /// `Some("max_rows")` or `Some("max_bytes")` when more rows existed.
+    pub truncated_by: Option<&'static str>,
+}
+
+/// Steps `stmt` (already bound) and hands each row, as the JSON text of an array of its
+/// values, to `each`, up to `max_rows` rows and about `max_bytes` bytes of JSON: one row at a
+/// time, so that a result of any size takes the memory of one row. One row beyond a cap is
+/// read to tell "exactly at the cap" from "truncated".
+pub fn walk(
+    stmt: &mut rusqlite::Statement<'_>,
+    max_rows: usize,
+    max_bytes: usize,
+    mut each: impl FnMut(&[u8]) -> Result<(), ToolError>,
+) -> Result<Walked, ToolError> {
+    let width = stmt.column_count();
+    let mut count = 0usize;
     let mut bytes = 0usize;
     let mut truncated_by = None;
+    let mut values = Vec::with_capacity(width);
+    let mut text = Vec::new();
     let mut raw = stmt.raw_query();
     while let Some(row) = raw.next().map_err(|e| sqlite_error("", &e))? {
-        if rows.len() >= max_rows {
+        if count >= max_rows {
             truncated_by = Some("max_rows");
             break;
         }
-        let mut values = Vec::with_capacity(width);
+        values.clear();
         for i in 0..width {
             values.push(to_json(row.get_ref(i).map_err(|e| sqlite_error("", &e))?));
         }
-        let value = Value::Array(values);
-        let size = value.to_string().len() + 1;
+        text.clear();
+        serde_json::to_writer(&mut text, &values).map_err(|e| ToolError::failed(e.to_string()))?;
+        // With the comma and newline between rows.
+        let size = text.len() + 2;
         if bytes + size > max_bytes {
             truncated_by = Some("max_bytes");
             break;
         }
         bytes += size;
-        rows.push(value);
+        count += 1;
+        each(&text)?;
     }
-    Ok(Rows {
-        columns,
-        rows,
+    Ok(Walked {
+        rows: count,
         truncated_by,
     })
 }

@@ -196,10 +196,10 @@ fn param_mistakes_are_invalid_arguments() {
     assert!(matches!(e, ToolError::InvalidArguments(_)));
     let e = err_of(call(
         "sql_query",
-        json!({ "database": db, "sql": "SELECT 1", "max_rows": 20000 }),
+        json!({ "database": db, "sql": "SELECT 1", "max_rows": 2_000_000 }),
     ));
     assert!(
-        matches!(&e, ToolError::InvalidArguments(m) if m.contains("10000")),
+        matches!(&e, ToolError::InvalidArguments(m) if m.contains("1000000")),
         "{e:?}"
     );
 }

@@ -74,6 +74,7 @@ mod error;
 pub mod log;
 pub mod paths;
 mod schema;
+pub mod written;
 
 use std::fmt;
 
@@ -282,6 +283,38 @@ impl Plugin {
             let args: A = parse_arguments(&tool_name, arguments)?;
             let result = f(args).map_err(Into::into)?;
             Ok(vec![Content::json(&result)?])
+        });
+        self.push(
+            name,
+            description,
+            hints,
+            input_schema::<A>,
+            Some(output_schema::<O>),
+            handler,
+        )
+    }
+
+    /// Adds tool `name` whose every result is one JSON object of type `O`, like
+    /// [`Plugin::structured_tool`], but written as it is made into a [`written::JsonWriter`]
+    /// rather than returned whole: for results that can be large (rows of a query), which
+    /// neither the plugin nor the host then holds whole in memory. `f` writes the object's
+    /// JSON (e.g. with `serde_json::to_writer`, one row at a time) and returns `Ok(())`; it
+    /// should stop writing once a write fails (the host refused more: the output limit).
+    ///
+    /// Needs a host of WIT 0.1.4 or later (Cordon hosts since `result-stream`).
+    pub fn written_tool<A, O, E, F>(self, name: &str, description: &str, hints: Hints, f: F) -> Self
+    where
+        A: serde::de::DeserializeOwned + schemars::JsonSchema + 'static,
+        O: schemars::JsonSchema + 'static,
+        E: Into<ToolError>,
+        F: Fn(A, &mut written::JsonWriter<O>) -> Result<(), E> + Send + Sync + 'static,
+    {
+        let tool_name = name.to_owned();
+        let handler: Handler = Box::new(move |arguments: &str| {
+            let args: A = parse_arguments(&tool_name, arguments)?;
+            let mut out = written::JsonWriter::new();
+            f(args, &mut out).map_err(Into::into)?;
+            out.finish()
         });
         self.push(
             name,

@@ -137,7 +137,7 @@ fn limits_are_recorded_and_enforced() {
     let home = installed();
     home.cordon(&["limit", "probe", "memory=64MiB", "time=5s"])
         .ok()
-        .stdout_has(&["memory=64MiB", "time=5s", "output=1MiB"]);
+        .stdout_has(&["memory=64MiB", "time=5s", "output=64MiB"]);
     home.cordon(&["plugin", "inspect", "probe"])
         .ok()
         .stdout_has(&["memory=64MiB (set)", "time=5s (set)"]);

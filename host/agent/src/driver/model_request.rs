@@ -88,7 +88,7 @@ impl Agent {
             Vec::new()
         } else {
             let mut offered = catalog.offered(conv.standing());
-            if limit.is_some() {
+            if limit.is_some() || crate::spill::holds_kept(&conv.messages) {
                 offered.extend(catalog.pager(conv.standing()));
             }
             offered

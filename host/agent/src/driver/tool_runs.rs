@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, VecDeque};
 use futures::StreamExt;
 
 use cordon_core::{
-    AuditEntry, AuditRecord, CallOutcome, CallReport, ToolCallAudit, arguments_sha256, now_ms,
+    AuditEntry, AuditRecord, CallOutcome, CallReport, Content, ToolCallAudit, arguments_sha256,
+    now_ms,
 };
 use serde_json::Value;
 
@@ -15,6 +16,8 @@ use super::{Agent, AgentError, AuditContext, TurnIo};
 use crate::conversation::{Conversation, PlannedCall, State};
 use crate::grant_requests::{Applying, GrantSpan};
 use crate::machine::{Action, Event, ToolCatalog, ToolOutcome, ToolRun};
+use crate::messages::KeptResult;
+use crate::pages::{KeptAt, KeptPart, KeptParts};
 use crate::tools::{ToolFailure, ToolFailureKind, render_result};
 
 impl Agent {
@@ -38,23 +41,23 @@ impl Agent {
         };
         self.tally(catalog, &planned, &calls, io).await?;
         let mut running: Vec<String> = calls.iter().map(|c| c.call_id.clone()).collect();
-        // Calls of the built-in `read_result` are answered here, from the conversation.
+        // Calls of the built-in `read_result` are answered here, from the conversation and
+        // what its journal keeps.
         let page = crate::spill::threshold(self.config.context.result_budget_tokens)
             .unwrap_or(crate::spill::PAGE_BYTES);
-        let mut paged: BTreeMap<String, Result<Vec<cordon_core::Content>, ToolFailure>> = calls
-            .iter()
-            .filter(|run| {
-                catalog
-                    .spec(&run.tool)
-                    .is_some_and(crate::spill::is_builtin)
-            })
-            .map(|run| {
-                let answer = crate::spill::read(&conv.messages, &run.arguments, page)
-                    .map(|text| vec![cordon_core::Content::Text(text)])
-                    .map_err(|e| ToolFailure::new(ToolFailureKind::InvalidArguments, e));
-                (run.call_id.clone(), answer)
-            })
-            .collect();
+        let mut paged: BTreeMap<String, Result<Vec<Content>, ToolFailure>> = BTreeMap::new();
+        for run in calls.iter().filter(|run| {
+            catalog
+                .spec(&run.tool)
+                .is_some_and(crate::spill::is_builtin)
+        }) {
+            let mut parts = JournalParts(&mut *io.journal);
+            let answer = crate::spill::read(&conv.messages, &run.arguments, page, &mut parts)
+                .await
+                .map(|text| vec![Content::Text(text)])
+                .map_err(|e| ToolFailure::new(ToolFailureKind::InvalidArguments, e));
+            paged.insert(run.call_id.clone(), answer);
+        }
         let child = io.cancel.child_token();
         let tools = self.tools.clone();
         // Grants given through grant requests: to each call, and to the conversation.
@@ -146,17 +149,76 @@ impl Agent {
                 let record = self.call_record(conv, catalog, &io.audit, p, outcome, report);
                 io.journal.audit(record).await?;
             }
+            let model_id = planned.get(&run.call_id).map(|p| p.call.id.as_str());
+            let (content, kept) = self
+                .result_text(&run, model_id, catalog, &result, io)
+                .await?;
             let outcome = ToolOutcome {
                 call_id: run.call_id,
-                content: render_result(&result),
+                content,
                 is_error: result.is_err(),
                 wanted,
                 refused,
+                kept,
             };
             self.apply(conv, catalog, Event::ToolFinished { outcome }, io, queue)
                 .await?;
         }
         Ok(())
+    }
+
+    /// What the model gets of a call's result, and when the result was kept apart from the
+    /// conversation (a written piece over the keep threshold, when the journal keeps
+    /// results: see [`crate::spill`], rule 3), its size. The piece is read from its file in
+    /// parts, never whole.
+    async fn result_text(
+        &self,
+        run: &ToolRun,
+        model_id: Option<&str>,
+        catalog: &ToolCatalog,
+        result: &Result<Vec<Content>, ToolFailure>,
+        io: &mut TurnIo<'_>,
+    ) -> Result<(String, Option<KeptResult>), AgentError> {
+        let budget = self.config.context.result_budget_tokens;
+        let large = |p: &Content| matches!(p, Content::Written(w) if w.len() > crate::spill::keep_threshold(budget) as u64);
+        let Some(pieces) = result.as_ref().ok().filter(|p| p.iter().any(large)) else {
+            return Ok((render_result(result), None));
+        };
+        let mut kept = None;
+        let mut shown = Vec::with_capacity(pieces.len());
+        for piece in pieces {
+            let Content::Written(written) = piece else {
+                shown.push(render_result(&Ok(vec![piece.clone()])));
+                continue;
+            };
+            if !large(piece) || kept.is_some() {
+                shown.push(render_result(&Ok(vec![piece.clone()])));
+                continue;
+            }
+            let Some(lines) = io.journal.keep_result(&run.call_id, written).await? else {
+                // A journal that keeps nothing: the conversation holds it whole.
+                return Ok((render_result(result), None));
+            };
+            let pager = catalog.pager_name().unwrap_or(crate::spill::TOOL);
+            let preview = crate::spill::written_preview(
+                written,
+                lines,
+                model_id.unwrap_or(&run.call_id),
+                &run.tool,
+                pager,
+                crate::spill::kept_preview_bytes(budget),
+            )
+            .unwrap_or_else(|e| {
+                format!("(the preview could not be read from the kept result: {e})")
+            });
+            shown.push(preview);
+            kept = Some(KeptResult {
+                id: run.call_id.clone(),
+                bytes: written.len(),
+                lines,
+            });
+        }
+        Ok((shown.join("\n"), kept))
     }
 
     /// The audit record of one call of this conversation.
@@ -224,6 +286,19 @@ impl Agent {
                 report,
             })),
         }
+    }
+}
+
+/// The journal as `read_result` reads kept results from it.
+struct JournalParts<'a>(&'a mut dyn crate::Journal);
+
+#[async_trait::async_trait]
+impl KeptParts for JournalParts<'_> {
+    async fn kept_part(&mut self, id: &str, at: KeptAt) -> Result<Option<KeptPart>, String> {
+        self.0
+            .kept_part(id, at)
+            .await
+            .map_err(|e| format!("the kept result could not be read: {e}"))
     }
 }
 

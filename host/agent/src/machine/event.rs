@@ -24,6 +24,10 @@ pub struct ToolOutcome {
     /// What the sandbox refused, one line each, for the person a grant request asks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refused: Vec<String>,
+    /// When the result was kept apart from the conversation: its size; `content` is then its
+    /// preview.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<crate::messages::KeptResult>,
 }
 
 /// Inputs to the machine.

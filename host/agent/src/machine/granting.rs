@@ -94,6 +94,7 @@ pub(super) fn settle(
     p.status = CallStatus::Done {
         content,
         is_error: outcome.is_error,
+        kept: outcome.kept,
     };
 }
 
@@ -133,6 +134,7 @@ pub(super) fn answer_grant(
         p.status = CallStatus::Done {
             content: request.result,
             is_error: true,
+            kept: None,
         };
         return;
     };
@@ -147,6 +149,7 @@ pub(super) fn answer_grant(
     let refused = |note: String| CallStatus::Done {
         content: format!("{}\n({note})", request.result),
         is_error: true,
+        kept: None,
     };
     let span = match answer {
         ApprovalAnswer::Yes => Some(GrantSpan::Call),
@@ -227,6 +230,7 @@ pub(super) fn answer_grant(
                     held.grants.join(", ")
                 ),
                 is_error: true,
+                kept: None,
             }
         };
     }

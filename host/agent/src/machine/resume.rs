@@ -74,6 +74,7 @@ fn resume_running(conv: &mut Conversation, env: Env<'_>) -> Vec<Action> {
         p.status = CallStatus::Done {
             content: render_failure(&ToolFailure::new(ToolFailureKind::Failed, INTERRUPTED)),
             is_error: true,
+            kept: None,
         };
         out.push(Action::AuditCall {
             call: p.clone(),

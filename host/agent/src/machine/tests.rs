@@ -1580,6 +1580,7 @@ fn a_history_without_labels_is_labelled_from_its_tool_results() {
             name: name.into(),
             content: "x".into(),
             is_error: false,
+            kept: None,
         });
     }
     cat.label_history(&mut conv);
@@ -1600,6 +1601,7 @@ fn refused(call_id: &str) -> Event {
             is_error: true,
             wanted: vec!["net:https://api.example".into()],
             refused: vec!["http: https://api.example:443 (not granted)".into()],
+            kept: None,
         },
     }
 }

@@ -16,7 +16,7 @@ use crate::conversation::{
     CallApproval, CallStatus, Conversation, Note, PlannedCall, State, Turn, TurnOutcome,
     identify_calls,
 };
-use crate::messages::{LlmFailure, Message, ModelResponse, ToolCall};
+use crate::messages::{KeptResult, LlmFailure, Message, ModelResponse, ToolCall};
 use crate::tools::{ToolFailure, ToolFailureKind, ToolSpec, render_failure};
 use cordon_core::CallOutcome;
 
@@ -301,6 +301,7 @@ pub(super) fn record_results(
                     "the host returned no result for this call",
                 )),
                 is_error: true,
+                kept: None,
             },
         };
     }
@@ -516,6 +517,7 @@ pub(super) fn process_response(
                 name: call.name.clone(),
                 content,
                 is_error: true,
+                kept: None,
             });
         }
         conv.notes.push(Note {
@@ -719,18 +721,25 @@ pub(super) fn approval_request(
     }
 }
 
-fn result_of(p: &PlannedCall) -> (String, bool) {
+/// The text the model gets for `p`, whether it is an error, and when its result was kept apart
+/// from the conversation, its size.
+fn result_of(p: &PlannedCall) -> (String, bool, Option<KeptResult>) {
     if let (Some(request), CallStatus::Pending) = (&p.grant_request, &p.status) {
         // It ran and was refused; the grant request went unanswered.
-        return (request.result.clone(), true);
+        return (request.result.clone(), true, None);
     }
     match &p.status {
-        CallStatus::Invalid { message } => (format!("Error (invalid call): {message}"), true),
-        CallStatus::Denied { message } => (format!("Error (not run): {message}"), true),
-        CallStatus::Done { content, is_error } => (content.clone(), *is_error),
+        CallStatus::Invalid { message } => (format!("Error (invalid call): {message}"), true, None),
+        CallStatus::Denied { message } => (format!("Error (not run): {message}"), true, None),
+        CallStatus::Done {
+            content,
+            is_error,
+            kept,
+        } => (content.clone(), *is_error, kept.clone()),
         CallStatus::Pending => (
             "Error (not run): the user cancelled the turn before deciding on this call".to_string(),
             true,
+            None,
         ),
         // Approved calls were running (or about to) when the turn was cancelled.
         CallStatus::Approved => (
@@ -738,6 +747,7 @@ fn result_of(p: &PlannedCall) -> (String, bool) {
              of its effect"
                 .to_string(),
             true,
+            None,
         ),
     }
 }
@@ -751,7 +761,7 @@ fn push_results(
 ) -> Vec<String> {
     let mut errors = Vec::new();
     for p in batch {
-        let (content, is_error) = result_of(p);
+        let (content, is_error, kept) = result_of(p);
         if let CallStatus::Invalid { message } | CallStatus::Denied { message } = &p.status {
             out.push(Action::AuditCall {
                 call: p.clone(),
@@ -781,6 +791,7 @@ fn push_results(
             name: p.call.name.clone(),
             content,
             is_error,
+            kept,
         });
     }
     errors

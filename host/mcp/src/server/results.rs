@@ -17,14 +17,26 @@ impl McpServer {
         content: Vec<Content>,
         owner: Owner,
     ) -> CallToolResult {
-        let limit = cordon_agent::spill::threshold(self.host.options.result_budget_tokens);
-        let size: usize = content
+        let budget = self.host.options.result_budget_tokens;
+        // A written result too large to send whole goes as a preview and a link whatever the
+        // tool: it is never held in memory, so neither is its object as `structuredContent`.
+        let keep = cordon_agent::spill::keep_threshold(budget) as u64;
+        if let Some(i) = content
             .iter()
-            .map(|piece| match piece {
-                Content::Text(t) => t.len(),
-                Content::Json(v) => v.to_string().len(),
+            .position(|p| matches!(p, Content::Written(w) if w.len() > keep))
+        {
+            return self.delivered_written(spec, content, i, owner);
+        }
+        let content: Vec<Content> = content
+            .into_iter()
+            .map(|piece| {
+                piece.in_memory().unwrap_or_else(|e| {
+                    Content::Text(format!("(the written result could not be read back: {e})"))
+                })
             })
-            .sum();
+            .collect();
+        let limit = cordon_agent::spill::threshold(budget);
+        let size: usize = content.iter().map(Content::size).sum();
         // A tool with an output schema must send its object (`structuredContent`) whole.
         let Some(limit) = limit.filter(|&l| size > l && spec.output_schema.is_none()) else {
             return succeeded(content, spec.output_schema.is_some());
@@ -51,6 +63,65 @@ impl McpServer {
         }
     }
 
+    /// The result of a call whose piece `i` is a written result too large to send whole: its
+    /// preview and a link to read it in parts, then the other pieces.
+    fn delivered_written(
+        &self,
+        spec: &ToolSpec,
+        mut content: Vec<Content>,
+        i: usize,
+        owner: Owner,
+    ) -> CallToolResult {
+        let Content::Written(written) = content.remove(i) else {
+            return succeeded(content, false);
+        };
+        let limit = cordon_agent::spill::kept_preview_bytes(self.host.options.result_budget_tokens);
+        let bytes = written.len();
+        let preview = |how: &str| {
+            cordon_agent::pages::line_count(&written)
+                .and_then(|lines| {
+                    cordon_agent::spill::written_ends(&written, lines, &spec.name, limit, how)
+                })
+                .unwrap_or_else(|e| format!("(the written result could not be read back: {e})"))
+        };
+        let mut blocks = match self.host.kept.keep_written(owner, written.clone()) {
+            Some(uri) => {
+                let parts = crate::kept::parts_of(&written);
+                let how = if bytes <= crate::kept::MAX_WHOLE_READ {
+                    format!(
+                        "The whole result is the resource `{uri}`: read it with resources/read."
+                    )
+                } else {
+                    format!(
+                        "The whole result is the resource `{uri}`, read with resources/read in \
+                         {parts} parts of about 1 MiB: `{uri}?part=0` to `{uri}?part={}`.",
+                        parts - 1
+                    )
+                };
+                let link = Resource::new(uri, format!("{} result", spec.name))
+                    .with_mime_type(if written.is_json() {
+                        "application/json"
+                    } else {
+                        "text/plain"
+                    })
+                    .with_size(bytes);
+                vec![
+                    ContentBlock::text(preview(&how)),
+                    ContentBlock::resource_link(link),
+                ]
+            }
+            None => vec![ContentBlock::text(preview(
+                "It is too large for this host to keep; ask for less.",
+            ))],
+        };
+        for piece in content {
+            blocks.push(ContentBlock::text(cordon_agent::tools::render_result(&Ok(
+                vec![piece],
+            ))));
+        }
+        CallToolResult::success(blocks)
+    }
+
     /// `resources/read` of a link to a kept result.
     pub(super) fn read_kept(
         &self,
@@ -68,6 +139,25 @@ impl McpServer {
                     uri.chars().take(200).collect::<String>(),
                     crate::kept::URI_PREFIX
                 ),
+                None,
+            )),
+            Err(Unreadable::InParts(parts)) => Err(ErrorData::invalid_params(
+                format!(
+                    "`{uri}` is too large to read at once: read it in {parts} parts, `{uri}?part=0` \
+                     to `{uri}?part={}`",
+                    parts - 1
+                ),
+                None,
+            )),
+            Err(Unreadable::NoSuchPart(parts)) => Err(ErrorData::invalid_params(
+                format!(
+                    "this result has {parts} parts, numbered from 0 to {}",
+                    parts - 1
+                ),
+                None,
+            )),
+            Err(Unreadable::Failed(why)) => Err(ErrorData::internal_error(
+                format!("the result could not be read: {why}"),
                 None,
             )),
             Err(Unreadable::Gone) => Err(ErrorData::invalid_params(

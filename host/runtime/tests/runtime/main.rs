@@ -17,3 +17,4 @@ mod pipe_race;
 mod report;
 mod runaway;
 mod typed;
+mod written;

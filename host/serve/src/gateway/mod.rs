@@ -513,6 +513,7 @@ fn new_session(chat: &ChatRequest, requester: &Requester) -> NewSession {
                     tool_call_id: id,
                     content: said.text.clone(),
                     is_error: false,
+                    kept: None,
                 });
             }
         }

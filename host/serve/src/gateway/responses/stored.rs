@@ -316,6 +316,7 @@ mod tests {
             name: String::new(),
             content: "r".into(),
             is_error: false,
+            kept: None,
         }
     }
 
