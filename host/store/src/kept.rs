@@ -86,7 +86,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         const COPY: &str = "INSERT INTO kept_results \
                             (session, id, part, byte_offset, first_line, starts_line, body) \
-                            SELECT $2, id, part, byte_offset, first_line, starts_line, body \
+                            SELECT CAST($2 AS TEXT), id, part, byte_offset, first_line, starts_line, body \
                             FROM kept_results WHERE session = $1 AND id = $3";
         if ids.is_empty() {
             return Ok(());

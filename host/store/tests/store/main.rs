@@ -5,6 +5,7 @@ mod approvals;
 mod audit;
 mod counts;
 mod histories;
+mod kept;
 mod sessions;
 
 use std::time::Duration;
