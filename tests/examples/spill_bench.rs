@@ -49,7 +49,10 @@ fn main() {
     install(&home, "sql", &[grant_fs(&data, "/data", "ro")], &[]);
     let cwd = home.scratch("cwd");
     println!("spill_bench: `cordon run --session` over sql_query, {runs} runs each, medians");
-    println!("{:>10} {:>14} {:>12} {:>16}", "rows", "peak RSS MiB", "wall ms", "above 1 row MiB");
+    println!(
+        "{:>10} {:>14} {:>12} {:>16}",
+        "rows", "peak RSS MiB", "wall ms", "above 1 row MiB"
+    );
     let mut baseline = None;
     for (label, limit) in [("1", 1), ("48,000", 48_000), ("480,000", 480_000)] {
         let (mut peaks, mut walls) = (Vec::new(), Vec::new());
@@ -60,7 +63,7 @@ fn main() {
                     "sql_query",
                     json!({"database": "/data/big.db",
                            "sql": format!("SELECT id, name, pad FROM rows ORDER BY id LIMIT {limit}"),
-                           "max_rows": 1_000_000, "max_bytes": 64 << 20}),
+                           "max_rows": 1_000_000, "max_bytes": 60 << 20}),
                 )]),
                 Step::tool_calls(vec![call(
                     "p1",
@@ -89,6 +92,9 @@ fn main() {
         }
         let (peak, wall) = (median(peaks), median(walls));
         let base = *baseline.get_or_insert(peak);
-        println!("{label:>10} {peak:>14.1} {wall:>12.0} {:>16.1}", peak - base);
+        println!(
+            "{label:>10} {peak:>14.1} {wall:>12.0} {:>16.1}",
+            peak - base
+        );
     }
 }

@@ -196,6 +196,8 @@ def world():
     w.cordon("plugin", "install", str(PLUGINS / "python.wasm"), "--limit", "time=4s")
     # Declares an output schema and breaks it on request.
     w.cordon("plugin", "install", str(FIXTURES / "outputs.wasm"))
+    # Writes its result as it goes (`result-stream`), as long as asked.
+    w.cordon("plugin", "install", str(FIXTURES / "writer.wasm"))
     _start_serve(w)
     try:
         yield w

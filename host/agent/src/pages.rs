@@ -199,6 +199,8 @@ pub struct InFiles {
 
 /// Bytes of results [`InFiles`] keeps at most, all together.
 pub const MAX_IN_FILES: u64 = 1 << 30;
+/// Results [`InFiles`] keeps at most: each holds a file open.
+pub const MAX_IN_FILES_COUNT: usize = 256;
 
 #[derive(Debug)]
 struct InFile {
@@ -219,7 +221,7 @@ impl InFiles {
         }
         self.kept.retain(|k| k.id != id);
         let mut held: u64 = self.kept.iter().map(|k| k.written.len()).sum();
-        while held + written.len() > MAX_IN_FILES
+        while (held + written.len() > MAX_IN_FILES || self.kept.len() >= MAX_IN_FILES_COUNT)
             && let Some(gone) = self.kept.pop_front()
         {
             held -= gone.written.len();

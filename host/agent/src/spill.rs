@@ -40,7 +40,7 @@ use crate::pages::MAX_PAGE_LINES;
 
 /// The size past which a written result is kept apart from the conversation when previews are
 /// off: what a plugin may return whole at once.
-const KEEP_WITHOUT_PREVIEWS: usize = 16 << 20;
+pub const KEEP_WITHOUT_PREVIEWS: usize = 16 << 20;
 
 /// The byte length past which a result is sent as a preview (`budget_tokens` × 4), or `None`
 /// when previews are off.
@@ -200,22 +200,25 @@ impl Ends<'_> {
             head_end += segment.len() as u64;
             head.push(line);
         }
+        // The last lines, found from the end: only as many as are shown are looked at.
         let tail_start = self.bytes - self.tail.len() as u64;
-        let mut positioned = Vec::new();
-        let mut at = tail_start;
-        for segment in self.tail.split_inclusive('\n') {
-            positioned.push((at, trim_line(segment)));
-            at += segment.len() as u64;
-        }
+        let body = self.tail.strip_suffix('\n').unwrap_or(self.tail);
         let mut tail = Vec::new();
         let mut used = 0;
-        for (start, line) in positioned.into_iter().rev() {
+        let mut end = body.len();
+        while !self.tail.is_empty() {
+            let start = body[..end].rfind('\n').map_or(0, |nl| nl + 1);
+            let line = trim_line(&body[start..end]);
             let cost = line.len() + 1;
-            if start < head_end || used + cost > tail_room {
+            if tail_start + (start as u64) < head_end || used + cost > tail_room {
                 break;
             }
             used += cost;
             tail.push(line);
+            if start == 0 {
+                break;
+            }
+            end = start - 1;
         }
         tail.reverse();
         let tail_from = total + 1 - tail.len() as u64;

@@ -74,6 +74,7 @@ const RUST: &[File] = files![
     "cordon-sdk/src/log.rs" => "sdk/rust/src/log.rs",
     "cordon-sdk/src/paths.rs" => "sdk/rust/src/paths.rs",
     "cordon-sdk/src/schema.rs" => "sdk/rust/src/schema.rs",
+    "cordon-sdk/src/written.rs" => "sdk/rust/src/written.rs",
     "Cargo.lock" => "sdk/rust/Cargo.lock",
 ];
 
@@ -295,6 +296,20 @@ fn write_all(dir: &Path, files: &[(String, String)]) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A new Rust project builds only if it carries every source file of the SDK.
+    #[test]
+    fn the_rust_template_carries_every_sdk_source_file() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../sdk/rust/src");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            let path = format!("cordon-sdk/src/{name}");
+            assert!(
+                RUST.iter().any(|f| f.path == path),
+                "sdk/rust/src/{name} is not in the Rust template: add it to `RUST`"
+            );
+        }
+    }
 
     #[test]
     fn names_must_suit_every_language() {

@@ -16,6 +16,9 @@ pub struct Written {
     file: Arc<File>,
     bytes: u64,
     json: bool,
+    /// What the piece holds while it lives (the room it takes in the host's spool), dropped
+    /// with the last clone.
+    held: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl PartialEq for Written {
@@ -31,7 +34,14 @@ impl Written {
             file: Arc::new(file),
             bytes,
             json,
+            held: None,
         }
+    }
+
+    /// The same piece, holding `held` until its last clone is dropped.
+    pub fn holding(mut self, held: Arc<dyn std::any::Any + Send + Sync>) -> Written {
+        self.held = Some(held);
+        self
     }
 
     /// The piece's length in bytes.

@@ -145,9 +145,10 @@ impl ToolEntry {
     }
 }
 
-/// The largest written JSON result checked against its tool's output schema: parsed, a
-/// document takes several times its size in memory.
-const MAX_WRITTEN_CHECKED: u64 = 4 << 20;
+/// The largest written JSON result checked against its tool's output schema: what a plugin may
+/// return at once, and the most MCP sends whole as structured content (so whatever is sent
+/// as structured content was checked); a larger one is checked for being JSON only.
+const MAX_WRITTEN_CHECKED: u64 = 16 << 20;
 
 impl ToolEntry {
     /// Checks a successful result against the tool's output schema, when it has one: the

@@ -139,7 +139,7 @@ struct RuntimeInner {
     engine: Engine,
     linker: Linker<HostState>,
     cache: Option<Cache>,
-    spool_dir: Arc<std::path::Path>,
+    spool: Arc<crate::result_stream::Spool>,
 }
 
 /// Loads plugins. Cheap to clone; all clones share the engine, linker and cache.
@@ -171,7 +171,9 @@ impl Runtime {
                 engine,
                 linker,
                 cache,
-                spool_dir: config.spool_dir.unwrap_or_else(std::env::temp_dir).into(),
+                spool: Arc::new(crate::result_stream::Spool::new(
+                    config.spool_dir.unwrap_or_else(std::env::temp_dir),
+                )),
             }),
         })
     }
@@ -327,7 +329,7 @@ impl Runtime {
                 digest: format!("sha256:{sha}"),
                 imports,
                 compiled,
-                spool_dir: self.inner.spool_dir.clone(),
+                spool: self.inner.spool.clone(),
             }));
         }
         // Optional (WIT 0.1.3): a component without the export has no output schemas.
@@ -340,7 +342,7 @@ impl Runtime {
             digest: format!("sha256:{sha}"),
             imports,
             compiled,
-            spool_dir: self.inner.spool_dir.clone(),
+            spool: self.inner.spool.clone(),
         }))
     }
 }

@@ -27,7 +27,7 @@ pub(crate) struct PluginInner {
     pub(crate) imports: Vec<String>,
     pub(crate) compiled: Option<CompiledPin>,
     /// Where calls keep what they write of their results (see `result_stream`).
-    pub(crate) spool_dir: Arc<std::path::Path>,
+    pub(crate) spool: Arc<crate::result_stream::Spool>,
 }
 
 /// A compiled, linked plugin, ready to be instantiated for calls. Cheap to clone.
@@ -319,7 +319,7 @@ impl Plugin {
         check_output(returned, written.as_ref(), limits.output)?;
         let mut content = Vec::with_capacity(pieces.len() + 1);
         if let Some(written) = written {
-            check_written(&written, tool)?;
+            check_written(&written, tool).await?;
             content.push(Content::Written(written));
         }
         for (i, p) in pieces.into_iter().enumerate() {
@@ -420,7 +420,7 @@ impl Plugin {
         check_output(total as u64, written.as_ref(), sandbox.limits.output)?;
         let mut content = Vec::with_capacity(returned.len() + 1);
         if let Some(written) = written {
-            check_written(&written, tool)?;
+            check_written(&written, tool).await?;
             content.push(Content::Written(written));
         }
         content.extend(returned);
@@ -451,7 +451,7 @@ impl Plugin {
             > + Send,
     {
         let limits = sandbox.limits;
-        let state = build_state(sandbox, self.name.clone(), &self.inner.spool_dir)?;
+        let state = build_state(sandbox, self.name.clone(), &self.inner.spool)?;
         let mut store = Store::new(self.inner.pre.engine(), state);
         store.limiter(|s| &mut s.budget.limiter);
         store.set_max_component_handles(MAX_HANDLES_PER_CALL);
@@ -604,20 +604,28 @@ fn check_output(returned: u64, written: Option<&Written>, limit: u64) -> Result<
     Ok(())
 }
 
-/// A written JSON piece must be one JSON document: checked by reading it through once,
-/// without building it (serde_json's nesting limit of 128 applies, as to returned pieces).
-fn check_written(written: &Written, tool: &str) -> Result<(), CallError> {
+/// A written JSON piece must be one JSON document: checked by reading it through, without
+/// building it (and no deeper than returned pieces may be), on a thread that may block.
+async fn check_written(written: &Written, tool: &str) -> Result<(), CallError> {
     if !written.is_json() {
         return Ok(());
     }
+    let (written, tool) = (written.clone(), tool.to_string());
+    tokio::task::spawn_blocking(move || check_written_now(&written, &tool))
+        .await
+        .map_err(|e| CallError::NotKept(format!("the check of the written result stopped: {e}")))?
+}
+
+fn check_written_now(written: &Written, tool: &str) -> Result<(), CallError> {
     let unreadable = |e: std::io::Error| {
         CallError::NotKept(format!("the written result could not be read back: {e}"))
     };
     // serde_json skips a value without counting its depth, so the depth is counted apart.
     if json_depth(written.reader()).map_err(unreadable)? > MAX_JSON_DEPTH {
         return Err(CallError::Malformed(format!(
-            "the written result of tool `{tool}` is JSON nested deeper than {MAX_JSON_DEPTH} \
-             levels, more than the host accepts"
+            "the written result of tool `{tool}` is JSON nested deeper than {} levels, more \
+             than the host accepts",
+            MAX_JSON_DEPTH + 1
         )));
     }
     let reader = std::io::BufReader::with_capacity(64 << 10, written.reader());
@@ -630,9 +638,10 @@ fn check_written(written: &Written, tool: &str) -> Result<(), CallError> {
     })
 }
 
-/// How deep JSON may nest: serde_json's own limit for returned pieces, which keeps the
-/// host's stack safe wherever a document is parsed.
-const MAX_JSON_DEPTH: usize = 128;
+/// How deep JSON may nest: what serde_json parses (its recursion limit of 128 refuses a 128th
+/// level), as for returned pieces, which keeps the host's stack safe wherever a document is
+/// parsed.
+const MAX_JSON_DEPTH: usize = 127;
 
 /// The deepest nesting of arrays and objects in JSON text read from `reader` (brackets inside
 /// strings do not count); whether it is JSON at all is checked apart.
@@ -796,6 +805,11 @@ mod tests {
         assert_eq!(depth(r#"[{"a":"[[[{","b\"[":[1]}]"#), 3);
         assert_eq!(depth("1"), 0);
         assert_eq!(depth(&("[".repeat(129) + &"]".repeat(129))), 129);
+        // The limit is what serde_json parses: a written piece is refused exactly where a
+        // returned one is.
+        let nest = |n: usize| "[".repeat(n) + &"]".repeat(n);
+        assert!(serde_json::from_str::<serde_json::Value>(&nest(MAX_JSON_DEPTH)).is_ok());
+        assert!(serde_json::from_str::<serde_json::Value>(&nest(MAX_JSON_DEPTH + 1)).is_err());
     }
 
     fn tool(name: &str) -> wit::ToolDescriptor {

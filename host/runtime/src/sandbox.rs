@@ -267,11 +267,11 @@ fn far_future() -> Instant {
 /// whose host directory vanished, now resolves elsewhere (e.g. replaced by a symlink) or
 /// overlaps Cordon's own state (see `wasi_overrides::filesystem_preopens::open_granted`), and a
 /// `net:tcp` grant that reaches the PostgreSQL store.
-/// What the call writes of its result is kept in `spool_dir`.
+/// What the call writes of its result is kept in `spool`.
 pub(crate) fn build_state(
     sandbox: &Sandbox,
     plugin: Arc<str>,
-    spool_dir: &std::path::Path,
+    spool: &Arc<crate::result_stream::Spool>,
 ) -> Result<HostState, CallError> {
     let limits = &sandbox.limits;
     let mut b = WasiCtxBuilder::new();
@@ -385,7 +385,7 @@ pub(crate) fn build_state(
             pipe: output,
             log: LogSink::new(usize::try_from(limits.log).unwrap_or(usize::MAX), plugin),
         },
-        written: ResultSpool::new(spool_dir.to_path_buf(), limits.output),
+        written: ResultSpool::new(spool.clone(), limits.output),
         refused,
     })
 }

@@ -75,6 +75,7 @@ impl From<StoreError> for ApiError {
             | StoreError::Migrate { .. }
             | StoreError::Corrupt { .. }
             | StoreError::Unkept { .. } => ApiError::internal(message),
+            StoreError::KeptFull { .. } => ApiError::conflict(message),
         }
     }
 }

@@ -130,6 +130,19 @@ pub enum StoreError {
         /// Why.
         reason: String,
     },
+    /// A session keeps as many bytes of results apart as it may.
+    #[error(
+        "session `{id}` already keeps {used} bytes of results apart, and keeps at most {limit}; \
+         fork it or start another session to keep more"
+    )]
+    KeptFull {
+        /// The session.
+        id: String,
+        /// What it keeps.
+        used: u64,
+        /// The most it may keep.
+        limit: u64,
+    },
     /// A result to keep could not be read from where the host held it (its spool file).
     #[error("the result of call `{id}` could not be read to keep it: {source}")]
     Unkept {

@@ -401,7 +401,7 @@ impl Journal for SessionJournal {
         }
         let mut parts = Parts::of(written);
         self.store
-            .keep_result(&self.id, id, &mut parts)
+            .keep_result(&self.id, id, written.len(), &mut parts)
             .await
             .map_err(|e| journal_error(&self.id, e))?;
         Ok(Some(parts.lines()))

@@ -8,17 +8,35 @@ use sqlx::Row;
 
 use crate::{Store, StoreError, on_backend};
 
+/// Bytes of results one session keeps apart at most, all together: past it a result stays in
+/// the conversation as its preview only.
+pub const MAX_KEPT_PER_SESSION: u64 = 1 << 30;
+
+/// Why a keeping transaction wrote nothing.
+enum Refused {
+    /// This process no longer holds the session's lease.
+    Lease,
+    /// The session keeps this many bytes already, too many to add the result.
+    Full(u64),
+    /// The result could not be read from its file.
+    Unreadable(std::io::Error),
+}
+
 impl Store {
-    /// Keeps `parts` as the result `id` of `session`, in place of any kept under that id
-    /// before (a call run again after a resume), in one database transaction that also checks
-    /// this process still holds the session's lease: a host that lost the session can never
-    /// write over what the host that took it keeps.
+    /// Keeps `parts` (`bytes` in all) as the result `id` of `session`, in place of any kept
+    /// under that id before (a call run again after a resume), in one database transaction
+    /// that also checks this process still holds the session's lease (a host that lost the
+    /// session can never write over what the host that took it keeps) and that the session
+    /// keeps no more than [`MAX_KEPT_PER_SESSION`].
     pub(crate) async fn keep_result(
         &self,
         session: &str,
         id: &str,
+        bytes: u64,
         parts: &mut (dyn Iterator<Item = std::io::Result<KeptPart>> + Send),
     ) -> Result<(), StoreError> {
+        const USED: &str = "SELECT coalesce(sum(length(body)), 0) AS used FROM kept_results \
+                            WHERE session = $1 AND id <> $2";
         const LEASE: &str = "UPDATE sessions SET lease_until_ms = $3 \
                              WHERE id = $1 AND lease_holder = $2";
         const CLEAR: &str = "DELETE FROM kept_results WHERE session = $1 AND id = $2";
@@ -36,13 +54,22 @@ impl Store {
                 .await?
                 .rows_affected();
             if held == 0 {
-                return Ok(Err(None));
+                return Ok(Err(Refused::Lease));
+            }
+            let used: i64 = sqlx::query(USED)
+                .bind(session)
+                .bind(id)
+                .fetch_one(&mut *tx)
+                .await?
+                .try_get("used")?;
+            if (used as u64).saturating_add(bytes) > MAX_KEPT_PER_SESSION {
+                return Ok(Err(Refused::Full(used as u64)));
             }
             sqlx::query(CLEAR).bind(session).bind(id).execute(&mut *tx).await?;
             for part in &mut *parts {
                 let part = match part {
                     Ok(part) => part,
-                    Err(e) => return Ok(Err(Some(e))),
+                    Err(e) => return Ok(Err(Refused::Unreadable(e))),
                 };
                 sqlx::query(PART)
                     .bind(session)
@@ -61,11 +88,16 @@ impl Store {
         .map_err(|e| self.failed(e))?;
         match kept {
             Ok(()) => Ok(()),
-            Err(Some(source)) => Err(StoreError::Unkept {
+            Err(Refused::Unreadable(source)) => Err(StoreError::Unkept {
                 id: id.to_string(),
                 source,
             }),
-            Err(None) => Err(StoreError::LeaseLost {
+            Err(Refused::Full(used)) => Err(StoreError::KeptFull {
+                id: session.to_string(),
+                used,
+                limit: MAX_KEPT_PER_SESSION,
+            }),
+            Err(Refused::Lease) => Err(StoreError::LeaseLost {
                 id: session.to_string(),
                 holder: self
                     .session(session)

@@ -494,7 +494,11 @@ impl Store {
                 created_by: by,
             })
             .await?;
-        self.copy_kept(id, &made.id, &kept).await?;
+        // A fork whose kept results could not be copied is no fork: it goes again.
+        if let Err(e) = self.copy_kept(id, &made.id, &kept).await {
+            let _ = self.delete_session(&made.id).await;
+            return Err(e);
+        }
         Ok(made)
     }
 

@@ -10,7 +10,8 @@ pub const DEFAULT_MAX_ROWS: u32 = 200;
 pub const LIMIT_MAX_ROWS: u32 = 1_000_000;
 /// Default and upper bound for the approximate size of returned rows, in bytes of JSON.
 pub const DEFAULT_MAX_BYTES: u32 = 256 * 1024;
-pub const LIMIT_MAX_BYTES: u32 = 64 * 1024 * 1024;
+/// Below the default output limit (64 MiB) by room for the column names and counts.
+pub const LIMIT_MAX_BYTES: u32 = 60 * 1024 * 1024;
 
 /// Arguments of `sql_schema`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -41,10 +42,10 @@ pub struct QueryArgs {
     #[schemars(range(min = 1, max = 1000000))]
     pub max_rows: Option<u32>,
     /// Approximate maximum size of the returned rows in bytes of JSON (default 262144, at
-    /// most 67108864). A result larger than the model can read at once comes as a preview to
+    /// most 62914560). A result larger than the model can read at once comes as a preview to
     /// page through.
     #[serde(default)]
-    #[schemars(range(min = 1, max = 67108864))]
+    #[schemars(range(min = 1, max = 62914560))]
     pub max_bytes: Option<u32>,
 }
 

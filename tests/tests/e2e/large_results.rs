@@ -106,8 +106,8 @@ fn kept_in(home: &cordon_tests::TestHome) -> (u64, u64, u64) {
 
 /// 50 MB of rows: the `sql` plugin writes them one at a time, the host keeps them in the
 /// session's store in parts as they come (never whole in memory), and the model pages through
-/// the preview to the one row it needs. The host's peak memory stays within 128 MiB of what
-/// the same question over a small result takes.
+/// the preview to the one row it needs. The host's peak memory stays within 32 MiB of what
+/// the same question over a small result takes (the result is never held whole).
 #[test]
 fn fifty_megabytes_of_rows_are_kept_in_the_store_and_paged_to_one_row() {
     let home = home_with(&["sql"]);
@@ -123,7 +123,7 @@ fn fifty_megabytes_of_rows_are_kept_in_the_store_and_paged_to_one_row() {
             "q1",
             "sql_query",
             json!({"database": "/data/big.db", "sql": sql,
-                   "max_rows": 1_000_000, "max_bytes": 64 << 20}),
+                   "max_rows": 1_000_000, "max_bytes": 60 << 20}),
         )])];
         steps.extend(then);
         Model::new(steps)
@@ -200,8 +200,10 @@ fn fifty_megabytes_of_rows_are_kept_in_the_store_and_paged_to_one_row() {
         parts >= 48 && kept == bytes,
         "{parts} parts, {kept} bytes of {bytes}"
     );
+    // The issue asks for under 128 MiB above idle; holding the result whole even once would
+    // pass 50 MiB above, so the bound is tighter than that.
     assert!(
-        peak < baseline + 128 * 1024,
+        peak < baseline + 32 * 1024,
         "peak {peak} KiB with the 50 MB result, {baseline} KiB without"
     );
     eprintln!("peak RSS: {peak} KiB with a {bytes}-byte result, {baseline} KiB with one row");

@@ -509,7 +509,7 @@ fn row_and_byte_caps_truncate_and_say_so() {
     call(
         &home,
         "sql_query",
-        json!({"database": "/data/big.db", "sql": "SELECT 1", "max_rows": 20000}),
+        json!({"database": "/data/big.db", "sql": "SELECT 1", "max_rows": 2_000_000}),
     )
     .code(2)
     .stderr_has(&["max_rows"]);

@@ -180,43 +180,78 @@ impl Agent {
         io: &mut TurnIo<'_>,
     ) -> Result<(String, Option<KeptResult>), AgentError> {
         let budget = self.config.context.result_budget_tokens;
-        let large = |p: &Content| matches!(p, Content::Written(w) if w.len() > crate::spill::keep_threshold(budget) as u64);
+        let threshold = crate::spill::keep_threshold(budget) as u64;
+        let large = |p: &Content| matches!(p, Content::Written(w) if w.len() > threshold);
         let Some(pieces) = result.as_ref().ok().filter(|p| p.iter().any(large)) else {
             return Ok((render_result(result), None));
         };
+        let limit = crate::spill::kept_preview_bytes(budget);
         let mut kept = None;
         let mut shown = Vec::with_capacity(pieces.len());
         for piece in pieces {
-            let Content::Written(written) = piece else {
-                shown.push(render_result(&Ok(vec![piece.clone()])));
-                continue;
+            let written = match piece {
+                Content::Written(w) if kept.is_none() && large(piece) => w,
+                // The other pieces, each held to the budget: only the kept one can be paged.
+                other => {
+                    let text = render_result(&Ok(vec![other.clone()]));
+                    shown.push(crate::spill::ends(
+                        &text,
+                        &run.tool,
+                        limit,
+                        "The rest of this piece of the result was not kept.",
+                    ));
+                    continue;
+                }
             };
-            if !large(piece) || kept.is_some() {
-                shown.push(render_result(&Ok(vec![piece.clone()])));
-                continue;
+            let not_kept = |why: String| {
+                crate::pages::line_count(written)
+                    .and_then(|lines| {
+                        crate::spill::written_ends(written, lines, &run.tool, limit, &why)
+                    })
+                    .unwrap_or_else(|e| format!("(the result could not be read back: {e}; {why})"))
+            };
+            match io.journal.keep_result(&run.call_id, written).await {
+                Ok(Some(lines)) => {
+                    let pager = catalog.pager_name().unwrap_or(crate::spill::TOOL);
+                    shown.push(
+                        crate::spill::written_preview(
+                            written,
+                            lines,
+                            model_id.unwrap_or(&run.call_id),
+                            &run.tool,
+                            pager,
+                            limit,
+                        )
+                        .unwrap_or_else(|e| {
+                            not_kept(format!("Its preview could not be read: {e}."))
+                        }),
+                    );
+                    kept = Some(KeptResult {
+                        id: run.call_id.clone(),
+                        bytes: written.len(),
+                        lines,
+                    });
+                }
+                // A journal that keeps nothing (no store): the conversation holds it whole,
+                // up to what a plugin may return at once.
+                Ok(None) if written.len() <= crate::spill::KEEP_WITHOUT_PREVIEWS as u64 => {
+                    shown.push(render_result(&Ok(vec![piece.clone()])));
+                }
+                Ok(None) => shown.push(not_kept(
+                    "This host keeps no results, and it is too long to hold: only this preview \
+                     remains."
+                        .to_string(),
+                )),
+                // Another host drives the session now: this one stops at once.
+                Err(e @ crate::JournalError::LeaseLost { .. }) => return Err(e.into()),
+                // The call ran and its result stays in the conversation as a preview.
+                Err(e) => {
+                    tracing::warn!(call = %run.call_id, "a result was not kept: {e}");
+                    shown.push(not_kept(format!(
+                        "The store could not keep the whole result ({e}): only this preview remains."
+                    )));
+                }
             }
-            let Some(lines) = io.journal.keep_result(&run.call_id, written).await? else {
-                // A journal that keeps nothing: the conversation holds it whole.
-                return Ok((render_result(result), None));
-            };
-            let pager = catalog.pager_name().unwrap_or(crate::spill::TOOL);
-            let preview = crate::spill::written_preview(
-                written,
-                lines,
-                model_id.unwrap_or(&run.call_id),
-                &run.tool,
-                pager,
-                crate::spill::kept_preview_bytes(budget),
-            )
-            .unwrap_or_else(|e| {
-                format!("(the preview could not be read from the kept result: {e})")
-            });
-            shown.push(preview);
-            kept = Some(KeptResult {
-                id: run.call_id.clone(),
-                bytes: written.len(),
-                lines,
-            });
         }
         Ok((shown.join("\n"), kept))
     }

@@ -9,6 +9,10 @@ use rmcp::model::{CallToolResult, ContentBlock, ReadResourceResult, Resource, Re
 use super::{McpServer, succeeded};
 use crate::kept::{Owner, Unreadable};
 
+/// The largest written result a tool with an output schema sends whole as structured content:
+/// what a plugin may return at once.
+const MAX_STRUCTURED_BYTES: u64 = 16 << 20;
+
 impl McpServer {
     /// The result of a call of `spec` that returned `content`, for the client `owner`.
     pub(super) fn delivered(
@@ -18,13 +22,16 @@ impl McpServer {
         owner: Owner,
     ) -> CallToolResult {
         let budget = self.host.options.result_budget_tokens;
-        // A written result too large to send whole goes as a preview and a link whatever the
-        // tool: it is never held in memory, so neither is its object as `structuredContent`.
+        // A written result too long to send whole goes as a preview and a link. A tool with an
+        // output schema must send its object (`structuredContent`; clients check it is there)
+        // whole, which is done up to what a plugin may return at once; past that the result
+        // is never held whole, so the call is answered as an error saying where the result is.
         let keep = cordon_agent::spill::keep_threshold(budget) as u64;
-        if let Some(i) = content
-            .iter()
-            .position(|p| matches!(p, Content::Written(w) if w.len() > keep))
-        {
+        let structured = spec.output_schema.is_some();
+        if let Some(i) = content.iter().position(|p| {
+            matches!(p, Content::Written(w)
+                if w.len() > keep && (!structured || w.len() > MAX_STRUCTURED_BYTES))
+        }) {
             return self.delivered_written(spec, content, i, owner);
         }
         let content: Vec<Content> = content
@@ -84,6 +91,14 @@ impl McpServer {
                 })
                 .unwrap_or_else(|e| format!("(the written result could not be read back: {e})"))
         };
+        let too_large = spec.output_schema.is_some().then(|| {
+            format!(
+                "(This result of `{}` is {bytes} bytes, more than the {} MiB sent as structured \
+                 content: read it from the resource, or ask for less.)",
+                spec.name,
+                MAX_STRUCTURED_BYTES >> 20
+            )
+        });
         let mut blocks = match self.host.kept.keep_written(owner, written.clone()) {
             Some(uri) => {
                 let parts = crate::kept::parts_of(&written);
@@ -119,7 +134,13 @@ impl McpServer {
                 vec![piece],
             ))));
         }
-        CallToolResult::success(blocks)
+        match too_large {
+            Some(why) => {
+                blocks.insert(0, ContentBlock::text(why));
+                CallToolResult::error(blocks)
+            }
+            None => CallToolResult::success(blocks),
+        }
     }
 
     /// `resources/read` of a link to a kept result.

@@ -135,7 +135,17 @@ async fn broken_written_results_are_refused_and_a_failed_call_keeps_nothing() {
         matches!(&e, CallError::Malformed(m) if m.contains("written result of tool `write` is marked json but is not JSON")),
         "{e}"
     );
-    let deep = "[".repeat(200) + &"]".repeat(200);
+    // Refused exactly where a returned piece is: 127 levels parse, 128 do not.
+    let nest = |n: usize| "[".repeat(n) + &"]".repeat(n);
+    call(
+        writer(),
+        &Sandbox::default(),
+        "write",
+        json!({"kind": "json", "first": nest(127)}),
+    )
+    .await
+    .unwrap();
+    let deep = nest(128);
     let e = call(
         writer(),
         &Sandbox::default(),

@@ -53,16 +53,29 @@ each_backend!(
         assert!(i >= 3, "{i} parts");
         // The part holding a byte, and the part a line starts in.
         let second = part(&mut journal, "c1", KeptAt::Index(1)).await.unwrap();
-        let by_byte = part(&mut journal, "c1", KeptAt::Byte(second.offset + 5)).await.unwrap();
+        let by_byte = part(&mut journal, "c1", KeptAt::Byte(second.offset + 5))
+            .await
+            .unwrap();
         assert_eq!(by_byte.index, 1);
-        let by_line = part(&mut journal, "c1", KeptAt::Line(second.first_line)).await.unwrap();
+        let by_line = part(&mut journal, "c1", KeptAt::Line(second.first_line))
+            .await
+            .unwrap();
         assert_eq!(by_line.index, 1);
-        let before = part(&mut journal, "c1", KeptAt::Line(second.first_line - 1)).await.unwrap();
+        let before = part(&mut journal, "c1", KeptAt::Line(second.first_line - 1))
+            .await
+            .unwrap();
         assert_eq!(before.index, 0);
         assert!(part(&mut journal, "c1", KeptAt::Index(i)).await.is_none());
-        assert!(part(&mut journal, "other", KeptAt::Index(0)).await.is_none());
+        assert!(
+            part(&mut journal, "other", KeptAt::Index(0))
+                .await
+                .is_none()
+        );
         // A call run again (after a resume) replaces what was kept under its id.
-        journal.keep_result("c1", &written("short\n")).await.unwrap();
+        journal
+            .keep_result("c1", &written("short\n"))
+            .await
+            .unwrap();
         let p = part(&mut journal, "c1", KeptAt::Index(0)).await.unwrap();
         assert_eq!(p.text, "short\n");
         assert!(part(&mut journal, "c1", KeptAt::Index(1)).await.is_none());
@@ -82,7 +95,10 @@ each_backend!(
             .await
             .unwrap();
         let (mut taken, _) = second.drive("s").await.unwrap();
-        taken.keep_result("c1", &written("the new host's\n")).await.unwrap();
+        taken
+            .keep_result("c1", &written("the new host's\n"))
+            .await
+            .unwrap();
         let e = stale
             .keep_result("c1", &written("the stale host's\n"))
             .await
