@@ -26,16 +26,17 @@ fn cap(name: &str, value: Option<u32>, default: u32, limit: u32) -> Result<usize
     }
 }
 
-/// What `sql_query` returns (written in this order: the counts come after the rows).
+/// What `sql_query` returns: its shape, for the output schema (the object is written in
+/// another order, the counts after the rows).
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct QueryResult {
     /// The result's column names, in order.
     pub columns: Vec<String>,
+    /// How many rows `rows` holds.
+    pub row_count: usize,
     /// The rows, each an array of values in column order: a string, number or null, or for a
     /// BLOB an object `{"blob_hex": …, "bytes": n}`.
     pub rows: Vec<Value>,
-    /// How many rows `rows` holds.
-    pub row_count: usize,
     /// Whether more rows exist than were returned.
     pub truncated: bool,
     /// Which cap stopped reading (`max_rows` or `max_bytes`); only when truncated.
