@@ -284,14 +284,7 @@ impl Plugin {
             let result = f(args).map_err(Into::into)?;
             Ok(vec![Content::json(&result)?])
         });
-        self.push(
-            name,
-            description,
-            hints,
-            input_schema::<A>,
-            Some(output_schema::<O>),
-            handler,
-        )
+        self.push_structured::<A, O>(name, description, hints, handler)
     }
 
     /// Adds tool `name` whose every result is one JSON object of type `O`, like
@@ -316,6 +309,17 @@ impl Plugin {
             f(args, &mut out).map_err(Into::into)?;
             out.finish()
         });
+        self.push_structured::<A, O>(name, description, hints, handler)
+    }
+
+    /// Adds a tool whose schemas come from `A` (arguments) and `O` (its result object).
+    fn push_structured<A: schemars::JsonSchema + 'static, O: schemars::JsonSchema + 'static>(
+        self,
+        name: &str,
+        description: &str,
+        hints: Hints,
+        handler: Handler,
+    ) -> Self {
         self.push(
             name,
             description,

@@ -8,6 +8,18 @@ use serde_json::json;
 use crate::model::{Model, call};
 use cordon_tests::support::{grant_fs, home_with, install};
 
+/// What the model was sent of the query `q1`: a preview, well within the budget.
+fn preview_of(model: &Model) -> String {
+    let preview = model.result(1, "q1");
+    assert!(
+        preview.starts_with("[This result of `sql_query` is ") && preview.len() < 40_000,
+        "{} bytes: {}",
+        preview.len(),
+        &preview[..preview.len().min(300)]
+    );
+    preview
+}
+
 #[test]
 fn the_model_pages_a_long_result_to_the_row_it_needs() {
     let home = home_with(&["sql"]);
@@ -56,13 +68,7 @@ fn the_model_pages_a_long_result_to_the_row_it_needs() {
             .tool_names()
             .contains(&"read_result".to_string())
     );
-    let preview = model.result(1, "q1");
-    assert!(
-        preview.starts_with("[This result of `sql_query` is ") && preview.len() < 40_000,
-        "{} bytes: {}",
-        preview.len(),
-        &preview[..preview.len().min(300)]
-    );
+    let preview = preview_of(&model);
     assert!(!preview.contains("item-4321"), "the row was sent whole");
     assert!(
         requests[1]
@@ -172,13 +178,7 @@ fn fifty_megabytes_of_rows_are_kept_in_the_store_and_paged_to_one_row() {
     let (done, peak) = run(&model, "large");
     let done = done.ok();
     assert!(done.stdout.contains("ends in 424242"), "{}", done.stdout);
-    let preview = model.result(1, "q1");
-    assert!(
-        preview.starts_with("[This result of `sql_query` is ") && preview.len() < 40_000,
-        "{} bytes: {}",
-        preview.len(),
-        &preview[..preview.len().min(300)]
-    );
+    let preview = preview_of(&model);
     let bytes: u64 = preview["[This result of `sql_query` is ".len()..]
         .split(' ')
         .next()
