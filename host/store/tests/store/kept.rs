@@ -123,3 +123,73 @@ each_backend!(
         assert!(part(&mut again, "c1", KeptAt::Index(0)).await.is_none());
     }
 );
+
+each_backend!(
+    a_fork_takes_the_results_its_conversation_keeps_apart,
+    |backend: Backend| async move {
+        use cordon_agent::{Event, KeptResult, State, ToolOutcome};
+
+        use crate::sessions::{answer, apply, call_read};
+
+        let (store, _url, _dir) = fresh(backend, options(Duration::from_secs(30), 64)).await;
+        new_session(&store, "base").await;
+        let (mut journal, mut conv) = store.drive("base").await.unwrap();
+        let question = Event::UserMessage {
+            text: "read it".into(),
+            by: None,
+            parts: None,
+            parameters: Default::default(),
+        };
+        apply(&mut conv, &mut journal, question).await.unwrap();
+        apply(&mut conv, &mut journal, call_read("k1"))
+            .await
+            .unwrap();
+        apply(&mut conv, &mut journal, Event::Proceed)
+            .await
+            .unwrap();
+        let State::ExecutingTools { batch } = &conv.state else {
+            panic!("{:?}", conv.state)
+        };
+        let call_id = batch[0].id.clone();
+        let text = rows();
+        let lines = journal
+            .keep_result(&call_id, &written(&text))
+            .await
+            .unwrap();
+        let kept = KeptResult {
+            id: call_id.clone(),
+            bytes: text.len() as u64,
+            lines: lines.unwrap(),
+        };
+        let outcome = ToolOutcome {
+            call_id: call_id.clone(),
+            content: "a preview".into(),
+            kept: Some(kept),
+            ..Default::default()
+        };
+        apply(&mut conv, &mut journal, Event::ToolFinished { outcome })
+            .await
+            .unwrap();
+        apply(&mut conv, &mut journal, answer("read"))
+            .await
+            .unwrap();
+        apply(&mut conv, &mut journal, Event::Proceed)
+            .await
+            .unwrap();
+        journal.release().await.unwrap();
+        store
+            .fork("base", None, Some("branch".into()), None)
+            .await
+            .unwrap();
+        // The base goes; the fork still reads the whole result.
+        store.delete_session("base").await.unwrap();
+        let (mut branch, _) = store.drive("branch").await.unwrap();
+        let mut whole = String::new();
+        let mut i = 0;
+        while let Some(p) = part(&mut branch, &call_id, KeptAt::Index(i)).await {
+            whole.push_str(&p.text);
+            i += 1;
+        }
+        assert_eq!(whole, text);
+    }
+);

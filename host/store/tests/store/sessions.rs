@@ -42,7 +42,7 @@ fn limits() -> TurnLimits {
 }
 
 /// Applies `event` and records the result, as the driver does.
-async fn apply(
+pub(crate) async fn apply(
     conv: &mut Conversation,
     journal: &mut dyn Journal,
     event: Event,
@@ -62,7 +62,7 @@ async fn apply(
     journal.transition(conv, &Cause::Event { event }).await
 }
 
-fn answer(text: &str) -> Event {
+pub(crate) fn answer(text: &str) -> Event {
     Event::ModelResponded {
         response: ModelResponse {
             content: text.into(),
@@ -71,7 +71,7 @@ fn answer(text: &str) -> Event {
     }
 }
 
-fn call_read(id: &str) -> Event {
+pub(crate) fn call_read(id: &str) -> Event {
     Event::ModelResponded {
         response: ModelResponse {
             tool_calls: vec![ToolCall {
