@@ -15,6 +15,7 @@
 
 mod asking;
 mod audit;
+mod calls;
 mod catalog;
 mod kept;
 mod server;

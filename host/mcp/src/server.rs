@@ -102,6 +102,8 @@ pub struct McpHost {
     /// and programs sharing a token and a name share labels, which only asks more.
     http_labels: Mutex<Vec<(HttpClient, Holding)>>,
     watching: std::sync::Once,
+    /// Where calls run: apart from a single-threaded server's one thread.
+    calls: crate::calls::CallPool,
 }
 
 /// What a session holds, shared by its calls: its labels (see [`cordon_core::labels`]) and
@@ -138,6 +140,7 @@ impl McpHost {
             kept: Default::default(),
             http_labels: Mutex::new(Vec::new()),
             watching: std::sync::Once::new(),
+            calls: Default::default(),
         })
     }
 
@@ -683,7 +686,8 @@ impl McpServer {
         // trip may have run the call without counting it.)
         let ((), (result, report)) = tokio::join!(
             self.ran(&policy, &facts, &approved, &caller),
-            catalog.host.call_granted(
+            self.host.calls.call(
+                &catalog.host,
                 &spec.name,
                 arguments.clone(),
                 &session_grants,

@@ -209,9 +209,11 @@ impl McpServer {
                 grants_now.push(g.clone());
             }
         }
-        let (result, report) = catalog
+        let (result, report) = self
             .host
-            .call_granted(
+            .calls
+            .call(
+                &catalog.host,
                 &spec.name,
                 facts.arguments.clone(),
                 &grants_now,
