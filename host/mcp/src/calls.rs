@@ -156,7 +156,11 @@ mod tests {
             let quick = on(handle, async move { ran.store(true, Ordering::SeqCst) });
             let (beside, quick) = tokio::join!(spinning, quick);
             assert_eq!(quick, Some(()));
-            assert_eq!(beside, Some(true), "the quick call waited for the spinning one");
+            assert_eq!(
+                beside,
+                Some(true),
+                "the quick call waited for the spinning one"
+            );
         });
         drop(rt);
     }
