@@ -300,38 +300,6 @@ fn failed(failure: &ToolFailure) -> CallToolResult {
     ))])
 }
 
-/// A successful result: each piece as text, and, when one JSON object is the whole result,
-/// that object also as `structuredContent`. Several clients (Claude Code, Codex) give the
-/// model only `structuredContent` when a result has it, so it must not leave anything out: a
-/// result with text beside its JSON (the text of a file, and facts about it) has none. A tool
-/// with an output schema always has it (MCP requires it; the home checked the result against
-/// the schema, and its author promised the object is the result).
-fn succeeded(content: Vec<Content>, output_schema: bool) -> CallToolResult {
-    let mut json = content.iter().filter_map(|piece| match piece {
-        Content::Json(v) => Some(v),
-        Content::Text(_) | Content::Written(_) => None,
-    });
-    let alone = content.len() == 1 || output_schema;
-    let structured = match (json.next(), json.next()) {
-        (Some(v @ Value::Object(_)), None) if alone => Some(v.clone()),
-        _ => None,
-    };
-    let blocks: Vec<ContentBlock> =
-        content
-            .into_iter()
-            .map(|piece| match piece {
-                Content::Text(t) => ContentBlock::text(t),
-                Content::Json(v) => ContentBlock::text(v.to_string()),
-                Content::Written(w) => ContentBlock::text(w.to_text().unwrap_or_else(|e| {
-                    format!("(the written result could not be read back: {e})")
-                })),
-            })
-            .collect();
-    let mut result = CallToolResult::success(blocks);
-    result.structured_content = structured;
-    result
-}
-
 /// How an approval ended for the audit log and the result.
 struct Approved {
     decision: String,
