@@ -58,6 +58,11 @@ pub fn cordon(bin: &Path, home: &Path, args: &[&str]) {
     );
 }
 
+/// `[serve.limits]` for benchmarks of what the host does at a thousand requests at once.
+const BENCH_LIMITS: &str = "[serve.limits]\nmax_connections = 8192\nmax_turns = 4096\n\
+max_turns_per_token = 4096\nmax_tool_calls = 4096\nmax_mcp_sessions = 8192\n\
+max_mcp_sessions_per_token = 8192\nrequests_per_second = 1000000\nrequest_burst = 1000000\n";
+
 /// Writes the home's `bench-token` file (mode 0600) holding [`TOKEN`], named `bench`.
 pub fn write_token(home: &Path) {
     use std::os::unix::fs::OpenOptionsExt;
@@ -104,13 +109,25 @@ impl Drop for Serve {
 
 /// Starts `cordon serve` on the home (any free port on 127.0.0.1, the `bench-token` file,
 /// then `extra` arguments) and returns it with its base URL.
+///
+/// Unless `extra` names a config, the server runs with `[serve.limits]` raised out of the
+/// way (`bench.toml` in the home): these benchmarks measure what the host does with the work
+/// it takes on, and `serve_overload` measures what it refuses.
 pub fn start_serve(bin: &Path, home: &Path, extra: &[&str]) -> (Serve, String) {
+    let config = home.join("bench.toml");
+    let configured: Vec<&str> = if extra.contains(&"--config") {
+        Vec::new()
+    } else {
+        std::fs::write(&config, BENCH_LIMITS).expect("write the bench config");
+        vec!["--config", config.to_str().expect("a UTF-8 home")]
+    };
     let mut child = Command::new(bin)
         .arg("--home")
         .arg(home)
         .args(["serve", "--listen", "127.0.0.1:0", "--token-file"])
         .arg(home.join("bench-token"))
         .args(extra)
+        .args(&configured)
         .current_dir(home)
         .env_remove("CORDON_CONFIG")
         .env_remove("CORDON_STORE")

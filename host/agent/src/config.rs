@@ -162,6 +162,8 @@ pub struct ServeConfig {
     /// The largest request body `/mcp` takes, in bytes. Each body is held and parsed whole
     /// before anything is refused, so this bounds the memory a token holder can tie up.
     pub mcp_max_message_bytes: usize,
+    /// How much is taken on at once, and how long a client is waited for.
+    pub limits: crate::serve_limits::ServeLimits,
 }
 
 impl Default for ServeConfig {
@@ -171,6 +173,7 @@ impl Default for ServeConfig {
             approval_timeout_secs: 300,
             shutdown_grace_secs: 30,
             mcp_max_message_bytes: 1 << 20,
+            limits: crate::serve_limits::ServeLimits::default(),
         }
     }
 }
@@ -612,6 +615,10 @@ impl AgentConfig {
                 ),
             ));
         }
+        self.serve
+            .limits
+            .validate()
+            .map_err(|e| invalid(&e.field, e.message))?;
         for (field, secs) in [
             ("llm.connect_timeout_secs", self.llm.connect_timeout_secs),
             ("llm.read_timeout_secs", self.llm.read_timeout_secs),

@@ -55,6 +55,7 @@ pub mod messages;
 pub mod pages;
 pub mod parameters;
 pub mod policy;
+pub mod serve_limits;
 pub mod spill;
 pub mod text_tool_calls;
 pub mod tool_host;
@@ -80,6 +81,7 @@ pub use machine::{
 };
 pub use messages::{KeptResult, Message, ModelResponse, ToolCall, Usage};
 pub use parameters::{ToolChoice, TurnParameters};
+pub use serve_limits::ServeLimits;
 pub use tokio_util::sync::CancellationToken;
 pub use tool_host::{SelectedTools, ToolHost, ToolSource};
 pub use tools::{Content, ToolFailure, ToolFailureKind, ToolHints, ToolSpec, reach_of};

@@ -99,11 +99,24 @@ async fn check_host(State(state): State<AppState>, request: Request, next: Next)
                     "this server answers to {} only",
                     state.allowed_hosts.join(", ")
                 ),
+                retry_after_secs: None,
             }
             .into_response();
         }
     }
     next.run(request).await
+}
+
+/// `e` as the client of `path` reads errors: the gateway's clients as OpenAI's, MCP's as
+/// JSON-RPC, the API's as its own.
+pub(crate) fn refusal(path: &str, e: ApiError) -> Response {
+    if path.starts_with("/v1/") {
+        crate::gateway::GatewayError::from(e).into_response()
+    } else if path == "/mcp" {
+        crate::mcp::refusal(e)
+    } else {
+        e.into_response()
+    }
 }
 
 /// 401 for a missing or wrong token, saying nothing else.
@@ -122,6 +135,9 @@ async fn require_token(
         .map(|(_, token)| token.trim());
     match presented.and_then(|t| state.tokens.check(t)) {
         Some(name) => {
+            if let Err(refused) = state.host.admission.rate(name) {
+                return refusal(request.uri().path(), ApiError::rate_limited(refused));
+            }
             let caller = Caller(name.to_string());
             request
                 .extensions_mut()
@@ -328,10 +344,14 @@ struct Retry {
 
 async fn retry_turn(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Body(body): Body<Retry>,
 ) -> Result<Response, ApiError> {
-    let events = state.host.start_turn(&id, TurnInput::Retry, None).await?;
+    let events = state
+        .host
+        .start_turn(&id, TurnInput::Retry, Some(caller.requester()))
+        .await?;
     Ok(turn_response(events, body.stream).await)
 }
 

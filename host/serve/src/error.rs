@@ -16,6 +16,8 @@ pub struct ApiError {
     pub kind: &'static str,
     /// What was wrong and what to do.
     pub message: String,
+    /// Seconds for a `Retry-After` header: when trying again may succeed.
+    pub retry_after_secs: Option<u64>,
 }
 
 impl ApiError {
@@ -39,6 +41,26 @@ impl ApiError {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
     }
 
+    /// 503 with `Retry-After`: the host has no place for this now ([`crate::admission`]).
+    pub(crate) fn busy(refused: crate::admission::Refused) -> Self {
+        Self {
+            retry_after_secs: Some(refused.retry_after_secs),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "busy", refused.message)
+        }
+    }
+
+    /// 429 with `Retry-After`: the caller's token is past its rate.
+    pub(crate) fn rate_limited(refused: crate::admission::Refused) -> Self {
+        Self {
+            retry_after_secs: Some(refused.retry_after_secs),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                refused.message,
+            )
+        }
+    }
+
     /// 500: something failed on the host's side.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
@@ -49,6 +71,7 @@ impl ApiError {
             status,
             kind,
             message: message.into(),
+            retry_after_secs: None,
         }
     }
 }
@@ -83,6 +106,12 @@ impl From<StoreError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({"error": {"kind": self.kind, "message": self.message}});
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(secs) = self.retry_after_secs {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }

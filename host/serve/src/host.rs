@@ -15,6 +15,7 @@ use cordon_store::{NewSession, SessionJournal, SessionSettings, Store};
 use tokio::sync::broadcast;
 use tokio_util::task::TaskTracker;
 
+use crate::admission::{Admission, Place};
 use crate::error::ApiError;
 use crate::live::{HostEvent, LiveSession, PendingApproval, ServeFrontend, SessionEvent};
 
@@ -55,6 +56,8 @@ pub struct Host {
     pub(crate) stopping: CancellationToken,
     draining: AtomicBool,
     pub(crate) turns: TaskTracker,
+    /// What the host takes on at once ([`crate::admission`]).
+    pub(crate) admission: Admission,
 }
 
 impl Host {
@@ -76,12 +79,13 @@ impl Host {
             }),
             reloading: tokio::sync::Mutex::new(()),
             generation: AtomicU64::new(0),
-            options,
             agents: Mutex::new(HashMap::new()),
             live: Mutex::new(HashMap::new()),
             stopping: CancellationToken::new(),
             draining: AtomicBool::new(false),
             turns: TaskTracker::new(),
+            admission: Admission::new(&options.config.serve.limits),
+            options,
         }))
     }
 
@@ -259,6 +263,26 @@ impl Host {
         Ok(())
     }
 
+    /// A place for a turn ([`crate::admission`], step 4). A turn that resumes one a host
+    /// already took on takes none: it was admitted once, and refusing it would leave its
+    /// session stuck mid-turn.
+    async fn place_for(
+        &self,
+        input: &TurnInput,
+        by: Option<&Requester>,
+    ) -> Result<Option<Place>, ApiError> {
+        if matches!(input, TurnInput::Resume) {
+            return Ok(None);
+        }
+        let token = by.map_or("default", |r| r.token.as_str());
+        self.admission
+            .turns
+            .take(token)
+            .await
+            .map(Some)
+            .map_err(ApiError::busy)
+    }
+
     /// Stops taking turns and tells running ones to stop at their next safe point.
     pub fn begin_shutdown(&self) {
         self.draining.store(true, Ordering::SeqCst);
@@ -289,6 +313,7 @@ impl Host {
         door: &'static str,
     ) -> Result<broadcast::Receiver<Arc<SessionEvent>>, ApiError> {
         self.taking_turns()?;
+        let place = self.place_for(&input, by.as_ref()).await?;
         let live = self.claim(id)?;
         match self.prepare_turn(id, &input, tools.as_ref()).await {
             Ok((journal, conversation, agent)) => Ok(self.spawn_drive(
@@ -297,7 +322,7 @@ impl Host {
                 conversation,
                 agent,
                 input,
-                Requested { by, door },
+                Requested { by, door, place },
             )),
             Err(e) => {
                 live.release();
@@ -319,6 +344,7 @@ impl Host {
         door: &'static str,
     ) -> Result<(String, broadcast::Receiver<Arc<SessionEvent>>), ApiError> {
         self.taking_turns()?;
+        let place = self.place_for(&input, by.as_ref()).await?;
         // Settings that cannot make an engine are refused before anything is created.
         let agent = match &tools {
             None => self.agent(&new.settings).await?,
@@ -338,7 +364,7 @@ impl Host {
             conversation,
             agent,
             input,
-            Requested { by, door },
+            Requested { by, door, place },
         );
         Ok((id, events))
     }
@@ -415,7 +441,7 @@ impl Host {
         input: TurnInput,
         requested: Requested,
     ) {
-        let Requested { by, door } = requested;
+        let Requested { by, door, place } = requested;
         let cancel = CancellationToken::new();
         live.set_cancel(cancel.clone());
         // Stop at the next safe point when the host stops or the lease is lost.
@@ -490,6 +516,9 @@ impl Host {
             last.push(SessionEvent::Host(HostEvent::TurnStopped { reason }));
         }
         live.end_turn(last);
+        // The turn's place is given back only now, however long after the request that
+        // started it was answered.
+        drop(place);
     }
 
     /// Takes up sessions that stopped mid-turn while a `cordon serve` drove them, or that no
@@ -571,6 +600,8 @@ impl Host {
 struct Requested {
     by: Option<Requester>,
     door: &'static str,
+    /// The turn's place among those the host runs at once; given back when the turn ends.
+    place: Option<Place>,
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 //!
 //! The crate does not link the sandbox: the binary hands it a [`ToolSource`] over the home.
 
+mod admission;
 mod api;
 mod auth;
 mod connections;
@@ -101,6 +102,7 @@ pub async fn serve(
         &host.options,
         addr,
         host.stopping.child_token(),
+        host.admission.tool_calls.clone(),
     );
     let app = api::router(state, mcp);
     on_listening(addr);
@@ -112,9 +114,9 @@ pub async fn serve(
     let stopping = host.clone();
     // Each connection gets a number of its own, which binds the `always` answers of stateless
     // MCP clients to the program holding that connection.
-    let listener = connections::Accepting(listener);
-    let app = app.into_make_service_with_connect_info::<connections::ConnectionId>();
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+    let limits = host.options.config.serve.limits.clone();
+    connections::make_room_for(limits.max_connections);
+    let server = connections::serve(listener, app, &limits, async move {
         shutdown.await;
         tracing::info!("stopping: no new turns; running tool calls may finish");
         stopping.begin_shutdown();
@@ -124,7 +126,7 @@ pub async fn serve(
     let grace = host.options.shutdown_grace;
     let stopped = host.stopping.clone();
     tokio::select! {
-        result = server => result.map_err(ServeError::Io)?,
+        () = server => {}
         () = async move {
             stopped.cancelled().await;
             tokio::time::sleep(grace.saturating_add(Duration::from_secs(1))).await;

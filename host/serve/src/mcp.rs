@@ -29,7 +29,9 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::admission::{Place, Places, Refused};
 use crate::connections::ConnectionId;
+use crate::error::ApiError;
 use crate::host::HostOptions;
 
 /// The `/mcp` endpoint: the SDK's service, and the checks in front of it.
@@ -47,6 +49,11 @@ struct Gate {
     sessions: Arc<LocalSessionManager>,
     /// The token (by name) each open MCP session was opened with, by session id.
     owners: Mutex<HashMap<String, String>>,
+    /// Places for tool calls ([`crate::admission`], step 5).
+    calls: Arc<Places>,
+    /// Sessions open at once, and for one token (step 6).
+    max_sessions: usize,
+    max_sessions_per_token: usize,
 }
 
 /// The setting that caps `/mcp` bodies, as errors name it.
@@ -60,6 +67,7 @@ pub(crate) fn service(
     options: &HostOptions,
     addr: SocketAddr,
     stop: CancellationToken,
+    calls: Arc<Places>,
 ) -> (Endpoint, Arc<McpHost>) {
     let max_message = options.config.serve.mcp_max_message_bytes;
     let mcp = McpHost::new(
@@ -108,6 +116,9 @@ pub(crate) fn service(
         max_message,
         sessions,
         owners: Mutex::new(HashMap::new()),
+        calls,
+        max_sessions: options.config.serve.limits.max_mcp_sessions,
+        max_sessions_per_token: options.config.serve.limits.max_mcp_sessions_per_token,
     });
     (Endpoint { service, gate }, host)
 }
@@ -139,6 +150,24 @@ fn rpc_error(
         body.to_string(),
     )
         .into_response()
+}
+
+/// An error of the host's (a refusal past a bound: `429`, `503`) as a JSON-RPC error, with
+/// its `Retry-After`.
+pub(crate) fn refusal(e: ApiError) -> Response {
+    let mut response = rpc_error(
+        e.status,
+        Value::Null,
+        -32000,
+        e.message,
+        Some(json!({"kind": e.kind, "retry_after_secs": e.retry_after_secs})),
+    );
+    if let Some(secs) = e.retry_after_secs {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, secs.into());
+    }
+    response
 }
 
 /// `bytes` as people read sizes: `1 MiB`, `64 KiB`, `1000 bytes`.
@@ -238,6 +267,32 @@ impl Gate {
         owners.insert(session, token);
     }
 
+    /// Whether `token` may open one more session: `Err` is the answer when the host holds as
+    /// many as it may, or the token does. Sessions that ended are forgotten first.
+    async fn may_open(&self, token: &str) -> Result<(), Response> {
+        let open = self.sessions.sessions.read().await;
+        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        owners.retain(|id, _| open.contains_key(id.as_str()));
+        let held = owners.values().filter(|owner| *owner == token).count();
+        let why = if open.len() >= self.max_sessions {
+            format!(
+                "{} MCP sessions are open, as many as [serve.limits] max_mcp_sessions allows",
+                open.len()
+            )
+        } else if held >= self.max_sessions_per_token {
+            format!(
+                "token `{token}` holds {held} MCP sessions open, as many as [serve.limits] \
+                 max_mcp_sessions_per_token allows; end one (DELETE /mcp) or let it lapse"
+            )
+        } else {
+            return Ok(());
+        };
+        Err(refusal(ApiError::busy(Refused {
+            message: format!("the host is busy: {why}; try again shortly"),
+            retry_after_secs: 1,
+        })))
+    }
+
     fn closed(&self, session: &str) {
         self.owners
             .lock()
@@ -326,7 +381,32 @@ async fn check_message(
     } else {
         (body, None)
     };
-    let response = next.run(Request::from_parts(parts, forwarded)).await;
+    let method_called = bytes.as_deref().and_then(called_method);
+    let mut place = None;
+    if let Some(token) = &token {
+        match method_called.as_deref() {
+            Some("initialize") if session.is_none() => {
+                if let Err(refused) = gate.may_open(token).await {
+                    return refused;
+                }
+            }
+            Some("tools/call") => match gate.calls.take(token).await {
+                Ok(taken) => place = Some(taken),
+                Err(refused) => return refusal(ApiError::busy(refused)),
+            },
+            _ => {}
+        }
+    }
+    let mut response = next.run(Request::from_parts(parts, forwarded)).await;
+    // A call's place is held until its answer has been sent (or the client went away).
+    if let Some(place) = place {
+        response = response.map(|body| {
+            Body::new(Holding {
+                body,
+                _place: place,
+            })
+        });
+    }
     // The SDK answers a JSON body it cannot take as a message with a plain-text 415.
     if let Some(bytes) = &bytes
         && json
@@ -354,4 +434,39 @@ async fn check_message(
         _ => {}
     }
     response
+}
+
+/// The JSON-RPC method a message calls, if it is one request (not a batch, not a response).
+fn called_method(bytes: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Called {
+        method: Option<String>,
+    }
+    serde_json::from_slice::<Called>(bytes).ok()?.method
+}
+
+/// A body that holds a place until it has been sent whole or dropped.
+struct Holding {
+    body: Body,
+    _place: Place,
+}
+
+impl http_body::Body for Holding {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }

@@ -19,6 +19,7 @@ mod policy_doors;
 mod rule_of_two;
 mod run_conversation;
 mod serve;
+mod serve_admission;
 mod sessions;
 mod tools_files;
 mod tools_js;

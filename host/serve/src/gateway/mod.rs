@@ -143,6 +143,7 @@ impl GatewayError {
 impl From<ApiError> for GatewayError {
     fn from(e: ApiError) -> Self {
         let kind = match e.status {
+            StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
             StatusCode::BAD_REQUEST => "invalid_request_error",
             StatusCode::NOT_FOUND => "not_found_error",
             StatusCode::CONFLICT => "conflict_error",
@@ -155,7 +156,7 @@ impl From<ApiError> for GatewayError {
             code: Some(e.kind),
             param: None,
             message: e.message,
-            retry_after_secs: None,
+            retry_after_secs: e.retry_after_secs,
         }
     }
 }
