@@ -25,7 +25,7 @@ use crate::auth::{Caller, Tokens};
 use crate::console;
 use crate::error::ApiError;
 use crate::host::Host;
-use crate::live::SessionEvent;
+use crate::live::{HostEvent, Published, SessionEvent};
 
 /// What the routes share.
 #[derive(Clone)]
@@ -332,7 +332,7 @@ async fn send_message(
         .host
         .start_turn(&id, TurnInput::Message(body.text), Some(caller.requester()))
         .await?;
-    Ok(turn_response(events, body.stream).await)
+    Ok(turn_response(events, body.stream, &id).await)
 }
 
 #[derive(Deserialize, Default)]
@@ -352,14 +352,15 @@ async fn retry_turn(
         .host
         .start_turn(&id, TurnInput::Retry, Some(caller.requester()))
         .await?;
-    Ok(turn_response(events, body.stream).await)
+    Ok(turn_response(events, body.stream, &id).await)
 }
 
 /// The turn as a stream of events ending with its end, or (`stream: false`) the events and the
 /// outcome as one document once it ended.
 async fn turn_response(
-    mut events: broadcast::Receiver<Arc<SessionEvent>>,
+    mut events: broadcast::Receiver<Arc<Published>>,
     stream: bool,
+    id: &str,
 ) -> Response {
     if stream {
         return sse(sse_stream(events, true));
@@ -378,21 +379,59 @@ async fn turn_response(
             Err(broadcast::error::RecvError::Closed) => break,
         }
     }
-    let last = all.last().map(|e| (**e).clone());
+    let last = all.last().map(|e| e.event.clone());
+    let events: Vec<&SessionEvent> = all.iter().map(|e| &e.event).collect();
     let (outcome, answer) = match last {
         Some(SessionEvent::Agent(AgentEvent::TurnFinished {
             outcome, answer, ..
         })) => (json!(outcome), json!(answer)),
-        Some(SessionEvent::Host(stopped)) => (json!(stopped), Value::Null),
-        _ => (Value::Null, Value::Null),
+        // The turn stopped without an answer (the store failed, the host is stopping, another
+        // host took the session): not a success. It goes on by itself; the client follows
+        // the session for its end rather than sending the message again.
+        Some(SessionEvent::Host(HostEvent::TurnStopped { reason })) => {
+            return stopped(
+                id,
+                &reason,
+                json!({"type": "turn_stopped", "reason": reason}),
+                &events,
+            );
+        }
+        _ => {
+            return stopped(
+                id,
+                "the turn's events ended before the turn did",
+                Value::Null,
+                &events,
+            );
+        }
     };
-    let events: Vec<&SessionEvent> = all.iter().map(|e| &**e).collect();
     Json(json!({"outcome": outcome, "answer": answer, "events": events})).into_response()
+}
+
+/// `503` with `Retry-After` for a turn that stopped without its end: the error, and what
+/// the turn did before it stopped.
+fn stopped(id: &str, reason: &str, outcome: Value, events: &[&SessionEvent]) -> Response {
+    let body = json!({
+        "error": {
+            "kind": "turn_stopped",
+            "message": format!(
+                "the turn stopped before its end: {reason}; follow it at GET \
+                 /api/v1/sessions/{id}/events, or read the session once it is idle"
+            ),
+        },
+        "outcome": outcome,
+        "events": events,
+    });
+    let mut response = (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    response
 }
 
 /// A session's events as Server-Sent Events; with `one_turn`, the stream ends with the turn.
 fn sse_stream(
-    events: broadcast::Receiver<Arc<SessionEvent>>,
+    events: broadcast::Receiver<Arc<Published>>,
     one_turn: bool,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> {
     futures::stream::unfold((events, false), move |(mut events, done)| async move {
@@ -402,8 +441,8 @@ fn sse_stream(
         match events.recv().await {
             Ok(event) => {
                 let end = one_turn && event.ends_turn();
-                let data = serde_json::to_string(&*event).unwrap_or_default();
-                let sse = SseEvent::default().event(event.kind()).data(data);
+                let (kind, data) = event.sse();
+                let sse = SseEvent::default().event(kind).data(data);
                 Some((Ok(sse), (events, end)))
             }
             Err(broadcast::error::RecvError::Lagged(n)) => {

@@ -17,7 +17,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::admission::{Admission, Place};
 use crate::error::ApiError;
-use crate::live::{HostEvent, LiveSession, PendingApproval, ServeFrontend, SessionEvent};
+use crate::live::{
+    HostEvent, LiveSession, PendingApproval, Published, ServeFrontend, SessionEvent,
+};
 
 /// Changes a session's tools for one turn: the gateway adds the tools its client runs.
 pub(crate) type ToolsForTurn = Arc<dyn Fn(Arc<dyn ToolHost>) -> Arc<dyn ToolHost> + Send + Sync>;
@@ -40,6 +42,25 @@ struct LoadedTools {
     stamp: String,
     tools: Arc<dyn ToolHost>,
     generation: u64,
+}
+
+/// A turn marked running on its live record that is not driven yet: unmarked when dropped
+/// unless kept.
+struct Claimed(Option<Arc<LiveSession>>);
+
+impl Claimed {
+    /// The record, for the turn that now drives it.
+    fn keep(mut self) -> Arc<LiveSession> {
+        self.0.take().expect("a claim is kept once")
+    }
+}
+
+impl Drop for Claimed {
+    fn drop(&mut self) {
+        if let Some(live) = self.0.take() {
+            live.release();
+        }
+    }
 }
 
 /// The shared state of a running `cordon serve`.
@@ -195,7 +216,7 @@ impl Host {
 
     /// Follows session `id`'s events from now on (its live record made if need be), under
     /// the map's lock for the same reason as [`Host::claim`].
-    pub fn follow(&self, id: &str) -> broadcast::Receiver<Arc<SessionEvent>> {
+    pub fn follow(&self, id: &str) -> broadcast::Receiver<Arc<Published>> {
         let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         live.entry(id.to_string())
             .or_insert_with(|| LiveSession::new(id))
@@ -299,7 +320,7 @@ impl Host {
         id: &str,
         input: TurnInput,
         by: Option<Requester>,
-    ) -> Result<broadcast::Receiver<Arc<SessionEvent>>, ApiError> {
+    ) -> Result<broadcast::Receiver<Arc<Published>>, ApiError> {
         self.start_turn_with(id, input, None, by, "serve").await
     }
 
@@ -311,24 +332,22 @@ impl Host {
         tools: Option<ToolsForTurn>,
         by: Option<Requester>,
         door: &'static str,
-    ) -> Result<broadcast::Receiver<Arc<SessionEvent>>, ApiError> {
+    ) -> Result<broadcast::Receiver<Arc<Published>>, ApiError> {
         self.taking_turns()?;
         let place = self.place_for(&input, by.as_ref()).await?;
-        let live = self.claim(id)?;
-        match self.prepare_turn(id, &input, tools.as_ref()).await {
-            Ok((journal, conversation, agent)) => Ok(self.spawn_drive(
-                live,
-                journal,
-                conversation,
-                agent,
-                input,
-                Requested { by, door, place },
-            )),
-            Err(e) => {
-                live.release();
-                Err(e)
-            }
-        }
+        // Given back if the turn cannot start, and if the request is dropped while the store
+        // is slow (its client went away): a claim nothing drives would refuse every later
+        // turn of the session until a restart.
+        let claimed = Claimed(Some(self.claim(id)?));
+        let (journal, conversation, agent) = self.prepare_turn(id, &input, tools.as_ref()).await?;
+        Ok(self.spawn_drive(
+            claimed.keep(),
+            journal,
+            conversation,
+            agent,
+            input,
+            Requested { by, door, place },
+        ))
     }
 
     /// Creates a session and starts its first turn at once (see [`Host::start_turn`]): the
@@ -342,7 +361,7 @@ impl Host {
         tools: Option<ToolsForTurn>,
         by: Option<Requester>,
         door: &'static str,
-    ) -> Result<(String, broadcast::Receiver<Arc<SessionEvent>>), ApiError> {
+    ) -> Result<(String, broadcast::Receiver<Arc<Published>>), ApiError> {
         self.taking_turns()?;
         let place = self.place_for(&input, by.as_ref()).await?;
         // Settings that cannot make an engine are refused before anything is created.
@@ -420,7 +439,7 @@ impl Host {
         agent: Arc<Agent>,
         input: TurnInput,
         requested: Requested,
-    ) -> broadcast::Receiver<Arc<SessionEvent>> {
+    ) -> broadcast::Receiver<Arc<Published>> {
         let events = live.subscribe();
         let host = self.clone();
         self.turns.spawn(async move {
@@ -689,7 +708,7 @@ mod tests {
         (host, store, id)
     }
 
-    async fn to_the_end(events: &mut broadcast::Receiver<Arc<SessionEvent>>) -> Arc<SessionEvent> {
+    async fn to_the_end(events: &mut broadcast::Receiver<Arc<Published>>) -> Arc<Published> {
         loop {
             let event = events.recv().await.unwrap();
             if event.ends_turn() {
@@ -718,7 +737,10 @@ mod tests {
                 .unwrap_or_else(|e| panic!("turn {n} refused: {}", e.message));
             let end = to_the_end(&mut events).await;
             assert!(
-                matches!(&*end, SessionEvent::Agent(AgentEvent::TurnFinished { .. })),
+                matches!(
+                    &end.event,
+                    SessionEvent::Agent(AgentEvent::TurnFinished { .. })
+                ),
                 "turn {n} ended with {end:?}"
             );
         }

@@ -34,7 +34,7 @@ pub use auth::{TokenError, Tokens};
 pub use cordon_agent::ToolSource;
 pub use error::ApiError;
 pub use host::{Host, HostOptions};
-pub use live::{HostEvent, PendingApproval, SessionEvent};
+pub use live::{HostEvent, PendingApproval, Published, SessionEvent};
 
 use cordon_store::Store;
 

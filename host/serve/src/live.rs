@@ -26,14 +26,6 @@ pub enum SessionEvent {
 }
 
 impl SessionEvent {
-    /// The event's type, for the SSE `event:` field.
-    pub fn kind(&self) -> String {
-        match serde_json::to_value(self) {
-            Ok(v) => v["type"].as_str().unwrap_or("event").to_string(),
-            Err(_) => "event".to_string(),
-        }
-    }
-
     /// Whether the turn's stream ends with this event.
     pub fn ends_turn(&self) -> bool {
         matches!(
@@ -41,6 +33,43 @@ impl SessionEvent {
             SessionEvent::Agent(AgentEvent::TurnFinished { .. })
                 | SessionEvent::Host(HostEvent::TurnStopped { .. })
         )
+    }
+}
+
+/// An event as every follower of its session gets it: the event, and its SSE form, made once
+/// by the first follower that sends it and shared by the others, so a session with hundreds
+/// of followers costs its turn one serialization per event, not one per follower.
+#[derive(Debug)]
+pub struct Published {
+    /// The event.
+    pub event: SessionEvent,
+    sse: std::sync::OnceLock<(String, String)>,
+}
+
+impl Published {
+    fn new(event: SessionEvent) -> Self {
+        Published {
+            event,
+            sse: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The event's type (the SSE `event:` field) and its JSON (the `data:`).
+    pub fn sse(&self) -> (&str, &str) {
+        let (kind, data) = self.sse.get_or_init(|| {
+            let value = serde_json::to_value(&self.event).unwrap_or_default();
+            let kind = value["type"].as_str().unwrap_or("event").to_string();
+            (kind, value.to_string())
+        });
+        (kind, data)
+    }
+}
+
+impl std::ops::Deref for Published {
+    type Target = SessionEvent;
+
+    fn deref(&self) -> &SessionEvent {
+        &self.event
     }
 }
 
@@ -108,7 +137,7 @@ struct LiveState {
 pub struct LiveSession {
     /// The session.
     pub id: String,
-    events: broadcast::Sender<Arc<SessionEvent>>,
+    events: broadcast::Sender<Arc<Published>>,
     state: Mutex<LiveState>,
 }
 
@@ -131,7 +160,7 @@ impl LiveSession {
     }
 
     /// Follows the session's events from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<SessionEvent>> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Published>> {
         self.events.subscribe()
     }
 
@@ -142,7 +171,7 @@ impl LiveSession {
 
     /// Tells every follower.
     pub fn publish(&self, event: SessionEvent) {
-        let _ = self.events.send(Arc::new(event));
+        let _ = self.events.send(Arc::new(Published::new(event)));
     }
 
     /// Marks a turn as running, unless one already is.
@@ -405,6 +434,22 @@ mod tests {
         assert!(matches!(given.answer, ApprovalAnswer::Refused { .. }));
         assert_eq!(given.by, "nobody (no answer within 20ms)");
         assert!(live.pending().is_empty());
+    }
+
+    #[test]
+    fn followers_share_one_serialization_of_each_event() {
+        let live = LiveSession::new("s");
+        let mut one = live.subscribe();
+        let mut two = live.subscribe();
+        live.publish(SessionEvent::Host(HostEvent::TurnStopped {
+            reason: "stopping".into(),
+        }));
+        let (a, b) = (one.try_recv().unwrap(), two.try_recv().unwrap());
+        let (kind, data) = a.sse();
+        assert_eq!(kind, "turn_stopped");
+        assert_eq!(data, r#"{"type":"turn_stopped","reason":"stopping"}"#);
+        // The second follower gets the very same text, not a second copy.
+        assert!(std::ptr::eq(data, b.sse().1));
     }
 
     #[test]

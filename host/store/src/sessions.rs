@@ -326,8 +326,9 @@ impl Store {
     }
 
     /// Sessions stopped in the middle of a turn that no host drives (no lease, an expired one,
-    /// or one held by a process of this machine that no longer runs): what a starting host
-    /// takes up again.
+    /// one held by a process of this machine that no longer runs, or one this store's own
+    /// holder kept after its turn stopped, when the store failed as it gave the lease up):
+    /// what a host takes up again. The caller skips those it drives itself.
     pub async fn orphaned_sessions(&self) -> Result<Vec<SessionInfo>, StoreError> {
         const SQL: &str = "SELECT id, created_ms, updated_ms, origin, parent, title, state, \
                            turns, messages, seq, settings, lease_holder, lease_until_ms, created_by \
@@ -342,7 +343,11 @@ impl Store {
             .into_iter()
             .filter(|s| match &s.lease {
                 None => true,
-                Some(l) => l.until_ms < now_ms() || crate::holder_is_gone(&l.holder),
+                Some(l) => {
+                    l.holder == self.holder
+                        || l.until_ms < now_ms()
+                        || crate::holder_is_gone(&l.holder)
+                }
             })
             .collect())
     }

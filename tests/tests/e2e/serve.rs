@@ -712,6 +712,57 @@ fn a_store_that_goes_away_mid_turn_stops_the_turn_and_it_resumes_when_back() {
     assert_eq!(std::fs::read_to_string(data.join("away.txt")).unwrap(), "1");
 }
 
+/// A turn stopped by the store is not a success: its non-streaming reply is `503` with
+/// `Retry-After`, and the host takes the session up again as soon as the store is back,
+/// without waiting out the lease it could not give up while the store was away (300 s here,
+/// far longer than the test waits).
+#[test]
+fn a_turn_stopped_by_the_store_is_answered_503_and_goes_on_before_its_lease_lapses() {
+    let (home, data, _) = probe_home(&[]);
+    let config = home.scratch("long-lease").join("cordon.toml");
+    std::fs::write(&config, "[store]\nlease_secs = 300\n").unwrap();
+    empty_file(&data, "away.txt");
+    let cluster = cordon_tests::postgres::PgCluster::start();
+    let url = cluster.database();
+    let model = Model::new(vec![
+        Step::tool_calls(vec![write_call("k1", "away.txt", "1")]),
+        Step::text("Written once the store was back."),
+    ]);
+    let served = serve(&home, &model, &config, &["--store", &url]);
+    create(&served, "away");
+    std::thread::scope(|scope| {
+        let reply = scope.spawn(|| {
+            served.post(
+                "/api/v1/sessions/away/messages",
+                json!({"text": "write", "stream": false}),
+            )
+        });
+        let asked = served.pending("away");
+        let call_id = asked["call_id"].as_str().unwrap().to_string();
+        cluster.stop();
+        served.answer(&asked, "yes");
+        let reply = reply.join().unwrap();
+        assert_eq!(reply.status, 503, "{}", reply.text);
+        let message = reply.json["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("goes on when the store is back"),
+            "{message}"
+        );
+        assert_eq!(
+            reply.json["outcome"]["type"], "turn_stopped",
+            "{}",
+            reply.text
+        );
+        cluster.start_server();
+        let again = served.pending("away");
+        assert_eq!(again["call_id"], call_id.as_str());
+        served.answer(&again, "yes");
+    });
+    let session = idle(&served, "away");
+    assert_eq!(roles(&session), ["user", "assistant", "tool", "assistant"]);
+    assert_eq!(std::fs::read_to_string(data.join("away.txt")).unwrap(), "1");
+}
+
 /// `cordon approve` answers from a terminal what a running host waits on: it lists the
 /// question with its tool, arguments, grants and reason, and answers it with the host's token.
 #[test]

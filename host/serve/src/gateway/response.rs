@@ -18,7 +18,7 @@ use tokio::sync::broadcast;
 use super::request::{ChatRequest, Role, Said, WireCall, history_digest};
 use super::{CancelOnDrop, GatewayError, GatewayState, error_body};
 use crate::error::ApiError;
-use crate::live::{HostEvent, SessionEvent};
+use crate::live::{HostEvent, Published, SessionEvent};
 
 /// How a response ends.
 pub(super) enum Ending {
@@ -49,7 +49,7 @@ pub(super) enum Read {
 pub(super) struct Reading {
     pub(super) state: GatewayState,
     pub(super) chat: ChatRequest,
-    pub(super) events: broadcast::Receiver<Arc<SessionEvent>>,
+    pub(super) events: broadcast::Receiver<Arc<Published>>,
     pub(super) guard: CancelOnDrop,
     pub(super) id: String,
     pub(super) client_names: Vec<String>,
@@ -71,7 +71,7 @@ impl Reading {
     pub(super) fn new(
         state: &GatewayState,
         chat: ChatRequest,
-        events: broadcast::Receiver<Arc<SessionEvent>>,
+        events: broadcast::Receiver<Arc<Published>>,
         guard: CancelOnDrop,
         id: String,
         tool_events: bool,
@@ -105,7 +105,7 @@ impl Reading {
                     ))));
                 }
             };
-            match &*event {
+            match &event.event {
                 SessionEvent::Agent(AgentEvent::TurnStarted { turn, .. }) => {
                     self.turn = Some(*turn)
                 }

@@ -12,7 +12,7 @@ use tokio::sync::broadcast;
 use super::client_tools::with_client_tools;
 use super::request::{ChatRequest, Input};
 use super::{GatewayError, GatewayState, check_tools, check_tools_for, new_session};
-use crate::live::SessionEvent;
+use crate::live::Published;
 
 /// Starts `chat`'s turn in session `known` (a new session, created by `requester`'s token,
 /// when `None`), or hands its tool results to the turn of `known` that waits for them.
@@ -23,7 +23,7 @@ pub(super) async fn begin_turn(
     chat: &ChatRequest,
     requester: &Requester,
     known: Option<String>,
-) -> Result<(String, broadcast::Receiver<Arc<SessionEvent>>), GatewayError> {
+) -> Result<(String, broadcast::Receiver<Arc<Published>>), GatewayError> {
     let host = &state.host;
     match &chat.input {
         Input::Message { text, parts } => {

@@ -240,7 +240,8 @@ each_backend!(
         // The first host, were it still alive, could no longer renew its lease.
         let lost = first.renew("shared").await.unwrap_err();
         assert!(matches!(lost, StoreError::LeaseLost { .. }), "{lost}");
-        assert!(second.orphaned_sessions().await.unwrap().is_empty());
+        // To any other host it is driven, not orphaned.
+        assert!(first.orphaned_sessions().await.unwrap().is_empty());
         taken.release().await.unwrap();
     }
 );
