@@ -229,7 +229,8 @@ bench-tools:
 ## server programs are installed); 200 sessions at once on one release `cordon serve`; Cordon's
 ## MCP server against a native rmcp server, and 1,000 concurrent MCP calls over HTTP; per-call
 ## policy decisions with 10, 100 and 1,000 rules against the per-tool decision, and their cost
-## in an MCP call; the host's peak memory keeping a 50 MB result against a one-row one.
+## in an MCP call; the host's peak memory keeping a 50 MB result against a one-row one;
+## `cordon serve` at four times the turns it admits, and with followers that never read.
 bench: toolchain plugins bench-tools
 	cargo run --release -p cordon-runtime --example bench
 	cargo build --release -p cordon
@@ -241,6 +242,7 @@ bench: toolchain plugins bench-tools
 	cargo run --release -p cordon-tests --example mcp_bench -- --cordon target/release/cordon --noop $(FIXTURE_OUT)/noop.wasm
 	cargo run --release -p cordon-tests --example policy_bench -- --cordon target/release/cordon --noop $(FIXTURE_OUT)/noop.wasm
 	cargo run --release -p cordon-tests --example gateway_bench -- --cordon target/release/cordon
+	cargo run --release -p cordon-tests --example serve_overload -- --cordon target/release/cordon
 	cargo run --release -p cordon-tests --example spill_bench -- --cordon target/release/cordon
 
 clean:

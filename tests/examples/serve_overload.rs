@@ -15,12 +15,12 @@
 //! target/release/cordon]`. Everything listens on 127.0.0.1; every loop is bounded in count
 //! and time.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cordon_scripted_llm::{Script, ScriptedServer, Step};
-use cordon_tests::bench::{TOKEN, arg, number, start_serve, write_token};
+use cordon_tests::bench::{Serve, TOKEN, arg, number, start_serve, write_token};
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
@@ -140,6 +140,32 @@ async fn deaf_followers(base: &str, id: &str, n: usize) -> Vec<tokio::net::TcpSt
     held
 }
 
+/// `cordon serve` on `home` with `config`, in front of a scripted model that answers every
+/// request with `answer`.
+async fn serve_answering(
+    bin: &Path,
+    home: &Path,
+    config: &Path,
+    answer: Step,
+) -> (Serve, String, ScriptedServer) {
+    let model = ScriptedServer::start(Script::by_role(answer.clone(), answer))
+        .await
+        .expect("start the scripted model");
+    let (serve, base) = start_serve(
+        bin,
+        home,
+        &[
+            "--config",
+            config.to_str().expect("a UTF-8 path"),
+            "--llm-url",
+            &model.base_url(),
+            "--model",
+            "scripted",
+        ],
+    );
+    (serve, base, model)
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -184,21 +210,7 @@ async fn main() {
         delay_ms: Some(model_ms / 5),
         usage: None,
     };
-    let model = ScriptedServer::start(Script::by_role(answer.clone(), answer))
-        .await
-        .expect("start the scripted model");
-    let (serve, base) = start_serve(
-        &bin,
-        home.path(),
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--llm-url",
-            &model.base_url(),
-            "--model",
-            "scripted",
-        ],
-    );
+    let (serve, base, _model) = serve_answering(&bin, home.path(), &config, answer).await;
     let base = Arc::new(base);
     println!(
         "serve_overload: max_turns = {admitted}; a model answer takes about {model_ms} ms; {seconds} s per run"
@@ -260,21 +272,7 @@ async fn main() {
         delay_ms: None,
         usage: None,
     };
-    let model = ScriptedServer::start(Script::by_role(streamed.clone(), streamed))
-        .await
-        .expect("start the scripted model");
-    let (serve, base) = start_serve(
-        &bin,
-        home.path(),
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--llm-url",
-            &model.base_url(),
-            "--model",
-            "scripted",
-        ],
-    );
+    let (serve, base, _model) = serve_answering(&bin, home.path(), &config, streamed).await;
     let mut alone = Vec::new();
     let mut followed = Vec::new();
     for _ in 0..turns {
