@@ -111,7 +111,9 @@ impl Admission {
 
 /// Seconds for `Retry-After`: at least 1, rounded up.
 fn whole_seconds(wait: Duration) -> u64 {
-    wait.as_secs() + u64::from(wait.subsec_nanos() > 0).max(u64::from(wait.is_zero()))
+    wait.as_secs()
+        .saturating_add(u64::from(wait.subsec_nanos() > 0))
+        .max(1)
 }
 
 /// A bounded number of places for one kind of work, shared by all tokens and bounded for each.
@@ -138,13 +140,7 @@ pub(crate) struct Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        let mut by_token = self.places.counts();
-        if let Some(n) = by_token.get_mut(&self.token) {
-            *n -= 1;
-            if *n == 0 {
-                by_token.remove(&self.token);
-            }
-        }
+        self.places.give_back(&self.token);
     }
 }
 
@@ -160,6 +156,17 @@ impl Drop for Waiting<'_> {
 impl Places {
     fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
         self.by_token.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts one of `token`'s places as given back, forgetting a token that holds none.
+    fn give_back(&self, token: &str) {
+        let mut by_token = self.counts();
+        if let Some(n) = by_token.get_mut(token) {
+            *n -= 1;
+            if *n == 0 {
+                by_token.remove(token);
+            }
+        }
     }
 
     /// How many places are taken now.
@@ -196,13 +203,7 @@ impl Places {
                 token: token.to_string(),
             }),
             Err(refused) => {
-                let mut by_token = self.counts();
-                if let Some(n) = by_token.get_mut(token) {
-                    *n -= 1;
-                    if *n == 0 {
-                        by_token.remove(token);
-                    }
-                }
+                self.give_back(token);
                 Err(refused)
             }
         }

@@ -23,7 +23,7 @@ use tokio::sync::broadcast;
 
 use crate::auth::{Caller, Tokens};
 use crate::console;
-use crate::error::ApiError;
+use crate::error::{ApiError, with_retry_after};
 use crate::host::Host;
 use crate::live::{HostEvent, Published, SessionEvent};
 
@@ -369,7 +369,7 @@ async fn turn_response(
     loop {
         match events.recv().await {
             Ok(event) => {
-                let end = event.ends_turn();
+                let end = event.event.ends_turn();
                 all.push(event);
                 if end {
                     break;
@@ -379,9 +379,8 @@ async fn turn_response(
             Err(broadcast::error::RecvError::Closed) => break,
         }
     }
-    let last = all.last().map(|e| e.event.clone());
     let events: Vec<&SessionEvent> = all.iter().map(|e| &e.event).collect();
-    let (outcome, answer) = match last {
+    let (outcome, answer) = match events.last() {
         Some(SessionEvent::Agent(AgentEvent::TurnFinished {
             outcome, answer, ..
         })) => (json!(outcome), json!(answer)),
@@ -391,7 +390,7 @@ async fn turn_response(
         Some(SessionEvent::Host(HostEvent::TurnStopped { reason })) => {
             return stopped(
                 id,
-                &reason,
+                reason,
                 json!({"type": "turn_stopped", "reason": reason}),
                 &events,
             );
@@ -422,11 +421,10 @@ fn stopped(id: &str, reason: &str, outcome: Value, events: &[&SessionEvent]) -> 
         "outcome": outcome,
         "events": events,
     });
-    let mut response = (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
-    response
-        .headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-    response
+    with_retry_after(
+        (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response(),
+        Some(5),
+    )
 }
 
 /// A session's events as Server-Sent Events; with `one_turn`, the stream ends with the turn.
@@ -440,7 +438,7 @@ fn sse_stream(
         }
         match events.recv().await {
             Ok(event) => {
-                let end = one_turn && event.ends_turn();
+                let end = one_turn && event.event.ends_turn();
                 let (kind, data) = event.sse();
                 let sse = SseEvent::default().event(kind).data(data);
                 Some((Ok(sse), (events, end)))

@@ -142,10 +142,12 @@ pub(crate) async fn serve(
 
 /// The whole answer to a connection past `max_connections`.
 fn refusal_answer(max: usize) -> Bytes {
-    let body = format!(
-        "{{\"error\":{{\"kind\":\"busy\",\"message\":\"the host is busy: {max} connections are \
-         open, as many as [serve.limits] max_connections allows; try again shortly\"}}}}\n"
-    );
+    // The API's error shape, as `ApiError` writes it.
+    let body = serde_json::json!({"error": {"kind": "busy", "message": format!(
+        "the host is busy: {max} connections are open, as many as [serve.limits] \
+         max_connections allows; try again shortly"
+    )}})
+    .to_string();
     Bytes::from(format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n\
          connection: close\r\ncontent-length: {}\r\n\r\n{body}",

@@ -106,12 +106,20 @@ impl From<StoreError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({"error": {"kind": self.kind, "message": self.message}});
-        let mut response = (self.status, Json(body)).into_response();
-        if let Some(secs) = self.retry_after_secs {
-            response
-                .headers_mut()
-                .insert(axum::http::header::RETRY_AFTER, secs.into());
-        }
-        response
+        with_retry_after(
+            (self.status, Json(body)).into_response(),
+            self.retry_after_secs,
+        )
     }
+}
+
+/// `response` with a `Retry-After` of `secs`, when there is one: every answer that tells a
+/// client to come back later says when the same way.
+pub(crate) fn with_retry_after(mut response: Response, secs: Option<u64>) -> Response {
+    if let Some(secs) = secs {
+        response
+            .headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, secs.into());
+    }
+    response
 }

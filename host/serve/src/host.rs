@@ -711,7 +711,7 @@ mod tests {
     async fn to_the_end(events: &mut broadcast::Receiver<Arc<Published>>) -> Arc<Published> {
         loop {
             let event = events.recv().await.unwrap();
-            if event.ends_turn() {
+            if event.event.ends_turn() {
                 return event;
             }
         }
@@ -775,7 +775,7 @@ mod tests {
             .start_turn(&id, TurnInput::Message("again".into()), None)
             .await
             .unwrap();
-        assert!(to_the_end(&mut events).await.ends_turn());
+        assert!(to_the_end(&mut events).await.event.ends_turn());
         host.finish().await;
     }
 }

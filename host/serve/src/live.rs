@@ -65,14 +65,6 @@ impl Published {
     }
 }
 
-impl std::ops::Deref for Published {
-    type Target = SessionEvent;
-
-    fn deref(&self) -> &SessionEvent {
-        &self.event
-    }
-}
-
 /// What the host says about a session besides the engine's events.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

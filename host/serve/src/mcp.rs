@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admission::{Place, Places, Refused};
 use crate::connections::ConnectionId;
-use crate::error::ApiError;
+use crate::error::{ApiError, with_retry_after};
 use crate::host::HostOptions;
 
 /// The `/mcp` endpoint: the SDK's service, and the checks in front of it.
@@ -155,19 +155,14 @@ fn rpc_error(
 /// An error of the host's (a refusal past a bound: `429`, `503`) as a JSON-RPC error, with
 /// its `Retry-After`.
 pub(crate) fn refusal(e: ApiError) -> Response {
-    let mut response = rpc_error(
+    let response = rpc_error(
         e.status,
         Value::Null,
         -32000,
         e.message,
         Some(json!({"kind": e.kind, "retry_after_secs": e.retry_after_secs})),
     );
-    if let Some(secs) = e.retry_after_secs {
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, secs.into());
-    }
-    response
+    with_retry_after(response, e.retry_after_secs)
 }
 
 /// `bytes` as people read sizes: `1 MiB`, `64 KiB`, `1000 bytes`.

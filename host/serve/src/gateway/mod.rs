@@ -163,13 +163,8 @@ impl From<ApiError> for GatewayError {
 
 impl IntoResponse for GatewayError {
     fn into_response(self) -> Response {
-        let mut response = (self.status, Json(error_body(&self))).into_response();
-        if let Some(secs) = self.retry_after_secs {
-            response
-                .headers_mut()
-                .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        response
+        let response = (self.status, Json(error_body(&self))).into_response();
+        crate::error::with_retry_after(response, self.retry_after_secs)
     }
 }
 

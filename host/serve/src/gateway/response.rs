@@ -147,7 +147,7 @@ impl Reading {
                 }
                 _ => {}
             }
-            if let Some(end) = ending(&event) {
+            if let Some(end) = ending(&event.event) {
                 self.state.client_calls.forget(&self.guard.session);
                 return self.end(end);
             }
