@@ -15,12 +15,12 @@
 //! target/release/cordon]`. Everything listens on 127.0.0.1; every loop is bounded in count
 //! and time.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cordon_scripted_llm::{Script, ScriptedServer, Step};
-use cordon_tests::bench::{Serve, TOKEN, arg, number, start_serve, write_token};
+use cordon_tests::bench::{Serve, TOKEN, file_arg, number, start_serve, write_token};
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
@@ -175,17 +175,7 @@ async fn main() {
     let followers = number(&args, "--followers", 300).min(900);
     let deltas = number(&args, "--deltas", 400).max(1);
     let turns = number(&args, "--turns", 5).max(1);
-    let bin = PathBuf::from(
-        arg(&args, "--cordon")
-            .or_else(|| std::env::var("CORDON_BIN").ok())
-            .unwrap_or_else(|| "target/release/cordon".to_string()),
-    );
-    assert!(
-        bin.is_file(),
-        "no cordon binary at {} (cargo build --release -p cordon)",
-        bin.display()
-    );
-    let bin = std::fs::canonicalize(&bin).expect("the cordon binary's path");
+    let bin = file_arg(&args, "--cordon", "target/release/cordon");
     let _ = rustls::crypto::ring::default_provider().install_default();
 
     let home = tempfile::Builder::new()

@@ -6,11 +6,11 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cordon_scripted_llm::Step;
 use cordon_tests::TestHome;
-use cordon_tests::serve::Served;
+use cordon_tests::serve::{Served, eventually};
 use cordon_tests::support;
 use serde_json::json;
 
@@ -77,12 +77,17 @@ fn header<'a>(answer: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
-fn health(served: &Served) -> u16 {
+/// The whole answer to `GET /api/v1/health` on a new connection (`None`: not within 30 s).
+fn health_answer(served: &Served) -> Option<String> {
     let raw = format!(
         "GET /api/v1/health HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n\r\n",
         served.addr
     );
-    exchange(&served.addr, raw.as_bytes(), Duration::from_secs(30)).map_or(0, |a| status(&a))
+    exchange(&served.addr, raw.as_bytes(), Duration::from_secs(30))
+}
+
+fn health(served: &Served) -> u16 {
+    health_answer(served).map_or(0, |a| status(&a))
 }
 
 #[test]
@@ -123,35 +128,17 @@ fn connections_past_the_bound_are_answered_503_and_closed() {
         .map(|_| TcpStream::connect(&served.addr).unwrap())
         .collect();
     // Give the server the time to accept all three.
-    let started = Instant::now();
-    let refused = loop {
-        let raw = format!(
-            "GET /api/v1/health HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n\r\n",
-            served.addr
-        );
-        let answer = exchange(&served.addr, raw.as_bytes(), Duration::from_secs(10)).unwrap();
-        if status(&answer) == 503 || started.elapsed() > Duration::from_secs(20) {
-            break answer;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(status(&refused), 503, "{refused}");
+    let refused = eventually(Duration::from_secs(20), "a 503 past 3 connections", || {
+        health_answer(&served).filter(|answer| status(answer) == 503)
+    });
     assert_eq!(header(&refused, "retry-after"), Some("1"), "{refused}");
     assert!(refused.contains("max_connections"), "{refused}");
     drop(held);
-    let back = Instant::now();
-    while health(&served) != 200 {
-        assert!(
-            back.elapsed() < Duration::from_secs(20),
-            "no place came back after the held connections closed"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// A home with the probe installed read-write on `/data` (so its writes ask first).
-fn probe_home() -> (TestHome, std::path::PathBuf) {
-    support::probe_home(&[])
+    eventually(
+        Duration::from_secs(20),
+        "a place after the held connections closed",
+        || (health(&served) == 200).then_some(()),
+    );
 }
 
 fn write_call(id: &str, data: &Path) -> cordon_scripted_llm::ScriptedCall {
@@ -165,7 +152,8 @@ fn write_call(id: &str, data: &Path) -> cordon_scripted_llm::ScriptedCall {
 
 #[test]
 fn a_turn_past_max_turns_gets_503_and_the_waiting_turn_can_still_be_approved() {
-    let (home, data) = probe_home();
+    // The probe, installed read-write on `/data`: its writes ask first.
+    let (home, data) = support::probe_home(&[]);
     let model = Model::new(vec![
         Step::tool_calls(vec![write_call("w1", &data)]),
         Step::text("written"),
@@ -199,25 +187,20 @@ fn a_turn_past_max_turns_gets_503_and_the_waiting_turn_can_still_be_approved() {
     assert_eq!(header(&gateway, "retry-after"), Some("1"), "{gateway}");
     // Approvals take no place: the full host is unblocked by answering.
     served.answer(&question, "yes");
-    let started = Instant::now();
-    loop {
+    let second = eventually(Duration::from_secs(30), "the place to come back", || {
         let second = request(
             &served,
             "POST",
             "/api/v1/sessions/two/messages",
             Some(r#"{"text":"hi","stream":false}"#),
         );
-        if status(&second) == 200 {
-            assert!(second.contains("second"), "{second}");
-            break;
+        if status(&second) != 200 {
+            assert_eq!(status(&second), 503, "{second}");
+            return None;
         }
-        assert_eq!(status(&second), 503, "{second}");
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the place never came back"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        Some(second)
+    });
+    assert!(second.contains("second"), "{second}");
 }
 
 #[test]
@@ -270,16 +253,9 @@ fn mcp_sessions_past_the_bound_are_refused_with_a_json_rpc_error() {
     );
     let ended = exchange(&served.addr, raw.as_bytes(), Duration::from_secs(30)).unwrap();
     assert_eq!(status(&ended), 204, "{ended}");
-    let started = Instant::now();
-    loop {
-        let again = request(&served, "POST", "/mcp", Some(&initialize));
-        if status(&again) == 200 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "no room after the session ended: {again}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    eventually(
+        Duration::from_secs(20),
+        "room after the session ended",
+        || (status(&request(&served, "POST", "/mcp", Some(&initialize))) == 200).then_some(()),
+    );
 }
