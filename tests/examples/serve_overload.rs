@@ -12,7 +12,7 @@
 //!    events that never read a byte. Medians of `--turns` (5) turns each, and their ratio.
 //!
 //! `cargo run --release -p cordon-tests --example serve_overload -- [--cordon
-//! target/release/cordon]`. Everything listens on 127.0.0.1; every loop is bounded in count
+//! target/release/cordon] [--only load|followers]`. Everything listens on 127.0.0.1; every loop is bounded in count
 //! and time.
 
 use std::path::Path;
@@ -166,6 +166,44 @@ async fn serve_answering(
     (serve, base, model)
 }
 
+/// Part 1: the admitted load, then four times as much; whether the targets were met.
+async fn overload(base: &Arc<String>, admitted: usize, seconds: u64) -> bool {
+    let mut ok = true;
+    let mut unloaded = load(base, admitted, seconds).await;
+    let mut overloaded = load(base, admitted * 4, seconds).await;
+    for (name, t) in [("unloaded", &unloaded), ("4x", &overloaded)] {
+        if !t.errors.is_empty() {
+            ok = false;
+            eprintln!("  {name}: {} errors, e.g. {}", t.errors.len(), t.errors[0]);
+        }
+    }
+    let p99_unloaded = quantile(&mut unloaded.answered, 0.99);
+    let p99_loaded = quantile(&mut overloaded.answered, 0.99);
+    let ratio = p99_loaded.as_secs_f64() / p99_unloaded.as_secs_f64().max(1e-9);
+    let refused_p99 = quantile(&mut overloaded.refused, 0.99);
+    println!(
+        "  {admitted} clients: {} answered, {} refused; p50 {}, p99 {}",
+        unloaded.answered.len(),
+        unloaded.refused.len(),
+        ms(quantile(&mut unloaded.answered, 0.5)),
+        ms(p99_unloaded)
+    );
+    println!(
+        "  {} clients: {} answered, p50 {}, p99 {} ({ratio:.2}x the unloaded p99; target <= 2x); {} refused (429/503), p50 {}, p99 {} (target <= 100 ms)",
+        admitted * 4,
+        overloaded.answered.len(),
+        ms(quantile(&mut overloaded.answered, 0.5)),
+        ms(p99_loaded),
+        overloaded.refused.len(),
+        ms(quantile(&mut overloaded.refused, 0.5)),
+        ms(refused_p99),
+    );
+    if ratio > 2.0 || refused_p99 > Duration::from_millis(100) || overloaded.refused.is_empty() {
+        ok = false;
+    }
+    ok
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -176,6 +214,15 @@ async fn main() {
     let deltas = number(&args, "--deltas", 400).max(1);
     let turns = number(&args, "--turns", 5).max(1);
     let bin = file_arg(&args, "--cordon", "target/release/cordon");
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str);
+    assert!(
+        matches!(only, None | Some("load" | "followers")),
+        "--only takes `load` or `followers`"
+    );
     let _ = rustls::crypto::ring::default_provider().install_default();
 
     let home = tempfile::Builder::new()
@@ -207,37 +254,12 @@ async fn main() {
     );
     let mut failed = false;
 
-    let mut unloaded = load(&base, admitted, seconds).await;
-    let mut overloaded = load(&base, admitted * 4, seconds).await;
-    for (name, t) in [("unloaded", &unloaded), ("4x", &overloaded)] {
-        if !t.errors.is_empty() {
-            failed = true;
-            eprintln!("  {name}: {} errors, e.g. {}", t.errors.len(), t.errors[0]);
-        }
+    if only != Some("followers") {
+        failed |= !overload(&base, admitted, seconds).await;
     }
-    let p99_unloaded = quantile(&mut unloaded.answered, 0.99);
-    let p99_loaded = quantile(&mut overloaded.answered, 0.99);
-    let ratio = p99_loaded.as_secs_f64() / p99_unloaded.as_secs_f64().max(1e-9);
-    let refused_p99 = quantile(&mut overloaded.refused, 0.99);
-    println!(
-        "  {admitted} clients: {} answered, {} refused; p50 {}, p99 {}",
-        unloaded.answered.len(),
-        unloaded.refused.len(),
-        ms(quantile(&mut unloaded.answered, 0.5)),
-        ms(p99_unloaded)
-    );
-    println!(
-        "  {} clients: {} answered, p50 {}, p99 {} ({ratio:.2}x the unloaded p99; target <= 2x); {} refused (429/503), p50 {}, p99 {} (target <= 100 ms)",
-        admitted * 4,
-        overloaded.answered.len(),
-        ms(quantile(&mut overloaded.answered, 0.5)),
-        ms(p99_loaded),
-        overloaded.refused.len(),
-        ms(quantile(&mut overloaded.refused, 0.5)),
-        ms(refused_p99),
-    );
-    if ratio > 2.0 || refused_p99 > Duration::from_millis(100) || overloaded.refused.is_empty() {
-        failed = true;
+    if only == Some("load") {
+        drop(serve);
+        std::process::exit(i32::from(failed));
     }
 
     // Followers that never read.

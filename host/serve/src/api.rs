@@ -1,21 +1,17 @@
 //! The HTTP API under `/api/v1` (JSON; turns stream as Server-Sent Events) and the console's
 //! files at `/`. Every API route but `/api/v1/health` takes the bearer token.
 
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Path, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use cordon_agent::{AgentEvent, ApprovalAnswer, Conversation, GivenAnswer, TurnInput};
 use cordon_store::{AuditQuery, NewSession, SessionSettings, WAITING_APPROVALS_SESSION};
-use futures::Stream;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -24,6 +20,7 @@ use tokio::sync::broadcast;
 use crate::auth::{Caller, Tokens};
 use crate::console;
 use crate::error::{ApiError, with_retry_after};
+use crate::follow::{Pace, event_stream, sse_response};
 use crate::host::Host;
 use crate::live::{HostEvent, Published, SessionEvent};
 
@@ -363,7 +360,7 @@ async fn turn_response(
     id: &str,
 ) -> Response {
     if stream {
-        return sse(sse_stream(events, true));
+        return sse_response(event_stream(events, true, Pace::EachEvent));
     }
     let mut all = Vec::new();
     loop {
@@ -427,38 +424,6 @@ fn stopped(id: &str, reason: &str, outcome: Value, events: &[&SessionEvent]) -> 
     )
 }
 
-/// A session's events as Server-Sent Events; with `one_turn`, the stream ends with the turn.
-fn sse_stream(
-    events: broadcast::Receiver<Arc<Published>>,
-    one_turn: bool,
-) -> impl Stream<Item = Result<SseEvent, Infallible>> {
-    futures::stream::unfold((events, false), move |(mut events, done)| async move {
-        if done {
-            return None;
-        }
-        match events.recv().await {
-            Ok(event) => {
-                let end = one_turn && event.event.ends_turn();
-                let (kind, data) = event.sse();
-                let sse = SseEvent::default().event(kind).data(data);
-                Some((Ok(sse), (events, end)))
-            }
-            Err(broadcast::error::RecvError::Lagged(n)) => {
-                let data = json!({"type": "lagged", "missed": n}).to_string();
-                let sse = SseEvent::default().event("lagged").data(data);
-                Some((Ok(sse), (events, false)))
-            }
-            Err(broadcast::error::RecvError::Closed) => None,
-        }
-    })
-}
-
-fn sse<S: Stream<Item = Result<SseEvent, Infallible>> + Send + 'static>(stream: S) -> Response {
-    Sse::new(stream)
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-        .into_response()
-}
-
 async fn follow_session(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -467,10 +432,9 @@ async fn follow_session(
     let events = state.host.follow(&id);
     // The stream ends when the host stops, so shutting down never waits for followers.
     let stopping = state.host.stopping.clone();
-    let stream = futures::StreamExt::take_until(sse_stream(events, false), async move {
-        stopping.cancelled().await
-    });
-    Ok(sse(stream))
+    let stream = event_stream(events, false, Pace::Follower);
+    let stream = futures::StreamExt::take_until(stream, async move { stopping.cancelled().await });
+    Ok(sse_response(stream))
 }
 
 async fn cancel_turn(

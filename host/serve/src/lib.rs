@@ -19,6 +19,7 @@ mod auth;
 mod connections;
 mod console;
 mod error;
+mod follow;
 mod gateway;
 mod host;
 mod live;

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use bytes::Bytes;
 use cordon_agent::{
     AgentEvent, ApprovalAnswer, ApprovalRequest, CancellationToken, Frontend, GivenAnswer,
     async_trait,
@@ -36,32 +37,32 @@ impl SessionEvent {
     }
 }
 
-/// An event as every follower of its session gets it: the event, and its SSE form, made once
-/// by the first follower that sends it and shared by the others, so a session with hundreds
-/// of followers costs its turn one serialization per event, not one per follower.
+/// An event as every follower of its session gets it: the event, and its Server-Sent Events
+/// frame, made once by the first follower that sends it and shared by the others, so a session
+/// with hundreds of followers costs its turn one serialization per event, not one per follower.
 #[derive(Debug)]
 pub struct Published {
     /// The event.
     pub event: SessionEvent,
-    sse: std::sync::OnceLock<(String, String)>,
+    frame: std::sync::OnceLock<Bytes>,
 }
 
 impl Published {
     fn new(event: SessionEvent) -> Self {
         Published {
             event,
-            sse: std::sync::OnceLock::new(),
+            frame: std::sync::OnceLock::new(),
         }
     }
 
-    /// The event's type (the SSE `event:` field) and its JSON (the `data:`).
-    pub fn sse(&self) -> (&str, &str) {
-        let (kind, data) = self.sse.get_or_init(|| {
+    /// The event as one SSE frame: `event:` its type, `data:` its JSON (one line: JSON text
+    /// escapes its newlines), and the blank line that ends it.
+    pub fn frame(&self) -> &Bytes {
+        self.frame.get_or_init(|| {
             let value = serde_json::to_value(&self.event).unwrap_or_default();
-            let kind = value["type"].as_str().unwrap_or("event").to_string();
-            (kind, value.to_string())
-        });
-        (kind, data)
+            let kind = value["type"].as_str().unwrap_or("event");
+            Bytes::from(format!("event: {kind}\ndata: {value}\n\n"))
+        })
     }
 }
 
@@ -429,19 +430,20 @@ mod tests {
     }
 
     #[test]
-    fn followers_share_one_serialization_of_each_event() {
+    fn followers_share_one_frame_of_each_event() {
         let live = LiveSession::new("s");
         let mut one = live.subscribe();
         let mut two = live.subscribe();
         live.publish(SessionEvent::Host(HostEvent::TurnStopped {
-            reason: "stopping".into(),
+            reason: "stopping\nnow".into(),
         }));
         let (a, b) = (one.try_recv().unwrap(), two.try_recv().unwrap());
-        let (kind, data) = a.sse();
-        assert_eq!(kind, "turn_stopped");
-        assert_eq!(data, r#"{"type":"turn_stopped","reason":"stopping"}"#);
-        // The second follower gets the very same text, not a second copy.
-        assert!(std::ptr::eq(data, b.sse().1));
+        assert_eq!(
+            &a.frame()[..],
+            b"event: turn_stopped\ndata: {\"type\":\"turn_stopped\",\"reason\":\"stopping\\nnow\"}\n\n"
+        );
+        // The second follower gets the very same bytes, not a second copy.
+        assert_eq!(a.frame().as_ptr(), b.frame().as_ptr());
     }
 
     #[test]
