@@ -29,7 +29,7 @@ export CFLAGS_wasm32_wasip2 := --target=wasm32-wasi -msimd128 -mbulk-memory \
   -include '$(ROOT)/plugins/sql/c/sqlite_mem.h' -include '$(ROOT)/plugins/sql/c/sqlite_sorter.h' \
   -DCORDON_HEADERS_DIGEST=$(SQLITE_HEADERS_DIGEST)
 
-.PHONY: build toolchain c-toolchain js-toolchain host plugins rust-plugins python-plugin c-fixtures js-plugins js-sdk-test fixtures test test-services browser-test mcp-test gateway-test lint demo bench bench-tools clean
+.PHONY: build toolchain c-toolchain js-toolchain host plugins rust-plugins python-plugin c-fixtures js-plugins js-sdk-test fixtures test test-services browser-test mcp-test gateway-test lint demo bench bench-tools fuzz clean
 
 build: host plugins
 
@@ -121,7 +121,7 @@ c-fixtures: c-toolchain
 	done
 
 lint: toolchain
-	python3 tests/lint/module_cycles.py host/*/ tests tests/scripted-llm sdk/rust
+	python3 tests/lint/module_cycles.py host/*/ tests tests/scripted-llm tests/fuzz sdk/rust
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cd plugins && cargo fmt --all --check && CARGO_TARGET_DIR="$(ROOT)/$(WASM_TARGET)" cargo clippy --target wasm32-wasip2 --release --all-targets -- -D warnings
@@ -244,6 +244,20 @@ bench: toolchain plugins bench-tools
 	cargo run --release -p cordon-tests --example gateway_bench -- --cordon target/release/cordon
 	cargo run --release -p cordon-tests --example serve_overload -- --cordon target/release/cordon
 	cargo run --release -p cordon-tests --example spill_bench -- --cordon target/release/cordon
+
+## Coverage-guided fuzzing with AFL++ through cargo-afl (installed from crates.io; it builds
+## AFL++ itself): every target in tests/fuzz for FUZZ_EXECS executions each, one after the
+## other, then a table of what each did. `make fuzz FUZZ_TARGETS=grant FUZZ_EXECS=100000` runs
+## one briefly. Not part of `make test`, which replays each target's corpus and mutations of it
+## (tests/fuzz/tests/smoke.rs); the long runs are recorded in docs/reliability.md.
+FUZZ_EXECS   ?= 10000000
+FUZZ_TARGETS ?= $(shell sed -n 's/^ *name: "\(.*\)",$$/\1/p' tests/fuzz/src/lib.rs)
+fuzz: toolchain rust-plugins
+	@command -v cargo-afl >/dev/null || cargo install cargo-afl --version 0.18.2 --locked
+	@# Builds AFL++ for this rustc once; says so (and fails) when it already has.
+	@cargo afl config --build >/dev/null 2>&1 || true
+	cargo afl build --release -p cordon-fuzz --features afl --target-dir $(TARGET)/afl
+	tests/fuzz/run.sh $(TARGET)/afl/release/cordon-fuzz $(TARGET)/afl/out $(FUZZ_EXECS) $(FUZZ_TARGETS)
 
 clean:
 	cargo clean

@@ -47,6 +47,9 @@ pub mod config;
 pub mod context;
 pub mod conversation;
 pub mod driver;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod grant_requests;
 pub mod journal;
 pub mod llm;

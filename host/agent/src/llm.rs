@@ -266,11 +266,30 @@ impl LlmClient {
         on_text: &mut (dyn FnMut(&str) + Send),
         cancel: &CancellationToken,
     ) -> Result<ModelResponse, LlmError> {
+        read_events(&self.endpoint, response.bytes_stream(), on_text, cancel).await
+    }
+}
+
+/// Reads a chat completion stream from `endpoint`, given as the bytes it sent in the pieces
+/// they came in, and assembles the answer; text goes to `on_text` as it comes.
+pub(crate) async fn read_events<S, B, E>(
+    endpoint: &str,
+    bytes: S,
+    on_text: &mut (dyn FnMut(&str) + Send),
+    cancel: &CancellationToken,
+) -> Result<ModelResponse, LlmError>
+where
+    S: futures::Stream<Item = Result<B, E>> + Unpin,
+    B: AsRef<[u8]>,
+    E: std::fmt::Display,
+{
+    {
         let mut raw_head = Vec::<u8>::new();
-        let bytes = response.bytes_stream().inspect(|chunk| {
+        let bytes = bytes.inspect(|chunk| {
             if let Ok(b) = chunk
                 && raw_head.len() < 200
             {
+                let b = b.as_ref();
                 raw_head.extend_from_slice(&b[..b.len().min(200 - raw_head.len())]);
             }
         });
@@ -289,8 +308,7 @@ impl LlmClient {
                 Ok(e) => e,
                 Err(e) => {
                     return Err(LlmError::Failed(LlmFailure::transient(format!(
-                        "the stream from {} broke: {e}",
-                        self.endpoint
+                        "the stream from {endpoint} broke: {e}"
                     ))));
                 }
             };
@@ -331,8 +349,7 @@ impl LlmClient {
                 ))));
             }
             return Err(LlmError::Failed(LlmFailure::transient(format!(
-                "the stream from {} ended before [DONE] (after {} events); the answer was incomplete",
-                self.endpoint, seen
+                "the stream from {endpoint} ended before [DONE] (after {seen} events); the answer was incomplete"
             ))));
         }
         Ok(asm.finish())

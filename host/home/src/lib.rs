@@ -18,6 +18,9 @@
 mod error;
 pub mod expiring;
 mod fsutil;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod install;
 mod lockfile;
 mod oci;

@@ -270,6 +270,26 @@ async fn manifest_if_any(
     Ok(Some((manifest, digest)))
 }
 
+/// The fuzz targets' way in: `data` as the manifest a registry served for a component, and,
+/// if it is one, as a signature manifest.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn read_manifest(data: &[u8]) {
+    let Ok(manifest) = serde_json::from_slice::<Manifest>(data) else {
+        return;
+    };
+    let reference = OciReference::parse("oci://localhost:5000/tools/fuzz:1").expect("a reference");
+    if let Ok(layer) = component_layer(&reference, &manifest) {
+        assert_eq!(layer.media_type, WASM_LAYER);
+    }
+    for layer in manifest
+        .layers
+        .iter()
+        .filter(|l| l.media_type == SIMPLE_SIGNING)
+    {
+        let _ = layer.annotations.get(SIGNATURE_ANNOTATION);
+    }
+}
+
 /// Pulls the component at `reference`: its manifest must be an image manifest with exactly
 /// one `application/wasm` layer, whose bytes must have the layer's digest.
 pub async fn pull(reference: &OciReference) -> Result<Pulled, HomeError> {

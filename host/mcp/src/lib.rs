@@ -21,6 +21,13 @@ mod kept;
 mod server;
 mod stdio;
 
+/// Entry points for the fuzz targets in `tests/fuzz`.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::stdio::{read_lines as stdio_lines, read_message};
+}
+
 pub use asking::{Approver, NobodyElse, StoreApprover, can_elicit_form};
 pub use catalog::{Catalog, describe};
 /// The MCP SDK this server is built on, for transports.

@@ -77,6 +77,37 @@ impl Decoder for Lines {
     }
 }
 
+/// The fuzz targets' way in: `data` read as stdin would be, in pieces of the lengths its
+/// first byte picks and lines of at most `max` bytes (its second byte, so that long lines are
+/// tried without megabytes of input), each line read as a message.
+#[cfg(feature = "fuzzing")]
+pub fn read_lines(data: &[u8]) {
+    let (cut, max, body) = match data {
+        [cut, max, body @ ..] => (usize::from(*cut % 64) + 1, usize::from(*max) + 1, body),
+        _ => return,
+    };
+    let mut lines = Lines::new(max);
+    let mut buf = BytesMut::new();
+    let read = |line: Line| match line {
+        Line::Text(text) => {
+            assert!(text.len() <= max && !text.contains('\n'));
+            if let Err(refusal) = read_message(text.as_bytes()) {
+                assert!(matches!(refusal.code, -32700 | -32600));
+            }
+        }
+        Line::TooLong | Line::NotText => {}
+    };
+    for piece in body.chunks(cut) {
+        buf.extend_from_slice(piece);
+        while let Some(line) = lines.decode(&mut buf).expect("decoding never fails") {
+            read(line);
+        }
+    }
+    while let Some(line) = lines.decode_eof(&mut buf).expect("decoding never fails") {
+        read(line);
+    }
+}
+
 /// Stdin as the transport reads it. A pipe, which is how MCP clients start servers, is read
 /// by the runtime's own event loop, so a message wakes the thread that handles it directly;
 /// tokio's `stdin()` reads on a helper thread that must then wake it (a hand-off per message,

@@ -31,6 +31,13 @@ mod refusals;
 mod result_stream;
 mod sandbox;
 mod typed;
+
+/// Entry points for the fuzz targets in `tests/fuzz`.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::typed::{Fuzzed, fuzz_docs as component_docs};
+}
 mod wasi_overrides;
 
 pub use cache::compiled_file_name;

@@ -606,6 +606,31 @@ async fn list_tools(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
     Ok(Json(json!({"tools": tools})))
 }
 
+/// The fuzz targets' way in: `data` as each request body and query string the API takes.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn read_requests(data: &[u8]) {
+    fn body<T: DeserializeOwned>(data: &[u8]) {
+        let _ = serde_json::from_slice::<T>(data);
+    }
+    body::<CreateSession>(data);
+    body::<Fork>(data);
+    body::<Message>(data);
+    body::<Retry>(data);
+    body::<Answer>(data);
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let _ = parse_since(text, 1_764_000_000_000);
+    if let Ok(uri) = format!("/?{text}").parse::<axum::http::Uri>() {
+        let _ = Query::<ListParams>::try_from_uri(&uri);
+        if let Ok(Query(audit)) = Query::<AuditParams>::try_from_uri(&uri)
+            && let Some(since) = audit.since
+        {
+            let _ = parse_since(&since, 1_764_000_000_000);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

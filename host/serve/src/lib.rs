@@ -20,6 +20,9 @@ mod connections;
 mod console;
 mod error;
 mod follow;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod gateway;
 mod host;
 mod live;

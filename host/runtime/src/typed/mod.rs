@@ -282,6 +282,81 @@ impl TypedFunction {
     }
 }
 
+/// The fuzz targets' way in: the typed exports of one component, whose functions' arguments
+/// are read from fuzzed JSON.
+#[cfg(feature = "fuzzing")]
+pub struct Fuzzed {
+    exports: TypedExports,
+    schemas: Vec<cordon_core::CompiledSchema>,
+}
+
+#[cfg(feature = "fuzzing")]
+impl Fuzzed {
+    /// The typed exports of `wasm` (compiled once, by a plain engine).
+    pub fn load(wasm: &[u8]) -> Fuzzed {
+        let engine = Engine::default();
+        let component = Component::new(&engine, wasm).expect("the fuzz component compiles");
+        let exports = TypedExports::discover(&component, &engine, &Docs::read(wasm));
+        assert!(
+            !exports.functions.is_empty(),
+            "the fuzz component has typed exports"
+        );
+        let schemas = exports
+            .functions
+            .iter()
+            .map(|f| {
+                cordon_core::CompiledSchema::compile(&f.descriptor.input_schema)
+                    .expect("a derived schema compiles")
+            })
+            .collect();
+        Fuzzed { exports, schemas }
+    }
+
+    /// `data`'s first byte picks a function, the rest are its arguments. What the arguments
+    /// become goes back to the same JSON-able value, and arguments taken are arguments the
+    /// function's schema (what the model is shown) allows.
+    pub fn arguments(&self, data: &[u8]) {
+        let Some((pick, text)) = data.split_first() else {
+            return;
+        };
+        let at = usize::from(*pick) % self.exports.functions.len();
+        let function = &self.exports.functions[at];
+        let Ok(text) = std::str::from_utf8(text) else {
+            return;
+        };
+        let Ok(vals) = function.arguments(text) else {
+            return;
+        };
+        let value: Value = serde_json::from_str(text).expect("taken arguments are JSON");
+        if let Err(e) = self.schemas[at].check(&value) {
+            panic!(
+                "`{}` took {text} which its schema refuses: {:?}",
+                function.descriptor.name,
+                e.violations()
+            );
+        }
+        for ((name, ty), val) in function.params.iter().zip(&vals) {
+            let mut path = json::Path::default();
+            let back = json::to_json(ty, val, &mut path)
+                .unwrap_or_else(|e| panic!("`{name}` taken but not given back: {}", e.0));
+            let again = json::to_val(ty, &back, &mut path)
+                .unwrap_or_else(|e| panic!("`{name}` given back as {back} but not taken: {e:?}"));
+            assert_eq!(
+                &again, val,
+                "`{name}` changed on its way back through {back}"
+            );
+        }
+    }
+}
+
+/// `data` as the WIT a component carries for its doc comments.
+#[cfg(feature = "fuzzing")]
+pub fn fuzz_docs(data: &[u8]) {
+    let docs = Docs::read(data);
+    let _ = docs.interface(None);
+    let _ = docs.function(None, "f");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -229,6 +229,16 @@ pub(super) fn unknown_model(
     }
 }
 
+/// The fuzz targets' way in: `data` as a Chat Completions and as a Responses request body,
+/// with the operator's default bounds and one model offered.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn read_requests(data: &[u8]) {
+    let offered = vec![("scripted".to_string(), "scripted".to_string())];
+    let bounds = cordon_agent::GatewayParameters::default();
+    let _ = parse_request(data, &offered, &bounds);
+    responses::read_request(data, &offered, &bounds);
+}
+
 /// The answer to a `/v1` request without a valid token: OpenAI's 401, saying where the key
 /// comes from (the README says so too) and nothing about the tokens themselves.
 pub(crate) fn unauthorized() -> Response {

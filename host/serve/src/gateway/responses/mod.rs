@@ -378,6 +378,18 @@ async fn find(
     })
 }
 
+/// A Responses request body as the gateway reads it, its references looked up.
+#[cfg(feature = "fuzzing")]
+pub(super) fn read_request(
+    data: &[u8],
+    offered: &[(String, String)],
+    bounds: &cordon_agent::GatewayParameters,
+) {
+    if let Ok(parsed) = input::parse(data, offered, bounds) {
+        let _ = input::request(parsed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
