@@ -228,8 +228,12 @@ pub enum CallStatus {
     },
     /// Waiting for the user.
     Pending,
-    /// Will run / is running.
+    /// To run; in a running batch, started: a call is marked so in the transition that gives
+    /// it a place, recorded before it runs.
     Approved,
+    /// Approved, in a running batch, waiting for a place (see `max_parallel_tools`): it has
+    /// not started.
+    Queued,
     /// Ran (successfully or not).
     Done {
         /// The text returned to the model.
@@ -241,6 +245,13 @@ pub enum CallStatus {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         kept: Option<crate::messages::KeptResult>,
     },
+}
+
+impl CallStatus {
+    /// Whether the call is to run or running: approved, started or queued.
+    pub fn is_to_run(&self) -> bool {
+        matches!(self, CallStatus::Approved | CallStatus::Queued)
+    }
 }
 
 /// Who decided whether a call runs, and how: what the audit log records for it.

@@ -10,12 +10,12 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use cordon_core::Requester;
+use cordon_core::{AuditRecord, Requester};
 
 use crate::approval::{ApprovalAnswer, GivenAnswer, Standing};
 use crate::config::{AgentConfig, ConfigError, ToolFormat};
 use crate::context::Tokenizer;
-use crate::conversation::{Conversation, ConversationError, TurnOutcome};
+use crate::conversation::{Conversation, ConversationError, State, TurnOutcome};
 use crate::grant_requests::{Applying, SessionGrants};
 use crate::journal::{Cause, Journal, JournalError, NoJournal};
 use crate::llm::{LlmClient, LlmSetupError};
@@ -161,6 +161,9 @@ pub struct Agent {
     tools: Arc<dyn ToolHost>,
     tokenizer: Tokenizer,
     limits: TurnLimits,
+    /// The limits while the host is stopping: running calls finish, queued ones stay queued
+    /// (and run when the session is taken up again).
+    stopping: TurnLimits,
 }
 
 impl std::fmt::Debug for Agent {
@@ -189,6 +192,11 @@ impl Agent {
             max_iterations: config.agent.max_iterations,
             max_repeats: config.agent.max_repeats,
             retry: config.llm.retry,
+            max_parallel_tools: config.agent.max_parallel_tools,
+        };
+        let stopping = TurnLimits {
+            max_parallel_tools: 0,
+            ..limits.clone()
         };
         Ok(Self {
             config,
@@ -196,6 +204,7 @@ impl Agent {
             tools,
             tokenizer,
             limits,
+            stopping,
         })
     }
 
@@ -362,7 +371,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
         let (first, cause) = {
             let env = Env {
                 catalog: &catalog,
-                limits: &self.limits,
+                limits: self.limits_now(io),
                 inputs: &inputs,
             };
             match input {
@@ -390,7 +399,10 @@ if a call is refused or declined, tell the user instead of trying to get around 
                         event: Event::Retry,
                     },
                 ),
-                TurnInput::Resume => (machine::resume(conv, env)?, Cause::Resume),
+                TurnInput::Resume => {
+                    let recorded = io.journal.records_every_transition();
+                    (machine::resume(conv, env, recorded)?, Cause::Resume)
+                }
             }
         };
         let mut queue: VecDeque<Action> = VecDeque::new();
@@ -445,10 +457,11 @@ if a call is refused or declined, tell the user instead of trying to get around 
                 }
                 Action::Advance => Some(Event::Proceed),
                 // Work that starts something new waits for the next drive when suspended.
+                // Calls are the exception: the transition that gave them their places
+                // recorded them as started, so they run (while stopping, none is given one).
                 Action::CallModel { .. }
                 | Action::ScheduleRetry { .. }
                 | Action::RequestApproval { .. }
-                | Action::RunTools { .. }
                     if suspended =>
                 {
                     return Ok(Driven::Suspended);
@@ -518,6 +531,12 @@ if a call is refused or declined, tell the user instead of trying to get around 
                 None => Committed::Queued,
             };
         }
+        // Stopped with calls still queued: they run when the session is taken up again.
+        if matches!(conv.state, State::ExecutingTools { .. })
+            && io.suspend.is_some_and(CancellationToken::is_cancelled)
+        {
+            return Ok(Driven::Suspended);
+        }
         Ok(Driven::Finished(
             conv.turns
                 .last()
@@ -530,26 +549,60 @@ if a call is refused or declined, tell the user instead of trying to get around 
         ))
     }
 
-    /// One transition: the event goes through the machine, the journal records the result,
-    /// and the actions join the queue.
+    /// One transition: the event goes through the machine, the journal records the result
+    /// with `audits` (the records of the calls whose end the event brings) and those of the
+    /// calls the transition settled, and the other actions join the queue.
     async fn apply(
         &self,
         conv: &mut Conversation,
         catalog: &ToolCatalog,
         event: Event,
+        mut audits: Vec<AuditRecord>,
         io: &mut TurnIo<'_>,
         queue: &mut VecDeque<Action>,
     ) -> Result<(), AgentError> {
         let inputs = self.call_inputs(conv, catalog, &event, io).await?;
         let env = Env {
             catalog,
-            limits: &self.limits,
+            limits: self.limits_now(io),
             inputs: &inputs,
         };
-        let actions = machine::step(conv, event.clone(), env)?;
-        io.journal.transition(conv, &Cause::Event { event }).await?;
+        let mut actions = machine::step(conv, event.clone(), env)?;
+        audits.extend(self.settled(conv, catalog, &io.audit, &mut actions));
+        io.journal
+            .transition_audited(conv, &Cause::Event { event }, audits)
+            .await?;
         queue.extend(actions);
         Ok(())
+    }
+
+    /// The audit records of the calls a transition settled without running them (denied,
+    /// closed as interrupted), taken out of its actions to be recorded with the transition
+    /// itself (see [`Journal::transition_audited`]).
+    fn settled(
+        &self,
+        conv: &Conversation,
+        catalog: &ToolCatalog,
+        audit: &AuditContext,
+        actions: &mut Vec<Action>,
+    ) -> Vec<AuditRecord> {
+        let mut records = Vec::new();
+        actions.retain(|action| match action {
+            Action::AuditCall { call, outcome } => {
+                records.push(self.call_record(conv, catalog, audit, call, outcome.clone(), None));
+                false
+            }
+            _ => true,
+        });
+        records
+    }
+
+    /// The turn's limits, or while the host is stopping, limits that start no queued call.
+    fn limits_now(&self, io: &TurnIo<'_>) -> &TurnLimits {
+        match io.suspend {
+            Some(s) if s.is_cancelled() => &self.stopping,
+            _ => &self.limits,
+        }
     }
 
     /// One transition of the main loop: as [`Agent::apply`], but recorded by
@@ -565,7 +618,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
         let inputs = self.call_inputs(conv, catalog, &event, io).await?;
         let env = Env {
             catalog,
-            limits: &self.limits,
+            limits: self.limits_now(io),
             inputs: &inputs,
         };
         let actions = machine::step(conv, event.clone(), env)?;
@@ -592,6 +645,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
         queue: &mut VecDeque<Action>,
     ) -> Result<Committed, AgentError> {
         let suspended = io.suspend.is_some_and(CancellationToken::is_cancelled);
+        let audits = self.settled(conv, catalog, &io.audit, &mut actions);
         // Summarising a pruned context is a model call of its own, made while the request is
         // built: the transition is recorded first then, so it never waits for one.
         let summarizes = self.config.context.summarize;
@@ -607,7 +661,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
                 *final_pass
             }
             _ => {
-                io.journal.transition(conv, &cause).await?;
+                io.journal.transition_audited(conv, &cause, audits).await?;
                 queue.extend(actions);
                 return Ok(Committed::Queued);
             }
@@ -633,7 +687,7 @@ if a call is refused or declined, tell the user instead of trying to get around 
         let conv: &Conversation = conv;
         let journal = &mut *io.journal;
         let record = async {
-            journal.transition(conv, &cause).await?;
+            journal.transition_audited(conv, &cause, audits).await?;
             held.release(conv);
             Ok::<(), AgentError>(())
         };

@@ -60,6 +60,23 @@ pub trait Journal: Send {
     /// it was settled without running.
     async fn audit(&mut self, record: AuditRecord) -> Result<(), JournalError>;
 
+    /// A transition and the audit records of the calls it settled (a result came, a call was
+    /// denied, cancelled or closed as interrupted). A journal that can records them as one:
+    /// then a call never has its result recorded without its record, nor a record of its result
+    /// and a second one saying it was interrupted when the host stopped in between. This one
+    /// writes the records, then the transition.
+    async fn transition_audited(
+        &mut self,
+        conversation: &Conversation,
+        cause: &Cause,
+        audits: Vec<AuditRecord>,
+    ) -> Result<(), JournalError> {
+        for record in audits {
+            self.audit(record).await?;
+        }
+        self.transition(conversation, cause).await
+    }
+
     /// How many earlier calls each policy counter holds (see [`cordon_policy::CountQuery`]),
     /// in the order asked. A journal with no store counts only what this process added.
     async fn count_calls(
@@ -94,6 +111,13 @@ pub trait Journal: Send {
     async fn kept_part(&mut self, id: &str, at: KeptAt) -> Result<Option<KeptPart>, JournalError> {
         let _ = (id, at);
         Ok(None)
+    }
+
+    /// Whether every transition is recorded before its actions are performed, so that a
+    /// conversation taken up from the journal knows which calls never started (a session
+    /// store's journal). False for journals that keep nothing, or a file saved now and then.
+    fn records_every_transition(&self) -> bool {
+        false
     }
 
     /// Driving is over for now: give up what the journal holds (a session's lease) so that

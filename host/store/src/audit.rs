@@ -34,10 +34,10 @@ pub struct StoredAudit {
 }
 
 /// Records per statement: both backends bound the number of parameters (eight a record).
-const PER_STATEMENT: usize = 100;
+pub(crate) const PER_STATEMENT: usize = 100;
 
 /// One statement inserting `n` records, in order: `$8i+1`…`$8i+8` the `i`th record's columns.
-fn insert_sql(n: usize) -> String {
+pub(crate) fn insert_sql(n: usize) -> String {
     let rows: Vec<String> = (0..n)
         .map(|i| {
             let cols: Vec<String> = (1..=8).map(|c| format!("${}", 8 * i + c)).collect();
@@ -50,6 +50,26 @@ fn insert_sql(n: usize) -> String {
     )
 }
 
+/// The statement inserting `$rows` (a slice of [`AuditRow`]s, at most [`PER_STATEMENT`]).
+macro_rules! insert_audit_rows {
+    ($rows:expr) => {{
+        let mut query = sqlx::query(sqlx::AssertSqlSafe($crate::audit::insert_sql($rows.len())));
+        for row in $rows {
+            query = query
+                .bind(row.at_ms)
+                .bind(row.kind)
+                .bind(&row.origin)
+                .bind(&row.session)
+                .bind(&row.tool)
+                .bind(&row.plugin)
+                .bind(&row.outcome)
+                .bind(&row.json);
+        }
+        query
+    }};
+}
+pub(crate) use insert_audit_rows;
+
 impl Store {
     /// Appends one record.
     pub async fn append_audit(&self, record: &AuditRecord) -> Result<(), StoreError> {
@@ -61,33 +81,15 @@ impl Store {
     /// one round trip rather than one a record.
     pub async fn append_audits(&self, records: &[AuditRecord]) -> Result<(), StoreError> {
         let rows: Vec<AuditRow> = records.iter().map(AuditRow::of).collect();
-        // The statement adding one chunk (built of numbers only: the values go as parameters).
-        macro_rules! insert {
-            ($chunk:expr) => {{
-                let mut query = sqlx::query(sqlx::AssertSqlSafe(insert_sql($chunk.len())));
-                for row in $chunk {
-                    query = query
-                        .bind(row.at_ms)
-                        .bind(row.kind)
-                        .bind(&row.origin)
-                        .bind(&row.session)
-                        .bind(&row.tool)
-                        .bind(&row.plugin)
-                        .bind(&row.outcome)
-                        .bind(&row.json);
-                }
-                query
-            }};
-        }
         let result = match rows.len() {
             0 => Ok(()),
             n if n <= PER_STATEMENT => {
-                on_backend!(self, pool => insert!(&rows).execute(pool).await.map(|_| ()))
+                on_backend!(self, pool => insert_audit_rows!(&rows).execute(pool).await.map(|_| ()))
             }
             _ => on_backend!(self, pool => async {
                 let mut tx = pool.begin().await?;
                 for chunk in rows.chunks(PER_STATEMENT) {
-                    insert!(chunk).execute(&mut *tx).await?;
+                    insert_audit_rows!(chunk).execute(&mut *tx).await?;
                 }
                 tx.commit().await
             }
@@ -131,19 +133,19 @@ impl Store {
 }
 
 /// The columns of one audit record.
-struct AuditRow {
-    at_ms: i64,
-    kind: &'static str,
-    origin: String,
-    session: Option<String>,
-    tool: Option<String>,
-    plugin: Option<String>,
-    outcome: Option<String>,
-    json: String,
+pub(crate) struct AuditRow {
+    pub(crate) at_ms: i64,
+    pub(crate) kind: &'static str,
+    pub(crate) origin: String,
+    pub(crate) session: Option<String>,
+    pub(crate) tool: Option<String>,
+    pub(crate) plugin: Option<String>,
+    pub(crate) outcome: Option<String>,
+    pub(crate) json: String,
 }
 
 impl AuditRow {
-    fn of(record: &AuditRecord) -> Self {
+    pub(crate) fn of(record: &AuditRecord) -> Self {
         let (kind, session, tool, plugin, outcome) = match &record.entry {
             AuditEntry::ToolCall(call) => (
                 "tool_call",

@@ -11,6 +11,7 @@ use cordon_core::Written;
 use cordon_core::{AuditRecord, now_ms};
 use sqlx::Row;
 
+use crate::audit::{AuditRow, PER_STATEMENT, insert_audit_rows};
 use crate::sessions::{INSERT_SNAPSHOT, SessionRow, new_session_id, title_of};
 use crate::{NewSession, Store, StoreError, on_backend};
 
@@ -203,7 +204,15 @@ impl SessionJournal {
         }
     }
 
-    async fn append(&mut self, conv: &Conversation, cause: &Cause) -> Result<(), StoreError> {
+    /// Records one transition and the audit records of the calls it settled, in one database
+    /// transaction, behind the lease: both or neither, and nothing from a host that lost the
+    /// session (whose late records would stand beside the next host's).
+    async fn append(
+        &mut self,
+        conv: &Conversation,
+        cause: &Cause,
+        audits: &[AuditRecord],
+    ) -> Result<(), StoreError> {
         const SESSION: &str = "UPDATE sessions SET seq = $3, updated_ms = $4, state = $5, \
                                turns = $6, messages = $7, title = $8, lease_until_ms = $9 \
                                WHERE id = $1 AND seq = $2 AND lease_holder = $10";
@@ -223,6 +232,7 @@ impl SessionJournal {
         let snapshot = (self.since_snapshot + 1 >= self.store.options().snapshot_every
             && since_bytes >= self.snapshot_bytes)
             .then(|| serde_json::to_string(conv).unwrap_or_default());
+        let audits: Vec<AuditRow> = audits.iter().map(AuditRow::of).collect();
         let now = now_ms();
         let seq = self.seq + 1;
         let until = self.store.lease_until(now);
@@ -276,6 +286,9 @@ impl SessionJournal {
             if let Some(snapshot) = &snapshot {
                 sqlx::query(INSERT_SNAPSHOT).bind(&self.id).bind(seq).bind(snapshot).execute(&mut *tx).await?;
                 sqlx::query(OLD_SNAPSHOTS).bind(&self.id).bind(seq).execute(&mut *tx).await?;
+            }
+            for chunk in audits.chunks(PER_STATEMENT) {
+                insert_audit_rows!(chunk).execute(&mut *tx).await?;
             }
             tx.commit().await?;
             Ok::<_, sqlx::Error>(true)
@@ -362,7 +375,23 @@ impl Journal for SessionJournal {
         cause: &Cause,
     ) -> Result<(), JournalError> {
         let id = self.id.clone();
-        self.append(conversation, cause)
+        self.append(conversation, cause, &[])
+            .await
+            .map_err(|e| journal_error(&id, e))
+    }
+
+    fn records_every_transition(&self) -> bool {
+        true
+    }
+
+    async fn transition_audited(
+        &mut self,
+        conversation: &Conversation,
+        cause: &Cause,
+        audits: Vec<AuditRecord>,
+    ) -> Result<(), JournalError> {
+        let id = self.id.clone();
+        self.append(conversation, cause, &audits)
             .await
             .map_err(|e| journal_error(&id, e))
     }

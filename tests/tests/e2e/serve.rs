@@ -466,6 +466,78 @@ fn killed_while_a_tool_runs_the_call_is_never_run_again() {
 }
 
 #[test]
+fn killed_while_calls_wait_for_a_place_those_that_never_started_run_after_restart() {
+    let service = SlowService::start();
+    let (home, _, config) = probe_home(&[format!("net:tcp://{}", service.addr)]);
+    std::fs::write(
+        &config,
+        "[store]\nlease_secs = 2\n\n[agent]\nmax_parallel_tools = 1\n",
+    )
+    .unwrap();
+    let model = Model::new(vec![
+        Step::tool_calls(vec![
+            call("k1", "tcp", json!({"addr": service.addr})),
+            call("k2", "tcp", json!({"addr": service.addr})),
+        ]),
+        Step::text("The first call was interrupted; the second answered."),
+    ]);
+    let served = serve(&home, &model, &config, &[]);
+    create(&served, "queue");
+    let events = served.stream(
+        "/api/v1/sessions/queue/messages",
+        json!({"text": "ping twice"}),
+    );
+    for _ in 0..2 {
+        let question = served.pending("queue");
+        let call_id = question["call_id"].as_str().unwrap();
+        served.post(
+            &format!("/api/v1/approvals/queue/{call_id}"),
+            json!({"answer": "yes"}),
+        );
+    }
+    events.until("tool_started", WAIT);
+    eventually(WAIT, "the first call to connect", || {
+        (service.accepted() == 1).then_some(())
+    });
+    served.kill9();
+    // The second call waited for the first's place and never started: it runs now; the first
+    // may have had its effect and is not run again.
+    let served = serve(&home, &model, &config, &[]);
+    // The service takes its connections in turn: it lets the dead host's go first.
+    let _ = service.release.send(());
+    eventually(WAIT, "the second call to connect", || {
+        (service.accepted() == 2).then_some(())
+    });
+    let _ = service.release.send(());
+    let session = idle(&served, "queue");
+    assert_eq!(service.accepted(), 2, "a call ran twice");
+    assert_eq!(
+        roles(&session),
+        ["user", "assistant", "tool", "tool", "assistant"]
+    );
+    let told = model.tool_messages(1);
+    assert!(
+        told[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("its effect is unknown"),
+        "{told:?}"
+    );
+    assert!(
+        told[1]["content"].as_str().unwrap().contains("pong"),
+        "{told:?}"
+    );
+    let audit = served.get("/api/v1/audit?session=queue");
+    let outcomes: Vec<&str> = audit.json["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["outcome"]["kind"].as_str().unwrap_or("ok"))
+        .collect();
+    assert_eq!(outcomes, ["interrupted", "ok"], "{}", audit.text);
+}
+
+#[test]
 fn sigterm_lets_a_running_tool_finish_and_the_turn_goes_on_later() {
     let service = SlowService::start();
     let (home, _, config) = probe_home(&[format!("net:tcp://{}", service.addr)]);

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 
 use cordon_core::{
     AuditEntry, AuditRecord, CallOutcome, CallReport, Content, ToolCallAudit, arguments_sha256,
@@ -20,11 +21,30 @@ use crate::messages::KeptResult;
 use crate::pages::{KeptAt, KeptPart, KeptParts};
 use crate::tools::{ToolFailure, ToolFailureKind, render_result};
 
+/// The calls a transition started, taken from the actions it queued, their `tool_started`
+/// events shown at once: they run beside the calls still running, not after the batch.
+fn started(queue: &mut VecDeque<Action>, frontend: &mut dyn crate::Frontend) -> Vec<ToolRun> {
+    let mut runs = Vec::new();
+    queue.retain(|action| match action {
+        Action::RunTools { calls } => {
+            runs.extend(calls.iter().cloned());
+            false
+        }
+        Action::Emit(event @ crate::AgentEvent::ToolStarted { .. }) => {
+            frontend.event(event);
+            false
+        }
+        _ => true,
+    });
+    runs
+}
+
 impl Agent {
-    /// Runs the approved calls, at most `max_parallel_tools` at a time. Each result is audited
-    /// and fed to the machine (and so recorded) as soon as its call ends, so a stop of the host
-    /// loses only the results of calls still running. A cancel stops the running calls and
-    /// wins over whatever finishes at the same moment.
+    /// Runs the calls the machine started: those of `calls`, then each it starts as another
+    /// ends (it starts at most `max_parallel_tools` at a time, recording each start before the
+    /// call runs). Each result is audited and fed to the machine (and so recorded) as soon as
+    /// its call ends, so a stop of the host loses only the results of calls still running. A
+    /// cancel stops the running calls and wins over whatever finishes at the same moment.
     pub(super) async fn run_tools(
         &self,
         conv: &mut Conversation,
@@ -39,64 +59,36 @@ impl Agent {
             }
             _ => BTreeMap::new(),
         };
-        self.tally(catalog, &planned, &calls, io).await?;
-        let mut running: Vec<String> = calls.iter().map(|c| c.call_id.clone()).collect();
-        // Calls of the built-in `read_result` are answered here, from the conversation and
-        // what its journal keeps.
-        let page = crate::spill::threshold(self.config.context.result_budget_tokens)
-            .unwrap_or(crate::spill::PAGE_BYTES);
-        let mut paged: BTreeMap<String, Result<Vec<Content>, ToolFailure>> = BTreeMap::new();
-        for run in calls.iter().filter(|run| {
-            catalog
-                .spec(&run.tool)
-                .is_some_and(crate::spill::is_builtin)
-        }) {
-            let mut parts = JournalParts(&mut *io.journal);
-            let answer = crate::spill::read(&conv.messages, &run.arguments, page, &mut parts)
-                .await
-                .map(|text| vec![Content::Text(text)])
-                .map_err(|e| ToolFailure::new(ToolFailureKind::InvalidArguments, e));
-            paged.insert(run.call_id.clone(), answer);
-        }
         let child = io.cancel.child_token();
-        let tools = self.tools.clone();
-        // Grants given through grant requests: to each call, and to the conversation.
-        let granted: Vec<(ToolRun, Vec<String>)> = calls
-            .into_iter()
-            .map(|run| {
-                let mut grants = run.grants.clone();
-                if let Some(spec) = catalog.spec(&run.tool) {
-                    grants.extend(conv.grants.of(Applying {
-                        plugin: &spec.plugin,
-                        digest: &spec.digest,
-                        requester: conv.requester(),
-                        now_ms: now_ms(),
-                    }));
+        let mut results = FuturesUnordered::new();
+        let mut running: Vec<String> = Vec::new();
+        let mut starting = calls;
+        loop {
+            if !starting.is_empty() {
+                self.tally(catalog, &planned, &starting, io).await?;
+                let prepared = self.prepare(conv, catalog, std::mem::take(&mut starting), io);
+                for (run, grants, answered) in prepared.await {
+                    running.push(run.call_id.clone());
+                    let token = child.clone();
+                    let tools = self.tools.clone();
+                    results.push(async move {
+                        let (result, report) = match answered {
+                            Some(result) => (result, None),
+                            None => {
+                                tools
+                                    .call_granted(&run.tool, run.arguments.clone(), &grants, token)
+                                    .await
+                            }
+                        };
+                        (run, result, report)
+                    });
                 }
-                (run, grants)
-            })
-            .collect();
-        let futs = granted.into_iter().map(|(run, grants)| {
-            let token = child.clone();
-            let tools = tools.clone();
-            let answered = paged.remove(&run.call_id);
-            async move {
-                let (result, report) = match answered {
-                    Some(result) => (result, None),
-                    None => {
-                        tools
-                            .call_granted(&run.tool, run.arguments.clone(), &grants, token)
-                            .await
-                    }
-                };
-                (run, result, report)
             }
-        });
-        let mut results =
-            futures::stream::iter(futs).buffer_unordered(self.config.agent.max_parallel_tools);
-        // Until every call has returned: the batch's last result ends the loop, so a cancel
-        // that comes after it is the next action's to handle, never this batch's.
-        while !running.is_empty() {
+            // Every call has returned: the batch's last result ends the loop, so a cancel that
+            // comes after it is the next action's to handle, never this batch's.
+            if running.is_empty() {
+                return Ok(());
+            }
             let next = tokio::select! {
                 biased;
                 _ = io.cancel.cancelled() => None,
@@ -109,25 +101,25 @@ impl Agent {
             };
             let Some((run, result, report)) = next else {
                 // Cancelled: stop every running call (dropping its future ends its sandbox)
-                // and record each as cancelled.
+                // and record each as cancelled; those still queued never ran.
                 child.cancel();
                 drop(results);
+                let mut records = Vec::new();
                 for id in &running {
                     if let Some(p) = planned.get(id) {
                         let outcome = CallOutcome::Error {
                             kind: "cancelled".to_string(),
-                            message: "cancelled by the user while it ran or waited to run; it \
-                                      may have had part of its effect"
+                            message: "cancelled by the user while it ran; it may have had part \
+                                      of its effect"
                                 .to_string(),
                         };
-                        let record = self.call_record(conv, catalog, &io.audit, p, outcome, None);
-                        io.journal.audit(record).await?;
+                        records.push(self.call_record(conv, catalog, &io.audit, p, outcome, None));
                     }
                 }
                 let cancel = Event::Cancel {
                     partial: String::new(),
                 };
-                return self.apply(conv, catalog, cancel, io, queue).await;
+                return self.apply(conv, catalog, cancel, records, io, queue).await;
             };
             running.retain(|id| *id != run.call_id);
             // What a grant would have allowed, when the sandbox refused it and the call failed.
@@ -138,6 +130,8 @@ impl Agent {
                 ),
                 _ => (Vec::new(), Vec::new()),
             };
+            // Recorded with the result (see `Journal::transition_audited`).
+            let mut records = Vec::new();
             if let Some(p) = planned.get(&run.call_id) {
                 let outcome = match &result {
                     Ok(_) => CallOutcome::Ok,
@@ -146,8 +140,7 @@ impl Agent {
                         message: f.message.clone(),
                     },
                 };
-                let record = self.call_record(conv, catalog, &io.audit, p, outcome, report);
-                io.journal.audit(record).await?;
+                records.push(self.call_record(conv, catalog, &io.audit, p, outcome, report));
             }
             let model_id = planned.get(&run.call_id).map(|p| p.call.id.as_str());
             let (content, kept) = self
@@ -161,10 +154,53 @@ impl Agent {
                 refused,
                 kept,
             };
-            self.apply(conv, catalog, Event::ToolFinished { outcome }, io, queue)
+            let finished = Event::ToolFinished { outcome };
+            self.apply(conv, catalog, finished, records, io, queue)
                 .await?;
+            starting = started(queue, &mut *io.frontend);
         }
-        Ok(())
+    }
+
+    /// The calls to run with what they run with: the built-in `read_result` answered from
+    /// the conversation and what its journal keeps; the others with their grants and those
+    /// given through grant requests (to the call, and to the conversation).
+    async fn prepare(
+        &self,
+        conv: &Conversation,
+        catalog: &ToolCatalog,
+        calls: Vec<ToolRun>,
+        io: &mut TurnIo<'_>,
+    ) -> Vec<(
+        ToolRun,
+        Vec<String>,
+        Option<Result<Vec<Content>, ToolFailure>>,
+    )> {
+        let page = crate::spill::threshold(self.config.context.result_budget_tokens)
+            .unwrap_or(crate::spill::PAGE_BYTES);
+        let mut prepared = Vec::with_capacity(calls.len());
+        for run in calls {
+            let spec = catalog.spec(&run.tool);
+            if spec.is_some_and(crate::spill::is_builtin) {
+                let mut parts = JournalParts(&mut *io.journal);
+                let answer = crate::spill::read(&conv.messages, &run.arguments, page, &mut parts)
+                    .await
+                    .map(|text| vec![Content::Text(text)])
+                    .map_err(|e| ToolFailure::new(ToolFailureKind::InvalidArguments, e));
+                prepared.push((run, Vec::new(), Some(answer)));
+                continue;
+            }
+            let mut grants = run.grants.clone();
+            if let Some(spec) = spec {
+                grants.extend(conv.grants.of(Applying {
+                    plugin: &spec.plugin,
+                    digest: &spec.digest,
+                    requester: conv.requester(),
+                    now_ms: now_ms(),
+                }));
+            }
+            prepared.push((run, grants, None));
+        }
+        prepared
     }
 
     /// What the model gets of a call's result, and when the result was kept apart from the

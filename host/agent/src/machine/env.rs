@@ -81,6 +81,15 @@ pub struct TurnLimits {
     pub max_repeats: u32,
     /// Retry policy for transient failures.
     pub retry: RetryConfig,
+    /// Calls of a batch that run at once; the others wait (`queued`) and each is marked
+    /// started in the transition that gives it a place, so a host taking the session up knows
+    /// which never started. 0 starts no more (the driver's host is stopping).
+    #[serde(default = "parallel_tools")]
+    pub max_parallel_tools: usize,
+}
+
+fn parallel_tools() -> usize {
+    4
 }
 
 impl Default for TurnLimits {
@@ -89,6 +98,7 @@ impl Default for TurnLimits {
             max_iterations: 8,
             max_repeats: 2,
             retry: RetryConfig::default(),
+            max_parallel_tools: parallel_tools(),
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use cordon_core::CallOutcome;
 
-use super::transitions::{approval_request, finish_batch};
+use super::transitions::{approval_request, finish_batch, start_queued};
 use super::{Action, AgentEvent, Env, StepError, reject};
 use crate::conversation::{CallStatus, Conversation, State};
 use crate::tools::{ToolFailure, ToolFailureKind, render_failure};
@@ -19,8 +19,16 @@ pub const INTERRUPTED: &str = "Cordon stopped while this call was running (or ab
 /// A conversation stopped while tools were running cannot tell whether a call whose result
 /// was not recorded had any effect, so no such call is ever run again behind the user's back:
 /// each is closed with an error telling the model it was interrupted and its effect is
-/// unknown, and the turn goes on to the model. Results recorded before the stop are kept.
-pub fn resume(conv: &mut Conversation, env: Env<'_>) -> Result<Vec<Action>, StepError> {
+/// unknown. Results recorded before the stop are kept. A call still waiting for its place
+/// (`queued`) provably never started when `recorded` says every transition of the
+/// conversation was recorded before its actions ran (a session store's journal): it runs now.
+/// Otherwise (a conversation saved to a file now and then) it may have started after the
+/// save, and is closed as interrupted too.
+pub fn resume(
+    conv: &mut Conversation,
+    env: Env<'_>,
+    recorded: bool,
+) -> Result<Vec<Action>, StepError> {
     Ok(match &conv.state {
         State::Idle | State::Failed { .. } => {
             return Err(reject(
@@ -50,22 +58,22 @@ pub fn resume(conv: &mut Conversation, env: Env<'_>) -> Result<Vec<Action>, Step
                 request: approval_request(conv, p, env.catalog),
             }]
         }
-        State::ExecutingTools { .. } => resume_running(conv, env),
+        State::ExecutingTools { .. } => resume_running(conv, env, recorded),
     })
 }
 
-/// Closes every call of a running batch that has no recorded result as interrupted, then
-/// finishes the batch as if its tools had returned.
-fn resume_running(conv: &mut Conversation, env: Env<'_>) -> Vec<Action> {
+/// Closes every call of a running batch that may have started and has no recorded result
+/// as interrupted, runs those that provably never started, and finishes the batch once none
+/// is left to run.
+fn resume_running(conv: &mut Conversation, env: Env<'_>, recorded: bool) -> Vec<Action> {
     let State::ExecutingTools { batch } = std::mem::replace(&mut conv.state, State::Idle) else {
         return Vec::new();
     };
     let mut batch = batch;
     let mut out = Vec::new();
-    for p in batch
-        .iter_mut()
-        .filter(|p| p.status == CallStatus::Approved)
-    {
+    for p in batch.iter_mut().filter(|p| {
+        p.status == CallStatus::Approved || (p.status == CallStatus::Queued && !recorded)
+    }) {
         out.push(Action::Emit(AgentEvent::ToolCallRejected {
             call_id: p.id.clone(),
             tool: p.call.name.clone(),
@@ -84,6 +92,11 @@ fn resume_running(conv: &mut Conversation, env: Env<'_>) -> Vec<Action> {
             },
         });
     }
-    finish_batch(conv, batch, env, &mut out);
+    start_queued(&mut batch, env, &mut out);
+    if batch.iter().any(|p| p.status.is_to_run()) {
+        conv.state = State::ExecutingTools { batch };
+    } else {
+        finish_batch(conv, batch, env, &mut out);
+    }
     out
 }

@@ -53,6 +53,7 @@ fn limits() -> TurnLimits {
             max_backoff_ms: 150,
             max_retry_after_ms: 5_000,
         },
+        max_parallel_tools: 4,
     }
 }
 
@@ -708,7 +709,7 @@ fn a_batch_saved_without_call_ids_gets_them_when_loaded() {
         tool_calls.iter().map(|c| c.id.clone()).collect::<Vec<_>>(),
         wire
     );
-    let actions = resume(&mut loaded, t.env()).unwrap();
+    let actions = resume(&mut loaded, t.env(), true).unwrap();
     assert!(
         matches!(&actions[0], Action::RequestApproval { request } if request.call_id == "c1"),
         "{actions:?}"
@@ -1042,7 +1043,7 @@ fn events_that_do_not_fit_are_rejected() {
 #[test]
 fn resume_gives_the_next_action_for_every_state() {
     let mut t = T::new();
-    assert!(resume(&mut t.conv, env(&t.cat, &t.lim)).is_err());
+    assert!(resume(&mut t.conv, env(&t.cat, &t.lim), true).is_err());
     t.step(Event::UserMessage {
         text: "hi".into(),
         by: None,
@@ -1050,7 +1051,7 @@ fn resume_gives_the_next_action_for_every_state() {
         parameters: Default::default(),
     });
     assert_eq!(
-        resume(&mut t.conv, env(&t.cat, &t.lim)).unwrap(),
+        resume(&mut t.conv, env(&t.cat, &t.lim), true).unwrap(),
         vec![Action::CallModel { final_pass: false }]
     );
     t.step(Event::ModelResponded {
@@ -1065,12 +1066,12 @@ fn resume_gives_the_next_action_for_every_state() {
         },
     });
     assert_eq!(
-        resume(&mut t.conv, env(&t.cat, &t.lim)).unwrap(),
+        resume(&mut t.conv, env(&t.cat, &t.lim), true).unwrap(),
         vec![Action::Advance]
     );
     t.step(Event::Proceed);
     assert!(matches!(
-        &resume(&mut t.conv, env(&t.cat, &t.lim)).unwrap()[0],
+        &resume(&mut t.conv, env(&t.cat, &t.lim), true).unwrap()[0],
         Action::RequestApproval { request } if request.grants == vec!["write grant".to_string()]
     ));
     t.step(Event::ApprovalGiven {
@@ -1083,7 +1084,7 @@ fn resume_gives_the_next_action_for_every_state() {
     // goes back to the model with that error.
     let mut loaded = Conversation::from_json(&t.conv.to_json()).unwrap();
     assert_eq!(loaded, t.conv);
-    let actions = resume(&mut loaded, t.env()).unwrap();
+    let actions = resume(&mut loaded, t.env(), true).unwrap();
     assert!(
         matches!(&actions[0], Action::Emit(AgentEvent::ToolCallRejected { call_id, .. }) if call_id == "c1")
     );
@@ -1100,7 +1101,7 @@ fn resume_gives_the_next_action_for_every_state() {
         },
     });
     assert!(matches!(
-        resume(&mut t.conv, env(&t.cat, &t.lim)).unwrap()[0],
+        resume(&mut t.conv, env(&t.cat, &t.lim), true).unwrap()[0],
         Action::ScheduleRetry { .. }
     ));
 }
@@ -1139,7 +1140,7 @@ fn resuming_mid_run_never_runs_a_call_again_and_keeps_recorded_results() {
         },
     });
     let mut loaded = Conversation::from_json(&t.conv.to_json()).unwrap();
-    let actions = resume(&mut loaded, t.env()).unwrap();
+    let actions = resume(&mut loaded, t.env(), true).unwrap();
     assert!(
         !has(&actions, |a| matches!(a, Action::RunTools { .. })),
         "nothing runs again, even a call that cannot change anything: {actions:?}"
@@ -1734,4 +1735,134 @@ fn grant_requests_are_bounded_per_turn_and_nobody_is_asked_past_the_bound() {
         messages[3].1.contains("this turn already made 3"),
         "{messages:?}"
     );
+}
+
+/// The calls run, as the actions ask, in the order of a batch of three reads.
+fn runs(actions: &[Action]) -> Vec<&str> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::RunTools { calls } => Some(calls.iter().map(|c| c.call_id.as_str())),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+fn statuses(conv: &Conversation) -> Vec<(&str, &CallStatus)> {
+    let State::ExecutingTools { batch } = &conv.state else {
+        return Vec::new();
+    };
+    batch.iter().map(|p| (p.id.as_str(), &p.status)).collect()
+}
+
+fn three_reads(t: &mut T) -> Vec<Action> {
+    t.respond(
+        "",
+        &[
+            ("1", "read", json!({"q": "a"})),
+            ("2", "read", json!({"q": "b"})),
+            ("3", "read", json!({"q": "c"})),
+        ],
+    )
+}
+
+fn read_done(id: &str) -> Event {
+    Event::ToolFinished {
+        outcome: ToolOutcome {
+            call_id: id.into(),
+            content: format!("result of {id}"),
+            is_error: false,
+            ..Default::default()
+        },
+    }
+}
+
+#[test]
+fn a_batch_runs_at_most_max_parallel_tools_and_records_each_start_before_it_runs() {
+    let mut t = T::new().started();
+    t.lim.max_parallel_tools = 2;
+    let actions = three_reads(&mut t);
+    assert_eq!(runs(&actions), ["c1", "c2"]);
+    assert_eq!(
+        statuses(&t.conv),
+        [
+            ("c1", &CallStatus::Approved),
+            ("c2", &CallStatus::Approved),
+            ("c3", &CallStatus::Queued)
+        ]
+    );
+    // A place comes free: the next call is marked started in the same transition.
+    let actions = t.step(read_done("c2"));
+    assert_eq!(runs(&actions), ["c3"]);
+    assert!(has(&actions, |a| matches!(
+        a,
+        Action::Emit(AgentEvent::ToolStarted { call_id, .. }) if call_id == "c3"
+    )));
+    assert_eq!(statuses(&t.conv)[2], ("c3", &CallStatus::Approved));
+    assert!(runs(&t.step(read_done("c1"))).is_empty());
+    let actions = t.step(read_done("c3"));
+    assert!(has(&actions, |a| matches!(a, Action::CallModel { .. })));
+}
+
+#[test]
+fn resuming_runs_the_calls_that_provably_never_started_and_closes_the_others() {
+    let mut t = T::new().started();
+    t.lim.max_parallel_tools = 1;
+    assert_eq!(runs(&three_reads(&mut t)), ["c1"]);
+    // Stopped while c1 ran: c2 and c3 waited, and their starts were never recorded.
+    let saved = t.conv.to_json();
+    let mut loaded = Conversation::from_json(&saved).unwrap();
+    let actions = resume(&mut loaded, t.env(), true).unwrap();
+    let audited: Vec<(&str, &str)> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::AuditCall { call, outcome } => Some((call.id.as_str(), outcome.label())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(audited, [("c1", "interrupted")]);
+    assert_eq!(runs(&actions), ["c2"]);
+    assert_eq!(statuses(&loaded)[2], ("c3", &CallStatus::Queued));
+    // A conversation saved to a file now and then cannot tell: every call is closed.
+    let mut loaded = Conversation::from_json(&saved).unwrap();
+    let actions = resume(&mut loaded, t.env(), false).unwrap();
+    assert!(runs(&actions).is_empty());
+    let closed = actions
+        .iter()
+        .filter(
+            |a| matches!(a, Action::AuditCall { outcome, .. } if outcome.label() == "interrupted"),
+        )
+        .count();
+    assert_eq!(closed, 3);
+    // While the host stops, a call that ends gives its place to nobody.
+    let mut stopping = T::new().started();
+    stopping.lim.max_parallel_tools = 1;
+    three_reads(&mut stopping);
+    stopping.lim.max_parallel_tools = 0;
+    assert!(runs(&stopping.step(read_done("c1"))).is_empty());
+    assert_eq!(
+        statuses(&stopping.conv)[1..],
+        [("c2", &CallStatus::Queued), ("c3", &CallStatus::Queued)]
+    );
+}
+
+#[test]
+fn cancelling_a_batch_tells_the_queued_calls_they_never_ran() {
+    let mut t = T::new().started();
+    t.lim.max_parallel_tools = 1;
+    three_reads(&mut t);
+    let actions = t.step(Event::Cancel {
+        partial: String::new(),
+    });
+    let not_run: Vec<&str> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::AuditCall { call, outcome } if outcome.label() == "not_run" => {
+                Some(call.id.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(not_run, ["c2", "c3"]);
 }

@@ -265,7 +265,8 @@ pub(super) fn record_result(
         label(conv, env, &p.call.name, &p.granted, out);
         super::granting::settle(conv, p, outcome, env);
     }
-    if batch.iter().any(|p| p.status == CallStatus::Approved) {
+    start_queued(&mut batch, env, out);
+    if batch.iter().any(|p| p.status.is_to_run()) {
         conv.state = State::ExecutingTools { batch };
     } else {
         // Calls held for a grant request are asked about once every running call is done.
@@ -282,10 +283,7 @@ pub(super) fn record_results(
     env: Env<'_>,
     out: &mut Vec<Action>,
 ) {
-    for p in batch
-        .iter_mut()
-        .filter(|p| p.status == CallStatus::Approved)
-    {
+    for p in batch.iter_mut().filter(|p| p.status.is_to_run()) {
         let r = results.iter().find(|r| r.call_id == p.id);
         if r.is_some() {
             label(conv, env, &p.call.name, &p.granted, out);
@@ -642,20 +640,56 @@ pub(super) fn after_approval(
         conv.state = State::AwaitingApproval { batch };
         return;
     }
-    let approved = approved_calls(&batch);
-    if approved.is_empty() {
-        finish_batch(conv, batch, env, out);
-    } else {
-        for run in &approved {
-            out.push(Action::Emit(AgentEvent::ToolStarted {
-                call_id: run.call_id.clone(),
-                tool: run.tool.clone(),
-                arguments: run.arguments.clone(),
-            }));
-        }
-        out.push(Action::RunTools { calls: approved });
-        conv.state = State::ExecutingTools { batch };
+    let mut batch = batch;
+    let mut queued = false;
+    for p in batch
+        .iter_mut()
+        .filter(|p| p.status == CallStatus::Approved)
+    {
+        p.status = CallStatus::Queued;
+        queued = true;
     }
+    if queued {
+        start_queued(&mut batch, env, out);
+        conv.state = State::ExecutingTools { batch };
+    } else {
+        finish_batch(conv, batch, env, out);
+    }
+}
+
+/// Gives the queued calls of a running batch the places free of `max_parallel_tools`, in the
+/// model's order: each is marked started (`approved`) in this transition, which is recorded
+/// before it runs, and run.
+pub(super) fn start_queued(batch: &mut [PlannedCall], env: Env<'_>, out: &mut Vec<Action>) {
+    let running = batch
+        .iter()
+        .filter(|p| p.status == CallStatus::Approved)
+        .count();
+    let places = env.limits.max_parallel_tools.saturating_sub(running);
+    let mut started = Vec::new();
+    for p in batch
+        .iter_mut()
+        .filter(|p| p.status == CallStatus::Queued)
+        .take(places)
+    {
+        p.status = CallStatus::Approved;
+        started.push(p.id.clone());
+    }
+    if started.is_empty() {
+        return;
+    }
+    let runs: Vec<ToolRun> = approved_calls(batch)
+        .into_iter()
+        .filter(|run| started.contains(&run.call_id))
+        .collect();
+    for run in &runs {
+        out.push(Action::Emit(AgentEvent::ToolStarted {
+            call_id: run.call_id.clone(),
+            tool: run.tool.clone(),
+            arguments: run.arguments.clone(),
+        }));
+    }
+    out.push(Action::RunTools { calls: runs });
 }
 
 /// The approved calls of a batch with their arguments, as the driver runs them.
@@ -741,6 +775,11 @@ fn result_of(p: &PlannedCall) -> (String, bool, Option<KeptResult>) {
             true,
             None,
         ),
+        CallStatus::Queued => (
+            "Error (not run): the user cancelled the turn before this call started".to_string(),
+            true,
+            None,
+        ),
         // Approved calls were running (or about to) when the turn was cancelled.
         CallStatus::Approved => (
             "Error (cancelled): the user cancelled this call while it ran; it may have had part \
@@ -769,7 +808,9 @@ fn push_results(
                     reason: message.clone(),
                 },
             });
-        } else if p.status == CallStatus::Pending && p.grant_request.is_none() {
+        } else if (p.status == CallStatus::Pending && p.grant_request.is_none())
+            || p.status == CallStatus::Queued
+        {
             out.push(Action::AuditCall {
                 call: p.clone(),
                 outcome: CallOutcome::NotRun {
@@ -877,7 +918,7 @@ pub(super) fn cancel(
 /// Adds to `earlier` the store keys `planned` will add to if it runs (see [`crate::policy`]'s
 /// counters), unless it will not run.
 fn count_earlier(env: Env<'_>, planned: &PlannedCall, earlier: &mut BTreeMap<String, u64>) {
-    let (Some(policy), Some(note), CallStatus::Approved | CallStatus::Pending) =
+    let (Some(policy), Some(note), CallStatus::Approved | CallStatus::Queued | CallStatus::Pending) =
         (env.catalog.policy(), &planned.policy, &planned.status)
     else {
         return;

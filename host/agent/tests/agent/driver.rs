@@ -1048,6 +1048,13 @@ mod journaled {
         transitions: Vec<(String, usize, usize)>,
         audits: Vec<ToolCallAudit>,
         fail_at: Option<usize>,
+        /// Fails the first transition that brings a call's result, as a store would that
+        /// went away (or a host that died) between the call's end and its record.
+        fail_on_result: bool,
+        /// The conversation as last recorded: where a host taking the session up begins.
+        recorded: Option<Conversation>,
+        /// For each record that came with a transition: its call and the transition's cause.
+        audited_with: Vec<(Option<String>, String)>,
     }
 
     #[async_trait]
@@ -1061,6 +1068,39 @@ mod journaled {
                 self.tools.calls().len(),
                 self.server.requests().len(),
             ));
+            self.recorded = Some(conv.clone());
+            Ok(())
+        }
+
+        /// As a store does: the transition and its records together, or neither.
+        async fn transition_audited(
+            &mut self,
+            conv: &Conversation,
+            cause: &Cause,
+            audits: Vec<AuditRecord>,
+        ) -> Result<(), JournalError> {
+            let result = matches!(
+                cause,
+                Cause::Event {
+                    event: cordon_agent::Event::ToolFinished { .. }
+                }
+            );
+            if result && std::mem::take(&mut self.fail_on_result) {
+                return Err(JournalError::Store("the store went away".into()));
+            }
+            self.transition(conv, cause).await?;
+            let cause = serde_json::to_value(cause).unwrap();
+            let kind = cause["event"]["event"]
+                .as_str()
+                .or(cause["cause"].as_str())
+                .unwrap_or_default()
+                .to_string();
+            for record in audits {
+                if let AuditEntry::ToolCall(call) = &record.entry {
+                    self.audited_with.push((call.call_id.clone(), kind.clone()));
+                }
+                self.audit(record).await?;
+            }
             Ok(())
         }
 
@@ -1084,6 +1124,9 @@ mod journaled {
             transitions: Vec::new(),
             audits: Vec::new(),
             fail_at,
+            fail_on_result: false,
+            recorded: None,
+            audited_with: Vec::new(),
         }
     }
 
@@ -1193,6 +1236,104 @@ mod journaled {
             assert!(a.arguments.is_none(), "arguments are kept only when asked");
             assert_eq!(a.arguments_sha256.len(), 64);
         }
+    }
+
+    #[tokio::test]
+    async fn each_calls_record_comes_with_the_transition_that_settles_it() {
+        let server = Arc::new(ScriptedServer::start(script()).await.unwrap());
+        let tools = FakeTools::new();
+        let agent = Agent::new(config(&server), tools.clone()).unwrap();
+        let mut journal = witness(&tools, &server, None);
+        let mut rec = Recorder::default();
+        rec.answers.insert("write_file".into(), ApprovalAnswer::Yes);
+        let mut conv = Conversation::new();
+        drive(
+            &agent,
+            &mut conv,
+            TurnInput::Message("go".into()),
+            &mut rec,
+            &mut journal,
+            None,
+        )
+        .await
+        .unwrap();
+        let mut with: Vec<(String, String)> = journal
+            .audited_with
+            .iter()
+            .map(|(call, cause)| (call.clone().unwrap_or_default(), cause.clone()))
+            .collect();
+        with.sort();
+        // Every record came with a transition; the two calls that ran, with their results.
+        assert_eq!(with.len(), 3, "{with:?}");
+        assert_eq!(journal.audits.len(), 3);
+        for ran in ["sql_query", "write_file"] {
+            let audit = journal.audits.iter().find(|a| a.tool == ran).unwrap();
+            let id = audit.call_id.clone().unwrap();
+            assert!(with.contains(&(id, "tool_finished".into())), "{with:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_whose_result_was_not_recorded_has_one_record_after_resume() {
+        let server = Arc::new(ScriptedServer::start(script()).await.unwrap());
+        let tools = FakeTools::new();
+        let agent = Agent::new(config(&server), tools.clone()).unwrap();
+        let mut journal = witness(&tools, &server, None);
+        journal.fail_on_result = true;
+        let mut rec = Recorder::default();
+        rec.answers.insert("write_file".into(), ApprovalAnswer::Yes);
+        let mut conv = Conversation::new();
+        let e = drive(
+            &agent,
+            &mut conv,
+            TurnInput::Message("go".into()),
+            &mut rec,
+            &mut journal,
+            None,
+        )
+        .await
+        .unwrap_err();
+        assert!(e.to_string().contains("the store went away"), "{e}");
+        assert!(
+            !tools.calls().is_empty(),
+            "a call ran before the record failed"
+        );
+        // Another host takes the session up where it was recorded: the calls whose results
+        // were not recorded are closed as interrupted, each with one record in all.
+        let mut conv = journal.recorded.clone().unwrap();
+        assert_eq!(conv.state.key(), "executing_tools");
+        let mut again = witness(&tools, &server, None);
+        let mut rec = Recorder::default();
+        drive(
+            &agent,
+            &mut conv,
+            TurnInput::Resume,
+            &mut rec,
+            &mut again,
+            None,
+        )
+        .await
+        .unwrap();
+        let mut records: Vec<(String, &str)> = journal
+            .audits
+            .iter()
+            .chain(&again.audits)
+            .map(|a| (a.call_id.clone().unwrap_or_default(), a.outcome.label()))
+            .collect();
+        records.sort();
+        let mut calls: Vec<&String> = records.iter().map(|(c, _)| c).collect();
+        calls.dedup();
+        assert_eq!(
+            calls.len(),
+            records.len(),
+            "one record per call: {records:?}"
+        );
+        assert_eq!(records.len(), 3, "{records:?}");
+        assert_eq!(
+            records.iter().filter(|(_, o)| *o == "interrupted").count(),
+            2,
+            "{records:?}"
+        );
     }
 
     #[tokio::test]

@@ -218,3 +218,74 @@ each_backend!(
         );
     }
 );
+
+each_backend!(
+    a_calls_record_is_kept_with_its_transition_and_never_from_a_host_that_lost_the_session,
+    |backend: Backend| async move {
+        use cordon_agent::{Cause, Journal, JournalError};
+        let (first, url, _dir) = fresh(backend, options(Duration::from_secs(30), 64)).await;
+        let second = cordon_store::Store::open(&url, options(Duration::from_secs(30), 64))
+            .await
+            .unwrap();
+        crate::sessions::new_session(&first, "s").await;
+        let (mut stale, conv) = first.drive("s").await.unwrap();
+        // The first host's lease runs out while a call runs; the second takes the session up.
+        raw_sql(backend, &url, "UPDATE sessions SET lease_until_ms = 0")
+            .await
+            .unwrap();
+        let (mut taken, resumed) = second.drive("s").await.unwrap();
+        let mut interrupted = call(2, Some("s"), "sql", "sql_query", false);
+        if let AuditEntry::ToolCall(c) = &mut interrupted.entry {
+            c.outcome = CallOutcome::Error {
+                kind: "interrupted".into(),
+                message: "stopped".into(),
+            };
+        }
+        taken
+            .transition_audited(&resumed, &Cause::Resume, vec![interrupted])
+            .await
+            .unwrap();
+        // The call ends on the first host after all: neither its result nor its record is kept.
+        let e = stale
+            .transition_audited(
+                &conv,
+                &Cause::Resume,
+                vec![call(3, Some("s"), "sql", "sql_query", true)],
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(e, JournalError::LeaseLost { .. }), "{e}");
+        let query = AuditQuery {
+            session: Some("s".into()),
+            ..Default::default()
+        };
+        let records = second.audit(&query).await.unwrap();
+        let outcomes: Vec<&str> = records
+            .iter()
+            .map(|r| match &r.record.entry {
+                AuditEntry::ToolCall(c) => c.outcome.label(),
+                AuditEntry::HomeChange(_) => "change",
+            })
+            .collect();
+        assert_eq!(outcomes, ["interrupted"]);
+        // Many records go with one transition, all or none.
+        let many: Vec<AuditRecord> = (0..250)
+            .map(|i| call(10 + i, Some("s"), "sql", "sql_query", true))
+            .collect();
+        taken
+            .transition_audited(&resumed, &Cause::Resume, many)
+            .await
+            .unwrap();
+        assert_eq!(
+            second
+                .audit(&AuditQuery {
+                    limit: Some(1000),
+                    ..query
+                })
+                .await
+                .unwrap()
+                .len(),
+            251
+        );
+    }
+);

@@ -38,6 +38,7 @@ fn limits() -> TurnLimits {
         max_iterations: 8,
         max_repeats: 2,
         retry: Default::default(),
+        max_parallel_tools: 4,
     }
 }
 
