@@ -538,6 +538,71 @@ fn killed_while_calls_wait_for_a_place_those_that_never_started_run_after_restar
 }
 
 #[test]
+fn sigterm_lets_the_running_call_finish_and_starts_the_waiting_one_only_after_restart() {
+    let service = SlowService::start();
+    let (home, _, config) = probe_home(&[format!("net:tcp://{}", service.addr)]);
+    std::fs::write(
+        &config,
+        "[store]\nlease_secs = 2\n\n[agent]\nmax_parallel_tools = 1\n",
+    )
+    .unwrap();
+    let model = Model::new(vec![
+        Step::tool_calls(vec![
+            call("k1", "tcp", json!({"addr": service.addr})),
+            call("k2", "tcp", json!({"addr": service.addr})),
+        ]),
+        Step::text("Both answered."),
+    ]);
+    let served = serve(&home, &model, &config, &["--shutdown-grace", "20"]);
+    create(&served, "wait");
+    let events = served.stream(
+        "/api/v1/sessions/wait/messages",
+        json!({"text": "ping twice"}),
+    );
+    for _ in 0..2 {
+        let question = served.pending("wait");
+        let call_id = question["call_id"].as_str().unwrap();
+        served.post(
+            &format!("/api/v1/approvals/wait/{call_id}"),
+            json!({"answer": "yes"}),
+        );
+    }
+    events.until("tool_started", WAIT);
+    eventually(WAIT, "the first call to connect", || {
+        (service.accepted() == 1).then_some(())
+    });
+    let release = service.release.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        let _ = release.send(());
+    });
+    let (status, stderr) = served.terminate(Duration::from_secs(30));
+    assert!(status.success(), "{status}\n{stderr}");
+    // The running call finished and was recorded; the waiting one was not started.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        service.accepted(),
+        1,
+        "a call started while the host stopped"
+    );
+    let served = serve(&home, &model, &config, &[]);
+    eventually(WAIT, "the second call to connect", || {
+        (service.accepted() == 2).then_some(())
+    });
+    let _ = service.release.send(());
+    let session = idle(&served, "wait");
+    let contents: Vec<&str> = session["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(contents.len(), 2);
+    assert!(contents.iter().all(|c| c.contains("pong")), "{contents:?}");
+}
+
+#[test]
 fn sigterm_lets_a_running_tool_finish_and_the_turn_goes_on_later() {
     let service = SlowService::start();
     let (home, _, config) = probe_home(&[format!("net:tcp://{}", service.addr)]);
