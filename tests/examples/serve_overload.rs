@@ -10,9 +10,12 @@
 //! 2. **Followers that never read.** One turn that streams `--deltas` (400) text deltas, with
 //!    no follower and then with `--followers` (300) connections following the session's
 //!    events that never read a byte. Medians of `--turns` (5) turns each, and their ratio.
+//! 3. **MCP sessions.** `--initializes` (15,000) MCP `initialize`s over HTTP, 64 at a time,
+//!    against the default `max_mcp_sessions` (1,000): how many were answered and refused,
+//!    and the host's resident memory before and after.
 //!
 //! `cargo run --release -p cordon-tests --example serve_overload -- [--cordon
-//! target/release/cordon] [--only load|followers]`. Everything listens on 127.0.0.1; every loop is bounded in count
+//! target/release/cordon] [--only load|followers|sessions]`. Everything listens on 127.0.0.1; every loop is bounded in count
 //! and time.
 
 use std::path::Path;
@@ -21,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use cordon_scripted_llm::{Script, ScriptedServer, Step};
 use cordon_tests::bench::{Serve, TOKEN, file_arg, number, start_serve, write_token};
+use futures::StreamExt;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
@@ -204,6 +208,81 @@ async fn overload(base: &Arc<String>, admitted: usize, seconds: u64) -> bool {
     ok
 }
 
+fn home_for_sessions() -> tempfile::TempDir {
+    let home = tempfile::Builder::new()
+        .prefix("cordon-sessions-")
+        .tempdir()
+        .expect("a temporary home");
+    write_token(home.path());
+    home
+}
+
+/// The resident memory of process `pid`, in MiB.
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Part 3: `n` MCP `initialize`s against the default session bounds (its own host, with the
+/// default `[serve.limits]` but the rate).
+async fn sessions(bin: &Path, home: &Path, n: usize) {
+    let config = home.join("sessions.toml");
+    std::fs::write(
+        &config,
+        "[serve.limits]\nrequests_per_second = 1000000\nrequest_burst = 1000000\n",
+    )
+    .unwrap();
+    let (serve, base) = start_serve(bin, home, &["--config", config.to_str().unwrap()]);
+    let pid = serve.0.id();
+    let client = reqwest::Client::builder()
+        .timeout(REQUEST_TIMEOUT)
+        .build()
+        .expect("an HTTP client");
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "serve_overload", "version": "1"}}
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = rss_mib(pid);
+    let started = Instant::now();
+    let statuses: Vec<u16> = futures::stream::iter(0..n)
+        .map(|_| {
+            let client = client.clone();
+            let initialize = initialize.clone();
+            let url = format!("{base}/mcp");
+            async move {
+                client
+                    .post(url)
+                    .bearer_auth(TOKEN)
+                    .header("accept", "application/json, text/event-stream")
+                    .json(&initialize)
+                    .send()
+                    .await
+                    .map_or(0, |r| r.status().as_u16())
+            }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    let took = started.elapsed();
+    let after = rss_mib(pid);
+    let answered = statuses.iter().filter(|s| **s == 200).count();
+    let refused = statuses.iter().filter(|s| **s == 503).count();
+    println!(
+        "  {n} MCP initializes in {:.1} s: {answered} answered, {refused} refused (503), {} other; \
+         resident memory {before:.0} MiB before, {after:.0} MiB after (+{:.0} MiB)",
+        took.as_secs_f64(),
+        n - answered - refused,
+        after - before
+    );
+    drop(serve);
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -220,10 +299,15 @@ async fn main() {
         .and_then(|i| args.get(i + 1))
         .map(String::as_str);
     assert!(
-        matches!(only, None | Some("load" | "followers")),
-        "--only takes `load` or `followers`"
+        matches!(only, None | Some("load" | "followers" | "sessions")),
+        "--only takes `load`, `followers` or `sessions`"
     );
     let _ = rustls::crypto::ring::default_provider().install_default();
+    if only == Some("sessions") {
+        let initializes = number(&args, "--initializes", 15_000).min(100_000);
+        sessions(&bin, home_for_sessions().path(), initializes).await;
+        return;
+    }
 
     let home = tempfile::Builder::new()
         .prefix("cordon-overload-")
@@ -306,6 +390,10 @@ async fn main() {
     );
     drop(serve);
     drop(home);
+    if only.is_none() {
+        let initializes = number(&args, "--initializes", 15_000).min(100_000);
+        sessions(&bin, home_for_sessions().path(), initializes).await;
+    }
     if failed {
         eprintln!("serve_overload: a target was missed");
         std::process::exit(1);

@@ -49,6 +49,9 @@ struct Gate {
     sessions: Arc<LocalSessionManager>,
     /// The token (by name) each open MCP session was opened with, by session id.
     owners: Mutex<HashMap<String, String>>,
+    /// `initialize`s let through and not answered yet, by token: they count as open, so
+    /// that many sent at once cannot all pass the bound before any session exists.
+    opening: Mutex<HashMap<String, usize>>,
     /// Places for tool calls ([`crate::admission`], step 5).
     calls: Arc<Places>,
     /// Sessions open at once, and for one token (step 6).
@@ -116,6 +119,7 @@ pub(crate) fn service(
         max_message,
         sessions,
         owners: Mutex::new(HashMap::new()),
+        opening: Mutex::new(HashMap::new()),
         calls,
         max_sessions: options.config.serve.limits.max_mcp_sessions,
         max_sessions_per_token: options.config.serve.limits.max_mcp_sessions_per_token,
@@ -263,16 +267,20 @@ impl Gate {
     }
 
     /// Whether `token` may open one more session: `Err` is the answer when the host holds as
-    /// many as it may, or the token does. Sessions that ended are forgotten first.
-    async fn may_open(&self, token: &str) -> Result<(), Response> {
+    /// many as it may, or the token does, counting `initialize`s under way; `Ok` holds a place
+    /// for this one until it is answered. Sessions that ended are forgotten first.
+    async fn may_open(self: &Arc<Self>, token: &str) -> Result<Opening, Response> {
         let open = self.sessions.sessions.read().await;
         let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        let mut opening = self.opening.lock().unwrap_or_else(|e| e.into_inner());
         owners.retain(|id, _| open.contains_key(id.as_str()));
-        let held = owners.values().filter(|owner| *owner == token).count();
-        let why = if open.len() >= self.max_sessions {
+        let pending = opening.get(token).copied().unwrap_or(0);
+        let held = owners.values().filter(|owner| *owner == token).count() + pending;
+        let total = open.len() + opening.values().sum::<usize>();
+        let why = if total >= self.max_sessions {
             format!(
-                "{} MCP sessions are open, as many as [serve.limits] max_mcp_sessions allows",
-                open.len()
+                "{total} MCP sessions are open or opening, as many as [serve.limits] \
+                 max_mcp_sessions allows"
             )
         } else if held >= self.max_sessions_per_token {
             format!(
@@ -280,7 +288,11 @@ impl Gate {
                  max_mcp_sessions_per_token allows; end one (DELETE /mcp) or let it lapse"
             )
         } else {
-            return Ok(());
+            *opening.entry(token.to_string()).or_default() += 1;
+            return Ok(Opening {
+                gate: self.clone(),
+                token: token.to_string(),
+            });
         };
         Err(refusal(ApiError::busy(Refused {
             message: format!("the host is busy: {why}; try again shortly"),
@@ -378,13 +390,13 @@ async fn check_message(
     };
     let method_called = bytes.as_deref().and_then(called_method);
     let mut place = None;
+    let mut _opening = None;
     if let Some(token) = &token {
         match method_called.as_deref() {
-            Some("initialize") if session.is_none() => {
-                if let Err(refused) = gate.may_open(token).await {
-                    return refused;
-                }
-            }
+            Some("initialize") if session.is_none() => match gate.may_open(token).await {
+                Ok(held) => _opening = Some(held),
+                Err(refused) => return refused,
+            },
             Some("tools/call") => match gate.calls.take(token).await {
                 Ok(taken) => place = Some(taken),
                 Err(refused) => return refusal(ApiError::busy(refused)),
@@ -431,6 +443,25 @@ async fn check_message(
     response
 }
 
+/// A place held for an `initialize` while it is answered (see [`Gate::may_open`]); given
+/// back once the session it opened is counted, or it opened none.
+struct Opening {
+    gate: Arc<Gate>,
+    token: String,
+}
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        let mut opening = self.gate.opening.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = opening.get_mut(&self.token) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                opening.remove(&self.token);
+            }
+        }
+    }
+}
+
 /// The JSON-RPC method a message calls, if it is one request (not a batch, not a response).
 fn called_method(bytes: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
@@ -463,5 +494,41 @@ impl http_body::Body for Holding {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::Admission;
+
+    fn gate(max_sessions: usize, per_token: usize) -> Arc<Gate> {
+        Arc::new(Gate {
+            max_message: 1 << 20,
+            sessions: Arc::new(LocalSessionManager::default()),
+            owners: Mutex::new(HashMap::new()),
+            opening: Mutex::new(HashMap::new()),
+            calls: Admission::new(&Default::default()).tool_calls,
+            max_sessions,
+            max_sessions_per_token: per_token,
+        })
+    }
+
+    #[tokio::test]
+    async fn initializes_under_way_count_against_the_bounds_until_answered() {
+        let gate = gate(3, 2);
+        // Two of `a`'s are under way: a third of `a`'s is past its share, `b`'s is not.
+        let a1 = gate.may_open("a").await.unwrap();
+        let _a2 = gate.may_open("a").await.unwrap();
+        assert!(gate.may_open("a").await.is_err());
+        let _b1 = gate.may_open("b").await.unwrap();
+        // Three under way: the host's bound.
+        let Err(refused) = gate.may_open("c").await else {
+            panic!("a fourth session under way was let through");
+        };
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        // One answered without opening a session gives its place back.
+        drop(a1);
+        let _c1 = gate.may_open("c").await.unwrap();
     }
 }

@@ -223,6 +223,49 @@ fn a_token_past_its_rate_gets_429_with_retry_after() {
 }
 
 #[test]
+fn initializes_sent_at_once_open_no_more_sessions_than_the_bound() {
+    let home = TestHome::new();
+    let model = Model::new(vec![]);
+    let served = serve_with(&home, &model, "max_mcp_sessions = 5");
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "t", "version": "1"}}
+    })
+    .to_string();
+    // All at once: each connects first, then all send together.
+    let clients = 100;
+    let ready = std::sync::Barrier::new(clients);
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let sent: Vec<_> = (0..clients)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut stream = TcpStream::connect(&served.addr).unwrap();
+                    let raw = format!(
+                        "POST /mcp HTTP/1.1\r\nhost: {}\r\nauthorization: Bearer {}\r\n\
+                         content-type: application/json\r\naccept: application/json, \
+                         text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{}",
+                        served.addr,
+                        served.token,
+                        initialize.len(),
+                        initialize
+                    );
+                    ready.wait();
+                    stream.write_all(raw.as_bytes()).unwrap();
+                    let mut answer = String::new();
+                    let _ = stream.read_to_string(&mut answer);
+                    status(&answer)
+                })
+            })
+            .collect();
+        sent.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let opened = statuses.iter().filter(|s| **s == 200).count();
+    let refused = statuses.iter().filter(|s| **s == 503).count();
+    assert_eq!((opened, refused), (5, clients - 5), "{statuses:?}");
+}
+
+#[test]
 fn mcp_sessions_past_the_bound_are_refused_with_a_json_rpc_error() {
     let home = TestHome::new();
     let model = Model::new(vec![]);
