@@ -465,8 +465,17 @@ fn killed_while_a_tool_runs_the_call_is_never_run_again() {
     let _ = service.release.send(());
 }
 
-#[test]
-fn killed_while_calls_wait_for_a_place_those_that_never_started_run_after_restart() {
+/// A host running one call of two (`max_parallel_tools = 1`), both approved, in session
+/// `session`: the first connected to the service, the second waiting for its place.
+struct Queued {
+    service: SlowService,
+    home: TestHome,
+    config: PathBuf,
+    model: Model,
+    served: Served,
+}
+
+fn two_queued_calls(session: &str, args: &[&str]) -> Queued {
     let service = SlowService::start();
     let (home, _, config) = probe_home(&[format!("net:tcp://{}", service.addr)]);
     std::fs::write(
@@ -479,19 +488,19 @@ fn killed_while_calls_wait_for_a_place_those_that_never_started_run_after_restar
             call("k1", "tcp", json!({"addr": service.addr})),
             call("k2", "tcp", json!({"addr": service.addr})),
         ]),
-        Step::text("The first call was interrupted; the second answered."),
+        Step::text("Both calls are settled."),
     ]);
-    let served = serve(&home, &model, &config, &[]);
-    create(&served, "queue");
+    let served = serve(&home, &model, &config, args);
+    create(&served, session);
     let events = served.stream(
-        "/api/v1/sessions/queue/messages",
+        &format!("/api/v1/sessions/{session}/messages"),
         json!({"text": "ping twice"}),
     );
     for _ in 0..2 {
-        let question = served.pending("queue");
+        let question = served.pending(session);
         let call_id = question["call_id"].as_str().unwrap();
         served.post(
-            &format!("/api/v1/approvals/queue/{call_id}"),
+            &format!("/api/v1/approvals/{session}/{call_id}"),
             json!({"answer": "yes"}),
         );
     }
@@ -499,6 +508,24 @@ fn killed_while_calls_wait_for_a_place_those_that_never_started_run_after_restar
     eventually(WAIT, "the first call to connect", || {
         (service.accepted() == 1).then_some(())
     });
+    Queued {
+        service,
+        home,
+        config,
+        model,
+        served,
+    }
+}
+
+#[test]
+fn killed_while_calls_wait_for_a_place_those_that_never_started_run_after_restart() {
+    let Queued {
+        service,
+        home,
+        config,
+        model,
+        served,
+    } = two_queued_calls("queue", &[]);
     served.kill9();
     // The second call waited for the first's place and never started: it runs now; the first
     // may have had its effect and is not run again.
@@ -539,38 +566,13 @@ fn killed_while_calls_wait_for_a_place_those_that_never_started_run_after_restar
 
 #[test]
 fn sigterm_lets_the_running_call_finish_and_starts_the_waiting_one_only_after_restart() {
-    let service = SlowService::start();
-    let (home, _, config) = probe_home(&[format!("net:tcp://{}", service.addr)]);
-    std::fs::write(
-        &config,
-        "[store]\nlease_secs = 2\n\n[agent]\nmax_parallel_tools = 1\n",
-    )
-    .unwrap();
-    let model = Model::new(vec![
-        Step::tool_calls(vec![
-            call("k1", "tcp", json!({"addr": service.addr})),
-            call("k2", "tcp", json!({"addr": service.addr})),
-        ]),
-        Step::text("Both answered."),
-    ]);
-    let served = serve(&home, &model, &config, &["--shutdown-grace", "20"]);
-    create(&served, "wait");
-    let events = served.stream(
-        "/api/v1/sessions/wait/messages",
-        json!({"text": "ping twice"}),
-    );
-    for _ in 0..2 {
-        let question = served.pending("wait");
-        let call_id = question["call_id"].as_str().unwrap();
-        served.post(
-            &format!("/api/v1/approvals/wait/{call_id}"),
-            json!({"answer": "yes"}),
-        );
-    }
-    events.until("tool_started", WAIT);
-    eventually(WAIT, "the first call to connect", || {
-        (service.accepted() == 1).then_some(())
-    });
+    let Queued {
+        service,
+        home,
+        config,
+        model,
+        served,
+    } = two_queued_calls("wait", &["--shutdown-grace", "20"]);
     let release = service.release.clone();
     std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(500));
