@@ -306,15 +306,14 @@ impl Agent {
                 "\n\nNo tools are available in this conversation: answer from what you know, and say so when you cannot.",
             );
         } else {
+            // The tools themselves are described once: in the request's `tools`, or for text
+            // tool calls in the list below.
             p.push_str(
-                "\n\nYou can call the tools below. Each runs in a sandbox that reaches only what the user granted; \
-if a call is refused or declined, tell the user instead of trying to get around it.\n",
+                "\n\nEach tool runs in a sandbox that reaches only what the user granted; if a call is \
+refused or declined, tell the user instead of trying to get around it.",
             );
-            for t in tools {
-                p.push_str(&format!("- {}: {}\n", t.name, t.description));
-            }
             if self.config.llm.tool_format == ToolFormat::Hermes {
-                p.push('\n');
+                p.push_str("\n\n");
                 p.push_str(&text_tool_calls::tools_section(
                     &tools.iter().map(|t| (*t).clone()).collect::<Vec<_>>(),
                 ));

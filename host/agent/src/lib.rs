@@ -55,6 +55,7 @@ pub mod journal;
 pub mod llm;
 pub mod machine;
 pub mod messages;
+pub mod offer;
 pub mod pages;
 pub mod parameters;
 pub mod policy;

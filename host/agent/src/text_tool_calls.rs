@@ -15,11 +15,7 @@ const CLOSE: &str = "</tool_call>";
 pub fn tools_section(tools: &[ToolSpec]) -> String {
     let list: Vec<String> = tools
         .iter()
-        .map(|t| {
-            json!({"type": "function", "function": {"name": t.name, "description": t.description,
-                "parameters": t.input_schema}})
-            .to_string()
-        })
+        .map(|t| crate::offer::function(t).to_string())
         .collect();
     format!(
         "You may call the functions listed inside <tools></tools>.\n<tools>\n{}\n</tools>\n\

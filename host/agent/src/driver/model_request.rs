@@ -95,13 +95,7 @@ impl Agent {
         };
         let system = self.system_prompt(&offered, final_pass);
         let tools: Vec<Value> = if self.config.llm.tool_format == ToolFormat::Native {
-            offered
-                .iter()
-                .map(|t| {
-                    json!({"type": "function", "function": {
-                        "name": t.name, "description": t.description, "parameters": t.input_schema}})
-                })
-                .collect()
+            offered.iter().map(|t| crate::offer::function(t)).collect()
         } else {
             Vec::new()
         };

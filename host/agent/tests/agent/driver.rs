@@ -247,9 +247,10 @@ async fn text_answer_is_streamed_and_recorded() {
     let req = &server.requests()[0];
     assert_eq!(req.body["stream"], true);
     assert_eq!(req.body["model"], "scripted");
+    // Each tool is described once: in `tools`, not again in the system prompt.
     let system = req.messages()[0]["content"].as_str().unwrap().to_string();
     assert!(
-        system.contains("sql_query") && system.contains("write_file"),
+        !system.contains("sql_query") && system.contains("sandbox"),
         "{system}"
     );
     assert_eq!(
