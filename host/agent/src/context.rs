@@ -185,12 +185,30 @@ pub fn prune(
             }
         };
         let drop_all = config.strategy == PruneStrategy::KeepLastTurns;
-        for i in order {
+        for &i in &order {
             if !drop_all && fits(total) {
                 break;
             }
             dropped[i] = true;
             total -= blocks[i].tokens;
+        }
+        // Oldest-first, the cut moves in steps of a quarter of the budget: what goes is
+        // rounded up to the next step, so the requests after this one keep the same cut (and
+        // the model server's cached prefix, and the summary of what went) until the history
+        // has grown by that much again.
+        if config.strategy == PruneStrategy::OldestFirst {
+            let step = (budget / 4).max(1);
+            let gone: usize = blocks.iter().map(|b| b.tokens).sum::<usize>() - total;
+            let target = gone.div_ceil(step) * step;
+            for &i in &order {
+                if blocks.iter().map(|b| b.tokens).sum::<usize>() - total >= target {
+                    break;
+                }
+                if !dropped[i] {
+                    dropped[i] = true;
+                    total -= blocks[i].tokens;
+                }
+            }
         }
         // Still too big: drop older protected turns, never the newest one.
         if !fits(total) {
@@ -294,8 +312,33 @@ mod tests {
         let per_turn: usize = h[..4].iter().map(|m| tok.message(m)).sum();
         let plan = prune(&h, per_turn * 3, &cfg(PruneStrategy::OldestFirst, 1), &tok);
         assert!(plan.fits);
-        assert_eq!(plan.dropped, (0..8).collect::<Vec<_>>());
+        // Two turns must go; the cut moves in steps of a quarter of the budget (0.75 turn
+        // here), so a third goes too.
+        assert_eq!(plan.dropped, (0..12).collect::<Vec<_>>());
         assert!(calls_paired(&h, &plan.kept));
+    }
+
+    #[test]
+    fn as_the_history_grows_the_oldest_first_cut_moves_rarely_and_in_steps() {
+        let tok = Tokenizer::Estimate;
+        let per_turn: usize = history(1).iter().map(|m| tok.message(m)).sum();
+        let budget = per_turn * 12;
+        let full = history(40);
+        let mut cuts = Vec::new();
+        // One request per message added, from 13 turns on.
+        for len in 13 * 4..=full.len() {
+            let h = &full[..len];
+            let plan = prune(h, budget, &cfg(PruneStrategy::OldestFirst, 1), &tok);
+            assert!(plan.fits, "{len}");
+            // Never more than a step and a turn beyond what had to go.
+            assert!(plan.kept_tokens + budget / 4 + per_turn >= budget, "{len}");
+            cuts.push(plan.dropped.len());
+        }
+        let moves = cuts.windows(2).filter(|w| w[0] != w[1]).count();
+        assert!(cuts.windows(2).all(|w| w[0] <= w[1]), "{cuts:?}");
+        // 27 turns of growth: dropping only what must go would move the cut 27 times; in
+        // steps of three turns it moves about a third as often.
+        assert!((5..=10).contains(&moves), "{moves} moves: {cuts:?}");
     }
 
     #[test]
