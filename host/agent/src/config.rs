@@ -305,6 +305,11 @@ pub struct LlmConfig {
     pub tool_format: ToolFormat,
     /// Retries of transient failures.
     pub retry: RetryConfig,
+    /// llama.cpp's server only: how many slots it runs (its `--parallel`). When set, each
+    /// request asks for `cache_prompt` and for one slot (`id_slot`) chosen from the
+    /// conversation's first messages, so a session keeps its prefix cached in its slot while
+    /// others run. 0 (the default) sends neither.
+    pub llama_cpp_slots: u32,
 }
 
 impl Default for LlmConfig {
@@ -322,6 +327,7 @@ impl Default for LlmConfig {
             stream_usage: true,
             tool_format: ToolFormat::Native,
             retry: RetryConfig::default(),
+            llama_cpp_slots: 0,
         }
     }
 }

@@ -168,6 +168,10 @@ impl LlmClient {
         if let Some(choice) = req.tool_choice.as_ref().filter(|_| !req.tools.is_empty()) {
             body["tool_choice"] = choice.clone();
         }
+        if self.config.llama_cpp_slots > 0 {
+            body["cache_prompt"] = json!(true);
+            body["id_slot"] = json!(slot(&req.messages, self.config.llama_cpp_slots));
+        }
         body
     }
 
@@ -442,6 +446,22 @@ fn usage(u: &Value) -> Usage {
     }
 }
 
+/// The llama.cpp slot of a conversation: from its first two messages (the system prompt and
+/// the first user message), which every request of the conversation starts with until
+/// pruning drops them, so its requests go where its prefix is cached. FNV-1a: the same slot
+/// in every process and version.
+fn slot(messages: &[Value], slots: u32) -> u32 {
+    let hash = messages
+        .iter()
+        .take(2)
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, m| {
+            m.to_string()
+                .bytes()
+                .fold(h, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+        });
+    (hash % u64::from(slots)) as u32
+}
+
 /// Parses a non-streaming chat completion.
 pub(crate) fn parse_full(text: &str) -> Result<ModelResponse, LlmFailure> {
     let garbage = || {
@@ -513,6 +533,41 @@ fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn llama_cpp_requests_of_one_conversation_share_a_slot() {
+        let client = |slots| {
+            LlmClient::new(&LlmConfig {
+                llama_cpp_slots: slots,
+                ..LlmConfig::default()
+            })
+            .unwrap()
+        };
+        let request = |messages: &[&str]| ChatRequest {
+            messages: messages
+                .iter()
+                .map(|m| json!({"role": "user", "content": m}))
+                .collect(),
+            tools: Vec::new(),
+            tool_choice: None,
+            parameters: Map::new(),
+        };
+        let first = client(4).body(&request(&["system", "question"]), true);
+        let later = client(4).body(&request(&["system", "question", "answer", "more"]), true);
+        assert_eq!(first["cache_prompt"], true);
+        assert!(first["id_slot"].as_u64().unwrap() < 4);
+        assert_eq!(first["id_slot"], later["id_slot"]);
+        let slots: std::collections::BTreeSet<u64> = (0..40)
+            .map(|n| {
+                client(4).body(&request(&["system", &format!("question {n}")]), true)["id_slot"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(slots.len(), 4, "conversations are spread over the slots");
+        let plain = client(0).body(&request(&["system", "question"]), true);
+        assert!(plain.get("cache_prompt").is_none() && plain.get("id_slot").is_none());
+    }
 
     #[test]
     fn retry_after_takes_seconds_or_an_http_date() {
