@@ -3,7 +3,8 @@
 # (or SECONDS_EACH seconds have passed, if set), and prints a Markdown table of what each did:
 #   tests/fuzz/run.sh BINARY OUT EXECS TARGET...
 # Findings stay in OUT/TARGET/default/crashes (and hangs); a crash found makes the exit
-# status 1. Run by `make fuzz`.
+# status 1. A target whose OUT/TARGET holds an earlier run is resumed where it stopped (its
+# executions go on counting); FUZZ_FRESH=1 starts every target over. Run by `make fuzz`.
 set -euo pipefail
 bin=$1 out=$2 execs=$3
 shift 3
@@ -18,10 +19,15 @@ limit=()
 found=0
 rows=()
 for t in "$@"; do
-  rm -rf "$out/$t"
+  input=("$here/corpus/$t")
+  if [ -f "$out/$t/default/fuzzer_stats" ] && [ -z "${FUZZ_FRESH:-}" ]; then
+    input=(-)
+  else
+    rm -rf "${out:?}/$t"
+  fi
   mkdir -p "$out"
   # -t: a single input that takes over a second is a hang worth keeping.
-  cargo afl fuzz -i "$here/corpus/$t" -o "$out/$t" -E "$execs" "${limit[@]}" -t 1000 \
+  cargo afl fuzz -i "${input[@]}" -o "$out/$t" -E "$execs" "${limit[@]}" -t 1000 \
     -- "$bin" "$t" > "$out/$t.log" 2>&1 || { echo "afl-fuzz failed on $t: see $out/$t.log" >&2; tail -20 "$out/$t.log" >&2; exit 1; }
   stats="$out/$t/default/fuzzer_stats"
   get() { sed -n "s/^$1 *: *//p" "$stats"; }

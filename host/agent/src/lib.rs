@@ -61,6 +61,7 @@ pub mod parameters;
 pub mod policy;
 pub mod serve_limits;
 pub mod spill;
+pub mod stream_lines;
 pub mod text_tool_calls;
 pub mod tool_host;
 pub mod tools;

@@ -297,7 +297,13 @@ where
                 raw_head.extend_from_slice(&b[..b.len().min(200 - raw_head.len())]);
             }
         });
-        let mut events = bytes.eventsource();
+        // Whole lines only: the parser then reads each byte once (see `stream_lines`).
+        let lines = crate::stream_lines::whole_lines(
+            bytes,
+            crate::stream_lines::MAX_LINE,
+            crate::stream_lines::MAX_STREAM,
+        );
+        let mut events = lines.eventsource();
         let mut asm = Assembly::default();
         let mut done = false;
         let mut seen = 0usize;
