@@ -370,6 +370,10 @@ pub struct LoopConfig {
     pub max_repeats: u32,
     /// Tool calls of one response run at most this many at a time.
     pub max_parallel_tools: usize,
+    /// When more tools are offered than this, a request offers only this many: those the
+    /// turn names or the conversation called, then those matching the question (see
+    /// [`crate::selection`]). 0 offers every tool.
+    pub max_offered_tools: usize,
     /// Replaces the built-in base system prompt.
     pub system_prompt: Option<String>,
 }
@@ -380,6 +384,7 @@ impl Default for LoopConfig {
             max_iterations: 8,
             max_repeats: 2,
             max_parallel_tools: 4,
+            max_offered_tools: 12,
             system_prompt: None,
         }
     }

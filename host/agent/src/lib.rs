@@ -59,6 +59,7 @@ pub mod offer;
 pub mod pages;
 pub mod parameters;
 pub mod policy;
+pub mod selection;
 pub mod serve_limits;
 pub mod spill;
 pub mod stream_lines;

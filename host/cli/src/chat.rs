@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
+use cordon_agent::selection::Reason;
 use cordon_agent::{
     Agent, AgentConfig, AgentEvent, ApprovalAnswer, ApprovalRequest, AuditContext,
     CancellationToken, Conversation, Driven, Frontend, GivenAnswer, Journal, Message, NoJournal,
@@ -124,6 +125,10 @@ pub struct Unattended {
     /// Print every event as a JSON line instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Say which tools each request offered the model, and why, when more are installed than
+    /// `[agent] max_offered_tools`.
+    #[arg(long)]
+    pub explain_tools: bool,
     /// Model and conversation settings.
     #[command(flatten)]
     pub model: ModelArgs,
@@ -223,6 +228,8 @@ struct Terminal {
     rejected: std::collections::HashSet<String>,
     /// The running turn's token: Ctrl-C typed at an approval question cancels the turn.
     current: Current,
+    /// Show which tools each request offered (`--explain-tools`).
+    explain_tools: bool,
 }
 
 /// The token of the turn running now, if one is; replaced for each turn.
@@ -362,6 +369,25 @@ impl Frontend for Terminal {
                     ""
                 }
             )),
+            AgentEvent::ToolsSelected { selection } if self.explain_tools => {
+                let offered: Vec<String> = selection
+                    .offered
+                    .iter()
+                    .map(|o| match &o.why {
+                        Reason::Named => format!("{} (named by the request)", o.name),
+                        Reason::Called => format!("{} (called earlier)", o.name),
+                        Reason::Matched { score } => format!("{} (matched, {score:.2})", o.name),
+                        Reason::Filled => o.name.clone(),
+                        Reason::Client => format!("{} (the client's)", o.name),
+                    })
+                    .collect();
+                self.note(&format!(
+                    "  [tools: {} of {} offered: {}]",
+                    selection.offered.len(),
+                    selection.of,
+                    offered.join(", ")
+                ));
+            }
             AgentEvent::IterationLimitReached { limit } => self.note(&format!(
                 "  (reached {limit} tool steps; asking the model for its final answer)"
             )),
@@ -539,6 +565,7 @@ pub async fn run_prompts(
         at_line_start: true,
         rejected: Default::default(),
         current: current.clone(),
+        explain_tools: how.explain_tools,
     };
     watch_ctrl_c(current.clone(), None);
     let mut inputs = Vec::new();
@@ -707,6 +734,7 @@ pub async fn chat(
         at_line_start: true,
         rejected: Default::default(),
         current: current.clone(),
+        explain_tools: false,
     };
     let (quit_tx, mut quit_rx) = mpsc::unbounded_channel();
     // The line editor reads Ctrl-C at the prompt as a key (it clears the line); a stray

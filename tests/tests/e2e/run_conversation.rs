@@ -973,3 +973,64 @@ fn run_on_a_terminal_keeps_json_exact_and_a_pipe_gets_raw_text() {
         piped.stdout
     );
 }
+
+#[test]
+fn with_many_tools_a_request_offers_those_the_question_needs_and_an_unoffered_one_still_runs() {
+    let home = TestHome::new();
+    let typed = cordon_tests::fixture("typed").display().to_string();
+    home.cordon(&["plugin", "install", &typed, "--yes"]).ok();
+    let model = Model::new(vec![
+        // A tool the question does not name: installed and allowed, so it runs.
+        Step::tool_calls(vec![call("k1", "kinds_get_extremes", json!({}))]),
+        Step::text("Done."),
+    ]);
+    let r = run(
+        &home,
+        &model,
+        &[
+            "--explain-tools",
+            "--approve",
+            "all",
+            "Add 40 and 2, then echo a point back",
+        ],
+    )
+    .ok();
+    let reqs = model.server.requests();
+    let first = reqs[0].tool_names();
+    assert_eq!(first.len(), 12, "{first:?}");
+    assert!(
+        first.contains(&"calc_add".to_string()) && first.contains(&"kinds_echo_point".to_string()),
+        "{first:?}"
+    );
+    assert!(
+        !first.contains(&"kinds_get_extremes".to_string()),
+        "{first:?}"
+    );
+    let mut sorted = first.clone();
+    sorted.sort();
+    assert_eq!(first, sorted, "offered in name order");
+    // It ran, and the next request offers it.
+    let told = model.tool_messages(1);
+    assert!(
+        told[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("18446744073709551615"),
+        "{told:?}"
+    );
+    assert!(
+        reqs[1]
+            .tool_names()
+            .contains(&"kinds_get_extremes".to_string())
+    );
+    assert!(
+        r.stderr.contains("[tools: 12 of ") && r.stderr.contains("calc_add (matched"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("kinds_get_extremes (called earlier)"),
+        "{}",
+        r.stderr
+    );
+}

@@ -88,6 +88,17 @@ impl Agent {
             Vec::new()
         } else {
             let mut offered = catalog.offered(conv.standing());
+            let named = match choice {
+                Some(ToolChoice::Function(name)) => Some(name.as_str()),
+                _ => None,
+            };
+            let max = self.config.agent.max_offered_tools;
+            if let Some((selected, selection)) =
+                crate::selection::select(&offered, max, &conv.messages, named)
+            {
+                offered = selected;
+                emit(&AgentEvent::ToolsSelected { selection });
+            }
             if limit.is_some() || crate::spill::holds_kept(&conv.messages) {
                 offered.extend(catalog.pager(conv.standing()));
             }

@@ -140,6 +140,12 @@ pub enum AgentEvent {
         /// The user's message.
         input: String,
     },
+    /// More tools were offered than `[agent] max_offered_tools`: the request offers these
+    /// (see [`crate::selection`]).
+    ToolsSelected {
+        /// Which, out of how many, and why.
+        selection: crate::selection::Selection,
+    },
     /// A request goes to the model.
     ModelRequest {
         /// Iteration in the turn (1-based).

@@ -166,7 +166,7 @@ impl ClientCalls {
 
 /// The tools plugin `client` stands for in approval rules and the audit log: the ones the
 /// gateway's client defines and runs itself.
-pub const CLIENT_PLUGIN: &str = "client";
+pub const CLIENT_PLUGIN: &str = cordon_agent::selection::CLIENT_PLUGIN;
 
 /// A session's tools with the client's own added: a call of one of those waits for the
 /// result the client sends (up to the approval timeout).

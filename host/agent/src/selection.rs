@@ -1,0 +1,349 @@
+//! Which tools a request offers when more are offered than `[agent] max_offered_tools`: every
+//! tool's name, description and schema goes with every request, and on a small local model
+//! each token of them costs prompt-processing time. In this order:
+//!
+//! 1. The candidates are the tools policy offers the conversation
+//!    ([`crate::machine::ToolCatalog::offered`]): selection only ever leaves tools out.
+//! 2. Tools a gateway client sent with its request (plugin [`CLIENT_PLUGIN`]) are always
+//!    offered and take no place: the client chose them.
+//! 3. With at most `max` other candidates (or `max` 0), all are offered.
+//! 4. Kept first, up to `max`: the tool the turn's `tool_choice` names, then the tools the
+//!    conversation has called, the most recent first.
+//! 5. The other places go to the candidates that best match the turn's question: BM25 over
+//!    each tool's name, description and argument names and descriptions, against the turn's
+//!    user message; ties go to the name first in order. Places left go to the others in name
+//!    order, so a question that names no tool's words still gets tools to work with.
+//! 6. The offered tools go in name order, as without selection, so a request's tool list
+//!    changes only when the selection does: within a turn, only by growing (rule 4).
+//!
+//! A call of an installed, allowed tool that was not offered is checked and run as any other
+//! (the catalog holds every tool), and being called, it is offered from then on (rule 4).
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::messages::Message;
+use crate::tools::ToolSpec;
+
+/// The plugin of the tools a gateway client sends with its request.
+pub const CLIENT_PLUGIN: &str = "client";
+
+/// Why a tool was offered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "why", rename_all = "snake_case")]
+pub enum Reason {
+    /// The turn's `tool_choice` names it.
+    Named,
+    /// The conversation called it.
+    Called,
+    /// It matched the question, with this BM25 score.
+    Matched {
+        /// The score (higher matches better).
+        score: f32,
+    },
+    /// A place was left after the tools that matched.
+    Filled,
+    /// The client sent it with the request.
+    Client,
+}
+
+/// The tools a request offers out of more.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Selection {
+    /// How many tools were candidates.
+    pub of: usize,
+    /// The tools offered and why, in name order.
+    pub offered: Vec<Offered>,
+}
+
+/// One tool offered, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Offered {
+    /// The name the model knows it by.
+    pub name: String,
+    /// Why it was offered.
+    #[serde(flatten)]
+    pub why: Reason,
+}
+
+/// The tools to offer out of `candidates` (see the module docs), with why; `None` when all
+/// are offered.
+pub fn select<'a>(
+    candidates: &[&'a ToolSpec],
+    max: usize,
+    messages: &[Message],
+    named: Option<&str>,
+) -> Option<(Vec<&'a ToolSpec>, Selection)> {
+    let (client, candidates): (Vec<&ToolSpec>, Vec<&ToolSpec>) =
+        candidates.iter().partition(|t| t.plugin == CLIENT_PLUGIN);
+    let candidates = &candidates[..];
+    if max == 0 || candidates.len() <= max {
+        return None;
+    }
+    let mut chosen: BTreeMap<&str, Reason> = BTreeMap::new();
+    let by_name: HashMap<&str, &ToolSpec> =
+        candidates.iter().map(|t| (t.name.as_str(), *t)).collect();
+    if let Some(name) = named.filter(|n| by_name.contains_key(n)) {
+        chosen.insert(name, Reason::Named);
+    }
+    for name in called(messages) {
+        if chosen.len() >= max {
+            break;
+        }
+        if let Some((name, _)) = by_name.get_key_value(name.as_str()) {
+            chosen.entry(name).or_insert(Reason::Called);
+        }
+    }
+    let question = messages.iter().rev().find_map(|m| match m {
+        Message::User { content, .. } => Some(content.as_str()),
+        _ => None,
+    });
+    let ranked = rank(candidates, question.unwrap_or_default());
+    for (score, tool) in ranked {
+        if chosen.len() >= max {
+            break;
+        }
+        chosen
+            .entry(tool.name.as_str())
+            .or_insert(Reason::Matched { score });
+    }
+    let mut rest: Vec<&str> = candidates.iter().map(|t| t.name.as_str()).collect();
+    rest.sort_unstable();
+    for name in rest {
+        if chosen.len() >= max {
+            break;
+        }
+        chosen.entry(name).or_insert(Reason::Filled);
+    }
+    let of = candidates.len() + client.len();
+    let mut by_name = by_name;
+    for tool in client {
+        by_name.insert(tool.name.as_str(), tool);
+        chosen.insert(tool.name.as_str(), Reason::Client);
+    }
+    let tools: Vec<&ToolSpec> = chosen.keys().map(|n| by_name[n]).collect();
+    let selection = Selection {
+        of,
+        offered: chosen
+            .into_iter()
+            .map(|(name, why)| Offered {
+                name: name.to_string(),
+                why,
+            })
+            .collect(),
+    };
+    Some((tools, selection))
+}
+
+/// The tools the conversation called, the most recent first, each once.
+fn called(messages: &[Message]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for m in messages.iter().rev() {
+        if let Message::Assistant { tool_calls, .. } = m {
+            for call in tool_calls.iter().rev() {
+                if !names.contains(&call.name) {
+                    names.push(call.name.clone());
+                }
+            }
+        }
+    }
+    names
+}
+
+/// English words that say nothing about which tool is meant.
+const STOP: [&str; 48] = [
+    "a", "about", "all", "an", "and", "any", "are", "as", "at", "be", "by", "can", "do", "does",
+    "for", "from", "get", "give", "has", "have", "how", "in", "into", "is", "it", "its", "me",
+    "my", "of", "on", "or", "please", "show", "that", "the", "their", "there", "this", "to", "use",
+    "was", "what", "when", "where", "which", "who", "with", "you",
+];
+
+/// The words of `text`, lowercased, split at anything not a letter or digit (so `sql_query`
+/// is `sql` and `query`), words that say nothing left out, a plural `s` taken off.
+fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.chars().count() > 1)
+        .map(str::to_lowercase)
+        .filter(|w| !STOP.contains(&w.as_str()))
+        .map(|w| match w.strip_suffix('s') {
+            Some(stem) if stem.chars().count() > 2 && !stem.ends_with('s') => stem.to_string(),
+            _ => w,
+        })
+}
+
+/// What a tool is matched on: its name, description and arguments.
+fn document(tool: &ToolSpec) -> Vec<String> {
+    let mut text = format!("{} {}", tool.name, tool.description);
+    if let Some(properties) = tool.input_schema["properties"].as_object() {
+        for (name, schema) in properties {
+            text.push(' ');
+            text.push_str(name);
+            if let Some(d) = schema["description"].as_str() {
+                text.push(' ');
+                text.push_str(d);
+            }
+        }
+    }
+    words(&text).collect()
+}
+
+/// The candidates that match `question` at all, best first (BM25, k1 1.2, b 0.75).
+fn rank<'a>(candidates: &[&'a ToolSpec], question: &str) -> Vec<(f32, &'a ToolSpec)> {
+    const K1: f32 = 1.2;
+    const B: f32 = 0.75;
+    let docs: Vec<Vec<String>> = candidates.iter().map(|t| document(t)).collect();
+    let n = docs.len() as f32;
+    let average = docs.iter().map(Vec::len).sum::<usize>() as f32 / n.max(1.0);
+    let mut query: Vec<String> = words(question).collect();
+    query.sort();
+    query.dedup();
+    let idf: Vec<f32> = query
+        .iter()
+        .map(|q| {
+            let df = docs.iter().filter(|d| d.contains(q)).count() as f32;
+            ((n - df + 0.5) / (df + 0.5) + 1.0).ln()
+        })
+        .collect();
+    let mut ranked: Vec<(f32, &ToolSpec)> = candidates
+        .iter()
+        .zip(&docs)
+        .map(|(tool, doc)| {
+            let length = doc.len() as f32;
+            let score = query
+                .iter()
+                .zip(&idf)
+                .map(|(q, idf)| {
+                    let tf = doc.iter().filter(|w| *w == q).count() as f32;
+                    idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * length / average.max(1.0)))
+                })
+                .sum::<f32>();
+            (score, *tool)
+        })
+        .filter(|(score, _)| *score > 0.0)
+        .collect();
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.name.cmp(&b.1.name)));
+    ranked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messages::ToolCall;
+    use serde_json::json;
+
+    fn tool(name: &str, description: &str) -> ToolSpec {
+        ToolSpec {
+            name: name.into(),
+            tool: name.into(),
+            description: description.into(),
+            input_schema: json!({"type": "object", "properties": {
+                "query": {"type": "string", "description": "What to look for."}}}),
+            output_schema: None,
+            hints: Default::default(),
+            plugin: "p".into(),
+            grants: vec![],
+            can_change_anything: false,
+            digest: String::new(),
+            proven: Default::default(),
+            reach: Default::default(),
+            exposure: Default::default(),
+        }
+    }
+
+    fn catalog() -> Vec<ToolSpec> {
+        vec![
+            tool(
+                "sql_query",
+                "Runs a read-only SQL statement on a SQLite database.",
+            ),
+            tool(
+                "sql_execute",
+                "Changes a SQLite database: INSERT, UPDATE, DELETE.",
+            ),
+            tool("read_file", "Reads a text file."),
+            tool("list_dir", "Lists one directory."),
+            tool("get_weather", "The weather forecast for a city."),
+            tool("send_email", "Sends an email message to recipients."),
+            tool("create_event", "Creates a calendar event at a time."),
+            tool(
+                "run_python",
+                "Runs Python code and returns what it printed.",
+            ),
+        ]
+    }
+
+    #[test]
+    fn with_few_tools_all_are_offered() {
+        let all = catalog();
+        let refs: Vec<&ToolSpec> = all.iter().collect();
+        assert!(select(&refs, 8, &[], None).is_none());
+        assert!(select(&refs, 0, &[], None).is_none());
+    }
+
+    #[test]
+    fn the_tools_matching_the_question_are_offered_in_name_order() {
+        let all = catalog();
+        let refs: Vec<&ToolSpec> = all.iter().collect();
+        let messages = [Message::user("Which customers are in the shop database?")];
+        let (tools, why) = select(&refs, 2, &messages, None).unwrap();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["sql_execute", "sql_query"]);
+        assert_eq!(why.of, 8);
+        assert!(matches!(why.offered[0].why, Reason::Matched { score } if score > 0.0));
+        let messages = [Message::user("What will the weather be in Oslo tomorrow?")];
+        let (tools, why) = select(&refs, 2, &messages, None).unwrap();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        // One tool matches; the place left goes to the first other by name.
+        assert_eq!(names, ["create_event", "get_weather"]);
+        assert_eq!(why.offered[0].why, Reason::Filled);
+    }
+
+    #[test]
+    fn the_named_tool_and_the_called_ones_are_kept_first() {
+        let all = catalog();
+        let refs: Vec<&ToolSpec> = all.iter().collect();
+        let messages = [
+            Message::user("hello"),
+            Message::Assistant {
+                content: String::new(),
+                tool_calls: vec![ToolCall {
+                    id: "1".into(),
+                    name: "run_python".into(),
+                    arguments: "{}".into(),
+                }],
+                partial: false,
+            },
+            Message::user("Now send an email with the result"),
+        ];
+        let (tools, why) = select(&refs, 3, &messages, Some("list_dir")).unwrap();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["list_dir", "run_python", "send_email"]);
+        assert_eq!(why.offered[0].why, Reason::Named);
+        assert_eq!(why.offered[1].why, Reason::Called);
+        // A name no candidate has (a tool policy hides) is never offered.
+        let (tools, _) = select(&refs, 3, &messages, Some("rm_rf")).unwrap();
+        assert!(tools.iter().all(|t| t.name != "rm_rf"));
+    }
+
+    #[test]
+    fn a_clients_own_tools_are_always_offered_and_take_no_place() {
+        let mut all = catalog();
+        for n in 0..5 {
+            let mut own = tool(&format!("client_tool_{n}"), "Something of the client's.");
+            own.plugin = CLIENT_PLUGIN.into();
+            all.push(own);
+        }
+        let refs: Vec<&ToolSpec> = all.iter().collect();
+        let messages = [Message::user("Which customers are in the shop database?")];
+        let (tools, why) = select(&refs, 2, &messages, None).unwrap();
+        assert_eq!(tools.len(), 7);
+        assert_eq!(why.of, 13);
+        assert_eq!(
+            tools.iter().filter(|t| t.plugin == CLIENT_PLUGIN).count(),
+            5
+        );
+        // Few of Cordon's own: nothing is left out.
+        assert!(select(&refs, 8, &messages, None).is_none());
+    }
+}
