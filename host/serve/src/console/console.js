@@ -205,6 +205,15 @@ function onSessionEvent(event) {
     case "labels_changed":
       showLabels(event.sources, event.rule_of_two);
       break;
+    case "tools_selected": {
+      const why = { named: "named by the request", called: "called earlier", client: "the client's" };
+      const offered = event.selection.offered.map((o) =>
+        o.why === "matched" ? o.name + " (matched " + o.score.toFixed(2) + ")"
+          : why[o.why] ? o.name + " (" + why[o.why] + ")" : o.name);
+      addMessage("note", "", "tools: " + offered.length + " of " + event.selection.of +
+        " offered: " + offered.join(", "));
+      break;
+    }
     case "turn_finished":
       state.live = null;
       if (event.outcome.kind === "failed") addMessage("note", "", "error: " + event.outcome.error);
