@@ -1131,6 +1131,17 @@ mod journaled {
         }
     }
 
+    /// Drives a turn asking "go" in a new conversation, `write_file` approved; what it gave and
+    /// what the frontend saw.
+    async fn go(agent: &Agent, journal: &mut Witness) -> (Result<Driven, AgentError>, Recorder) {
+        let mut rec = Recorder::default();
+        rec.answers.insert("write_file".into(), ApprovalAnswer::Yes);
+        let mut conv = Conversation::new();
+        let input = TurnInput::Message("go".into());
+        let driven = drive(agent, &mut conv, input, &mut rec, journal, None).await;
+        (driven, rec)
+    }
+
     async fn drive(
         agent: &Agent,
         conv: &mut Conversation,
@@ -1172,19 +1183,7 @@ mod journaled {
         let tools = FakeTools::new();
         let agent = Agent::new(config(&server), tools.clone()).unwrap();
         let mut journal = witness(&tools, &server, None);
-        let mut rec = Recorder::default();
-        rec.answers.insert("write_file".into(), ApprovalAnswer::Yes);
-        let mut conv = Conversation::new();
-        let driven = drive(
-            &agent,
-            &mut conv,
-            TurnInput::Message("go".into()),
-            &mut rec,
-            &mut journal,
-            None,
-        )
-        .await
-        .unwrap();
+        let driven = go(&agent, &mut journal).await.0.unwrap();
         assert_eq!(driven, Driven::Finished(TurnOutcome::Answered));
         let t = &journal.transitions;
         // A journal that records at once has recorded the state that asks for the model
@@ -1245,19 +1244,7 @@ mod journaled {
         let tools = FakeTools::new();
         let agent = Agent::new(config(&server), tools.clone()).unwrap();
         let mut journal = witness(&tools, &server, None);
-        let mut rec = Recorder::default();
-        rec.answers.insert("write_file".into(), ApprovalAnswer::Yes);
-        let mut conv = Conversation::new();
-        drive(
-            &agent,
-            &mut conv,
-            TurnInput::Message("go".into()),
-            &mut rec,
-            &mut journal,
-            None,
-        )
-        .await
-        .unwrap();
+        go(&agent, &mut journal).await.0.unwrap();
         let mut with: Vec<(String, String)> = journal
             .audited_with
             .iter()
@@ -1281,19 +1268,7 @@ mod journaled {
         let agent = Agent::new(config(&server), tools.clone()).unwrap();
         let mut journal = witness(&tools, &server, None);
         journal.fail_on_result = true;
-        let mut rec = Recorder::default();
-        rec.answers.insert("write_file".into(), ApprovalAnswer::Yes);
-        let mut conv = Conversation::new();
-        let e = drive(
-            &agent,
-            &mut conv,
-            TurnInput::Message("go".into()),
-            &mut rec,
-            &mut journal,
-            None,
-        )
-        .await
-        .unwrap_err();
+        let e = go(&agent, &mut journal).await.0.unwrap_err();
         assert!(e.to_string().contains("the store went away"), "{e}");
         assert!(
             !tools.calls().is_empty(),
@@ -1344,19 +1319,8 @@ mod journaled {
         let agent = Agent::new(config(&server), tools.clone()).unwrap();
         // 1: user message, 2: the model's answer, 3: the batch processed (awaiting approval).
         let mut journal = witness(&tools, &server, Some(3));
-        let mut rec = Recorder::default();
-        rec.answers.insert("write_file".into(), ApprovalAnswer::Yes);
-        let mut conv = Conversation::new();
-        let e = drive(
-            &agent,
-            &mut conv,
-            TurnInput::Message("go".into()),
-            &mut rec,
-            &mut journal,
-            None,
-        )
-        .await
-        .unwrap_err();
+        let (e, rec) = go(&agent, &mut journal).await;
+        let e = e.unwrap_err();
         assert!(matches!(e, AgentError::Journal(_)), "{e}");
         assert!(e.to_string().contains("the disk is full"), "{e}");
         assert!(
