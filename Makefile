@@ -245,6 +245,7 @@ bench: toolchain plugins bench-tools
 	cargo run --release -p cordon-tests --example serve_overload -- --cordon target/release/cordon
 	cargo run --release -p cordon-tests --example spill_bench -- --cordon target/release/cordon
 	cargo run --release -p cordon-tests --example prompt_overhead -- --cordon target/release/cordon
+	cargo run --release -p cordon-tests --example tool_selection
 
 ## Coverage-guided fuzzing with AFL++ through cargo-afl (installed from crates.io; it builds
 ## AFL++ itself): every target in tests/fuzz for FUZZ_EXECS executions each, one after the
