@@ -143,10 +143,23 @@ function renderConversation(data) {
   for (const n of data.notes || []) if (n.at_message >= data.messages.length) addMessage("note", "", n.text);
   const labels = data.labels || { held: [], description: "" };
   showLabels(labels.description, labels.held.includes("private") && labels.held.includes("untrusted"));
+  $("session-tools").hidden = true;
 }
 
 // What the session's model has seen (private data, untrusted content): a line above the
 // transcript, which says when tools that can send data out are asked first.
+// Which tools the last request offered, when more are installed than it offers.
+function showTools(selection) {
+  const line = $("session-tools");
+  const why = { named: "named by the request", called: "called earlier", client: "the client's" };
+  const offered = selection.offered.map((o) =>
+    o.why === "matched" ? o.name + " (matched " + o.score.toFixed(2) + ")"
+      : why[o.why] ? o.name + " (" + why[o.why] + ")" : o.name);
+  line.hidden = false;
+  line.textContent = "The last request offered " + offered.length + " of " + selection.of +
+    " tools: " + offered.join(", ");
+}
+
 function showLabels(description, ruleOfTwo) {
   const line = $("session-labels");
   line.hidden = !description;
@@ -205,15 +218,9 @@ function onSessionEvent(event) {
     case "labels_changed":
       showLabels(event.sources, event.rule_of_two);
       break;
-    case "tools_selected": {
-      const why = { named: "named by the request", called: "called earlier", client: "the client's" };
-      const offered = event.selection.offered.map((o) =>
-        o.why === "matched" ? o.name + " (matched " + o.score.toFixed(2) + ")"
-          : why[o.why] ? o.name + " (" + why[o.why] + ")" : o.name);
-      addMessage("note", "", "tools: " + offered.length + " of " + event.selection.of +
-        " offered: " + offered.join(", "));
+    case "tools_selected":
+      showTools(event.selection);
       break;
-    }
     case "turn_finished":
       state.live = null;
       if (event.outcome.kind === "failed") addMessage("note", "", "error: " + event.outcome.error);
