@@ -543,9 +543,7 @@ def scenario(console, work, data, token, home):
     written = data / "x.txt"
     check(written.exists(), f"{written} was not written")
     check(written.read_text() == FIRST_CONTENT, f"{written} holds {written.read_text()!r}")
-    log(
-        "more tools are installed than a request offers: the console says which were offered, and why"
-    )
+    log("more tools are installed than a request offers: the console says which, and why")
     c.wait(lambda: c.visible("#session-tools"), "the offered tools")
     offered = c.text_of("#session-tools")
     check(
