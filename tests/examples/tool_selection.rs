@@ -25,7 +25,8 @@ fn spec(tool: &Value) -> ToolSpec {
         plugin: "bench".into(),
         grants: Vec::new(),
         can_change_anything: false,
-        digest: String::new(),
+        // Installed tools come with their component's digest (their words are kept).
+        digest: "sha256:bench".into(),
         proven: Default::default(),
         reach: Default::default(),
         exposure: Default::default(),

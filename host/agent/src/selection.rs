@@ -160,20 +160,46 @@ const STOP: [&str; 48] = [
 ];
 
 /// The words of `text`, lowercased, split at anything not a letter or digit (so `sql_query`
-/// is `sql` and `query`), words that say nothing left out, a plural `s` taken off.
+/// is `sql` and `query`), words that say nothing left out, each as its English stem (so
+/// `changed` and `changes` are one word).
 fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    static STEMMER: std::sync::OnceLock<rust_stemmers::Stemmer> = std::sync::OnceLock::new();
+    let stemmer =
+        STEMMER.get_or_init(|| rust_stemmers::Stemmer::create(rust_stemmers::Algorithm::English));
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| w.chars().count() > 1)
         .map(str::to_lowercase)
         .filter(|w| !STOP.contains(&w.as_str()))
-        .map(|w| match w.strip_suffix('s') {
-            Some(stem) if stem.chars().count() > 2 && !stem.ends_with('s') => stem.to_string(),
-            _ => w,
-        })
+        .map(|w| stemmer.stem(&w).into_owned())
+}
+
+/// The words of the tools of installed components, by component digest and tool name:
+/// worked out once per process, not once per request. Bounded: past this many it starts over.
+const KEPT_DOCUMENTS: usize = 4096;
+
+/// What a tool is matched on (see [`words_of`]), kept when the tool's component is known.
+fn document(tool: &ToolSpec) -> std::sync::Arc<Vec<String>> {
+    type Kept = std::sync::Mutex<HashMap<(String, String), std::sync::Arc<Vec<String>>>>;
+    static KEPT: std::sync::OnceLock<Kept> = std::sync::OnceLock::new();
+    if tool.digest.is_empty() {
+        return std::sync::Arc::new(words_of(tool));
+    }
+    let key = (tool.digest.clone(), tool.name.clone());
+    let kept = KEPT.get_or_init(Default::default);
+    if let Some(words) = kept.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return words.clone();
+    }
+    let words = std::sync::Arc::new(words_of(tool));
+    let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
+    if kept.len() >= KEPT_DOCUMENTS {
+        kept.clear();
+    }
+    kept.insert(key, words.clone());
+    words
 }
 
 /// What a tool is matched on: its name, description and arguments.
-fn document(tool: &ToolSpec) -> Vec<String> {
+fn words_of(tool: &ToolSpec) -> Vec<String> {
     let mut text = format!("{} {}", tool.name, tool.description);
     if let Some(properties) = tool.input_schema["properties"].as_object() {
         for (name, schema) in properties {
@@ -192,9 +218,9 @@ fn document(tool: &ToolSpec) -> Vec<String> {
 fn rank<'a>(candidates: &[&'a ToolSpec], question: &str) -> Vec<(f32, &'a ToolSpec)> {
     const K1: f32 = 1.2;
     const B: f32 = 0.75;
-    let docs: Vec<Vec<String>> = candidates.iter().map(|t| document(t)).collect();
+    let docs: Vec<std::sync::Arc<Vec<String>>> = candidates.iter().map(|t| document(t)).collect();
     let n = docs.len() as f32;
-    let average = docs.iter().map(Vec::len).sum::<usize>() as f32 / n.max(1.0);
+    let average = docs.iter().map(|d| d.len()).sum::<usize>() as f32 / n.max(1.0);
     let mut query: Vec<String> = words(question).collect();
     query.sort();
     query.dedup();
