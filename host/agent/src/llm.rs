@@ -316,6 +316,15 @@ where
             let Some(event) = next else { break };
             let event = match event {
                 Ok(e) => e,
+                // A line or an answer past its bound comes again if asked again.
+                Err(eventsource_stream::EventStreamError::Transport(
+                    e @ (crate::stream_lines::Cut::LineTooLong(_)
+                    | crate::stream_lines::Cut::TooMuch(_)),
+                )) => {
+                    return Err(LlmError::Failed(LlmFailure::fatal(format!(
+                        "the model server at {endpoint} was cut off: {e}"
+                    ))));
+                }
                 Err(e) => {
                     return Err(LlmError::Failed(LlmFailure::transient(format!(
                         "the stream from {endpoint} broke: {e}"
@@ -539,6 +548,26 @@ fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_past_its_bound_fails_the_request_for_good() {
+        let mut line = b"data: ".to_vec();
+        line.resize(crate::stream_lines::MAX_LINE + 100, b'6');
+        let pieces: Vec<Result<Vec<u8>, std::convert::Infallible>> =
+            line.chunks(1 << 16).map(|c| Ok(c.to_vec())).collect();
+        let cancel = CancellationToken::new();
+        let mut on_text = |_: &str| {};
+        let read = read_events("x", futures::stream::iter(pieces), &mut on_text, &cancel);
+        let Err(LlmError::Failed(failure)) = futures::executor::block_on(read) else {
+            panic!("an endless line was taken");
+        };
+        assert!(!failure.transient, "{}", failure.message);
+        assert!(
+            failure.message.contains("longer than"),
+            "{}",
+            failure.message
+        );
+    }
 
     #[test]
     fn llama_cpp_requests_of_one_conversation_share_a_slot() {
