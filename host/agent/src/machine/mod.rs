@@ -7,7 +7,8 @@
 //! state can be resumed with [`resume`].
 //!
 //! The table is the machine: each row is one arm of the match in [`step`], in the same order,
-//! and names the handler (in `transitions.rs`) that arm calls.
+//! and names the handler (in `transitions.rs`) that arm calls; the places of a running batch
+//! (which calls may start) are `places.rs`.
 //!
 //! | state                     | event             | handler            | next state / effect |
 //! |---------------------------|-------------------|--------------------|---------------------|
@@ -36,6 +37,7 @@ mod catalog;
 mod env;
 mod event;
 mod granting;
+mod places;
 mod resume;
 mod transitions;
 
@@ -51,10 +53,11 @@ pub use resume::{INTERRUPTED, resume};
 use crate::conversation::Conversation;
 pub use crate::conversation::{CallStatus, PlannedCall, State};
 use granting::Given;
+use places::is_running;
 use transitions::{
-    UserTurn, after_approval, apply_approval, call_model, cancel, is_pending, is_running,
-    model_failed, next_request, process_response, receive_response, record_result, record_results,
-    retry_failed, start_turn,
+    UserTurn, after_approval, apply_approval, call_model, cancel, is_pending, model_failed,
+    next_request, process_response, receive_response, record_result, record_results, retry_failed,
+    start_turn,
 };
 
 /// An event that does not fit the state.

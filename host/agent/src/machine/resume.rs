@@ -2,7 +2,8 @@
 
 use cordon_core::CallOutcome;
 
-use super::transitions::{approval_request, finish_batch, start_queued};
+use super::places::start_queued;
+use super::transitions::{approval_request, finish_batch};
 use super::{Action, AgentEvent, Env, StepError, reject};
 use crate::conversation::{CallStatus, Conversation, State};
 use crate::tools::{ToolFailure, ToolFailureKind, render_failure};
