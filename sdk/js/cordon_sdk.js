@@ -24,8 +24,8 @@
 // Node.js (tests) `cordon:tool/…` imports resolve to `testing/host.js` when Node runs with
 // `--import ./testing/register.js`.
 
-import { write as hostLog } from 'cordon:tool/log@0.1.4';
-import { Reader } from 'cordon:tool/bulk-read@0.1.4';
+import { write as hostLog } from 'cordon:tool/log@0.1.5';
+import { Reader } from 'cordon:tool/bulk-read@0.1.5';
 
 /** A failure the model should act on; `kind` is one of the WIT `tool-error` cases. */
 export class ToolError extends Error {

@@ -66,6 +66,7 @@ __all__ = [
     "ToolDefinitionError",
     "ToolDescriptor",
     "ToolError",
+    "env_var",
     "log",
     "normalize",
     "validate",
@@ -848,7 +849,7 @@ class GrantedDirs:
             path = normalize(arg)
             if self.is_granted(path) or self._is_above_grants(path):
                 return path
-            raise self._outside(arg)
+            raise self._outside_wanting(arg, path)
         if self._roots is None:
             raise InvalidArguments(
                 f"`{field}` is relative ({arg}); pass an absolute path inside a granted directory"
@@ -872,6 +873,19 @@ class GrantedDirs:
         return Denied(
             f"{arg} is outside the directories granted to this tool{self._roots_text()}; "
             "use a path inside one of them"
+        )
+
+    def _outside_wanting(self, arg: str, path: str) -> Denied:
+        """``_outside`` for the absolute, normalised ``path`` of a file, after telling the host
+        the call lacked its directory read-only (see :func:`want`)."""
+        parent = path.rsplit("/", 1)[0] or "/"
+        grant = f"fs:{parent}:ro"
+        # `/` is never granted (it holds Cordon's own state); a path with `:` has no grant.
+        if parent == "/" or ":" in parent or not want(grant):
+            return self._outside(arg)
+        return Denied(
+            f"{arg} is outside the directories granted to this tool{self._roots_text()}; "
+            f"use a path inside one of them, or the user may be asked to grant `{grant}`"
         )
 
     def os_error(self, path: str, err: OSError) -> ToolError:
@@ -937,6 +951,43 @@ def _may_be_a_link(path: str) -> bool:
 
 # --------------------------------------------------------------------------------------------
 # Logging
+
+
+#: Outside a component (plain Python, tests): the grants :func:`want` was told of, in order.
+SAID: list[str] = []
+
+
+def want(grant: str) -> bool:
+    """Tells the host this call lacked ``grant`` (``cordon:tool/grant-wanted``, WIT 0.1.5),
+    in grant syntax: the narrowest one, such as ``fs:/home/ann/docs:ro`` or ``env:API_KEY``.
+    Then fail the call as it would have failed anyway: a person may be asked for the grant,
+    and the call runs again with it. Saying so grants nothing. Returns whether the host noted
+    it (it refuses marks, relative paths and more than 8 a call). Outside a component the
+    grant is appended to :data:`SAID`."""
+    try:
+        from wit_world.imports import grant_wanted as wit
+    except (ImportError, NotImplementedError):
+        SAID.append(grant)
+        return True
+    from componentize_py_types import Err
+
+    try:
+        wit.want(_wit_str(grant))
+    except Err:
+        return False
+    return True
+
+
+def env_var(name: str) -> str:
+    """The value of environment variable ``name``, which the tool needs. When it is not set
+    (in a component: not granted), tells the host the call lacked ``env:NAME`` and raises
+    :class:`Denied` saying so, for the call to fail with."""
+    value = os.environ.get(name)
+    if value is not None:
+        return value
+    grant = f"env:{name}"
+    asked = f"; the user may be asked to grant `{grant}`" if want(grant) else ""
+    raise Denied(f"environment variable {name} is not granted to this tool{asked}")
 
 
 _LEVELS = ("trace", "debug", "info", "warn", "error")

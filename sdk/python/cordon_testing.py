@@ -39,11 +39,14 @@ except ImportError:  # checked in ComponentHost so that importing this module ne
     wasmtime = None
 
 _TICK_S = 0.01
-_INTERFACE = "cordon:tool/tools@0.1.4"
-_OUTPUTS = "cordon:tool/tool-outputs@0.1.4"
-_LOG = "cordon:tool/log@0.1.4"
-_BULK_READ = "cordon:tool/bulk-read@0.1.4"
-_RESULT_STREAM = "cordon:tool/result-stream@0.1.4"
+_INTERFACE = "cordon:tool/tools@0.1.5"
+_OUTPUTS = "cordon:tool/tool-outputs@0.1.5"
+_LOG = "cordon:tool/log@0.1.5"
+_BULK_READ = "cordon:tool/bulk-read@0.1.5"
+_RESULT_STREAM = "cordon:tool/result-stream@0.1.5"
+_GRANT_WANTED = "cordon:tool/grant-wanted@0.1.5"
+#: Grants one call may say it lacked, as the host counts them.
+_MAX_WANTED = 8
 _READER = 1  # the host resource type of bulk-read's `reader`
 _MAX_QUEUED = 4096
 _MAX_QUEUED_BYTES = 1 << 20
@@ -146,6 +149,10 @@ class ComponentHost:
                 bulk.add_func("[method]reader.take-sifted", self._reader_take_sifted)
             with root.add_instance(_RESULT_STREAM) as stream:
                 stream.add_func("write", self._write_result)
+            with root.add_instance(_GRANT_WANTED) as wanted:
+                wanted.add_func("want", self._want)
+        #: The grants the last call said it lacked (``cordon:tool/grant-wanted``), in order.
+        self.wanted: list[str] = []
         # What the running call wrote of its result: its kind (the first write's) and chunks.
         self._written: tuple[str, list[str]] | None = None
         # bulk-read readers of the running call: rep -> (size limit, queued paths).
@@ -224,6 +231,7 @@ class ComponentHost:
             self.memory_bytes if memory_bytes is None else memory_bytes,
         )
         self._written = None
+        self.wanted = []
         result = self._run(func, store, name, text)
         if isinstance(result, list):
             written = []
@@ -273,6 +281,14 @@ class ComponentHost:
         elif self._written[0] != kind:
             return "the written result was started as one kind and cannot go on as the other"
         self._written[1].append(chunk)
+        return None
+
+    def _want(self, _store: Any, grant: str) -> str | None:
+        """cordon:tool/grant-wanted's ``want``: noted for :attr:`wanted`, at most as many a
+        call as the host notes (the grant's syntax is the host's to check)."""
+        if len(self.wanted) >= _MAX_WANTED:
+            return f"this call already said it lacked {_MAX_WANTED} grants; no more are noted"
+        self.wanted.append(grant)
         return None
 
     # cordon:tool/bulk-read, read on the calling thread when taken: the same files and

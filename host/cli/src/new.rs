@@ -71,6 +71,7 @@ const RUST: &[File] = files![
     "cordon-sdk/src/bulk_read.rs" => "sdk/rust/src/bulk_read.rs",
     "cordon-sdk/src/content.rs" => "sdk/rust/src/content.rs",
     "cordon-sdk/src/error.rs" => "sdk/rust/src/error.rs",
+    "cordon-sdk/src/grants.rs" => "sdk/rust/src/grants.rs",
     "cordon-sdk/src/log.rs" => "sdk/rust/src/log.rs",
     "cordon-sdk/src/paths.rs" => "sdk/rust/src/paths.rs",
     "cordon-sdk/src/schema.rs" => "sdk/rust/src/schema.rs",

@@ -33,6 +33,7 @@ pub(crate) mod outputs {
             "cordon:tool/log": crate::bindings::cordon::tool::log,
             "cordon:tool/bulk-read": crate::bindings::cordon::tool::bulk_read,
             "cordon:tool/result-stream": crate::bindings::cordon::tool::result_stream,
+            "cordon:tool/grant-wanted": crate::bindings::cordon::tool::grant_wanted,
         },
     });
 

@@ -158,11 +158,13 @@ impl Runtime {
         let link = |e: wasmtime::Error| RuntimeError::Engine(EngineError::Link(Arc::new(e)));
         // The world's interfaces, as `bindings::Plugin::add_to_linker` links them, except that
         // bulk-read runs on the part of the store data it is lent (see `bulk_read_bindings`).
-        use bindings::cordon::tool::{log, result_stream, types};
+        use bindings::cordon::tool::{grant_wanted, log, result_stream, types};
         use wasmtime::component::HasSelf;
         types::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s).map_err(link)?;
         log::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s).map_err(link)?;
         result_stream::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            .map_err(link)?;
+        grant_wanted::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(link)?;
         crate::bulk_read_bindings::add_to_linker(&mut linker).map_err(link)?;
         let cache = config.cache_dir.map(|dir| Cache::new(dir, &engine));

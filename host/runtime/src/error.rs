@@ -184,8 +184,8 @@ mod tests {
             "the component imports an interface that Cordon does not provide: \
              evil:thing/backdoor@1.0.0; Cordon provides wasi:cli, wasi:clocks, wasi:filesystem, \
              wasi:io, wasi:random, wasi:sockets, wasi:http (types, outgoing-handler), \
-             cordon:tool/log, cordon:tool/bulk-read (0.1.2: sifting readers) and \
-             cordon:tool/result-stream"
+             cordon:tool/log, cordon:tool/bulk-read (0.1.2: sifting readers), \
+             cordon:tool/result-stream and cordon:tool/grant-wanted"
         );
     }
 }

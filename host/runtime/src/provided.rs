@@ -27,6 +27,10 @@ const PROVIDED: &[(&str, Option<&str>)] = &[
         "cordon:tool/result-stream@",
         Some("cordon:tool/result-stream"),
     ),
+    (
+        "cordon:tool/grant-wanted@",
+        Some("cordon:tool/grant-wanted"),
+    ),
     ("cordon:tool/types@", None),
 ];
 
@@ -75,7 +79,8 @@ mod tests {
         assert!(list.starts_with("wasi:cli, wasi:clocks, "), "{list}");
         assert!(
             list.ends_with(
-                "cordon:tool/bulk-read (0.1.2: sifting readers) and cordon:tool/result-stream"
+                "cordon:tool/bulk-read (0.1.2: sifting readers), cordon:tool/result-stream and \
+                 cordon:tool/grant-wanted"
             ),
             "{list}"
         );

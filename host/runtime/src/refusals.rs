@@ -14,9 +14,15 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use cordon_core::CallReport;
+use std::path::Path;
+
+use cordon_core::{CallReport, Grant, GrantError, MAX_GRANTS_WANTED, Marks};
 
 use crate::caps::MAX_REFUSAL_LINE_BYTES;
+
+/// The longest grant a plugin may say it lacked: a path of a few thousand bytes is as long as
+/// a grant gets.
+const MAX_SAID_GRANT_BYTES: usize = 4096;
 
 /// The refusals one part of a call's store noted, and the handle it gave out to code that
 /// notes without the store.
@@ -27,6 +33,8 @@ pub(crate) struct Refusals {
     noted: CallReport,
     /// The handle given to code that runs without the store, once any asked for one.
     shared: Option<SharedRefusals>,
+    /// How many grants the plugin itself said the call lacked (`cordon:tool/grant-wanted`).
+    said: usize,
 }
 
 impl Refusals {
@@ -38,6 +46,54 @@ impl Refusals {
     /// Notes the grant that would have allowed what was just refused (grant syntax).
     pub(crate) fn want(&mut self, grant: String) {
         self.noted.want(grant);
+    }
+
+    /// Notes a grant the plugin says the call lacked (`cordon:tool/grant-wanted`), for what the
+    /// host cannot see itself: a path outside every granted directory, an environment variable
+    /// that was not granted. Untrusted like everything a plugin says, so only a plain grant is
+    /// noted: of a kind a grant request may offer, naming an absolute directory seen at the
+    /// same path, without marks (`public`, `shared`: what a person says of a grant's contents,
+    /// which would change what the Rule of Two sees), at most [`MAX_GRANTS_WANTED`] a call.
+    /// Whether it is ever offered is decided later, as for every wanted grant (ceiling,
+    /// Cordon's own state, and only when the call fails).
+    pub(crate) fn said_wanted(&mut self, grant: &str) -> Result<(), String> {
+        if self.said >= MAX_GRANTS_WANTED {
+            return Err(format!(
+                "this call already said it lacked {MAX_GRANTS_WANTED} grants; no more are noted"
+            ));
+        }
+        if grant.len() > MAX_SAID_GRANT_BYTES {
+            return Err(format!(
+                "a grant of {} bytes is longer than any the host offers ({MAX_SAID_GRANT_BYTES})",
+                grant.len()
+            ));
+        }
+        let parsed: Grant = grant.parse().map_err(|e: GrantError| e.to_string())?;
+        if parsed.marks() != Marks::default() {
+            return Err(format!(
+                "`{grant}` carries marks; only a person marks a grant (`public`, `shared`), \
+                 say the grant without them"
+            ));
+        }
+        if let Grant::Fs(fs) = &parsed {
+            if !fs.host.is_absolute() {
+                return Err(format!(
+                    "`{grant}` names a relative directory; name it from the root, as the host \
+                     does (the guest sees a wanted directory at the same path)"
+                ));
+            }
+            if fs.guest.as_deref().is_some_and(|g| Path::new(g) != fs.host) {
+                return Err(format!(
+                    "`{grant}` sees the directory at another path; a wanted directory is seen \
+                     at its own path, say it without the guest part"
+                ));
+            }
+        }
+        self.said += 1;
+        let grant = parsed.to_string();
+        self.refuse(format!("the plugin says it lacked `{grant}`"));
+        self.noted.want(grant);
+        Ok(())
     }
 
     /// A handle for code that notes refusals where this store is out of reach; the same one
@@ -166,6 +222,35 @@ mod tests {
             line.starts_with("path: éé") && line.ends_with("é…"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn a_plugin_may_say_only_plain_grants_and_only_a_few() {
+        let mut refusals = Refusals::default();
+        refusals.said_wanted("env:API_KEY").unwrap();
+        refusals.said_wanted("fs:/home/ann/docs").unwrap();
+        for (bad, why) in [
+            ("nonsense", "invalid grant"),
+            ("fs:/home/ann:ro:public", "carries marks"),
+            ("net:https://example.com:trusted", "carries marks"),
+            ("fs:docs:ro", "relative"),
+            ("fs:/home/ann/.ssh:/data/reports:ro", "another path"),
+        ] {
+            let e = refusals.said_wanted(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        let long = format!("fs:/{}:ro", "a".repeat(MAX_SAID_GRANT_BYTES));
+        assert!(refusals.said_wanted(&long).unwrap_err().contains("longer"));
+        for i in 2..MAX_GRANTS_WANTED {
+            refusals.said_wanted(&format!("env:V{i}")).unwrap();
+        }
+        let e = refusals.said_wanted("env:ONE_MORE").unwrap_err();
+        assert!(e.contains("no more"), "{e}");
+        let mut report = CallReport::default();
+        refusals.drain_into(&mut report);
+        assert_eq!(report.wanted.len(), MAX_GRANTS_WANTED);
+        assert_eq!(report.wanted[..2], ["env:API_KEY", "fs:/home/ann/docs:ro"]);
+        assert_eq!(report.refused[0], "the plugin says it lacked `env:API_KEY`");
     }
 
     #[test]

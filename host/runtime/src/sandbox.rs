@@ -15,7 +15,7 @@ use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use crate::bindings::cordon::tool::{log, result_stream};
+use crate::bindings::cordon::tool::{grant_wanted, log, result_stream};
 use crate::bulk_read::{BulkReadParts, BulkReadView};
 use crate::caps::{MAX_HANDLES_PER_CALL, MAX_HTTP_FIELDS_BYTES, MAX_TABLE_ELEMENTS};
 use crate::error::{CallError, Denial};
@@ -254,6 +254,12 @@ impl crate::bindings::cordon::tool::types::Host for HostState {}
 impl result_stream::Host for HostState {
     fn write(&mut self, kind: result_stream::PieceKind, chunk: String) -> Result<(), String> {
         self.written.write(kind, &chunk)
+    }
+}
+
+impl grant_wanted::Host for HostState {
+    fn want(&mut self, grant: String) -> Result<(), String> {
+        self.refused.said_wanted(&grant)
     }
 }
 

@@ -58,7 +58,7 @@ pub struct Entry {
 
 pub fn run(fs_view: &GrantedDirs, args: ListDirArgs) -> Result<Listing, ToolError> {
     let max = cap("max_entries", args.max_entries, 500, 5000)?;
-    let path = fs_view.resolve(&args.path, "path")?;
+    let path = fs_view.resolve_dir(&args.path, "path")?;
     if !fs_view.is_granted(&path) {
         // Above the grants: show the granted directories below it, nothing else.
         let entries: Vec<Entry> = fs_view

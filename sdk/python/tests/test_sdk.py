@@ -326,6 +326,32 @@ class ExpectedPathErrors(unittest.TestCase):
                 dirs.resolve("b.txt")
 
 
+class GrantsWanted(unittest.TestCase):
+    """What the host is told a call lacked (`cordon:tool/grant-wanted`), as the Rust SDK's
+    `grants` tests check it."""
+
+    def setUp(self):
+        cordon_sdk.SAID.clear()
+
+    def test_a_missing_variable_is_said_and_refused(self):
+        with mock.patch.dict(os.environ, {"CORDON_SDK_TEST_SET": "v"}):
+            self.assertEqual(cordon_sdk.env_var("CORDON_SDK_TEST_SET"), "v")
+            self.assertEqual(cordon_sdk.SAID, [])
+            with self.assertRaisesRegex(Denied, "`env:CORDON_SDK_TEST_UNSET`"):
+                cordon_sdk.env_var("CORDON_SDK_TEST_UNSET")
+        self.assertEqual(cordon_sdk.SAID, ["env:CORDON_SDK_TEST_UNSET"])
+
+    def test_a_file_outside_the_grants_says_its_directory(self):
+        dirs = GrantedDirs(["/data"])
+        with self.assertRaisesRegex(Denied, "`fs:/home/ann/notes:ro`"):
+            dirs.resolve("/home/ann/notes/a.txt")
+        # Nothing to ask for: a file at the root, a path with `:`.
+        for nothing in ["/x.txt", "/a:b/c"]:
+            with self.assertRaises(Denied):
+                dirs.resolve(nothing)
+        self.assertEqual(cordon_sdk.SAID, ["fs:/home/ann/notes:ro"])
+
+
 class GrantedDirsLikeRust(unittest.TestCase):
     """The cases of the Rust SDK's `paths` tests, with the same answers."""
 

@@ -71,6 +71,7 @@ pub mod bindings;
 pub mod bulk_read;
 mod content;
 mod error;
+pub mod grants;
 pub mod log;
 pub mod paths;
 mod schema;

@@ -105,11 +105,23 @@ impl GrantedDirs {
         self.roots.iter().any(|r| within(r, path) && r != path)
     }
 
-    /// Resolves a `path` argument to a normalised guest path inside a grant.
+    /// Resolves a `path` argument naming a file to a normalised guest path inside a grant.
     ///
     /// Relative paths are taken relative to the granted directory that contains them (the
-    /// only one, or the first where the path exists).
+    /// only one, or the first where the path exists). An absolute path outside every grant is
+    /// refused, and the host is told the call lacked the file's directory read-only (see
+    /// [`crate::grants`]): a person may be asked for it.
     pub fn resolve(&self, arg: &str, field: &str) -> Result<String, ToolError> {
+        self.resolve_wanting(arg, field, Wanted::Parent)
+    }
+
+    /// As [`GrantedDirs::resolve`], for an argument naming a directory: the host is told the
+    /// call lacked that directory itself.
+    pub fn resolve_dir(&self, arg: &str, field: &str) -> Result<String, ToolError> {
+        self.resolve_wanting(arg, field, Wanted::Itself)
+    }
+
+    fn resolve_wanting(&self, arg: &str, field: &str, wanted: Wanted) -> Result<String, ToolError> {
         if arg.trim().is_empty() {
             return Err(ToolError::invalid(format!(
                 "`{field}` is empty; pass a path inside a granted directory ({})",
@@ -126,7 +138,7 @@ impl GrantedDirs {
             if self.is_granted(&path) || self.is_above_grants(&path) {
                 return Ok(path);
             }
-            return Err(self.outside(arg));
+            return Err(self.outside_wanting(arg, &path, wanted));
         }
         let candidates: Vec<String> = self
             .roots
@@ -155,7 +167,7 @@ impl GrantedDirs {
     ) -> Result<Vec<String>, ToolError> {
         match arg {
             Some(a) => {
-                let path = self.resolve(a, field)?;
+                let path = self.resolve_dir(a, field)?;
                 if self.is_granted(&path) {
                     Ok(vec![path])
                 } else {
@@ -178,6 +190,29 @@ impl GrantedDirs {
     fn outside(&self, arg: &str) -> ToolError {
         ToolError::denied(format!(
             "{arg} is outside the directories granted to this tool ({}); use a path inside one of them",
+            self.roots_text()
+        ))
+    }
+
+    /// [`GrantedDirs::outside`] for the absolute, normalised `path`, after telling the host
+    /// the call lacked its directory (or itself) read-only.
+    fn outside_wanting(&self, arg: &str, path: &str, wanted: Wanted) -> ToolError {
+        let dir = match wanted {
+            Wanted::Itself => path,
+            Wanted::Parent => match path.rfind('/') {
+                Some(0) | None => "/",
+                Some(i) => &path[..i],
+            },
+        };
+        let grant = format!("fs:{dir}:ro");
+        // `/` itself is never granted (it holds Cordon's own state), and a path with `:` has
+        // no grant syntax: then nobody can be asked.
+        if dir == "/" || dir.contains(':') || crate::grants::want(&grant).is_err() {
+            return self.outside(arg);
+        }
+        ToolError::denied(format!(
+            "{arg} is outside the directories granted to this tool ({}); use a path inside one \
+             of them, or the user may be asked to grant `{grant}`",
             self.roots_text()
         ))
     }
@@ -224,6 +259,15 @@ impl GrantedDirs {
             _ => ToolError::from_io(path, err),
         }
     }
+}
+
+/// Which directory a path argument outside the grants makes the host ask for.
+#[derive(Debug, Clone, Copy)]
+enum Wanted {
+    /// The directory holding it: the argument names a file.
+    Parent,
+    /// The path itself: the argument names a directory.
+    Itself,
 }
 
 /// Whether `path` is `root` or below it (both normalised).
@@ -303,5 +347,30 @@ mod tests {
         assert!(matches!(e, ToolError::NotFound(_)), "{e:?}");
         let one = GrantedDirs::with_roots(&["/data"]);
         assert_eq!(one.resolve("a/b.txt", "path").unwrap(), "/data/a/b.txt");
+    }
+
+    #[test]
+    fn a_path_outside_the_grants_tells_the_host_which_directory_it_lacked() {
+        let fs = GrantedDirs::with_roots(&["/data"]);
+        crate::grants::take_said();
+        let e = fs.resolve("/home/ann/notes/a.txt", "path").unwrap_err();
+        assert!(
+            matches!(&e, ToolError::Denied(m) if m.contains("`fs:/home/ann/notes:ro`")),
+            "{e:?}"
+        );
+        fs.resolve_dir("/home/ann/notes", "path").unwrap_err();
+        fs.resolve_or_roots(Some("/srv/logs/"), "path").unwrap_err();
+        // Nothing to ask for: a relative path, a file at the root, a path with `:`.
+        for nothing in ["../x", "/x.txt", "/a:b/c"] {
+            fs.resolve(nothing, "path").unwrap_err();
+        }
+        assert_eq!(
+            crate::grants::take_said(),
+            [
+                "fs:/home/ann/notes:ro",
+                "fs:/home/ann/notes:ro",
+                "fs:/srv/logs:ro"
+            ]
+        );
     }
 }

@@ -202,3 +202,117 @@ pub(crate) fn next_question(
             .cloned()
     })
 }
+
+/// A path outside every directory the plugin was granted fails inside the plugin, where the
+/// host cannot see it: the `files` plugin says which directory it lacked
+/// (`cordon:tool/grant-wanted`), a person grants it for the call, and the read runs again.
+/// What a plugin says is untrusted: a directory holding Cordon's own state is never offered.
+#[test]
+fn a_file_outside_every_grant_becomes_a_request_for_its_directory() {
+    let home = TestHome::new();
+    let data = home.scratch("data");
+    let other = std::fs::canonicalize(home.scratch("other")).unwrap();
+    std::fs::write(other.join("notes.txt"), "the notes outside /data").unwrap();
+    cordon_tests::support::install(
+        &home,
+        "files",
+        &[cordon_tests::support::grant_fs(&data, "/data", "ro")],
+        &[],
+    );
+    // As the lock writes a resolved grant: with the path the plugin sees it at.
+    let wanted = format!("fs:{0}:{0}:ro", other.display());
+    let path = other.join("notes.txt").display().to_string();
+    let lock_path = home.path().join("plugins.toml").display().to_string();
+    let model = Model::new(vec![
+        // The home: the plugin says it lacked it, and nobody is asked.
+        Step::tool_calls(vec![call("r0", "read_file", json!({ "path": lock_path }))]),
+        Step::tool_calls(vec![call("r1", "read_file", json!({ "path": path }))]),
+        Step::text("Read."),
+    ]);
+    let env = [
+        ("CORDON_LLM_URL", model.url()),
+        ("CORDON_MODEL", "scripted".to_string()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let served = Served::start(&home, &env, &[]);
+    served.post("/api/v1/sessions", json!({"id": "ann"}));
+    let events = served.stream("/api/v1/sessions/ann/messages", json!({"text": "Read it"}));
+    let question = served.pending("ann");
+    assert_eq!(question["requested_grants"], json!([wanted]), "{question}");
+    assert!(
+        question["reason"]
+            .as_str()
+            .unwrap()
+            .contains("the plugin says it lacked"),
+        "{question}"
+    );
+    served.answer(&question, "yes");
+    events.until("turn_finished", Duration::from_secs(60));
+    let refused = model.result(1, "r0");
+    assert!(
+        refused.contains("outside the directories granted"),
+        "{refused}"
+    );
+    let result = model.result(2, "r1");
+    assert!(result.contains("the notes outside /data"), "{result}");
+    served.terminate(Duration::from_secs(30));
+    // For this call only: nothing was written to the lock.
+    let lock = std::fs::read_to_string(home.path().join("plugins.toml")).unwrap();
+    assert!(!lock.contains(&other.display().to_string()), "{lock}");
+}
+
+/// An environment variable that was not granted is absent inside the sandbox: the plugin says
+/// it lacked `env:NAME`, a person grants it for the session, and the call runs again with the
+/// value read from the host's environment, which never reaches the lock.
+#[test]
+fn an_environment_variable_the_call_lacked_is_asked_for_by_name() {
+    // No network grant: a tool that can send data out is not offered a private variable once
+    // its session saw untrusted content (the Rule of Two), and this one would see its own.
+    let home = TestHome::new();
+    home.cordon(&["plugin", "install", fixture("probe").to_str().unwrap()])
+        .ok();
+    let config = home.scratch("cfg-env").join("cordon.toml");
+    std::fs::write(&config, "[approval.tools]\n\"probe.env\" = \"auto\"\n").unwrap();
+    let need = |id: &str| {
+        call(
+            id,
+            "env",
+            json!({ "name": "CORDON_TEST_SECRET", "need": true }),
+        )
+    };
+    let model = Model::new(vec![
+        Step::tool_calls(vec![need("e1")]),
+        Step::text("Read."),
+        // The next turn: given for the session, it is not asked for again.
+        Step::tool_calls(vec![need("e2")]),
+        Step::text("Again."),
+    ]);
+    let env = [
+        ("CORDON_LLM_URL", model.url()),
+        ("CORDON_MODEL", "scripted".to_string()),
+        ("CORDON_TEST_SECRET", "s3cret-value".to_string()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let served = Served::start(&home, &env, &["--config", config.to_str().unwrap()]);
+    served.post("/api/v1/sessions", json!({"id": "ann"}));
+    let events = served.stream("/api/v1/sessions/ann/messages", json!({"text": "Read it"}));
+    let question = served.pending("ann");
+    assert_eq!(
+        question["requested_grants"],
+        json!(["env:CORDON_TEST_SECRET"]),
+        "{question}"
+    );
+    served.answer(&question, "always");
+    events.until("turn_finished", Duration::from_secs(60));
+    assert!(
+        model.result(1, "e1").contains("s3cret-value"),
+        "{}",
+        model.result(1, "e1")
+    );
+    let events = served.stream("/api/v1/sessions/ann/messages", json!({"text": "Again"}));
+    events.until("turn_finished", Duration::from_secs(60));
+    assert!(model.result(3, "e2").contains("s3cret-value"));
+    served.terminate(Duration::from_secs(30));
+    let lock = std::fs::read_to_string(home.path().join("plugins.toml")).unwrap();
+    assert!(!lock.contains("CORDON_TEST_SECRET"), "{lock}");
+}
