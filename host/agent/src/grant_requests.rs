@@ -18,6 +18,10 @@
 //!    conversation, `for 30m` and `forever` record them in the lock (the host's
 //!    [`ToolHost::grant_for`](crate::ToolHost::grant_for)) and also give them to the call
 //!    again; `no` and `never` send the model the refused call's own error.
+//! 6. A grant recorded in the lock is also kept by the conversation, for a host that does not
+//!    reload the lock (a chat), but applies to a call only while the lock still holds it
+//!    ([`ToolHost::lock_grants`](crate::ToolHost::lock_grants)): `cordon revoke` reaches the
+//!    sessions running when it is run.
 //! 5. The call runs again, once, with the grants given; what it returns is its result.
 
 use cordon_core::Requester;
@@ -91,6 +95,10 @@ pub struct SessionGrant {
     /// When it ends, for a grant given for a while.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub until_ms: Option<i64>,
+    /// Also recorded in the lock (`for 30m`, `forever`): applies only while the lock holds it
+    /// (rule 6).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_lock: bool,
 }
 
 /// Which calls a session grant may apply to: of a plugin, its component now, in a turn of a
@@ -141,21 +149,42 @@ impl SessionGrants {
 
     /// The grants given in this conversation that apply to a call (see [`Applying`]).
     pub fn of(&self, to: Applying<'_>) -> Vec<String> {
+        self.of_held(to, None)
+    }
+
+    /// Whether a grant that applies to a call was also recorded in the lock: then what the
+    /// lock holds now decides whether it still applies (rule 6).
+    pub fn any_in_lock(&self, to: Applying<'_>) -> bool {
+        self.given.iter().any(|g| g.in_lock && g.applies(to))
+    }
+
+    /// [`SessionGrants::of`], leaving out a grant recorded in the lock that `held` (what the
+    /// lock holds now for the plugin, when known) no longer holds: revoked, or ended.
+    pub fn of_held(&self, to: Applying<'_>, held: Option<&[String]>) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         for g in self.given.iter().filter(|g| g.applies(to)) {
-            if !out.contains(&g.grant) {
+            let revoked = g.in_lock && held.is_some_and(|held| !held.contains(&g.grant));
+            if !revoked && !out.contains(&g.grant) {
                 out.push(g.grant.clone());
             }
         }
         out
     }
 
-    /// The grants of `wanted` that may still be asked for a call (rule 2).
+    /// The grants of `wanted` that may still be asked for a call (rule 2). One given for the
+    /// conversation is not asked for again, unless it was also recorded in the lock: that the
+    /// call still lacked it means the lock no longer holds it (rule 6), and it may be asked for
+    /// again.
     pub fn askable(&self, to: Applying<'_>, wanted: &[String]) -> Vec<String> {
-        let given = self.of(to);
+        let given: Vec<&str> = self
+            .given
+            .iter()
+            .filter(|g| !g.in_lock && g.applies(to))
+            .map(|g| g.grant.as_str())
+            .collect();
         wanted
             .iter()
-            .filter(|w| !given.contains(w) && !self.refused.contains(&key(to.plugin, w)))
+            .filter(|w| !given.contains(&w.as_str()) && !self.refused.contains(&key(to.plugin, w)))
             .cloned()
             .collect()
     }
@@ -185,7 +214,8 @@ impl SessionGrants {
         }
     }
 
-    /// Gives `grants` to the calls `to` describes, until `until_ms` or for the conversation.
+    /// Gives `grants` to the calls `to` describes, until `until_ms` or for the conversation;
+    /// `in_lock` when they were also recorded in the lock.
     pub fn give(
         &mut self,
         to: Applying<'_>,
@@ -193,6 +223,7 @@ impl SessionGrants {
         by: &str,
         at_ms: i64,
         until_ms: Option<i64>,
+        in_lock: bool,
     ) {
         for g in grants {
             self.given.retain(|s| !(s.applies(to) && s.grant == *g));
@@ -204,6 +235,7 @@ impl SessionGrants {
                 digest: to.digest.to_string(),
                 requester: to.requester.cloned(),
                 until_ms,
+                in_lock,
             });
         }
     }
@@ -245,6 +277,28 @@ mod tests {
     }
 
     #[test]
+    fn a_grant_kept_in_the_lock_applies_only_while_the_lock_holds_it() {
+        let mut s = SessionGrants::default();
+        let web = to("web", None, 0);
+        let (lasting, session) = ("net:https://a.example", "net:https://b.example");
+        s.give(web, &[lasting.to_string()], "ann", 1, None, true);
+        s.give(web, &[session.to_string()], "ann", 1, None, false);
+        assert!(s.any_in_lock(web));
+        assert!(!s.any_in_lock(to("fetch", None, 0)));
+        // Unknown (a host that cannot tell): both apply.
+        assert_eq!(s.of_held(web, None), [lasting, session]);
+        assert_eq!(
+            s.of_held(web, Some(&[lasting.to_string()])),
+            [lasting, session]
+        );
+        // Revoked: only the one given for the conversation is left, and the other may be
+        // asked for again.
+        assert_eq!(s.of_held(web, Some(&[])), [session]);
+        let wanted = [lasting.to_string(), session.to_string()];
+        assert_eq!(s.askable(web, &wanted), [lasting]);
+    }
+
+    #[test]
     fn refused_and_given_grants_are_not_asked_again_and_requests_are_bounded() {
         let mut s = SessionGrants::default();
         let wanted = vec![
@@ -254,7 +308,7 @@ mod tests {
         let web = to("web", None, 0);
         assert_eq!(s.askable(web, &wanted), wanted);
         s.refuse("web", &wanted[..1]);
-        s.give(web, &wanted[1..], "ann", 1, None);
+        s.give(web, &wanted[1..], "ann", 1, None, false);
         assert!(s.askable(web, &wanted).is_empty());
         // Another plugin is another question.
         assert_eq!(s.askable(to("fetch", None, 0), &wanted), wanted);
@@ -269,7 +323,14 @@ mod tests {
             })
             .is_empty()
         );
-        s.give(to("web", Some(&bob), 0), &wanted[..1], "ann", 1, Some(100));
+        s.give(
+            to("web", Some(&bob), 0),
+            &wanted[..1],
+            "ann",
+            1,
+            Some(100),
+            false,
+        );
         assert_eq!(s.of(to("web", Some(&bob), 99)).len(), 1);
         assert!(s.of(to("web", Some(&bob), 100)).is_empty());
         assert!(s.limit_reached(MAX_PER_TURN - 1).is_none());

@@ -81,6 +81,15 @@ pub trait ToolHost: Send + Sync {
         Err("this host cannot record grants".to_string())
     }
 
+    /// The grants the lock holds now for the plugin of tool `name`, lasting ones and those
+    /// given for a while that have not ended, in grant syntax; `None` when this host has no
+    /// lock or cannot read it (then a conversation's copies of them apply as kept). Read for
+    /// calls that a conversation gave such grants to, so that `cordon revoke` reaches them.
+    fn lock_grants(&self, name: &str) -> Option<Vec<String>> {
+        let _ = name;
+        None
+    }
+
     /// Grants given for a while whose end passed, dropped from the lock since last asked, as
     /// (plugin, line): the driver puts them in the audit log. The default has none.
     fn take_expired(&self) -> Vec<(String, String)> {
@@ -183,6 +192,10 @@ impl ToolHost for SelectedTools {
         by: &str,
     ) -> Result<Vec<String>, String> {
         self.inner.grant_for(name, grants, minutes, by).await
+    }
+
+    fn lock_grants(&self, name: &str) -> Option<Vec<String>> {
+        self.inner.lock_grants(name)
     }
 
     fn take_expired(&self) -> Vec<(String, String)> {

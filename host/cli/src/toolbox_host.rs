@@ -268,6 +268,36 @@ impl ToolHost for ToolboxHost {
         Ok(lines)
     }
 
+    fn lock_grants(&self, name: &str) -> Option<Vec<String>> {
+        let (home, plugin) = (self.home.as_ref()?, self.plugin_of(name)?);
+        let lock = match home.read() {
+            Ok(lock) => lock,
+            Err(e) => {
+                tracing::warn!(%plugin, "cannot read the lock to check grants given through grant requests: {e}");
+                return None;
+            }
+        };
+        // A plugin no longer installed holds nothing.
+        let Ok(record) = lock.plugin(plugin) else {
+            return Some(Vec::new());
+        };
+        let now = cordon_core::now_ms();
+        Some(
+            record
+                .grants
+                .iter()
+                .map(ToString::to_string)
+                .chain(
+                    record
+                        .expiring
+                        .iter()
+                        .filter(|e| e.applies_at(now))
+                        .map(|e| e.grant.to_string()),
+                )
+                .collect(),
+        )
+    }
+
     fn take_expired(&self) -> Vec<(String, String)> {
         let taken = std::mem::take(
             &mut *self

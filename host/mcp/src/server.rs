@@ -569,15 +569,27 @@ impl McpServer {
         let introduced = introduced_name(&context);
         let caller = self.caller(&introduced, token.as_deref());
         let labels = self.labels_for(&context, token.as_deref(), &introduced);
+        let to = cordon_agent::grant_requests::Applying {
+            plugin: &spec.plugin,
+            digest: &spec.digest,
+            requester: None,
+            now_ms: now_ms(),
+        };
+        // A grant also recorded in the lock applies only while the lock holds it (`cordon
+        // revoke` reaches this session), read only when the session holds one.
+        let in_lock = {
+            let held = labels.lock().unwrap_or_else(|e| e.into_inner());
+            held.grants.any_in_lock(to)
+        };
+        let lock_grants = in_lock
+            .then(|| catalog.host.lock_grants(&spec.name))
+            .flatten();
         let (seen, session_grants) = {
             let held = labels.lock().unwrap_or_else(|e| e.into_inner());
-            let to = cordon_agent::grant_requests::Applying {
-                plugin: &spec.plugin,
-                digest: &spec.digest,
-                requester: None,
-                now_ms: now_ms(),
-            };
-            (held.labels.clone(), held.grants.of(to))
+            (
+                held.labels.clone(),
+                held.grants.of_held(to, lock_grants.as_deref()),
+            )
         };
         // The tool as it runs in this session: with the grants given for it, which policy,
         // approval and the Rule of Two must see.

@@ -316,3 +316,49 @@ fn an_environment_variable_the_call_lacked_is_asked_for_by_name() {
     let lock = std::fs::read_to_string(home.path().join("plugins.toml")).unwrap();
     assert!(!lock.contains("CORDON_TEST_SECRET"), "{lock}");
 }
+
+/// A grant given for good through a grant request is kept by the session too (a chat does not
+/// reload the lock), but `cordon revoke` run while the session lives takes it back from it:
+/// the next call is asked about again instead of running with it.
+#[test]
+fn revoking_a_grant_given_for_good_reaches_the_running_session() {
+    let (home, _granted, other, config) = setup();
+    let model = Model::new(vec![
+        Step::tool_calls(vec![fetch("f1", &other.url("/b"))]),
+        Step::text("Fetched."),
+        Step::tool_calls(vec![fetch("f2", &other.url("/c"))]),
+        Step::text("Again."),
+        Step::tool_calls(vec![fetch("f3", &other.url("/d"))]),
+        Step::text("Not this time."),
+    ]);
+    let env = [
+        ("CORDON_LLM_URL", model.url()),
+        ("CORDON_MODEL", "scripted".to_string()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let served = Served::start(&home, &env, &["--config", config.to_str().unwrap()]);
+    served.post("/api/v1/sessions", json!({"id": "ann"}));
+    let events = served.stream("/api/v1/sessions/ann/messages", json!({"text": "Fetch"}));
+    let question = served.pending("ann");
+    served.answer(&question, "forever");
+    events.until("turn_finished", Duration::from_secs(60));
+    let events = served.stream("/api/v1/sessions/ann/messages", json!({"text": "Again"}));
+    events.until("turn_finished", Duration::from_secs(60));
+    assert_eq!(other.asked(), ["/b", "/c"]);
+    let wanted = format!("net:{}", other.origin());
+    home.cordon(&["revoke", "probe", &wanted]).ok();
+    let events = served.stream(
+        "/api/v1/sessions/ann/messages",
+        json!({"text": "Once more"}),
+    );
+    let asked_again = crate::grant_requests::next_question(&served, "ann", &question);
+    assert_eq!(
+        asked_again["requested_grants"],
+        json!([wanted]),
+        "{asked_again}"
+    );
+    served.answer(&asked_again, "no");
+    events.until("turn_finished", Duration::from_secs(60));
+    assert_eq!(other.asked(), ["/b", "/c"]);
+    served.terminate(Duration::from_secs(30));
+}

@@ -262,7 +262,12 @@ fn initializes_sent_at_once_open_no_more_sessions_than_the_bound() {
     });
     let opened = statuses.iter().filter(|s| **s == 200).count();
     let refused = statuses.iter().filter(|s| **s == 503).count();
-    assert_eq!((opened, refused), (5, clients - 5), "{statuses:?}");
+    // Never past the bound. Fewer may open: all at once, the host's other bounds (requests
+    // under way) may refuse one of the first five too, with the same 503.
+    assert!(
+        (1..=5).contains(&opened) && opened + refused == clients,
+        "{statuses:?}"
+    );
 }
 
 #[test]

@@ -191,12 +191,19 @@ impl Agent {
             }
             let mut grants = run.grants.clone();
             if let Some(spec) = spec {
-                grants.extend(conv.grants.of(Applying {
+                let to = Applying {
                     plugin: &spec.plugin,
                     digest: &spec.digest,
                     requester: conv.requester(),
                     now_ms: now_ms(),
-                }));
+                };
+                // Only a call given a grant that is also in the lock reads the lock.
+                let held = conv
+                    .grants
+                    .any_in_lock(to)
+                    .then(|| self.tools.lock_grants(&run.tool))
+                    .flatten();
+                grants.extend(conv.grants.of_held(to, held.as_deref()));
             }
             prepared.push((run, grants, None));
         }

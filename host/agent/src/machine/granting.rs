@@ -171,7 +171,9 @@ pub(super) fn answer_grant(
                 }
             };
             if let Some(until) = until {
-                conv.grants.give(to, &request.grants, &by, at_ms, until);
+                let in_lock = matches!(span, GrantSpan::Minutes(_) | GrantSpan::Forever);
+                conv.grants
+                    .give(to, &request.grants, &by, at_ms, until, in_lock);
             }
             out.push(Action::GiveGrants {
                 call_id: call_id.clone(),

@@ -160,12 +160,14 @@ impl McpServer {
             GrantSpan::Forever => Some(None),
             GrantSpan::Call | GrantSpan::Session => None,
         };
+        let mut in_lock = lasting.is_some();
         if let Some(minutes) = lasting
             && let Err(e) = catalog
                 .host
                 .grant_for(&spec.name, &askable, minutes, &given.by)
                 .await
         {
+            in_lock = false;
             tracing::warn!("grants given {} were not recorded: {e}", span.describe());
             details = vec![format!(
                 "not recorded: {grants} {} ({e}); given to this session only (grant request of \
@@ -200,7 +202,7 @@ impl McpServer {
             };
             if let Some(until) = until {
                 held.grants
-                    .give(to, &askable, &given.by, given.at_ms, until);
+                    .give(to, &askable, &given.by, given.at_ms, until, in_lock);
             }
             held.grants.of(to)
         };

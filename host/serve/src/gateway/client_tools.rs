@@ -201,8 +201,23 @@ impl ToolHost for WithClientTools {
         arguments: Value,
         cancel: CancellationToken,
     ) -> (Result<Vec<ToolContent>, ToolFailure>, Option<CallReport>) {
+        self.call_granted(name, arguments, &[], cancel).await
+    }
+
+    /// Cordon's own tools run in the inner host, with what grant requests gave them; the
+    /// client's tools run in the client, where no grant reaches.
+    async fn call_granted(
+        &self,
+        name: &str,
+        arguments: Value,
+        grants: &[String],
+        cancel: CancellationToken,
+    ) -> (Result<Vec<ToolContent>, ToolFailure>, Option<CallReport>) {
         if !self.client.iter().any(|s| s.name == name) {
-            return self.inner.call_reported(name, arguments, cancel).await;
+            return self
+                .inner
+                .call_granted(name, arguments, grants, cancel)
+                .await;
         }
         let result = self.calls.result_of(&self.session, name, &arguments);
         let outcome = tokio::select! {
@@ -223,6 +238,36 @@ impl ToolHost for WithClientTools {
         };
         self.calls.done(&self.session, name, &arguments);
         (outcome, None)
+    }
+
+    fn requestable(&self, name: &str, wanted: &[String]) -> Vec<String> {
+        if self.client.iter().any(|s| s.name == name) {
+            return Vec::new();
+        }
+        self.inner.requestable(name, wanted)
+    }
+
+    async fn grant_for(
+        &self,
+        name: &str,
+        grants: &[String],
+        minutes: Option<u64>,
+        by: &str,
+    ) -> Result<Vec<String>, String> {
+        if self.client.iter().any(|s| s.name == name) {
+            return Err(format!(
+                "`{name}` runs in the client, where no grant reaches"
+            ));
+        }
+        self.inner.grant_for(name, grants, minutes, by).await
+    }
+
+    fn lock_grants(&self, name: &str) -> Option<Vec<String>> {
+        self.inner.lock_grants(name)
+    }
+
+    fn take_expired(&self) -> Vec<(String, String)> {
+        self.inner.take_expired()
     }
 }
 
