@@ -196,6 +196,21 @@ impl FromStr for HttpOrigin {
                 if d.is_empty() {
                     return Err(syntax(&input, "the host name is empty"));
                 }
+                // Written without its trailing dots, the name must read as itself: the URL
+                // parser takes `127.0..` for a name only because of the dots, and `127.0`
+                // is an address (and `039..` reads as nothing).
+                match url::Host::parse(d) {
+                    Ok(url::Host::Domain(again)) if again == d => {}
+                    _ => {
+                        return Err(syntax(
+                            &input,
+                            format!(
+                                "the host `{d}` is not a host name: without its trailing dots \
+                                 it reads as an address, or not at all"
+                            ),
+                        ));
+                    }
+                }
                 d.to_ascii_lowercase()
             }
             Some(url::Host::Ipv4(ip)) => ip.to_string(),
@@ -626,6 +641,30 @@ mod tests {
 
     fn err(s: &str) -> String {
         s.parse::<Grant>().expect_err(s).to_string()
+    }
+
+    /// Found by fuzzing (`grant`): a name the URL parser reads only because of its trailing
+    /// dots was written back as an address, or as nothing that reads.
+    #[test]
+    fn a_host_reads_as_itself_without_its_trailing_dots() {
+        assert_eq!(g("net:https://docs.rs.").to_string(), "net:https://docs.rs");
+        assert_eq!(
+            g("net:https://docs.rs..").to_string(),
+            "net:https://docs.rs"
+        );
+        for bad in [
+            "net:http://127.0........",
+            "net:http://127.0.0..:8080",
+            "net:http://039...",
+            "net:http://127..127....",
+            "net:http://1....",
+        ] {
+            assert!(
+                err(bad).contains("is not a host name"),
+                "{bad}: {}",
+                err(bad)
+            );
+        }
     }
 
     #[test]
