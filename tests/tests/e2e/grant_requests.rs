@@ -37,6 +37,24 @@ fn setup() -> (TestHome, HttpServer, HttpServer, std::path::PathBuf) {
     (home, granted, other, config)
 }
 
+/// `cordon serve` on `home` in front of `model`, with `env` besides the model's, and `config`.
+fn serve(
+    home: &TestHome,
+    model: &Model,
+    env: &[(&str, &str)],
+    config: Option<&std::path::Path>,
+) -> Served {
+    let url = model.url();
+    let mut all = vec![
+        ("CORDON_LLM_URL", url.as_str()),
+        ("CORDON_MODEL", "scripted"),
+    ];
+    all.extend_from_slice(env);
+    let config = config.map(|c| c.to_str().unwrap());
+    let args: Vec<&str> = config.into_iter().flat_map(|c| ["--config", c]).collect();
+    Served::start(home, &all, &args)
+}
+
 fn fetch(id: &str, url: &str) -> cordon_scripted_llm::ScriptedCall {
     call(id, "http", json!({ "url": url }))
 }
@@ -86,12 +104,7 @@ fn over_the_api_a_person_grants_an_origin_for_a_while_and_the_call_runs_again() 
         Step::tool_calls(vec![fetch("f2", &other.url("/b"))]),
         Step::text("Again."),
     ]);
-    let env = [
-        ("CORDON_LLM_URL", model.url()),
-        ("CORDON_MODEL", "scripted".to_string()),
-    ];
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let served = Served::start(&home, &env, &["--config", config.to_str().unwrap()]);
+    let served = serve(&home, &model, &[], Some(&config));
     let created = served.post("/api/v1/sessions", json!({"id": "ann"}));
     assert_eq!(created.status, 201, "{}", created.text);
     let events = served.stream("/api/v1/sessions/ann/messages", json!({"text": "Fetch it"}));
@@ -155,12 +168,7 @@ fn a_grant_for_this_call_only_is_asked_again_next_time_and_never_is_remembered()
         Step::tool_calls(vec![fetch("f3", &other.url("/d"))]),
         Step::text("Done."),
     ]);
-    let env = [
-        ("CORDON_LLM_URL", model.url()),
-        ("CORDON_MODEL", "scripted".to_string()),
-    ];
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let served = Served::start(&home, &env, &["--config", config.to_str().unwrap()]);
+    let served = serve(&home, &model, &[], Some(&config));
     served.post("/api/v1/sessions", json!({"id": "bob"}));
     let events = served.stream("/api/v1/sessions/bob/messages", json!({"text": "Fetch"}));
     let first = served.pending("bob");
@@ -229,12 +237,7 @@ fn a_file_outside_every_grant_becomes_a_request_for_its_directory() {
         Step::tool_calls(vec![call("r1", "read_file", json!({ "path": path }))]),
         Step::text("Read."),
     ]);
-    let env = [
-        ("CORDON_LLM_URL", model.url()),
-        ("CORDON_MODEL", "scripted".to_string()),
-    ];
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let served = Served::start(&home, &env, &[]);
+    let served = serve(&home, &model, &[], None);
     served.post("/api/v1/sessions", json!({"id": "ann"}));
     let events = served.stream("/api/v1/sessions/ann/messages", json!({"text": "Read it"}));
     let question = served.pending("ann");
@@ -287,13 +290,12 @@ fn an_environment_variable_the_call_lacked_is_asked_for_by_name() {
         Step::tool_calls(vec![need("e2")]),
         Step::text("Again."),
     ]);
-    let env = [
-        ("CORDON_LLM_URL", model.url()),
-        ("CORDON_MODEL", "scripted".to_string()),
-        ("CORDON_TEST_SECRET", "s3cret-value".to_string()),
-    ];
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let served = Served::start(&home, &env, &["--config", config.to_str().unwrap()]);
+    let served = serve(
+        &home,
+        &model,
+        &[("CORDON_TEST_SECRET", "s3cret-value")],
+        Some(&config),
+    );
     served.post("/api/v1/sessions", json!({"id": "ann"}));
     let events = served.stream("/api/v1/sessions/ann/messages", json!({"text": "Read it"}));
     let question = served.pending("ann");
@@ -331,12 +333,7 @@ fn revoking_a_grant_given_for_good_reaches_the_running_session() {
         Step::tool_calls(vec![fetch("f3", &other.url("/d"))]),
         Step::text("Not this time."),
     ]);
-    let env = [
-        ("CORDON_LLM_URL", model.url()),
-        ("CORDON_MODEL", "scripted".to_string()),
-    ];
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let served = Served::start(&home, &env, &["--config", config.to_str().unwrap()]);
+    let served = serve(&home, &model, &[], Some(&config));
     served.post("/api/v1/sessions", json!({"id": "ann"}));
     let events = served.stream("/api/v1/sessions/ann/messages", json!({"text": "Fetch"}));
     let question = served.pending("ann");
