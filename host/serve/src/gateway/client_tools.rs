@@ -323,6 +323,90 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// Cordon's own tools, as the inner host sees them: what grants reached a call, and which
+    /// grants a request was checked for.
+    #[derive(Default)]
+    struct Inner {
+        granted: Mutex<Vec<Vec<String>>>,
+    }
+
+    #[async_trait]
+    impl ToolHost for Inner {
+        fn tools(&self) -> Vec<ToolSpec> {
+            Vec::new()
+        }
+
+        async fn call(
+            &self,
+            _: &str,
+            _: Value,
+            _: CancellationToken,
+        ) -> Result<Vec<ToolContent>, ToolFailure> {
+            Ok(Vec::new())
+        }
+
+        async fn call_granted(
+            &self,
+            _: &str,
+            _: Value,
+            grants: &[String],
+            _: CancellationToken,
+        ) -> (Result<Vec<ToolContent>, ToolFailure>, Option<CallReport>) {
+            self.granted.lock().unwrap().push(grants.to_vec());
+            (Ok(Vec::new()), None)
+        }
+
+        fn requestable(&self, _: &str, wanted: &[String]) -> Vec<String> {
+            wanted.to_vec()
+        }
+    }
+
+    /// Before, a request that defined tools of its own refused every grant a grant request
+    /// gave Cordon's tools (the trait's default) and offered none.
+    #[tokio::test]
+    async fn cordon_tools_keep_their_grants_beside_the_clients_tools() {
+        let inner = Arc::new(Inner::default());
+        let client = vec![ToolSpec {
+            name: "client_fn".into(),
+            tool: "client_fn".into(),
+            description: "The client's own.".into(),
+            input_schema: json!({"type": "object"}),
+            output_schema: None,
+            hints: Default::default(),
+            plugin: "client".into(),
+            grants: Vec::new(),
+            can_change_anything: false,
+            digest: String::new(),
+            proven: Default::default(),
+            reach: Default::default(),
+            exposure: Default::default(),
+        }];
+        let host = WithClientTools {
+            inner: inner.clone(),
+            client,
+            calls: Arc::new(ClientCalls::default()),
+            session: "s".into(),
+            timeout: Duration::from_secs(1),
+        };
+        let given = vec!["net:https://a.example".to_string()];
+        let (result, _) = host
+            .call_granted("files.read", json!({}), &given, CancellationToken::new())
+            .await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(
+            inner.granted.lock().unwrap().as_slice(),
+            std::slice::from_ref(&given)
+        );
+        assert_eq!(host.requestable("files.read", &given), given);
+        // The client's own tool runs where no grant reaches.
+        assert!(host.requestable("client_fn", &given).is_empty());
+        assert!(
+            host.grant_for("client_fn", &given, None, "ann")
+                .await
+                .is_err()
+        );
+    }
+
     #[test]
     fn client_results_reach_the_call_they_answer_whichever_comes_first() {
         let calls = ClientCalls::default();
