@@ -252,8 +252,19 @@ pub fn reason(tool: &str, request: &GrantRequest) -> String {
     } else {
         format!(" ({})", request.refused.join("; "))
     };
+    // What the plugin said it lacked is the plugin's word, not something the sandbox saw.
+    let said = !request.refused.is_empty()
+        && request
+            .refused
+            .iter()
+            .all(|r| r.starts_with(cordon_core::SAID_LACKED));
+    let what = if said {
+        format!("`{tool}` failed for want of a grant")
+    } else {
+        format!("the sandbox refused `{tool}` something")
+    };
     format!(
-        "the sandbox refused `{tool}` something{refused}; it would be allowed with {}",
+        "{what}{refused}; it would be allowed with {}",
         request
             .grants
             .iter()

@@ -36,6 +36,10 @@ pub struct CallReport {
     pub wanted: Vec<String>,
 }
 
+/// How a refusal line of a call's report begins when the plugin itself said which grant it
+/// lacked (`cordon:tool/grant-wanted`), rather than the sandbox refusing something it saw.
+pub const SAID_LACKED: &str = "the plugin says it lacked";
+
 /// How many wanted grants one call's report keeps.
 pub const MAX_GRANTS_WANTED: usize = 8;
 

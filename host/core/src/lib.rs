@@ -22,7 +22,8 @@ mod written;
 
 pub use audit::{
     AuditEntry, AuditRecord, CallOutcome, CallReport, HomeChangeAudit, MAX_GRANTS_WANTED,
-    MAX_REFUSALS_RECORDED, Requester, ToolCallAudit, arguments_sha256, local_user, now_ms,
+    MAX_REFUSALS_RECORDED, Requester, SAID_LACKED, ToolCallAudit, arguments_sha256, local_user,
+    now_ms,
 };
 /// The plugin name of the tools Cordon provides itself (`cordon.read_result`): no installed
 /// plugin may take it, so rules, answers and audit records never mix the two.

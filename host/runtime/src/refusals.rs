@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use std::path::Path;
 
-use cordon_core::{CallReport, Grant, GrantError, MAX_GRANTS_WANTED, Marks};
+use cordon_core::{CallReport, Grant, GrantError, MAX_GRANTS_WANTED, Marks, SAID_LACKED};
 
 use crate::caps::MAX_REFUSAL_LINE_BYTES;
 
@@ -91,7 +91,7 @@ impl Refusals {
         }
         self.said += 1;
         let grant = parsed.to_string();
-        self.refuse(format!("the plugin says it lacked `{grant}`"));
+        self.refuse(format!("{SAID_LACKED} `{grant}`"));
         self.noted.want(grant);
         Ok(())
     }
