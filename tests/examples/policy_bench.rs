@@ -647,6 +647,7 @@ fn decision_times(samples: usize) -> usize {
                 session: &session,
                 counts: &b.counts,
                 now_ms: MONDAY_MORNING,
+                reach: None,
             });
             std::hint::black_box(approval::decide(
                 &config.approval,

@@ -512,6 +512,7 @@ async fn explain(home: &Home, args: ExplainArgs) -> anyhow::Result<()> {
         session: &session,
         counts: &counts,
         now_ms,
+        reach: None,
     });
     let default = grant_default(&found.config.approval, spec);
     let each = with_errors(each, &verdict);

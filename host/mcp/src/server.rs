@@ -601,7 +601,14 @@ impl McpServer {
             &widened
         };
         let verdict = self
-            .verdict(&policy, spec, &arguments, &caller, &seen)
+            .verdict(
+                &policy,
+                spec,
+                !session_grants.is_empty(),
+                &arguments,
+                &caller,
+                &seen,
+            )
             .await;
         let facts = CallFacts {
             spec,

@@ -47,6 +47,11 @@ pub struct Call<'a> {
     pub counts: &'a BTreeMap<String, u64>,
     /// Now, in milliseconds since the Unix epoch.
     pub now_ms: i64,
+    /// What the tool reaches for this call, when grants given through a grant request (for
+    /// the call, the session or a while) widen what it was installed with; `None`: what it
+    /// was installed with. Rules whose reach tests (`can_change`, `writes`, `network`) fit the
+    /// one but not the other are decided by this one.
+    pub reach: Option<&'a crate::Reach>,
 }
 
 /// An absolute path with `.`, `..` and repeated `/` resolved lexically, or `None` for a

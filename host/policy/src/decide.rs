@@ -53,7 +53,15 @@ impl Policy {
         let Some(t) = self.tools.get(call.tool) else {
             return self.verdict(Vec::new());
         };
-        if t.native.is_empty() && t.cedar.is_empty() {
+        let widened;
+        let native: &[usize] = match call.reach {
+            Some(reach) if !t.reach_bound.is_empty() => {
+                widened = self.native_reaching(t, reach);
+                &widened
+            }
+            _ => &t.native,
+        };
+        if native.is_empty() && t.cedar.is_empty() {
             return self.verdict(Vec::new());
         }
         let moment = match self.moment_for(t, call.now_ms) {
@@ -63,7 +71,7 @@ impl Policy {
         let mut request = None;
         let mut applied: Applied = Vec::new();
         let mut args = Arguments::new(call.args, self.arg_paths, Some(&t.regex_sets));
-        for &i in &t.native {
+        for &i in native {
             let check = self.rules[i]
                 .check
                 .as_ref()
@@ -104,6 +112,22 @@ impl Policy {
             })
             .collect();
         self.verdict(rules)
+    }
+
+    /// The rules of `t` a call whose tool reaches `reach` evaluates: `native`'s and
+    /// `reach_bound`'s whose reach tests fit it, in the order written.
+    fn native_reaching(&self, t: &ToolPolicy, reach: &crate::Reach) -> Vec<usize> {
+        let fits = |i: &usize| self.rules[*i].check.as_ref().is_some_and(|c| c.fits(reach));
+        let mut out: Vec<usize> = t
+            .native
+            .iter()
+            .chain(&t.reach_bound)
+            .copied()
+            .filter(fits)
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
     }
 
     /// Every rule of `call`'s tool, each evaluated alone: what `policy explain` shows.

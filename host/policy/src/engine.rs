@@ -92,7 +92,11 @@ pub(crate) struct ToolPolicy {
     pub(crate) cedar: PolicySet,
     /// Whether any of `native` reads the time.
     pub(crate) reads_time: bool,
-    /// The regular expressions of `native`, as sets by argument.
+    /// The `cordon.toml` rules in the tool's scope that test its reach, fitting what it was
+    /// installed with or not: a call whose tool reaches more ([`crate::Call::reach`]) is
+    /// decided by those of them that fit what it reaches then, instead of by `native`'s.
+    pub(crate) reach_bound: Vec<usize>,
+    /// The regular expressions of `native` and `reach_bound`, as sets by argument.
     pub(crate) regex_sets: RegexSets,
     /// What of a request's context the tool's Cedar evaluations read.
     pub(crate) needs: Needs,
@@ -414,19 +418,26 @@ impl Policy {
             let mut cedar_texts = Vec::new();
             let mut wanted: HashSet<&str> = HashSet::new();
             let mut tool_counters: BTreeSet<usize> = BTreeSet::new();
+            let mut reach_bound = Vec::new();
             for p in all.policies() {
                 if in_scope(p, &ancestors) {
                     let i = index[p.id()];
                     wanted.insert(rules[i].rule.id.as_str());
                     tool_counters.extend(&reads[p.id()]);
                     match &rules[i].check {
-                        Some(check) if check.fits(&tool.reach) => {
-                            native.push(i);
+                        Some(check) => {
+                            if check.fits(&tool.reach) {
+                                native.push(i);
+                            }
+                            if !check.reach.is_empty() {
+                                reach_bound.push(i);
+                            }
+                            // Every rule here is in `native` or `reach_bound`, either of which a
+                            // call may evaluate.
                             if let Some(when) = &check.when {
                                 cedar_texts.push(when.text.clone());
                             }
                         }
-                        Some(_) => {}
                         None => {
                             cedar.add(p.clone()).expect("ids are unique");
                             cedar_texts.push(p.to_string());
@@ -435,11 +446,16 @@ impl Policy {
                 }
             }
             native.sort_unstable();
+            reach_bound.sort_unstable();
+            // What a widened call may evaluate: `native` and the rules bound to a reach.
+            let mut either: Vec<usize> = native.iter().chain(&reach_bound).copied().collect();
+            either.sort_unstable();
+            either.dedup();
             let regex_sets = native::regex_sets(
-                native.iter().filter_map(|&i| rules[i].check.as_ref()),
+                either.iter().filter_map(|&i| rules[i].check.as_ref()),
                 regexes,
             );
-            let reads_time = native
+            let reads_time = either
                 .iter()
                 .any(|&i| rules[i].check.as_ref().is_some_and(Check::reads_time));
             let tool_facts = facts
@@ -456,6 +472,7 @@ impl Policy {
                     resource: uid("Plugin", &tool.plugin),
                     input,
                     native,
+                    reach_bound,
                     cedar,
                     reads_time,
                     regex_sets,

@@ -60,6 +60,7 @@ fn check(policy: &Policy, config: &PolicyConfig, sources: &[String]) -> Result<(
                     session: &session,
                     counts: &counts,
                     now_ms,
+                    reach: None,
                 };
                 let applies = policy
                     .rule_applies(&rule.id, &call)

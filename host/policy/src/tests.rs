@@ -109,6 +109,7 @@ impl Ask<'_> {
             session: &self.session,
             counts: &self.counts,
             now_ms: self.now_ms,
+            reach: None,
         })
     }
 }
@@ -569,6 +570,7 @@ fn the_digest_follows_the_text_and_explain_lists_every_rule() {
         session: &session,
         counts: &counts,
         now_ms: MONDAY_NOON,
+        reach: None,
     });
     assert_eq!(v.decision, Some(Decision::Deny));
     let applied: Vec<(&str, bool)> = each.iter().map(|(r, a)| (r.id.as_str(), *a)).collect();
@@ -662,4 +664,56 @@ rules = [
         "{:?}",
         overflows.applied[0]
     );
+}
+
+/// A tool given more through a grant request (for a call, a session or a while) is decided by
+/// what it reaches then: a rule denying tools that reach the network applies once it does, and
+/// an allow for tools that write nothing stops applying once they can.
+#[test]
+fn rules_on_reach_decide_by_what_grants_given_since_make_the_tool_reach() {
+    let p = load(
+        r#"
+[policy]
+rules = [
+  { id = "offline", tool = "ro.look", network = true, decision = "deny", reason = "look stays offline" },
+  { id = "reads", tool = "ro.look", writes = false, decision = "allow" },
+]
+"#,
+    )
+    .unwrap();
+    let ask = call("ro.look", json!({"q": "x"}));
+    let decide = |reach: Option<&Reach>| {
+        p.decide(&Call {
+            tool: ask.tool,
+            args: &ask.args,
+            caller: &ask.caller,
+            session: &ask.session,
+            counts: &ask.counts,
+            now_ms: ask.now_ms,
+            reach,
+        })
+    };
+    // As installed (read-only, no network), and with a reach that is the same.
+    assert_eq!(ids(&decide(None)), ["reads"]);
+    let installed = Reach {
+        read_only: vec!["/docs".into()],
+        ..Reach::default()
+    };
+    assert_eq!(ids(&decide(Some(&installed))), ["reads"]);
+    // Given an origin: denied.
+    let online = Reach {
+        can_change: true,
+        network: vec!["https://a.example:443".into()],
+        ..installed.clone()
+    };
+    let v = decide(Some(&online));
+    assert_eq!(v.decision, Some(Decision::Deny), "{:?}", ids(&v));
+    assert!(ids(&v).contains(&"offline".to_string()));
+    // Given a read-write directory: the allow for tools that write nothing is gone.
+    let writes = Reach {
+        can_change: true,
+        read_write: vec!["/out".into()],
+        ..installed
+    };
+    assert!(ids(&decide(Some(&writes))).is_empty());
 }

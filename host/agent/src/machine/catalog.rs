@@ -88,9 +88,12 @@ impl ToolCatalog {
     }
 
     /// What the per-call policy says of a call with `args`, or `None` when there is no policy.
+    /// `widened`: the spec carries grants given through grant requests, so rules on its reach
+    /// decide by what it reaches now.
     fn verdict(
         &self,
         spec: &ToolSpec,
+        widened: bool,
         args: &Value,
         conv_approved: &BTreeMap<String, usize>,
         labels: &cordon_core::SessionLabels,
@@ -112,10 +115,28 @@ impl ToolCatalog {
                     session: &session,
                     counts: inputs.counts.get(&identity).unwrap_or(&none),
                     now_ms: inputs.now_ms,
+                    reach: widened.then_some(&spec.reach),
                 }))
             }
             Err(e) => Some(approval::broken_policy(e)),
         }
+    }
+
+    /// Why the policy would deny a call with `args` of `widened` (the tool with the grants a
+    /// grant request would give it), or `None` when it would not: a person is not asked for
+    /// grants the call could not run with. Only a denial counts here; an `ask` is met by the
+    /// person answering the request.
+    pub(super) fn denies_widened(
+        &self,
+        widened: &ToolSpec,
+        args: &Value,
+        standing: Standing<'_>,
+        approved: &BTreeMap<String, usize>,
+        inputs: &CallInputs,
+    ) -> Option<String> {
+        let verdict = self.verdict(widened, true, args, approved, standing.labels, inputs)?;
+        let decision = approval::decide(&self.approval, standing, widened, Some(&verdict));
+        (decision.policy == Policy::Deny).then_some(decision.reason)
     }
 
     /// The tools the model is offered: installed, enabled and not denied (the built-in
@@ -158,12 +179,16 @@ impl ToolCatalog {
     /// Checks a call: the tool must exist, policy must not deny it and the arguments must be
     /// valid; then decides the call itself. Returns the parsed arguments, the spec and the
     /// decision, or what stands in the way.
+    ///
+    /// `session_grants` gives the grants a grant request gave the tool for the conversation
+    /// (or a while): the call is decided for the tool with them, as it will run.
     pub(super) fn check(
         &self,
         call: &ToolCall,
         standing: Standing<'_>,
         approved: &BTreeMap<String, usize>,
         inputs: &CallInputs,
+        session_grants: &dyn Fn(&ToolSpec) -> Vec<String>,
     ) -> Result<Checked, Refusal> {
         // Only a refused call names the offered tools: deciding for every tool is not work
         // a valid call should pay for.
@@ -235,7 +260,23 @@ impl ToolCatalog {
                 ),
             ));
         }
-        let Some(verdict) = self.verdict(spec, &args, approved, standing.labels, inputs) else {
+        // Rules on the tool's reach decide by what those grants make it reach.
+        let given = session_grants(spec);
+        let widened_spec;
+        let policy_spec = if given.is_empty() {
+            spec
+        } else {
+            widened_spec = spec.widened(&given);
+            &widened_spec
+        };
+        let Some(verdict) = self.verdict(
+            policy_spec,
+            !given.is_empty(),
+            &args,
+            approved,
+            standing.labels,
+            inputs,
+        ) else {
             return Ok(Checked {
                 args,
                 decision,

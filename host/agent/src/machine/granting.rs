@@ -2,6 +2,8 @@
 //! finished call is held for a grant request, and a person's answer to one settles it.
 
 use super::{Action, AgentEvent, Env, ToolOutcome};
+use serde_json::Value;
+
 use crate::approval::ApprovalAnswer;
 use crate::conversation::{CallApproval, CallStatus, Conversation, PlannedCall};
 use crate::grant_requests::{Applying, GrantRequest, GrantSpan, MAX_MINUTES};
@@ -63,7 +65,20 @@ pub(super) fn settle(
         // A grant that would let the tool send out what this session holds is not asked for:
         // the Rule of Two would hold the call back anyway, and a person asked in the middle of
         // such a session is the one the injected content aims at.
-        let widened = spec.widened(&askable);
+        // The tool as it would run: with the grants it has for the conversation and these.
+        let mut with = applying(conv, env, &p.call.name)
+            .map(|to| conv.grants.of(to))
+            .unwrap_or_default();
+        with.extend(askable.iter().cloned());
+        let widened = spec.widened(&with);
+        let no_args = Value::Object(Default::default());
+        let denied = env.catalog.denies_widened(
+            &widened,
+            p.arguments.as_ref().unwrap_or(&no_args),
+            conv.standing(),
+            &conv.approved_tools,
+            env.inputs,
+        );
         let blocked =
             match cordon_core::rule_of_two(&conv.labels, &spec.identity(), &widened.exposure) {
                 Some(_) => Some(
@@ -71,7 +86,14 @@ pub(super) fn settle(
                      would let the tool send data out (Rule of Two)"
                         .to_string(),
                 ),
-                None => conv.grants.limit_reached(conv.progress.grant_requests),
+                // The policy decides on what the tool could reach with the grant: a rule
+                // that denies such a call is not overruled by a person's answer.
+                None => match denied {
+                    Some(reason) => {
+                        Some(format!("the policy would deny the call with it: {reason}"))
+                    }
+                    None => conv.grants.limit_reached(conv.progress.grant_requests),
+                },
             };
         match blocked {
             None => {

@@ -1616,6 +1616,72 @@ fn grant_answer(call_id: &str, answer: ApprovalAnswer) -> Event {
     }
 }
 
+/// A person is not asked for a grant the policy would deny the call with: a rule on what the
+/// tool could reach is not overruled by an answer to a grant request. And a grant given for
+/// the conversation makes such a rule apply to the calls after it.
+#[test]
+fn rules_on_reach_see_what_grant_requests_give() {
+    let text = r#"
+[policy]
+rules = [
+  { id = "offline", tool = "p.read", network = true, decision = "deny", reason = "reads stay offline" },
+  { id = "rw-asks", tool = "p.read", writes = true, decision = "ask", reason = "writing reads are checked" },
+]
+"#;
+    let config = crate::config::AgentConfig::from_toml(text, "cordon.toml").unwrap();
+    let specs = vec![spec("read", false), spec("write", true)];
+    let policy = crate::policy::load(&config.policy, &specs).map_err(|e| e.to_string());
+    let mut t = T {
+        cat: ToolCatalog::with_policy(specs, ApprovalConfig::default(), policy),
+        ..T::new()
+    }
+    .started();
+    t.respond("", &[("1", "read", json!({"q": "a"}))]);
+    let a = t.step(refused("c1"));
+    assert!(
+        !has(&a, |a| matches!(a, Action::RequestApproval { .. })),
+        "{a:?}"
+    );
+    let result = t
+        .conv
+        .messages
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            Message::Tool { content, .. } => Some(content.clone()),
+            _ => None,
+        })
+        .expect("the call's result");
+    assert!(
+        result.contains("Nobody was asked to grant net:https://api.example")
+            && result.contains("reads stay offline"),
+        "{result}"
+    );
+    // A read-write directory given for the conversation: the next call is decided as a tool
+    // that writes, which a rule asks about.
+    t.conv.grants.give(
+        crate::grant_requests::Applying {
+            plugin: "p",
+            digest: "",
+            requester: None,
+            now_ms: 0,
+        },
+        &["fs:/tmp:/out:rw".to_string()],
+        "ann",
+        1,
+        None,
+        false,
+    );
+    t.step(Event::Proceed);
+    t.respond("", &[("2", "read", json!({"q": "b"}))]);
+    let State::AwaitingApproval { batch, .. } = &t.conv.state else {
+        panic!("{:?}", t.conv.state)
+    };
+    assert_eq!(batch[0].status, CallStatus::Pending);
+    let note = batch[0].policy.as_ref().unwrap();
+    assert_eq!(note.rule.as_ref().unwrap().id, "rw-asks");
+}
+
 #[test]
 fn a_refused_call_becomes_a_grant_request_and_runs_again_with_what_was_given() {
     let mut t = T::new().started();

@@ -532,9 +532,21 @@ pub(super) fn process_response(
             with_earlier = env.inputs.with_earlier(&earlier);
             &with_earlier
         };
-        let checked = env
-            .catalog
-            .check(&call, conv.standing(), &conv.approved_tools, inputs);
+        let session_grants = |spec: &crate::tools::ToolSpec| {
+            conv.grants.of(crate::grant_requests::Applying {
+                plugin: &spec.plugin,
+                digest: &spec.digest,
+                requester: conv.requester(),
+                now_ms: env.inputs.now_ms,
+            })
+        };
+        let checked = env.catalog.check(
+            &call,
+            conv.standing(),
+            &conv.approved_tools,
+            inputs,
+            &session_grants,
+        );
         let planned = match checked {
             Err(refusal) => {
                 let (arguments, status, message, approval, policy) = match refusal {

@@ -48,6 +48,7 @@ impl McpServer {
         &self,
         policy: &Result<Arc<cordon_agent::cordon_policy::Policy>, String>,
         spec: &ToolSpec,
+        widened: bool,
         arguments: &Value,
         caller: &cordon_agent::cordon_policy::Caller,
         labels: &cordon_core::SessionLabels,
@@ -99,6 +100,9 @@ impl McpServer {
             session: &session,
             counts: &counts,
             now_ms: now,
+            // Rules on what the tool reaches decide by what this session's grants make it
+            // reach.
+            reach: widened.then_some(&spec.reach),
         }))
     }
 

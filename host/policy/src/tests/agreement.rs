@@ -237,6 +237,7 @@ fn the_host_decides_every_kind_of_rule_as_its_cedar_text_does() {
             session: &session,
             counts: &counts,
             now_ms,
+            reach: None,
         };
         // What Cedar says of each rule alone: the rules that apply, in the order written,
         // then those it could not evaluate that deny or ask.
