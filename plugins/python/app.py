@@ -53,30 +53,28 @@ LAZY_MODULES = (
 for _module in (*OFFERED_MODULES, *LAZY_MODULES):
     importlib.import_module(_module)
 
-MODULE_LIST = ", ".join(m for m in OFFERED_MODULES if m not in ("collections.abc", "os.path"))
+#: The modules the description names: the common ones, so the tool list stays short (every
+#: token of it is sent with every request). Each must be offered; the others are there too.
+NAMED_MODULES = tuple(
+    """
+    math statistics random decimal fractions datetime time calendar json csv re string
+    textwrap difflib collections itertools functools dataclasses sqlite3 hashlib base64
+    zipfile gzip pathlib xml.etree.ElementTree urllib.parse
+    """.split()
+)
+
+MODULE_LIST = ", ".join(NAMED_MODULES)
 
 DESCRIPTION = f"""\
-Runs Python 3 code in a fresh, sandboxed CPython interpreter and returns what it printed, the \
-value of its last expression and, on failure, the traceback. Use it for arithmetic, \
-statistics, dates, parsing, text and data transformation, and checking an idea with real \
-code instead of guessing.
+Runs Python 3 code in a fresh sandbox; returns its output, its last expression's value or the \
+traceback. Use it for arithmetic, dates, parsing and data work instead of guessing. Nothing \
+persists between calls.
 
-Each call starts from scratch: no variables, imports or files persist between calls. End the \
-code with an expression to get its value back, as in a REPL. Pass data from elsewhere as \
-`input` rather than pasting it into the code.
-
-Available: the standard library modules {MODULE_LIST}. No third-party packages (no numpy or \
-pandas), no network, no subprocesses, threads or asyncio. Files can be read or written only inside \
-directories the user has granted to this tool (none by default), by absolute path. Time and \
-memory are limited: code stopped at a limit returns no report, only an error quoting its last \
-printed lines, so print progress in long computations. There is no time-zone database \
-(zoneinfo); use fixed UTC offsets. To read an SQLite file under a read-only grant, open it with \
-`sqlite3.connect('file:/abs/path.db?immutable=1', uri=True)`.
-
-Returns a JSON object: `ok`; `result` (the last expression's value, when JSON-serialisable) \
-and `result_repr` (its repr); `stdout`; `stderr`; on failure `error` with `type`, `message`, \
-`line` and `traceback`; `notes` when something was truncated (each output stream keeps its \
-first and last {pyrunner.Limits().stdout_chars // 2} characters)."""
+Much of the standard library ({MODULE_LIST}, …); no third-party packages (numpy, pandas), \
+network, subprocesses, threads, asyncio or zoneinfo. Files only under granted directories, by \
+absolute path (SQLite under a read-only grant: \
+`sqlite3.connect('file:/abs/path.db?immutable=1', uri=True)`). Time and memory are limited; \
+print progress."""
 
 INPUT_SCHEMA = {
     "type": "object",
@@ -85,16 +83,13 @@ INPUT_SCHEMA = {
             "type": "string",
             "minLength": 1,
             "description": (
-                "Python 3 source to run as a script. If the last statement is an expression, "
-                "its value is returned (like a REPL), e.g. `sum(x['n'] for x in input)`. "
-                "print() output comes back as stdout."
+                "Python 3 source, e.g. `sum(x['n'] for x in input)`: a last expression's "
+                "value is returned."
             ),
         },
         "input": {
             "description": (
-                "Optional JSON value of any type, available to the code as the variable "
-                "`input` (dicts, lists, strings, numbers, booleans, None). `input` is None "
-                "when this is omitted."
+                "Any JSON value, the variable `input` in the code (None when left out)."
             ),
         },
     },

@@ -56,8 +56,7 @@ pub enum AgentError {
 }
 
 /// The built-in base system prompt.
-pub const BASE_PROMPT: &str = "You are a helpful assistant running inside Cordon. Answer accurately and concisely, \
-and never invent facts that a tool could check.";
+pub const BASE_PROMPT: &str = "You are a helpful assistant. Answer accurately and concisely; check facts with a tool rather than guess.";
 
 /// The instruction of the final-answer pass.
 pub fn final_pass_prompt(limit: u32) -> String {
@@ -309,8 +308,8 @@ impl Agent {
             // The tools themselves are described once: in the request's `tools`, or for text
             // tool calls in the list below.
             p.push_str(
-                "\n\nEach tool runs in a sandbox that reaches only what the user granted; if a call is \
-refused or declined, tell the user instead of trying to get around it.",
+                "\n\nTools run in a sandbox reaching only what the user granted: if a call is \
+refused or declined, tell the user; do not work around it.",
             );
             if self.config.llm.tool_format == ToolFormat::Hermes {
                 p.push_str("\n\n");

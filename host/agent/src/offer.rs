@@ -16,6 +16,11 @@
 //!    optional argument out is how a model says nothing.
 //! 4. Descriptions below an object's properties (of array items, of `anyOf` members, of
 //!    values of a map): the property's own description says what it takes.
+//! 5. An `anyOf` whose members (after the above) each say only a type is written as one
+//!    `type` list: `{"anyOf": [{"type": "integer"}, {"type": "string"}]}` is
+//!    `{"type": ["integer", "string"]}`, which accepts the same values. (A `oneOf` is left as
+//!    it is: `integer` and `number` both match `1`, which `oneOf` then refuses.) In a type
+//!    list, `integer` goes when `number` is there: every integer is a number.
 //!
 //! Everything else stays: `type`, `properties`, `required`, `enum`, `const`, `items`, bounds,
 //! patterns, and a `$ref` with its `$defs`.
@@ -72,7 +77,7 @@ fn compact(node: &Value, described: bool) -> Value {
             "format" if value.as_str().is_some_and(|f| NUMBER_FORMATS.contains(&f)) => {}
             "description" if !described => {}
             "type" => {
-                out.insert(key.clone(), without_null(value));
+                out.insert(key.clone(), without_integer(without_null(value)));
             }
             "anyOf" | "oneOf" => {
                 let members: Vec<Value> = value
@@ -92,9 +97,14 @@ fn compact(node: &Value, described: bool) -> Value {
                             }
                         }
                     }
-                    Err(members) => {
-                        out.insert(key.clone(), Value::Array(members));
-                    }
+                    Err(members) => match only_types(&members) {
+                        Some(types) if key == "anyOf" && !map.contains_key("type") => {
+                            out.insert("type".to_string(), without_integer(Value::Array(types)));
+                        }
+                        _ => {
+                            out.insert(key.clone(), Value::Array(members));
+                        }
+                    },
                 }
             }
             "properties" | "$defs" | "definitions" | "patternProperties" => {
@@ -128,8 +138,33 @@ fn compact(node: &Value, described: bool) -> Value {
     Value::Object(out)
 }
 
+/// The types of `members` when each is `{"type": T}` and nothing else, T one type.
+fn only_types(members: &[Value]) -> Option<Vec<Value>> {
+    members
+        .iter()
+        .map(|m| match m.as_object() {
+            Some(m) if m.len() == 1 => m.get("type").filter(|t| t.is_string()).cloned(),
+            _ => None,
+        })
+        .collect()
+}
+
 fn is_null(schema: &Value) -> bool {
     schema.get("type") == Some(&json!("null")) && schema.as_object().is_some_and(|m| m.len() <= 2)
+}
+
+/// A type list without `integer` when it has `number` (rule 5).
+fn without_integer(types: Value) -> Value {
+    match types {
+        Value::Array(list) if list.iter().any(|t| t == "number") => {
+            let kept: Vec<Value> = list.into_iter().filter(|t| t != "integer").collect();
+            match <[Value; 1]>::try_from(kept) {
+                Ok([only]) => only,
+                Err(kept) => Value::Array(kept),
+            }
+        }
+        other => other,
+    }
 }
 
 /// `["integer", "null"]` as `"integer"`; other types as they are.
@@ -193,8 +228,7 @@ mod tests {
                     "params": {
                         "description": "Values for placeholders.",
                         "anyOf": [
-                            {"type": "array",
-                             "items": {"anyOf": [{"type": "integer"}, {"type": "string"}]}},
+                            {"type": "array", "items": {"type": ["integer", "string"]}},
                             {"type": "object", "additionalProperties": {"type": "string"}}
                         ]
                     },
@@ -202,6 +236,31 @@ mod tests {
                 }
             })
         );
+    }
+
+    /// Rule 5: only an `anyOf` of bare types becomes a type list.
+    #[test]
+    fn an_any_of_bare_types_is_a_type_list() {
+        let scalar = json!({"anyOf": [{"type": "boolean"}, {"type": "integer"},
+                                      {"type": "string", "description": "Text."}]});
+        assert_eq!(
+            parameters(&scalar),
+            json!({"type": ["boolean", "integer", "string"]})
+        );
+        // Every integer is a number.
+        let numbers = json!({"anyOf": [{"type": "integer"}, {"type": "number"}]});
+        assert_eq!(parameters(&numbers), json!({"type": "number"}));
+        assert_eq!(
+            parameters(&json!({"type": ["integer", "number", "string"]})),
+            json!({"type": ["number", "string"]})
+        );
+        for kept in [
+            json!({"oneOf": [{"type": "integer"}, {"type": "number"}]}),
+            json!({"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string"}]}),
+            json!({"anyOf": [{"type": "integer"}, {"type": ["string", "boolean"]}]}),
+        ] {
+            assert_eq!(parameters(&kept), kept);
+        }
     }
 
     #[test]

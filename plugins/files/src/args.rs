@@ -7,10 +7,9 @@ use serde::Deserialize;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListDirArgs {
-    /// Directory to list, as granted (e.g. `/data` or `/data/src`). `/` lists the granted
-    /// directories themselves.
+    /// Directory to list, e.g. `/data/src`; `/` lists the granted directories.
     pub path: String,
-    /// Maximum number of entries to return (default 500, at most 5000).
+    /// Most entries to return (default 500).
     #[serde(default)]
     #[schemars(range(min = 1, max = 5000))]
     pub max_entries: Option<u32>,
@@ -20,20 +19,19 @@ pub struct ListDirArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FindFilesArgs {
-    /// Glob pattern. Without a `/` it matches file names anywhere (`*.rs`, `Cargo.toml`,
-    /// `*test*`); with a `/` it matches the path relative to `path` (`src/**/*.rs`).
-    /// Supports `*`, `?`, `**`, `[abc]` and `{a,b}`.
+    /// Glob: without `/` it matches names anywhere (`*.rs`), with `/` the path below `path`
+    /// (`src/**/*.rs`).
     pub pattern: String,
-    /// Directory to search in, as granted (default: every granted directory).
+    /// Directory to search (default: all granted).
     #[serde(default)]
     pub path: Option<String>,
-    /// Also look at hidden files and directories (names starting with `.`); default false.
+    /// Include hidden files.
     #[serde(default)]
     pub hidden: bool,
-    /// Also look at files excluded by .gitignore/.ignore files; default false.
+    /// Include files .gitignore excludes.
     #[serde(default)]
     pub no_ignore: bool,
-    /// Maximum number of paths to return (default 500, at most 10000).
+    /// Most paths to return (default 500).
     #[serde(default)]
     #[schemars(range(min = 1, max = 10000))]
     pub max_results: Option<u32>,
@@ -43,37 +41,36 @@ pub struct FindFilesArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchTextArgs {
-    /// What to search for: a regular expression (Rust regex syntax) unless `literal` is true.
+    /// A regular expression, or text with `literal`.
     pub pattern: String,
-    /// File or directory to search, as granted (default: every granted directory).
+    /// File or directory to search (default: all granted).
     #[serde(default)]
     pub path: Option<String>,
-    /// Treat `pattern` as plain text, not a regular expression; default false.
+    /// `pattern` is plain text.
     #[serde(default)]
     pub literal: bool,
-    /// Match regardless of letter case; default false.
+    /// Ignore letter case.
     #[serde(default)]
     pub ignore_case: bool,
-    /// Lines of context to show before and after each match (default 0, at most 10).
+    /// Lines of context around each match (default 0).
     #[serde(default)]
     #[schemars(range(max = 10))]
     pub context: Option<u32>,
-    /// Stop after this many matching lines in total (default 200, at most 5000).
+    /// Most matching lines in all (default 200).
     #[serde(default)]
     #[schemars(range(min = 1, max = 5000))]
     pub max_matches: Option<u32>,
-    /// Stop after this many matching lines in one file (default 20).
+    /// Most matching lines per file (default 20).
     #[serde(default)]
     #[schemars(range(min = 1, max = 5000))]
     pub max_per_file: Option<u32>,
-    /// Only search files whose name (or, with a `/`, relative path) matches this glob,
-    /// e.g. `*.py`.
+    /// Only files matching this glob, e.g. `*.py`.
     #[serde(default)]
     pub glob: Option<String>,
-    /// Also search hidden files and directories; default false.
+    /// Include hidden files.
     #[serde(default)]
     pub hidden: bool,
-    /// Also search files excluded by .gitignore/.ignore files; default false.
+    /// Include files .gitignore excludes.
     #[serde(default)]
     pub no_ignore: bool,
 }
@@ -82,18 +79,17 @@ pub struct SearchTextArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReadFileArgs {
-    /// File to read, as granted (e.g. `/data/notes.txt`).
+    /// File to read, e.g. `/data/notes.txt`.
     pub path: String,
-    /// First line to return, counting from 1 (default 1).
+    /// First line, from 1.
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub start_line: Option<u64>,
-    /// Last line to return, inclusive (default: as many as fit in `max_bytes`).
+    /// Last line, inclusive.
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub end_line: Option<u64>,
-    /// Maximum bytes of text to return (default 65536, at most 1048576). Whole lines are
-    /// returned; the result says where to continue.
+    /// Most bytes to return (default 65536).
     #[serde(default)]
     #[schemars(range(min = 1, max = 1048576))]
     pub max_bytes: Option<u32>,

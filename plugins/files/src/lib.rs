@@ -22,34 +22,27 @@ pub fn plugin() -> Plugin {
     Plugin::new()
         .structured_tool(
             "list_dir",
-            "Lists one directory: names, types (file, dir, symlink) and file sizes. `/` shows \
-             the granted directories. Use find_files to look for files by name across a tree.",
+            "Lists a directory: names, types and sizes.",
             Hints::READ_ONLY,
             |a: ListDirArgs| list::run(&GrantedDirs::from_env(), a),
         )
         .structured_tool(
             "find_files",
-            "Finds files by glob pattern (e.g. `*.rs`, `src/**/test_*.py`, `{README,LICENSE}*`) \
-             under a directory, skipping hidden files and anything excluded by .gitignore or \
-             .ignore unless asked. Returns matching paths, sorted.",
+            "Finds files by name pattern (glob) under a directory, skipping hidden and \
+             .gitignore'd files unless asked.",
             Hints::READ_ONLY,
             |a: FindFilesArgs| find::run(&GrantedDirs::from_env(), a),
         )
         .tool(
             "search_text",
-            "Searches file contents for a regular expression or literal text, like ripgrep: \
-             prints `path:line:text` for each matching line (context lines as \
-             `path-line-text`). Skips binary files, hidden files and .gitignore'd files \
-             unless asked. Capped per file and in total; the last line summarises what was \
-             searched and whether the output was cut.",
+            "Searches file contents like ripgrep; prints `path:line:text` per match.",
             Hints::READ_ONLY,
             |a: SearchTextArgs| search::run(&GrantedDirs::from_env(), a),
         )
         .tool(
             "read_file",
-            "Reads a text file, optionally only lines `start_line`..`end_line` (counting from \
-             1). Returns the text, then JSON with `total_lines`, the range returned and \
-             `next_start_line` when there is more, so long files can be read in pages.",
+            "Reads a text file, or lines `start_line`..`end_line` of it; says \
+             `next_start_line` when there is more.",
             Hints::READ_ONLY,
             |a: ReadFileArgs| read::run(&GrantedDirs::from_env(), a),
         )

@@ -17,10 +17,9 @@ pub const LIMIT_MAX_BYTES: u32 = 60 * 1024 * 1024;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SchemaArgs {
-    /// Path of the SQLite database file as granted, e.g. `/data/shop.db`.
+    /// The database file, e.g. `/data/shop.db`.
     pub database: String,
-    /// Optional words (separated by spaces); only tables or views whose name or column
-    /// names contain one of them (case-insensitive) are described.
+    /// Words: only tables whose name or columns contain one are described.
     #[serde(default)]
     pub filter: Option<String>,
 }
@@ -29,21 +28,18 @@ pub struct SchemaArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QueryArgs {
-    /// Path of the SQLite database file as granted, e.g. `/data/shop.db`.
+    /// The database file, e.g. `/data/shop.db`.
     pub database: String,
-    /// Exactly one read-only SQL statement, e.g. `SELECT name FROM customers WHERE id = ?`.
+    /// One read-only statement, e.g. `SELECT name FROM customers WHERE id = ?`.
     pub sql: String,
-    /// Values for the statement's placeholders: an array for `?`/`?NNN`, or an object for
-    /// named placeholders (`:name`, `@name`, `$name`; the key may omit the prefix).
+    /// Placeholder values: an array for `?`, an object for `:name`.
     #[serde(default)]
     pub params: Option<Params>,
-    /// Maximum number of rows to return (default 200, at most 1000000).
+    /// Most rows to return (default 200).
     #[serde(default)]
     #[schemars(range(min = 1, max = 1000000))]
     pub max_rows: Option<u32>,
-    /// Approximate maximum size of the returned rows in bytes of JSON (default 262144, at
-    /// most 62914560). A result larger than the model can read at once comes as a preview to
-    /// page through.
+    /// About how many bytes of rows to return (default 262144).
     #[serde(default)]
     #[schemars(range(min = 1, max = 62914560))]
     pub max_bytes: Option<u32>,
@@ -53,16 +49,14 @@ pub struct QueryArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecuteArgs {
-    /// Path of the SQLite database file as granted, e.g. `/data/shop.db`.
+    /// The database file, e.g. `/data/shop.db`.
     pub database: String,
-    /// The statement to run, or (without `params`) several statements separated by `;`,
-    /// run in one transaction.
+    /// The statement, or without `params` several separated by `;`.
     pub sql: String,
-    /// Values for the statement's placeholders: an array for `?`/`?NNN`, or an object for
-    /// named placeholders (`:name`, `@name`, `$name`; the key may omit the prefix).
+    /// Placeholder values: an array for `?`, an object for `:name`.
     #[serde(default)]
     pub params: Option<Params>,
-    /// Create the database file if it does not exist yet (default false).
+    /// Create the file if missing.
     #[serde(default)]
     pub create: bool,
 }

@@ -26,32 +26,22 @@ pub fn plugin() -> Plugin {
     Plugin::new()
         .structured_tool(
             "sql_schema",
-            "Describes a SQLite database: its tables and views with columns and types, \
-             indexes, foreign keys and row counts. Call this first to learn table and column \
-             names before writing SQL. In a large database pass `filter` (words matched \
-             against table and column names) to see only the relevant tables.",
+            "Describes a SQLite database's tables, columns, keys and row counts. Call it \
+             before writing SQL.",
             Hints::READ_ONLY,
             schema::run,
         )
         .written_tool(
             "sql_query",
-            "Runs one read-only SQL statement (SELECT, WITH, read-only PRAGMA, EXPLAIN) on a \
-             SQLite database and returns the column names and rows as JSON. Pass values through \
-             `params` (`?` placeholders, or `:name` with an object) instead of quoting them \
-             into the SQL. At most `max_rows` rows and about `max_bytes` bytes are returned; \
-             `truncated` says when more rows exist, so add LIMIT/OFFSET or aggregate instead. \
-             A large result may come as a preview that the host lets you page through. \
-             Statements that write are refused: use sql_execute for those.",
+            "Runs one read-only SQL statement on a SQLite database and returns the rows \
+             (`truncated` when there are more). Pass values in `params`.",
             Hints::READ_ONLY,
             query::run,
         )
         .structured_tool(
             "sql_execute",
-            "Changes a SQLite database: INSERT, UPDATE, DELETE, CREATE, ALTER, DROP. Runs one \
-             statement with `params`, or without params a script of several statements \
-             separated by `;` in a single transaction (all or nothing). Returns the number of \
-             changed rows. Only works where the user granted read-write access; a read-only \
-             grant makes it fail with `denied`.",
+            "Changes a SQLite database (INSERT, UPDATE, DELETE, CREATE, DROP…) in one \
+             transaction; returns the number of changed rows.",
             Hints::DESTRUCTIVE,
             execute::run,
         )
