@@ -11,9 +11,13 @@
 //!    conversation has called, the most recent first.
 //! 5. The other places go to the candidates that best match the turn's question: BM25 over
 //!    each tool's name, description and argument names and descriptions, against the turn's
-//!    user message; ties go to the name first in order. Places left go to the others in name
-//!    order, so a question that names no tool's words still gets tools to work with.
-//! 6. The offered tools go in name order, as without selection, so a request's tool list
+//!    user message; ties go to the name first in order. A question that names a path
+//!    (`/data/draft.md`, `notes.txt`) also asks for the words `path` and `file`.
+//! 6. Then the tools of the same thing as a matched one, in the order of their match: those
+//!    whose name ends in the same word (`search_email` and `read_email` after `send_email`).
+//!    Places left go to the others in name order, so a question that names no tool's words
+//!    still gets tools to work with.
+//! 7. The offered tools go in name order, as without selection, so a request's tool list
 //!    changes only when the selection does: within a turn, only by growing (rule 4).
 //!
 //! A call of an installed, allowed tool that was not offered is checked and run as any other
@@ -41,6 +45,11 @@ pub enum Reason {
     Matched {
         /// The score (higher matches better).
         score: f32,
+    },
+    /// Its name ends in the same word as a tool that matched (`email`).
+    Related {
+        /// The matched tool.
+        to: String,
     },
     /// A place was left after the tools that matched.
     Filled,
@@ -100,13 +109,31 @@ pub fn select<'a>(
         _ => None,
     });
     let ranked = rank(candidates, question.unwrap_or_default());
-    for (score, tool) in ranked {
+    for (score, tool) in &ranked {
         if chosen.len() >= max {
             break;
         }
         chosen
             .entry(tool.name.as_str())
-            .or_insert(Reason::Matched { score });
+            .or_insert(Reason::Matched { score: *score });
+    }
+    // Rule 6: the same thing as a matched tool.
+    let mut names: Vec<&str> = candidates.iter().map(|t| t.name.as_str()).collect();
+    names.sort_unstable();
+    for (_, matched) in &ranked {
+        let Some((_, object)) = matched.name.rsplit_once('_') else {
+            continue;
+        };
+        for name in &names {
+            if chosen.len() >= max {
+                break;
+            }
+            if name.rsplit_once('_').is_some_and(|(_, o)| o == object) {
+                chosen.entry(name).or_insert_with(|| Reason::Related {
+                    to: matched.name.clone(),
+                });
+            }
+        }
     }
     let mut rest: Vec<&str> = candidates.iter().map(|t| t.name.as_str()).collect();
     rest.sort_unstable();
@@ -214,6 +241,27 @@ fn words_of(tool: &ToolSpec) -> Vec<String> {
     words(&text).collect()
 }
 
+/// Whether `question` names a path: a word with a `/` in it (not a URL), or a file name with
+/// an extension (`notes.txt`).
+fn names_a_path(question: &str) -> bool {
+    question.split_whitespace().any(|word| {
+        let word = word.trim_matches(|c: char| !(c.is_alphanumeric() || "/~._-".contains(c)));
+        let word = word.trim_end_matches('.');
+        if word.contains("://") {
+            return false;
+        }
+        if word.contains('/') {
+            return word.chars().any(char::is_alphabetic);
+        }
+        word.rsplit_once('.').is_some_and(|(stem, extension)| {
+            stem.chars().filter(|c| c.is_alphanumeric()).count() >= 2
+                && (1..=5).contains(&extension.len())
+                && extension.chars().all(|c| c.is_ascii_alphanumeric())
+                && extension.chars().any(|c| c.is_ascii_alphabetic())
+        })
+    })
+}
+
 /// The candidates that match `question` at all, best first (BM25, k1 1.2, b 0.75).
 fn rank<'a>(candidates: &[&'a ToolSpec], question: &str) -> Vec<(f32, &'a ToolSpec)> {
     const K1: f32 = 1.2;
@@ -222,6 +270,9 @@ fn rank<'a>(candidates: &[&'a ToolSpec], question: &str) -> Vec<(f32, &'a ToolSp
     let n = docs.len() as f32;
     let average = docs.iter().map(|d| d.len()).sum::<usize>() as f32 / n.max(1.0);
     let mut query: Vec<String> = words(question).collect();
+    if names_a_path(question) {
+        query.extend(["path".to_string(), "file".to_string()]);
+    }
     query.sort();
     query.dedup();
     let idf: Vec<f32> = query
@@ -323,6 +374,43 @@ mod tests {
         // One tool matches; the place left goes to the first other by name.
         assert_eq!(names, ["create_event", "get_weather"]);
         assert_eq!(why.offered[0].why, Reason::Filled);
+    }
+
+    /// Rules 5 and 6: a path asks for file tools; a matched tool brings the tools of the same
+    /// thing.
+    #[test]
+    fn a_path_asks_for_files_and_a_match_brings_its_kin() {
+        let mut all = catalog();
+        all.push(tool(
+            "search_email",
+            "Searches the mailbox by sender or words.",
+        ));
+        all.push(tool("write_file", "Writes text to a file."));
+        all.push(tool("zip_files", "Packs files into an archive."));
+        let refs: Vec<&ToolSpec> = all.iter().collect();
+        let offered = |question: &str, max: usize| {
+            let (tools, why) = select(&refs, max, &[Message::user(question)], None).unwrap();
+            let names: Vec<String> = tools.iter().map(|t| t.name.clone()).collect();
+            (names, why)
+        };
+        let (names, _) = offered("Save this paragraph to /data/draft.md.", 2);
+        assert_eq!(names, ["read_file", "write_file"]);
+        let (names, why) = offered("Did Bob send me anything about the invoice?", 2);
+        assert_eq!(names, ["search_email", "send_email"]);
+        assert!(why.offered.iter().any(|o| o.name == "search_email"
+            && o.why
+                == Reason::Related {
+                    to: "send_email".into()
+                }));
+        for (question, path) in [
+            ("Open notes.txt", true),
+            ("What is in ~/todo?", true),
+            ("Fetch https://example.com/a", false),
+            ("Is 2.5 more than 2?", false),
+            ("Use a tool, e.g. the first.", false),
+        ] {
+            assert_eq!(names_a_path(question), path, "{question}");
+        }
     }
 
     #[test]
