@@ -377,6 +377,7 @@ impl Frontend for Terminal {
                         Reason::Named => format!("{} (named by the request)", o.name),
                         Reason::Called => format!("{} (called earlier)", o.name),
                         Reason::Matched { score } => format!("{} (matched, {score:.2})", o.name),
+                        Reason::Related { to } => format!("{} (beside {to})", o.name),
                         Reason::Filled => o.name.clone(),
                         Reason::Client => format!("{} (the client's)", o.name),
                     })

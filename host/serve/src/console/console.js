@@ -154,6 +154,7 @@ function showTools(selection) {
   const why = { named: "named by the request", called: "called earlier", client: "the client's" };
   const offered = selection.offered.map((o) =>
     o.why === "matched" ? o.name + " (matched " + o.score.toFixed(2) + ")"
+      : o.why === "related" ? o.name + " (beside " + o.to + ")"
       : why[o.why] ? o.name + " (" + why[o.why] + ")" : o.name);
   line.hidden = false;
   line.textContent = "The last request offered " + offered.length + " of " + selection.of +
