@@ -374,6 +374,10 @@ pub struct LoopConfig {
     /// turn names or the conversation called, then those matching the question (see
     /// [`crate::selection`]). 0 offers every tool.
     pub max_offered_tools: usize,
+    /// A small model, at `[llm] url`, that picks the tools a turn needs before the model
+    /// answers, when more tools are offered than `max_offered_tools`: its picks are offered
+    /// first (see [`crate::selection`]). Asked once a turn; `None`: selection alone.
+    pub router_model: Option<String>,
     /// Replaces the built-in base system prompt.
     pub system_prompt: Option<String>,
 }
@@ -385,6 +389,7 @@ impl Default for LoopConfig {
             max_repeats: 2,
             max_parallel_tools: 4,
             max_offered_tools: 12,
+            router_model: None,
             system_prompt: None,
         }
     }

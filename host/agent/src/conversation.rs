@@ -350,6 +350,9 @@ pub struct Conversation {
     /// The last summary of pruned messages.
     #[serde(default)]
     pub summary: Option<Summary>,
+    /// What `[agent] router_model` picked for the last turn it was asked about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routed: Option<crate::selection::Routed>,
 }
 
 impl Default for Conversation {
@@ -375,6 +378,7 @@ impl Conversation {
             notes: Vec::new(),
             usage: Usage::default(),
             summary: None,
+            routed: None,
         }
     }
 

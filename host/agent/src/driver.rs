@@ -157,6 +157,8 @@ pub enum Driven {
 pub struct Agent {
     config: AgentConfig,
     llm: LlmClient,
+    /// `[agent] router_model`'s client, when one is named.
+    router: Option<LlmClient>,
     tools: Arc<dyn ToolHost>,
     tokenizer: Tokenizer,
     limits: TurnLimits,
@@ -186,6 +188,14 @@ impl Agent {
         // A policy that does not load stops the host before it serves anything.
         crate::policy::load(&config.policy, &tools.tools())?;
         let llm = LlmClient::new(&config.llm)?;
+        // The router is the same server and key with its own model.
+        let router = match &config.agent.router_model {
+            Some(model) => Some(LlmClient::new(&crate::config::LlmConfig {
+                model: model.clone(),
+                ..config.llm.clone()
+            })?),
+            None => None,
+        };
         let tokenizer = Tokenizer::new(&config.context.tokenizer, &config.llm.model);
         let limits = TurnLimits {
             max_iterations: config.agent.max_iterations,
@@ -200,6 +210,7 @@ impl Agent {
         Ok(Self {
             config,
             llm,
+            router,
             tools,
             tokenizer,
             limits,

@@ -8,7 +8,9 @@
 //!    offered and take no place: the client chose them.
 //! 3. With at most `max` other candidates (or `max` 0), all are offered.
 //! 4. Kept first, up to `max`: the tool the turn's `tool_choice` names, then the tools the
-//!    conversation has called, the most recent first.
+//!    conversation has called, the most recent first, then the tools `[agent] router_model`
+//!    picked for the turn (a small model asked once a turn, given each candidate's name and
+//!    the first sentence of its description; what it names that is no candidate is ignored).
 //! 5. The other places go to the candidates that best match the turn's question: BM25 over
 //!    each tool's name, description and argument names and descriptions, against the turn's
 //!    user message; ties go to the name first in order. A question that names a path
@@ -41,6 +43,8 @@ pub enum Reason {
     Named,
     /// The conversation called it.
     Called,
+    /// The router model picked it for the turn.
+    Routed,
     /// It matched the question, with this BM25 score.
     Matched {
         /// The score (higher matches better).
@@ -83,6 +87,7 @@ pub fn select<'a>(
     max: usize,
     messages: &[Message],
     named: Option<&str>,
+    routed: &[String],
 ) -> Option<(Vec<&'a ToolSpec>, Selection)> {
     let (client, candidates): (Vec<&ToolSpec>, Vec<&ToolSpec>) =
         candidates.iter().partition(|t| t.plugin == CLIENT_PLUGIN);
@@ -102,6 +107,14 @@ pub fn select<'a>(
         }
         if let Some((name, _)) = by_name.get_key_value(name.as_str()) {
             chosen.entry(name).or_insert(Reason::Called);
+        }
+    }
+    for name in routed {
+        if chosen.len() >= max {
+            break;
+        }
+        if let Some((name, _)) = by_name.get_key_value(name.as_str()) {
+            chosen.entry(name).or_insert(Reason::Routed);
         }
     }
     let question = messages.iter().rev().find_map(|m| match m {
@@ -161,6 +174,59 @@ pub fn select<'a>(
             .collect(),
     };
     Some((tools, selection))
+}
+
+/// What the router model picked for one turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Routed {
+    /// The index of the user message that started the turn.
+    pub at_message: usize,
+    /// The tools it picked, in its order.
+    pub tools: Vec<String>,
+}
+
+/// The index of the user message the turn being answered started with.
+pub fn turn_start(messages: &[Message]) -> Option<usize> {
+    messages
+        .iter()
+        .rposition(|m| matches!(m, Message::User { .. }))
+}
+
+/// The router model's request for `candidates`, at most `max` picks: a system message listing
+/// each tool by name with the first sentence of its description, and the question.
+pub fn router_messages(candidates: &[&ToolSpec], max: usize, question: &str) -> [String; 2] {
+    let mut system = format!(
+        "Pick the tools needed to answer the user's request. Answer with their names only, \
+         separated by commas, at most {max}; answer none if no tool is needed.\n\nTools:\n"
+    );
+    for tool in candidates {
+        let first = tool
+            .description
+            .split_inclusive(". ")
+            .next()
+            .unwrap_or_default()
+            .trim();
+        let first: String = first.chars().take(120).collect();
+        system.push_str(&format!("- {}: {first}\n", tool.name));
+    }
+    [system, question.to_string()]
+}
+
+/// The candidates the router's `answer` names, in its order, each once, at most `max`.
+pub fn router_picks(answer: &str, candidates: &[&ToolSpec], max: usize) -> Vec<String> {
+    let mut picks: Vec<String> = Vec::new();
+    for word in answer.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.' || c == '-')) {
+        let word = word.trim_matches('.');
+        if picks.len() >= max {
+            break;
+        }
+        if let Some(tool) = candidates.iter().find(|t| t.name == word) {
+            if !picks.contains(&tool.name) {
+                picks.push(tool.name.clone());
+            }
+        }
+    }
+    picks
 }
 
 /// The tools the conversation called, the most recent first, each once.
@@ -354,8 +420,8 @@ mod tests {
     fn with_few_tools_all_are_offered() {
         let all = catalog();
         let refs: Vec<&ToolSpec> = all.iter().collect();
-        assert!(select(&refs, 8, &[], None).is_none());
-        assert!(select(&refs, 0, &[], None).is_none());
+        assert!(select(&refs, 8, &[], None, &[]).is_none());
+        assert!(select(&refs, 0, &[], None, &[]).is_none());
     }
 
     #[test]
@@ -363,13 +429,13 @@ mod tests {
         let all = catalog();
         let refs: Vec<&ToolSpec> = all.iter().collect();
         let messages = [Message::user("Which customers are in the shop database?")];
-        let (tools, why) = select(&refs, 2, &messages, None).unwrap();
+        let (tools, why) = select(&refs, 2, &messages, None, &[]).unwrap();
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["sql_execute", "sql_query"]);
         assert_eq!(why.of, 8);
         assert!(matches!(why.offered[0].why, Reason::Matched { score } if score > 0.0));
         let messages = [Message::user("What will the weather be in Oslo tomorrow?")];
-        let (tools, why) = select(&refs, 2, &messages, None).unwrap();
+        let (tools, why) = select(&refs, 2, &messages, None, &[]).unwrap();
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
         // One tool matches; the place left goes to the first other by name.
         assert_eq!(names, ["create_event", "get_weather"]);
@@ -389,7 +455,7 @@ mod tests {
         all.push(tool("zip_files", "Packs files into an archive."));
         let refs: Vec<&ToolSpec> = all.iter().collect();
         let offered = |question: &str, max: usize| {
-            let (tools, why) = select(&refs, max, &[Message::user(question)], None).unwrap();
+            let (tools, why) = select(&refs, max, &[Message::user(question)], None, &[]).unwrap();
             let names: Vec<String> = tools.iter().map(|t| t.name.clone()).collect();
             (names, why)
         };
@@ -413,6 +479,31 @@ mod tests {
         }
     }
 
+    /// The router's picks come after the named and called tools and before the matches; what
+    /// it names that is no candidate, or twice, or past `max`, is left out.
+    #[test]
+    fn the_router_models_picks_are_offered_before_the_matches() {
+        let all = catalog();
+        let refs: Vec<&ToolSpec> = all.iter().collect();
+        let answer = "run_python, rm_rf,\nrun_python and `get_weather`.";
+        let picks = router_picks(answer, &refs, 3);
+        assert_eq!(picks, ["run_python", "get_weather"]);
+        assert_eq!(router_picks("none", &refs, 3), Vec::<String>::new());
+        let messages = [Message::user("Which customers are in the shop database?")];
+        let (tools, why) = select(&refs, 3, &messages, None, &picks).unwrap();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["get_weather", "run_python", "sql_execute"]);
+        assert!(
+            why.offered
+                .iter()
+                .any(|o| o.name == "run_python" && o.why == Reason::Routed)
+        );
+        let [system, question] = router_messages(&refs, 3, "Hi?");
+        assert!(system.contains("at most 3") && system.contains("- read_file: Reads a text file."));
+        assert_eq!(question, "Hi?");
+        assert_eq!(turn_start(&messages), Some(0));
+    }
+
     #[test]
     fn the_named_tool_and_the_called_ones_are_kept_first() {
         let all = catalog();
@@ -430,13 +521,13 @@ mod tests {
             },
             Message::user("Now send an email with the result"),
         ];
-        let (tools, why) = select(&refs, 3, &messages, Some("list_dir")).unwrap();
+        let (tools, why) = select(&refs, 3, &messages, Some("list_dir"), &[]).unwrap();
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["list_dir", "run_python", "send_email"]);
         assert_eq!(why.offered[0].why, Reason::Named);
         assert_eq!(why.offered[1].why, Reason::Called);
         // A name no candidate has (a tool policy hides) is never offered.
-        let (tools, _) = select(&refs, 3, &messages, Some("rm_rf")).unwrap();
+        let (tools, _) = select(&refs, 3, &messages, Some("rm_rf"), &[]).unwrap();
         assert!(tools.iter().all(|t| t.name != "rm_rf"));
     }
 
@@ -450,7 +541,7 @@ mod tests {
         }
         let refs: Vec<&ToolSpec> = all.iter().collect();
         let messages = [Message::user("Which customers are in the shop database?")];
-        let (tools, why) = select(&refs, 2, &messages, None).unwrap();
+        let (tools, why) = select(&refs, 2, &messages, None, &[]).unwrap();
         assert_eq!(tools.len(), 7);
         assert_eq!(why.of, 13);
         assert_eq!(
@@ -458,6 +549,6 @@ mod tests {
             5
         );
         // Few of Cordon's own: nothing is left out.
-        assert!(select(&refs, 8, &messages, None).is_none());
+        assert!(select(&refs, 8, &messages, None, &[]).is_none());
     }
 }

@@ -974,6 +974,60 @@ fn run_on_a_terminal_keeps_json_exact_and_a_pipe_gets_raw_text() {
     );
 }
 
+/// `[agent] router_model`: a small model is asked once a turn which tools the question needs
+/// (its own request, with its own model name and no tools), and its pick is offered though no
+/// word of the question matches it.
+#[test]
+fn a_router_model_picks_the_tools_once_a_turn() {
+    let home = TestHome::new();
+    let typed = cordon_tests::fixture("typed").display().to_string();
+    home.cordon(&["plugin", "install", &typed, "--yes"]).ok();
+    std::fs::write(
+        home.scratch("cwd").join("cordon.toml"),
+        "[agent]\nrouter_model = \"tiny-router\"\n",
+    )
+    .unwrap();
+    let model = Model::new(vec![
+        // The router's answer: one tool, one that is not installed, and words around them.
+        Step::text("kinds_get_extremes, rm_rf"),
+        Step::tool_calls(vec![call("k1", "kinds_get_extremes", json!({}))]),
+        Step::text("Done."),
+    ]);
+    let r = run(
+        &home,
+        &model,
+        &[
+            "--explain-tools",
+            "--approve",
+            "all",
+            "What are the limits?",
+        ],
+    )
+    .ok();
+    let reqs = model.server.requests();
+    assert_eq!(reqs.len(), 3, "the router is asked once a turn");
+    assert_eq!(reqs[0].body["model"], "tiny-router");
+    assert!(reqs[0].tool_names().is_empty());
+    let listed = reqs[0].messages()[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(listed.contains("- kinds_get_extremes: "), "{listed}");
+    assert_eq!(reqs[1].body["model"], "scripted");
+    let offered = reqs[1].tool_names();
+    assert_eq!(offered.len(), 12, "{offered:?}");
+    assert!(
+        offered.contains(&"kinds_get_extremes".to_string()),
+        "{offered:?}"
+    );
+    assert!(
+        r.stderr
+            .contains("kinds_get_extremes (picked by the router model)"),
+        "{}",
+        r.stderr
+    );
+}
+
 #[test]
 fn with_many_tools_a_request_offers_those_the_question_needs_and_an_unoffered_one_still_runs() {
     let home = TestHome::new();

@@ -75,6 +75,14 @@ impl Agent {
             .pager_name()
             .unwrap_or(crate::spill::TOOL)
             .to_string();
+        // The router's picks, asked before anything borrows the conversation for the request.
+        let routed = if final_pass || choice == Some(&ToolChoice::None) {
+            Vec::new()
+        } else {
+            let candidates = catalog.offered(conv.standing());
+            let max = self.config.agent.max_offered_tools;
+            self.route(conv, &candidates, max, cancel).await
+        };
         let view: std::borrow::Cow<'_, [Message]> = match limit {
             Some(l) => conv
                 .messages
@@ -94,7 +102,7 @@ impl Agent {
             };
             let max = self.config.agent.max_offered_tools;
             if let Some((selected, selection)) =
-                crate::selection::select(&offered, max, &conv.messages, named)
+                crate::selection::select(&offered, max, &conv.messages, named, &routed)
             {
                 offered = selected;
                 emit(&AgentEvent::ToolsSelected { selection });
@@ -193,6 +201,55 @@ impl Agent {
             parameters: asked.sent,
         };
         (request, n)
+    }
+
+    /// What `[agent] router_model` picks for the turn among `offered` (see
+    /// [`crate::selection`], rule 4): asked once a turn, when there is a router and more tools
+    /// than `max`; kept in the conversation for the turn's later requests. A router that fails
+    /// picks nothing, and selection goes on without it.
+    async fn route(
+        &self,
+        conv: &mut Conversation,
+        offered: &[&ToolSpec],
+        max: usize,
+        cancel: &CancellationToken,
+    ) -> Vec<String> {
+        let (Some(router), Some(start)) =
+            (&self.router, crate::selection::turn_start(&conv.messages))
+        else {
+            return Vec::new();
+        };
+        let others = offered
+            .iter()
+            .filter(|t| t.plugin != crate::selection::CLIENT_PLUGIN)
+            .count();
+        if max == 0 || others <= max {
+            return Vec::new();
+        }
+        if let Some(routed) = conv.routed.as_ref().filter(|r| r.at_message == start) {
+            return routed.tools.clone();
+        }
+        let question = conv.messages[start].content();
+        let [system, user] = crate::selection::router_messages(offered, max, &question);
+        let req = ChatRequest {
+            messages: vec![
+                json!({"role": "system", "content": system}),
+                json!({"role": "user", "content": user}),
+            ],
+            ..ChatRequest::default()
+        };
+        let tools = match router.complete(&req, false, &mut |_| {}, cancel).await {
+            Ok(r) => crate::selection::router_picks(&r.content, offered, max),
+            Err(e) => {
+                tracing::warn!("the router model picked no tools: {e:?}");
+                Vec::new()
+            }
+        };
+        conv.routed = Some(crate::selection::Routed {
+            at_message: start,
+            tools: tools.clone(),
+        });
+        tools
     }
 
     async fn summarize(

@@ -174,6 +174,7 @@ impl Frontend for Terminal {
                         Reason::Called => format!("{} (called earlier)", o.name),
                         Reason::Matched { score } => format!("{} (matched, {score:.2})", o.name),
                         Reason::Related { to } => format!("{} (beside {to})", o.name),
+                        Reason::Routed => format!("{} (picked by the router model)", o.name),
                         Reason::Filled => o.name.clone(),
                         Reason::Client => format!("{} (the client's)", o.name),
                     })

@@ -151,7 +151,8 @@ function renderConversation(data) {
 // Which tools the last request offered, when more are installed than it offers.
 function showTools(selection) {
   const line = $("session-tools");
-  const why = { named: "named by the request", called: "called earlier", client: "the client's" };
+  const why = { named: "named by the request", called: "called earlier", client: "the client's",
+    routed: "picked by the router model" };
   const offered = selection.offered.map((o) =>
     o.why === "matched" ? o.name + " (matched " + o.score.toFixed(2) + ")"
       : o.why === "related" ? o.name + " (beside " + o.to + ")"
