@@ -220,10 +220,10 @@ pub fn router_picks(answer: &str, candidates: &[&ToolSpec], max: usize) -> Vec<S
         if picks.len() >= max {
             break;
         }
-        if let Some(tool) = candidates.iter().find(|t| t.name == word) {
-            if !picks.contains(&tool.name) {
-                picks.push(tool.name.clone());
-            }
+        if let Some(tool) = candidates.iter().find(|t| t.name == word)
+            && !picks.contains(&tool.name)
+        {
+            picks.push(tool.name.clone());
         }
     }
     picks

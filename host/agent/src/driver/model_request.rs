@@ -230,7 +230,7 @@ impl Agent {
             return routed.tools.clone();
         }
         let question = conv.messages[start].content();
-        let [system, user] = crate::selection::router_messages(offered, max, &question);
+        let [system, user] = crate::selection::router_messages(offered, max, question);
         let req = ChatRequest {
             messages: vec![
                 json!({"role": "system", "content": system}),
