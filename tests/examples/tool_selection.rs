@@ -71,7 +71,7 @@ fn main() {
         let mut offered = Vec::new();
         for _ in 0..200 {
             let started = Instant::now();
-            let selected = cordon_agent::selection::select(&candidates, max, &messages, None);
+            let selected = cordon_agent::selection::select(&candidates, max, &messages, None, &[]);
             times.push(started.elapsed());
             offered = selected.map_or_else(|| candidates.clone(), |(t, _)| t);
         }
