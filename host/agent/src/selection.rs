@@ -14,7 +14,9 @@
 //! 5. The other places go to the candidates that best match the turn's question: BM25 over
 //!    each tool's name, description and argument names and descriptions, against the turn's
 //!    user message; ties go to the name first in order. A question that names a path
-//!    (`/data/draft.md`, `notes.txt`) also asks for the words `path` and `file`.
+//!    (`/data/draft.md`, `notes.txt`) also asks for the words `path` and `file`; one with a
+//!    number and an arithmetic word (`2 to the power of 100`) for `arithmetic`, `calculate`,
+//!    `compute` and `math`.
 //! 6. Then the tools of the same thing as a matched one, in the order of their match: those
 //!    whose name ends in the same word (`search_email` and `read_email` after `send_email`).
 //!    Places left go to the others in name order, so a question that names no tool's words
@@ -328,6 +330,38 @@ fn names_a_path(question: &str) -> bool {
     })
 }
 
+/// Words that, beside a number, ask for arithmetic.
+const ARITHMETIC: [&str; 20] = [
+    "average",
+    "cubed",
+    "divided",
+    "exponent",
+    "factorial",
+    "logarithm",
+    "mean",
+    "minus",
+    "modulo",
+    "multiplied",
+    "multiply",
+    "percent",
+    "percentage",
+    "plus",
+    "power",
+    "remainder",
+    "root",
+    "squared",
+    "sum",
+    "times",
+];
+
+/// Whether `question` has a number and a word of arithmetic (`What is 2 to the power of 100`).
+fn asks_arithmetic(question: &str) -> bool {
+    question.chars().any(|c| c.is_ascii_digit())
+        && question
+            .split(|c: char| !c.is_alphabetic())
+            .any(|w| ARITHMETIC.contains(&w.to_lowercase().as_str()))
+}
+
 /// The candidates that match `question` at all, best first (BM25, k1 1.2, b 0.75).
 fn rank<'a>(candidates: &[&'a ToolSpec], question: &str) -> Vec<(f32, &'a ToolSpec)> {
     const K1: f32 = 1.2;
@@ -338,6 +372,9 @@ fn rank<'a>(candidates: &[&'a ToolSpec], question: &str) -> Vec<(f32, &'a ToolSp
     let mut query: Vec<String> = words(question).collect();
     if names_a_path(question) {
         query.extend(["path".to_string(), "file".to_string()]);
+    }
+    if asks_arithmetic(question) {
+        query.extend(words("arithmetic calculate compute math"));
     }
     query.sort();
     query.dedup();
@@ -468,6 +505,9 @@ mod tests {
                 == Reason::Related {
                     to: "send_email".into()
                 }));
+        assert!(asks_arithmetic("What is 2 to the power of 100?"));
+        assert!(!asks_arithmetic("Show the last 100 log lines."));
+        assert!(!asks_arithmetic("What is the power of this idea?"));
         for (question, path) in [
             ("Open notes.txt", true),
             ("What is in ~/todo?", true),
