@@ -26,6 +26,7 @@
 
 import { write as hostLog } from 'cordon:tool/log@0.1.5';
 import { Reader } from 'cordon:tool/bulk-read@0.1.5';
+import { want as hostWant } from 'cordon:tool/grant-wanted@0.1.5';
 
 /** A failure the model should act on; `kind` is one of the WIT `tool-error` cases. */
 export class ToolError extends Error {
@@ -146,6 +147,22 @@ export const bulkRead = {
     return Reader.sifting(BigInt(maxSize), bytes, new Uint32Array(encoded.map((e) => e.length)));
   },
 };
+
+/**
+ * Tells the host this call lacked `grant` (`cordon:tool/grant-wanted`, WIT 0.1.5), in grant
+ * syntax: the narrowest one, such as `fs:/home/ann/docs:ro` for a file read there. Then fail
+ * the call as it would have failed anyway (throw a `Denied`): a person may be asked for the
+ * grant, and the call runs again with it. Saying so grants nothing. Returns whether the host
+ * noted it (it refuses marks, relative paths and more than 8 a call).
+ */
+export function want(grant) {
+  try {
+    hostWant(String(grant));
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 /** A plugin's tools, and the exports componentize-js needs. */
 export class Plugin {

@@ -102,6 +102,7 @@ const JS: &[File] = files![
     "testing/hooks.js" => "sdk/js/testing/hooks.js",
     "testing/host/log.js" => "sdk/js/testing/host/log.js",
     "testing/host/bulk-read.js" => "sdk/js/testing/host/bulk-read.js",
+    "testing/host/grant-wanted.js" => "sdk/js/testing/host/grant-wanted.js",
 ];
 
 const C: &[File] = files![

@@ -13,8 +13,10 @@ import {
   Text,
   canonicalJson,
   log,
+  want,
 } from '../cordon_sdk.js';
 import { records } from '../testing/host/log.js';
+import { wanted } from '../testing/host/grant-wanted.js';
 
 const schema = { type: 'object', properties: { n: { type: 'integer' } } };
 
@@ -104,6 +106,15 @@ test('declarations are checked when made', () => {
   assert.equal(canonicalJson({ b: 1, a: { d: [{ z: 1, y: 2 }], c: 0 } }), '{"a":{"c":0,"d":[{"y":2,"z":1}]},"b":1}');
   assert.throws(() => canonicalJson({ n: NaN }), /no JSON form/);
   log.info('a record', { k: 1 });
+});
+
+test('a grant the call lacked is told to the host, at most eight a call', () => {
+  wanted.length = 0;
+  assert.equal(want('fs:/home/ann/docs:ro'), true);
+  assert.deepEqual(wanted, ['fs:/home/ann/docs:ro']);
+  for (let i = 1; i < 8; i++) assert.equal(want(`env:V${i}`), true);
+  assert.equal(want('env:ONE_MORE'), false);
+  assert.equal(wanted.length, 8);
 });
 
 test('the vendored WIT is the contract', () => {
