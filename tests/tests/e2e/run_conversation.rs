@@ -974,14 +974,20 @@ fn run_on_a_terminal_keeps_json_exact_and_a_pipe_gets_raw_text() {
     );
 }
 
+/// A home with the `typed` fixture: more tools than a request offers.
+fn typed_home() -> TestHome {
+    let home = TestHome::new();
+    let typed = cordon_tests::fixture("typed").display().to_string();
+    home.cordon(&["plugin", "install", &typed, "--yes"]).ok();
+    home
+}
+
 /// `[agent] router_model`: a small model is asked once a turn which tools the question needs
 /// (its own request, with its own model name and no tools), and its pick is offered though no
 /// word of the question matches it.
 #[test]
 fn a_router_model_picks_the_tools_once_a_turn() {
-    let home = TestHome::new();
-    let typed = cordon_tests::fixture("typed").display().to_string();
-    home.cordon(&["plugin", "install", &typed, "--yes"]).ok();
+    let home = typed_home();
     std::fs::write(
         home.scratch("cwd").join("cordon.toml"),
         "[agent]\nrouter_model = \"tiny-router\"\n",
@@ -1030,9 +1036,7 @@ fn a_router_model_picks_the_tools_once_a_turn() {
 
 #[test]
 fn with_many_tools_a_request_offers_those_the_question_needs_and_an_unoffered_one_still_runs() {
-    let home = TestHome::new();
-    let typed = cordon_tests::fixture("typed").display().to_string();
-    home.cordon(&["plugin", "install", &typed, "--yes"]).ok();
+    let home = typed_home();
     let model = Model::new(vec![
         // A tool the question does not name: installed and allowed, so it runs.
         Step::tool_calls(vec![call("k1", "kinds_get_extremes", json!({}))]),
