@@ -73,11 +73,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             data = answer.read()
             kind = answer.headers.get("content-type", "application/json")
         sent = json.loads(body)
+        first = (sent.get("messages") or [{}])[0].get("content") or ""
         self.server.timings.append(
             {
                 **timings_of(data),
                 "tools": len(sent.get("tools") or []),
                 "slot": sent.get("id_slot"),
+                "router": first.startswith("Pick the tools"),
             }
         )
         self.send_response(200)
@@ -104,7 +106,9 @@ def timings_of(data):
     return found or {}
 
 
-def run(cordon, plugins, upstream, slots):
+def run(cordon, plugins, upstream, slots, router=None):
+    """Two sessions of five turns; with `router`, the fixtures' components are installed too
+    (59 tools, more than a request offers) and `[agent] router_model` is set."""
     recorder = Recorder(upstream)
     threading.Thread(target=recorder.serve_forever, daemon=True).start()
     with tempfile.TemporaryDirectory() as tmp:
@@ -139,10 +143,28 @@ def run(cordon, plugins, upstream, slots):
                 else ["--yes"]
             )
             subprocess.run(args, check=True, capture_output=True)
+        if router:
+            for wasm in sorted(Path(router).glob("*.wasm")):
+                subprocess.run(
+                    [
+                        cordon,
+                        "--home",
+                        str(home),
+                        "plugin",
+                        "install",
+                        str(wasm),
+                        "--yes",
+                    ],
+                    check=False,
+                    capture_output=True,
+                )
         config = Path(tmp) / "cordon.toml"
         # Text tool calls: SmolLM2's chat template leaves a request's `tools` out, so the tools
         # go in the system prompt, where they are most of the prefix to cache.
-        config.write_text(f'[llm]\nllama_cpp_slots = {slots}\ntool_format = "hermes"\n')
+        config.write_text(
+            f'[llm]\nllama_cpp_slots = {slots}\ntool_format = "hermes"\n'
+            + ('[agent]\nrouter_model = "smollm2"\n' if router else "")
+        )
         env = {
             **os.environ,
             "CORDON_LLM_URL": f"http://127.0.0.1:{recorder.server_address[1]}/v1",
@@ -170,6 +192,10 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--cordon", default="target/release/cordon")
     parser.add_argument("--plugins", default="target/plugins")
+    parser.add_argument(
+        "--fixtures",
+        help="also run with the fixtures installed and a router model (what it costs)",
+    )
     args = parser.parse_args()
     rows = []
     for slots in (2, 0):
@@ -199,6 +225,36 @@ def main():
     )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     print("\n".join(rows))
+    if args.fixtures:
+        server, upstream = start_llamacpp()
+        timings = run(
+            args.cordon,
+            args.plugins,
+            upstream.removesuffix("/v1"),
+            2,
+            router=args.fixtures,
+        )
+        del server
+        print(
+            "\nwith the fixtures installed and [agent] router_model (the same model):"
+        )
+        print(
+            "| requests | count | computed (median) | from cache (median) | ms (median) |"
+        )
+        print("| --- | --- | --- | --- | --- |")
+        for name, routed in (("router", True), ("answer", False)):
+            picked = [
+                t for t in timings if t.get("router") == routed and t.get("prompt_ms")
+            ]
+            if not picked:
+                continue
+            ms = [t["prompt_ms"] + t.get("predicted_ms", 0) for t in picked]
+            print(
+                f"| {name} | {len(picked)} | "
+                f"{statistics.median(t.get('prompt_n', 0) for t in picked)} | "
+                f"{statistics.median(t.get('cache_n', 0) for t in picked)} | "
+                f"{statistics.median(ms):.0f} |"
+            )
 
 
 if __name__ == "__main__":
