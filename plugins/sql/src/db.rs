@@ -25,9 +25,15 @@ const BUSY_TIMEOUT_MS: u64 = 2_000;
 
 /// Turns the `database` argument into a normalised guest path inside a grant (relative paths
 /// are taken inside the grant), so errors and results name it the way the user granted it.
-pub fn resolve_database(arg: &str) -> Result<String, ToolError> {
+/// Outside every grant, the host is told the call lacked the database's directory: read-write
+/// when the call `writes`.
+pub fn resolve_database(arg: &str, writes: bool) -> Result<String, ToolError> {
     let dirs = GrantedDirs::from_env();
-    let path = dirs.resolve(arg, "database")?;
+    let path = if writes {
+        dirs.resolve_to_write(arg, "database")?
+    } else {
+        dirs.resolve(arg, "database")?
+    };
     if !dirs.is_granted(&path) {
         return Err(ToolError::invalid(format!(
             "{path} is a directory, not a SQLite database file; granted directories: {}",

@@ -84,7 +84,7 @@ pub struct ExecuteResult {
 }
 
 pub fn run(mut args: ExecuteArgs) -> Result<ExecuteResult, ToolError> {
-    args.database = resolve_database(&args.database)?;
+    args.database = resolve_database(&args.database, true)?;
     if args.sql.trim().is_empty() {
         return Err(ToolError::invalid(
             "`sql` is empty; send the statement to run",

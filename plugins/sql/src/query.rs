@@ -54,7 +54,7 @@ fn unwritten(e: std::io::Error) -> ToolError {
 }
 
 pub fn run(mut args: QueryArgs, out: &mut JsonWriter<QueryResult>) -> Result<(), ToolError> {
-    args.database = resolve_database(&args.database)?;
+    args.database = resolve_database(&args.database, false)?;
     let max_rows = cap("max_rows", args.max_rows, DEFAULT_MAX_ROWS, LIMIT_MAX_ROWS)?;
     let max_bytes = cap(
         "max_bytes",

@@ -219,7 +219,7 @@ fn matches(conn: &Connection, name: &str, words: &[String]) -> Result<bool, Tool
 }
 
 pub fn run(mut args: SchemaArgs) -> Result<SchemaResult, ToolError> {
-    args.database = resolve_database(&args.database)?;
+    args.database = resolve_database(&args.database, false)?;
     let conn = open_read(&args.database)?;
     let words: Vec<String> = args
         .filter

@@ -121,6 +121,13 @@ impl GrantedDirs {
         self.resolve_wanting(arg, field, Wanted::Itself)
     }
 
+    /// As [`GrantedDirs::resolve`], for a file the tool writes: the host is told the call
+    /// lacked the file's directory read-write, so a person is asked once, not first for
+    /// reading and then again for writing.
+    pub fn resolve_to_write(&self, arg: &str, field: &str) -> Result<String, ToolError> {
+        self.resolve_wanting(arg, field, Wanted::ParentWritable)
+    }
+
     fn resolve_wanting(&self, arg: &str, field: &str, wanted: Wanted) -> Result<String, ToolError> {
         if arg.trim().is_empty() {
             return Err(ToolError::invalid(format!(
@@ -199,12 +206,16 @@ impl GrantedDirs {
     fn outside_wanting(&self, arg: &str, path: &str, wanted: Wanted) -> ToolError {
         let dir = match wanted {
             Wanted::Itself => path,
-            Wanted::Parent => match path.rfind('/') {
+            Wanted::Parent | Wanted::ParentWritable => match path.rfind('/') {
                 Some(0) | None => "/",
                 Some(i) => &path[..i],
             },
         };
-        let grant = format!("fs:{dir}:ro");
+        let mode = match wanted {
+            Wanted::ParentWritable => "rw",
+            Wanted::Itself | Wanted::Parent => "ro",
+        };
+        let grant = format!("fs:{dir}:{mode}");
         // `/` itself is never granted (it holds Cordon's own state), and a path with `:` has
         // no grant syntax: then nobody can be asked.
         if dir == "/" || dir.contains(':') || crate::grants::want(&grant).is_err() {
@@ -268,6 +279,8 @@ enum Wanted {
     Parent,
     /// The path itself: the argument names a directory.
     Itself,
+    /// The directory holding it, read-write: the argument names a file the tool writes.
+    ParentWritable,
 }
 
 /// Whether `path` is `root` or below it (both normalised).
@@ -359,6 +372,8 @@ mod tests {
             "{e:?}"
         );
         fs.resolve_dir("/home/ann/notes", "path").unwrap_err();
+        fs.resolve_to_write("/srv/db/shop.db", "database")
+            .unwrap_err();
         fs.resolve_or_roots(Some("/srv/logs/"), "path").unwrap_err();
         // Nothing to ask for: a relative path, a file at the root, a path with `:`.
         for nothing in ["../x", "/x.txt", "/a:b/c"] {
@@ -369,6 +384,7 @@ mod tests {
             [
                 "fs:/home/ann/notes:ro",
                 "fs:/home/ann/notes:ro",
+                "fs:/srv/db:rw",
                 "fs:/srv/logs:ro"
             ]
         );

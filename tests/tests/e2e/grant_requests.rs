@@ -359,3 +359,59 @@ fn revoking_a_grant_given_for_good_reaches_the_running_session() {
     assert_eq!(other.asked(), ["/b", "/c"]);
     served.terminate(Duration::from_secs(30));
 }
+
+/// A database outside every grant that a call writes: `sql` says it lacked the database's
+/// directory read-write, so one question is enough for the write to run.
+#[test]
+fn a_database_written_outside_the_grants_is_asked_for_read_write_once() {
+    let home = TestHome::new();
+    let data = home.scratch("data");
+    let other = std::fs::canonicalize(home.scratch("elsewhere")).unwrap();
+    cordon_tests::support::install(
+        &home,
+        "sql",
+        &[cordon_tests::support::grant_fs(&data, "/data", "ro")],
+        &[],
+    );
+    let database = other.join("shop.db").display().to_string();
+    let model = Model::new(vec![
+        Step::tool_calls(vec![call(
+            "w1",
+            "sql_execute",
+            json!({"database": database, "create": true,
+                   "sql": "CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (42)"}),
+        )]),
+        Step::text("Written."),
+    ]);
+    let served = serve(&home, &model, &[], None);
+    served.post("/api/v1/sessions", json!({"id": "ann"}));
+    let events = served.stream("/api/v1/sessions/ann/messages", json!({"text": "Write it"}));
+    // `sql_execute` is destructive: asked before it runs, then about the grant it lacked.
+    let approval = served.pending("ann");
+    served.answer(&approval, "yes");
+    // The same call's next question.
+    let question =
+        cordon_tests::serve::eventually(Duration::from_secs(60), "a grant request", || {
+            served.get("/api/v1/approvals").json["pending"]
+                .as_array()?
+                .iter()
+                .find(|p| p["session"] == "ann" && p.get("requested_grants").is_some())
+                .cloned()
+        });
+    let wanted = format!("fs:{0}:{0}:rw", other.display());
+    assert_eq!(question["requested_grants"], json!([wanted]), "{question}");
+    served.answer(&question, "yes");
+    events.until("turn_finished", Duration::from_secs(60));
+    let result = model.result(1, "w1");
+    assert!(!result.starts_with("Error"), "{result}");
+    served.terminate(Duration::from_secs(30));
+    assert!(
+        holds_sqlite_data(&other.join("shop.db")),
+        "the database was written"
+    );
+}
+
+/// Whether `path` is a SQLite file holding data (its header, and more than the header page).
+fn holds_sqlite_data(path: &std::path::Path) -> bool {
+    std::fs::read(path).is_ok_and(|b| b.starts_with(b"SQLite format 3\0") && b.len() >= 4096)
+}
