@@ -82,6 +82,16 @@ pub struct Offered {
     pub why: Reason,
 }
 
+/// Whether a request with `candidates` offers only some of them (rules 2 and 3).
+pub fn selects(candidates: &[&ToolSpec], max: usize) -> bool {
+    max != 0
+        && candidates
+            .iter()
+            .filter(|t| t.plugin != CLIENT_PLUGIN)
+            .count()
+            > max
+}
+
 /// The tools to offer out of `candidates` (see the module docs), with why; `None` when all
 /// are offered.
 pub fn select<'a>(
@@ -91,12 +101,12 @@ pub fn select<'a>(
     named: Option<&str>,
     routed: &[String],
 ) -> Option<(Vec<&'a ToolSpec>, Selection)> {
+    if !selects(candidates, max) {
+        return None;
+    }
     let (client, candidates): (Vec<&ToolSpec>, Vec<&ToolSpec>) =
         candidates.iter().partition(|t| t.plugin == CLIENT_PLUGIN);
     let candidates = &candidates[..];
-    if max == 0 || candidates.len() <= max {
-        return None;
-    }
     let mut chosen: BTreeMap<&str, Reason> = BTreeMap::new();
     let by_name: HashMap<&str, &ToolSpec> =
         candidates.iter().map(|t| (t.name.as_str(), *t)).collect();

@@ -147,6 +147,15 @@ impl ToolSpec {
         }
     }
 
+    /// [`ToolSpec::widened`], borrowing the tool as it is when there are no `extra` grants.
+    pub fn with_grants(&self, extra: &[String]) -> std::borrow::Cow<'_, ToolSpec> {
+        if extra.is_empty() {
+            std::borrow::Cow::Borrowed(self)
+        } else {
+            std::borrow::Cow::Owned(self.widened(extra))
+        }
+    }
+
     /// The tool as it runs with `extra` grants besides its own (given for a session through a
     /// grant request): its grants, what it can change, its reach and its exposure recomputed,
     /// so approval, policy and the Rule of Two see what it can now reach.

@@ -200,7 +200,7 @@ impl FromStr for HttpOrigin {
                 // parser takes `127.0..` for a name only because of the dots, and `127.0`
                 // is an address (and `039..` reads as nothing).
                 match url::Host::parse(d) {
-                    Ok(url::Host::Domain(again)) if again == d => {}
+                    Ok(url::Host::Domain(again)) if again == d => again,
                     _ => {
                         return Err(syntax(
                             &input,
@@ -211,7 +211,6 @@ impl FromStr for HttpOrigin {
                         ));
                     }
                 }
-                d.to_ascii_lowercase()
             }
             Some(url::Host::Ipv4(ip)) => ip.to_string(),
             Some(url::Host::Ipv6(ip)) => format!("[{ip}]"),

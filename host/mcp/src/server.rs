@@ -593,13 +593,8 @@ impl McpServer {
         };
         // The tool as it runs in this session: with the grants given for it, which policy,
         // approval and the Rule of Two must see.
-        let widened;
-        let spec = if session_grants.is_empty() {
-            spec
-        } else {
-            widened = spec.widened(&session_grants);
-            &widened
-        };
+        let widened = spec.with_grants(&session_grants);
+        let spec = &*widened;
         let verdict = self
             .verdict(
                 &policy,

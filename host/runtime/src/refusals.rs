@@ -92,7 +92,7 @@ impl Refusals {
         self.said += 1;
         let grant = parsed.to_string();
         self.refuse(format!("{SAID_LACKED} `{grant}`"));
-        self.noted.want(grant);
+        self.want(grant);
         Ok(())
     }
 

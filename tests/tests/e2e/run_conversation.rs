@@ -974,6 +974,16 @@ fn run_on_a_terminal_keeps_json_exact_and_a_pipe_gets_raw_text() {
     );
 }
 
+/// `cordon run --explain-tools --approve all QUESTION` against `model`.
+fn explained(home: &TestHome, model: &Model, question: &str) -> Run {
+    run(
+        home,
+        model,
+        &["--explain-tools", "--approve", "all", question],
+    )
+    .ok()
+}
+
 /// A home with the `typed` fixture: more tools than a request offers.
 fn typed_home() -> TestHome {
     let home = TestHome::new();
@@ -999,17 +1009,7 @@ fn a_router_model_picks_the_tools_once_a_turn() {
         Step::tool_calls(vec![call("k1", "kinds_get_extremes", json!({}))]),
         Step::text("Done."),
     ]);
-    let r = run(
-        &home,
-        &model,
-        &[
-            "--explain-tools",
-            "--approve",
-            "all",
-            "What are the limits?",
-        ],
-    )
-    .ok();
+    let r = explained(&home, &model, "What are the limits?");
     let reqs = model.server.requests();
     assert_eq!(reqs.len(), 3, "the router is asked once a turn");
     assert_eq!(reqs[0].body["model"], "tiny-router");
@@ -1042,17 +1042,7 @@ fn with_many_tools_a_request_offers_those_the_question_needs_and_an_unoffered_on
         Step::tool_calls(vec![call("k1", "kinds_get_extremes", json!({}))]),
         Step::text("Done."),
     ]);
-    let r = run(
-        &home,
-        &model,
-        &[
-            "--explain-tools",
-            "--approve",
-            "all",
-            "Add 40 and 2, then echo a point back",
-        ],
-    )
-    .ok();
+    let r = explained(&home, &model, "Add 40 and 2, then echo a point back");
     let reqs = model.server.requests();
     let first = reqs[0].tool_names();
     assert_eq!(first.len(), 12, "{first:?}");

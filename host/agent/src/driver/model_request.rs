@@ -75,13 +75,15 @@ impl Agent {
             .pager_name()
             .unwrap_or(crate::spill::TOOL)
             .to_string();
-        // The router's picks, asked before anything borrows the conversation for the request.
-        let routed = if final_pass || choice == Some(&ToolChoice::None) {
-            Vec::new()
+        // The tools the request may offer, and the router's picks among them, asked before
+        // anything borrows the conversation for the request.
+        let max = self.config.agent.max_offered_tools;
+        let (candidates, routed) = if final_pass || choice == Some(&ToolChoice::None) {
+            (Vec::new(), Vec::new())
         } else {
             let candidates = catalog.offered(conv.standing());
-            let max = self.config.agent.max_offered_tools;
-            self.route(conv, &candidates, max, cancel).await
+            let routed = self.route(conv, &candidates, max, cancel).await;
+            (candidates, routed)
         };
         let view: std::borrow::Cow<'_, [Message]> = match limit {
             Some(l) => conv
@@ -95,12 +97,11 @@ impl Agent {
         let offered: Vec<&ToolSpec> = if final_pass || choice == Some(&ToolChoice::None) {
             Vec::new()
         } else {
-            let mut offered = catalog.offered(conv.standing());
+            let mut offered = candidates;
             let named = match choice {
                 Some(ToolChoice::Function(name)) => Some(name.as_str()),
                 _ => None,
             };
-            let max = self.config.agent.max_offered_tools;
             if let Some((selected, selection)) =
                 crate::selection::select(&offered, max, &conv.messages, named, &routed)
             {
@@ -219,11 +220,7 @@ impl Agent {
         else {
             return Vec::new();
         };
-        let others = offered
-            .iter()
-            .filter(|t| t.plugin != crate::selection::CLIENT_PLUGIN)
-            .count();
-        if max == 0 || others <= max {
+        if !crate::selection::selects(offered, max) {
             return Vec::new();
         }
         if let Some(routed) = conv.routed.as_ref().filter(|r| r.at_message == start) {

@@ -262,15 +262,9 @@ impl ToolCatalog {
         }
         // Rules on the tool's reach decide by what those grants make it reach.
         let given = session_grants(spec);
-        let widened_spec;
-        let policy_spec = if given.is_empty() {
-            spec
-        } else {
-            widened_spec = spec.widened(&given);
-            &widened_spec
-        };
+        let policy_spec = spec.with_grants(&given);
         let Some(verdict) = self.verdict(
-            policy_spec,
+            &policy_spec,
             !given.is_empty(),
             &args,
             approved,

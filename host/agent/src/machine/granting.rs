@@ -72,13 +72,15 @@ pub(super) fn settle(
         with.extend(askable.iter().cloned());
         let widened = spec.widened(&with);
         let no_args = Value::Object(Default::default());
-        let denied = env.catalog.denies_widened(
-            &widened,
-            p.arguments.as_ref().unwrap_or(&no_args),
-            conv.standing(),
-            &conv.approved_tools,
-            env.inputs,
-        );
+        let denied = || {
+            env.catalog.denies_widened(
+                &widened,
+                p.arguments.as_ref().unwrap_or(&no_args),
+                conv.standing(),
+                &conv.approved_tools,
+                env.inputs,
+            )
+        };
         let blocked =
             match cordon_core::rule_of_two(&conv.labels, &spec.identity(), &widened.exposure) {
                 Some(_) => Some(
@@ -88,7 +90,7 @@ pub(super) fn settle(
                 ),
                 // The policy decides on what the tool could reach with the grant: a rule
                 // that denies such a call is not overruled by a person's answer.
-                None => match denied {
+                None => match denied() {
                     Some(reason) => {
                         Some(format!("the policy would deny the call with it: {reason}"))
                     }
