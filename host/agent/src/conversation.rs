@@ -309,6 +309,11 @@ pub struct PolicyNote {
     /// The ids of every rule found to apply.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub applied: Vec<String>,
+    /// Whether the call was counted when it was decided: it runs unasked, and the counts
+    /// reserved for it before the decision stand (see the driver's `settle_counts`). A call
+    /// put to a person is counted when it runs instead.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub counted: bool,
 }
 
 /// A conversation; see the module docs.

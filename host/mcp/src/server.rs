@@ -332,6 +332,8 @@ struct CallFacts<'a> {
     spec: &'a ToolSpec,
     /// What the per-call policy said of the call (`None`: no policy in force).
     verdict: Option<cordon_agent::cordon_policy::Verdict>,
+    /// The counters the call was reserved on before it was decided.
+    reserved: policy::Reserved,
     arguments: &'a Value,
     client: &'a str,
     /// The token the call came with (over HTTP).
@@ -595,7 +597,7 @@ impl McpServer {
         // approval and the Rule of Two must see.
         let widened = spec.with_grants(&session_grants);
         let spec = &*widened;
-        let verdict = self
+        let (verdict, reserved) = self
             .verdict(
                 &policy,
                 spec,
@@ -608,6 +610,7 @@ impl McpServer {
         let facts = CallFacts {
             spec,
             verdict,
+            reserved,
             arguments: &arguments,
             client: &client,
             token: token.as_deref(),
@@ -629,6 +632,7 @@ impl McpServer {
             let outcome = CallOutcome::NotRun {
                 reason: failure.message.clone(),
             };
+            self.unreserve(&facts.reserved).await;
             self.host
                 .audit(self.record(&facts, &approved, outcome, None))
                 .await;
@@ -649,8 +653,12 @@ impl McpServer {
         });
         let approved = match self.approve(&facts, &request, &context).await {
             Asked::Run(approved) => approved,
-            Asked::Sent(input) => return Ok(input.into()),
+            Asked::Sent(input) => {
+                self.unreserve(&facts.reserved).await;
+                return Ok(input.into());
+            }
             Asked::Refused(approved, why) => {
+                self.unreserve(&facts.reserved).await;
                 let outcome = CallOutcome::NotRun {
                     reason: why.clone(),
                 };
@@ -661,11 +669,9 @@ impl McpServer {
             }
         };
         *running.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
-        // The call is counted while it runs rather than before it (the store's round trip is
-        // longer than a quick tool's whole run), and always before its result is sent, so a
-        // client's next call sees it counted. The count goes first: its statement is on its
-        // way to the store before the tool takes the thread. (A host killed within that round
-        // trip may have run the call without counting it.)
+        // The call was counted when it was decided (reserved); what its rules do not count of
+        // that is taken back while it runs, rather than before (the store's round trip is
+        // longer than a quick tool's whole run).
         let ((), (result, report)) = tokio::join!(
             self.ran(&policy, &facts, &approved, &caller),
             self.host.calls.call(

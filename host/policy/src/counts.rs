@@ -1,9 +1,11 @@
 //! Counters of earlier calls, which `calls` rules and `context.calls` read.
 //!
-//! The host asks the store for the counts a call's rules need before deciding
-//! ([`crate::Policy::counters_for`]), and adds the call to every counter that counts it once it
-//! runs ([`crate::Policy::tally`]). Counts are kept per minute in the store, so they hold
-//! across restarts and across hosts that share a PostgreSQL store.
+//! The host asks the store for the counts a call's rules need ([`crate::Policy::counters_for`])
+//! and, in the same statement, reserves the call on every counter that may count it
+//! ([`crate::Policy::reservable`]), so that calls decided at once see each other. Once the
+//! call is decided, [`settle`] says what to keep: a call that runs keeps what counts it
+//! ([`crate::Policy::tally`]); the rest is taken back. Counts are kept per minute in the
+//! store, so they hold across restarts and across hosts that share a PostgreSQL store.
 
 use crate::config::CounterSpec;
 
@@ -94,6 +96,27 @@ pub(crate) fn key_for(
     Some(key)
 }
 
+/// What reserved counts need once the calls are decided, as `(add, release)`: `kept` (the
+/// keys of the calls that run, [`crate::Policy::tally`]) less `reserved` are added, and
+/// `reserved` less `kept` are taken back; each key as often as it is named.
+pub fn settle(reserved: &[String], kept: &[String]) -> (Vec<String>, Vec<String>) {
+    let mut balance: std::collections::BTreeMap<&str, i64> = Default::default();
+    for k in kept {
+        *balance.entry(k).or_default() += 1;
+    }
+    for k in reserved {
+        *balance.entry(k).or_default() -= 1;
+    }
+    let (mut add, mut release) = (Vec::new(), Vec::new());
+    for (key, n) in balance {
+        let into = if n > 0 { &mut add } else { &mut release };
+        for _ in 0..n.unsigned_abs() {
+            into.push(key.to_string());
+        }
+    }
+    (add, release)
+}
+
 /// The first minute a window counts, at minute `now`.
 pub(crate) fn since(spec: &CounterSpec, now_minute: i64) -> i64 {
     match Window::parse(&spec.within) {
@@ -105,6 +128,25 @@ pub(crate) fn since(spec: &CounterSpec, now_minute: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settling_adds_what_was_not_reserved_and_takes_back_what_is_not_kept() {
+        let keys = |k: &[&str]| k.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let reserved = keys(&["tool:a.b", "tool:a.b", "rule:w", "plugin:a"]);
+        let kept = keys(&["tool:a.b", "plugin:a", "rule:x"]);
+        assert_eq!(
+            settle(&reserved, &kept),
+            (keys(&["rule:x"]), keys(&["rule:w", "tool:a.b"]))
+        );
+        assert_eq!(settle(&kept, &kept), (vec![], vec![]));
+        assert_eq!(
+            settle(&reserved, &[]),
+            (
+                vec![],
+                keys(&["plugin:a", "rule:w", "tool:a.b", "tool:a.b"])
+            )
+        );
+    }
 
     #[test]
     fn windows_parse_with_clear_errors() {

@@ -29,6 +29,26 @@ impl Policy {
             .collect()
     }
 
+    /// The store keys a call of `tool` may add to: what [`Policy::tally`] gives when every
+    /// rule that may apply to the tool applies. They are reserved before the call is decided,
+    /// so that calls decided at once see each other; what the call then does not add to is
+    /// taken back ([`crate::settle`]).
+    pub fn reservable(&self, tool: &str, scope: crate::CountScope<'_>) -> Vec<String> {
+        let Some(t) = self.tools.get(tool) else {
+            return Vec::new();
+        };
+        if self.counters.is_empty() {
+            return Vec::new();
+        }
+        let ids: Vec<String> = self
+            .of_tool(t)
+            .into_iter()
+            .chain(t.reach_bound.iter().copied())
+            .map(|i| self.rules[i].rule.id.clone())
+            .collect();
+        self.tally(tool, &ids, scope)
+    }
+
     /// Whether a rule may deny every call of `tool` whatever its arguments: a rule that
     /// denies it with no condition. Such a tool is not offered to the model.
     pub fn denies_every_call(&self, tool: &str) -> Option<RuleRef> {

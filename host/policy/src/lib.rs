@@ -42,7 +42,7 @@ pub use call::{Call, Caller, SessionFacts, normalise};
 pub use config::{
     CallCount, ConfigSource, CounterSpec, Decision, Example, Names, PolicyConfig, Rule,
 };
-pub use counts::{CountQuery, CountScope, Window};
+pub use counts::{CountQuery, CountScope, Window, settle};
 pub use engine::{Policy, RuleRef, Verdict};
 pub use error::PolicyError;
 pub use schema::{Reach, ToolFacts};

@@ -60,32 +60,76 @@ fn kept_for_session(key: &str, session: Option<&str>) -> bool {
     })
 }
 
-/// One statement counting `n` counters: `$2i+1` the counter, `$2i+2` the first minute. Each
-/// part answers with its place, so the order of the answer does not matter.
+/// One statement counting `n` counters: `$3i+1` the counter, minutes from `$3i+2` up to but
+/// not including `$3i+3`. Each part answers with its place, so the order of the answer does
+/// not matter.
 fn count_sql(n: usize) -> String {
     (0..n)
         .map(|i| {
             format!(
                 "SELECT CAST({i} AS BIGINT) AS i, CAST(COALESCE(SUM(calls), 0) AS BIGINT) AS n \
-                 FROM call_counts WHERE counter = ${} AND minute >= ${}",
-                2 * i + 1,
-                2 * i + 2
+                 FROM call_counts WHERE counter = ${} AND minute >= ${} AND minute < ${}",
+                3 * i + 1,
+                3 * i + 2,
+                3 * i + 3
             )
         })
         .collect::<Vec<_>>()
         .join(" UNION ALL ")
 }
 
-/// One statement adding one to `n` counters: `$2i+1` the counter, `$2i+2` its minute.
+/// One statement adding to `n` counters: `$3i+1` the counter, `$3i+2` its minute, `$3i+3`
+/// how many calls. It answers nothing.
 fn add_sql(n: usize) -> String {
     let rows: Vec<String> = (0..n)
-        .map(|i| format!("(${}, ${}, 1)", 2 * i + 1, 2 * i + 2))
+        .map(|i| format!("(${}, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3))
         .collect();
     format!(
         "INSERT INTO call_counts (counter, minute, calls) VALUES {} \
-         ON CONFLICT (counter, minute) DO UPDATE SET calls = call_counts.calls + 1",
+         ON CONFLICT (counter, minute) DO UPDATE SET calls = call_counts.calls + excluded.calls",
         rows.join(", ")
     )
+}
+
+/// One statement reserving: adds to `n` counters as [`add_sql`] does, and answers for each
+/// its count after the addition at the minute added to (`after`: every addition that reached
+/// the row first, from any host, since both backends make additions to one row wait for
+/// each other), and the sum of its earlier minutes from `$4i+4` on (`earlier`). Parameters
+/// go in fours: counter, minute, calls, first minute counted.
+fn reserve_sql(n: usize) -> String {
+    let rows: Vec<String> = (0..n)
+        .map(|i| format!("(${}, ${}, ${})", 4 * i + 1, 4 * i + 2, 4 * i + 3))
+        .collect();
+    let since: String = (0..n)
+        .map(|i| format!(" WHEN ${} THEN ${}", 4 * i + 1, 4 * i + 4))
+        .collect();
+    format!(
+        "INSERT INTO call_counts (counter, minute, calls) VALUES {} \
+         ON CONFLICT (counter, minute) DO UPDATE SET calls = call_counts.calls + excluded.calls \
+         RETURNING counter, CAST(calls AS BIGINT) AS after, \
+         (SELECT CAST(COALESCE(SUM(c.calls), 0) AS BIGINT) FROM call_counts c \
+         WHERE c.counter = call_counts.counter AND c.minute < call_counts.minute \
+         AND c.minute >= CASE call_counts.counter{since} ELSE call_counts.minute END) AS earlier",
+        rows.join(", ")
+    )
+}
+
+/// The rows `keys` add to at `minute` (minute 0 for `session`'s own counters), each with how
+/// often it is named, in one order on every host, so that hosts adding to the same counters
+/// at once wait for each other rather than deadlock.
+fn rows_of<'k>(keys: &'k [String], minute: i64, session: Option<&str>) -> Vec<(&'k str, i64, i64)> {
+    let mut rows: std::collections::BTreeMap<(&str, i64), i64> = Default::default();
+    for k in keys {
+        let at = if kept_for_session(k, session) {
+            SESSION_MINUTE
+        } else {
+            // Minute 0 and before are the sessions'; a clock that says otherwise is counted
+            // at the first minute after.
+            minute.max(SESSION_MINUTE + 1)
+        };
+        *rows.entry((k.as_str(), at)).or_default() += 1;
+    }
+    rows.into_iter().map(|((k, at), n)| (k, at, n)).collect()
 }
 
 impl Store {
@@ -122,7 +166,7 @@ impl Store {
                 // Built of numbers only: the counters go as parameters.
                 let mut query = sqlx::query(sqlx::AssertSqlSafe(count_sql(chunk.len())));
                 for (key, since) in chunk {
-                    query = query.bind(*key).bind(*since);
+                    query = query.bind(*key).bind(*since).bind(i64::MAX);
                 }
                 query
                     .fetch_all(pool)
@@ -144,40 +188,24 @@ impl Store {
         Ok(places.into_iter().map(|p| counted[p]).collect())
     }
 
-    /// A call that runs: adds one to each counter `keys` names (once each, however often it is
-    /// named) at `minute`, or at minute 0 for `session`'s own counters. Atomic: all are added
-    /// or none. At most once an hour per store handle, rows older than any window are then
-    /// pruned (see the module docs).
+    /// Calls that run: adds one to each counter `keys` names, for each time it is named (the
+    /// keys of several calls may name one counter), at `minute`, or at minute 0 for
+    /// `session`'s own counters. Atomic: all are added or none. At most once an hour per
+    /// store handle, rows older than any window are then pruned (see the module docs).
     pub async fn add_calls(
         &self,
         keys: &[String],
         minute: i64,
         session: Option<&str>,
     ) -> Result<(), StoreError> {
-        let mut rows: Vec<(&str, i64)> = keys
-            .iter()
-            .map(|k| {
-                let at = if kept_for_session(k, session) {
-                    SESSION_MINUTE
-                } else {
-                    // Minute 0 and before are the sessions'; a clock that says otherwise is
-                    // counted at the first minute after.
-                    minute.max(SESSION_MINUTE + 1)
-                };
-                (k.as_str(), at)
-            })
-            .collect();
-        // In one order on every host, so that two hosts adding to the same counters at once
-        // wait for each other rather than deadlock.
-        rows.sort_unstable();
-        rows.dedup();
-        // The statement adding one to each of a chunk of rows (built of numbers only: the
+        let rows = rows_of(keys, minute, session);
+        // The statement adding to each of a chunk of rows (built of numbers only: the
         // counters go as parameters).
         macro_rules! add {
             ($chunk:expr) => {{
                 let mut query = sqlx::query(sqlx::AssertSqlSafe(add_sql($chunk.len())));
-                for (key, at) in $chunk {
-                    query = query.bind(*key).bind(*at);
+                for (key, at, n) in $chunk {
+                    query = query.bind(*key).bind(*at).bind(*n);
                 }
                 query
             }};
@@ -202,6 +230,179 @@ impl Store {
         }
         self.prune_now_and_then().await;
         Ok(())
+    }
+
+    /// Calls about to be decided: adds them to the counters `adds` names (as
+    /// [`Store::add_calls`] does) and answers `queries` as [`Store::count_calls`] would have
+    /// just before, in one round trip for the usual call.
+    ///
+    /// Why not count, decide and then add: two calls decided at once (two sessions, two
+    /// hosts) would both read the count before either added to it, so both could pass the
+    /// last place under a limit. Reserved, each sees every call that reserved before it: the
+    /// additions to one row wait for each other in both backends, and each answers the row as
+    /// it left it. Only the minute being added to is ordered so; two hosts whose clocks put
+    /// calls on either side of a minute's end do not see each other's call at that instant.
+    ///
+    /// A reserved call that then does not run, or is not counted by a counter it was reserved
+    /// on, is taken back with [`Store::release_calls`].
+    pub async fn reserve_calls(
+        &self,
+        adds: &[String],
+        queries: &[CountQuery],
+        minute: i64,
+        session: Option<&str>,
+    ) -> Result<Vec<u64>, StoreError> {
+        let rows = rows_of(adds, minute, session);
+        if rows.is_empty() {
+            return self.count_calls(queries, session).await;
+        }
+        // The first minute counted of each query, as `count_calls` takes it.
+        let sinces: Vec<i64> = queries
+            .iter()
+            .map(|q| {
+                if kept_for_session(&q.key, session) {
+                    q.since_minute.min(SESSION_MINUTE)
+                } else {
+                    q.since_minute
+                }
+            })
+            .collect();
+        // Each added row answers the first window asked of its counter.
+        let window_of = |key: &str| {
+            queries
+                .iter()
+                .zip(&sinces)
+                .find(|(q, _)| q.key == key)
+                .map(|(_, since)| *since)
+        };
+        let mut answered: std::collections::HashMap<String, (i64, i64, i64, i64)> =
+            Default::default();
+        for chunk in rows.chunks(PER_STATEMENT) {
+            let found = on_backend!(self, pool => {
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(reserve_sql(chunk.len())));
+                for (key, at, n) in chunk {
+                    query = query
+                        .bind(*key)
+                        .bind(*at)
+                        .bind(*n)
+                        .bind(window_of(key).unwrap_or(*at).min(*at));
+                }
+                query.fetch_all(pool).await.and_then(|rows| {
+                    rows.iter()
+                        .map(|r| {
+                            Ok((
+                                r.try_get::<String, _>("counter")?,
+                                r.try_get::<i64, _>("after")?,
+                                r.try_get::<i64, _>("earlier")?,
+                            ))
+                        })
+                        .collect::<Result<Vec<_>, sqlx::Error>>()
+                })
+            })
+            .map_err(|e| self.failed(e))?;
+            for (key, after, earlier) in found {
+                if let Some((_, at, n)) = chunk.iter().find(|(k, _, _)| *k == key) {
+                    answered.insert(key, (*at, *n, after, earlier));
+                }
+            }
+        }
+        self.prune_now_and_then().await;
+        // What the reservation answered, and what it leaves to a count: windows of counters
+        // that were not added to, and second windows of those that were.
+        let mut counted = vec![0u64; queries.len()];
+        let mut rest: Vec<(usize, CountQuery)> = Vec::new();
+        for (place, (q, since)) in queries.iter().zip(&sinces).enumerate() {
+            match answered.get(&q.key) {
+                Some(&(_, n, after, earlier)) if window_of(&q.key) == Some(*since) => {
+                    let before = after.saturating_sub(n).saturating_add(earlier);
+                    counted[place] = u64::try_from(before).unwrap_or(0);
+                }
+                // Another window of a counter added to: the row added to as it answered, and
+                // the minutes before it counted below.
+                Some(&(_, n, after, _)) => {
+                    counted[place] = u64::try_from(after.saturating_sub(n)).unwrap_or(0);
+                    rest.push((
+                        place,
+                        CountQuery {
+                            since_minute: *since,
+                            ..q.clone()
+                        },
+                    ));
+                }
+                None => rest.push((
+                    place,
+                    CountQuery {
+                        since_minute: *since,
+                        ..q.clone()
+                    },
+                )),
+            }
+        }
+        if !rest.is_empty() {
+            let bounds: Vec<(&str, i64, i64)> = rest
+                .iter()
+                .map(|(_, q)| {
+                    let upto = answered.get(&q.key).map_or(i64::MAX, |a| a.0);
+                    (q.key.as_str(), q.since_minute, upto)
+                })
+                .collect();
+            let found = self.count_between(&bounds).await?;
+            for ((place, _), n) in rest.iter().zip(found) {
+                counted[*place] = counted[*place].saturating_add(n);
+            }
+        }
+        Ok(counted)
+    }
+
+    /// Takes back calls [`Store::reserve_calls`] added at `minute` that did not run, or that a
+    /// counter does not count after all (a `rule:` counter whose rule did not apply): one for
+    /// each time a key is named. A count never goes below zero.
+    pub async fn release_calls(
+        &self,
+        keys: &[String],
+        minute: i64,
+        session: Option<&str>,
+    ) -> Result<(), StoreError> {
+        const SQL: &str = "UPDATE call_counts SET calls = calls - $3 \
+                           WHERE counter = $1 AND minute = $2 AND calls >= $3";
+        let rows = rows_of(keys, minute, session);
+        if rows.is_empty() {
+            return Ok(());
+        }
+        on_backend!(self, pool => async {
+            let mut tx = pool.begin().await?;
+            for (key, at, n) in &rows {
+                sqlx::query(SQL).bind(*key).bind(*at).bind(*n).execute(&mut *tx).await?;
+            }
+            tx.commit().await
+        }.await)
+        .map_err(|e| self.failed(e))
+    }
+
+    /// The calls under each key in minutes `[from, upto)`, in the order asked.
+    async fn count_between(&self, bounds: &[(&str, i64, i64)]) -> Result<Vec<u64>, StoreError> {
+        let mut counted = vec![0u64; bounds.len()];
+        for (chunk_index, chunk) in bounds.chunks(PER_STATEMENT).enumerate() {
+            let rows = on_backend!(self, pool => {
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(count_sql(chunk.len())));
+                for (key, from, upto) in chunk {
+                    query = query.bind(*key).bind(*from).bind(*upto);
+                }
+                query.fetch_all(pool).await.and_then(|rows| {
+                    rows.iter()
+                        .map(|r| Ok((r.try_get::<i64, _>("i")?, r.try_get::<i64, _>("n")?)))
+                        .collect::<Result<Vec<_>, sqlx::Error>>()
+                })
+            })
+            .map_err(|e| self.failed(e))?;
+            for (i, n) in rows {
+                let place = chunk_index * PER_STATEMENT + usize::try_from(i).unwrap_or(usize::MAX);
+                if let Some(count) = counted.get_mut(place) {
+                    *count = u64::try_from(n).unwrap_or(0);
+                }
+            }
+        }
+        Ok(counted)
     }
 
     /// Deletes the rows of windowed counters that no window reaching back from `now_minute`
@@ -278,10 +479,26 @@ mod tests {
         assert_eq!(
             count_sql(2),
             "SELECT CAST(0 AS BIGINT) AS i, CAST(COALESCE(SUM(calls), 0) AS BIGINT) AS n \
-             FROM call_counts WHERE counter = $1 AND minute >= $2 UNION ALL \
+             FROM call_counts WHERE counter = $1 AND minute >= $2 AND minute < $3 UNION ALL \
              SELECT CAST(1 AS BIGINT) AS i, CAST(COALESCE(SUM(calls), 0) AS BIGINT) AS n \
-             FROM call_counts WHERE counter = $3 AND minute >= $4"
+             FROM call_counts WHERE counter = $4 AND minute >= $5 AND minute < $6"
         );
-        assert!(add_sql(2).contains("VALUES ($1, $2, 1), ($3, $4, 1) ON CONFLICT"));
+        assert!(add_sql(2).contains("VALUES ($1, $2, $3), ($4, $5, $6) ON CONFLICT"));
+        let reserve = reserve_sql(2);
+        assert!(reserve.contains("VALUES ($1, $2, $3), ($5, $6, $7) ON CONFLICT"));
+        assert!(reserve.contains("CASE call_counts.counter WHEN $1 THEN $4 WHEN $5 THEN $8 ELSE"));
+    }
+
+    #[test]
+    fn a_key_named_twice_adds_two() {
+        let keys = ["tool:a.b", "plugin:a", "tool:a.b", "session:s|tool:a.b"].map(String::from);
+        assert_eq!(
+            rows_of(&keys, 100, Some("s")),
+            [
+                ("plugin:a", 100, 1),
+                ("session:s|tool:a.b", 0, 1),
+                ("tool:a.b", 100, 2)
+            ]
+        );
     }
 }

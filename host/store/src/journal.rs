@@ -419,6 +419,25 @@ impl Journal for SessionJournal {
             .map_err(|e| journal_error(&self.id, e))
     }
 
+    async fn reserve_calls(
+        &mut self,
+        adds: &[String],
+        queries: &[CountQuery],
+        minute: i64,
+    ) -> Result<Vec<u64>, JournalError> {
+        self.store
+            .reserve_calls(adds, queries, minute, self.own_counters())
+            .await
+            .map_err(|e| journal_error(&self.id, e))
+    }
+
+    async fn release_calls(&mut self, keys: &[String], minute: i64) -> Result<(), JournalError> {
+        self.store
+            .release_calls(keys, minute, self.own_counters())
+            .await
+            .map_err(|e| journal_error(&self.id, e))
+    }
+
     /// Kept in the store with the session (see `kept`); a session not written yet keeps none.
     async fn keep_result(
         &mut self,
@@ -499,6 +518,25 @@ impl Journal for AuditJournal {
     async fn add_calls(&mut self, keys: &[String], minute: i64) -> Result<(), JournalError> {
         self.store
             .add_calls(keys, minute, None)
+            .await
+            .map_err(|e| JournalError::Store(Box::new(e)))
+    }
+
+    async fn reserve_calls(
+        &mut self,
+        adds: &[String],
+        queries: &[CountQuery],
+        minute: i64,
+    ) -> Result<Vec<u64>, JournalError> {
+        self.store
+            .reserve_calls(adds, queries, minute, None)
+            .await
+            .map_err(|e| JournalError::Store(Box::new(e)))
+    }
+
+    async fn release_calls(&mut self, keys: &[String], minute: i64) -> Result<(), JournalError> {
+        self.store
+            .release_calls(keys, minute, None)
             .await
             .map_err(|e| JournalError::Store(Box::new(e)))
     }

@@ -55,6 +55,20 @@ fn count(db: &Path) -> i64 {
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
 
+/// The calls the store counts under `counter`, all minutes.
+fn counted(home: &TestHome, counter: &str) -> i64 {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3,sys;print(sqlite3.connect(sys.argv[1]).execute('select coalesce(sum(calls),0) from call_counts where counter = ?', (sys.argv[2],)).fetchone()[0])",
+            home.path().join("sessions.db").to_str().unwrap(),
+            counter,
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
 fn run(home: &TestHome, model: &Model, config: &Path, message: &str) -> Run {
     let cwd = home.scratch("cwd");
     home.cordon_at(
@@ -89,6 +103,9 @@ fn cordon_run_decides_each_call_by_its_statement_and_counts_in_the_store() {
     ]);
     run(&home, &model, &config, "Add a drill").ok();
     assert_eq!(count(&data.join("shop.db")), 4, "the insert ran unasked");
+    // Each call was reserved on the counter before it was decided; the insert that ran is
+    // counted once, the denied and the asked ones were taken back.
+    assert_eq!(counted(&home, "rule:add-products"), 1);
     let dropped = model.result(1, "c2");
     assert!(
         dropped.contains("policy rule `no-drop`") && dropped.contains("nothing is dropped"),
@@ -133,6 +150,7 @@ fn cordon_run_decides_each_call_by_its_statement_and_counts_in_the_store() {
     );
     let asked = model.result(1, "c1");
     assert!(asked.contains("no one was asked"), "{asked}");
+    assert_eq!(counted(&home, "rule:add-products"), 1);
     let hourly = format!("hourly ({cfg}:8)");
     assert!(
         home.audit_of("sql_execute")

@@ -26,14 +26,16 @@ impl Agent {
     }
 
     /// Who asks, the counters the model's tool calls need and the time, for the per-call
-    /// policy: counts come from the journal's store just before the calls are decided.
+    /// policy: counts come from the journal's store just before the calls are decided, and
+    /// the calls are reserved on their counters at the same time (see
+    /// [`Agent::settle_counts`]).
     pub(super) async fn call_inputs(
         &self,
         conv: &Conversation,
         catalog: &ToolCatalog,
         event: &Event,
         io: &mut TurnIo<'_>,
-    ) -> Result<CallInputs, AgentError> {
+    ) -> Result<(CallInputs, Reserved), AgentError> {
         let requester = conv
             .requester()
             .cloned()
@@ -55,10 +57,15 @@ impl Agent {
         };
         // The model's calls are decided when its answer is processed (`Proceed` on a
         // recorded answer), so that is when their counters are needed.
+        let minute = inputs.now_ms.div_euclid(60_000);
+        let mut reserved = Reserved {
+            keys: Vec::new(),
+            minute,
+        };
         let (Event::Proceed, State::ProcessingModelResponse { response, .. }, Some(policy)) =
             (event, &conv.state, catalog.policy())
         else {
-            return Ok(inputs);
+            return Ok((inputs, reserved));
         };
         let scope = self.count_scope(&io.audit, &inputs.caller);
         let mut queries = Vec::new();
@@ -67,23 +74,28 @@ impl Agent {
                 continue;
             };
             let identity = spec.identity();
-            if inputs.counts.contains_key(&identity) {
-                continue;
-            }
-            inputs.counts.insert(identity.clone(), BTreeMap::new());
             let scope = cordon_policy::CountScope {
                 session: &scope.0,
                 caller: (&scope.1, &scope.2),
             };
+            // Every call is reserved; the counters are read once for each tool.
+            reserved.keys.extend(policy.reservable(&identity, scope));
+            if inputs.counts.contains_key(&identity) {
+                continue;
+            }
+            inputs.counts.insert(identity.clone(), BTreeMap::new());
             for q in policy.counters_for(&identity, scope, inputs.now_ms) {
                 queries.push((identity.clone(), q));
             }
         }
-        if queries.is_empty() {
-            return Ok(inputs);
+        if queries.is_empty() && reserved.keys.is_empty() {
+            return Ok((inputs, reserved));
         }
         let asked: Vec<_> = queries.iter().map(|(_, q)| q.clone()).collect();
-        let counts = io.journal.count_calls(&asked).await?;
+        let counts = io
+            .journal
+            .reserve_calls(&reserved.keys, &asked, minute)
+            .await?;
         for ((identity, q), n) in queries.into_iter().zip(counts) {
             inputs
                 .keys
@@ -92,7 +104,53 @@ impl Agent {
                 .insert(q.name.clone(), q.key);
             inputs.counts.entry(identity).or_default().insert(q.name, n);
         }
-        Ok(inputs)
+        Ok((inputs, reserved))
+    }
+
+    /// Once the calls reserved by [`Agent::call_inputs`] are decided: a call that runs
+    /// unasked (`counted`) keeps what its rules count; everything else reserved is taken back
+    /// (denied calls, calls put to a person — counted when they run — and `rule:` counters of
+    /// rules that did not apply). A failure to take back is only logged: it counts a call
+    /// too many, never one too few.
+    pub(super) async fn settle_counts(
+        &self,
+        conv: &Conversation,
+        catalog: &ToolCatalog,
+        inputs: &CallInputs,
+        reserved: Reserved,
+        io: &mut TurnIo<'_>,
+    ) {
+        let Some(policy) = catalog.policy().filter(|_| !reserved.keys.is_empty()) else {
+            return;
+        };
+        let scope = self.count_scope(&io.audit, &inputs.caller);
+        let scope = cordon_policy::CountScope {
+            session: &scope.0,
+            caller: (&scope.1, &scope.2),
+        };
+        let batch = match &conv.state {
+            State::AwaitingApproval { batch } | State::ExecutingTools { batch } => batch.as_slice(),
+            _ => &[],
+        };
+        let mut kept = Vec::new();
+        for p in batch {
+            if let (Some(note), Some(spec)) = (&p.policy, catalog.spec(&p.call.name))
+                && note.counted
+            {
+                kept.extend(policy.tally(&spec.identity(), &note.applied, scope));
+            }
+        }
+        let (add, release) = cordon_policy::settle(&reserved.keys, &kept);
+        if !release.is_empty()
+            && let Err(e) = io.journal.release_calls(&release, reserved.minute).await
+        {
+            tracing::warn!("policy counters reserved for calls that did not run stay: {e}");
+        }
+        if !add.is_empty()
+            && let Err(e) = io.journal.add_calls(&add, reserved.minute).await
+        {
+            tracing::warn!("policy counters could not be written: {e}");
+        }
     }
 
     /// The session and caller that `per = "caller"` and `within = "session"` counters key on.
@@ -138,6 +196,10 @@ impl Agent {
             let (Some(p), Some(spec)) = (planned.get(&run.call_id), catalog.spec(&run.tool)) else {
                 continue;
             };
+            // Counted when it was decided.
+            if p.policy.as_ref().is_some_and(|n| n.counted) {
+                continue;
+            }
             let applied = p
                 .policy
                 .as_ref()
@@ -152,6 +214,12 @@ impl Agent {
         }
         Ok(())
     }
+}
+
+/// The counters calls were reserved on before they were decided, at `minute`.
+pub(super) struct Reserved {
+    keys: Vec<String>,
+    minute: i64,
 }
 
 /// The origin a per-call policy sees for an interface: `cli` for the terminal commands (chat,

@@ -282,6 +282,7 @@ impl ToolCatalog {
             digest: verdict.digest.clone(),
             rule: decision.rule.clone(),
             applied: verdict.applied.iter().map(|r| r.id.clone()).collect(),
+            counted: decision.policy == Policy::Auto,
         });
         if decision.policy == Policy::Deny {
             return Err(Refusal::denied(decision, Some(args), Some(note)));

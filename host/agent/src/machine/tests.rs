@@ -1467,14 +1467,20 @@ rules = [
             ("3", "write", json!({"q": "c"})),
         ],
     );
-    let statuses: Vec<&CallStatus> = match &t.conv.state {
-        State::AwaitingApproval { batch, .. } | State::ExecutingTools { batch, .. } => {
-            batch.iter().map(|c| &c.status).collect()
-        }
+    let batch = match &t.conv.state {
+        State::AwaitingApproval { batch, .. } | State::ExecutingTools { batch, .. } => batch,
         other => panic!("{other:?}"),
     };
+    let statuses: Vec<&CallStatus> = batch.iter().map(|c| &c.status).collect();
     // The first is the hour's second write; the next two would pass the limit.
     assert_eq!(statuses[0], &CallStatus::Approved, "{statuses:?}");
+    // The one that runs unasked was counted when it was decided (the driver keeps what was
+    // reserved for it); the denied ones were not.
+    let counted: Vec<bool> = batch
+        .iter()
+        .map(|c| c.policy.as_ref().is_some_and(|n| n.counted))
+        .collect();
+    assert_eq!(counted, [true, false, false]);
     for s in &statuses[1..] {
         assert!(
             matches!(s, CallStatus::Denied { message } if message.contains("two writes an hour")),

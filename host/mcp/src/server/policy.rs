@@ -43,7 +43,10 @@ impl McpServer {
         }
     }
 
-    /// What the per-call policy says of a call, with the counters it needs from the store.
+    /// What the per-call policy says of a call, with the counters it needs from the store;
+    /// the call is reserved on its counters at the same time, so that calls decided at once
+    /// see each other ([`McpServer::ran`] keeps what it counts, [`McpServer::unreserve`]
+    /// takes back a call that does not run).
     pub(super) async fn verdict(
         &self,
         policy: &Result<Arc<cordon_agent::cordon_policy::Policy>, String>,
@@ -52,23 +55,32 @@ impl McpServer {
         arguments: &Value,
         caller: &cordon_agent::cordon_policy::Caller,
         labels: &cordon_core::SessionLabels,
-    ) -> Option<cordon_agent::cordon_policy::Verdict> {
+    ) -> (Option<cordon_agent::cordon_policy::Verdict>, Reserved) {
+        let now = now_ms();
+        let mut reserved = Reserved {
+            keys: Vec::new(),
+            minute: now.div_euclid(60_000),
+        };
         let policy = match policy {
-            Ok(p) if p.is_empty() => return None,
+            Ok(p) if p.is_empty() => return (None, reserved),
             Ok(p) => p,
-            Err(e) => return Some(cordon_agent::approval::broken_policy(e)),
+            Err(e) => return (Some(cordon_agent::approval::broken_policy(e)), reserved),
         };
         let identity = spec.identity();
-        let now = now_ms();
         let scope = cordon_agent::cordon_policy::CountScope {
             session: &self.session,
             caller: (&caller.token, &caller.user),
         };
         let queries = policy.counters_for(&identity, scope, now);
+        let adds = policy.reservable(&identity, scope);
         let mut counts = BTreeMap::new();
-        if let (Some(store), false) = (&self.host.store, queries.is_empty()) {
-            match store.count_calls(&queries, None).await {
+        if let (Some(store), false) = (&self.host.store, queries.is_empty() && adds.is_empty()) {
+            match store
+                .reserve_calls(&adds, &queries, reserved.minute, None)
+                .await
+            {
                 Ok(found) => {
+                    reserved.keys = adds;
                     for (q, n) in queries.into_iter().zip(found) {
                         counts.insert(q.name, n);
                     }
@@ -93,7 +105,7 @@ impl McpServer {
                 .clone(),
             labels: labels.names().into_iter().collect(),
         };
-        Some(policy.decide(&cordon_agent::cordon_policy::Call {
+        let verdict = policy.decide(&cordon_agent::cordon_policy::Call {
             tool: &identity,
             args: arguments,
             caller,
@@ -103,10 +115,13 @@ impl McpServer {
             // Rules on what the tool reaches decide by what this session's grants make it
             // reach.
             reach: widened.then_some(&spec.reach),
-        }))
+        });
+        (Some(verdict), reserved)
     }
 
-    /// A call that runs: remembers a person's approval and adds it to the policy counters.
+    /// A call that runs: remembers a person's approval and settles its counts: it keeps what
+    /// its rules count of what was reserved for it, and what was not reserved (the policy
+    /// changed meanwhile) is added.
     pub(super) async fn ran(
         &self,
         policy: &Result<Arc<cordon_agent::cordon_policy::Policy>, String>,
@@ -130,13 +145,40 @@ impl McpServer {
             session: &self.session,
             caller: (&caller.token, &caller.user),
         };
-        let keys = policy.tally(&identity, &applied, scope);
-        if !keys.is_empty()
+        let kept = policy.tally(&identity, &applied, scope);
+        let (add, release) = cordon_agent::cordon_policy::settle(&facts.reserved.keys, &kept);
+        if !add.is_empty()
             && let Err(e) = store
-                .add_calls(&keys, now_ms().div_euclid(60_000), None)
+                .add_calls(&add, now_ms().div_euclid(60_000), None)
                 .await
         {
             tracing::warn!("policy counters could not be written: {e}");
         }
+        if !release.is_empty() {
+            self.release(store, &release, facts.reserved.minute).await;
+        }
     }
+
+    /// A call that does not run after all (refused, its arguments wrong, or its question
+    /// sent to the client to be asked again): what was reserved for it is taken back.
+    pub(super) async fn unreserve(&self, reserved: &Reserved) {
+        if let (Some(store), false) = (&self.host.store, reserved.keys.is_empty()) {
+            self.release(store, &reserved.keys, reserved.minute).await;
+        }
+    }
+
+    /// A failure is only logged: it counts a call too many, never one too few.
+    async fn release(&self, store: &cordon_store::Store, keys: &[String], minute: i64) {
+        if let Err(e) = store.release_calls(keys, minute, None).await {
+            tracing::warn!("policy counters reserved for a call that did not run stay: {e}");
+        }
+    }
+}
+
+/// The counters a call was reserved on before it was decided, at `minute` (empty when no
+/// counter counts it, or the store could not be reached).
+#[derive(Debug, Default)]
+pub(super) struct Reserved {
+    keys: Vec<String>,
+    minute: i64,
 }

@@ -46,7 +46,7 @@ each_backend!(
                     .unwrap();
             }
         }
-        // Named twice in one call, counted once: one call is one call.
+        // Named twice (two calls of one answer, say), counted twice.
         journal
             .add_calls(&keys(&["plugin:sql", "plugin:sql"]), now)
             .await
@@ -61,7 +61,7 @@ each_backend!(
             query("rule:nothing", 0),
             query("rule:writes", now + 1),
         ];
-        let expected = vec![4, 4, 6, 1, 6, 1, 0, 0];
+        let expected = vec![4, 4, 6, 1, 6, 2, 0, 0];
         assert_eq!(journal.count_calls(&asked).await.unwrap(), expected);
         // More counters than one statement asks for come back whole and in order, those
         // asked more than once (counted once) as well as the rest.
@@ -132,6 +132,100 @@ each_backend!(
             .await
             .unwrap();
         assert_eq!(counted, [400, 400, 200, 200]);
+    }
+);
+
+each_backend!(
+    calls_reserved_at_once_on_two_hosts_each_see_those_before,
+    |backend: Backend| async move {
+        // The attack: two hosts (and several sessions on each) deciding calls under "at most
+        // N an hour" at the same moment. Counted, then added, two calls could read the same
+        // count and both take the last place; reserved, every call reads a different count.
+        let (first, url, _dir) = fresh(backend, options(Duration::from_secs(30), 64)).await;
+        let second = Store::open(&url, options(Duration::from_secs(30), 64))
+            .await
+            .unwrap();
+        let now = this_minute();
+        // Earlier calls in the window, and one before it.
+        first
+            .add_calls(&keys(&["tool:t", "tool:t", "tool:t"]), now - 30, None)
+            .await
+            .unwrap();
+        first
+            .add_calls(&keys(&["tool:t"]), now - 90, None)
+            .await
+            .unwrap();
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let store = if i % 2 == 0 {
+                    first.clone()
+                } else {
+                    second.clone()
+                };
+                tokio::spawn(async move {
+                    let mut seen = Vec::new();
+                    for _ in 0..25 {
+                        let asked = [query("tool:t", now - 59), query("tool:t", now)];
+                        let counts = store
+                            .reserve_calls(&keys(&["tool:t", "rule:r"]), &asked, now, None)
+                            .await
+                            .unwrap();
+                        // The window's earlier minutes, and the minute itself alone.
+                        assert_eq!(counts[0], counts[1] + 3, "{counts:?}");
+                        seen.push(counts[1]);
+                    }
+                    seen
+                })
+            })
+            .collect();
+        let mut seen = Vec::new();
+        for task in tasks {
+            seen.extend(task.await.unwrap());
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (0..200).collect::<Vec<u64>>());
+        assert_eq!(count(&first, "tool:t", now).await, 200);
+        assert_eq!(count(&first, "rule:r", now).await, 200);
+        // Calls that did not run, or that `rule:r` did not count, are taken back; a count
+        // never goes below zero.
+        first
+            .release_calls(&keys(&["rule:r"; 150]), now, None)
+            .await
+            .unwrap();
+        first
+            .release_calls(&keys(&["tool:t", "tool:t"]), now, None)
+            .await
+            .unwrap();
+        assert_eq!(count(&first, "rule:r", now).await, 50);
+        assert_eq!(count(&first, "tool:t", now - 59).await, 201);
+        first
+            .release_calls(&keys(&["rule:r"; 51]), now, None)
+            .await
+            .unwrap();
+        assert_eq!(count(&first, "rule:r", now).await, 50);
+        // Counters not reserved on are counted as before, and a session's own counter is
+        // reserved at its minute 0.
+        let own = "session:s1|tool:t".to_string();
+        first
+            .add_calls(std::slice::from_ref(&own), now, Some("s1"))
+            .await
+            .unwrap();
+        let counted = first
+            .reserve_calls(
+                &[own.clone(), own.clone()],
+                &[query(&own, 0), query("rule:r", now), query("rule:none", 0)],
+                now,
+                Some("s1"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(counted, [1, 50, 0]);
+        assert_eq!(count(&first, &own, 0).await, 3);
+        first
+            .release_calls(std::slice::from_ref(&own), now, Some("s1"))
+            .await
+            .unwrap();
+        assert_eq!(count(&first, &own, 0).await, 2);
     }
 );
 
