@@ -458,6 +458,12 @@ def scenario(console, work, data, token, home):
     c.click("#token-save", "Use token")
     c.wait(lambda: c.visible("#app") and not c.visible("#login"), "the app after login")
     c.wait(lambda: c.text_of("#status") == "connected", "the status 'connected'")
+    who = c.text_of("#who")
+    check(
+        who.startswith("signed in as default (sessions, sessions:all, approve, approve:own"),
+        f"the console does not say who is signed in: {who!r}",
+    )
+    check(c.visible("#tab-audit") is not None, "the audit tab is hidden from the admin token")
 
     log("create a session from the UI")
     c.type_into("#new-session-id", SESSION, "the new session name")

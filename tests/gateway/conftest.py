@@ -191,15 +191,18 @@ def gateway(home, tmp_path):
 
     @contextmanager
     def start(steps, tokens=None, config="", models=""):
-        """`tokens`: names of tokens serve accepts (a token file of its own, with `default`
-        first); None: the home's token file. `config`: TOML added to the home's cordon.toml;
+        """`tokens`: names of tokens serve accepts (a token file of its own, with the unnamed
+        token, `default`, first, which holds every scope; the named ones hold a named token's
+        scopes); None: the home's token file. `config`: TOML added to the home's cordon.toml;
         `models`: lines added to its [gateway.models]."""
         token_args = []
         secrets = {}
         if tokens:
             secrets = {name: f"{name}-{os.urandom(12).hex()}" for name in ["default", *tokens]}
             token_file = tmp_path / "tokens"
-            token_file.write_text("".join(f"{n} {t}\n" for n, t in secrets.items()))
+            token_file.write_text(
+                "".join(t + "\n" if n == "default" else f"{n} {t}\n" for n, t in secrets.items())
+            )
             token_file.chmod(0o600)
             token_args = ["--token-file", token_file]
         script = tmp_path / "script.json"

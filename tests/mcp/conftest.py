@@ -220,7 +220,9 @@ class TwoTokens:
 def two_tokens(world):
     alice, bob = secrets.token_hex(16), secrets.token_hex(16)
     tokens = world.root / "two-tokens"
-    tokens.write_text(f"alice {alice}\nbob {bob}\n")
+    # The operator's token (unnamed: every scope) first, as `cordon approve` answers with the
+    # first token of the file; Alice and Bob with a named token's scopes.
+    tokens.write_text(f"{secrets.token_hex(16)}\nalice {alice}\nbob {bob}\n")
     tokens.chmod(0o600)
     proc, url = start_serve(world, [], "--token-file", str(tokens))
     try:

@@ -161,12 +161,19 @@ fn server(
             });
         }
     };
-    // The first token of the file (`TOKEN` or `NAME TOKEN` lines).
+    // The first token of the file (`TOKEN`, `NAME TOKEN` or `NAME TOKEN SCOPES` lines): its
+    // scopes say what it may answer.
     let token = text
         .lines()
         .map(str::trim)
         .find(|l| !l.is_empty() && !l.starts_with('#'))
-        .and_then(|l| l.split_whitespace().last())
+        .and_then(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            match words.as_slice() {
+                [token] | [_, token, ..] => Some(*token),
+                [] => None,
+            }
+        })
         .with_context(|| format!("the token file {} holds no token", file.display()))?
         .to_string();
     let _ = rustls::crypto::ring::default_provider().install_default();

@@ -26,6 +26,14 @@ pub struct AuditArgs {
     /// Only records since then: a time (2026-11-26T10:00:00Z), or how long ago (10m, 2h, 3d).
     #[arg(long, value_parser = since_arg)]
     since: Option<i64>,
+    /// Only calls of turns asked for with this token (its name in `cordon serve`'s token
+    /// file; `default` for the unnamed one).
+    #[arg(long, value_name = "TOKEN")]
+    asked_by: Option<String>,
+    /// Only calls decided by someone or something whose description contains this: a
+    /// token's name, `policy`, `terminal`.
+    #[arg(long, value_name = "TEXT")]
+    decided_by: Option<String>,
     /// Only tool calls or only changes to the home.
     #[arg(long, value_parser = ["tool_call", "home_change"])]
     kind: Option<String>,
@@ -49,6 +57,8 @@ pub async fn run(records: &Records, args: AuditArgs) -> anyhow::Result<()> {
             kind: args.kind,
             after_id: None,
             limit: Some(args.limit),
+            requested_by: args.asked_by,
+            decided_by: args.decided_by,
         })
         .await?;
     for record in &found {

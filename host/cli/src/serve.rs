@@ -87,6 +87,10 @@ pub async fn run(home: &Home, records: Records, args: ServeArgs) -> anyhow::Resu
     if created {
         errln!("Wrote a new token to {} (mode 0600).", token_file.display());
     }
+    // Who may do what, so a token file's mistake shows at start rather than at a 403.
+    for (name, scopes) in tokens.describe() {
+        tracing::info!(token = %name, scopes = %scopes.join(","), "token");
+    }
     let options = ServeOptions {
         listen,
         tokens,

@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-use crate::auth::{Caller, Tokens};
+use crate::auth::{Caller, Scopes, Tokens};
 use crate::console;
 use crate::error::{ApiError, with_retry_after};
 use crate::follow::{Pace, event_stream, sse_response};
@@ -49,6 +49,7 @@ pub(crate) fn router(state: AppState, mcp: crate::mcp::Endpoint) -> Router {
         .route("/approvals/{session}/{call_id}", post(answer_approval))
         .route("/audit", get(query_audit))
         .route("/tools", get(list_tools))
+        .route("/me", get(me))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     let gateway = crate::gateway::router(state.host.clone())
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
@@ -130,15 +131,14 @@ async fn require_token(
         // The scheme's name is case-insensitive (RFC 9110).
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim());
-    match presented.and_then(|t| state.tokens.check(t)) {
-        Some(name) => {
-            if let Err(refused) = state.host.admission.rate(name) {
+    match presented.and_then(|t| state.tokens.caller(t)) {
+        Some(caller) => {
+            if let Err(refused) = state.host.admission.rate(&caller.name) {
                 return refusal(request.uri().path(), ApiError::rate_limited(refused));
             }
-            let caller = Caller(name.to_string());
             request
                 .extensions_mut()
-                .insert(cordon_mcp::Authenticated(caller.0.clone()));
+                .insert(cordon_mcp::Authenticated(caller.name.clone()));
             request.extensions_mut().insert(caller);
             next.run(request).await
         }
@@ -178,6 +178,26 @@ async fn health(State(state): State<AppState>) -> Json<Value> {
     Json(json!({"status": if state.host.is_stopping() { "stopping" } else { "ok" }}))
 }
 
+/// Who the token is and what it may do: what the console shows and which buttons it offers.
+async fn me(Extension(caller): Extension<Caller>) -> Json<Value> {
+    Json(json!({"name": caller.name, "scopes": caller.scopes.names()}))
+}
+
+/// Session `id` if `caller` may see it (see [`crate::auth`], rule 3): a session of another
+/// token is answered exactly as one that does not exist.
+async fn visible(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<cordon_store::SessionInfo, ApiError> {
+    caller.require(Scopes::SESSIONS, "use sessions")?;
+    let info = state.host.store().session(id).await?;
+    if caller.sees(info.created_by.as_deref()) {
+        return Ok(info);
+    }
+    Err(cordon_store::StoreError::UnknownSession { id: id.to_string() }.into())
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ListParams {
@@ -187,12 +207,15 @@ struct ListParams {
 
 async fn list_sessions(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Query(params): Query<ListParams>,
 ) -> Result<Json<Value>, ApiError> {
+    caller.require(Scopes::SESSIONS, "list sessions")?;
+    let only = (!caller.scopes.has(Scopes::SESSIONS_ALL)).then_some(caller.name.as_str());
     let sessions = state
         .host
         .store()
-        .sessions(params.limit.unwrap_or(200))
+        .sessions_created_by(params.limit.unwrap_or(200), only)
         .await?;
     let listed: Vec<Value> = sessions
         .iter()
@@ -224,6 +247,7 @@ async fn create_session(
     Extension(caller): Extension<Caller>,
     Body(body): Body<CreateSession>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    caller.require(Scopes::SESSIONS, "create sessions")?;
     // Settings that cannot make an engine are refused now, not at the first message.
     state.host.agent(&body.settings).await?;
     let info = state
@@ -235,7 +259,7 @@ async fn create_session(
             parent: None,
             settings: body.settings,
             conversation: Conversation::new(),
-            created_by: Some(caller.0),
+            created_by: Some(caller.name),
         })
         .await?;
     Ok((StatusCode::CREATED, Json(json!(info))))
@@ -243,9 +267,15 @@ async fn create_session(
 
 async fn get_session(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
+    caller.require(Scopes::SESSIONS, "use sessions")?;
     let (info, conversation) = state.host.store().load(&id).await?;
+    // Read whole, then checked: one read rather than two for what the console polls.
+    if !caller.sees(info.created_by.as_deref()) {
+        return Err(cordon_store::StoreError::UnknownSession { id }.into());
+    }
     let live = state.host.live_if_any(&id);
     Ok(Json(json!({
         "session": info,
@@ -266,8 +296,10 @@ async fn get_session(
 
 async fn delete_session(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
+    visible(&state, &caller, &id).await?;
     if state.host.live_if_any(&id).is_some_and(|l| l.is_running()) {
         return Err(ApiError::conflict(format!(
             "a turn is running in session `{id}`; cancel it first"
@@ -293,10 +325,11 @@ async fn fork_session(
     Path(id): Path<String>,
     Body(body): Body<Fork>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    visible(&state, &caller, &id).await?;
     let info = state
         .host
         .store()
-        .fork(&id, body.turns, body.id, Some(caller.0))
+        .fork(&id, body.turns, body.id, Some(caller.name))
         .await?;
     Ok((StatusCode::CREATED, Json(json!(info))))
 }
@@ -325,6 +358,7 @@ async fn send_message(
             "the message is empty; send {\"text\": \"…\"}",
         ));
     }
+    visible(&state, &caller, &id).await?;
     let events = state
         .host
         .start_turn(&id, TurnInput::Message(body.text), Some(caller.requester()))
@@ -345,6 +379,7 @@ async fn retry_turn(
     Path(id): Path<String>,
     Body(body): Body<Retry>,
 ) -> Result<Response, ApiError> {
+    visible(&state, &caller, &id).await?;
     let events = state
         .host
         .start_turn(&id, TurnInput::Retry, Some(caller.requester()))
@@ -426,9 +461,10 @@ fn stopped(id: &str, reason: &str, outcome: Value, events: &[&SessionEvent]) -> 
 
 async fn follow_session(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    state.host.store().session(&id).await?;
+    visible(&state, &caller, &id).await?;
     let events = state.host.follow(&id);
     // The stream ends when the host stops, so shutting down never waits for followers.
     let stopping = state.host.stopping.clone();
@@ -439,8 +475,10 @@ async fn follow_session(
 
 async fn cancel_turn(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
+    visible(&state, &caller, &id).await?;
     match state.host.live_if_any(&id) {
         Some(live) => live.cancel().map(|()| StatusCode::ACCEPTED),
         None => {
@@ -452,8 +490,32 @@ async fn cancel_turn(
     }
 }
 
-async fn list_approvals(State(state): State<AppState>) -> Json<Value> {
-    Json(json!({"pending": state.host.pending().await}))
+/// The questions of sessions the caller may see, each saying whether the caller may answer
+/// it.
+async fn list_approvals(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> Json<Value> {
+    let pending: Vec<Value> = state
+        .host
+        .pending()
+        .await
+        .into_iter()
+        .filter(|p| sees_question(&caller, p))
+        .map(|p| {
+            let may_answer = caller.may_answer(p.asked_by.as_deref());
+            let mut v = json!(p);
+            v["may_answer"] = json!(may_answer);
+            v
+        })
+        .collect();
+    Json(json!({"pending": pending}))
+}
+
+/// Whether `caller` may see question `p` (rule 4 of [`crate::auth`]): one of its sessions',
+/// or, with `sessions:all`, any; an MCP client's (no session) only with `sessions:all`.
+fn sees_question(caller: &Caller, p: &crate::live::PendingApproval) -> bool {
+    caller.sees(p.owner.as_deref())
 }
 
 #[derive(Deserialize)]
@@ -475,8 +537,10 @@ async fn answer_approval(
              session, or never)"
         ))
     })?;
-    let by = format!("API token `{}`", caller.0);
+    let by = format!("API token `{}`", caller.name);
     if session == WAITING_APPROVALS_SESSION {
+        caller.require(Scopes::SESSIONS_ALL, "answer MCP clients' questions")?;
+        caller.require(Scopes::APPROVE, "answer MCP clients' questions")?;
         let given = GivenAnswer::new(answer.clone(), by.clone());
         state.host.store().answer_approval(&call_id, &given).await?;
         return Ok(Json(
@@ -486,11 +550,36 @@ async fn answer_approval(
     // A session this host drives answers from memory, so an answer still reaches a turn
     // while the store is away (the turn then stops if it cannot record it).
     let Some(live) = state.host.live_if_any(&session) else {
-        state.host.store().session(&session).await?;
+        visible(&state, &caller, &session).await?;
         return Err(ApiError::not_found(format!(
             "session `{session}` has no call waiting for an answer on this host"
         )));
     };
+    match live
+        .pending()
+        .into_iter()
+        .find(|p| p.request.call_id == call_id)
+    {
+        Some(p) if !sees_question(&caller, &p) => {
+            return Err(cordon_store::StoreError::UnknownSession { id: session }.into());
+        }
+        Some(p) if !caller.may_answer(p.asked_by.as_deref()) => {
+            let (scope, whose) = if p.asked_by.as_deref() == Some(caller.name.as_str()) {
+                (Scopes::APPROVE_OWN, "its own turn")
+            } else {
+                (Scopes::APPROVE, "another token's turn")
+            };
+            return Err(caller.lacks(
+                scope,
+                &format!("answer a question about a call {whose} caused"),
+            ));
+        }
+        Some(_) => {}
+        // Answered already, or never asked: the session says which, to those who see it.
+        None => {
+            visible(&state, &caller, &session).await?;
+        }
+    }
     live.answer(&call_id, GivenAnswer::new(answer.clone(), by.clone()))?;
     Ok(Json(
         json!({"session": session, "call_id": call_id, "answer": answer.as_str(), "by": by}),
@@ -552,8 +641,12 @@ pub fn parse_since(text: &str, now_ms: i64) -> Result<i64, String> {
 
 async fn query_audit(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Query(params): Query<AuditParams>,
 ) -> Result<Json<Value>, ApiError> {
+    caller.require(Scopes::AUDIT, "read the audit log")?;
+    // Without `audit:all`, only the records of the caller's own turns (rule 5).
+    let requested_by = (!caller.scopes.has(Scopes::AUDIT_ALL)).then(|| caller.name.clone());
     let since_ms = params
         .since
         .as_deref()
@@ -578,6 +671,8 @@ async fn query_audit(
             kind: params.kind,
             after_id: params.after,
             limit: params.limit,
+            requested_by,
+            decided_by: None,
         })
         .await?;
     Ok(Json(json!({"records": records})))

@@ -1,5 +1,22 @@
 //! Who may use the host: bearer tokens read from a token file, each with a name that the audit
-//! log records as the one who answered an approval.
+//! log records as the one who asked for a turn or answered an approval, and scopes that say
+//! what it may do.
+//!
+//! What a request may do is decided here, in this order:
+//! 1. a token that is not in the file gets `401`, saying nothing else;
+//! 2. `admin` may do everything;
+//! 3. a session belongs to the token that created it: only it, or a token with
+//!    `sessions:all`, sees it (lists it, reads, follows, continues, forks, cancels, deletes
+//!    it); for any other it does not exist (`404`, never `403`, so that a session's id says
+//!    nothing about whose it is); every session request needs `sessions`;
+//! 4. a question about a call is answered only by a token that may see its session, with
+//!    `approve` when another token's turn caused the call and `approve:own` when its own did
+//!    (named tokens lack `approve:own` unless given it, so the one who asks is not the one who
+//!    approves); questions of MCP clients' calls, which belong to no session, need `approve`
+//!    and `sessions:all`;
+//! 5. the audit log shows a token the records of the turns it asked for with `audit`, and
+//!    every record with `audit:all`;
+//! 6. a scope a request lacks gets `403` naming the scope and the token.
 
 use std::path::{Path, PathBuf};
 
@@ -19,7 +36,7 @@ pub enum TokenError {
     },
     /// A line of the file is not a token.
     #[error(
-        "the token file {path}, line {line}: {reason} (each line is `TOKEN` or `NAME TOKEN`; a token has at least 16 characters)"
+        "the token file {path}, line {line}: {reason} (each line is `TOKEN`, `NAME TOKEN` or `NAME TOKEN SCOPE,SCOPE…`; a token has at least 16 characters)"
     )]
     Bad {
         /// The file.
@@ -37,15 +54,142 @@ pub enum TokenError {
     },
 }
 
-/// Who made a request: the name of the token it carried (put in the request's extensions by
-/// the API's token check).
+/// What a token may do: a set of scopes (see the module docs for what each allows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scopes(u8);
+
+impl Scopes {
+    /// Create sessions and use one's own.
+    pub const SESSIONS: Scopes = Scopes(1);
+    /// See and use every session.
+    pub const SESSIONS_ALL: Scopes = Scopes(2);
+    /// Answer questions about calls other tokens' turns caused, in sessions one may see.
+    pub const APPROVE: Scopes = Scopes(4);
+    /// Answer questions about calls one's own turns caused.
+    pub const APPROVE_OWN: Scopes = Scopes(8);
+    /// Read the audit records of one's own turns.
+    pub const AUDIT: Scopes = Scopes(16);
+    /// Read every audit record.
+    pub const AUDIT_ALL: Scopes = Scopes(32);
+    /// Everything.
+    pub const ADMIN: Scopes = Scopes(64);
+    /// Every scope: what the single unnamed token (the one `cordon serve` generates) has, so
+    /// one person's use is as it always was.
+    pub const ALL: Scopes = Scopes(127);
+    /// A named token's when its line names none: its own sessions and audit records, and
+    /// answers to questions other tokens' turns caused.
+    pub const NAMED: Scopes = Scopes(1 | 4 | 16);
+
+    const NAMES: [(&'static str, Scopes); 7] = [
+        ("sessions", Scopes::SESSIONS),
+        ("sessions:all", Scopes::SESSIONS_ALL),
+        ("approve", Scopes::APPROVE),
+        ("approve:own", Scopes::APPROVE_OWN),
+        ("audit", Scopes::AUDIT),
+        ("audit:all", Scopes::AUDIT_ALL),
+        ("admin", Scopes::ADMIN),
+    ];
+
+    /// `sessions,approve:own`: scope names separated by commas. `sessions:all` includes
+    /// `sessions` and `audit:all` includes `audit`.
+    pub fn parse(text: &str) -> Result<Scopes, String> {
+        let mut scopes = Scopes(0);
+        for word in text.split(',').map(str::trim) {
+            let Some((_, scope)) = Self::NAMES.iter().find(|(name, _)| *name == word) else {
+                let known: Vec<&str> = Self::NAMES.iter().map(|(n, _)| *n).collect();
+                let near = known
+                    .iter()
+                    .find(|n| strsim::levenshtein(n, word) <= 2)
+                    .map(|n| format!("; did you mean `{n}`?"))
+                    .unwrap_or_default();
+                return Err(format!(
+                    "`{word}` is not a scope{near} (scopes: {})",
+                    known.join(", ")
+                ));
+            };
+            scopes.0 |= scope.0;
+        }
+        if scopes.0 & Scopes::SESSIONS_ALL.0 != 0 {
+            scopes.0 |= Scopes::SESSIONS.0;
+        }
+        if scopes.0 & Scopes::AUDIT_ALL.0 != 0 {
+            scopes.0 |= Scopes::AUDIT.0;
+        }
+        if scopes.0 & Scopes::ADMIN.0 != 0 {
+            scopes = Scopes::ALL;
+        }
+        Ok(scopes)
+    }
+
+    /// Whether these include `scope`.
+    pub fn has(self, scope: Scopes) -> bool {
+        self.0 & scope.0 == scope.0
+    }
+
+    /// The names of the scopes held, in the order of the module docs.
+    pub fn names(self) -> Vec<&'static str> {
+        Self::NAMES
+            .iter()
+            .filter(|(_, s)| self.has(*s))
+            .map(|(n, _)| *n)
+            .collect()
+    }
+
+    /// The name of `scope` (one of the constants above).
+    fn name_of(scope: Scopes) -> &'static str {
+        Self::NAMES
+            .iter()
+            .find(|(_, s)| *s == scope)
+            .map_or("admin", |(n, _)| *n)
+    }
+}
+
+/// Who made a request: its token's name and scopes (put in the request's extensions by the
+/// API's token check).
 #[derive(Debug, Clone)]
-pub(crate) struct Caller(pub(crate) String);
+pub(crate) struct Caller {
+    pub(crate) name: String,
+    pub(crate) scopes: Scopes,
+}
 
 impl Caller {
     /// The caller as the requester of a turn.
     pub(crate) fn requester(&self) -> Requester {
-        Requester::token(self.0.clone())
+        Requester::token(self.name.clone())
+    }
+
+    /// `403` unless the token holds `scope`, naming what it was for.
+    pub(crate) fn require(&self, scope: Scopes, to: &str) -> Result<(), crate::ApiError> {
+        if self.scopes.has(scope) {
+            return Ok(());
+        }
+        Err(self.lacks(scope, to))
+    }
+
+    /// The `403` of a request that needs `scope` (rule 6).
+    pub(crate) fn lacks(&self, scope: Scopes, to: &str) -> crate::ApiError {
+        crate::ApiError::forbidden(format!(
+            "token `{}` may not {to}: that needs the scope `{}`, which its line in the token \
+             file does not give",
+            self.name,
+            Scopes::name_of(scope)
+        ))
+    }
+
+    /// Whether the caller may see a session created by `created_by` (rule 3).
+    pub(crate) fn sees(&self, created_by: Option<&str>) -> bool {
+        self.scopes.has(Scopes::SESSIONS_ALL)
+            || (self.scopes.has(Scopes::SESSIONS) && created_by == Some(self.name.as_str()))
+    }
+
+    /// Whether the caller may answer a question about a call that a turn asked for by
+    /// `asked_by` caused, in a session it may see (rule 4).
+    pub(crate) fn may_answer(&self, asked_by: Option<&str>) -> bool {
+        if asked_by == Some(self.name.as_str()) {
+            self.scopes.has(Scopes::APPROVE_OWN)
+        } else {
+            self.scopes.has(Scopes::APPROVE)
+        }
     }
 }
 
@@ -53,6 +197,7 @@ impl Caller {
 #[derive(Clone)]
 struct Token {
     name: String,
+    scopes: Scopes,
     digest: [u8; 32],
 }
 
@@ -73,8 +218,9 @@ impl std::fmt::Debug for Tokens {
 const MIN_TOKEN_LEN: usize = 16;
 
 impl Tokens {
-    /// Reads the token file: one token per line, `TOKEN` (named `default`) or `NAME TOKEN`;
-    /// blank lines and lines starting with `#` are skipped.
+    /// Reads the token file: one token per line, `TOKEN` (named `default`, every scope),
+    /// `NAME TOKEN` (the scopes of [`Scopes::NAMED`]) or `NAME TOKEN SCOPE,SCOPE…`; blank
+    /// lines and lines starting with `#` are skipped. Names are unique.
     pub fn parse(text: &str, path: &Path) -> Result<Tokens, TokenError> {
         let mut tokens = Vec::new();
         for (i, line) in text.lines().enumerate() {
@@ -88,10 +234,13 @@ impl Tokens {
                 reason: reason.to_string(),
             };
             let words: Vec<&str> = line.split_whitespace().collect();
-            let (name, secret) = match words.as_slice() {
-                [secret] => ("default", *secret),
-                [name, secret] => (*name, *secret),
-                _ => return Err(bad("it has more than two words")),
+            let (name, secret, scopes) = match words.as_slice() {
+                [secret] => ("default", *secret, Scopes::ALL),
+                [name, secret] => (*name, *secret, Scopes::NAMED),
+                [name, secret, scopes] => {
+                    (*name, *secret, Scopes::parse(scopes).map_err(|e| bad(&e))?)
+                }
+                _ => return Err(bad("it has more than three words")),
             };
             if secret.len() < MIN_TOKEN_LEN {
                 return Err(bad("the token is too short"));
@@ -104,8 +253,14 @@ impl Tokens {
                     "a name may hold letters, digits, `-`, `_` and `.` only",
                 ));
             }
+            if tokens.iter().any(|t: &Token| t.name == name) {
+                return Err(bad(&format!(
+                    "the name `{name}` is taken by an earlier line; each token needs its own"
+                )));
+            }
             tokens.push(Token {
                 name: name.to_string(),
+                scopes,
                 digest: Sha256::digest(secret.as_bytes()).into(),
             });
         }
@@ -144,11 +299,28 @@ impl Tokens {
     /// The name of the token `presented` is, if it is one. Compares digests, so the time
     /// taken says nothing about how much of a wrong token was right.
     pub fn check(&self, presented: &str) -> Option<&str> {
+        self.find(presented).map(|t| t.name.as_str())
+    }
+
+    /// The caller `presented` is, if it is a token.
+    pub(crate) fn caller(&self, presented: &str) -> Option<Caller> {
+        self.find(presented).map(|t| Caller {
+            name: t.name.clone(),
+            scopes: t.scopes,
+        })
+    }
+
+    fn find(&self, presented: &str) -> Option<&Token> {
         let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        self.tokens.iter().find(|t| t.digest == digest)
+    }
+
+    /// Each token's name and scopes, for the log at start.
+    pub fn describe(&self) -> Vec<(String, Vec<&'static str>)> {
         self.tokens
             .iter()
-            .find(|t| t.digest == digest)
-            .map(|t| t.name.as_str())
+            .map(|t| (t.name.clone(), t.scopes.names()))
+            .collect()
     }
 }
 
@@ -201,6 +373,70 @@ mod tests {
         assert_eq!(t.check("fedcba9876543210fedc"), Some("default"));
         assert_eq!(t.check("0123456789abcdef012"), None);
         assert_eq!(t.check(""), None);
+    }
+
+    #[test]
+    fn scopes_come_from_the_third_word_and_default_by_kind_of_token() {
+        let t = Tokens::parse(
+            "alice aaaaaaaaaaaaaaaaaaaa\n\
+             bob bbbbbbbbbbbbbbbbbbbb sessions:all,approve:own\n\
+             ops oooooooooooooooooooo admin\n\
+             cccccccccccccccccccc\n",
+            Path::new("t"),
+        )
+        .unwrap();
+        let scopes = |secret: &str| t.caller(secret).unwrap().scopes.names();
+        assert_eq!(
+            scopes("aaaaaaaaaaaaaaaaaaaa"),
+            ["sessions", "approve", "audit"]
+        );
+        assert_eq!(
+            scopes("bbbbbbbbbbbbbbbbbbbb"),
+            ["sessions", "sessions:all", "approve:own"]
+        );
+        assert_eq!(scopes("oooooooooooooooooooo").len(), 7);
+        assert_eq!(scopes("cccccccccccccccccccc").len(), 7);
+        let e = Tokens::parse("bob bbbbbbbbbbbbbbbbbbbb sesions", Path::new("t")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("`sesions` is not a scope; did you mean `sessions`?"),
+            "{e}"
+        );
+        let e = Tokens::parse(
+            "bob bbbbbbbbbbbbbbbbbbbb\nbob cccccccccccccccccccc",
+            Path::new("t"),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("line 2") && e.to_string().contains("taken"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn callers_see_their_own_sessions_and_answer_others_questions() {
+        let caller = |scopes: &str| Caller {
+            name: "alice".into(),
+            scopes: Scopes::parse(scopes).unwrap(),
+        };
+        let named = Caller {
+            name: "alice".into(),
+            scopes: Scopes::NAMED,
+        };
+        assert!(named.sees(Some("alice")));
+        assert!(!named.sees(Some("bob")));
+        assert!(!named.sees(None));
+        assert!(caller("sessions:all").sees(Some("bob")));
+        assert!(caller("sessions:all").sees(None));
+        assert!(!caller("approve").sees(Some("alice")));
+        assert!(named.may_answer(Some("bob")));
+        assert!(!named.may_answer(Some("alice")));
+        assert!(caller("approve:own").may_answer(Some("alice")));
+        assert!(!caller("approve:own").may_answer(Some("bob")));
+        let e = caller("audit")
+            .require(Scopes::SESSIONS, "create sessions")
+            .unwrap_err();
+        assert!(e.to_string().contains("the scope `sessions`"), "{e}");
     }
 
     #[test]

@@ -31,6 +31,11 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
+    /// 403: the caller's token lacks a scope the request needs ([`crate::auth`]).
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
     /// 409: the request does not fit the current state.
     pub fn conflict(message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, "conflict", message)
@@ -100,6 +105,18 @@ impl From<StoreError> for ApiError {
             | StoreError::Unkept { .. } => ApiError::internal(message),
             StoreError::KeptFull { .. } => ApiError::conflict(message),
         }
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({}): {}",
+            self.status.as_u16(),
+            self.kind,
+            self.message
+        )
     }
 }
 

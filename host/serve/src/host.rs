@@ -339,14 +339,20 @@ impl Host {
         // is slow (its client went away): a claim nothing drives would refuse every later
         // turn of the session until a restart.
         let claimed = Claimed(Some(self.claim(id)?));
-        let (journal, conversation, agent) = self.prepare_turn(id, &input, tools.as_ref()).await?;
+        let (journal, conversation, agent, owner) =
+            self.prepare_turn(id, &input, tools.as_ref()).await?;
         Ok(self.spawn_drive(
             claimed.keep(),
             journal,
             conversation,
             agent,
             input,
-            Requested { by, door, place },
+            Requested {
+                by,
+                door,
+                place,
+                owner,
+            },
         ))
     }
 
@@ -369,6 +375,7 @@ impl Host {
             None => self.agent(&new.settings).await?,
             Some(wrap) => self.agent_with(&new.settings, self.tools().await.0, wrap)?,
         };
+        let owner = new.created_by.clone();
         let (id, journal, conversation) = self.store.create_and_drive(new)?;
         let live = match self.claim(&id) {
             Ok(live) => live,
@@ -383,7 +390,12 @@ impl Host {
             conversation,
             agent,
             input,
-            Requested { by, door, place },
+            Requested {
+                by,
+                door,
+                place,
+                owner,
+            },
         );
         Ok((id, events))
     }
@@ -393,7 +405,7 @@ impl Host {
         id: &str,
         input: &TurnInput,
         tools: Option<&ToolsForTurn>,
-    ) -> Result<(SessionJournal, Conversation, Arc<Agent>), ApiError> {
+    ) -> Result<(SessionJournal, Conversation, Arc<Agent>, Option<String>), ApiError> {
         let info = self.store.session(id).await?;
         let agent = match tools {
             None => self.agent(&info.settings).await?,
@@ -426,7 +438,7 @@ impl Host {
             let _ = journal.release().await;
             return Err(ApiError::conflict(message));
         }
-        Ok((journal, conversation, agent))
+        Ok((journal, conversation, agent, info.created_by))
     }
 
     /// Drives the turn on the host's task set ([`Host::drive`]); the session's events from now
@@ -460,7 +472,12 @@ impl Host {
         input: TurnInput,
         requested: Requested,
     ) {
-        let Requested { by, door, place } = requested;
+        let Requested {
+            by,
+            door,
+            place,
+            owner,
+        } = requested;
         let cancel = CancellationToken::new();
         live.set_cancel(cancel.clone());
         // Stop at the next safe point when the host stops or the lease is lost.
@@ -477,6 +494,8 @@ impl Host {
             live: live.clone(),
             approval_timeout: self.options.approval_timeout,
             end: None,
+            owner,
+            asked_by: by.as_ref().map(|r| r.token.clone()),
         };
         let result = {
             let mut io = TurnIo {
@@ -621,6 +640,8 @@ struct Requested {
     door: &'static str,
     /// The turn's place among those the host runs at once; given back when the turn ends.
     place: Option<Place>,
+    /// The token that created the session: who may see its questions.
+    owner: Option<String>,
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use api::parse_since;
-pub use auth::{TokenError, Tokens};
+pub use auth::{Scopes, TokenError, Tokens};
 pub use cordon_agent::ToolSource;
 pub use error::ApiError;
 pub use host::{Host, HostOptions};

@@ -93,6 +93,13 @@ pub struct PendingApproval {
     pub asked_ms: i64,
     /// When it is denied if nobody answers.
     pub expires_ms: i64,
+    /// The token whose session it is (none: created at the terminal, or an MCP client's
+    /// call): who may see it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// The token whose turn caused the call: who needs `approve:own` to answer it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub asked_by: Option<String>,
 }
 
 impl From<cordon_store::ApprovalWaiting> for PendingApproval {
@@ -108,6 +115,8 @@ impl From<cordon_store::ApprovalWaiting> for PendingApproval {
             },
             asked_ms: w.asked_ms,
             expires_ms: w.expires_ms,
+            owner: None,
+            asked_by: None,
         }
     }
 }
@@ -300,6 +309,10 @@ pub struct ServeFrontend {
     pub approval_timeout: Duration,
     /// The turn's end, once the engine announced it.
     pub end: Option<AgentEvent>,
+    /// The token that created the session.
+    pub owner: Option<String>,
+    /// The token that asked for the turn.
+    pub asked_by: Option<String>,
 }
 
 /// Removes a question from the waiting list however its wait ends (answered, timed out, the
@@ -335,6 +348,8 @@ impl Frontend for ServeFrontend {
             expires_ms: asked_ms.saturating_add(
                 i64::try_from(self.approval_timeout.as_millis()).unwrap_or(i64::MAX),
             ),
+            owner: self.owner.clone(),
+            asked_by: self.asked_by.clone(),
         });
         let _guard = WaitGuard {
             live: &self.live,
@@ -384,6 +399,8 @@ mod tests {
             live: live.clone(),
             approval_timeout: Duration::from_secs(30),
             end: None,
+            owner: None,
+            asked_by: None,
         };
         let asking = tokio::spawn(async move { frontend.approve(&request("c1")).await });
         while live.pending().is_empty() {
@@ -422,6 +439,8 @@ mod tests {
             live: live.clone(),
             approval_timeout: Duration::from_millis(20),
             end: None,
+            owner: None,
+            asked_by: None,
         };
         let given = frontend.approve(&request("c1")).await;
         assert!(matches!(given.answer, ApprovalAnswer::Refused { .. }));

@@ -19,6 +19,11 @@ pub struct AuditQuery {
     pub kind: Option<String>,
     /// Only records after this id (to page through, or to follow new records).
     pub after_id: Option<i64>,
+    /// Only records of calls of turns asked for with this token (its name).
+    pub requested_by: Option<String>,
+    /// Only records of calls decided by someone or something whose description contains
+    /// this (a token's name, `policy`, `terminal`).
+    pub decided_by: Option<String>,
     /// At most this many, the newest (default 100).
     pub limit: Option<i64>,
 }
@@ -33,19 +38,26 @@ pub struct StoredAudit {
     pub record: AuditRecord,
 }
 
-/// Records per statement: both backends bound the number of parameters (eight a record).
+/// Records per statement: both backends bound the number of parameters (ten a record).
 pub(crate) const PER_STATEMENT: usize = 100;
 
-/// One statement inserting `n` records, in order: `$8i+1`…`$8i+8` the `i`th record's columns.
+/// The columns of a record, in the order [`insert_sql`] takes them.
+const COLUMNS: usize = 10;
+
+/// One statement inserting `n` records, in order: `$10i+1`…`$10i+10` the `i`th record's
+/// columns.
 pub(crate) fn insert_sql(n: usize) -> String {
     let rows: Vec<String> = (0..n)
         .map(|i| {
-            let cols: Vec<String> = (1..=8).map(|c| format!("${}", 8 * i + c)).collect();
+            let cols: Vec<String> = (1..=COLUMNS)
+                .map(|c| format!("${}", COLUMNS * i + c))
+                .collect();
             format!("({})", cols.join(", "))
         })
         .collect();
     format!(
-        "INSERT INTO audit (at_ms, kind, origin, session, tool, plugin, outcome, record) VALUES {}",
+        "INSERT INTO audit (at_ms, kind, origin, session, tool, plugin, outcome, requested_by, \
+         decided_by, record) VALUES {}",
         rows.join(", ")
     )
 }
@@ -63,6 +75,8 @@ macro_rules! insert_audit_rows {
                 .bind(&row.tool)
                 .bind(&row.plugin)
                 .bind(&row.outcome)
+                .bind(&row.requested_by)
+                .bind(&row.decided_by)
                 .bind(&row.json);
         }
         query
@@ -106,8 +120,18 @@ impl Store {
                      AND (CAST($3 AS BIGINT) IS NULL OR at_ms >= $3) \
                      AND (CAST($4 AS TEXT) IS NULL OR kind = $4) \
                      AND (CAST($5 AS BIGINT) IS NULL OR id > $5) \
+                     AND (CAST($7 AS TEXT) IS NULL OR requested_by = $7) \
+                     AND (CAST($8 AS TEXT) IS NULL OR decided_by LIKE $8 ESCAPE '\\') \
                    ORDER BY id DESC LIMIT $6";
         let limit = query.limit.unwrap_or(100).clamp(1, 10_000);
+        // `decided_by` is found anywhere in the column, `%` and `_` in it as themselves.
+        let decided = query.decided_by.as_ref().map(|d| {
+            let escaped = d
+                .replace('\\', "\\\\")
+                .replace('%', "\\%")
+                .replace('_', "\\_");
+            format!("%{escaped}%")
+        });
         let rows = on_backend!(self, pool => sqlx::query(sql)
             .bind(&query.session)
             .bind(&query.tool)
@@ -115,6 +139,8 @@ impl Store {
             .bind(&query.kind)
             .bind(query.after_id)
             .bind(limit)
+            .bind(&query.requested_by)
+            .bind(&decided)
             .fetch_all(pool)
             .await
             .and_then(|rows| rows.iter().map(|r| Ok((r.try_get::<i64, _>("id")?, r.try_get::<String, _>("record")?))).collect::<Result<Vec<_>, sqlx::Error>>()))
@@ -141,6 +167,8 @@ pub(crate) struct AuditRow {
     pub(crate) tool: Option<String>,
     pub(crate) plugin: Option<String>,
     pub(crate) outcome: Option<String>,
+    pub(crate) requested_by: Option<String>,
+    pub(crate) decided_by: Option<String>,
     pub(crate) json: String,
 }
 
@@ -162,6 +190,13 @@ impl AuditRow {
                 Some(change.action.clone()),
             ),
         };
+        let (requested_by, decided_by) = match &record.entry {
+            AuditEntry::ToolCall(call) => (
+                call.requested_by.as_ref().map(|r| r.token.clone()),
+                Some(call.decided_by.clone()),
+            ),
+            AuditEntry::HomeChange(_) => (None, None),
+        };
         Self {
             at_ms: record.at_ms,
             kind,
@@ -170,6 +205,8 @@ impl AuditRow {
             tool,
             plugin,
             outcome,
+            requested_by,
+            decided_by,
             // Plain data with string keys: serialising cannot fail.
             json: serde_json::to_string(record).unwrap_or_default(),
         }

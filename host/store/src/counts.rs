@@ -160,31 +160,11 @@ impl Store {
                 })
             })
             .collect();
-        let mut counted = vec![0; distinct.len()];
-        for (chunk_index, chunk) in distinct.chunks(PER_STATEMENT).enumerate() {
-            let rows = on_backend!(self, pool => {
-                // Built of numbers only: the counters go as parameters.
-                let mut query = sqlx::query(sqlx::AssertSqlSafe(count_sql(chunk.len())));
-                for (key, since) in chunk {
-                    query = query.bind(*key).bind(*since).bind(i64::MAX);
-                }
-                query
-                    .fetch_all(pool)
-                    .await
-                    .and_then(|rows| {
-                        rows.iter()
-                            .map(|r| Ok((r.try_get::<i64, _>("i")?, r.try_get::<i64, _>("n")?)))
-                            .collect::<Result<Vec<_>, sqlx::Error>>()
-                    })
-            })
-            .map_err(|e| self.failed(e))?;
-            for (i, n) in rows {
-                let place = chunk_index * PER_STATEMENT + usize::try_from(i).unwrap_or(usize::MAX);
-                if let Some(count) = counted.get_mut(place) {
-                    *count = u64::try_from(n).unwrap_or(0);
-                }
-            }
-        }
+        let bounds: Vec<(&str, i64, i64)> = distinct
+            .into_iter()
+            .map(|(key, since)| (key, since, i64::MAX))
+            .collect();
+        let counted = self.count_between(&bounds).await?;
         Ok(places.into_iter().map(|p| counted[p]).collect())
     }
 
@@ -384,6 +364,7 @@ impl Store {
         let mut counted = vec![0u64; bounds.len()];
         for (chunk_index, chunk) in bounds.chunks(PER_STATEMENT).enumerate() {
             let rows = on_backend!(self, pool => {
+                // Built of numbers only: the counters go as parameters.
                 let mut query = sqlx::query(sqlx::AssertSqlSafe(count_sql(chunk.len())));
                 for (key, from, upto) in chunk {
                     query = query.bind(*key).bind(*from).bind(*upto);

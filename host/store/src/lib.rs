@@ -294,6 +294,11 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "kept results",
         include_str!("../migrations/sqlite/0006_kept_results.sql"),
     ),
+    (
+        7,
+        "audit requesters",
+        include_str!("../migrations/sqlite/0007_audit_requesters.sql"),
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -325,6 +330,11 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         6,
         "kept results",
         include_str!("../migrations/postgres/0006_kept_results.sql"),
+    ),
+    (
+        7,
+        "audit requesters",
+        include_str!("../migrations/postgres/0007_audit_requesters.sql"),
     ),
 ];
 

@@ -315,10 +315,20 @@ impl Store {
 
     /// The sessions, most recently changed first, at most `limit`.
     pub async fn sessions(&self, limit: i64) -> Result<Vec<SessionInfo>, StoreError> {
+        self.sessions_created_by(limit, None).await
+    }
+
+    /// As [`Store::sessions`], only those created by the token named `by` when there is one.
+    pub async fn sessions_created_by(
+        &self,
+        limit: i64,
+        by: Option<&str>,
+    ) -> Result<Vec<SessionInfo>, StoreError> {
         const SQL: &str = "SELECT id, created_ms, updated_ms, origin, parent, title, state, \
                            turns, messages, seq, settings, lease_holder, lease_until_ms, created_by \
-                           FROM sessions ORDER BY updated_ms DESC, id LIMIT $1";
-        on_backend!(self, pool => match sqlx::query(SQL).bind(limit.max(1)).fetch_all(pool).await {
+                           FROM sessions WHERE (CAST($2 AS TEXT) IS NULL OR created_by = $2) \
+                           ORDER BY updated_ms DESC, id LIMIT $1";
+        on_backend!(self, pool => match sqlx::query(SQL).bind(limit.max(1)).bind(by).fetch_all(pool).await {
             Ok(rows) => rows.iter().map(|r| info_from_row!(r)).collect::<Result<Vec<_>, _>>(),
             Err(e) => Err(e),
         })

@@ -283,7 +283,8 @@ fn the_token_file_is_out_of_every_grant() {
     let (secrets, data) = (home.scratch("secrets"), home.scratch("data"));
     let tokens = secrets.join("tokens");
     let token = "the-token-of-the-host-0123456789";
-    std::fs::write(&tokens, format!("default {token}\n")).unwrap();
+    // The host's one token, unnamed: every scope, so it answers its own turn's question.
+    std::fs::write(&tokens, format!("{token}\n")).unwrap();
     home.cordon(&["grant", "probe", &grant_fs(&secrets, "/secrets", "ro")])
         .ok();
     let run = serve_refused(&home, &[], &["--token-file", tokens.to_str().unwrap()]).code(2);

@@ -18,6 +18,7 @@ mod policy_cli;
 mod policy_doors;
 mod rule_of_two;
 mod run_conversation;
+mod scopes;
 mod serve;
 mod serve_admission;
 mod sessions;

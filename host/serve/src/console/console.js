@@ -11,7 +11,12 @@ const state = {
   live: null, // element showing text streamed in the current answer
   rejected: new Map(), // call id -> the line showing its refusal until its result arrives
   shownPending: "", // the pending approvals as last drawn, to redraw only when they change
+  me: { name: "", scopes: [] }, // who the token is and what it may do (GET /me)
 };
+
+/// Whether the signed-in token holds `scope` (the server decides; this only hides what would
+/// fail).
+const may = (scope) => state.me.scopes.includes(scope);
 
 const $ = (id) => document.getElementById(id);
 
@@ -83,7 +88,7 @@ function showLogin(message) {
 async function useToken(token) {
   state.token = token;
   try {
-    await api("/sessions?limit=1");
+    state.me = await api("/me");
   } catch (e) {
     if (e.message !== "unauthorized") showLogin(e.message);
     return;
@@ -91,6 +96,12 @@ async function useToken(token) {
   sessionStorage.setItem("cordon-token", token);
   $("login").hidden = true;
   $("app").hidden = false;
+  $("who").textContent = `signed in as ${state.me.name} (${state.me.scopes.join(", ")})`;
+  $("tab-audit").hidden = !may("audit");
+  $("tab-sessions").hidden = !may("sessions");
+  $("new-session").hidden = !may("sessions");
+  $("composer").hidden = !may("sessions");
+  if (!may("sessions")) showTab("approvals");
   refreshAll();
 }
 
@@ -316,6 +327,12 @@ function renderApprovals(container, pending) {
       : p.rule_of_two
       ? [["yes", "Approve"], ["no", "Deny"]]
       : [["yes", "Approve"], ["no", "Deny"], ["always", "Always for this tool"]];
+    if (p.may_answer === false) {
+      // Shown, not offered: the one whose turn caused the call answers only with approve:own.
+      box.append(el("div", { class: "why", text: `You may not answer this: it needs the scope ${p.asked_by === state.me.name ? "approve:own" : "approve"}.` }));
+      container.append(box);
+      continue;
+    }
     for (const [answer, label] of answers) {
       const b = el("button", { "data-answer": answer, text: label });
       b.addEventListener("click", () => answerApproval(p.session, p.call_id, answer));
@@ -414,7 +431,7 @@ async function loadTools() {
 
 async function refreshAll() {
   try {
-    await loadSessions();
+    if (may("sessions")) await loadSessions();
     await loadApprovals();
     status("connected");
   } catch (e) {

@@ -146,6 +146,7 @@ impl From<ApiError> for GatewayError {
             StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
             StatusCode::BAD_REQUEST => "invalid_request_error",
             StatusCode::NOT_FOUND => "not_found_error",
+            StatusCode::FORBIDDEN => "permission_error",
             StatusCode::CONFLICT => "conflict_error",
             StatusCode::SERVICE_UNAVAILABLE => "service_unavailable",
             _ => "server_error",
@@ -326,10 +327,14 @@ async fn complete(state: GatewayState, request: Request) -> Result<Response, Gat
 }
 
 /// The name of the token a request came with: the token layer in front of the gateway puts
-/// it there; without it, nobody.
+/// it there; without it, nobody. Every gateway request runs or reads a turn of the token's
+/// own sessions, so it needs the scope `sessions`.
 fn caller(request: &Request) -> Result<String, GatewayError> {
     match request.extensions().get::<Caller>() {
-        Some(Caller(token)) => Ok(token.clone()),
+        Some(caller) => {
+            caller.require(crate::auth::Scopes::SESSIONS, "use the gateway")?;
+            Ok(caller.name.clone())
+        }
         None => Err(GatewayError::from(ApiError::internal(
             "the request reached the gateway without its token's name",
         ))),

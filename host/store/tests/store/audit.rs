@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
+use cordon_core::Requester;
 use cordon_core::{
     AuditEntry, AuditRecord, CallOutcome, CallReport, HomeChangeAudit, ToolCallAudit,
 };
-use cordon_store::AuditQuery;
+use cordon_store::{AuditQuery, Store};
 
 use crate::{Backend, each_backend, fresh, options, raw_sql};
 
@@ -286,6 +287,57 @@ each_backend!(
                 .unwrap()
                 .len(),
             251
+        );
+    }
+);
+
+each_backend!(
+    records_written_before_their_requester_columns_are_found_by_them,
+    |backend: Backend| async move {
+        let (store, url, _dir) = fresh(backend, options(Duration::from_secs(30), 64)).await;
+        let mut asked = call(1000, Some("s"), "sql", "sql_query", true);
+        if let AuditEntry::ToolCall(c) = &mut asked.entry {
+            c.requested_by = Some(Requester::token("alice"));
+        }
+        store.append_audit(&asked).await.unwrap();
+        store
+            .append_audit(&call(2000, None, "sql", "sql_query", true))
+            .await
+            .unwrap();
+        store.close().await;
+        // The store as the previous version left it: no such columns, migrations up to 6.
+        for sql in [
+            "DROP INDEX audit_requested_by",
+            "ALTER TABLE audit DROP COLUMN requested_by",
+            "ALTER TABLE audit DROP COLUMN decided_by",
+            "DELETE FROM _sqlx_migrations WHERE version = 7",
+        ] {
+            raw_sql(backend, &url, sql).await.unwrap();
+        }
+        let store = Store::open(&url, options(Duration::from_secs(30), 64))
+            .await
+            .unwrap();
+        let found = |asked: Option<&str>, decided: Option<&str>| {
+            let store = store.clone();
+            let query = AuditQuery {
+                requested_by: asked.map(String::from),
+                decided_by: decided.map(String::from),
+                ..Default::default()
+            };
+            async move { store.audit(&query).await.unwrap().len() }
+        };
+        assert_eq!(found(Some("alice"), None).await, 1);
+        assert_eq!(found(Some("bob"), None).await, 0);
+        assert_eq!(found(None, Some("ops")).await, 2);
+        assert_eq!(found(Some("alice"), Some("token `ops`")).await, 1);
+        // `_` and `%` are themselves, not wildcards.
+        assert_eq!(found(None, Some("o_s")).await, 0);
+        assert_eq!(found(None, Some("%")).await, 0);
+        // Still append-only.
+        assert!(
+            raw_sql(backend, &url, "UPDATE audit SET tool = 'x'")
+                .await
+                .is_err()
         );
     }
 );
