@@ -37,16 +37,16 @@ impl Policy {
         let Some(t) = self.tools.get(tool) else {
             return Vec::new();
         };
-        if self.counters.is_empty() {
-            return Vec::new();
-        }
-        let ids: Vec<String> = self
-            .of_tool(t)
-            .into_iter()
-            .chain(t.reach_bound.iter().copied())
-            .map(|i| self.rules[i].rule.id.clone())
+        let mut keys: Vec<String> = t
+            .counted_by
+            .iter()
+            .filter_map(|&i| {
+                crate::counts::key_for(&self.counters[i].1, tool, &t.plugin, None, scope)
+            })
             .collect();
-        self.tally(tool, &ids, scope)
+        keys.sort();
+        keys.dedup();
+        keys
     }
 
     /// Whether a rule may deny every call of `tool` whatever its arguments: a rule that

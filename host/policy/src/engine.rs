@@ -106,6 +106,10 @@ pub(crate) struct ToolPolicy {
     /// of the store and put in `context.calls`, so a tool pays for its own rules' counters,
     /// not for every counter of the policy.
     pub(crate) counters: Vec<usize>,
+    /// Indices into `Policy::counters` of the counters that may count its calls: those of
+    /// the tool or its plugin, and those of rules that may apply to it. A call is reserved on
+    /// these before it is decided ([`Policy::reservable`]).
+    pub(crate) counted_by: Vec<usize>,
 }
 
 /// A policy ready to decide calls.
@@ -479,6 +483,15 @@ impl Policy {
                     needs: Needs::of(&cedar_texts),
                     facts: tool_facts,
                     counters: tool_counters.into_iter().collect(),
+                    counted_by: counters
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, (_, spec))| match spec.of.strip_prefix("rule:") {
+                            Some(id) => wanted.contains(id),
+                            None => true,
+                        })
+                        .map(|(i, _)| i)
+                        .collect(),
                 },
             );
         }

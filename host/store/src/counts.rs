@@ -248,13 +248,11 @@ impl Store {
             })
             .collect();
         // Each added row answers the first window asked of its counter.
-        let window_of = |key: &str| {
-            queries
-                .iter()
-                .zip(&sinces)
-                .find(|(q, _)| q.key == key)
-                .map(|(_, since)| *since)
-        };
+        let mut first_window: std::collections::HashMap<&str, i64> = Default::default();
+        for (q, since) in queries.iter().zip(&sinces) {
+            first_window.entry(q.key.as_str()).or_insert(*since);
+        }
+        let window_of = |key: &str| first_window.get(key).copied();
         let mut answered: std::collections::HashMap<String, (i64, i64, i64, i64)> =
             Default::default();
         for chunk in rows.chunks(PER_STATEMENT) {
