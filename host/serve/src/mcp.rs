@@ -309,6 +309,8 @@ impl Gate {
 }
 
 /// Checks a request before the MCP SDK sees it:
+/// - the token must hold the scope `sessions` (MCP calls run tools as a session's turns do;
+///   see [`crate::auth`]), else `403` naming it;
 /// - an `Mcp-Session-Id` must name a session opened with the caller's token (else `404`, as
 ///   for an unknown session), so no token uses another's session, its `always` answers or
 ///   its questions;
@@ -328,6 +330,11 @@ async fn check_message(
     mut request: Request,
     next: Next,
 ) -> Response {
+    if let Some(caller) = request.extensions().get::<crate::auth::Caller>()
+        && let Err(e) = caller.require(crate::auth::Scopes::SESSIONS, "use MCP")
+    {
+        return refusal(e);
+    }
     let proxied = ["forwarded", "x-forwarded-for", "via"]
         .iter()
         .any(|h| request.headers().contains_key(*h));

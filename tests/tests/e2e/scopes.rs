@@ -20,6 +20,7 @@ const BOB: &str = "bob-0123456789abcdef00";
 const CAROL: &str = "carol-0123456789abcdef";
 const DAVE: &str = "dave-0123456789abcdef0";
 const OPS: &str = "ops-0123456789abcdef00";
+const EVE: &str = "eve-0123456789abcdef00";
 
 /// Alice and Bob with a named token's scopes, Carol who approves for everyone, Dave who may
 /// only run his own sessions, and an admin.
@@ -29,7 +30,7 @@ fn token_file(dir: &Path) -> String {
         &path,
         format!(
             "alice {ALICE}\nbob {BOB}\ncarol {CAROL} sessions:all,approve\n\
-             dave {DAVE} sessions\nops {OPS} admin\n"
+             dave {DAVE} sessions\nops {OPS} admin\neve {EVE} audit\n"
         ),
     )
     .unwrap();
@@ -210,6 +211,30 @@ fn sessions_questions_and_records_belong_to_who_made_them() {
         as_(&served, DAVE, "GET", "/api/v1/sessions/d1", None).status,
         200
     );
+    // Eve, who only reads her records, may not run anything: not a session, nor through the
+    // gateway, nor MCP.
+    for (path, body) in [
+        ("/api/v1/sessions", json!({})),
+        (
+            "/v1/chat/completions",
+            json!({"model": "scripted", "messages": [{"role": "user", "content": "hi"}]}),
+        ),
+        (
+            "/mcp",
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "eve", "version": "1"}}}),
+        ),
+    ] {
+        let refused = as_(&served, EVE, "POST", path, Some(body));
+        assert_eq!(refused.status, 403, "{path}: {}", refused.text);
+        assert!(
+            refused.text.contains("token `eve` may not")
+                && refused.text.contains("the scope `sessions`"),
+            "{path}: {}",
+            refused.text
+        );
+    }
     // The admin sees everything.
     let all = as_(&served, OPS, "GET", "/api/v1/sessions", None);
     assert_eq!(
