@@ -537,6 +537,8 @@ async fn answer_approval(
              session, or never)"
         ))
     })?;
+    // First, so that whether a call waits is told only to those who may see the session.
+    caller.require(Scopes::SESSIONS, "answer questions")?;
     let by = format!("API token `{}`", caller.name);
     if session == WAITING_APPROVALS_SESSION {
         caller.require(Scopes::SESSIONS_ALL, "answer MCP clients' questions")?;

@@ -490,12 +490,24 @@ impl Host {
                 stop.cancel();
             })
         };
+        // Whose turn causes the calls asked about (rule 4 of `crate::auth`): the token that
+        // sends a message; for a turn retried or taken up again (after a restart, on another
+        // host), the one recorded with it, as its audit records say; when nobody is known,
+        // the session's owner, so an owner without `approve:own` never answers for lack of
+        // a name.
+        let asked_by = match (&input, &by) {
+            (TurnInput::Retry | TurnInput::Resume, _) | (_, None) => {
+                conversation.requester().map(|r| r.token.clone())
+            }
+            (_, Some(r)) => Some(r.token.clone()),
+        }
+        .or_else(|| owner.clone());
         let mut frontend = ServeFrontend {
             live: live.clone(),
             approval_timeout: self.options.approval_timeout,
             end: None,
             owner,
-            asked_by: by.as_ref().map(|r| r.token.clone()),
+            asked_by,
         };
         let result = {
             let mut io = TurnIo {

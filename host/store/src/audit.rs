@@ -22,7 +22,8 @@ pub struct AuditQuery {
     /// Only records of calls of turns asked for with this token (its name).
     pub requested_by: Option<String>,
     /// Only records of calls decided by someone or something whose description contains
-    /// this (a token's name, `policy`, `terminal`).
+    /// this, whatever the case (a token's name, `policy`, `terminal`): the same on both
+    /// backends, whose `LIKE` differ in case.
     pub decided_by: Option<String>,
     /// At most this many, the newest (default 100).
     pub limit: Option<i64>,
@@ -121,7 +122,7 @@ impl Store {
                      AND (CAST($4 AS TEXT) IS NULL OR kind = $4) \
                      AND (CAST($5 AS BIGINT) IS NULL OR id > $5) \
                      AND (CAST($7 AS TEXT) IS NULL OR requested_by = $7) \
-                     AND (CAST($8 AS TEXT) IS NULL OR decided_by LIKE $8 ESCAPE '\\') \
+                     AND (CAST($8 AS TEXT) IS NULL OR LOWER(decided_by) LIKE LOWER($8) ESCAPE '\\') \
                    ORDER BY id DESC LIMIT $6";
         let limit = query.limit.unwrap_or(100).clamp(1, 10_000);
         // `decided_by` is found anywhere in the column, `%` and `_` in it as themselves.

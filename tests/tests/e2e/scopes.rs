@@ -251,3 +251,77 @@ fn sessions_questions_and_records_belong_to_who_made_them() {
     let by_bob = home.cordon(&["audit", "--asked-by", "bob", "--json"]).ok();
     assert_eq!(by_bob.stdout.trim(), "");
 }
+
+/// The attack: a question asked again after the host died (or another host took the session
+/// up) was asked with nobody as the asker, so the one whose turn caused the call could answer
+/// it with `approve` alone. The turn's recorded requester still asks it.
+#[test]
+fn a_question_asked_again_after_a_crash_is_still_the_askers_own() {
+    let (home, data) = support::probe_home(&[]);
+    std::fs::write(data.join("once.txt"), "").unwrap();
+    let model = Model::new(vec![
+        Step::tool_calls(vec![call(
+            "k1",
+            "fs",
+            json!({"op": "append", "path": "/data/once.txt", "content": "1"}),
+        )]),
+        Step::text("Done."),
+    ]);
+    let tokens = token_file(&home.scratch("tokens"));
+    let config = home.scratch("config").join("cordon.toml");
+    std::fs::write(&config, "[store]\nlease_secs = 2\n").unwrap();
+    let start = || {
+        let mut served = Served::start(
+            &home,
+            &[
+                ("CORDON_LLM_URL", &model.url()),
+                ("CORDON_MODEL", "scripted"),
+            ],
+            &[
+                "--token-file",
+                &tokens,
+                "--config",
+                config.to_str().unwrap(),
+            ],
+        );
+        served.token = CAROL.to_string();
+        served
+    };
+    let mut served = start();
+    let created = as_(
+        &served,
+        ALICE,
+        "POST",
+        "/api/v1/sessions",
+        Some(json!({"id": "a2"})),
+    );
+    assert_eq!(created.status, 201, "{}", created.text);
+    served.token = ALICE.to_string();
+    let _events = served.stream("/api/v1/sessions/a2/messages", json!({"text": "append"}));
+    served.token = CAROL.to_string();
+    served.pending("a2");
+    served.kill9();
+    let served = start();
+    let again = served.pending("a2");
+    assert_eq!(again["asked_by"], "alice", "{again}");
+    let path = format!(
+        "/api/v1/approvals/a2/{}",
+        again["call_id"].as_str().unwrap()
+    );
+    let own = as_(
+        &served,
+        ALICE,
+        "POST",
+        &path,
+        Some(json!({"answer": "yes"})),
+    );
+    assert_eq!(own.status, 403, "{}", own.text);
+    let carols = as_(
+        &served,
+        CAROL,
+        "POST",
+        &path,
+        Some(json!({"answer": "yes"})),
+    );
+    assert_eq!(carols.status, 200, "{}", carols.text);
+}

@@ -169,6 +169,7 @@ impl Agent {
     /// Adds the calls about to run to the policy's counters.
     pub(super) async fn tally(
         &self,
+        conv: &Conversation,
         catalog: &ToolCatalog,
         planned: &BTreeMap<String, PlannedCall>,
         calls: &[ToolRun],
@@ -177,7 +178,13 @@ impl Agent {
         let Some(policy) = catalog.policy().filter(|p| !p.is_empty()) else {
             return Ok(());
         };
-        let requester = io.audit.requested_by.clone();
+        // The turn's requester as the calls were decided with ([`Agent::call_inputs`]), so a
+        // per-caller counter counts the call under the caller it was decided for, also in a
+        // turn taken up again or retried by someone else.
+        let requester = conv
+            .requester()
+            .cloned()
+            .or_else(|| io.audit.requested_by.clone());
         let caller = cordon_policy::Caller {
             token: requester
                 .as_ref()

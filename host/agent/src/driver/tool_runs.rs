@@ -65,7 +65,7 @@ impl Agent {
         let mut starting = calls;
         loop {
             if !starting.is_empty() {
-                self.tally(catalog, &planned, &starting, io).await?;
+                self.tally(conv, catalog, &planned, &starting, io).await?;
                 let prepared = self.prepare(conv, catalog, std::mem::take(&mut starting), io);
                 for (run, grants, answered) in prepared.await {
                     running.push(run.call_id.clone());

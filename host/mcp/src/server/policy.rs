@@ -3,7 +3,7 @@
 //! approval, its counts).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cordon_agent::ToolSpec;
 use cordon_core::now_ms;
@@ -58,8 +58,9 @@ impl McpServer {
     ) -> (Option<cordon_agent::cordon_policy::Verdict>, Reserved) {
         let now = now_ms();
         let mut reserved = Reserved {
-            keys: Vec::new(),
+            keys: Mutex::new(Vec::new()),
             minute: now.div_euclid(60_000),
+            store: self.host.store.clone(),
         };
         let policy = match policy {
             Ok(p) if p.is_empty() => return (None, reserved),
@@ -80,7 +81,7 @@ impl McpServer {
                 .await
             {
                 Ok(found) => {
-                    reserved.keys = adds;
+                    *reserved.keys.get_mut().unwrap_or_else(|e| e.into_inner()) = adds;
                     for (q, n) in queries.into_iter().zip(found) {
                         counts.insert(q.name, n);
                     }
@@ -130,6 +131,8 @@ impl McpServer {
         caller: &cordon_agent::cordon_policy::Caller,
     ) {
         let identity = facts.spec.identity();
+        // Settled here, whatever happens below: not taken back when the request ends.
+        let reserved = facts.reserved.take();
         if approved.decision == "yes" || approved.decision == "always" {
             self.approved
                 .lock()
@@ -146,7 +149,7 @@ impl McpServer {
             caller: (&caller.token, &caller.user),
         };
         let kept = policy.tally(&identity, &applied, scope);
-        let (add, release) = cordon_agent::cordon_policy::settle(&facts.reserved.keys, &kept);
+        let (add, release) = cordon_agent::cordon_policy::settle(&reserved, &kept);
         if !add.is_empty()
             && let Err(e) = store
                 .add_calls(&add, now_ms().div_euclid(60_000), None)
@@ -162,8 +165,9 @@ impl McpServer {
     /// A call that does not run after all (refused, its arguments wrong, or its question
     /// sent to the client to be asked again): what was reserved for it is taken back.
     pub(super) async fn unreserve(&self, reserved: &Reserved) {
-        if let (Some(store), false) = (&self.host.store, reserved.keys.is_empty()) {
-            self.release(store, &reserved.keys, reserved.minute).await;
+        let keys = reserved.take();
+        if let (Some(store), false) = (&self.host.store, keys.is_empty()) {
+            self.release(store, &keys, reserved.minute).await;
         }
     }
 
@@ -176,9 +180,37 @@ impl McpServer {
 }
 
 /// The counters a call was reserved on before it was decided, at `minute` (empty when no
-/// counter counts it, or the store could not be reached).
-#[derive(Debug, Default)]
+/// counter counts it, or the store could not be reached). Settled by [`McpServer::ran`] or
+/// [`McpServer::unreserve`]; a request that ends otherwise (its client went away while a
+/// person was asked) takes them back when it is dropped, so abandoned questions never use up
+/// a limit.
+#[derive(Debug)]
 pub(super) struct Reserved {
-    keys: Vec<String>,
+    keys: Mutex<Vec<String>>,
     minute: i64,
+    store: Option<cordon_store::Store>,
+}
+
+impl Reserved {
+    /// The keys not yet settled, leaving none.
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.keys.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        let keys = self.take();
+        let (Some(store), false) = (self.store.clone(), keys.is_empty()) else {
+            return;
+        };
+        let minute = self.minute;
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(e) = store.release_calls(&keys, minute, None).await {
+                    tracing::warn!("policy counters reserved for a dropped call stay: {e}");
+                }
+            });
+        }
+    }
 }

@@ -298,6 +298,9 @@ each_backend!(
         let mut asked = call(1000, Some("s"), "sql", "sql_query", true);
         if let AuditEntry::ToolCall(c) = &mut asked.entry {
             c.requested_by = Some(Requester::token("alice"));
+            // A NUL a model put in its arguments, kept as `\u0000`: PostgreSQL's `jsonb`
+            // refuses it, which would stop the migration and every host with it.
+            c.arguments = Some(serde_json::json!({"sql": "SELECT 1\u{0}"}));
         }
         store.append_audit(&asked).await.unwrap();
         store
