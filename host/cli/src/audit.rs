@@ -30,8 +30,8 @@ pub struct AuditArgs {
     /// file; `default` for the unnamed one).
     #[arg(long, value_name = "TOKEN")]
     asked_by: Option<String>,
-    /// Only calls decided by someone or something whose description contains this: a
-    /// token's name, `policy`, `terminal`.
+    /// Only calls decided by someone or something whose description contains this, whatever
+    /// the case: a token's name, `policy`, `terminal`.
     #[arg(long, value_name = "TEXT")]
     decided_by: Option<String>,
     /// Only tool calls or only changes to the home.
