@@ -570,18 +570,7 @@ refused or declined, tell the user; do not work around it.",
         io: &mut TurnIo<'_>,
         queue: &mut VecDeque<Action>,
     ) -> Result<(), AgentError> {
-        let (inputs, reserved) = self.call_inputs(conv, catalog, &event, io).await?;
-        let env = Env {
-            catalog,
-            limits: self.limits_now(io),
-            inputs: &inputs,
-        };
-        // Settled before a failed step is returned too: nothing was decided then, and what
-        // was reserved is taken back.
-        let stepped = machine::step(conv, event.clone(), env);
-        self.settle_counts(conv, catalog, &inputs, reserved, io)
-            .await;
-        let mut actions = stepped?;
+        let mut actions = self.step(conv, catalog, &event, io).await?;
         audits.extend(self.settled(conv, catalog, &io.audit, &mut actions));
         io.journal
             .transition_audited(conv, &Cause::Event { event }, audits)
@@ -629,16 +618,7 @@ refused or declined, tell the user; do not work around it.",
         io: &mut TurnIo<'_>,
         queue: &mut VecDeque<Action>,
     ) -> Result<Committed, AgentError> {
-        let (inputs, reserved) = self.call_inputs(conv, catalog, &event, io).await?;
-        let env = Env {
-            catalog,
-            limits: self.limits_now(io),
-            inputs: &inputs,
-        };
-        let stepped = machine::step(conv, event.clone(), env);
-        self.settle_counts(conv, catalog, &inputs, reserved, io)
-            .await;
-        let actions = stepped?;
+        let actions = self.step(conv, catalog, &event, io).await?;
         self.commit(conv, catalog, Cause::Event { event }, actions, io, queue)
             .await
     }

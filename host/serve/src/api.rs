@@ -565,18 +565,7 @@ async fn answer_approval(
         Some(p) if !sees_question(&caller, &p) => {
             return Err(cordon_store::StoreError::UnknownSession { id: session }.into());
         }
-        Some(p) if !caller.may_answer(p.asked_by.as_deref()) => {
-            let (scope, whose) = if p.asked_by.as_deref() == Some(caller.name.as_str()) {
-                (Scopes::APPROVE_OWN, "its own turn")
-            } else {
-                (Scopes::APPROVE, "another token's turn")
-            };
-            return Err(caller.lacks(
-                scope,
-                &format!("answer a question about a call {whose} caused"),
-            ));
-        }
-        Some(_) => {}
+        Some(p) => caller.require_answer(p.asked_by.as_deref())?,
         // Answered already, or never asked: the session says which, to those who see it.
         None => {
             visible(&state, &caller, &session).await?;

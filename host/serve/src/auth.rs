@@ -163,17 +163,13 @@ impl Caller {
         if self.scopes.has(scope) {
             return Ok(());
         }
-        Err(self.lacks(scope, to))
-    }
-
-    /// The `403` of a request that needs `scope` (rule 6).
-    pub(crate) fn lacks(&self, scope: Scopes, to: &str) -> crate::ApiError {
-        crate::ApiError::forbidden(format!(
+        // Rule 6.
+        Err(crate::ApiError::forbidden(format!(
             "token `{}` may not {to}: that needs the scope `{}`, which its line in the token \
              file does not give",
             self.name,
             Scopes::name_of(scope)
-        ))
+        )))
     }
 
     /// Whether the caller may see a session created by `created_by` (rule 3).
@@ -185,10 +181,24 @@ impl Caller {
     /// Whether the caller may answer a question about a call that a turn asked for by
     /// `asked_by` caused, in a session it may see (rule 4).
     pub(crate) fn may_answer(&self, asked_by: Option<&str>) -> bool {
+        self.scopes.has(self.answer_scope(asked_by).0)
+    }
+
+    /// `403` unless the caller may answer such a question, naming the scope it needs.
+    pub(crate) fn require_answer(&self, asked_by: Option<&str>) -> Result<(), crate::ApiError> {
+        let (scope, whose) = self.answer_scope(asked_by);
+        self.require(
+            scope,
+            &format!("answer a question about a call {whose} caused"),
+        )
+    }
+
+    /// The scope answering needs, and whose turn caused the call.
+    fn answer_scope(&self, asked_by: Option<&str>) -> (Scopes, &'static str) {
         if asked_by == Some(self.name.as_str()) {
-            self.scopes.has(Scopes::APPROVE_OWN)
+            (Scopes::APPROVE_OWN, "its own turn")
         } else {
-            self.scopes.has(Scopes::APPROVE)
+            (Scopes::APPROVE, "another token's turn")
         }
     }
 }

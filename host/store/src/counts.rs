@@ -114,6 +114,16 @@ fn reserve_sql(n: usize) -> String {
     )
 }
 
+/// The first minute `q` counts: for `session`'s own counters (kept at minute 0) the
+/// session's whole life, whatever `q` says, which never counts less than asked.
+fn first_minute(q: &CountQuery, session: Option<&str>) -> i64 {
+    if kept_for_session(&q.key, session) {
+        q.since_minute.min(SESSION_MINUTE)
+    } else {
+        q.since_minute
+    }
+}
+
 /// The rows `keys` add to at `minute` (minute 0 for `session`'s own counters), each with how
 /// often it is named, in one order on every host, so that hosts adding to the same counters
 /// at once wait for each other rather than deadlock.
@@ -149,11 +159,7 @@ impl Store {
         let places: Vec<usize> = queries
             .iter()
             .map(|q| {
-                let since = if kept_for_session(&q.key, session) {
-                    q.since_minute.min(SESSION_MINUTE)
-                } else {
-                    q.since_minute
-                };
+                let since = first_minute(q, session);
                 *seen.entry((q.key.as_str(), since)).or_insert_with(|| {
                     distinct.push((q.key.as_str(), since));
                     distinct.len() - 1
@@ -236,17 +242,7 @@ impl Store {
         if rows.is_empty() {
             return self.count_calls(queries, session).await;
         }
-        // The first minute counted of each query, as `count_calls` takes it.
-        let sinces: Vec<i64> = queries
-            .iter()
-            .map(|q| {
-                if kept_for_session(&q.key, session) {
-                    q.since_minute.min(SESSION_MINUTE)
-                } else {
-                    q.since_minute
-                }
-            })
-            .collect();
+        let sinces: Vec<i64> = queries.iter().map(|q| first_minute(q, session)).collect();
         // Each added row answers the first window asked of its counter.
         let mut first_window: std::collections::HashMap<&str, i64> = Default::default();
         for (q, since) in queries.iter().zip(&sinces) {
@@ -288,45 +284,32 @@ impl Store {
         // What the reservation answered, and what it leaves to a count: windows of counters
         // that were not added to, and second windows of those that were.
         let mut counted = vec![0u64; queries.len()];
-        let mut rest: Vec<(usize, CountQuery)> = Vec::new();
-        for (place, (q, since)) in queries.iter().zip(&sinces).enumerate() {
+        // Places and `[from, upto)` bounds left to count.
+        let mut places = Vec::new();
+        let mut rest: Vec<(&str, i64, i64)> = Vec::new();
+        for (place, (q, &since)) in queries.iter().zip(&sinces).enumerate() {
             match answered.get(&q.key) {
-                Some(&(_, n, after, earlier)) if window_of(&q.key) == Some(*since) => {
+                Some(&(_, n, after, earlier)) if window_of(&q.key) == Some(since) => {
                     let before = after.saturating_sub(n).saturating_add(earlier);
                     counted[place] = u64::try_from(before).unwrap_or(0);
                 }
                 // Another window of a counter added to: the row added to as it answered, and
                 // the minutes before it counted below.
-                Some(&(_, n, after, _)) => {
+                Some(&(at, n, after, _)) => {
                     counted[place] = u64::try_from(after.saturating_sub(n)).unwrap_or(0);
-                    rest.push((
-                        place,
-                        CountQuery {
-                            since_minute: *since,
-                            ..q.clone()
-                        },
-                    ));
+                    places.push(place);
+                    rest.push((&q.key, since, at));
                 }
-                None => rest.push((
-                    place,
-                    CountQuery {
-                        since_minute: *since,
-                        ..q.clone()
-                    },
-                )),
+                None => {
+                    places.push(place);
+                    rest.push((&q.key, since, i64::MAX));
+                }
             }
         }
         if !rest.is_empty() {
-            let bounds: Vec<(&str, i64, i64)> = rest
-                .iter()
-                .map(|(_, q)| {
-                    let upto = answered.get(&q.key).map_or(i64::MAX, |a| a.0);
-                    (q.key.as_str(), q.since_minute, upto)
-                })
-                .collect();
-            let found = self.count_between(&bounds).await?;
-            for ((place, _), n) in rest.iter().zip(found) {
-                counted[*place] = counted[*place].saturating_add(n);
+            let found = self.count_between(&rest).await?;
+            for (place, n) in places.into_iter().zip(found) {
+                counted[place] = counted[place].saturating_add(n);
             }
         }
         Ok(counted)

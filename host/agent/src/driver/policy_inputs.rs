@@ -8,7 +8,7 @@ use cordon_core::now_ms;
 
 use super::{Agent, AgentError, AuditContext, TurnIo};
 use crate::conversation::{Conversation, PlannedCall, State};
-use crate::machine::{CallInputs, Event, ToolCatalog, ToolRun};
+use crate::machine::{self, Action, CallInputs, Env, Event, ToolCatalog, ToolRun};
 
 impl Agent {
     /// The policy rules that may apply to calls of each installed tool, by identity
@@ -25,31 +25,42 @@ impl Agent {
             .collect()
     }
 
+    /// `event` through the machine, with what per-call policy rules read
+    /// ([`Agent::call_inputs`]); the counts reserved for the calls it decides are settled
+    /// ([`Agent::settle_counts`]), also when the step fails: nothing was decided then, and
+    /// what was reserved is taken back.
+    pub(super) async fn step(
+        &self,
+        conv: &mut Conversation,
+        catalog: &ToolCatalog,
+        event: &Event,
+        io: &mut TurnIo<'_>,
+    ) -> Result<Vec<Action>, AgentError> {
+        let (inputs, reserved) = self.call_inputs(conv, catalog, event, io).await?;
+        let env = Env {
+            catalog,
+            limits: self.limits_now(io),
+            inputs: &inputs,
+        };
+        let stepped = machine::step(conv, event.clone(), env);
+        self.settle_counts(conv, catalog, &inputs, reserved, io)
+            .await;
+        Ok(stepped?)
+    }
+
     /// Who asks, the counters the model's tool calls need and the time, for the per-call
     /// policy: counts come from the journal's store just before the calls are decided, and
     /// the calls are reserved on their counters at the same time (see
     /// [`Agent::settle_counts`]).
-    pub(super) async fn call_inputs(
+    async fn call_inputs(
         &self,
         conv: &Conversation,
         catalog: &ToolCatalog,
         event: &Event,
         io: &mut TurnIo<'_>,
     ) -> Result<(CallInputs, Reserved), AgentError> {
-        let requester = conv
-            .requester()
-            .cloned()
-            .or_else(|| io.audit.requested_by.clone());
         let mut inputs = CallInputs {
-            caller: cordon_policy::Caller {
-                origin: policy_origin(&io.audit.origin).to_string(),
-                token: requester
-                    .as_ref()
-                    .map(|r| r.token.clone())
-                    .unwrap_or_default(),
-                user: requester.and_then(|r| r.user).unwrap_or_default(),
-                client: String::new(),
-            },
+            caller: caller_of(conv, &io.audit),
             counts: BTreeMap::new(),
             keys: BTreeMap::new(),
             session: io.audit.session.clone().unwrap_or_default(),
@@ -67,17 +78,13 @@ impl Agent {
         else {
             return Ok((inputs, reserved));
         };
-        let scope = self.count_scope(&io.audit, &inputs.caller);
+        let scope = count_scope(&inputs.session, &inputs.caller);
         let mut queries = Vec::new();
         for call in &response.tool_calls {
             let Some(spec) = catalog.spec(&call.name) else {
                 continue;
             };
             let identity = spec.identity();
-            let scope = cordon_policy::CountScope {
-                session: &scope.0,
-                caller: (&scope.1, &scope.2),
-            };
             // Every call is reserved; the counters are read once for each tool.
             reserved.keys.extend(policy.reservable(&identity, scope));
             if inputs.counts.contains_key(&identity) {
@@ -112,7 +119,7 @@ impl Agent {
     /// (denied calls, calls put to a person — counted when they run — and `rule:` counters of
     /// rules that did not apply). A failure to take back is only logged: it counts a call
     /// too many, never one too few.
-    pub(super) async fn settle_counts(
+    async fn settle_counts(
         &self,
         conv: &Conversation,
         catalog: &ToolCatalog,
@@ -123,11 +130,7 @@ impl Agent {
         let Some(policy) = catalog.policy().filter(|_| !reserved.keys.is_empty()) else {
             return;
         };
-        let scope = self.count_scope(&io.audit, &inputs.caller);
-        let scope = cordon_policy::CountScope {
-            session: &scope.0,
-            caller: (&scope.1, &scope.2),
-        };
+        let scope = count_scope(&inputs.session, &inputs.caller);
         let batch = match &conv.state {
             State::AwaitingApproval { batch } | State::ExecutingTools { batch } => batch.as_slice(),
             _ => &[],
@@ -153,19 +156,6 @@ impl Agent {
         }
     }
 
-    /// The session and caller that `per = "caller"` and `within = "session"` counters key on.
-    fn count_scope(
-        &self,
-        audit: &AuditContext,
-        caller: &cordon_policy::Caller,
-    ) -> (String, String, String) {
-        (
-            audit.session.clone().unwrap_or_default(),
-            caller.token.clone(),
-            caller.user.clone(),
-        )
-    }
-
     /// Adds the calls about to run to the policy's counters.
     pub(super) async fn tally(
         &self,
@@ -178,26 +168,12 @@ impl Agent {
         let Some(policy) = catalog.policy().filter(|p| !p.is_empty()) else {
             return Ok(());
         };
-        // The turn's requester as the calls were decided with ([`Agent::call_inputs`]), so a
-        // per-caller counter counts the call under the caller it was decided for, also in a
-        // turn taken up again or retried by someone else.
-        let requester = conv
-            .requester()
-            .cloned()
-            .or_else(|| io.audit.requested_by.clone());
-        let caller = cordon_policy::Caller {
-            token: requester
-                .as_ref()
-                .map(|r| r.token.clone())
-                .unwrap_or_default(),
-            user: requester.and_then(|r| r.user).unwrap_or_default(),
-            ..Default::default()
-        };
-        let scope = self.count_scope(&io.audit, &caller);
-        let scope = cordon_policy::CountScope {
-            session: &scope.0,
-            caller: (&scope.1, &scope.2),
-        };
+        // The caller the calls were decided for ([`Agent::call_inputs`]), so a per-caller
+        // counter counts a call under it, also in a turn taken up again or retried by someone
+        // else.
+        let caller = caller_of(conv, &io.audit);
+        let session = io.audit.session.clone().unwrap_or_default();
+        let scope = count_scope(&session, &caller);
         let mut keys = Vec::new();
         for run in calls {
             let (Some(p), Some(spec)) = (planned.get(&run.call_id), catalog.spec(&run.tool)) else {
@@ -220,6 +196,35 @@ impl Agent {
                 .await?;
         }
         Ok(())
+    }
+}
+
+/// Who asks, as per-call policy rules see it: the turn's recorded requester (else the one
+/// sending this request) through the turn's door.
+fn caller_of(conv: &Conversation, audit: &AuditContext) -> cordon_policy::Caller {
+    let requester = conv
+        .requester()
+        .cloned()
+        .or_else(|| audit.requested_by.clone());
+    cordon_policy::Caller {
+        origin: policy_origin(&audit.origin).to_string(),
+        token: requester
+            .as_ref()
+            .map(|r| r.token.clone())
+            .unwrap_or_default(),
+        user: requester.and_then(|r| r.user).unwrap_or_default(),
+        client: String::new(),
+    }
+}
+
+/// The session and caller that `per = "caller"` and `within = "session"` counters key on.
+fn count_scope<'a>(
+    session: &'a str,
+    caller: &'a cordon_policy::Caller,
+) -> cordon_policy::CountScope<'a> {
+    cordon_policy::CountScope {
+        session,
+        caller: (&caller.token, &caller.user),
     }
 }
 
