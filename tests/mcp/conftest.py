@@ -214,19 +214,21 @@ class TwoTokens:
     url: str
     alice: str
     bob: str
+    # The unnamed token: every scope.
+    operator: str
 
 
 @pytest.fixture(scope="session")
 def two_tokens(world):
-    alice, bob = secrets.token_hex(16), secrets.token_hex(16)
+    alice, bob, operator = (secrets.token_hex(16) for _ in range(3))
     tokens = world.root / "two-tokens"
     # The operator's token (unnamed: every scope) first, as `cordon approve` answers with the
     # first token of the file; Alice and Bob with a named token's scopes.
-    tokens.write_text(f"{secrets.token_hex(16)}\nalice {alice}\nbob {bob}\n")
+    tokens.write_text(f"{operator}\nalice {alice}\nbob {bob}\n")
     tokens.chmod(0o600)
     proc, url = start_serve(world, [], "--token-file", str(tokens))
     try:
-        yield TwoTokens(url=url, alice=alice, bob=bob)
+        yield TwoTokens(url=url, alice=alice, bob=bob, operator=operator)
     finally:
         stop_serve(proc)
 

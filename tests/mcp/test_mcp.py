@@ -626,6 +626,63 @@ async def test_an_approval_handle_is_unknown_to_other_tokens(two_tokens):
         assert not mine.is_error, mine
 
 
+async def test_a_question_in_the_store_is_its_tokens(two_tokens):
+    """A question an MCP client's call waits on in the store belongs to the token the client
+    came with, as a session's questions belong to its creator: another named token neither
+    sees it nor can answer it (told it does not exist), the token's own user needs
+    `approve:own` to approve its own call, and a token with every scope answers it."""
+    url = two_tokens.url
+    me = types.Implementation(name="no-elicitation-alice", version="1")
+
+    def approvals(token):
+        got = httpx2.get(
+            url + "/api/v1/approvals", headers={"Authorization": f"Bearer {token}"}
+        )
+        assert got.status_code == 200, got.text
+        return [p for p in got.json()["pending"] if p.get("client", "").startswith(me.name)]
+
+    def answer(token, call_id):
+        return httpx2.post(
+            f"{url}/api/v1/approvals/mcp:/{call_id}",
+            headers={"Authorization": f"Bearer {token}"},
+            json={"answer": "yes"},
+        )
+
+    result = {}
+    async with http_client(url, two_tokens.alice, "2026-07-28", client_info=me) as a:
+
+        async def call():
+            result["r"] = await a.call_tool("fw__list_dir", {"path": "/scratch"})
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            mine = await anyio.to_thread.run_sync(
+                lambda: wait_until(
+                    lambda: approvals(two_tokens.alice), what="the question, to Alice"
+                )
+            )
+            question = mine[0]
+            assert question["session"] == "mcp:"
+            assert question["owner"] == "alice" and question["asked_by"] == "alice"
+            assert question["may_answer"] is False, question
+            call_id = question["call_id"]
+            # Bob does not see it, and answering it is answering a question that does not
+            # exist; Alice may not approve her own call.
+            assert approvals(two_tokens.bob) == []
+            theirs = answer(two_tokens.bob, call_id)
+            unknown = answer(two_tokens.bob, "0" * 24)
+            assert theirs.status_code == 404, theirs.text
+            said = theirs.json()["error"]["message"].replace(call_id, "ID")
+            assert said == unknown.json()["error"]["message"].replace("0" * 24, "ID")
+            own = answer(two_tokens.alice, call_id)
+            assert own.status_code == 403 and "approve:own" in own.text, own.text
+            [seen] = approvals(two_tokens.operator)
+            assert seen["may_answer"] is True
+            done = answer(two_tokens.operator, call_id)
+            assert done.status_code == 200, done.text
+    assert not result["r"].is_error, text(result["r"])
+
+
 def test_a_line_over_16_mib_is_refused_and_the_server_goes_on(world):
     raw = RawStdio(world)
     try:

@@ -27,12 +27,14 @@ pub const APPROVAL_INPUT: &str = "cordon_approval";
 /// not declare form elicitation).
 #[async_trait]
 pub trait Approver: Send + Sync + 'static {
-    /// Waits for an answer to `question` for at most `timeout`, or until `cancel` fires (the
-    /// client cancelled the call); then refuses.
+    /// Waits for an answer to `question` from `client` (authenticated with `token`, over
+    /// HTTP) for at most `timeout`, or until `cancel` fires (the client cancelled the call);
+    /// then refuses.
     async fn ask(
         &self,
         question: &ApprovalRequest,
         client: &str,
+        token: Option<&str>,
         timeout: Duration,
         cancel: &CancellationToken,
     ) -> GivenAnswer;
@@ -48,6 +50,7 @@ impl Approver for NobodyElse {
         &self,
         question: &ApprovalRequest,
         client: &str,
+        _token: Option<&str>,
         _timeout: Duration,
         _cancel: &CancellationToken,
     ) -> GivenAnswer {
@@ -90,6 +93,7 @@ impl Approver for StoreApprover {
         &self,
         question: &ApprovalRequest,
         client: &str,
+        token: Option<&str>,
         timeout: Duration,
         cancel: &CancellationToken,
     ) -> GivenAnswer {
@@ -103,7 +107,7 @@ impl Approver for StoreApprover {
         };
         let waiting = match self
             .store
-            .ask_approval(client, question, timeout.as_millis() as i64)
+            .ask_approval(client, token, question, timeout.as_millis() as i64)
             .await
         {
             Ok(waiting) => waiting,

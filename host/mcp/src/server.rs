@@ -543,7 +543,7 @@ impl McpServer {
         let given = self
             .host
             .approver
-            .ask(&question, facts.client, timeout, &context.ct)
+            .ask(&question, facts.client, facts.token, timeout, &context.ct)
             .await;
         self.take_answer(&answers, facts, given)
     }

@@ -512,8 +512,8 @@ async fn list_approvals(
     Json(json!({"pending": pending}))
 }
 
-/// Whether `caller` may see question `p` (rule 4 of [`crate::auth`]): one of its sessions',
-/// or, with `sessions:all`, any; an MCP client's (no session) only with `sessions:all`.
+/// Whether `caller` may see question `p` (rule 4 of [`crate::auth`]): one of its sessions'
+/// or its MCP clients', or, with `sessions:all`, any (`cordon mcp`'s on stdio only so).
 fn sees_question(caller: &Caller, p: &crate::live::PendingApproval) -> bool {
     caller.sees(p.owner.as_deref())
 }
@@ -541,10 +541,16 @@ async fn answer_approval(
     caller.require(Scopes::SESSIONS, "answer questions")?;
     let by = format!("API token `{}`", caller.name);
     if session == WAITING_APPROVALS_SESSION {
-        caller.require(Scopes::SESSIONS_ALL, "answer MCP clients' questions")?;
-        caller.require(Scopes::APPROVE, "answer MCP clients' questions")?;
+        // An MCP client's question is its token's, as a session is its creator's: another
+        // token without `sessions:all` is told it does not exist.
+        let store = state.host.store();
+        let token = store.approval_token(&call_id).await?;
+        if !caller.sees(token.as_deref()) {
+            return Err(cordon_store::StoreError::UnknownApproval { id: call_id }.into());
+        }
+        caller.require_answer(token.as_deref())?;
         let given = GivenAnswer::new(answer.clone(), by.clone());
-        state.host.store().answer_approval(&call_id, &given).await?;
+        store.answer_approval(&call_id, &given).await?;
         return Ok(Json(
             json!({"session": session, "call_id": call_id, "answer": answer.as_str(), "by": by}),
         ));

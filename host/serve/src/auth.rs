@@ -12,8 +12,10 @@
 //! 4. a question about a call is answered only by a token that may see its session, with
 //!    `approve` when another token's turn caused the call and `approve:own` when its own did
 //!    (named tokens lack `approve:own` unless given it, so the one who asks is not the one who
-//!    approves); questions of MCP clients' calls, which belong to no session, need `approve`
-//!    and `sessions:all`;
+//!    approves); a question of an MCP client's call belongs to the token the client came
+//!    with over `/mcp` as if it were its session (its own turn caused the call), and one
+//!    from `cordon mcp` on stdio, which came with no token, to nobody (`sessions:all` sees
+//!    it);
 //! 5. the audit log shows a token the records of the turns it asked for with `audit`, and
 //!    every record with `audit:all`;
 //! 6. a scope a request lacks gets `403` naming the scope and the token.

@@ -93,8 +93,8 @@ pub struct PendingApproval {
     pub asked_ms: i64,
     /// When it is denied if nobody answers.
     pub expires_ms: i64,
-    /// The token whose session it is (none: created at the terminal, or an MCP client's
-    /// call): who may see it.
+    /// The token whose session it is, or that an MCP client's call came with (none: created
+    /// at the terminal, or from `cordon mcp` on stdio): who may see it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
     /// The token whose turn caused the call: who needs `approve:own` to answer it.
@@ -104,7 +104,8 @@ pub struct PendingApproval {
 
 impl From<cordon_store::ApprovalWaiting> for PendingApproval {
     /// A question an MCP client's call waits on in the store, as the approvals API lists it:
-    /// session `mcp:`, answered by its id.
+    /// session `mcp:`, answered by its id; the client's token (over HTTP) stands for the
+    /// session's owner and for whose turn caused the call.
     fn from(w: cordon_store::ApprovalWaiting) -> Self {
         PendingApproval {
             session: cordon_store::WAITING_APPROVALS_SESSION.to_string(),
@@ -115,8 +116,8 @@ impl From<cordon_store::ApprovalWaiting> for PendingApproval {
             },
             asked_ms: w.asked_ms,
             expires_ms: w.expires_ms,
-            owner: None,
-            asked_by: None,
+            owner: w.token.clone(),
+            asked_by: w.token,
         }
     }
 }

@@ -22,6 +22,10 @@ pub struct ApprovalWaiting {
     pub asked_by: String,
     /// The client the call came from, as it named itself.
     pub client: String,
+    /// The token the client authenticated with over HTTP (none: on stdio): whose question it
+    /// is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
     /// The call (tool, arguments, grants, why it asks).
     pub request: ApprovalRequest,
     /// When it was asked (ms since the epoch).
@@ -34,11 +38,12 @@ pub struct ApprovalWaiting {
 const KEEP_DONE_MS: i64 = 24 * 60 * 60 * 1000;
 
 impl Store {
-    /// Records a question about `request` from `client`, to be answered within
-    /// `timeout_ms`; clears questions done for more than a day.
+    /// Records a question about `request` from `client` (with `token`, over HTTP), to be
+    /// answered within `timeout_ms`; clears questions done for more than a day.
     pub async fn ask_approval(
         &self,
         client: &str,
+        token: Option<&str>,
         request: &ApprovalRequest,
         timeout_ms: i64,
     ) -> Result<ApprovalWaiting, StoreError> {
@@ -47,13 +52,15 @@ impl Store {
             id: hex::encode(rand::random::<[u8; 12]>()),
             asked_by: self.holder().to_string(),
             client: client.to_string(),
+            token: token.map(str::to_string),
             request: request.clone(),
             asked_ms: now,
             expires_ms: now + timeout_ms,
         };
         let clear = "DELETE FROM approvals WHERE expires_ms < $1";
-        let insert = "INSERT INTO approvals (id, asked_by, client, request, asked_ms, expires_ms) \
-                      VALUES ($1, $2, $3, $4, $5, $6)";
+        let insert = "INSERT INTO approvals \
+                      (id, asked_by, client, token, request, asked_ms, expires_ms) \
+                      VALUES ($1, $2, $3, $4, $5, $6, $7)";
         let request_json = serde_json::to_string(request).unwrap_or_default();
         let result = on_backend!(self, pool => {
             let cleared = sqlx::query(clear).bind(now - KEEP_DONE_MS).execute(pool).await;
@@ -63,6 +70,7 @@ impl Store {
                     .bind(&waiting.id)
                     .bind(&waiting.asked_by)
                     .bind(&waiting.client)
+                    .bind(&waiting.token)
                     .bind(&request_json)
                     .bind(waiting.asked_ms)
                     .bind(waiting.expires_ms)
@@ -90,9 +98,22 @@ impl Store {
         Ok(row.and_then(|text| serde_json::from_str(&text).ok()))
     }
 
+    /// Whose question `id` is: the token its client authenticated with (none: asked over
+    /// stdio). An unknown question is an error, as answering it would be.
+    pub async fn approval_token(&self, id: &str) -> Result<Option<String>, StoreError> {
+        let sql = "SELECT token FROM approvals WHERE id = $1";
+        let row: Option<Option<String>> = on_backend!(self, pool => sqlx::query(sql)
+            .bind(id)
+            .fetch_optional(pool)
+            .await
+            .and_then(|row| row.map(|r| r.try_get::<Option<String>, _>(0)).transpose()))
+        .map_err(|e| self.failed(e))?;
+        row.ok_or_else(|| StoreError::UnknownApproval { id: id.to_string() })
+    }
+
     /// The questions nobody has answered yet and that have not expired, oldest first.
     pub async fn waiting_approvals(&self) -> Result<Vec<ApprovalWaiting>, StoreError> {
-        let sql = "SELECT id, asked_by, client, request, asked_ms, expires_ms FROM approvals \
+        let sql = "SELECT id, asked_by, client, token, request, asked_ms, expires_ms FROM approvals \
                    WHERE answer IS NULL AND expires_ms > $1 ORDER BY asked_ms, id LIMIT 1000";
         let now = cordon_core::now_ms();
         let rows = on_backend!(self, pool => {
@@ -101,24 +122,28 @@ impl Store {
                 r.try_get::<String, _>(0)?,
                 r.try_get::<String, _>(1)?,
                 r.try_get::<String, _>(2)?,
-                r.try_get::<String, _>(3)?,
-                r.try_get::<i64, _>(4)?,
+                r.try_get::<Option<String>, _>(3)?,
+                r.try_get::<String, _>(4)?,
                 r.try_get::<i64, _>(5)?,
+                r.try_get::<i64, _>(6)?,
             ))).collect::<Result<Vec<_>, sqlx::Error>>())
         })
         .map_err(|e| self.failed(e))?;
         Ok(rows
             .into_iter()
-            .filter_map(|(id, asked_by, client, request, asked_ms, expires_ms)| {
-                Some(ApprovalWaiting {
-                    id,
-                    asked_by,
-                    client,
-                    request: serde_json::from_str(&request).ok()?,
-                    asked_ms,
-                    expires_ms,
-                })
-            })
+            .filter_map(
+                |(id, asked_by, client, token, request, asked_ms, expires_ms)| {
+                    Some(ApprovalWaiting {
+                        id,
+                        asked_by,
+                        client,
+                        token,
+                        request: serde_json::from_str(&request).ok()?,
+                        asked_ms,
+                        expires_ms,
+                    })
+                },
+            )
             .collect())
     }
 

@@ -299,6 +299,11 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "audit requesters",
         include_str!("../migrations/sqlite/0007_audit_requesters.sql"),
     ),
+    (
+        8,
+        "approval tokens",
+        include_str!("../migrations/sqlite/0008_approval_tokens.sql"),
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -335,6 +340,11 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         7,
         "audit requesters",
         include_str!("../migrations/postgres/0007_audit_requesters.sql"),
+    ),
+    (
+        8,
+        "approval tokens",
+        include_str!("../migrations/postgres/0008_approval_tokens.sql"),
     ),
 ];
 

@@ -254,7 +254,7 @@ impl McpServer {
             return self
                 .host
                 .approver
-                .ask(question, facts.client, timeout, &context.ct)
+                .ask(question, facts.client, facts.token, timeout, &context.ct)
                 .await;
         }
         crate::asking::elicit(context, question_form(question, ""), facts.client, timeout).await

@@ -29,7 +29,7 @@ each_backend!(
             .await
             .unwrap();
         let waiting = asker
-            .ask_approval("claude-code 2.1", &request("7"), 60_000)
+            .ask_approval("claude-code 2.1", Some("alice"), &request("7"), 60_000)
             .await
             .unwrap();
         assert_eq!(asker.approval_answer(&waiting.id).await.unwrap(), None);
@@ -37,6 +37,12 @@ each_backend!(
         let seen = other.waiting_approvals().await.unwrap();
         assert_eq!(seen.len(), 1);
         assert_eq!(seen[0].client, "claude-code 2.1");
+        // Whose it is: the client's token, for whoever answers to check.
+        assert_eq!(seen[0].token.as_deref(), Some("alice"));
+        assert_eq!(
+            other.approval_token(&waiting.id).await.unwrap().as_deref(),
+            Some("alice")
+        );
         assert_eq!(seen[0].request, request("7"));
         assert!(seen[0].expires_ms > seen[0].asked_ms);
         let yes = GivenAnswer::new(ApprovalAnswer::Yes, "API token `ops`");
@@ -55,15 +61,22 @@ each_backend!(
         }
         // Unknown and expired questions say so.
         assert!(matches!(
+            other.approval_token("nope").await,
+            Err(StoreError::UnknownApproval { .. })
+        ));
+        assert!(matches!(
             other.answer_approval("nope", &no).await,
             Err(StoreError::UnknownApproval { .. })
         ));
-        let gone = asker.ask_approval("c", &request("8"), 0).await.unwrap();
+        let gone = asker
+            .ask_approval("c", None, &request("8"), 0)
+            .await
+            .unwrap();
         let e = other.answer_approval(&gone.id, &no).await.unwrap_err();
         assert!(e.to_string().contains("nobody answered in time"), "{e}");
         // A question its asker stopped waiting for takes no late answer.
         let withdrawn = asker
-            .ask_approval("c", &request("9"), 60_000)
+            .ask_approval("c", None, &request("9"), 60_000)
             .await
             .unwrap();
         asker
