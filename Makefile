@@ -149,6 +149,13 @@ test-services:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends docker-registry; \
 	fi
+	@# Prometheus, which the metrics test starts on 127.0.0.1 to scrape `cordon serve`'s
+	@# /metrics (never the package's service).
+	@if ! command -v prometheus >/dev/null; then \
+	  echo "installing prometheus (Debian package)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus; \
+	fi
 	@# Another OCI tool for the interoperability tests: the oras Python SDK, in the private venv.
 	@[ -x $(VENV)/bin/pip ] || python3 -m venv $(VENV)
 	@$(VENV)/bin/python -c 'import oras, sys; sys.exit(oras.__version__ != "0.2.43")' 2>/dev/null || $(VENV)/bin/python -m pip install -q oras==0.2.43

@@ -175,8 +175,32 @@ impl LlmClient {
         body
     }
 
-    /// Sends one request; streamed text goes to `on_text` as it arrives.
+    /// Sends one request; streamed text goes to `on_text` as it arrives. Its time, outcome
+    /// and tokens go to the metrics ([`cordon_core::metrics`]).
     pub async fn complete(
+        &self,
+        req: &ChatRequest,
+        stream: bool,
+        on_text: &mut (dyn FnMut(&str) + Send),
+        cancel: &CancellationToken,
+    ) -> Result<ModelResponse, LlmError> {
+        let started = std::time::Instant::now();
+        let done = self.request(req, stream, on_text, cancel).await;
+        let (outcome, tokens) = match &done {
+            Ok(r) => (
+                "ok",
+                r.usage
+                    .as_ref()
+                    .map(|u| (u.prompt_tokens, u.completion_tokens)),
+            ),
+            Err(LlmError::Cancelled { .. }) => ("cancelled", None),
+            Err(_) => ("failed", None),
+        };
+        cordon_core::metrics::model_request(started.elapsed(), outcome, tokens);
+        done
+    }
+
+    async fn request(
         &self,
         req: &ChatRequest,
         stream: bool,

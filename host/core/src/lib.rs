@@ -14,6 +14,7 @@ mod grant;
 pub mod labels;
 mod limits;
 mod marks;
+pub mod metrics;
 mod reserved;
 mod schema;
 mod stamp;

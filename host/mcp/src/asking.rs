@@ -121,7 +121,10 @@ impl Approver for StoreApprover {
         let waited = format!("{} s", timeout.as_secs());
         loop {
             match self.store.approval_answer(&waiting.id).await {
-                Ok(Some(answer)) => return answer,
+                Ok(Some(answer)) => {
+                    cordon_core::metrics::approval_answered(answer.at_ms - waiting.asked_ms);
+                    return answer;
+                }
                 Ok(None) => {}
                 Err(e) => return unreachable(e),
             }

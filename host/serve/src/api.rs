@@ -55,6 +55,9 @@ pub(crate) fn router(state: AppState, mcp: crate::mcp::Endpoint) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     let mcp = crate::mcp::routes(mcp)
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    let metrics = Router::new()
+        .route("/metrics", get(crate::metrics::scrape))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/", get(console::page))
         .route("/console.js", get(console::script))
@@ -62,6 +65,7 @@ pub(crate) fn router(state: AppState, mcp: crate::mcp::Endpoint) -> Router {
         .route("/api/v1/health", get(health))
         .nest("/api/v1", api)
         .merge(mcp)
+        .merge(metrics)
         .merge(gateway)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), check_host))

@@ -18,7 +18,9 @@
 //!    it);
 //! 5. the audit log shows a token the records of the turns it asked for with `audit`, and
 //!    every record with `audit:all`;
-//! 6. a scope a request lacks gets `403` naming the scope and the token.
+//! 6. `/metrics` needs `metrics`, which no named token has unless given it: its counts span
+//!    every session and token;
+//! 7. a scope a request lacks gets `403` naming the scope and the token.
 
 use std::path::{Path, PathBuf};
 
@@ -75,14 +77,17 @@ impl Scopes {
     pub const AUDIT_ALL: Scopes = Scopes(32);
     /// Everything.
     pub const ADMIN: Scopes = Scopes(64);
+    /// Read `/metrics`: counts by plugin and tool over every session, so not given by default
+    /// (a scraper's token needs nothing else).
+    pub const METRICS: Scopes = Scopes(128);
     /// Every scope: what the single unnamed token (the one `cordon serve` generates) has, so
     /// one person's use is as it always was.
-    pub const ALL: Scopes = Scopes(127);
+    pub const ALL: Scopes = Scopes(255);
     /// A named token's when its line names none: its own sessions and audit records, and
     /// answers to questions other tokens' turns caused.
     pub const NAMED: Scopes = Scopes(1 | 4 | 16);
 
-    const NAMES: [(&'static str, Scopes); 7] = [
+    const NAMES: [(&'static str, Scopes); 8] = [
         ("sessions", Scopes::SESSIONS),
         ("sessions:all", Scopes::SESSIONS_ALL),
         ("approve", Scopes::APPROVE),
@@ -90,6 +95,7 @@ impl Scopes {
         ("audit", Scopes::AUDIT),
         ("audit:all", Scopes::AUDIT_ALL),
         ("admin", Scopes::ADMIN),
+        ("metrics", Scopes::METRICS),
     ];
 
     /// `sessions,approve:own`: scope names separated by commas. `sessions:all` includes
@@ -165,7 +171,7 @@ impl Caller {
         if self.scopes.has(scope) {
             return Ok(());
         }
-        // Rule 6.
+        // Rule 7.
         Err(crate::ApiError::forbidden(format!(
             "token `{}` may not {to}: that needs the scope `{}`, which its line in the token \
              file does not give",

@@ -160,6 +160,7 @@ fn refusal_answer(max: usize) -> Bytes {
 /// closes its side (or [`REFUSAL_LINGER`] passed). Closing at once with unread bytes would
 /// reset the connection, and the client would see a reset instead of the answer.
 fn refuse(mut tcp: TcpStream, refusing: &Arc<Semaphore>, answer: Bytes) {
+    cordon_core::metrics::request_refused("connections");
     let Ok(permit) = refusing.clone().try_acquire_owned() else {
         // Too many being refused at once: this one is closed unanswered.
         return;

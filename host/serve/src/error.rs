@@ -48,6 +48,7 @@ impl ApiError {
 
     /// 503 with `Retry-After`: the host has no place for this now ([`crate::admission`]).
     pub(crate) fn busy(refused: crate::admission::Refused) -> Self {
+        cordon_core::metrics::request_refused("busy");
         Self {
             retry_after_secs: Some(refused.retry_after_secs),
             ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "busy", refused.message)
@@ -56,6 +57,7 @@ impl ApiError {
 
     /// 429 with `Retry-After`: the caller's token is past its rate.
     pub(crate) fn rate_limited(refused: crate::admission::Refused) -> Self {
+        cordon_core::metrics::request_refused("rate");
         Self {
             retry_after_secs: Some(refused.retry_after_secs),
             ..Self::new(

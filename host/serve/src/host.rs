@@ -250,6 +250,11 @@ impl Host {
             .remove(id);
     }
 
+    /// How many sessions have a turn running or a follower on this host.
+    pub fn live_count(&self) -> usize {
+        self.live.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// Every question waiting for an answer, oldest first.
     pub async fn pending(&self) -> Vec<PendingApproval> {
         let live: Vec<Arc<LiveSession>> = self

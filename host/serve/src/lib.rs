@@ -27,6 +27,7 @@ mod gateway;
 mod host;
 mod live;
 mod mcp;
+mod metrics;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -91,6 +92,8 @@ pub async fn serve(
             source,
         })?;
     let addr = listener.local_addr().map_err(ServeError::Io)?;
+    // Before any work, so `/metrics` counts everything this process did.
+    metrics::install();
     let lease = store.options().lease_ttl;
     let host = Host::new(store.clone(), source.clone(), options.host)
         .await

@@ -278,6 +278,7 @@ impl LiveSession {
             )));
         };
         let record = format!("{} by {}", answer.answer.as_str(), answer.by);
+        let waited_ms = answer.at_ms - waiting.approval.asked_ms;
         if waiting.reply.send(answer).is_err() {
             return Err(ApiError::conflict(format!(
                 "the turn of session `{}` stopped before the answer arrived",
@@ -285,6 +286,7 @@ impl LiveSession {
             )));
         }
         state.answered.insert(call_id.to_string(), record);
+        cordon_core::metrics::approval_answered(waited_ms);
         Ok(())
     }
 

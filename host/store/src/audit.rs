@@ -63,6 +63,15 @@ pub(crate) fn insert_sql(n: usize) -> String {
     )
 }
 
+/// Counts the tool calls of records now on record, for `/metrics`.
+pub(crate) fn count(records: &[AuditRecord]) {
+    for record in records {
+        if let AuditEntry::ToolCall(call) = &record.entry {
+            cordon_core::metrics::tool_call(call);
+        }
+    }
+}
+
 /// The statement inserting `$rows` (a slice of [`AuditRow`]s, at most [`PER_STATEMENT`]).
 macro_rules! insert_audit_rows {
     ($rows:expr) => {{
@@ -110,7 +119,9 @@ impl Store {
             }
             .await),
         };
-        result.map_err(|e| self.failed(e))
+        result.map_err(|e| self.failed(e))?;
+        count(records);
+        Ok(())
     }
 
     /// The newest records matching `query`, oldest first.

@@ -232,7 +232,7 @@ impl SessionJournal {
         let snapshot = (self.since_snapshot + 1 >= self.store.options().snapshot_every
             && since_bytes >= self.snapshot_bytes)
             .then(|| serde_json::to_string(conv).unwrap_or_default());
-        let audits: Vec<AuditRow> = audits.iter().map(AuditRow::of).collect();
+        let rows: Vec<AuditRow> = audits.iter().map(AuditRow::of).collect();
         let now = now_ms();
         let seq = self.seq + 1;
         let until = self.store.lease_until(now);
@@ -287,7 +287,7 @@ impl SessionJournal {
                 sqlx::query(INSERT_SNAPSHOT).bind(&self.id).bind(seq).bind(snapshot).execute(&mut *tx).await?;
                 sqlx::query(OLD_SNAPSHOTS).bind(&self.id).bind(seq).execute(&mut *tx).await?;
             }
-            for chunk in audits.chunks(PER_STATEMENT) {
+            for chunk in rows.chunks(PER_STATEMENT) {
                 insert_audit_rows!(chunk).execute(&mut *tx).await?;
             }
             tx.commit().await?;
@@ -307,6 +307,7 @@ impl SessionJournal {
                 holder,
             });
         }
+        crate::audit::count(audits);
         if self.unborn.take().is_some() {
             self.keeper = Some(keep_lease(
                 self.store.clone(),

@@ -128,15 +128,28 @@ enum Backend {
     Postgres(PgPool),
 }
 
+impl Backend {
+    /// Its name, as metrics label it.
+    fn name(&self) -> &'static str {
+        match self {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Postgres(_) => "postgres",
+        }
+    }
+}
+
 /// Runs the same code on whichever pool the store holds: the SQL is written once, with `$N`
 /// placeholders, which SQLite and PostgreSQL both read.
 macro_rules! on_backend {
-    ($store:expr, $pool:ident => $body:expr) => {
-        match &$store.backend {
+    ($store:expr, $pool:ident => $body:expr) => {{
+        let started = std::time::Instant::now();
+        let done = match &$store.backend {
             $crate::Backend::Sqlite($pool) => $body,
             $crate::Backend::Postgres($pool) => $body,
-        }
-    };
+        };
+        cordon_core::metrics::store_operation($store.backend.name(), started.elapsed());
+        done
+    }};
 }
 pub(crate) use on_backend;
 
@@ -249,6 +262,7 @@ impl Store {
 
     /// Wraps a database error with the store's URL.
     pub(crate) fn failed(&self, source: sqlx::Error) -> StoreError {
+        cordon_core::metrics::store_error(self.backend.name());
         StoreError::Database {
             url: self.url.clone(),
             source,

@@ -13,6 +13,7 @@ mod cli_reserved;
 mod cli_upgrade;
 mod grant_requests;
 mod large_results;
+mod metrics;
 mod model;
 mod policy_cli;
 mod policy_doors;
