@@ -308,12 +308,25 @@ new MutationObserver(() => {
 }).observe(document.getElementById('transcript'),
   {childList: true, subtree: true, characterData: true});
 """
+# What the audit page's charts show: the calls and refusals they count, the tools they rank.
+JS_CHARTS = """
+const buckets = [...document.querySelectorAll('#chart-calls g.bucket')];
+const sum = (k) => buckets.reduce((n, b) => n + Number(b.dataset[k]), 0);
+return {
+  hidden: document.getElementById('audit-charts').hidden,
+  calls: sum('calls'),
+  refused: sum('refused'),
+  slowest: [...document.querySelectorAll('#chart-slowest g.tool')]
+    .map(g => ({tool: g.dataset.tool, ms: g.dataset.medianMs})),
+};
+"""
 # Elements inside the places where text from models, tools and plugins is shown: there must be
 # none.
 JS_MADE_ELEMENTS = """
 return [...document.querySelectorAll(
   '#transcript .body *, #transcript .who *, .approval pre *, .approval strong *,' +
-  ' .approval .grants *, .approval .why *, #audit-table td *, #tool-table td *')
+  ' .approval .grants *, .approval .why *, #audit-table td *, #tool-table td *,' +
+  ' #audit-charts text *')
 ].map(e => e.outerHTML);
 """
 
@@ -680,6 +693,20 @@ def scenario(console, work, data, token, home):
             r["kind"] == "home_change" and "install probe" in r["cells"][3] for r in c.audit_rows()
         ),
         "the audit table lacks the probe's installation",
+    )
+
+    log("the charts above the table count the same calls")
+    charts = c.d.execute_script(JS_CHARTS)
+    check(not charts["hidden"], "the charts are hidden though the table shows calls")
+    check(
+        (charts["calls"], charts["refused"]) == (2, 1),
+        f"the calls chart counts {charts['calls']} calls and {charts['refused']} refused, "
+        "not the two calls of which one was declined",
+    )
+    check(
+        [t["tool"] for t in charts["slowest"]] == ["probe.fs"]
+        and float(charts["slowest"][0]["ms"]) > 0,
+        f"the slowest tools chart shows {charts['slowest']!r}, not the call that ran",
     )
 
     log("filter by tool")

@@ -378,6 +378,87 @@ function bytes(n) {
   return n + " B";
 }
 
+// The charts above the table, drawn from the records it shows (the filters apply to both),
+// as SVG made element by element: a tool's name is only ever an SVG text node's text.
+const SVG = "http://www.w3.org/2000/svg";
+
+function svg(tag, attrs, text) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+// A call that did not do what was asked: refused by a policy or a person, or by its sandbox.
+function refusedCall(r) {
+  return r.outcome.status === "not_run" || (r.outcome.status === "error" && r.outcome.kind === "denied")
+    || ((r.report || {}).refused || []).length > 0;
+}
+
+// Calls and refusals over time: the span of the records in up to 24 equal buckets, one bar of
+// calls each with its refusals in red over it.
+function drawCallsChart(calls) {
+  const chart = $("chart-calls");
+  chart.replaceChildren();
+  if (!calls.length) return;
+  const first = Math.min(...calls.map((r) => r.at_ms));
+  const last = Math.max(...calls.map((r) => r.at_ms));
+  const n = Math.min(24, calls.length);
+  const width = Math.max(1, last - first + 1) / n;
+  const buckets = Array.from({ length: n }, () => ({ calls: 0, refused: 0 }));
+  for (const r of calls) {
+    const b = buckets[Math.min(n - 1, Math.floor((r.at_ms - first) / width))];
+    b.calls += 1;
+    if (refusedCall(r)) b.refused += 1;
+  }
+  const most = Math.max(...buckets.map((b) => b.calls));
+  const W = 360, H = 90, bar = W / n;
+  const g = svg("svg", { viewBox: `0 0 ${W} ${H + 16}`, width: W, height: H + 16, role: "img" });
+  g.append(svg("title", {}, `tool calls from ${new Date(first).toLocaleString()} to ${new Date(last).toLocaleString()}`));
+  buckets.forEach((b, i) => {
+    const h = (b.calls / most) * H, hr = (b.refused / most) * H;
+    const at = new Date(first + i * width).toLocaleString();
+    const col = svg("g", { class: "bucket", "data-calls": b.calls, "data-refused": b.refused });
+    col.append(svg("title", {}, `${at}: ${b.calls} calls, ${b.refused} refused`));
+    col.append(svg("rect", { class: "calls", x: i * bar + 1, y: H - h, width: bar - 2, height: h }));
+    col.append(svg("rect", { class: "refused", x: i * bar + 1, y: H - hr, width: bar - 2, height: hr }));
+    g.append(col);
+  });
+  g.append(svg("text", { x: 0, y: H + 13 }, new Date(first).toLocaleTimeString()));
+  g.append(svg("text", { x: W, y: H + 13, "text-anchor": "end" }, new Date(last).toLocaleTimeString()));
+  chart.append(g);
+}
+
+// The slowest tools by their median duration, at most five.
+function drawSlowestChart(calls) {
+  const chart = $("chart-slowest");
+  chart.replaceChildren();
+  const by = new Map();
+  for (const r of calls) {
+    const ms = (r.report || {}).duration_ms;
+    if (ms === undefined) continue;
+    const name = `${r.plugin}.${r.tool}`;
+    if (!by.has(name)) by.set(name, []);
+    by.get(name).push(ms);
+  }
+  const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor((s.length - 1) / 2)]; };
+  const rows = [...by].map(([name, xs]) => ({ name, ms: median(xs), n: xs.length }))
+    .sort((a, b) => b.ms - a.ms).slice(0, 5);
+  if (!rows.length) return;
+  const most = rows[0].ms || 1;
+  const W = 360, row = 18;
+  const g = svg("svg", { viewBox: `0 0 ${W} ${rows.length * row}`, width: W, height: rows.length * row, role: "img" });
+  g.append(svg("title", {}, "the slowest tools, by median duration"));
+  rows.forEach((r, i) => {
+    const line = svg("g", { class: "tool", "data-tool": r.name, "data-median-ms": r.ms });
+    line.append(svg("rect", { x: 150, y: i * row + 3, width: Math.max(1, (r.ms / most) * (W - 230)), height: row - 6 }));
+    line.append(svg("text", { x: 0, y: i * row + 13 }, r.name.length > 22 ? r.name.slice(0, 21) + "…" : r.name));
+    line.append(svg("text", { x: W, y: i * row + 13, "text-anchor": "end" }, `${r.ms.toFixed(1)} ms ×${r.n}`));
+    g.append(line);
+  });
+  chart.append(g);
+}
+
 async function loadAudit(event) {
   if (event) event.preventDefault();
   const params = new URLSearchParams({ limit: "500" });
@@ -393,6 +474,10 @@ async function loadAudit(event) {
     $("audit-error").textContent = e.message;
     return;
   }
+  const calls = records.filter((r) => r.kind === "tool_call");
+  drawCallsChart(calls);
+  drawSlowestChart(calls);
+  $("audit-charts").hidden = calls.length === 0;
   const body = $("audit-table").querySelector("tbody");
   body.replaceChildren();
   for (const r of records.reverse()) {
