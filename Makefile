@@ -156,6 +156,14 @@ test-services:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus; \
 	fi
+	@# A real OpenID provider (the certified oidc-provider package) for the sign-in tests, which
+	@# start it on 127.0.0.1 from target/npm-oidc.
+	@if ! command -v npm >/dev/null; then \
+	  echo "installing nodejs and npm (Debian packages)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends nodejs npm; \
+	fi
+	@[ -d $(TARGET)/npm-oidc/node_modules/oidc-provider ] || npm install --prefix $(TARGET)/npm-oidc --no-audit --no-fund --loglevel=error oidc-provider@9.13.3
 	@# Another OCI tool for the interoperability tests: the oras Python SDK, in the private venv.
 	@[ -x $(VENV)/bin/pip ] || python3 -m venv $(VENV)
 	@$(VENV)/bin/python -c 'import oras, sys; sys.exit(oras.__version__ != "0.2.43")' 2>/dev/null || $(VENV)/bin/python -m pip install -q oras==0.2.43

@@ -164,6 +164,12 @@ pub struct ServeConfig {
     pub mcp_max_message_bytes: usize,
     /// How much is taken on at once, and how long a client is waited for.
     pub limits: crate::serve_limits::ServeLimits,
+    /// The identity provider whose access tokens are taken besides the token file's.
+    pub oidc: Option<crate::serve_sign_in::OidcConfig>,
+    /// The URL clients reach the host at (`https://cordon.example.com`), for what it tells
+    /// them about itself (the `/mcp` resource metadata); unset: `http://` and the `Host`
+    /// the request came with.
+    pub public_url: Option<String>,
 }
 
 impl Default for ServeConfig {
@@ -174,6 +180,8 @@ impl Default for ServeConfig {
             shutdown_grace_secs: 30,
             mcp_max_message_bytes: 1 << 20,
             limits: crate::serve_limits::ServeLimits::default(),
+            oidc: None,
+            public_url: None,
         }
     }
 }

@@ -61,6 +61,7 @@ pub mod parameters;
 pub mod policy;
 pub mod selection;
 pub mod serve_limits;
+pub mod serve_sign_in;
 pub mod spill;
 pub mod stream_lines;
 pub mod text_tool_calls;

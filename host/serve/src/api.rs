@@ -31,6 +31,10 @@ pub(crate) struct AppState {
     pub tokens: Arc<Tokens>,
     /// The `Host` header values a request may carry (empty: any), against DNS rebinding.
     pub allowed_hosts: Arc<Vec<String>>,
+    /// The identity provider whose access tokens are taken, if one is set.
+    pub oidc: Option<Arc<crate::oidc::Oidc>>,
+    /// `[serve] public_url`, without a trailing slash.
+    pub public_url: Option<String>,
 }
 
 /// The largest request body taken (a message, settings, an answer).
@@ -63,6 +67,11 @@ pub(crate) fn router(state: AppState, mcp: crate::mcp::Endpoint) -> Router {
         .route("/console.js", get(console::script))
         .route("/console.css", get(console::style))
         .route("/api/v1/health", get(health))
+        .route("/api/v1/sign-in", get(crate::sign_in::console_settings))
+        .route(
+            crate::sign_in::MCP_METADATA_PATH,
+            get(crate::sign_in::mcp_metadata),
+        )
         .nest("/api/v1", api)
         .merge(mcp)
         .merge(metrics)
@@ -121,7 +130,41 @@ pub(crate) fn refusal(path: &str, e: ApiError) -> Response {
     }
 }
 
-/// 401 for a missing or wrong token, saying nothing else.
+/// Who `presented` is: a token of the token file, or an access token of the identity provider
+/// ([`crate::oidc`]); `Err(Some(why))` for an identity provider's token refused.
+async fn caller_of(
+    state: &AppState,
+    presented: Option<&str>,
+) -> Result<Caller, Option<crate::oidc::Refused>> {
+    let presented = presented.ok_or(None)?;
+    if let Some(caller) = state.tokens.caller(presented) {
+        return Ok(caller);
+    }
+    match &state.oidc {
+        Some(oidc) if crate::oidc::Oidc::looks_like_jwt(presented) => oidc
+            .caller(presented, |name| state.tokens.names(name))
+            .await
+            .map_err(Some),
+        _ => Err(None),
+    }
+}
+
+/// This host's URL as clients reach it: `[serve] public_url`, else `http://` and the request's
+/// `Host` (checked against DNS rebinding on a loopback address).
+pub(crate) fn base_url(state: &AppState, headers: &axum::http::HeaderMap) -> String {
+    if let Some(url) = &state.public_url {
+        return url.clone();
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    format!("http://{host}")
+}
+
+/// 401 for a missing or wrong token, saying nothing else; for an identity provider's token,
+/// why it was refused; for `/mcp`, where its resource metadata is (RFC 9728), so MCP clients
+/// that sign in by themselves find the identity provider.
 async fn require_token(
     State(state): State<AppState>,
     mut request: Request,
@@ -135,8 +178,8 @@ async fn require_token(
         // The scheme's name is case-insensitive (RFC 9110).
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim());
-    match presented.and_then(|t| state.tokens.caller(t)) {
-        Some(caller) => {
+    match caller_of(&state, presented).await {
+        Ok(caller) => {
             if let Err(refused) = state.host.admission.rate(&caller.name) {
                 return refusal(request.uri().path(), ApiError::rate_limited(refused));
             }
@@ -146,12 +189,44 @@ async fn require_token(
             request.extensions_mut().insert(caller);
             next.run(request).await
         }
-        None if request.uri().path().starts_with("/v1/") => crate::gateway::unauthorized(),
-        None => {
-            let mut response = (StatusCode::UNAUTHORIZED, "unauthorized\n").into_response();
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        Err(_) if request.uri().path().starts_with("/v1/") => crate::gateway::unauthorized(),
+        Err(refused) => {
+            let mut challenge = "Bearer".to_string();
+            if request.uri().path() == "/mcp" && state.oidc.is_some() {
+                let metadata = format!(
+                    "{}{}",
+                    base_url(&state, request.headers()),
+                    crate::sign_in::MCP_METADATA_PATH
+                );
+                challenge.push_str(&format!(" resource_metadata=\"{metadata}\""));
+            }
+            let body = match &refused {
+                Some(why) => {
+                    let quoted: String = why
+                        .0
+                        .chars()
+                        .map(|c| {
+                            if c == '"' || c == '\\' || !(' '..='~').contains(&c) {
+                                '\''
+                            } else {
+                                c
+                            }
+                        })
+                        .collect();
+                    challenge.push_str(&format!(
+                        "{} error=\"invalid_token\", error_description=\"{quoted}\"",
+                        if challenge.contains('=') { "," } else { "" }
+                    ));
+                    format!("unauthorized: {why}\n")
+                }
+                None => "unauthorized\n".to_string(),
+            };
+            let mut response = (StatusCode::UNAUTHORIZED, body).into_response();
+            if let Ok(value) = HeaderValue::from_str(&challenge) {
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, value);
+            }
             response
         }
     }

@@ -63,6 +63,8 @@ pub enum TokenError {
 pub struct Scopes(u8);
 
 impl Scopes {
+    /// Nothing.
+    pub const NONE: Scopes = Scopes(0);
     /// Create sessions and use one's own.
     pub const SESSIONS: Scopes = Scopes(1);
     /// See and use every session.
@@ -127,6 +129,11 @@ impl Scopes {
             scopes = Scopes::ALL;
         }
         Ok(scopes)
+    }
+
+    /// These and `other`.
+    pub fn with(self, other: Scopes) -> Scopes {
+        Scopes(self.0 | other.0)
     }
 
     /// Whether these include `scope`.
@@ -326,6 +333,11 @@ impl Tokens {
             name: t.name.clone(),
             scopes: t.scopes,
         })
+    }
+
+    /// Whether a token of the file is named `name`.
+    pub(crate) fn names(&self, name: &str) -> bool {
+        self.tokens.iter().any(|t| t.name == name)
     }
 
     fn find(&self, presented: &str) -> Option<&Token> {

@@ -28,6 +28,8 @@ mod host;
 mod live;
 mod mcp;
 mod metrics;
+mod oidc;
+mod sign_in;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -59,6 +61,9 @@ pub enum ServeError {
     /// The installed tools could not be loaded.
     #[error("cannot load the installed tools: {0}")]
     Tools(String),
+    /// A setting of `[serve]` cannot be used.
+    #[error("{0}")]
+    Config(String),
     /// The server failed while running.
     #[error("the server failed: {0}")]
     Io(#[source] std::io::Error),
@@ -94,6 +99,19 @@ pub async fn serve(
     let addr = listener.local_addr().map_err(ServeError::Io)?;
     // Before any work, so `/metrics` counts everything this process did.
     metrics::install();
+    let oidc = match &options.host.config.serve.oidc {
+        Some(config) => Some(Arc::new(
+            oidc::Oidc::new(config).map_err(|e| ServeError::Config(e.to_string()))?,
+        )),
+        None => None,
+    };
+    let public_url = options
+        .host
+        .config
+        .serve
+        .public_url
+        .as_ref()
+        .map(|u| u.trim_end_matches('/').to_string());
     let lease = store.options().lease_ttl;
     let host = Host::new(store.clone(), source.clone(), options.host)
         .await
@@ -102,6 +120,8 @@ pub async fn serve(
         host: host.clone(),
         tokens: Arc::new(options.tokens),
         allowed_hosts: Arc::new(allowed_hosts(addr)),
+        oidc,
+        public_url,
     };
     let (mcp, mcp_host) = mcp::service(
         &store,

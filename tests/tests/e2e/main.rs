@@ -15,6 +15,7 @@ mod grant_requests;
 mod large_results;
 mod metrics;
 mod model;
+mod oidc;
 mod policy_cli;
 mod policy_doors;
 mod rule_of_two;

@@ -1,0 +1,421 @@
+//! Access tokens from the organisation's identity provider (`[serve.oidc]`): JWTs its issuer
+//! signed, checked against the keys it publishes.
+//!
+//! A bearer that is not one of the token file's is taken as such a token only if, in this
+//! order:
+//! 1. it has the shape of a JWS (three dot-separated parts) and its header names an asymmetric
+//!    algorithm (RS*, PS*, ES*, EdDSA): never `none`, never a shared-secret `HS*`, which
+//!    anyone holding the public key could forge;
+//! 2. its `kid` names a key of the issuer's JWKS (found through the issuer's discovery
+//!    document, and kept): a `kid` not among the kept keys fetches them again, at most once
+//!    every [`REFETCH_EVERY`], so a provider that rotated its key is followed within seconds
+//!    and a flood of made-up `kid`s costs the provider one request in that time; the key's
+//!    own `alg`, when it says one, must be the header's;
+//! 3. the signature verifies with that key;
+//! 4. `iss` is the issuer, `aud` holds one of the audiences, `exp` has not passed and `nbf`
+//!    has (within `leeway_secs`), and `exp` is present;
+//! 5. the user claim is a non-empty string without control characters, at most
+//!    [`MAX_USER_BYTES`] long, and not the name of a token in the token file (a provider's
+//!    user named like a static token would otherwise take over its sessions);
+//! 6. the scopes are the Cordon scope names in the scopes claim (a space-separated string or
+//!    a list; other names, such as `openid`, are ignored), or `default_scopes` when it names
+//!    none.
+//!
+//! Any other bearer is refused with `401`, whose `WWW-Authenticate` says why for a JWT (expired,
+//! wrong audience, …) so its holder knows to get a new one, and nothing for anything else.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use cordon_agent::serve_sign_in::OidcConfig;
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation, errors::ErrorKind};
+use serde_json::Value;
+use tokio::sync::Mutex;
+
+use crate::auth::{Caller, Scopes};
+
+/// How often an unknown `kid` may fetch the issuer's keys again.
+pub const REFETCH_EVERY: Duration = Duration::from_secs(10);
+/// The longest user name taken from a token.
+pub const MAX_USER_BYTES: usize = 200;
+/// The largest discovery document or key set read from the provider.
+const MAX_DOCUMENT_BYTES: usize = 1 << 20;
+
+/// Why the identity provider's settings cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum OidcSetupError {
+    /// A setting is wrong: which and why.
+    #[error("[serve.oidc] {field}: {message}")]
+    Invalid {
+        /// The key.
+        field: &'static str,
+        /// What is wrong and what to do.
+        message: String,
+    },
+}
+
+/// Why a token was refused, said to its holder.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
+/// The keys of the issuer, as last fetched.
+#[derive(Default)]
+struct Keys {
+    by_kid: HashMap<String, (DecodingKey, Option<Algorithm>)>,
+    fetched: Option<Instant>,
+}
+
+/// The identity provider: its settings and its keys.
+pub struct Oidc {
+    issuer: String,
+    audiences: Vec<String>,
+    user_claim: String,
+    scopes_claim: String,
+    default_scopes: Scopes,
+    leeway_secs: u64,
+    /// The console's public client, for its sign-in.
+    pub console_client_id: Option<String>,
+    http: reqwest::Client,
+    keys: Mutex<Keys>,
+}
+
+/// The algorithms a token may be signed with: asymmetric ones only.
+const ALGORITHMS: [Algorithm; 9] = [
+    Algorithm::RS256,
+    Algorithm::RS384,
+    Algorithm::RS512,
+    Algorithm::PS256,
+    Algorithm::PS384,
+    Algorithm::PS512,
+    Algorithm::ES256,
+    Algorithm::ES384,
+    Algorithm::EdDSA,
+];
+
+impl Oidc {
+    /// Checks the settings; the provider is asked for its keys on the first token.
+    pub fn new(config: &OidcConfig) -> Result<Oidc, OidcSetupError> {
+        let invalid = |field, message: String| OidcSetupError::Invalid { field, message };
+        let issuer = config.issuer.trim_end_matches('/').to_string();
+        let url = url_of(&issuer).map_err(|e| invalid("issuer", e))?;
+        if url.0 == "http" && !is_loopback(&url.1) {
+            return Err(invalid(
+                "issuer",
+                format!(
+                    "`{issuer}` is plain http on a host that is not this machine: whoever sits \
+                     between the host and it could hand out keys of their own; use https"
+                ),
+            ));
+        }
+        let audiences = config.audience.all();
+        if audiences.is_empty() || audiences.iter().any(|a| a.trim().is_empty()) {
+            return Err(invalid(
+                "audience",
+                "name the URL tokens are issued for (this host's, or its /mcp URL)".into(),
+            ));
+        }
+        let default_scopes = if config.default_scopes.trim().is_empty() {
+            Scopes::NONE
+        } else {
+            Scopes::parse(&config.default_scopes).map_err(|e| invalid("default_scopes", e))?
+        };
+        for (field, claim) in [
+            ("user_claim", &config.user_claim),
+            ("scopes_claim", &config.scopes_claim),
+        ] {
+            if claim.trim().is_empty() {
+                return Err(invalid(field, "name a claim of the tokens".into()));
+            }
+        }
+        // Ring is the process's TLS provider (see the workspace's Cargo.toml).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| invalid("issuer", format!("no HTTP client: {e}")))?;
+        Ok(Oidc {
+            issuer,
+            audiences,
+            user_claim: config.user_claim.clone(),
+            scopes_claim: config.scopes_claim.clone(),
+            default_scopes,
+            leeway_secs: config.leeway_secs,
+            console_client_id: config.console_client_id.clone(),
+            http,
+            keys: Mutex::new(Keys::default()),
+        })
+    }
+
+    /// The issuer, as tokens carry it.
+    pub fn issuer(&self) -> &str {
+        &self.issuer
+    }
+
+    /// Whether `bearer` has a JWS's shape (rule 1's first half): only such bearers are
+    /// checked here.
+    pub fn looks_like_jwt(bearer: &str) -> bool {
+        bearer.split('.').count() == 3 && bearer.len() < 16 << 10
+    }
+
+    /// The caller `bearer` stands for, by the rules of the module's doc; `taken` says whether
+    /// a name belongs to the token file.
+    pub async fn caller(
+        &self,
+        bearer: &str,
+        taken: impl Fn(&str) -> bool,
+    ) -> Result<Caller, Refused> {
+        let header = jsonwebtoken::decode_header(bearer)
+            .map_err(|e| Refused(format!("not a signed token: {e}")))?;
+        if !ALGORITHMS.contains(&header.alg) {
+            return Err(Refused(format!(
+                "tokens signed with {:?} are not taken; the identity provider signs with a \
+                 public-key algorithm",
+                header.alg
+            )));
+        }
+        let kid = header.kid.clone().unwrap_or_default();
+        let (key, key_alg) = self.key(&kid).await?;
+        if key_alg.is_some_and(|alg| alg != header.alg) {
+            return Err(Refused(format!(
+                "the token says {:?} but key `{kid}` is for {:?}",
+                header.alg,
+                key_alg.unwrap_or(header.alg)
+            )));
+        }
+        let mut validation = Validation::new(header.alg);
+        validation.set_issuer(&[&self.issuer]);
+        validation.set_audience(&self.audiences);
+        validation.leeway = self.leeway_secs;
+        validation.validate_nbf = true;
+        validation.set_required_spec_claims(&["exp", "iss", "aud"]);
+        let claims =
+            jsonwebtoken::decode::<serde_json::Map<String, Value>>(bearer, &key, &validation)
+                .map_err(|e| Refused(why(e.kind(), &self.issuer, &self.audiences)))?
+                .claims;
+        let name = match claims.get(&self.user_claim) {
+            Some(Value::String(s))
+                if !s.is_empty()
+                    && s.len() <= MAX_USER_BYTES
+                    && !s.chars().any(char::is_control) =>
+            {
+                s.clone()
+            }
+            _ => {
+                return Err(Refused(format!(
+                    "the token's claim `{}` (the user's name, [serve.oidc] user_claim) is \
+                     missing or not a short string",
+                    self.user_claim
+                )));
+            }
+        };
+        if taken(&name) {
+            return Err(Refused(format!(
+                "the token's user `{name}` has the name of a token in the token file; sign in \
+                 with that token, or name the user by another claim"
+            )));
+        }
+        let named: Vec<&str> = match claims.get(&self.scopes_claim) {
+            Some(Value::String(s)) => s.split_whitespace().collect(),
+            Some(Value::Array(list)) => list.iter().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
+        };
+        let scopes = named
+            .iter()
+            .filter_map(|n| Scopes::parse(n).ok())
+            .fold(Scopes::NONE, Scopes::with);
+        let scopes = if scopes == Scopes::NONE {
+            self.default_scopes
+        } else {
+            scopes
+        };
+        Ok(Caller { name, scopes })
+    }
+
+    /// The key `kid` names, fetching the issuer's keys when none is kept yet or it is not
+    /// among them (at most once every [`REFETCH_EVERY`]).
+    async fn key(&self, kid: &str) -> Result<(DecodingKey, Option<Algorithm>), Refused> {
+        let mut keys = self.keys.lock().await;
+        if let Some(found) = keys.by_kid.get(kid) {
+            return Ok(found.clone());
+        }
+        let may_fetch = keys.fetched.is_none_or(|at| at.elapsed() >= REFETCH_EVERY);
+        if may_fetch {
+            keys.fetched = Some(Instant::now());
+            match self.fetch_keys().await {
+                Ok(by_kid) => keys.by_kid = by_kid,
+                Err(e) => {
+                    tracing::warn!("the identity provider's keys could not be fetched: {e}");
+                    return Err(Refused(format!(
+                        "the identity provider's keys could not be fetched ({e}); try again"
+                    )));
+                }
+            }
+        }
+        keys.by_kid.get(kid).cloned().ok_or_else(|| {
+            Refused(format!(
+                "no key `{kid}` among the identity provider's keys (a key it no longer uses, or \
+                 not its token)"
+            ))
+        })
+    }
+
+    /// The issuer's keys: its discovery document names its JWKS.
+    async fn fetch_keys(
+        &self,
+    ) -> Result<HashMap<String, (DecodingKey, Option<Algorithm>)>, String> {
+        let discovery = format!("{}/.well-known/openid-configuration", self.issuer);
+        let document = self.get_json(&discovery).await?;
+        if document["issuer"].as_str().map(|i| i.trim_end_matches('/')) != Some(&self.issuer) {
+            return Err(format!(
+                "{discovery} names another issuer ({}), so its keys are not this issuer's",
+                document["issuer"]
+            ));
+        }
+        let jwks_uri = document["jwks_uri"]
+            .as_str()
+            .ok_or_else(|| format!("{discovery} names no jwks_uri"))?;
+        let set: JwkSet = serde_json::from_value(self.get_json(jwks_uri).await?)
+            .map_err(|e| format!("{jwks_uri} is not a key set: {e}"))?;
+        let mut by_kid = HashMap::new();
+        for jwk in &set.keys {
+            let Some(kid) = &jwk.common.key_id else {
+                continue;
+            };
+            // Keys for encryption, and keys of algorithms not taken, sign nothing here.
+            if matches!(
+                jwk.common.public_key_use,
+                Some(jsonwebtoken::jwk::PublicKeyUse::Encryption)
+            ) {
+                continue;
+            }
+            let alg = jwk
+                .common
+                .key_algorithm
+                .and_then(|a| a.to_string().parse::<Algorithm>().ok());
+            if alg.is_some_and(|a| !ALGORITHMS.contains(&a)) {
+                continue;
+            }
+            if let Ok(key) = DecodingKey::from_jwk(jwk) {
+                by_kid.insert(kid.clone(), (key, alg));
+            }
+        }
+        Ok(by_kid)
+    }
+
+    async fn get_json(&self, url: &str) -> Result<Value, String> {
+        let response = self
+            .http
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| format!("{url}: {}", cordon_agent::llm::error_chain(&e)))?;
+        if !response.status().is_success() {
+            return Err(format!("{url} answered {}", response.status()));
+        }
+        let mut body = Vec::new();
+        let mut response = response;
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| format!("{url}: {}", cordon_agent::llm::error_chain(&e)))?
+        {
+            body.extend_from_slice(&chunk);
+            if body.len() > MAX_DOCUMENT_BYTES {
+                return Err(format!("{url} sent more than {MAX_DOCUMENT_BYTES} bytes"));
+            }
+        }
+        serde_json::from_slice(&body).map_err(|e| format!("{url} sent no JSON: {e}"))
+    }
+}
+
+/// A failed check, said to the token's holder.
+fn why(kind: &ErrorKind, issuer: &str, audiences: &[String]) -> String {
+    match kind {
+        ErrorKind::ExpiredSignature => "the token has expired; get a new one".into(),
+        ErrorKind::ImmatureSignature => "the token is not valid yet (nbf)".into(),
+        ErrorKind::InvalidAudience => format!(
+            "the token is for another audience; ask for one for {}",
+            audiences.join(" or ")
+        ),
+        ErrorKind::InvalidIssuer => format!("the token is not from {issuer}"),
+        ErrorKind::InvalidSignature => "the token's signature does not verify".into(),
+        ErrorKind::MissingRequiredClaim(claim) => format!("the token has no `{claim}`"),
+        other => format!("the token is not valid: {other:?}"),
+    }
+}
+
+/// A URL's scheme and host.
+fn url_of(text: &str) -> Result<(String, String), String> {
+    let url = reqwest::Url::parse(text).map_err(|e| format!("`{text}` is not a URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(format!("`{text}` is not an http(s) URL"));
+    }
+    Ok((
+        url.scheme().to_string(),
+        url.host_str().unwrap_or_default().to_string(),
+    ))
+}
+
+fn is_loopback(host: &str) -> bool {
+    host == "localhost"
+        || host
+            .trim_matches(|c| c == '[' || c == ']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cordon_agent::serve_sign_in::Audience;
+
+    fn config(issuer: &str) -> OidcConfig {
+        OidcConfig {
+            issuer: issuer.into(),
+            audience: Audience::One("https://cordon.example".into()),
+            user_claim: "sub".into(),
+            scopes_claim: "scope".into(),
+            default_scopes: "sessions,approve,audit".into(),
+            leeway_secs: 0,
+            console_client_id: None,
+        }
+    }
+
+    #[test]
+    fn an_issuer_over_plain_http_elsewhere_is_refused() {
+        let e = Oidc::new(&config("http://login.example.com"))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("use https"), "{e}");
+        assert!(Oidc::new(&config("http://127.0.0.1:9000")).is_ok());
+        assert!(Oidc::new(&config("https://login.example.com/realms/a/")).is_ok());
+        let e = Oidc::new(&config("ftp://x")).err().unwrap();
+        assert!(e.to_string().contains("not an http(s) URL"), "{e}");
+        let mut bad = config("https://login.example.com");
+        bad.default_scopes = "sesions".into();
+        let e = Oidc::new(&bad).err().unwrap();
+        assert!(e.to_string().contains("did you mean `sessions`"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn unsigned_and_shared_secret_tokens_are_refused_before_any_key_is_fetched() {
+        // The issuer does not exist: a token that got as far as fetching keys would say so.
+        let oidc = Oidc::new(&config("http://127.0.0.1:9")).unwrap();
+        let none = "eyJhbGciOiJub25lIn0.eyJzdWIiOiJhIn0.";
+        assert!(Oidc::looks_like_jwt(none));
+        let e = oidc.caller(none, |_| false).await.unwrap_err();
+        assert!(e.0.contains("not a signed token"), "{e}");
+        let hs = jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(Algorithm::HS256),
+            &serde_json::json!({"sub": "a", "exp": 4_000_000_000u64}),
+            &jsonwebtoken::EncodingKey::from_secret(b"public key text").unwrap(),
+        )
+        .unwrap();
+        let e = oidc.caller(&hs, |_| false).await.unwrap_err();
+        assert!(e.0.contains("HS256") && e.0.contains("public-key"), "{e}");
+        assert!(!Oidc::looks_like_jwt("abc.def"));
+    }
+}
