@@ -22,7 +22,10 @@ What it does, as a user would, only through the page:
    drawn exactly as the live one was;
 5. the audit tab lists both calls with who decided (`API token `default``) and their outcomes,
    and its filters (tool, session, kind, time) work; the tools tab lists the probe's tools;
-6. a token handed over in the URL's fragment logs in and leaves the URL.
+6. a token handed over in the URL's fragment logs in and leaves the URL;
+7. on a host that takes an OpenID provider's tokens (oidc-provider from npm, on 127.0.0.1), the
+   console's button sends the user to the provider's login and back, signed in under their
+   name (authorization code with PKCE).
 
 Every process it starts is stopped, also when it fails; everything listens on 127.0.0.1; every
 wait is bounded. On failure it prints the page's state and the servers' logs, and keeps a
@@ -838,6 +841,81 @@ def check_inert(c):
 # ---- main --------------------------------------------------------------------------------
 
 
+OIDC_MODULES = ROOT / "target/npm-oidc"
+
+
+def sign_in_with_the_identity_provider(c, work, home, logs):
+    """A host taking an OpenID provider's tokens (the certified oidc-provider package, run here
+    on 127.0.0.1): the console's button sends the user to sign in there (authorization code with
+    PKCE) and back, signed in under the name they gave. Returns the two processes."""
+    log("sign in with the identity provider: the console's button, the provider's login, back")
+    check(
+        (OIDC_MODULES / "node_modules/oidc-provider").is_dir(),
+        f"oidc-provider is not installed in {OIDC_MODULES}: `make test` installs it",
+    )
+    shutil.copy(ROOT / "tests/oidc/provider.mjs", OIDC_MODULES / "provider.mjs")
+    port = free_port()
+    issuer = f"http://127.0.0.1:{port}"
+    config = work / "sso.toml"
+    config.write_text(
+        f'[serve.oidc]\nissuer = "{issuer}"\naudience = "http://cordon.test"\n'
+        'console_client_id = "console"\n'
+    )
+    sso = Process(
+        "cordon-serve-sso",
+        [CORDON, "serve", "--listen", "127.0.0.1:0", "--config", config],
+        child_env(CORDON_HOME=home),
+        work,
+        logs,
+    )
+    base = sso.wait_for(
+        sso.stderr_path, r"cordon serve: listening on (http://127\.0\.0\.1:\d+)", START_WAIT
+    ).group(1)
+    provider = Process(
+        "oidc-provider",
+        ["node", OIDC_MODULES / "provider.mjs", port, "console-key"],
+        child_env(CONSOLE_REDIRECT=base + "/"),
+        work,
+        logs,
+    )
+    provider.wait_for(provider.stdout_path, r"listening on", START_WAIT)
+    c.d.execute_script("sessionStorage.clear()")
+    c.d.get(base + "/")
+    button = c.wait(
+        lambda: (b := c.visible("#sign-in")) and issuer in b.text and b,
+        f"a button to sign in with {issuer}",
+    )
+    button.click()
+    c.wait(lambda: c.d.current_url.startswith(issuer), "the provider's sign-in page")
+    login = c.wait(lambda: c.visible("input[name=login]"), "the provider's login form")
+    login.send_keys("carol")
+    c.one("input[name=password]").send_keys("any")
+    c.one("button[type=submit]").click()
+    # The provider may ask to confirm what the console asks for.
+    deadline = time.monotonic() + WAIT
+    while not c.d.current_url.startswith(base) and time.monotonic() < deadline:
+        buttons = c.find("button.login-submit")
+        if buttons and c.d.current_url.startswith(issuer):
+            try:
+                buttons[0].click()
+            except (StaleElementReferenceException, WebDriverException):
+                pass
+        time.sleep(0.2)
+    who = c.wait(lambda: (c.text_of("#who") or "").startswith("signed in as carol") and c.text_of("#who"),
+                 "signed in as carol")
+    check("sessions" in who, f"the console says {who!r}")
+    check("code=" not in c.d.current_url, f"the code stayed in the URL: {c.d.current_url}")
+    return provider, sso
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def main():
     for f in (CORDON, SCRIPTED_LLM, PROBE):
         if not f.exists():
@@ -956,6 +1034,10 @@ def main():
 
         log("stop cordon serve")
         check(server.stop(signal.SIGTERM) == 0, "cordon serve did not stop cleanly")
+
+        provider, sso = sign_in_with_the_identity_provider(console, work, home, logs)
+        for p in (sso, provider):
+            p.stop()
         ok = True
     except (
         Failure,

@@ -68,6 +68,7 @@ pub(crate) fn router(state: AppState, mcp: crate::mcp::Endpoint) -> Router {
         .route("/console.css", get(console::style))
         .route("/api/v1/health", get(health))
         .route("/api/v1/sign-in", get(crate::sign_in::console_settings))
+        .route("/api/v1/sign-in/token", post(crate::sign_in::console_token))
         .route(
             crate::sign_in::MCP_METADATA_PATH,
             get(crate::sign_in::mcp_metadata),

@@ -60,12 +60,16 @@ pub enum OidcSetupError {
 #[error("{0}")]
 pub struct Refused(pub String);
 
-/// The keys of the issuer, as last fetched.
+/// The keys of the issuer, as last fetched, and its discovery document.
 #[derive(Default)]
 struct Keys {
     by_kid: HashMap<String, (DecodingKey, Option<Algorithm>)>,
     fetched: Option<Instant>,
+    discovery: Option<Value>,
 }
+
+/// The longest code or verifier the console's sign-in forwards.
+const MAX_CODE_BYTES: usize = 4096;
 
 /// The identity provider: its settings and its keys.
 pub struct Oidc {
@@ -245,7 +249,10 @@ impl Oidc {
         if may_fetch {
             keys.fetched = Some(Instant::now());
             match self.fetch_keys().await {
-                Ok(by_kid) => keys.by_kid = by_kid,
+                Ok((by_kid, discovery)) => {
+                    keys.by_kid = by_kid;
+                    keys.discovery = Some(discovery);
+                }
                 Err(e) => {
                     tracing::warn!("the identity provider's keys could not be fetched: {e}");
                     return Err(Refused(format!(
@@ -262,21 +269,119 @@ impl Oidc {
         })
     }
 
-    /// The issuer's keys: its discovery document names its JWKS.
-    async fn fetch_keys(
-        &self,
-    ) -> Result<HashMap<String, (DecodingKey, Option<Algorithm>)>, String> {
+    /// The issuer's discovery document, fetched once (and again with its keys).
+    async fn discovery(&self) -> Result<Value, String> {
+        if let Some(document) = &self.keys.lock().await.discovery {
+            return Ok(document.clone());
+        }
+        let document = self.fetch_discovery().await?;
+        self.keys.lock().await.discovery = Some(document.clone());
+        Ok(document)
+    }
+
+    async fn fetch_discovery(&self) -> Result<Value, String> {
         let discovery = format!("{}/.well-known/openid-configuration", self.issuer);
         let document = self.get_json(&discovery).await?;
         if document["issuer"].as_str().map(|i| i.trim_end_matches('/')) != Some(&self.issuer) {
             return Err(format!(
-                "{discovery} names another issuer ({}), so its keys are not this issuer's",
+                "{discovery} names another issuer ({}), so it is not this issuer's",
                 document["issuer"]
             ));
         }
+        Ok(document)
+    }
+
+    /// Where the console sends its user to sign in.
+    pub async fn authorization_endpoint(&self) -> Result<String, String> {
+        let document = self.discovery().await?;
+        document["authorization_endpoint"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| "the identity provider names no authorization_endpoint".into())
+    }
+
+    /// The first audience: what the console asks a token for.
+    pub fn audience(&self) -> &str {
+        &self.audiences[0]
+    }
+
+    /// Exchanges the console's authorization code (with its PKCE verifier) for an access
+    /// token at the provider's token endpoint, as the console's public client. The browser
+    /// could not: the console's page may talk only to its own origin.
+    pub async fn exchange(
+        &self,
+        code: &str,
+        verifier: &str,
+        redirect_uri: &str,
+    ) -> Result<Value, Refused> {
+        let client_id = self.console_client_id.as_deref().ok_or_else(|| {
+            Refused("the console has no client at the identity provider ([serve.oidc] console_client_id)".into())
+        })?;
+        for (what, value) in [
+            ("code", code),
+            ("code_verifier", verifier),
+            ("redirect_uri", redirect_uri),
+        ] {
+            if value.is_empty() || value.len() > MAX_CODE_BYTES {
+                return Err(Refused(format!(
+                    "`{what}` must be given, at most {MAX_CODE_BYTES} bytes"
+                )));
+            }
+        }
+        let document = self.discovery().await.map_err(Refused)?;
+        let endpoint = document["token_endpoint"]
+            .as_str()
+            .ok_or_else(|| Refused("the identity provider names no token_endpoint".into()))?;
+        let form: String = [
+            ("grant_type", "authorization_code"),
+            ("code", code),
+            ("code_verifier", verifier),
+            ("redirect_uri", redirect_uri),
+            ("client_id", client_id),
+            ("resource", self.audience()),
+        ]
+        .iter()
+        .map(|(k, v)| format!("{k}={}", form_encode(v)))
+        .collect::<Vec<_>>()
+        .join("&");
+        let response = self
+            .http
+            .post(endpoint)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form)
+            .send()
+            .await
+            .map_err(|e| {
+                Refused(format!(
+                    "{endpoint}: {}",
+                    cordon_agent::llm::error_chain(&e)
+                ))
+            })?;
+        let status = response.status();
+        let answer: Value = response.json().await.unwrap_or(Value::Null);
+        if !status.is_success() || !answer["access_token"].is_string() {
+            return Err(Refused(format!(
+                "the identity provider did not give a token ({status}): {}",
+                answer["error_description"]
+                    .as_str()
+                    .or(answer["error"].as_str())
+                    .unwrap_or("no reason given")
+            )));
+        }
+        Ok(serde_json::json!({
+            "access_token": answer["access_token"],
+            "expires_in": answer["expires_in"],
+        }))
+    }
+
+    /// The issuer's keys: its discovery document names its JWKS.
+    async fn fetch_keys(
+        &self,
+    ) -> Result<(HashMap<String, (DecodingKey, Option<Algorithm>)>, Value), String> {
+        let document = self.fetch_discovery().await?;
         let jwks_uri = document["jwks_uri"]
             .as_str()
-            .ok_or_else(|| format!("{discovery} names no jwks_uri"))?;
+            .ok_or_else(|| "the discovery document names no jwks_uri".to_string())?;
         let set: JwkSet = serde_json::from_value(self.get_json(jwks_uri).await?)
             .map_err(|e| format!("{jwks_uri} is not a key set: {e}"))?;
         let mut by_kid = HashMap::new();
@@ -302,7 +407,7 @@ impl Oidc {
                 by_kid.insert(kid.clone(), (key, alg));
             }
         }
-        Ok(by_kid)
+        Ok((by_kid, document))
     }
 
     async fn get_json(&self, url: &str) -> Result<Value, String> {
@@ -345,6 +450,18 @@ fn why(kind: &ErrorKind, issuer: &str, audiences: &[String]) -> String {
         ErrorKind::MissingRequiredClaim(claim) => format!("the token has no `{claim}`"),
         other => format!("the token is not valid: {other:?}"),
     }
+}
+
+/// `text` for an `application/x-www-form-urlencoded` body.
+fn form_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// A URL's scheme and host.

@@ -7,6 +7,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
 use serde_json::json;
 
 use crate::api::{AppState, base_url};
@@ -52,15 +53,54 @@ pub(crate) async fn mcp_metadata(State(state): State<AppState>, headers: HeaderM
 }
 
 /// `GET /api/v1/sign-in`: what the console needs to sign in with the identity provider
-/// (authorization code with PKCE).
+/// (authorization code with PKCE): where to send the user, as which client, for what.
 pub(crate) async fn console_settings(State(state): State<AppState>) -> Response {
     let Some(oidc) = &state.oidc else {
         return not_set();
     };
-    Json(json!({
-        "issuer": oidc.issuer(),
-        "client_id": oidc.console_client_id,
-        "scopes": SCOPES,
-    }))
-    .into_response()
+    let Some(client_id) = &oidc.console_client_id else {
+        return ApiError::not_found(
+            "the console signs in with a token only ([serve.oidc] console_client_id is not set)",
+        )
+        .into_response();
+    };
+    match oidc.authorization_endpoint().await {
+        Ok(endpoint) => Json(json!({
+            "issuer": oidc.issuer(),
+            "authorization_endpoint": endpoint,
+            "client_id": client_id,
+            "resource": oidc.audience(),
+            "scope": format!("openid {}", SCOPES.join(" ")),
+        }))
+        .into_response(),
+        Err(e) => ApiError::unavailable(format!("the identity provider cannot be reached: {e}"))
+            .into_response(),
+    }
+}
+
+/// What the console sends back from the identity provider.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Code {
+    code: String,
+    code_verifier: String,
+    redirect_uri: String,
+}
+
+/// `POST /api/v1/sign-in/token`: the console's authorization code and PKCE verifier,
+/// exchanged for an access token at the provider (the page may only talk to its own origin).
+pub(crate) async fn console_token(
+    State(state): State<AppState>,
+    Json(code): Json<Code>,
+) -> Response {
+    let Some(oidc) = &state.oidc else {
+        return not_set();
+    };
+    match oidc
+        .exchange(&code.code, &code.code_verifier, &code.redirect_uri)
+        .await
+    {
+        Ok(token) => Json(token).into_response(),
+        Err(why) => ApiError::bad_request(why.0).into_response(),
+    }
 }

@@ -105,6 +105,75 @@ async function useToken(token) {
   refreshAll();
 }
 
+// ---- signing in with the identity provider (authorization code with PKCE) -----------------
+
+function base64url(bytes) {
+  return btoa(String.fromCharCode(...bytes)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+
+// Shows the sign-in button when the host takes an identity provider's tokens.
+async function offerSignIn() {
+  let settings;
+  try {
+    const response = await fetch("/api/v1/sign-in");
+    if (!response.ok) return;
+    settings = await response.json();
+  } catch (_) {
+    return;
+  }
+  const button = $("sign-in");
+  button.textContent = `Sign in with ${settings.issuer}`;
+  button.hidden = false;
+  button.onclick = async () => {
+    if (!window.crypto || !crypto.subtle) {
+      showLogin("Signing in needs the console over https (or on this machine's own address).");
+      return;
+    }
+    const verifier = base64url(crypto.getRandomValues(new Uint8Array(32)));
+    const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(verifier));
+    const started = base64url(crypto.getRandomValues(new Uint8Array(16)));
+    sessionStorage.setItem("cordon-sign-in", JSON.stringify({ verifier, state: started }));
+    const url = new URL(settings.authorization_endpoint);
+    url.search = new URLSearchParams({
+      response_type: "code",
+      client_id: settings.client_id,
+      redirect_uri: location.origin + "/",
+      scope: settings.scope,
+      resource: settings.resource,
+      state: started,
+      code_challenge: base64url(new Uint8Array(digest)),
+      code_challenge_method: "S256",
+    }).toString();
+    location.assign(url.toString());
+  };
+}
+
+// Back from the identity provider: the code (with the verifier kept for it) becomes a token.
+async function finishSignIn(params) {
+  const saved = JSON.parse(sessionStorage.getItem("cordon-sign-in") || "null");
+  sessionStorage.removeItem("cordon-sign-in");
+  history.replaceState(null, "", location.pathname);
+  if (params.get("error")) {
+    showLogin(`The identity provider refused: ${params.get("error_description") || params.get("error")}`);
+    return;
+  }
+  if (!saved || saved.state !== params.get("state")) {
+    showLogin("That sign-in was not started from this page; sign in again.");
+    return;
+  }
+  const response = await fetch("/api/v1/sign-in/token", {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ code: params.get("code"), code_verifier: saved.verifier, redirect_uri: location.origin + "/" }),
+  });
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    showLogin(body.error ? body.error.message : response.statusText);
+    return;
+  }
+  useToken(body.access_token);
+}
+
 // ---- tabs ------------------------------------------------------------------------------
 
 function showTab(name) {
@@ -532,9 +601,13 @@ document.addEventListener("DOMContentLoaded", () => {
   $("composer").addEventListener("submit", send);
   $("cancel").addEventListener("click", cancelTurn);
   $("audit-filters").addEventListener("submit", loadAudit);
+  offerSignIn();
   // A token handed over in the URL's fragment (never sent to the server) is taken and removed.
   const fragment = new URLSearchParams(location.hash.slice(1));
-  if (fragment.get("token")) {
+  const query = new URLSearchParams(location.search);
+  if (query.get("state") && (query.get("code") || query.get("error"))) {
+    finishSignIn(query);
+  } else if (fragment.get("token")) {
     history.replaceState(null, "", location.pathname);
     useToken(fragment.get("token"));
   } else if (state.token) {
