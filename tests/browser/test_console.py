@@ -901,8 +901,10 @@ def sign_in_with_the_identity_provider(c, work, home, logs):
             except (StaleElementReferenceException, WebDriverException):
                 pass
         time.sleep(0.2)
-    who = c.wait(lambda: (c.text_of("#who") or "").startswith("signed in as carol") and c.text_of("#who"),
-                 "signed in as carol")
+    who = c.wait(
+        lambda: (c.text_of("#who") or "").startswith("signed in as carol") and c.text_of("#who"),
+        "signed in as carol",
+    )
     check("sessions" in who, f"the console says {who!r}")
     check("code=" not in c.d.current_url, f"the code stayed in the URL: {c.d.current_url}")
     return provider, sso

@@ -635,9 +635,7 @@ async def test_a_question_in_the_store_is_its_tokens(two_tokens):
     me = types.Implementation(name="no-elicitation-alice", version="1")
 
     def approvals(token):
-        got = httpx2.get(
-            url + "/api/v1/approvals", headers={"Authorization": f"Bearer {token}"}
-        )
+        got = httpx2.get(url + "/api/v1/approvals", headers={"Authorization": f"Bearer {token}"})
         assert got.status_code == 200, got.text
         return [p for p in got.json()["pending"] if p.get("client", "").startswith(me.name)]
 

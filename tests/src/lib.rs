@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 
 pub mod bench;
 pub mod fake_registry;
+pub mod oidc;
 pub mod postgres;
 pub mod running;
 pub mod serve;

@@ -17,25 +17,12 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-use crate::auth::{Caller, Scopes, Tokens};
+use crate::auth::{Caller, Scopes};
 use crate::console;
 use crate::error::{ApiError, with_retry_after};
 use crate::follow::{Pace, event_stream, sse_response};
-use crate::host::Host;
 use crate::live::{HostEvent, Published, SessionEvent};
-
-/// What the routes share.
-#[derive(Clone)]
-pub(crate) struct AppState {
-    pub host: Arc<Host>,
-    pub tokens: Arc<Tokens>,
-    /// The `Host` header values a request may carry (empty: any), against DNS rebinding.
-    pub allowed_hosts: Arc<Vec<String>>,
-    /// The identity provider whose access tokens are taken, if one is set.
-    pub oidc: Option<Arc<crate::oidc::Oidc>>,
-    /// `[serve] public_url`, without a trailing slash.
-    pub public_url: Option<String>,
-}
+pub(crate) use crate::state::{AppState, base_url};
 
 /// The largest request body taken (a message, settings, an answer).
 const MAX_BODY: usize = 1 << 20;
@@ -148,19 +135,6 @@ async fn caller_of(
             .map_err(Some),
         _ => Err(None),
     }
-}
-
-/// This host's URL as clients reach it: `[serve] public_url`, else `http://` and the request's
-/// `Host` (checked against DNS rebinding on a loopback address).
-pub(crate) fn base_url(state: &AppState, headers: &axum::http::HeaderMap) -> String {
-    if let Some(url) = &state.public_url {
-        return url.clone();
-    }
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("localhost");
-    format!("http://{host}")
 }
 
 /// 401 for a missing or wrong token, saying nothing else; for an identity provider's token,

@@ -3,7 +3,9 @@
 //! what it may do.
 //!
 //! What a request may do is decided here, in this order:
-//! 1. a token that is not in the file gets `401`, saying nothing else;
+//! 1. a token that is not in the file gets `401`, saying nothing else, unless the identity
+//!    provider's checks take it ([`crate::oidc`]: its user and scopes come from its claims,
+//!    and are decided on below exactly as a named token's);
 //! 2. `admin` may do everything;
 //! 3. a session belongs to the token that created it: only it, or a token with
 //!    `sessions:all`, sees it (lists it, reads, follows, continues, forks, cancels, deletes

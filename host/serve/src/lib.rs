@@ -30,6 +30,7 @@ mod mcp;
 mod metrics;
 mod oidc;
 mod sign_in;
+mod state;
 
 use std::future::Future;
 use std::net::SocketAddr;

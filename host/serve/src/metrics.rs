@@ -14,9 +14,9 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::api::AppState;
 use crate::auth::{Caller, Scopes};
 use crate::error::ApiError;
+use crate::state::AppState;
 
 static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 

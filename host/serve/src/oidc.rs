@@ -31,6 +31,7 @@ use cordon_agent::serve_sign_in::OidcConfig;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation, errors::ErrorKind};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 
 use crate::auth::{Caller, Scopes};
@@ -68,6 +69,18 @@ struct Keys {
     discovery: Option<Value>,
 }
 
+/// Tokens checked and taken, kept until they expire so that a client sending the same token
+/// with every request pays for its signature once; at most this many.
+const MAX_VERIFIED: usize = 10_000;
+
+/// A token checked and taken: who it stands for, until when, and the key that signed it (its
+/// entry goes when the provider stops publishing that key).
+struct Verified {
+    caller: Caller,
+    exp: u64,
+    kid: String,
+}
+
 /// The longest code or verifier the console's sign-in forwards.
 const MAX_CODE_BYTES: usize = 4096;
 
@@ -83,6 +96,8 @@ pub struct Oidc {
     pub console_client_id: Option<String>,
     http: reqwest::Client,
     keys: Mutex<Keys>,
+    /// By the token's sha256.
+    verified: std::sync::Mutex<HashMap<[u8; 32], Verified>>,
 }
 
 /// The algorithms a token may be signed with: asymmetric ones only.
@@ -150,6 +165,7 @@ impl Oidc {
             console_client_id: config.console_client_id.clone(),
             http,
             keys: Mutex::new(Keys::default()),
+            verified: std::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -171,6 +187,42 @@ impl Oidc {
         bearer: &str,
         taken: impl Fn(&str) -> bool,
     ) -> Result<Caller, Refused> {
+        let digest: [u8; 32] = Sha256::digest(bearer.as_bytes()).into();
+        let now = jsonwebtoken::get_current_timestamp();
+        if let Some(seen) = self.verified().get(&digest)
+            && now <= seen.exp + self.leeway_secs
+        {
+            return Ok(seen.caller.clone());
+        }
+        let (caller, exp, kid) = self.check(bearer, taken).await?;
+        let mut verified = self.verified();
+        if verified.len() >= MAX_VERIFIED {
+            verified.retain(|_, v| now <= v.exp + self.leeway_secs);
+            if verified.len() >= MAX_VERIFIED {
+                verified.clear();
+            }
+        }
+        verified.insert(
+            digest,
+            Verified {
+                caller: caller.clone(),
+                exp,
+                kid,
+            },
+        );
+        Ok(caller)
+    }
+
+    fn verified(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Verified>> {
+        self.verified.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Rules 1 to 6 for a token not seen before: the caller, the token's `exp` and its `kid`.
+    async fn check(
+        &self,
+        bearer: &str,
+        taken: impl Fn(&str) -> bool,
+    ) -> Result<(Caller, u64, String), Refused> {
         let header = jsonwebtoken::decode_header(bearer)
             .map_err(|e| Refused(format!("not a signed token: {e}")))?;
         if !ALGORITHMS.contains(&header.alg) {
@@ -235,7 +287,8 @@ impl Oidc {
         } else {
             scopes
         };
-        Ok(Caller { name, scopes })
+        let exp = claims.get("exp").and_then(Value::as_u64).unwrap_or(0);
+        Ok((Caller { name, scopes }, exp, kid))
     }
 
     /// The key `kid` names, fetching the issuer's keys when none is kept yet or it is not
@@ -250,6 +303,9 @@ impl Oidc {
             keys.fetched = Some(Instant::now());
             match self.fetch_keys().await {
                 Ok((by_kid, discovery)) => {
+                    // Tokens of a key the provider no longer publishes are checked again
+                    // (and refused).
+                    self.verified().retain(|_, v| by_kid.contains_key(&v.kid));
                     keys.by_kid = by_kid;
                     keys.discovery = Some(discovery);
                 }

@@ -10,8 +10,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::api::{AppState, base_url};
 use crate::error::ApiError;
+use crate::state::{AppState, base_url};
 
 /// Where `/mcp`'s metadata is: the well-known prefix put before the resource's path.
 pub const MCP_METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";

@@ -1,0 +1,35 @@
+//! What the routes share: the host, the tokens, the identity provider, and how the host is
+//! reached. Below every route module, so none of them depends on another for it.
+
+use std::sync::Arc;
+
+use axum::http::header;
+
+use crate::auth::Tokens;
+use crate::host::Host;
+
+/// What the routes share.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub host: Arc<Host>,
+    pub tokens: Arc<Tokens>,
+    /// The `Host` header values a request may carry (empty: any), against DNS rebinding.
+    pub allowed_hosts: Arc<Vec<String>>,
+    /// The identity provider whose access tokens are taken, if one is set.
+    pub oidc: Option<Arc<crate::oidc::Oidc>>,
+    /// `[serve] public_url`, without a trailing slash.
+    pub public_url: Option<String>,
+}
+
+/// This host's URL as clients reach it: `[serve] public_url`, else `http://` and the request's
+/// `Host` (checked against DNS rebinding on a loopback address).
+pub(crate) fn base_url(state: &AppState, headers: &axum::http::HeaderMap) -> String {
+    if let Some(url) = &state.public_url {
+        return url.clone();
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    format!("http://{host}")
+}
