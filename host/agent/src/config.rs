@@ -787,7 +787,10 @@ mod tests {
         let examples: String = block
             .lines()
             .map(|l| {
-                let example = l.strip_prefix("# ").filter(|r| r.contains(" = "));
+                // A commented key, or a commented table whose keys are all examples.
+                let example = l
+                    .strip_prefix("# ")
+                    .filter(|r| r.contains(" = ") || r.starts_with('['));
                 format!("{}\n", example.unwrap_or(l))
             })
             .collect();
