@@ -426,8 +426,9 @@ mod tests {
             scopes("bbbbbbbbbbbbbbbbbbbb"),
             ["sessions", "sessions:all", "approve:own"]
         );
-        assert_eq!(scopes("oooooooooooooooooooo").len(), 7);
-        assert_eq!(scopes("cccccccccccccccccccc").len(), 7);
+        // Every scope, `metrics` included.
+        assert_eq!(scopes("oooooooooooooooooooo").len(), 8);
+        assert_eq!(scopes("cccccccccccccccccccc").len(), 8);
         let e = Tokens::parse("bob bbbbbbbbbbbbbbbbbbbb sesions", Path::new("t")).unwrap_err();
         assert!(
             e.to_string()

@@ -85,29 +85,30 @@ impl Store {
 
     /// The answer to question `id`, once there is one.
     pub async fn approval_answer(&self, id: &str) -> Result<Option<GivenAnswer>, StoreError> {
-        let sql = "SELECT answer FROM approvals WHERE id = $1";
-        let row: Option<Option<String>> = on_backend!(self, pool => sqlx::query(sql)
-            .bind(id)
-            .fetch_optional(pool)
-            .await
-            .and_then(|row| row.map(|r| r.try_get::<Option<String>, _>(0)).transpose()))
-        .map_err(|e| self.failed(e))?;
-        let Some(row) = row else {
-            return Err(StoreError::UnknownApproval { id: id.to_string() });
-        };
-        Ok(row.and_then(|text| serde_json::from_str(&text).ok()))
+        let text = self.approval_column(id, "answer").await?;
+        Ok(text.and_then(|text| serde_json::from_str(&text).ok()))
     }
 
     /// Whose question `id` is: the token its client authenticated with (none: asked over
     /// stdio). An unknown question is an error, as answering it would be.
     pub async fn approval_token(&self, id: &str) -> Result<Option<String>, StoreError> {
-        let sql = "SELECT token FROM approvals WHERE id = $1";
-        let row: Option<Option<String>> = on_backend!(self, pool => sqlx::query(sql)
+        self.approval_column(id, "token").await
+    }
+
+    /// One nullable text column of question `id`; an unknown question is an error.
+    async fn approval_column(
+        &self,
+        id: &str,
+        column: &'static str,
+    ) -> Result<Option<String>, StoreError> {
+        let sql = format!("SELECT {column} FROM approvals WHERE id = $1");
+        let row: Option<Option<String>> =
+            on_backend!(self, pool => sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
             .bind(id)
             .fetch_optional(pool)
             .await
             .and_then(|row| row.map(|r| r.try_get::<Option<String>, _>(0)).transpose()))
-        .map_err(|e| self.failed(e))?;
+            .map_err(|e| self.failed(e))?;
         row.ok_or_else(|| StoreError::UnknownApproval { id: id.to_string() })
     }
 
