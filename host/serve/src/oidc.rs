@@ -294,14 +294,27 @@ impl Oidc {
     /// The key `kid` names, fetching the issuer's keys when none is kept yet or it is not
     /// among them (at most once every [`REFETCH_EVERY`]).
     async fn key(&self, kid: &str) -> Result<(DecodingKey, Option<Algorithm>), Refused> {
+        let may_fetch = {
+            let mut keys = self.keys.lock().await;
+            if let Some(found) = keys.by_kid.get(kid) {
+                return Ok(found.clone());
+            }
+            let may_fetch = keys.fetched.is_none_or(|at| at.elapsed() >= REFETCH_EVERY);
+            if may_fetch {
+                keys.fetched = Some(Instant::now());
+            }
+            may_fetch
+        };
+        // Fetched without holding the keys, so tokens of known keys are not held up by a
+        // slow provider.
+        let fetched = if may_fetch {
+            Some(self.fetch_keys().await)
+        } else {
+            None
+        };
         let mut keys = self.keys.lock().await;
-        if let Some(found) = keys.by_kid.get(kid) {
-            return Ok(found.clone());
-        }
-        let may_fetch = keys.fetched.is_none_or(|at| at.elapsed() >= REFETCH_EVERY);
-        if may_fetch {
-            keys.fetched = Some(Instant::now());
-            match self.fetch_keys().await {
+        if let Some(fetched) = fetched {
+            match fetched {
                 Ok((by_kid, discovery)) => {
                     // Tokens of a key the provider no longer publishes are checked again
                     // (and refused).
