@@ -864,7 +864,7 @@ def sign_in_with_the_identity_provider(c, work, home, logs):
     sso = Process(
         "cordon-serve-sso",
         [CORDON, "serve", "--listen", "127.0.0.1:0", "--config", config],
-        child_env(CORDON_HOME=home),
+        child_env(CORDON_HOME=home, RUST_LOG="cordon_serve=info,warn"),
         work,
         logs,
     )
@@ -901,10 +901,17 @@ def sign_in_with_the_identity_provider(c, work, home, logs):
             except (StaleElementReferenceException, WebDriverException):
                 pass
         time.sleep(0.2)
-    who = c.wait(
-        lambda: (c.text_of("#who") or "").startswith("signed in as carol") and c.text_of("#who"),
-        "signed in as carol",
-    )
+    try:
+        who = c.wait(
+            lambda: (
+                (c.text_of("#who") or "").startswith("signed in as oidc:carol")
+                and c.text_of("#who")
+            ),
+            "signed in as oidc:carol",
+        )
+    except Failure:
+        print(sso.output() + provider.output(), file=sys.stderr)
+        raise
     check("sessions" in who, f"the console says {who!r}")
     check("code=" not in c.d.current_url, f"the code stayed in the URL: {c.d.current_url}")
     return provider, sso

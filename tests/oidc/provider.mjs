@@ -18,18 +18,21 @@ const [port, keyId] = process.argv.slice(2);
 const issuer = `http://127.0.0.1:${port}`;
 const { privateKey } = await generateKeyPair("RS256", { extractable: true });
 const jwk = { ...(await exportJWK(privateKey)), kid: keyId, alg: "RS256", use: "sig" };
-const cordonScopes = "sessions sessions:all approve approve:own audit audit:all admin metrics";
+// Cordon's scopes, as the provider grants them: `cordon:` and the scope's name.
+const cordonScopes = ["sessions", "sessions:all", "approve", "approve:own", "audit", "audit:all", "admin", "metrics"]
+  .map((s) => `cordon:${s}`).join(" ");
 const redirects = (process.env.CONSOLE_REDIRECT || "http://127.0.0.1/").split(",");
 
 const provider = new Provider(issuer, {
   clients: [
-    { client_id: "agent", client_secret: "agent-secret", grant_types: ["client_credentials"], redirect_uris: [], response_types: [], scope: cordonScopes },
+    { client_id: "agent", client_secret: "agent-secret", grant_types: ["client_credentials"], redirect_uris: [], response_types: [], scope: `admin ${cordonScopes}` },
     { client_id: "short", client_secret: "short-secret", grant_types: ["client_credentials"], redirect_uris: [], response_types: [], scope: cordonScopes },
     { client_id: "ops", client_secret: "ops-secret", grant_types: ["client_credentials"], redirect_uris: [], response_types: [], scope: cordonScopes },
     { client_id: "console", token_endpoint_auth_method: "none", grant_types: ["authorization_code"], redirect_uris: redirects, response_types: ["code"], scope: `openid ${cordonScopes}` },
   ],
   jwks: { keys: [jwk] },
-  scopes: ["openid", ...cordonScopes.split(" ")],
+  // `admin` as well, as an organisation's own scope or group that is not Cordon's.
+  scopes: ["openid", "admin", ...cordonScopes.split(" ")],
   pkce: { required: () => true },
   features: {
     devInteractions: { enabled: true },
@@ -39,7 +42,7 @@ const provider = new Provider(issuer, {
       defaultResource: () => undefined,
       useGrantedResource: () => true,
       getResourceServerInfo: (ctx, resource, client) => ({
-        scope: cordonScopes,
+        scope: `admin ${cordonScopes}`,
         audience: resource,
         accessTokenTTL: client.clientId === "short" ? 1 : 600,
         accessTokenFormat: "jwt",
@@ -47,16 +50,7 @@ const provider = new Provider(issuer, {
       }),
     },
   },
-  // The console's signed-in user gets the scopes it asked for; any login name is accepted.
+  // Any login name is accepted; the console's user confirms what it asks for (its defaults).
   findAccount: (ctx, id) => ({ accountId: id, claims: () => ({ sub: id }) }),
-  loadExistingGrant: async (ctx) => {
-    const grant = new ctx.oidc.provider.Grant({ clientId: ctx.oidc.client.clientId, accountId: ctx.oidc.session.accountId });
-    grant.addOIDCScope(`openid ${cordonScopes}`);
-    for (const resource of Object.keys(ctx.oidc.params.resource ? { [ctx.oidc.params.resource]: 1 } : {})) {
-      grant.addResourceScope(resource, cordonScopes);
-    }
-    await grant.save();
-    return grant;
-  },
 });
 provider.listen(Number(port), "127.0.0.1", () => console.log(`listening on ${issuer}`));

@@ -129,10 +129,12 @@ async fn caller_of(
         return Ok(caller);
     }
     match &state.oidc {
-        Some(oidc) if crate::oidc::Oidc::looks_like_jwt(presented) => oidc
-            .caller(presented, |name| state.tokens.names(name))
-            .await
-            .map_err(Some),
+        Some(oidc) if crate::oidc::Oidc::looks_like_jwt(presented) => {
+            oidc.caller(presented).await.map_err(|why| {
+                tracing::info!("an identity provider's token was refused: {why}");
+                Some(why)
+            })
+        }
         _ => Err(None),
     }
 }

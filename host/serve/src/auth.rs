@@ -4,8 +4,9 @@
 //!
 //! What a request may do is decided here, in this order:
 //! 1. a token that is not in the file gets `401`, saying nothing else, unless the identity
-//!    provider's checks take it ([`crate::oidc`]: its user and scopes come from its claims,
-//!    and are decided on below exactly as a named token's);
+//!    provider's checks take it ([`crate::oidc`]: its user, `oidc:` and a claim, and its
+//!    scopes come from its claims, and are decided on below exactly as a named token's; a
+//!    JWT they refuse gets `401` saying why, so its holder knows to get another);
 //! 2. `admin` may do everything;
 //! 3. a session belongs to the token that created it: only it, or a token with
 //!    `sessions:all`, sees it (lists it, reads, follows, continues, forks, cancels, deletes
@@ -133,6 +134,14 @@ impl Scopes {
         Ok(scopes)
     }
 
+    /// The scope called `name` (one name, with what it includes), if there is one.
+    pub fn named(name: &str) -> Option<Scopes> {
+        if name.contains(',') {
+            return None;
+        }
+        Scopes::parse(name).ok()
+    }
+
     /// These and `other`.
     pub fn with(self, other: Scopes) -> Scopes {
         Scopes(self.0 | other.0)
@@ -182,8 +191,7 @@ impl Caller {
         }
         // Rule 7.
         Err(crate::ApiError::forbidden(format!(
-            "token `{}` may not {to}: that needs the scope `{}`, which its line in the token \
-             file does not give",
+            "token `{}` may not {to}: that needs the scope `{}`, which it was not given",
             self.name,
             Scopes::name_of(scope)
         )))
@@ -335,11 +343,6 @@ impl Tokens {
             name: t.name.clone(),
             scopes: t.scopes,
         })
-    }
-
-    /// Whether a token of the file is named `name`.
-    pub(crate) fn names(&self, name: &str) -> bool {
-        self.tokens.iter().any(|t| t.name == name)
     }
 
     fn find(&self, presented: &str) -> Option<&Token> {

@@ -7,22 +7,29 @@
 //!    algorithm (RS*, PS*, ES*, EdDSA): never `none`, never a shared-secret `HS*`, which
 //!    anyone holding the public key could forge;
 //! 2. its `kid` names a key of the issuer's JWKS (found through the issuer's discovery
-//!    document, and kept): a `kid` not among the kept keys fetches them again, at most once
-//!    every [`REFETCH_EVERY`], so a provider that rotated its key is followed within seconds
-//!    and a flood of made-up `kid`s costs the provider one request in that time; the key's
-//!    own `alg`, when it says one, must be the header's;
+//!    document, and kept for at most [`KEYS_MAX_AGE`]): a `kid` not among the kept keys
+//!    fetches them again, at most once every [`REFETCH_EVERY`], so a provider that rotated its
+//!    key is followed within seconds, one that withdrew a key within minutes, and a flood of
+//!    made-up `kid`s costs the provider one request in that time; the key's own `alg`, when
+//!    it says one, must be the header's;
 //! 3. the signature verifies with that key;
 //! 4. `iss` is the issuer, `aud` holds one of the audiences, `exp` has not passed and `nbf`
-//!    has (within `leeway_secs`), and `exp` is present;
+//!    has (within `leeway_secs`), and `exp` is present; a token with a `nonce` is an ID token,
+//!    not an access token, and is refused;
 //! 5. the user claim is a non-empty string without control characters, at most
-//!    [`MAX_USER_BYTES`] long, and not the name of a token in the token file (a provider's
-//!    user named like a static token would otherwise take over its sessions);
-//! 6. the scopes are the Cordon scope names in the scopes claim (a space-separated string or
-//!    a list; other names, such as `openid`, are ignored), or `default_scopes` when it names
-//!    none.
+//!    [`MAX_USER_BYTES`] long; the user is named [`USER_PREFIX`] and that (`oidc:alice`), a
+//!    name no token of the token file can have, so a provider's user never takes over a
+//!    static token's sessions, now or after the token file changes;
+//! 6. the scopes are the values of the scopes claim (a space-separated string or a list) of
+//!    the form [`SCOPE_PREFIX`] and one scope name (`cordon:approve`), or `default_scopes`
+//!    when it has none: a generic `admin` group grants nothing. The provider must grant these
+//!    per user; a provider that puts in `scope` whatever a client asked for lets every user
+//!    ask for `cordon:admin`.
 //!
 //! Any other bearer is refused with `401`, whose `WWW-Authenticate` says why for a JWT (expired,
-//! wrong audience, …) so its holder knows to get a new one, and nothing for anything else.
+//! wrong audience, …) so its holder knows to get a new one, and nothing for anything else. A
+//! token checked and taken is kept (by its sha256) until it expires, at most
+//! [`MAX_VERIFIED`]; the kept ones are forgotten whenever the keys are fetched again.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -38,6 +45,12 @@ use crate::auth::{Caller, Scopes};
 
 /// How often an unknown `kid` may fetch the issuer's keys again.
 pub const REFETCH_EVERY: Duration = Duration::from_secs(10);
+/// How long fetched keys are used before they are fetched again.
+pub const KEYS_MAX_AGE: Duration = Duration::from_secs(600);
+/// What a provider's user is named with before its claim.
+pub const USER_PREFIX: &str = "oidc:";
+/// What a value of the scopes claim starts with to name a Cordon scope.
+pub const SCOPE_PREFIX: &str = "cordon:";
 /// The longest user name taken from a token.
 pub const MAX_USER_BYTES: usize = 200;
 /// The largest discovery document or key set read from the provider.
@@ -67,18 +80,18 @@ struct Keys {
     by_kid: HashMap<String, (DecodingKey, Option<Algorithm>)>,
     fetched: Option<Instant>,
     discovery: Option<Value>,
+    /// When the discovery document alone was last asked for (the console's sign-in).
+    discovery_tried: Option<Instant>,
 }
 
 /// Tokens checked and taken, kept until they expire so that a client sending the same token
 /// with every request pays for its signature once; at most this many.
-const MAX_VERIFIED: usize = 10_000;
+pub const MAX_VERIFIED: usize = 10_000;
 
-/// A token checked and taken: who it stands for, until when, and the key that signed it (its
-/// entry goes when the provider stops publishing that key).
+/// A token checked and taken: who it stands for, and until when.
 struct Verified {
     caller: Caller,
     exp: u64,
-    kid: String,
 }
 
 /// The longest code or verifier the console's sign-in forwards.
@@ -98,6 +111,9 @@ pub struct Oidc {
     keys: Mutex<Keys>,
     /// By the token's sha256.
     verified: std::sync::Mutex<HashMap<[u8; 32], Verified>>,
+    /// How many times the keys were fetched: a check that began before a fetch keeps
+    /// nothing, as its key may be gone.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 /// The algorithms a token may be signed with: asymmetric ones only.
@@ -166,6 +182,7 @@ impl Oidc {
             http,
             keys: Mutex::new(Keys::default()),
             verified: std::sync::Mutex::new(HashMap::new()),
+            generation: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -180,24 +197,24 @@ impl Oidc {
         bearer.split('.').count() == 3 && bearer.len() < 16 << 10
     }
 
-    /// The caller `bearer` stands for, by the rules of the module's doc; `taken` says whether
-    /// a name belongs to the token file.
-    pub async fn caller(
-        &self,
-        bearer: &str,
-        taken: impl Fn(&str) -> bool,
-    ) -> Result<Caller, Refused> {
+    /// The caller `bearer` stands for, by the rules of the module's doc.
+    pub async fn caller(&self, bearer: &str) -> Result<Caller, Refused> {
+        use std::sync::atomic::Ordering;
         let digest: [u8; 32] = Sha256::digest(bearer.as_bytes()).into();
         let now = jsonwebtoken::get_current_timestamp();
         if let Some(seen) = self.verified().get(&digest)
-            && now <= seen.exp + self.leeway_secs
+            && now <= seen.exp.saturating_add(self.leeway_secs)
         {
             return Ok(seen.caller.clone());
         }
-        let (caller, exp, kid) = self.check(bearer, taken).await?;
+        let generation = self.generation.load(Ordering::SeqCst);
+        let (caller, exp) = self.check(bearer).await?;
         let mut verified = self.verified();
+        if self.generation.load(Ordering::SeqCst) != generation {
+            return Ok(caller);
+        }
         if verified.len() >= MAX_VERIFIED {
-            verified.retain(|_, v| now <= v.exp + self.leeway_secs);
+            verified.retain(|_, v| now <= v.exp.saturating_add(self.leeway_secs));
             if verified.len() >= MAX_VERIFIED {
                 verified.clear();
             }
@@ -207,7 +224,6 @@ impl Oidc {
             Verified {
                 caller: caller.clone(),
                 exp,
-                kid,
             },
         );
         Ok(caller)
@@ -217,12 +233,8 @@ impl Oidc {
         self.verified.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Rules 1 to 6 for a token not seen before: the caller, the token's `exp` and its `kid`.
-    async fn check(
-        &self,
-        bearer: &str,
-        taken: impl Fn(&str) -> bool,
-    ) -> Result<(Caller, u64, String), Refused> {
+    /// Rules 1 to 6 for a token not seen before: the caller and the token's `exp`.
+    async fn check(&self, bearer: &str) -> Result<(Caller, u64), Refused> {
         let header = jsonwebtoken::decode_header(bearer)
             .map_err(|e| Refused(format!("not a signed token: {e}")))?;
         if !ALGORITHMS.contains(&header.alg) {
@@ -251,13 +263,18 @@ impl Oidc {
             jsonwebtoken::decode::<serde_json::Map<String, Value>>(bearer, &key, &validation)
                 .map_err(|e| Refused(why(e.kind(), &self.issuer, &self.audiences)))?
                 .claims;
+        if claims.contains_key("nonce") {
+            return Err(Refused(
+                "this is an ID token (it has a nonce); send the access token".into(),
+            ));
+        }
         let name = match claims.get(&self.user_claim) {
             Some(Value::String(s))
                 if !s.is_empty()
                     && s.len() <= MAX_USER_BYTES
                     && !s.chars().any(char::is_control) =>
             {
-                s.clone()
+                format!("{USER_PREFIX}{s}")
             }
             _ => {
                 return Err(Refused(format!(
@@ -267,12 +284,6 @@ impl Oidc {
                 )));
             }
         };
-        if taken(&name) {
-            return Err(Refused(format!(
-                "the token's user `{name}` has the name of a token in the token file; sign in \
-                 with that token, or name the user by another claim"
-            )));
-        }
         let named: Vec<&str> = match claims.get(&self.scopes_claim) {
             Some(Value::String(s)) => s.split_whitespace().collect(),
             Some(Value::Array(list)) => list.iter().filter_map(Value::as_str).collect(),
@@ -280,7 +291,7 @@ impl Oidc {
         };
         let scopes = named
             .iter()
-            .filter_map(|n| Scopes::parse(n).ok())
+            .filter_map(|n| n.strip_prefix(SCOPE_PREFIX).and_then(Scopes::named))
             .fold(Scopes::NONE, Scopes::with);
         let scopes = if scopes == Scopes::NONE {
             self.default_scopes
@@ -288,7 +299,7 @@ impl Oidc {
             scopes
         };
         let exp = claims.get("exp").and_then(Value::as_u64).unwrap_or(0);
-        Ok((Caller { name, scopes }, exp, kid))
+        Ok((Caller { name, scopes }, exp))
     }
 
     /// The key `kid` names, fetching the issuer's keys when none is kept yet or it is not
@@ -296,7 +307,10 @@ impl Oidc {
     async fn key(&self, kid: &str) -> Result<(DecodingKey, Option<Algorithm>), Refused> {
         let may_fetch = {
             let mut keys = self.keys.lock().await;
-            if let Some(found) = keys.by_kid.get(kid) {
+            let fresh = keys.fetched.is_some_and(|at| at.elapsed() < KEYS_MAX_AGE);
+            if let Some(found) = keys.by_kid.get(kid)
+                && fresh
+            {
                 return Ok(found.clone());
             }
             let may_fetch = keys.fetched.is_none_or(|at| at.elapsed() >= REFETCH_EVERY);
@@ -316,17 +330,19 @@ impl Oidc {
         if let Some(fetched) = fetched {
             match fetched {
                 Ok((by_kid, discovery)) => {
-                    // Tokens of a key the provider no longer publishes are checked again
-                    // (and refused).
-                    self.verified().retain(|_, v| by_kid.contains_key(&v.kid));
+                    // Every kept token is checked again against these keys: a key withdrawn,
+                    // or a `kid` given to new key material, takes its tokens with it.
+                    self.generation
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    self.verified().clear();
                     keys.by_kid = by_kid;
                     keys.discovery = Some(discovery);
                 }
                 Err(e) => {
                     tracing::warn!("the identity provider's keys could not be fetched: {e}");
-                    return Err(Refused(format!(
-                        "the identity provider's keys could not be fetched ({e}); try again"
-                    )));
+                    return Err(Refused(
+                        "the identity provider's keys could not be fetched; try again".into(),
+                    ));
                 }
             }
         }
@@ -339,11 +355,25 @@ impl Oidc {
     }
 
     /// The issuer's discovery document, fetched once (and again with its keys).
+    /// Tried at most once every [`REFETCH_EVERY`] while it fails, as the keys are.
     async fn discovery(&self) -> Result<Value, String> {
-        if let Some(document) = &self.keys.lock().await.discovery {
-            return Ok(document.clone());
+        {
+            let mut keys = self.keys.lock().await;
+            if let Some(document) = &keys.discovery {
+                return Ok(document.clone());
+            }
+            if keys
+                .discovery_tried
+                .is_some_and(|at| at.elapsed() < REFETCH_EVERY)
+            {
+                return Err("the identity provider could not be reached; try again".into());
+            }
+            keys.discovery_tried = Some(Instant::now());
         }
-        let document = self.fetch_discovery().await?;
+        let document = self.fetch_discovery().await.map_err(|e| {
+            tracing::warn!("the identity provider's discovery document: {e}");
+            "the identity provider could not be reached; try again".to_string()
+        })?;
         self.keys.lock().await.discovery = Some(document.clone());
         Ok(document)
     }
@@ -367,6 +397,20 @@ impl Oidc {
             .as_str()
             .map(str::to_string)
             .ok_or_else(|| "the identity provider names no authorization_endpoint".into())
+    }
+
+    /// What the console asks for: `openid` and the default scopes, as the provider names
+    /// them.
+    pub fn console_scope(&self) -> String {
+        std::iter::once("openid".to_string())
+            .chain(
+                self.default_scopes
+                    .names()
+                    .into_iter()
+                    .map(|n| format!("{SCOPE_PREFIX}{n}")),
+            )
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     /// The first audience: what the console asks a token for.
@@ -421,13 +465,11 @@ impl Oidc {
             .send()
             .await
             .map_err(|e| {
-                Refused(format!(
-                    "{endpoint}: {}",
-                    cordon_agent::llm::error_chain(&e)
-                ))
+                tracing::warn!("{endpoint}: {}", cordon_agent::llm::error_chain(&e));
+                Refused("the identity provider could not be reached; try again".into())
             })?;
         let status = response.status();
-        let answer: Value = response.json().await.unwrap_or(Value::Null);
+        let answer = read_json(endpoint, response).await.unwrap_or(Value::Null);
         if !status.is_success() || !answer["access_token"].is_string() {
             return Err(Refused(format!(
                 "the identity provider did not give a token ({status}): {}",
@@ -489,20 +531,24 @@ impl Oidc {
         if !response.status().is_success() {
             return Err(format!("{url} answered {}", response.status()));
         }
-        let mut body = Vec::new();
-        let mut response = response;
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| format!("{url}: {}", cordon_agent::llm::error_chain(&e)))?
-        {
-            body.extend_from_slice(&chunk);
-            if body.len() > MAX_DOCUMENT_BYTES {
-                return Err(format!("{url} sent more than {MAX_DOCUMENT_BYTES} bytes"));
-            }
-        }
-        serde_json::from_slice(&body).map_err(|e| format!("{url} sent no JSON: {e}"))
+        read_json(url, response).await
     }
+}
+
+/// A JSON answer of at most [`MAX_DOCUMENT_BYTES`].
+async fn read_json(url: &str, mut response: reqwest::Response) -> Result<Value, String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| format!("{url}: {}", cordon_agent::llm::error_chain(&e)))?
+    {
+        body.extend_from_slice(&chunk);
+        if body.len() > MAX_DOCUMENT_BYTES {
+            return Err(format!("{url} sent more than {MAX_DOCUMENT_BYTES} bytes"));
+        }
+    }
+    serde_json::from_slice(&body).map_err(|e| format!("{url} sent no JSON: {e}"))
 }
 
 /// A failed check, said to the token's holder.
@@ -592,7 +638,7 @@ mod tests {
         let oidc = Oidc::new(&config("http://127.0.0.1:9")).unwrap();
         let none = "eyJhbGciOiJub25lIn0.eyJzdWIiOiJhIn0.";
         assert!(Oidc::looks_like_jwt(none));
-        let e = oidc.caller(none, |_| false).await.unwrap_err();
+        let e = oidc.caller(none).await.unwrap_err();
         assert!(e.0.contains("not a signed token"), "{e}");
         let hs = jsonwebtoken::encode(
             &jsonwebtoken::Header::new(Algorithm::HS256),
@@ -600,7 +646,7 @@ mod tests {
             &jsonwebtoken::EncodingKey::from_secret(b"public key text").unwrap(),
         )
         .unwrap();
-        let e = oidc.caller(&hs, |_| false).await.unwrap_err();
+        let e = oidc.caller(&hs).await.unwrap_err();
         assert!(e.0.contains("HS256") && e.0.contains("public-key"), "{e}");
         assert!(!Oidc::looks_like_jwt("abc.def"));
     }

@@ -16,17 +16,9 @@ use crate::state::{AppState, base_url};
 /// Where `/mcp`'s metadata is: the well-known prefix put before the resource's path.
 pub const MCP_METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
 
-/// The scopes a token may carry, for clients to ask for.
-const SCOPES: [&str; 8] = [
-    "sessions",
-    "sessions:all",
-    "approve",
-    "approve:own",
-    "audit",
-    "audit:all",
-    "admin",
-    "metrics",
-];
+/// Code exchanges under way at once: each is a request to the provider on behalf of a client
+/// that has no token yet, so there are few.
+static EXCHANGES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(8);
 
 fn not_set() -> Response {
     ApiError::not_found(
@@ -46,7 +38,8 @@ pub(crate) async fn mcp_metadata(State(state): State<AppState>, headers: HeaderM
         "resource": format!("{}/mcp", base_url(&state, &headers)),
         "authorization_servers": [oidc.issuer()],
         "bearer_methods_supported": ["header"],
-        "scopes_supported": SCOPES,
+        // No `scopes_supported`: a client would ask for them, and what it asks for is not what
+        // its user may do. The provider grants `cordon:` scopes per user (see `crate::oidc`).
         "resource_name": "Cordon",
     }))
     .into_response()
@@ -70,11 +63,12 @@ pub(crate) async fn console_settings(State(state): State<AppState>) -> Response 
             "authorization_endpoint": endpoint,
             "client_id": client_id,
             "resource": oidc.audience(),
-            "scope": format!("openid {}", SCOPES.join(" ")),
+            // No more than a named token's defaults: what the user may do beyond them comes
+            // from the provider's grant for the user, not from what the page asks for.
+            "scope": oidc.console_scope(),
         }))
         .into_response(),
-        Err(e) => ApiError::unavailable(format!("the identity provider cannot be reached: {e}"))
-            .into_response(),
+        Err(e) => ApiError::unavailable(e).into_response(),
     }
 }
 
@@ -95,6 +89,12 @@ pub(crate) async fn console_token(
 ) -> Response {
     let Some(oidc) = &state.oidc else {
         return not_set();
+    };
+    let Ok(_exchanging) = EXCHANGES.try_acquire() else {
+        return ApiError::unavailable(
+            "too many sign-ins are under way at once; try again in a moment",
+        )
+        .into_response();
     };
     match oidc
         .exchange(&code.code, &code.code_verifier, &code.redirect_uri)

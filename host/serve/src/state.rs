@@ -27,9 +27,16 @@ pub(crate) fn base_url(state: &AppState, headers: &axum::http::HeaderMap) -> Str
     if let Some(url) = &state.public_url {
         return url.clone();
     }
+    // Only what a host name and port are made of: the value goes into headers and JSON.
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
+        .filter(|h| {
+            !h.is_empty()
+                && h.len() <= 255
+                && h.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-.:[]".contains(c))
+        })
         .unwrap_or("localhost");
     format!("http://{host}")
 }

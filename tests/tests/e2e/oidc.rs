@@ -61,18 +61,18 @@ fn tokens_of_the_identity_provider_sign_in_and_bad_ones_are_refused_saying_why()
 
     // The user is the token's `sub`; the scopes its `scope` claim names, or the named
     // default without one.
-    let agent = provider.token("agent", AUDIENCE, Some("sessions metrics"));
+    let agent = provider.token("agent", AUDIENCE, Some("cordon:sessions cordon:metrics"));
     let first_fetch = Instant::now();
     let (status, who, text) = me(&served, &agent);
     assert_eq!(status, 200, "{text}");
     assert_eq!(
         who,
-        json!({"name": "agent", "scopes": ["sessions", "metrics"]})
+        json!({"name": "oidc:agent", "scopes": ["sessions", "metrics"]})
     );
     let plain = provider.token("agent", AUDIENCE, None);
     assert_eq!(
         me(&served, &plain).1,
-        json!({"name": "agent", "scopes": ["sessions", "approve", "audit"]})
+        json!({"name": "oidc:agent", "scopes": ["sessions", "approve", "audit"]})
     );
     // A session made with such a token is its user's, as with a static token.
     served.token = agent.clone();
@@ -91,22 +91,33 @@ fn tokens_of_the_identity_provider_sign_in_and_bad_ones_are_refused_saying_why()
 
     refused(
         &served,
-        &provider.token("agent", "http://other.test", Some("sessions")),
+        &provider.token("agent", "http://other.test", Some("cordon:sessions")),
         "another audience",
     );
-    refused(
-        &served,
-        &provider.token("ops", AUDIENCE, Some("admin")),
-        "the name of a token in the token file",
+    // The provider's user `ops` is not the token file's `ops`: it does not see the static
+    // token's sessions, whatever scopes it asked for that the provider did not grant.
+    served.token = OPS.to_string();
+    let theirs = served.post("/api/v1/sessions", json!({"id": "static-ops"}));
+    assert_eq!(theirs.status, 201, "{}", theirs.text);
+    let ops = provider.token("ops", AUDIENCE, Some("cordon:sessions"));
+    assert_eq!(me(&served, &ops).1["name"], "oidc:ops");
+    let seen = served.raw("GET", "/api/v1/sessions/static-ops", Some(&ops), None);
+    assert_eq!(seen.status, 404, "{}", seen.text);
+    // A scope value without `cordon:` (a group named `admin`) grants nothing.
+    let plain_admin = provider.token("agent", AUDIENCE, Some("admin"));
+    assert_eq!(
+        me(&served, &plain_admin).1["scopes"],
+        json!(["sessions", "approve", "audit"])
     );
-    let short = provider.token("short", AUDIENCE, Some("sessions"));
+    let short = provider.token("short", AUDIENCE, Some("cordon:sessions"));
     assert_eq!(me(&served, &short).0, 200);
     std::thread::sleep(Duration::from_millis(2100));
     refused(&served, &short, "expired");
     // A token whose signature was changed.
-    let mut forged = agent.clone();
-    let last = forged.pop().unwrap();
-    forged.push(if last == 'A' { 'B' } else { 'A' });
+    let mut forged = agent.clone().into_bytes();
+    let at = forged.len() - 20;
+    forged[at] = if forged[at] == b'A' { b'B' } else { b'A' };
+    let forged = String::from_utf8(forged).unwrap();
     refused(&served, &forged, "signature");
     // Something that is neither a static token nor a JWT says nothing.
     let (status, _, text) = me(&served, "not-a-token");
@@ -137,7 +148,7 @@ fn tokens_of_the_identity_provider_sign_in_and_bad_ones_are_refused_saying_why()
         )),
         "{challenge}"
     );
-    let for_mcp = provider.token("agent", &format!("{AUDIENCE}/mcp"), Some("sessions"));
+    let for_mcp = provider.token("agent", &format!("{AUDIENCE}/mcp"), Some("cordon:sessions"));
     assert_eq!(post_mcp(&served, Some(&for_mcp), &initialize()).0, 200);
 
     // The provider rotates its key: tokens of the old key are refused once the host has
@@ -145,7 +156,7 @@ fn tokens_of_the_identity_provider_sign_in_and_bad_ones_are_refused_saying_why()
     // tokens are taken.
     drop(provider);
     let provider = Provider::start(port, "key-2");
-    let rotated = provider.token("agent", AUDIENCE, Some("sessions"));
+    let rotated = provider.token("agent", AUDIENCE, Some("cordon:sessions"));
     if let Some(wait) = Duration::from_secs(10).checked_sub(first_fetch.elapsed()) {
         std::thread::sleep(wait + Duration::from_millis(200));
     }

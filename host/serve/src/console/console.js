@@ -134,6 +134,10 @@ async function offerSignIn() {
     const started = base64url(crypto.getRandomValues(new Uint8Array(16)));
     sessionStorage.setItem("cordon-sign-in", JSON.stringify({ verifier, state: started }));
     const url = new URL(settings.authorization_endpoint);
+    if (url.protocol !== "https:" && url.protocol !== "http:") {
+      showLogin("The identity provider's sign-in address is not a web address.");
+      return;
+    }
     url.search = new URLSearchParams({
       response_type: "code",
       client_id: settings.client_id,
@@ -153,12 +157,13 @@ async function finishSignIn(params) {
   const saved = JSON.parse(sessionStorage.getItem("cordon-sign-in") || "null");
   sessionStorage.removeItem("cordon-sign-in");
   history.replaceState(null, "", location.pathname);
-  if (params.get("error")) {
-    showLogin(`The identity provider refused: ${params.get("error_description") || params.get("error")}`);
-    return;
-  }
+  // Nothing from the address is shown unless this page started the sign-in.
   if (!saved || saved.state !== params.get("state")) {
     showLogin("That sign-in was not started from this page; sign in again.");
+    return;
+  }
+  if (params.get("error")) {
+    showLogin(`The identity provider refused: ${params.get("error_description") || params.get("error")}`);
     return;
   }
   const response = await fetch("/api/v1/sign-in/token", {
