@@ -9,9 +9,10 @@
 //! 2. its `kid` names a key of the issuer's JWKS (found through the issuer's discovery
 //!    document, and kept for at most [`KEYS_MAX_AGE`]): a `kid` not among the kept keys
 //!    fetches them again, at most once every [`REFETCH_EVERY`], so a provider that rotated its
-//!    key is followed within seconds, one that withdrew a key within minutes, and a flood of
-//!    made-up `kid`s costs the provider one request in that time; the key's own `alg`, when
-//!    it says one, must be the header's;
+//!    key is followed within seconds, one that withdrew a key within minutes (while the
+//!    provider cannot be reached, the kept keys are used), and a flood of made-up `kid`s
+//!    costs the provider one request in that time; the key's own `alg`, when it says one,
+//!    must be the header's;
 //! 3. the signature verifies with that key;
 //! 4. `iss` is the issuer, `aud` holds one of the audiences, `exp` has not passed and `nbf`
 //!    has (within `leeway_secs`), and `exp` is present; a token with a `nonce` is an ID token,
@@ -82,6 +83,9 @@ struct Keys {
     discovery: Option<Value>,
     /// When the discovery document alone was last asked for (the console's sign-in).
     discovery_tried: Option<Instant>,
+    /// When the fetch whose keys are kept began: a slower, older fetch finishing later
+    /// does not replace them.
+    kept_from: Option<Instant>,
 }
 
 /// Tokens checked and taken, kept until they expire so that a client sending the same token
@@ -317,19 +321,20 @@ impl Oidc {
             if may_fetch {
                 keys.fetched = Some(Instant::now());
             }
-            may_fetch
+            may_fetch.then(Instant::now)
         };
         // Fetched without holding the keys, so tokens of known keys are not held up by a
         // slow provider.
-        let fetched = if may_fetch {
-            Some(self.fetch_keys().await)
-        } else {
-            None
+        let fetched = match may_fetch {
+            Some(began) => Some((began, self.fetch_keys().await)),
+            None => None,
         };
         let mut keys = self.keys.lock().await;
-        if let Some(fetched) = fetched {
+        if let Some((began, fetched)) = fetched {
             match fetched {
+                Ok(_) if keys.kept_from.is_some_and(|kept| kept > began) => {}
                 Ok((by_kid, discovery)) => {
+                    keys.kept_from = Some(began);
                     // Every kept token is checked again against these keys: a key withdrawn,
                     // or a `kid` given to new key material, takes its tokens with it.
                     self.generation
@@ -337,6 +342,14 @@ impl Oidc {
                     self.verified().clear();
                     keys.by_kid = by_kid;
                     keys.discovery = Some(discovery);
+                }
+                // While the provider cannot be reached, the keys kept are used: its users are
+                // not locked out by an outage, and a withdrawn key goes once it answers.
+                Err(e) if keys.by_kid.contains_key(kid) => {
+                    tracing::warn!(
+                        "the identity provider's keys could not be fetched again (the kept ones \
+                         are used): {e}"
+                    );
                 }
                 Err(e) => {
                     tracing::warn!("the identity provider's keys could not be fetched: {e}");
