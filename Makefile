@@ -184,7 +184,7 @@ test: host plugins test-services
 ## The console in a real browser: Debian's headless Chromium driven through chromium-driver by
 ## selenium (in the private virtualenv), against `cordon serve` and the scripted model.
 ## (selenium 4.52.0 needs certifi>=2026.10.23, which the package index does not have.)
-browser-test: host plugins
+browser-test: host plugins oidc-provider
 	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
 	  echo "installing chromium and chromium-driver (Debian packages)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
