@@ -62,13 +62,13 @@ impl Provider {
     /// An access token from the client-credentials grant of `client` for `resource`, with
     /// `scope` (none: the claim is left out).
     pub fn token(&self, client: &str, resource: &str, scope: Option<&str>) -> String {
-        let mut form = format!(
-            "grant_type=client_credentials&resource={}",
-            encode(resource)
-        );
+        let mut form = url::form_urlencoded::Serializer::new(String::new());
+        form.append_pair("grant_type", "client_credentials")
+            .append_pair("resource", resource);
         if let Some(scope) = scope {
-            form.push_str(&format!("&scope={}", encode(scope)));
+            form.append_pair("scope", scope);
         }
+        let form = form.finish();
         let url = format!("{}/token", self.issuer());
         let answer: Value = self.rt.block_on(async {
             reqwest::Client::new()
@@ -95,14 +95,4 @@ impl Drop for Provider {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// `text` for an `application/x-www-form-urlencoded` body.
-pub fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

@@ -458,18 +458,16 @@ impl Oidc {
         let endpoint = document["token_endpoint"]
             .as_str()
             .ok_or_else(|| Refused("the identity provider names no token_endpoint".into()))?;
-        let form: String = [
-            ("grant_type", "authorization_code"),
-            ("code", code),
-            ("code_verifier", verifier),
-            ("redirect_uri", redirect_uri),
-            ("client_id", client_id),
-            ("resource", self.audience()),
-        ]
-        .iter()
-        .map(|(k, v)| format!("{k}={}", form_encode(v)))
-        .collect::<Vec<_>>()
-        .join("&");
+        let form = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs([
+                ("grant_type", "authorization_code"),
+                ("code", code),
+                ("code_verifier", verifier),
+                ("redirect_uri", redirect_uri),
+                ("client_id", client_id),
+                ("resource", self.audience()),
+            ])
+            .finish();
         let response = self
             .http
             .post(endpoint)
@@ -578,18 +576,6 @@ fn why(kind: &ErrorKind, issuer: &str, audiences: &[String]) -> String {
         ErrorKind::MissingRequiredClaim(claim) => format!("the token has no `{claim}`"),
         other => format!("the token is not valid: {other:?}"),
     }
-}
-
-/// `text` for an `application/x-www-form-urlencoded` body.
-fn form_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// A URL's scheme and host.

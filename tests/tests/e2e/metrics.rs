@@ -81,14 +81,9 @@ impl Prometheus {
 
     /// The samples of an instant `query`, as (labels, value).
     fn query(&self, query: &str) -> Vec<(Value, f64)> {
-        let encoded: String = query
-            .bytes()
-            .map(|b| match b {
-                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
-                _ => format!("%{b:02X}"),
-            })
-            .collect();
-        let url = format!("{}/api/v1/query?query={encoded}", self.url);
+        let url =
+            url::Url::parse_with_params(&format!("{}/api/v1/query", self.url), [("query", query)])
+                .expect("Prometheus' query URL");
         let answer: Value = self.rt.block_on(async {
             let sent = reqwest::Client::new()
                 .get(url)
