@@ -12,6 +12,7 @@ use std::thread::JoinHandle;
 
 use sha2::{Digest, Sha256};
 
+pub mod balancer;
 pub mod bench;
 pub mod fake_registry;
 pub mod oidc;

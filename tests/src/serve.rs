@@ -13,9 +13,10 @@ use serde_json::Value;
 
 use crate::TestHome;
 
-/// A running `cordon serve`.
+/// A running `cordon serve`, or a client of one started elsewhere ([`Served::at`]: a load
+/// balancer in front of several).
 pub struct Served {
-    child: Child,
+    child: Option<Child>,
     /// `127.0.0.1:PORT`.
     pub addr: String,
     /// The bearer token.
@@ -80,6 +81,15 @@ impl Served {
         let token = std::fs::read_to_string(home.path().join("serve-token"))
             .map(|t| t.trim().to_string())
             .unwrap_or_default();
+        let mut served = Served::at(&addr, &token);
+        served.child = Some(child);
+        served.stderr = stderr;
+        served
+    }
+
+    /// A client of the server (or load balancer) at `addr` (`127.0.0.1:PORT`) with `token`;
+    /// nothing to stop.
+    pub fn at(addr: &str, token: &str) -> Served {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -91,10 +101,10 @@ impl Served {
             .build()
             .expect("http client");
         Served {
-            child,
-            addr,
-            token,
-            stderr,
+            child: None,
+            addr: addr.to_string(),
+            token: token.to_string(),
+            stderr: Arc::default(),
             rt,
             client,
         }
@@ -107,7 +117,10 @@ impl Served {
 
     /// The process id.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.child
+            .as_ref()
+            .expect("a server this test started")
+            .id()
     }
 
     fn url(&self, path: &str) -> String {
@@ -116,6 +129,23 @@ impl Served {
 
     /// A request with the token, `body` sent as is (so tests can send what is not JSON).
     pub fn raw(&self, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> Answer {
+        self.try_raw(method, path, token, body)
+            .expect("send a request to cordon serve")
+    }
+
+    /// `POST path` with the token and a JSON body; `Err` when no answer came (the connection
+    /// broke: the host died while it had the request).
+    pub fn try_post(&self, path: &str, body: Value) -> Result<Answer, reqwest::Error> {
+        self.try_raw("POST", path, Some(&self.token), Some(&body.to_string()))
+    }
+
+    fn try_raw(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+    ) -> Result<Answer, reqwest::Error> {
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
         let mut request = self.client.request(method, self.url(path));
         if let Some(token) = token {
@@ -127,14 +157,11 @@ impl Served {
                 .body(body.to_string());
         }
         self.rt.block_on(async {
-            let response = request
-                .send()
-                .await
-                .expect("send a request to cordon serve");
+            let response = request.send().await?;
             let status = response.status().as_u16();
-            let text = response.text().await.unwrap_or_default();
+            let text = response.text().await?;
             let json = serde_json::from_str(&text).unwrap_or(Value::Null);
-            Answer { status, json, text }
+            Ok(Answer { status, json, text })
         })
     }
 
@@ -249,17 +276,20 @@ impl Served {
 
     /// Stops the server with SIGTERM and waits for it (bounded).
     pub fn terminate(mut self, within: Duration) -> (ExitStatus, String) {
+        let mut child = self.child.take().expect("a server this test started");
         // SAFETY: sends a signal to our own child process.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let status = wait_for_exit(&mut self.child, within);
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = wait_for_exit(&mut child, within);
         std::thread::sleep(Duration::from_millis(100));
         (status, self.stderr())
     }
 
     /// Kills the server outright (SIGKILL), as a crash would.
     pub fn kill9(mut self) -> String {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         self.stderr()
     }
 }
@@ -281,8 +311,10 @@ fn wait_for_exit(child: &mut Child, within: Duration) -> ExitStatus {
 
 impl Drop for Served {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 

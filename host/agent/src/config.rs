@@ -168,7 +168,9 @@ pub struct ServeConfig {
     pub oidc: Option<crate::serve_sign_in::OidcConfig>,
     /// The URL clients reach the host at (`https://cordon.example.com`), for what it tells
     /// them about itself (the `/mcp` resource metadata); unset: `http://` and the `Host`
-    /// the request came with.
+    /// the request came with. A host listening on a loopback address answers requests with
+    /// this URL's `Host` too (a load balancer or TLS terminator on the same machine passes
+    /// them on so).
     pub public_url: Option<String>,
 }
 

@@ -2,8 +2,9 @@
 //! on (a tool call that needs approval), through its approvals API and its token. The server
 //! is the one `--url` names, else the one the home records as serving it (the address and
 //! token file `cordon serve` wrote there when it started), else the one at `[serve] listen`;
-//! it says which. When no `cordon serve` runs, it answers the questions MCP clients' calls
-//! wait on in the store (`cordon mcp` puts them there when its client cannot ask its user).
+//! it says which. When no `cordon serve` runs here, it answers the questions waiting in the
+//! store: MCP clients' calls (`cordon mcp` puts them there when its client cannot ask its
+//! user), and the turns of sessions that `cordon serve`s on a shared store drive elsewhere.
 
 use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
@@ -219,15 +220,23 @@ impl Answerer {
                 .unwrap_or("?")
                 .to_string()),
             Answerer::Store(store) => {
-                if session != WAITING_APPROVALS_SESSION {
-                    bail!(
-                        "session `{session}` is driven by a cordon serve, which is not running;                          only the calls of MCP clients (session `{WAITING_APPROVALS_SESSION}`) can be answered without it"
-                    );
-                }
+                // A session's question is found by its session and call: the host driving the
+                // turn, wherever it runs on this store, hears the answer from the store.
+                let id = if session == WAITING_APPROVALS_SESSION {
+                    call.to_string()
+                } else {
+                    match store.session_approval(session, call).await? {
+                        Some(waiting) => waiting.id,
+                        None => bail!(
+                            "session `{session}` has no call `{call}` waiting for an answer in \
+                             the store; list the waiting ones with `cordon approve --list`"
+                        ),
+                    }
+                };
                 let given = ApprovalAnswer::parse(answer, true).map_err(anyhow::Error::msg)?;
                 let by = format!("{} at the terminal (cordon approve)", local_user());
                 store
-                    .answer_approval(call, &GivenAnswer::new(given, by.clone()))
+                    .answer_approval(&id, &GivenAnswer::new(given, by.clone()))
                     .await?;
                 Ok(by)
             }

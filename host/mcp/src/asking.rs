@@ -73,17 +73,12 @@ impl Approver for NobodyElse {
 /// approvals API and console and `cordon approve` see and answer it.
 pub struct StoreApprover {
     store: cordon_store::Store,
-    /// How often the store is checked for the answer.
-    poll: Duration,
 }
 
 impl StoreApprover {
     /// An approver over `store`.
     pub fn new(store: cordon_store::Store) -> Self {
-        Self {
-            store,
-            poll: Duration::from_millis(200),
-        }
+        Self { store }
     }
 }
 
@@ -119,37 +114,33 @@ impl Approver for StoreApprover {
         );
         let deadline = tokio::time::Instant::now() + timeout;
         let waited = format!("{} s", timeout.as_secs());
-        loop {
-            match self.store.approval_answer(&waiting.id).await {
-                Ok(Some(answer)) => {
-                    cordon_core::metrics::approval_answered(answer.at_ms - waiting.asked_ms);
-                    return answer;
-                }
-                Ok(None) => {}
-                Err(e) => return unreachable(e),
+        let (reason, by) = match self
+            .store
+            .wait_for_answer(&waiting.id, deadline, cancel)
+            .await
+        {
+            Ok(cordon_store::Waited::Answered(answer)) => {
+                cordon_core::metrics::approval_answered(answer.at_ms - waiting.asked_ms);
+                return answer;
             }
-            let stop = tokio::select! {
-                () = tokio::time::sleep(self.poll) => None,
-                () = tokio::time::sleep_until(deadline) => Some((
-                    format!("nobody answered within {waited}, so it was denied"),
-                    format!("nobody (no answer within {waited})"),
-                )),
-                () = cancel.cancelled() => Some((
-                    "the client cancelled the call".to_string(),
-                    format!("MCP client `{client}` (cancelled)"),
-                )),
-            };
-            if let Some((reason, by)) = stop {
-                let _ = self.store.withdraw_approval(&waiting.id, &reason).await;
-                // An answer that arrived just before the withdrawal still counts.
-                if let Ok(Some(answer)) = self.store.approval_answer(&waiting.id).await
-                    && !matches!(answer.answer, ApprovalAnswer::Refused { .. })
-                {
-                    return answer;
-                }
-                return GivenAnswer::new(ApprovalAnswer::Refused { reason }, by);
-            }
+            Err(e) => return unreachable(e),
+            Ok(cordon_store::Waited::TimedOut) => (
+                format!("nobody answered within {waited}, so it was denied"),
+                format!("nobody (no answer within {waited})"),
+            ),
+            Ok(cordon_store::Waited::Cancelled) => (
+                "the client cancelled the call".to_string(),
+                format!("MCP client `{client}` (cancelled)"),
+            ),
+        };
+        let _ = self.store.withdraw_approval(&waiting.id, &reason).await;
+        // An answer that arrived just before the withdrawal still counts.
+        if let Ok(Some(answer)) = self.store.approval_answer(&waiting.id).await
+            && !matches!(answer.answer, ApprovalAnswer::Refused { .. })
+        {
+            return answer;
         }
+        GivenAnswer::new(ApprovalAnswer::Refused { reason }, by)
     }
 }
 

@@ -10,8 +10,8 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use cordon_agent::{AgentEvent, ApprovalAnswer, Conversation, GivenAnswer, TurnInput};
-use cordon_store::{AuditQuery, NewSession, SessionSettings, WAITING_APPROVALS_SESSION};
+use cordon_agent::{AgentEvent, Conversation, TurnInput};
+use cordon_store::{AuditQuery, NewSession, SessionSettings};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -36,8 +36,11 @@ pub(crate) fn router(state: AppState, mcp: crate::mcp::Endpoint) -> Router {
         .route("/sessions/{id}/cancel", post(cancel_turn))
         .route("/sessions/{id}/fork", post(fork_session))
         .route("/sessions/{id}/events", get(follow_session))
-        .route("/approvals", get(list_approvals))
-        .route("/approvals/{session}/{call_id}", post(answer_approval))
+        .route("/approvals", get(crate::approvals::list))
+        .route(
+            "/approvals/{session}/{call_id}",
+            post(crate::approvals::answer),
+        )
         .route("/audit", get(query_audit))
         .route("/tools", get(list_tools))
         .route("/me", get(me))
@@ -210,7 +213,7 @@ async fn require_token(
 }
 
 /// A JSON body whose errors say what was wrong and what was expected.
-struct Body<T>(T);
+pub(crate) struct Body<T>(pub(crate) T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
     type Rejection = ApiError;
@@ -241,7 +244,7 @@ async fn me(Extension(caller): Extension<Caller>) -> Json<Value> {
 
 /// Session `id` if `caller` may see it (see [`crate::auth`], rule 3): a session of another
 /// token is answered exactly as one that does not exist.
-async fn visible(
+pub(crate) async fn visible(
     state: &AppState,
     caller: &Caller,
     id: &str,
@@ -332,11 +335,28 @@ async fn get_session(
     if !caller.sees(info.created_by.as_deref()) {
         return Err(cordon_store::StoreError::UnknownSession { id }.into());
     }
-    let live = state.host.live_if_any(&id);
+    // A turn runs here, or on another host on the store, which holds its lease while it
+    // drives it; its questions are in the store for every host to list.
+    let running = state.host.live_if_any(&id).is_some_and(|l| l.is_running())
+        || info
+            .lease
+            .as_ref()
+            .is_some_and(|l| l.until_ms > cordon_core::now_ms());
+    let pending: Vec<_> = if running {
+        state
+            .host
+            .pending()
+            .await
+            .into_iter()
+            .filter(|p| p.session == id)
+            .collect()
+    } else {
+        Vec::new()
+    };
     Ok(Json(json!({
         "session": info,
-        "running": live.as_ref().is_some_and(|l| l.is_running()),
-        "pending": live.map(|l| l.pending()).unwrap_or_default(),
+        "running": running,
+        "pending": pending,
         "messages": conversation.messages,
         "turns": conversation.turns,
         "notes": conversation.notes,
@@ -546,99 +566,6 @@ async fn cancel_turn(
     }
 }
 
-/// The questions of sessions the caller may see, each saying whether the caller may answer
-/// it.
-async fn list_approvals(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-) -> Json<Value> {
-    let pending: Vec<Value> = state
-        .host
-        .pending()
-        .await
-        .into_iter()
-        .filter(|p| sees_question(&caller, p))
-        .map(|p| {
-            let may_answer = caller.may_answer(p.asked_by.as_deref());
-            let mut v = json!(p);
-            v["may_answer"] = json!(may_answer);
-            v
-        })
-        .collect();
-    Json(json!({"pending": pending}))
-}
-
-/// Whether `caller` may see question `p` (rule 4 of [`crate::auth`]): one of its sessions'
-/// or its MCP clients', or, with `sessions:all`, any (`cordon mcp`'s on stdio only so).
-fn sees_question(caller: &Caller, p: &crate::live::PendingApproval) -> bool {
-    caller.sees(p.owner.as_deref())
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Answer {
-    answer: String,
-}
-
-async fn answer_approval(
-    State(state): State<AppState>,
-    axum::Extension(caller): axum::Extension<Caller>,
-    Path((session, call_id)): Path<(String, String)>,
-    Body(body): Body<Answer>,
-) -> Result<Json<Value>, ApiError> {
-    // `for 30m` and `forever` answer grant requests only; the session checks which it is.
-    let answer = ApprovalAnswer::parse(&body.answer, true).map_err(|e| {
-        ApiError::bad_request(format!(
-            "{e} (to a question about running a call: yes, no, always for this tool in the \
-             session, or never)"
-        ))
-    })?;
-    // First, so that whether a call waits is told only to those who may see the session.
-    caller.require(Scopes::SESSIONS, "answer questions")?;
-    let by = format!("API token `{}`", caller.name);
-    if session == WAITING_APPROVALS_SESSION {
-        // An MCP client's question is its token's, as a session is its creator's: another
-        // token without `sessions:all` is told it does not exist.
-        let store = state.host.store();
-        let token = store.approval_token(&call_id).await?;
-        if !caller.sees(token.as_deref()) {
-            return Err(cordon_store::StoreError::UnknownApproval { id: call_id }.into());
-        }
-        caller.require_answer(token.as_deref())?;
-        let given = GivenAnswer::new(answer.clone(), by.clone());
-        store.answer_approval(&call_id, &given).await?;
-        return Ok(Json(
-            json!({"session": session, "call_id": call_id, "answer": answer.as_str(), "by": by}),
-        ));
-    }
-    // A session this host drives answers from memory, so an answer still reaches a turn
-    // while the store is away (the turn then stops if it cannot record it).
-    let Some(live) = state.host.live_if_any(&session) else {
-        visible(&state, &caller, &session).await?;
-        return Err(ApiError::not_found(format!(
-            "session `{session}` has no call waiting for an answer on this host"
-        )));
-    };
-    match live
-        .pending()
-        .into_iter()
-        .find(|p| p.request.call_id == call_id)
-    {
-        Some(p) if !sees_question(&caller, &p) => {
-            return Err(cordon_store::StoreError::UnknownSession { id: session }.into());
-        }
-        Some(p) => caller.require_answer(p.asked_by.as_deref())?,
-        // Answered already, or never asked: the session says which, to those who see it.
-        None => {
-            visible(&state, &caller, &session).await?;
-        }
-    }
-    live.answer(&call_id, GivenAnswer::new(answer.clone(), by.clone()))?;
-    Ok(Json(
-        json!({"session": session, "call_id": call_id, "answer": answer.as_str(), "by": by}),
-    ))
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AuditParams {
@@ -764,7 +691,7 @@ pub(crate) fn read_requests(data: &[u8]) {
     body::<Fork>(data);
     body::<Message>(data);
     body::<Retry>(data);
-    body::<Answer>(data);
+    body::<crate::approvals::Answer>(data);
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };

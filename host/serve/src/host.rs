@@ -255,7 +255,10 @@ impl Host {
         self.live.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
-    /// Every question waiting for an answer, oldest first.
+    /// Every question waiting for an answer, oldest first: those in the store (of sessions
+    /// any host on it drives, and of MCP clients' calls, from `/mcp` or `cordon mcp`), and
+    /// those of this host's turns kept in memory alone. While the store cannot be read,
+    /// this host's own.
     pub async fn pending(&self) -> Vec<PendingApproval> {
         let live: Vec<Arc<LiveSession>> = self
             .live
@@ -265,9 +268,11 @@ impl Host {
             .cloned()
             .collect();
         let mut all: Vec<PendingApproval> = live.iter().flat_map(|l| l.pending()).collect();
-        // Questions MCP clients' calls wait on in the store (from `/mcp`, or `cordon mcp`).
         match self.store.waiting_approvals().await {
-            Ok(waiting) => all.extend(waiting.into_iter().map(PendingApproval::from)),
+            Ok(waiting) => {
+                all.retain(|p| p.question.is_none());
+                all.extend(waiting.into_iter().map(PendingApproval::from));
+            }
             Err(e) => tracing::warn!("the questions waiting in the store could not be read: {e}"),
         }
         all.sort_by_key(|p| p.asked_ms);
@@ -513,6 +518,7 @@ impl Host {
             end: None,
             owner,
             asked_by,
+            store: Some(self.store.clone()),
         };
         let result = {
             let mut io = TurnIo {

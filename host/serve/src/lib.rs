@@ -15,6 +15,7 @@
 
 mod admission;
 mod api;
+mod approvals;
 mod auth;
 mod connections;
 mod console;
@@ -113,6 +114,15 @@ pub async fn serve(
         .public_url
         .as_ref()
         .map(|u| u.trim_end_matches('/').to_string());
+    let public = match &public_url {
+        Some(url) => Some(url::Url::parse(url).map_err(|e| {
+            ServeError::Config(format!(
+                "[serve] public_url `{url}` is not a URL ({e}); write it as clients reach this \
+                 host, such as https://cordon.example.com"
+            ))
+        })?),
+        None => None,
+    };
     let lease = store.options().lease_ttl;
     let host = Host::new(store.clone(), source.clone(), options.host)
         .await
@@ -120,7 +130,7 @@ pub async fn serve(
     let state = api::AppState {
         host: host.clone(),
         tokens: Arc::new(options.tokens),
-        allowed_hosts: Arc::new(allowed_hosts(addr)),
+        allowed_hosts: Arc::new(allowed_hosts(addr, public.as_ref())),
         oidc,
         public_url,
     };
@@ -129,6 +139,7 @@ pub async fn serve(
         source.clone(),
         &host.options,
         addr,
+        public.as_ref(),
         host.stopping.child_token(),
         host.admission.tool_calls.clone(),
     );
@@ -166,17 +177,27 @@ pub async fn serve(
     Ok(())
 }
 
-/// The `Host` header values a server on a loopback address answers to; any for others (the
-/// user chose to expose it).
-fn allowed_hosts(addr: SocketAddr) -> Vec<String> {
+/// The `Host` header values a server on a loopback address answers to — its own address, and
+/// the `[serve] public_url` a proxy on the same machine (a load balancer in front of several
+/// hosts, a TLS terminator) passes requests on with; any for others (the user chose to
+/// expose it).
+fn allowed_hosts(addr: SocketAddr, public: Option<&url::Url>) -> Vec<String> {
     if !addr.ip().is_loopback() {
         return Vec::new();
     }
     let port = addr.port();
-    vec![
+    let mut hosts = vec![
         format!("127.0.0.1:{port}"),
         format!("localhost:{port}"),
         format!("[::1]:{port}"),
         addr.to_string(),
-    ]
+    ];
+    if let Some(host) = public.and_then(|u| u.host_str()) {
+        // As clients send it: without the scheme's default port.
+        hosts.push(match public.and_then(url::Url::port) {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_string(),
+        });
+    }
+    hosts
 }

@@ -100,26 +100,67 @@ pub struct PendingApproval {
     /// The token whose turn caused the call: who needs `approve:own` to answer it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub asked_by: Option<String>,
+    /// Its id in the store, where it waits for whichever host an answer reaches (none: kept
+    /// in this host's memory alone, because the store could not be reached when it was
+    /// asked).
+    #[serde(skip)]
+    pub question: Option<String>,
 }
 
 impl From<cordon_store::ApprovalWaiting> for PendingApproval {
-    /// A question an MCP client's call waits on in the store, as the approvals API lists it:
-    /// session `mcp:`, answered by its id; the client's token (over HTTP) stands for the
-    /// session's owner and for whose turn caused the call.
+    /// A question waiting in the store, as the approvals API lists it. A session's is
+    /// answered by its session and call, whichever host drives the turn. An MCP client's
+    /// call's is listed under session `mcp:` and answered by its id; the client's token
+    /// (over HTTP) stands for the session's owner and for whose turn caused the call.
     fn from(w: cordon_store::ApprovalWaiting) -> Self {
-        PendingApproval {
-            session: cordon_store::WAITING_APPROVALS_SESSION.to_string(),
-            client: Some(w.client),
-            request: ApprovalRequest {
-                call_id: w.id,
-                ..w.request
+        match w.session {
+            Some(call) => PendingApproval {
+                session: call.session,
+                client: None,
+                request: ApprovalRequest {
+                    call_id: call.call_id,
+                    ..w.request
+                },
+                asked_ms: w.asked_ms,
+                expires_ms: w.expires_ms,
+                owner: call.owner,
+                asked_by: w.token,
+                question: Some(w.id),
             },
-            asked_ms: w.asked_ms,
-            expires_ms: w.expires_ms,
-            owner: w.token.clone(),
-            asked_by: w.token,
+            None => PendingApproval {
+                session: cordon_store::WAITING_APPROVALS_SESSION.to_string(),
+                client: Some(w.client),
+                request: ApprovalRequest {
+                    call_id: w.id.clone(),
+                    ..w.request
+                },
+                asked_ms: w.asked_ms,
+                expires_ms: w.expires_ms,
+                owner: w.token.clone(),
+                asked_by: w.token,
+                question: Some(w.id),
+            },
         }
     }
+}
+
+/// Refuses an answer that does not fit the question: `for …` and `forever` answer grant
+/// requests only.
+pub fn fits_question(
+    request: &ApprovalRequest,
+    answer: &ApprovalAnswer,
+    call_id: &str,
+) -> Result<(), ApiError> {
+    if !request.is_grant_request()
+        && matches!(answer, ApprovalAnswer::For { .. } | ApprovalAnswer::Forever)
+    {
+        return Err(ApiError::bad_request(format!(
+            "`{}` answers a grant request, and call `{call_id}` waits for approval to run; \
+             answer yes, no, always or never",
+            answer.as_str()
+        )));
+    }
+    Ok(())
 }
 
 struct Waiting {
@@ -246,18 +287,8 @@ impl LiveSession {
     /// Answers a waiting question.
     pub fn answer(&self, call_id: &str, answer: GivenAnswer) -> Result<(), ApiError> {
         let mut state = self.state();
-        if let Some(waiting) = state.waiting.get(call_id)
-            && !waiting.approval.request.is_grant_request()
-            && matches!(
-                answer.answer,
-                ApprovalAnswer::For { .. } | ApprovalAnswer::Forever
-            )
-        {
-            return Err(ApiError::bad_request(format!(
-                "`{}` answers a grant request, and call `{call_id}` waits for approval to run; \
-                 answer yes, no, always or never",
-                answer.answer.as_str()
-            )));
+        if let Some(waiting) = state.waiting.get(call_id) {
+            fits_question(&waiting.approval.request, &answer.answer, call_id)?;
         }
         let Some(waiting) = state.waiting.remove(call_id) else {
             if let Some(earlier) = state.answered.get(call_id) {
@@ -278,7 +309,6 @@ impl LiveSession {
             )));
         };
         let record = format!("{} by {}", answer.answer.as_str(), answer.by);
-        let waited_ms = answer.at_ms - waiting.approval.asked_ms;
         if waiting.reply.send(answer).is_err() {
             return Err(ApiError::conflict(format!(
                 "the turn of session `{}` stopped before the answer arrived",
@@ -286,8 +316,18 @@ impl LiveSession {
             )));
         }
         state.answered.insert(call_id.to_string(), record);
-        cordon_core::metrics::approval_answered(waited_ms);
         Ok(())
+    }
+
+    /// Hands an answer the store took to the turn waiting here, if it still waits (it may
+    /// have read the answer from the store first).
+    pub fn deliver(&self, call_id: &str, answer: GivenAnswer) {
+        let mut state = self.state();
+        if let Some(waiting) = state.waiting.remove(call_id) {
+            let record = format!("{} by {}", answer.answer.as_str(), answer.by);
+            let _ = waiting.reply.send(answer);
+            state.answered.insert(call_id.to_string(), record);
+        }
     }
 
     fn wait_for(&self, approval: PendingApproval) -> oneshot::Receiver<GivenAnswer> {
@@ -316,19 +356,86 @@ pub struct ServeFrontend {
     pub owner: Option<String>,
     /// The token that asked for the turn.
     pub asked_by: Option<String>,
+    /// Where questions wait for an answer given through any host (none: in memory alone).
+    pub store: Option<cordon_store::Store>,
 }
 
 /// Removes a question from the waiting list however its wait ends (answered, timed out, the
-/// turn dropped on shutdown).
+/// turn dropped on shutdown or cancelled); a question still open in the store is withdrawn,
+/// so no host lists it any more.
 struct WaitGuard<'a> {
     live: &'a LiveSession,
     call_id: String,
+    open_in: Option<(cordon_store::Store, String)>,
 }
 
 impl Drop for WaitGuard<'_> {
     fn drop(&mut self) {
         self.live.stop_waiting(&self.call_id);
+        if let Some((store, id)) = self.open_in.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                let _ = store
+                    .withdraw_approval(&id, "the turn stopped waiting for an answer")
+                    .await;
+            });
+        }
     }
+}
+
+impl ServeFrontend {
+    /// Puts the question in the store, where any host on it lists it and takes an answer;
+    /// its id there, or none (with a warning) when the store cannot be reached, and the
+    /// question waits in this host's memory alone. A person's answer to this very question
+    /// that no turn received (given while its host died, or the store was away) answers it.
+    async fn put_in_store(&self, request: &ApprovalRequest) -> Result<Option<String>, GivenAnswer> {
+        let Some(store) = self.store.as_ref() else {
+            return Ok(None);
+        };
+        let timeout_ms = i64::try_from(self.approval_timeout.as_millis()).unwrap_or(i64::MAX);
+        match store
+            .ask_session_approval(
+                &self.live.id,
+                self.owner.as_deref(),
+                self.asked_by.as_deref(),
+                request,
+                timeout_ms,
+            )
+            .await
+        {
+            Ok(cordon_store::Asked::Waiting(waiting)) => Ok(Some(waiting.id)),
+            Ok(cordon_store::Asked::Answered(answer)) => Err(answer),
+            Err(e) => {
+                tracing::warn!(
+                    session = %self.live.id,
+                    "the question about `{}` waits on this host alone (the store: {e})",
+                    request.tool
+                );
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// An answer read from the store, or never (no store question, or the store failed: the
+/// answer then comes through this host, or not at all).
+async fn from_store(
+    question: Option<&str>,
+    store: Option<&cordon_store::Store>,
+    deadline: tokio::time::Instant,
+) -> GivenAnswer {
+    if let (Some(id), Some(store)) = (question, store) {
+        match store
+            .wait_for_answer(id, deadline, &CancellationToken::new())
+            .await
+        {
+            Ok(cordon_store::Waited::Answered(answer)) => return answer,
+            Ok(_) => {}
+            Err(e) => tracing::warn!("cannot look for the answer in the store: {e}"),
+        }
+    }
+    std::future::pending().await
 }
 
 #[async_trait]
@@ -343,6 +450,14 @@ impl Frontend for ServeFrontend {
 
     async fn approve(&mut self, request: &ApprovalRequest) -> GivenAnswer {
         let asked_ms = now_ms();
+        let deadline = tokio::time::Instant::now() + self.approval_timeout;
+        let question = match self.put_in_store(request).await {
+            Ok(question) => question,
+            Err(answered) => {
+                cordon_core::metrics::approval_answered(answered.at_ms - asked_ms);
+                return answered;
+            }
+        };
         let rx = self.live.wait_for(PendingApproval {
             session: self.live.id.clone(),
             client: None,
@@ -353,14 +468,43 @@ impl Frontend for ServeFrontend {
             ),
             owner: self.owner.clone(),
             asked_by: self.asked_by.clone(),
+            question: question.clone(),
         });
-        let _guard = WaitGuard {
+        let mut guard = WaitGuard {
             live: &self.live,
             call_id: request.call_id.clone(),
+            open_in: self.store.clone().zip(question.clone()),
         };
         let waited = humantime::format_duration(self.approval_timeout);
-        match tokio::time::timeout(self.approval_timeout, rx).await {
-            Ok(Ok(answer)) => answer,
+        // Answered through this host (from memory), or through any host (from the store).
+        let answered = tokio::select! {
+            local = tokio::time::timeout_at(deadline, rx) => local,
+            stored = from_store(question.as_deref(), self.store.as_ref(), deadline) => Ok(Ok(stored)),
+        };
+        if let Ok(Ok(answer)) = &answered {
+            // Answered: nothing to withdraw. The store records that this turn has the
+            // answer (and the answer itself, if it reached this host alone while the store
+            // was away), so no later question takes it.
+            if let Some((store, id)) = guard.open_in.take() {
+                let _ = store.answer_approval(&id, answer).await;
+                let _ = store.took_answer(&id).await;
+            }
+        } else if let Some((store, id)) = guard.open_in.take() {
+            let reason = format!("nobody answered within {waited}, so it was denied");
+            let _ = store.withdraw_approval(&id, &reason).await;
+            // An answer that arrived just before the withdrawal still counts.
+            if let Ok(Some(answer)) = store.approval_answer(&id).await
+                && !matches!(answer.answer, ApprovalAnswer::Refused { .. })
+            {
+                cordon_core::metrics::approval_answered(answer.at_ms - asked_ms);
+                return answer;
+            }
+        }
+        match answered {
+            Ok(Ok(answer)) => {
+                cordon_core::metrics::approval_answered(answer.at_ms - asked_ms);
+                answer
+            }
             Ok(Err(_)) => GivenAnswer::new(
                 ApprovalAnswer::Refused {
                     reason: "the host stopped waiting for an answer".to_string(),
@@ -404,6 +548,7 @@ mod tests {
             end: None,
             owner: None,
             asked_by: None,
+            store: None,
         };
         let asking = tokio::spawn(async move { frontend.approve(&request("c1")).await });
         while live.pending().is_empty() {
@@ -444,6 +589,7 @@ mod tests {
             end: None,
             owner: None,
             asked_by: None,
+            store: None,
         };
         let given = frontend.approve(&request("c1")).await;
         assert!(matches!(given.answer, ApprovalAnswer::Refused { .. }));

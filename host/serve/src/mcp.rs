@@ -69,6 +69,7 @@ pub(crate) fn service(
     source: Arc<dyn ToolSource>,
     options: &HostOptions,
     addr: SocketAddr,
+    public: Option<&url::Url>,
     stop: CancellationToken,
     calls: Arc<Places>,
 ) -> (Endpoint, Arc<McpHost>) {
@@ -101,12 +102,18 @@ pub(crate) fn service(
         .with_cancellation_token(stop);
     let config = if addr.ip().is_loopback() {
         let port = addr.port();
-        config.with_allowed_origins([
-            format!("http://127.0.0.1:{port}"),
-            format!("http://localhost:{port}"),
-            format!("http://[::1]:{port}"),
-            format!("http://{addr}"),
-        ])
+        // And the origin of the public URL a proxy on this machine serves it at.
+        let public = public.map(|u| u.origin().ascii_serialization());
+        config.with_allowed_origins(
+            [
+                format!("http://127.0.0.1:{port}"),
+                format!("http://localhost:{port}"),
+                format!("http://[::1]:{port}"),
+                format!("http://{addr}"),
+            ]
+            .into_iter()
+            .chain(public),
+        )
     } else {
         // Exposed on purpose: no web page may use it from a browser.
         config.enforce_origin_validation()

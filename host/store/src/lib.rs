@@ -19,6 +19,7 @@
 //! Both backends run the same SQL (written with `$1` placeholders, which both read) through
 //! sqlx, with versioned migrations applied at open.
 
+mod answers;
 mod approvals;
 mod audit;
 mod counts;
@@ -42,7 +43,8 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-pub use approvals::{ApprovalWaiting, WAITING_APPROVALS_SESSION};
+pub use answers::{ANSWERS_CHANNEL, Waited};
+pub use approvals::{ApprovalWaiting, Asked, SessionCall, WAITING_APPROVALS_SESSION};
 pub use audit::{AuditQuery, StoredAudit};
 pub use cordon_agent::SessionSettings;
 pub use counts::LONGEST_WINDOW_MINUTES;
@@ -166,6 +168,8 @@ pub struct Store {
     options: StoreOptions,
     /// The minute this handle (or a clone) last pruned old call counts; 0 before it has.
     counts_pruned: Arc<AtomicI64>,
+    /// Answers to questions announced to this handle and its clones (PostgreSQL).
+    announcements: Arc<answers::Announcements>,
 }
 
 impl Store {
@@ -190,6 +194,7 @@ impl Store {
             holder: holder_name(options.driver),
             options,
             counts_pruned: Arc::new(AtomicI64::new(0)),
+            announcements: Arc::default(),
         };
         store.migrate().await?;
         Ok(store)
@@ -318,6 +323,11 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "approval tokens",
         include_str!("../migrations/sqlite/0008_approval_tokens.sql"),
     ),
+    (
+        9,
+        "session approvals",
+        include_str!("../migrations/sqlite/0009_session_approvals.sql"),
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -359,6 +369,11 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         8,
         "approval tokens",
         include_str!("../migrations/postgres/0008_approval_tokens.sql"),
+    ),
+    (
+        9,
+        "session approvals",
+        include_str!("../migrations/postgres/0009_session_approvals.sql"),
     ),
 ];
 

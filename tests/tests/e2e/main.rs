@@ -24,6 +24,7 @@ mod scopes;
 mod serve;
 mod serve_admission;
 mod sessions;
+mod team;
 mod tools_files;
 mod tools_js;
 mod tools_python;

@@ -95,18 +95,24 @@ impl Histories {
         continued
     }
 
-    /// Remembers that `digest` may continue `session`, here at once and in the store in the
-    /// background: the client's next request, which will carry this history, comes after the
-    /// response it is reading now.
-    pub(super) fn record(&self, host: &Host, digest: String, session: String) {
+    /// Remembers that `digest` may continue `session`, here at once and in the store by the
+    /// task returned, which the response awaits before its last bytes: the client's next
+    /// request, which will carry this history, may reach another host on the store, and
+    /// comes after the response it is reading now.
+    pub(super) fn record(
+        &self,
+        host: &Host,
+        digest: String,
+        session: String,
+    ) -> tokio::task::JoinHandle<()> {
         let store = host.store().clone();
         let (d, s) = (digest.clone(), session.clone());
+        self.remember(digest, session);
         tokio::spawn(async move {
             if let Err(e) = store.remember_history(&d, &s).await {
                 tracing::warn!("the store did not record which session a history continues: {e}");
             }
-        });
-        self.remember(digest, session);
+        })
     }
 
     fn remember(&self, digest: String, session: String) {

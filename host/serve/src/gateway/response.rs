@@ -65,6 +65,8 @@ pub(super) struct Reading {
     /// Whether the history the request sent, and the answer, are remembered as the end of
     /// the session (not when the request sent only what follows a response it named).
     pub(super) record_history: bool,
+    /// The store's record of the history the response ends with, while it is written.
+    pub(super) recording: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Reading {
@@ -90,11 +92,21 @@ impl Reading {
             requester,
             turn: None,
             record_history: true,
+            recording: None,
         }
     }
 
-    /// The next thing the response shows; events it does not show are skipped.
+    /// The next thing the response shows; events it does not show are skipped. Its end
+    /// comes once the store holds the history it ends with.
     pub(super) async fn next(&mut self) -> Read {
+        let read = self.next_event().await;
+        if matches!(read, Read::End(_)) {
+            recorded(&mut self.recording).await;
+        }
+        read
+    }
+
+    async fn next_event(&mut self) -> Read {
         loop {
             let event = match self.events.recv().await {
                 Ok(event) => event,
@@ -173,12 +185,20 @@ impl Reading {
         if !self.record_history {
             return Read::End(ending);
         }
-        self.state.histories.record(
+        self.recording = Some(self.state.histories.record(
             &self.state.host,
             history_digest(&self.requester, &self.chat.model, &history),
             self.guard.session.clone(),
-        );
+        ));
         Read::End(ending)
+    }
+}
+
+/// Waits until the store's record of a history, if one is being written, is written (or
+/// failed, which is only logged: the client's next request then starts a new session).
+pub(super) async fn recorded(recording: &mut Option<tokio::task::JoinHandle<()>>) {
+    if let Some(task) = recording.take() {
+        let _ = task.await;
     }
 }
 

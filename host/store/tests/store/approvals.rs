@@ -94,3 +94,101 @@ each_backend!(
         assert!(other.waiting_approvals().await.unwrap().is_empty());
     }
 );
+
+each_backend!(
+    a_sessions_question_is_answered_through_another_store_handle_and_heard_at_once,
+    |backend: Backend| async move {
+        let (asker, url, _dir) = fresh(backend, options(Duration::from_secs(30), 64)).await;
+        let other = cordon_store::Store::open(&url, options(Duration::from_secs(30), 64))
+            .await
+            .unwrap();
+        let cordon_store::Asked::Waiting(waiting) = asker
+            .ask_session_approval("s1", Some("alice"), Some("bob"), &request("c1"), 60_000)
+            .await
+            .unwrap()
+        else {
+            panic!("a new question waits")
+        };
+        // Listed by every handle, with its session, call and owner.
+        let seen = other.waiting_approvals().await.unwrap();
+        let call = seen[0].session.as_ref().expect("a session's question");
+        assert_eq!((call.session.as_str(), call.call_id.as_str()), ("s1", "c1"));
+        assert_eq!(call.owner.as_deref(), Some("alice"));
+        assert_eq!(seen[0].token.as_deref(), Some("bob"));
+        assert_eq!(
+            other.session_approval("s1", "c1").await.unwrap().unwrap().id,
+            waiting.id
+        );
+        assert_eq!(other.session_approval("s1", "c2").await.unwrap(), None);
+        // The asker waits; the answer, given through the other handle, ends the wait (on
+        // PostgreSQL through the notification, long before the two-second look).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let id = waiting.id.clone();
+        let wait = tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let waited = asker
+                .wait_for_answer(&id, deadline, &Default::default())
+                .await
+                .unwrap();
+            (waited, started.elapsed(), asker)
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let yes = GivenAnswer::new(ApprovalAnswer::Yes, "API token `ops`");
+        other.answer_approval(&waiting.id, &yes).await.unwrap();
+        let (waited, took, asker) = wait.await.unwrap();
+        assert_eq!(waited, cordon_store::Waited::Answered(yes));
+        if matches!(backend, Backend::Postgres) {
+            assert!(took < Duration::from_millis(1500), "{took:?}");
+        }
+        asker.took_answer(&waiting.id).await.unwrap();
+        // Asked about again (as after a restart): taken answers are not reused.
+        let again = asker
+            .ask_session_approval("s1", Some("alice"), Some("bob"), &request("c1"), 60_000)
+            .await
+            .unwrap();
+        assert!(matches!(again, cordon_store::Asked::Waiting(_)), "{again:?}");
+    }
+);
+
+each_backend!(
+    a_question_asked_again_replaces_the_open_one_and_takes_an_answer_nobody_heard,
+    |backend: Backend| async move {
+        let (store, _url, _dir) = fresh(backend, options(Duration::from_secs(30), 64)).await;
+        let ask = |call: &'static str| {
+            let store = store.clone();
+            async move {
+                store
+                    .ask_session_approval("s1", None, None, &request(call), 60_000)
+                    .await
+                    .unwrap()
+            }
+        };
+        let cordon_store::Asked::Waiting(first) = ask("c1").await else {
+            panic!("a new question waits")
+        };
+        // The host that asked died; the one taking the session up asks again: one question.
+        let cordon_store::Asked::Waiting(second) = ask("c1").await else {
+            panic!("nobody answered the first")
+        };
+        assert_ne!(first.id, second.id);
+        let waiting = store.waiting_approvals().await.unwrap();
+        assert_eq!(waiting.len(), 1);
+        assert_eq!(waiting[0].id, second.id);
+        let e = store
+            .answer_approval(
+                &first.id,
+                &GivenAnswer::new(ApprovalAnswer::Yes, "API token `ops`"),
+            )
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("asked again"), "{e}");
+        // A person answers while no turn waits (the host died again): the next question
+        // about that call takes the answer, once.
+        let yes = GivenAnswer::new(ApprovalAnswer::Yes, "API token `ops`");
+        store.answer_approval(&second.id, &yes).await.unwrap();
+        assert_eq!(ask("c1").await, cordon_store::Asked::Answered(yes));
+        assert!(matches!(ask("c1").await, cordon_store::Asked::Waiting(_)));
+        // Another call's question takes nothing.
+        assert!(matches!(ask("c2").await, cordon_store::Asked::Waiting(_)));
+    }
+);

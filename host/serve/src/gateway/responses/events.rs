@@ -21,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
 use super::super::request::{WireCall, history_digest};
-use super::super::response::{Ending, Read, Reading, created};
+use super::super::response::{Ending, Read, Reading, created, recorded};
 use super::super::{GatewayError, GatewayState};
 use super::ResponseId;
 use super::input::saids;
@@ -48,6 +48,8 @@ pub(super) struct Writer {
     activity: Vec<Value>,
     /// The model stopped the answer at its length limit: the response is `incomplete`.
     truncated: bool,
+    /// The store's record of the history the response ends with, while it is written.
+    recording: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Writer {
@@ -73,6 +75,7 @@ impl Writer {
             queued: VecDeque::new(),
             activity: Vec::new(),
             truncated: false,
+            recording: None,
         }
     }
 
@@ -278,11 +281,11 @@ impl Writer {
             let output: Vec<_> = self.output.iter().map(|o| (0, o.as_input())).collect();
             history.extend(saids(&output).into_iter().map(|(_, s)| s));
             let state: &GatewayState = &reading.state;
-            state.histories.record(
+            self.recording = Some(state.histories.record(
                 &state.host,
                 history_digest(&reading.requester, &reading.chat.model, &history),
                 self.session.clone(),
-            );
+            ));
         }
         let status = self.status();
         let response = self.object(reading, status, None);
@@ -407,6 +410,7 @@ pub(super) async fn whole(
             break;
         }
     }
+    recorded(&mut writer.recording).await;
     let mut response = writer.object(&reading, writer.status(), None);
     if reading.tool_events {
         response["cordon"] = json!({"events": writer.activity});
@@ -437,6 +441,11 @@ pub(super) async fn stream(
         (reading, writer, done),
         |(mut reading, mut writer, mut done)| async move {
             loop {
+                // The last events (`response.completed`) go once the store holds the
+                // history they end.
+                if done {
+                    recorded(&mut writer.recording).await;
+                }
                 if let Some(event) = writer.queued.pop_front() {
                     return Some((Ok::<_, Infallible>(event), (reading, writer, done)));
                 }

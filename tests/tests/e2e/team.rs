@@ -1,0 +1,324 @@
+//! Several `cordon serve`s on one PostgreSQL store, behind a real load balancer (haproxy,
+//! round-robin), as a team deploys them: a question is answered through whichever host a
+//! person reaches, conversations go on whichever host a request lands on, and a host killed
+//! mid-turn loses nothing acknowledged while the others take its sessions over.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cordon_scripted_llm::Step;
+use cordon_tests::TestHome;
+use cordon_tests::balancer::Balancer;
+use cordon_tests::serve::{Served, eventually};
+use serde_json::{Value, json};
+
+use crate::model::Model;
+use crate::serve::{WAIT, create, empty_file, idle, probe_home, roles, write_call};
+
+/// Three hosts (`host-a`, `host-b`, `host-c`) on a fresh PostgreSQL database, each with
+/// leases of 2 s, and haproxy in front of them; with the client of the balancer.
+fn three_hosts(
+    home: &TestHome,
+    model: &Model,
+    config: &std::path::Path,
+) -> (Vec<Served>, Balancer, Served) {
+    let url = cordon_tests::postgres::shared().database();
+    let port = cordon_tests::balancer::free_port();
+    let mut text = std::fs::read_to_string(config).unwrap();
+    text.push_str(&format!(
+        "\n[serve]\npublic_url = \"http://127.0.0.1:{port}\"\n"
+    ));
+    let config = home.scratch("team").join("cordon.toml");
+    std::fs::write(&config, text).unwrap();
+    let hosts: Vec<Served> = ["host-a", "host-b", "host-c"]
+        .into_iter()
+        .map(|name| {
+            Served::start(
+                home,
+                &[
+                    ("CORDON_LLM_URL", &model.url()),
+                    ("CORDON_MODEL", "scripted"),
+                    ("CORDON_HOST_NAME", name),
+                ],
+                &["--config", config.to_str().unwrap(), "--store", &url],
+            )
+        })
+        .collect();
+    let addrs: Vec<&str> = hosts.iter().map(|h| h.addr.as_str()).collect();
+    let balancer = Balancer::start(port, &addrs, &home.scratch("haproxy"));
+    let front = Served::at(&balancer.addr, &hosts[0].token);
+    (hosts, balancer, front)
+}
+
+fn chat(served: &Served, messages: &[(&str, &str)]) -> Value {
+    let messages: Vec<Value> = messages
+        .iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
+    let answer = served.post(
+        "/v1/chat/completions",
+        json!({"model": "scripted", "messages": messages}),
+    );
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    answer.json
+}
+
+fn said(completion: &Value) -> &str {
+    completion["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+/// The sessions the store holds, as any host lists them.
+fn sessions(served: &Served) -> Vec<Value> {
+    let listed = served.get("/api/v1/sessions?limit=1000");
+    assert_eq!(listed.status, 200, "{}", listed.text);
+    listed.json["sessions"].as_array().unwrap().clone()
+}
+
+#[test]
+fn three_hosts_behind_a_load_balancer_answer_and_continue_as_one() {
+    let (home, data, config) = probe_home(&[]);
+    empty_file(&data, "note.txt");
+    let model = Model::new(vec![
+        Step::tool_calls(vec![write_call("k1", "note.txt", "1")]),
+        Step::text("Written once."),
+        Step::text("one"),
+        Step::text("two"),
+        Step::text("three"),
+        Step::text("first response"),
+        Step::text("second response"),
+    ]);
+    let (hosts, _balancer, front) = three_hosts(&home, &model, &config);
+    let [a, b, c] = &hosts[..] else {
+        unreachable!()
+    };
+
+    // A turn host A drives asks; every host lists the question, host B's answer reaches it.
+    create(a, "notes");
+    let events = a.stream(
+        "/api/v1/sessions/notes/messages",
+        json!({"text": "write it"}),
+    );
+    events.until("approval_needed", WAIT);
+    let asked = c.pending("notes");
+    assert_eq!(asked["tool"], "fs", "{asked}");
+    let call_id = asked["call_id"].as_str().unwrap();
+    assert_eq!(front.pending("notes")["call_id"], call_id);
+    let on_b = b.get("/api/v1/sessions/notes");
+    assert_eq!(on_b.json["running"], true, "{}", on_b.text);
+    assert_eq!(on_b.json["pending"][0]["call_id"], call_id, "{}", on_b.text);
+    let started = Instant::now();
+    b.answer(&asked, "yes");
+    let ended = events.until("turn_finished", WAIT);
+    let reached = started.elapsed();
+    assert!(
+        ended
+            .iter()
+            .any(|e| e["type"] == "approval_given" && e["answer"] == "yes"),
+        "{ended:#?}"
+    );
+    assert_eq!(std::fs::read_to_string(data.join("note.txt")).unwrap(), "1");
+    // The store took one answer: a second, through another host, is told whose it was.
+    let again = c.post(
+        &format!("/api/v1/approvals/notes/{call_id}"),
+        json!({"answer": "no"}),
+    );
+    assert_eq!(again.status, 409, "{}", again.text);
+    assert!(
+        again
+            .text
+            .contains("was already answered (yes by API token"),
+        "{}",
+        again.text
+    );
+    let session = idle(&front, "notes");
+    assert_eq!(roles(&session), ["user", "assistant", "tool", "assistant"]);
+    let audit = front.get("/api/v1/audit?session=notes&tool=fs");
+    let records = audit.json["records"].as_array().unwrap();
+    assert_eq!(records.len(), 1, "{}", audit.text);
+    assert_eq!(
+        records[0]["decided_by"], "API token `default`",
+        "{}",
+        audit.text
+    );
+    eprintln!("an answer given on host B reached host A's turn in {reached:?}");
+
+    // A Chat Completions conversation goes on whichever host each request reaches.
+    assert_eq!(said(&chat(a, &[("user", "u1")])), "one");
+    assert_eq!(
+        said(&chat(
+            b,
+            &[("user", "u1"), ("assistant", "one"), ("user", "u2")]
+        )),
+        "two"
+    );
+    let third = chat(
+        &front,
+        &[
+            ("user", "u1"),
+            ("assistant", "one"),
+            ("user", "u2"),
+            ("assistant", "two"),
+            ("user", "u3"),
+        ],
+    );
+    assert_eq!(said(&third), "three");
+    // Upstream, the last request carried the whole conversation, once.
+    let upstream: Vec<String> = model
+        .messages(4)
+        .iter()
+        .filter(|m| m["role"] == "user" || m["role"] == "assistant")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(upstream, ["u1", "one", "u2", "two", "u3"]);
+    let gateway: Vec<Value> = sessions(c)
+        .into_iter()
+        .filter(|s| s["origin"] == "gateway")
+        .collect();
+    assert_eq!(gateway.len(), 1, "{gateway:#?}");
+
+    // A Responses conversation goes on from a response another host gave.
+    let first = a.post("/v1/responses", json!({"model": "scripted", "input": "r1"}));
+    assert_eq!(first.status, 200, "{}", first.text);
+    let second = c.post(
+        "/v1/responses",
+        json!({"model": "scripted", "input": "r2", "previous_response_id": first.json["id"]}),
+    );
+    assert_eq!(second.status, 200, "{}", second.text);
+    assert_eq!(second.json["previous_response_id"], first.json["id"]);
+    let upstream: Vec<String> = model
+        .messages(6)
+        .iter()
+        .filter(|m| m["role"] == "user" || m["role"] == "assistant")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(upstream, ["r1", "first response", "r2"]);
+    assert_eq!(sessions(&front).len(), 3);
+}
+
+#[test]
+fn a_host_killed_mid_turn_behind_the_balancer_loses_nothing_acknowledged() {
+    let (home, data, config) = probe_home(&[]);
+    empty_file(&data, "once.txt");
+    let mut steps = vec![Step::tool_calls(vec![write_call("k1", "once.txt", "1")])];
+    steps.extend((0..500).map(|i| Step::text(&format!("reply {i}"))));
+    let model = Model::new(steps);
+    let (mut hosts, _balancer, front) = three_hosts(&home, &model, &config);
+    create(&front, "crash");
+    let _events = front.stream(
+        "/api/v1/sessions/crash/messages",
+        json!({"text": "write it once"}),
+    );
+    let asked = front.pending("crash");
+    let holder = front.get("/api/v1/sessions/crash").json["session"]["lease"]["holder"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let driver = ["a", "b", "c"]
+        .iter()
+        .position(|n| holder.starts_with(&format!("serve@host-{n}:")))
+        .unwrap_or_else(|| panic!("no host of the three drives the turn: {holder}"));
+
+    // Clients keep sending through the balancer while the host dies: every request answered
+    // 200 must be in the store afterwards.
+    let stop = Arc::new(AtomicBool::new(false));
+    let acknowledged = Arc::new(Mutex::new(Vec::<String>::new()));
+    let refused = Arc::new(Mutex::new(0usize));
+    let clients: Vec<_> = (0..3)
+        .map(|client| {
+            let (stop, acknowledged, refused) =
+                (stop.clone(), acknowledged.clone(), refused.clone());
+            let (addr, token) = (front.addr.clone(), front.token.clone());
+            std::thread::spawn(move || {
+                let served = Served::at(&addr, &token);
+                let deadline = Instant::now() + Duration::from_secs(30);
+                for i in 0..100 {
+                    if stop.load(Ordering::SeqCst) || Instant::now() > deadline {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                    let text = format!("client {client} message {i}");
+                    let answer = served.try_post(
+                        "/v1/chat/completions",
+                        json!({"model": "scripted", "messages": [{"role": "user", "content": text}]}),
+                    );
+                    // A request the dying host had gets no answer (or haproxy's 502).
+                    match answer {
+                        Ok(answer) if answer.status == 200 => {
+                            acknowledged.lock().unwrap().push(text)
+                        }
+                        _ => *refused.lock().unwrap() += 1,
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(700));
+    hosts.remove(driver).kill9();
+    // Another host takes the turn up once the lease (2 s) ran out and asks again: one
+    // question, the same call.
+    let again = eventually(WAIT, "the question asked again by another host", || {
+        let pending = front.get("/api/v1/approvals").json["pending"]
+            .as_array()?
+            .iter()
+            .filter(|p| p["session"] == "crash")
+            .cloned()
+            .collect::<Vec<_>>();
+        let now = front.get("/api/v1/sessions/crash").json["session"]["lease"]["holder"]
+            .as_str()
+            .map(str::to_string)?;
+        (now != holder && pending.len() == 1).then(|| pending[0].clone())
+    });
+    assert_eq!(again["call_id"], asked["call_id"]);
+    front.answer(&again, "yes");
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::SeqCst);
+    for client in clients {
+        client.join().unwrap();
+    }
+    let session = idle(&front, "crash");
+    assert_eq!(roles(&session), ["user", "assistant", "tool", "assistant"]);
+    assert_eq!(
+        std::fs::read_to_string(data.join("once.txt")).unwrap(),
+        "1",
+        "the call ran exactly once"
+    );
+    let audit = front.get("/api/v1/audit?session=crash&tool=fs");
+    assert_eq!(
+        audit.json["records"].as_array().unwrap().len(),
+        1,
+        "{}",
+        audit.text
+    );
+    // Every acknowledged message is in a session of the store.
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    assert!(acknowledged.len() >= 6, "{acknowledged:?}");
+    let mut stored = BTreeSet::new();
+    let listed = sessions(&front);
+    for s in &listed {
+        let id = s["id"].as_str().unwrap();
+        let session = front.get(&format!("/api/v1/sessions/{id}"));
+        for m in session.json["messages"].as_array().unwrap() {
+            if let Some(text) = m["content"].as_str() {
+                stored.insert(text.to_string());
+            }
+        }
+    }
+    let lost: Vec<&String> = acknowledged
+        .iter()
+        .filter(|t| !stored.contains(*t))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "acknowledged but not stored: {lost:?}; {} sessions listed: {listed:#?}",
+        listed.len()
+    );
+    eprintln!(
+        "{} messages acknowledged while a host died, {} refused",
+        acknowledged.len(),
+        refused.lock().unwrap()
+    );
+}
