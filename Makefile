@@ -29,7 +29,7 @@ export CFLAGS_wasm32_wasip2 := --target=wasm32-wasi -msimd128 -mbulk-memory \
   -include '$(ROOT)/plugins/sql/c/sqlite_mem.h' -include '$(ROOT)/plugins/sql/c/sqlite_sorter.h' \
   -DCORDON_HEADERS_DIGEST=$(SQLITE_HEADERS_DIGEST)
 
-.PHONY: oidc-provider build toolchain c-toolchain js-toolchain host plugins rust-plugins python-plugin c-fixtures js-plugins js-sdk-test fixtures test test-services browser-test mcp-test gateway-test lint demo bench bench-tools fuzz clean
+.PHONY: oidc-provider haproxy build toolchain c-toolchain js-toolchain host plugins rust-plugins python-plugin c-fixtures js-plugins js-sdk-test fixtures test test-services browser-test mcp-test gateway-test lint demo bench bench-tools fuzz clean
 
 build: host plugins
 
@@ -156,10 +156,19 @@ test-services:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus; \
 	fi
-	@$(MAKE) --no-print-directory oidc-provider
+	@$(MAKE) --no-print-directory oidc-provider haproxy
 	@# Another OCI tool for the interoperability tests: the oras Python SDK, in the private venv.
 	@[ -x $(VENV)/bin/pip ] || python3 -m venv $(VENV)
 	@$(VENV)/bin/python -c 'import oras, sys; sys.exit(oras.__version__ != "0.2.43")' 2>/dev/null || $(VENV)/bin/python -m pip install -q oras==0.2.43
+
+## haproxy (Debian package), which the several-hosts tests and benchmark start on 127.0.0.1 in
+## front of three hosts, never as the package's service.
+haproxy:
+	@if ! command -v haproxy >/dev/null && [ ! -x /usr/sbin/haproxy ]; then \
+	  echo "installing haproxy (Debian package)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends haproxy; \
+	fi
 
 ## A real OpenID provider (the certified oidc-provider package) for the sign-in tests and the
 ## authorisation benchmark, which start it on 127.0.0.1 from target/npm-oidc.
