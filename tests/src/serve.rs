@@ -133,6 +133,41 @@ impl Served {
             .expect("send a request to cordon serve")
     }
 
+    /// An MCP message to `/mcp` (JSON answers), in MCP session `session` if given: the
+    /// answer, and the session the answer names (`Mcp-Session-Id`).
+    pub fn mcp(&self, session: Option<&str>, message: Value) -> (Answer, Option<String>) {
+        let mut request = self
+            .client
+            .post(self.url("/mcp"))
+            .bearer_auth(&self.token)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .body(message.to_string());
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        self.rt.block_on(async {
+            let response = request.send().await.expect("send a request to /mcp");
+            let status = response.status().as_u16();
+            let named = response
+                .headers()
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let text = response.text().await.unwrap_or_default();
+            // A JSON body, or an event stream whose last JSON event is the answer.
+            let json = serde_json::from_str(&text).unwrap_or_else(|_| {
+                text.lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+                    .next_back()
+                    .unwrap_or(Value::Null)
+            });
+            (Answer { status, json, text }, named)
+        })
+    }
+
     /// `POST path` with the token and a JSON body; `Err` when no answer came (the connection
     /// broke: the host died while it had the request).
     pub fn try_post(&self, path: &str, body: Value) -> Result<Answer, reqwest::Error> {

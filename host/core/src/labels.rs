@@ -169,6 +169,26 @@ impl SessionLabels {
         }
     }
 
+    /// Adds what another record of the same session holds (another host's, through the
+    /// store), as [`SessionLabels::saw`] would have: a label is never lost, and at most
+    /// [`SOURCES_KEPT`] sources of each are kept. The sources added.
+    pub fn merge(&mut self, sources: &[LabelSource]) -> Vec<LabelSource> {
+        let mut added = Vec::new();
+        for source in sources {
+            let kept = self
+                .sources
+                .iter()
+                .filter(|s| s.label == source.label)
+                .count();
+            if (kept < SOURCES_KEPT || !self.holds(source.label)) && !self.sources.contains(source)
+            {
+                self.sources.push(source.clone());
+                added.push(source.clone());
+            }
+        }
+        added
+    }
+
     /// Whether the session holds `label`.
     pub fn holds(&self, label: Label) -> bool {
         self.sources.iter().any(|s| s.label == label)
@@ -290,6 +310,34 @@ mod tests {
         );
         assert_eq!(sync.private.len(), 2);
         assert_eq!(Exposure::of(&Grants::new()), Exposure::default());
+    }
+
+    #[test]
+    fn labels_merged_from_another_record_are_never_lost_and_stay_bounded() {
+        let source = |label, i: usize| LabelSource {
+            label,
+            tool: format!("p.t{i}"),
+            grant: format!("fs:/d{i}:/d:ro"),
+        };
+        let mut here = SessionLabels::default();
+        here.saw("p.t0", &Exposure::of(&grants(&["fs:/d0:/d:ro"])));
+        let theirs: Vec<LabelSource> = (0..20)
+            .map(|i| source(Label::Private, i))
+            .chain([source(Label::Untrusted, 99)])
+            .collect();
+        let added = here.merge(&theirs);
+        // The one already held is not added again; the untrusted label always is.
+        assert!(!added.contains(&source(Label::Private, 0)));
+        assert!(added.contains(&source(Label::Untrusted, 99)));
+        assert!(here.holds_both());
+        assert_eq!(
+            here.sources
+                .iter()
+                .filter(|s| s.label == Label::Private)
+                .count(),
+            SOURCES_KEPT
+        );
+        assert!(here.merge(&theirs).is_empty());
     }
 
     #[test]

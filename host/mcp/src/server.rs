@@ -34,6 +34,7 @@ use crate::audit::AuditWriter;
 use crate::catalog::{Catalog, Catalogs, Offered};
 
 mod callers;
+use callers::{client_name, introduced_name, token};
 mod granting;
 mod policy;
 mod results;
@@ -152,7 +153,7 @@ impl McpHost {
             answers: Arc::new(Mutex::new(BTreeMap::new())),
             approved: Arc::default(),
             labels: Arc::default(),
-            session: format!("mcp-{:016x}", rand::random::<u64>()),
+            session: Arc::new(Mutex::new(format!("mcp-{:016x}", rand::random::<u64>()))),
         }
     }
 
@@ -216,8 +217,10 @@ pub struct McpServer {
     approved: Arc<Mutex<std::collections::BTreeSet<String>>>,
     /// What this connection's model was given results of (see [`cordon_core::labels`]).
     labels: Holding,
-    /// This connection's key for `within = "session"` policy counters.
-    session: String,
+    /// This connection's key for `within = "session"` policy counters: random over stdio;
+    /// over HTTP, named after the MCP session once a request names it, so that the session's
+    /// calls count together on whichever host they run (see [`McpServer::adopt_session`]).
+    session: Arc<Mutex<String>>,
 }
 
 /// Whose `always` answers a stateless (2026-07-28) HTTP call may use: those given over the
@@ -234,47 +237,6 @@ struct Caller {
     connection: u64,
     token: Option<String>,
     client: String,
-}
-
-/// The name the client gives itself, without its version: what rules name it by, and what
-/// its labels and kept results are kept under.
-fn introduced_name(context: &RequestContext<RoleServer>) -> String {
-    context
-        .client_info()
-        .map(|info| {
-            info.name
-                .chars()
-                .filter(|c| !c.is_control())
-                .take(120)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The name of the token the request behind `context` authenticated with (over HTTP).
-fn token(context: &RequestContext<RoleServer>) -> Option<String> {
-    context
-        .extensions
-        .get::<http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<crate::Authenticated>())
-        .map(|crate::Authenticated(name)| name.clone())
-}
-
-/// Who the client says it is (`name version`), and the token it authenticated with over
-/// HTTP, for approvals and the audit log.
-fn client_name(context: &RequestContext<RoleServer>) -> String {
-    let named: String = match context.client_info() {
-        Some(info) => format!("{} {}", info.name, info.version)
-            .chars()
-            .filter(|c| !c.is_control())
-            .take(120)
-            .collect(),
-        None => "unnamed client".to_string(),
-    };
-    match token(context) {
-        Some(name) => format!("{named} (token `{name}`)"),
-        None => named,
-    }
 }
 
 /// A result the model reads as a failed call, with what to do about it.
@@ -570,7 +532,14 @@ impl McpServer {
         let policy = self.policy(&catalog);
         let introduced = introduced_name(&context);
         let caller = self.caller(&introduced, token.as_deref());
+        self.adopt_session(&context);
         let labels = self.labels_for(&context, token.as_deref(), &introduced);
+        if let Err(why) = self
+            .labels_from_store(&labels, &context, token.as_deref(), &introduced)
+            .await
+        {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(why)]).into());
+        }
         let to = cordon_agent::grant_requests::Applying {
             plugin: &spec.plugin,
             digest: &spec.digest,
@@ -683,11 +652,13 @@ impl McpServer {
             )
         );
         // The client's model is given the result, an error or not.
-        labels
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .labels
-            .saw(&spec.identity(), &spec.widened(&session_grants).exposure);
+        self.saw(
+            &labels,
+            &spec.identity(),
+            &spec.widened(&session_grants).exposure,
+            &context,
+        )
+        .await;
         let wanted = report
             .as_ref()
             .map(|r| r.wanted.clone())

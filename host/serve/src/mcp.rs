@@ -4,7 +4,9 @@
 //! that opened it: to any other it does not exist. A body over `[serve]
 //! mcp_max_message_bytes` is refused before it is read whole. Each request carries the number
 //! of the TCP connection it came over, to which a stateless client's `always` answers are
-//! bound.
+//! bound. On a store several hosts share (PostgreSQL), a session opened on one host is taken
+//! up by any other its client's next request reaches (behind a load balancer): the session,
+//! its owner and the labels its client holds are in the store.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -20,6 +22,9 @@ use cordon_agent::ToolSource;
 use cordon_mcp::rmcp::model::ProtocolVersion;
 use cordon_mcp::rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use cordon_mcp::rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use cordon_mcp::rmcp::transport::streamable_http_server::session::store::{
+    SessionState, SessionStore, SessionStoreError,
+};
 use cordon_mcp::rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService,
 };
@@ -57,6 +62,32 @@ struct Gate {
     /// Sessions open at once, and for one token (step 6).
     max_sessions: usize,
     max_sessions_per_token: usize,
+    /// The store sessions are shared through with other hosts (PostgreSQL), if any.
+    shared: Option<Store>,
+}
+
+/// MCP sessions kept in a store several hosts share, so that a client's request may reach a
+/// host that did not open its session: the SDK takes the session up there, replaying the
+/// client's `initialize` ([`Gate::owns`] checks first that the session is the caller's).
+struct SharedSessions(Store);
+
+#[cordon_agent::async_trait]
+impl SessionStore for SharedSessions {
+    async fn load(&self, id: &str) -> Result<Option<SessionState>, SessionStoreError> {
+        let state = self.0.mcp_session_state(id).await?;
+        Ok(state.and_then(|s| serde_json::from_str(&s).ok()))
+    }
+
+    async fn store(&self, id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
+        Ok(self
+            .0
+            .put_mcp_session(id, &serde_json::to_string(state)?)
+            .await?)
+    }
+
+    async fn delete(&self, id: &str) -> Result<(), SessionStoreError> {
+        Ok(self.0.delete_mcp_session(id).await?)
+    }
 }
 
 /// The setting that caps `/mcp` bodies, as errors name it.
@@ -95,7 +126,12 @@ pub(crate) fn service(
     // request, where it drops a stream as soon as its answer came. The `always` answers of
     // stateless clients hold for the connection they came over, so they last as long as the
     // client keeps it.
-    let config = StreamableHttpServerConfig::default()
+    let mut config = StreamableHttpServerConfig::default();
+    let shared = store.is_shared().then(|| store.clone());
+    config.session_store = shared
+        .clone()
+        .map(|s| Arc::new(SharedSessions(s)) as Arc<dyn SessionStore>);
+    let config = config
         .with_json_response(true)
         .disable_allowed_hosts()
         .with_max_request_body_bytes(max_message)
@@ -130,6 +166,7 @@ pub(crate) fn service(
         calls,
         max_sessions: options.config.serve.limits.max_mcp_sessions,
         max_sessions_per_token: options.config.serve.limits.max_mcp_sessions_per_token,
+        shared,
     });
     (Endpoint { service, gate }, host)
 }
@@ -258,15 +295,47 @@ fn says_json(headers: &HeaderMap) -> bool {
 }
 
 impl Gate {
-    /// Whether `session` is open and was opened with `token`.
-    fn owned_by(&self, session: &str, token: Option<&str>) -> bool {
-        let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
-        token.is_some_and(|token| owners.get(session).is_some_and(|owner| owner == token))
+    /// Whether `session` is open and was opened with `token`: here, or on another host on a
+    /// shared store, whose session the SDK then takes up here.
+    async fn owns(&self, session: &str, token: Option<&str>) -> bool {
+        let Some(token) = token else {
+            return false;
+        };
+        let here = {
+            let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+            owners.get(session).is_some_and(|owner| owner == token)
+        };
+        if here {
+            return true;
+        }
+        let Some(store) = &self.shared else {
+            return false;
+        };
+        match store.mcp_session(session, token).await {
+            Ok(Some(_)) => {
+                self.owners
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(session.to_string(), token.to_string());
+                true
+            }
+            Ok(None) => false,
+            Err(e) => {
+                tracing::warn!("cannot look for MCP session {session} in the store: {e}");
+                false
+            }
+        }
     }
 
-    /// Records that `token` opened `session`, and forgets the owners of sessions that ended
-    /// (closed, or idle past the SDK's keep-alive).
+    /// Records that `token` opened `session` (in the shared store too, for other hosts),
+    /// and forgets the owners of sessions that ended here (closed, or idle past the SDK's
+    /// keep-alive).
     async fn opened(&self, session: String, token: String) {
+        if let Some(store) = &self.shared
+            && let Err(e) = store.own_mcp_session(&session, &token).await
+        {
+            tracing::warn!("MCP session {session} stays on this host only: {e}");
+        }
         let open = self.sessions.sessions.read().await;
         let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
         owners.retain(|id, _| open.contains_key(id.as_str()));
@@ -387,7 +456,7 @@ async fn check_message(
         .get(HEADER_SESSION_ID)
         .map(|v| v.to_str().unwrap_or_default().to_string());
     if let Some(session) = &session
-        && !gate.owned_by(session, token.as_deref())
+        && !gate.owns(session, token.as_deref()).await
     {
         return unknown_session();
     }
@@ -525,6 +594,7 @@ mod tests {
             calls: Admission::new(&Default::default()).tool_calls,
             max_sessions,
             max_sessions_per_token: per_token,
+            shared: None,
         })
     }
 

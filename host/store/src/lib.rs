@@ -27,6 +27,7 @@ mod error;
 mod histories;
 mod journal;
 mod kept;
+mod mcp_sessions;
 mod sessions;
 
 use std::path::{Path, PathBuf};
@@ -328,6 +329,11 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "session approvals",
         include_str!("../migrations/sqlite/0009_session_approvals.sql"),
     ),
+    (
+        10,
+        "mcp sessions",
+        include_str!("../migrations/sqlite/0010_mcp_sessions.sql"),
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -374,6 +380,11 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         9,
         "session approvals",
         include_str!("../migrations/postgres/0009_session_approvals.sql"),
+    ),
+    (
+        10,
+        "mcp sessions",
+        include_str!("../migrations/postgres/0010_mcp_sessions.sql"),
     ),
 ];
 

@@ -322,3 +322,117 @@ fn a_host_killed_mid_turn_behind_the_balancer_loses_nothing_acknowledged() {
         refused.lock().unwrap()
     );
 }
+
+#[test]
+fn an_mcp_session_goes_on_whichever_host_a_request_reaches() {
+    let (home, data, config) = probe_home(&[]);
+    empty_file(&data, "mcp.txt");
+    let model = Model::new(vec![]);
+    let (hosts, _balancer, front) = three_hosts(&home, &model, &config);
+    let [a, b, c] = &hosts[..] else {
+        unreachable!()
+    };
+    let (opened, session) = a.mcp(
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+               "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                          "clientInfo": {"name": "team-client", "version": "1"}}}),
+    );
+    assert_eq!(opened.status, 200, "{}", opened.text);
+    let session = session.expect("a session id");
+    let (initialized, _) = a.mcp(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert!(initialized.status < 300, "{}", initialized.text);
+    // Host B, which did not open the session, takes it up.
+    let (listed, _) = b.mcp(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    );
+    assert_eq!(listed.status, 200, "{}", listed.text);
+    let names: Vec<&str> = listed.json["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", listed.text))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"fs"), "{names:?}");
+    // A call on host C waits for a person (the client cannot ask its user); the answer is
+    // given through the balancer, whichever host that reaches.
+    std::thread::scope(|scope| {
+        let call = scope.spawn(|| {
+            c.mcp(
+                Some(&session),
+                json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                       "params": {"name": "fs", "arguments":
+                           {"op": "append", "path": "/data/mcp.txt", "content": "1"}}}),
+            )
+            .0
+        });
+        let asked = front.pending("mcp:");
+        front.answer(&asked, "yes");
+        let called = call.join().unwrap();
+        assert_eq!(called.status, 200, "{}", called.text);
+        assert_eq!(called.json["result"]["isError"], false, "{}", called.text);
+    });
+    assert_eq!(std::fs::read_to_string(data.join("mcp.txt")).unwrap(), "1");
+    // Through the balancer, request after request lands on another host: all answered.
+    for id in 4..10 {
+        let (listed, _) = front.mcp(
+            Some(&session),
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}),
+        );
+        assert_eq!(listed.status, 200, "{}", listed.text);
+    }
+    // A session id nobody opened is unknown everywhere.
+    let (unknown, _) = b.mcp(
+        Some("0123456789abcdef"),
+        json!({"jsonrpc": "2.0", "id": 11, "method": "tools/list"}),
+    );
+    assert_eq!(unknown.status, 404, "{}", unknown.text);
+}
+
+/// The Rule of Two across hosts: what an MCP client's model was given through one host
+/// counts on every other. Without the labels in the store, the second call (on another host)
+/// would run: that host never saw the first result.
+#[test]
+fn what_an_mcp_client_was_given_on_one_host_holds_back_its_calls_on_another() {
+    let (home, _data, config) = probe_home(&["net:http://127.0.0.1:9".to_string()]);
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(
+        "[approval]\nrule_of_two = \"deny\"\n[approval.tools]\n\"probe.noop\" = \"auto\"\n",
+    );
+    std::fs::write(&config, text).unwrap();
+    let model = Model::new(vec![]);
+    let (hosts, _balancer, _front) = three_hosts(&home, &model, &config);
+    let [a, b, _] = &hosts[..] else {
+        unreachable!()
+    };
+    let (_, session) = a.mcp(
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+               "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                          "clientInfo": {"name": "labels-client", "version": "1"}}}),
+    );
+    let session = session.expect("a session id");
+    a.mcp(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    let noop = |host: &Served, id: u64| {
+        host.mcp(
+            Some(&session),
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                   "params": {"name": "noop", "arguments": {}}}),
+        )
+        .0
+    };
+    // The first result carries both labels (probe reads /data and the network).
+    let first = noop(a, 2);
+    assert_eq!(first.json["result"]["isError"], false, "{}", first.text);
+    // On another host, the next call that can send data out is refused.
+    let second = noop(b, 3);
+    assert_eq!(second.json["result"]["isError"], true, "{}", second.text);
+    assert!(second.text.contains("untrusted content"), "{}", second.text);
+}

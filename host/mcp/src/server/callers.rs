@@ -8,6 +8,92 @@ use rmcp::service::RequestContext;
 use super::{Answers, CallFacts, Caller, Holding, MAX_STATELESS_CLIENTS, McpServer};
 
 impl McpServer {
+    /// Keys this connection's counters by the MCP session the request in `context` names
+    /// (`Mcp-Session-Id`), which is the same on every host the session reaches.
+    pub(super) fn adopt_session(&self, context: &RequestContext<RoleServer>) {
+        let named = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.headers.get("mcp-session-id"))
+            .and_then(|v| v.to_str().ok());
+        if let Some(id) = named {
+            *self.session.lock().unwrap_or_else(|e| e.into_inner()) = format!("mcp-{id}");
+        }
+    }
+
+    /// The store the labels of a client over HTTP are shared through: a PostgreSQL store,
+    /// which several hosts may share (one SQLite file is one machine's).
+    fn label_store(&self, context: &RequestContext<RoleServer>) -> Option<&cordon_store::Store> {
+        context.extensions.get::<http::request::Parts>()?;
+        self.host.store.as_ref().filter(|s| s.is_shared())
+    }
+
+    /// Adds to `labels` those other hosts recorded for the same client (token and name):
+    /// what its model was given there counts here. `Err` says why the call cannot be decided:
+    /// labels that cannot be read could hide one that holds the call back.
+    pub(super) async fn labels_from_store(
+        &self,
+        labels: &Holding,
+        context: &RequestContext<RoleServer>,
+        token: Option<&str>,
+        name: &str,
+    ) -> Result<(), String> {
+        let Some(store) = self.label_store(context) else {
+            return Ok(());
+        };
+        let sources = store
+            .mcp_labels(token.unwrap_or_default(), name)
+            .await
+            .map_err(|e| {
+                format!(
+                    "the call was not run: the labels other hosts recorded for this client could \
+                     not be read ({e}); try again when the store is back"
+                )
+            })?;
+        labels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .labels
+            .merge(&sources);
+        Ok(())
+    }
+
+    /// The client's model is given a result of `tool`, which carries `exposure`'s labels:
+    /// the session holds them, and other hosts learn of those it did not hold.
+    pub(super) async fn saw(
+        &self,
+        held: &Holding,
+        tool: &str,
+        exposure: &cordon_core::Exposure,
+        context: &RequestContext<RoleServer>,
+    ) {
+        let added = {
+            let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
+            let before = held.labels.sources.len();
+            held.labels.saw(tool, exposure);
+            held.labels.sources[before..].to_vec()
+        };
+        let Some(store) = self.label_store(context).filter(|_| !added.is_empty()) else {
+            return;
+        };
+        let token = token(context);
+        let name = introduced_name(context);
+        if let Err(e) = store
+            .add_mcp_labels(token.as_deref().unwrap_or_default(), &name, &added)
+            .await
+        {
+            tracing::warn!("the labels this client was given are kept on this host only: {e}");
+        }
+    }
+
+    /// This connection's key for `within = "session"` counters.
+    pub(super) fn counting_session(&self) -> String {
+        self.session
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Where the `always` answers of the client behind `context` are kept, and for how long
     /// they hold (for the question's text): this MCP connection's (a stdio process, an HTTP
     /// session), or, for a client on 2026-07-28 over HTTP (no session), its TCP
@@ -89,5 +175,46 @@ impl McpServer {
         };
         kept.push((who, labels.clone()));
         labels
+    }
+}
+
+/// The name the client gives itself, without its version: what rules name it by, and what
+/// its labels and kept results are kept under.
+pub(super) fn introduced_name(context: &RequestContext<RoleServer>) -> String {
+    context
+        .client_info()
+        .map(|info| {
+            info.name
+                .chars()
+                .filter(|c| !c.is_control())
+                .take(120)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The name of the token the request behind `context` authenticated with (over HTTP).
+pub(super) fn token(context: &RequestContext<RoleServer>) -> Option<String> {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<crate::Authenticated>())
+        .map(|crate::Authenticated(name)| name.clone())
+}
+
+/// Who the client says it is (`name version`), and the token it authenticated with over
+/// HTTP, for approvals and the audit log.
+pub(super) fn client_name(context: &RequestContext<RoleServer>) -> String {
+    let named: String = match context.client_info() {
+        Some(info) => format!("{} {}", info.name, info.version)
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(120)
+            .collect(),
+        None => "unnamed client".to_string(),
+    };
+    match token(context) {
+        Some(name) => format!("{named} (token `{name}`)"),
+        None => named,
     }
 }

@@ -222,10 +222,13 @@ impl McpServer {
                 context.ct.clone(),
             )
             .await;
-        held.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .labels
-            .saw(&spec.identity(), &spec.widened(&grants_now).exposure);
+        self.saw(
+            held,
+            &spec.identity(),
+            &spec.widened(&grants_now).exposure,
+            context,
+        )
+        .await;
         let approved = Approved {
             decision: given.answer.as_str().to_string(),
             by: format!("{}, to a grant request for {grants}", given.by),

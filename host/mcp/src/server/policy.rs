@@ -68,8 +68,9 @@ impl McpServer {
             Err(e) => return (Some(cordon_agent::approval::broken_policy(e)), reserved),
         };
         let identity = spec.identity();
+        let session = self.counting_session();
         let scope = cordon_agent::cordon_policy::CountScope {
-            session: &self.session,
+            session: &session,
             caller: (&caller.token, &caller.user),
         };
         let queries = policy.counters_for(&identity, scope, now);
@@ -144,8 +145,9 @@ impl McpServer {
             return;
         };
         let applied: Vec<String> = verdict.applied.iter().map(|r| r.id.clone()).collect();
+        let session = self.counting_session();
         let scope = cordon_agent::cordon_policy::CountScope {
-            session: &self.session,
+            session: &session,
             caller: (&caller.token, &caller.user),
         };
         let kept = policy.tally(&identity, &applied, scope);

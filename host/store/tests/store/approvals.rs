@@ -116,7 +116,12 @@ each_backend!(
         assert_eq!(call.owner.as_deref(), Some("alice"));
         assert_eq!(seen[0].token.as_deref(), Some("bob"));
         assert_eq!(
-            other.session_approval("s1", "c1").await.unwrap().unwrap().id,
+            other
+                .session_approval("s1", "c1")
+                .await
+                .unwrap()
+                .unwrap()
+                .id,
             waiting.id
         );
         assert_eq!(other.session_approval("s1", "c2").await.unwrap(), None);
@@ -146,7 +151,10 @@ each_backend!(
             .ask_session_approval("s1", Some("alice"), Some("bob"), &request("c1"), 60_000)
             .await
             .unwrap();
-        assert!(matches!(again, cordon_store::Asked::Waiting(_)), "{again:?}");
+        assert!(
+            matches!(again, cordon_store::Asked::Waiting(_)),
+            "{again:?}"
+        );
     }
 );
 

@@ -6,6 +6,7 @@ mod audit;
 mod counts;
 mod histories;
 mod kept;
+mod mcp_sessions;
 mod sessions;
 
 use std::time::Duration;
