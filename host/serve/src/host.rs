@@ -516,6 +516,7 @@ impl Host {
             live: live.clone(),
             approval_timeout: self.options.approval_timeout,
             end: None,
+            asking: None,
             owner,
             asked_by,
             store: Some(self.store.clone()),
@@ -609,6 +610,30 @@ impl Host {
                 }
                 Err(e) if e.status.as_u16() == 409 => {}
                 Err(e) => tracing::warn!(session = %info.id, "cannot resume: {}", e.message),
+            }
+        }
+    }
+
+    /// Until the host stops: cancels the turns other hosts on the store are asked to cancel
+    /// and this host drives (a shared store only).
+    pub async fn hear_cancels(self: Arc<Self>) {
+        let Some(mut heard) = self.store.announcements() else {
+            return;
+        };
+        loop {
+            let next = tokio::select! {
+                _ = self.stopping.cancelled() => return,
+                next = heard.recv() => next,
+            };
+            match next {
+                Ok(cordon_store::Heard::Cancel(id)) => {
+                    if let Some(live) = self.live_if_any(&id).filter(|l| l.is_running()) {
+                        tracing::info!(session = %id, "cancelling the turn, as another host asked");
+                        let _ = live.cancel();
+                    }
+                }
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             }
         }
     }

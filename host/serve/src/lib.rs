@@ -146,6 +146,7 @@ pub async fn serve(
     let app = api::router(state, mcp);
     on_listening(addr);
     host.resume_orphans().await;
+    tokio::spawn(host.clone().hear_cancels());
     tokio::spawn(
         host.clone()
             .watch((lease / 2).clamp(Duration::from_millis(500), Duration::from_secs(5))),

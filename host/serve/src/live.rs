@@ -337,6 +337,13 @@ impl LiveSession {
         rx
     }
 
+    /// The question about `call_id` waits in the store too, under `id`.
+    fn set_question(&self, call_id: &str, id: &str) {
+        if let Some(waiting) = self.state().waiting.get_mut(call_id) {
+            waiting.approval.question = Some(id.to_string());
+        }
+    }
+
     fn stop_waiting(&self, call_id: &str) {
         self.state().waiting.remove(call_id);
     }
@@ -352,6 +359,9 @@ pub struct ServeFrontend {
     pub approval_timeout: Duration,
     /// The turn's end, once the engine announced it.
     pub end: Option<AgentEvent>,
+    /// `approval_needed`, held back until the question can be answered through any host
+    /// (see [`Frontend::approve`] below).
+    pub asking: Option<AgentEvent>,
     /// The token that created the session.
     pub owner: Option<String>,
     /// The token that asked for the turn.
@@ -443,6 +453,8 @@ impl Frontend for ServeFrontend {
     fn event(&mut self, event: &AgentEvent) {
         if matches!(event, AgentEvent::TurnFinished { .. }) {
             self.end = Some(event.clone());
+        } else if matches!(event, AgentEvent::ApprovalNeeded { .. }) {
+            self.asking = Some(event.clone());
         } else {
             self.live.publish(SessionEvent::Agent(event.clone()));
         }
@@ -451,13 +463,8 @@ impl Frontend for ServeFrontend {
     async fn approve(&mut self, request: &ApprovalRequest) -> GivenAnswer {
         let asked_ms = now_ms();
         let deadline = tokio::time::Instant::now() + self.approval_timeout;
-        let question = match self.put_in_store(request).await {
-            Ok(question) => question,
-            Err(answered) => {
-                cordon_core::metrics::approval_answered(answered.at_ms - asked_ms);
-                return answered;
-            }
-        };
+        // Waiting here first: a follower that saw `approval_needed` may answer through this
+        // host before the store holds the question.
         let rx = self.live.wait_for(PendingApproval {
             session: self.live.id.clone(),
             client: None,
@@ -468,8 +475,26 @@ impl Frontend for ServeFrontend {
             ),
             owner: self.owner.clone(),
             asked_by: self.asked_by.clone(),
-            question: question.clone(),
+            question: None,
         });
+        let question = match self.put_in_store(request).await {
+            Ok(question) => question,
+            Err(answered) => {
+                self.live.stop_waiting(&request.call_id);
+                if let Some(asking) = self.asking.take() {
+                    self.live.publish(SessionEvent::Agent(asking));
+                }
+                cordon_core::metrics::approval_answered(answered.at_ms - asked_ms);
+                return answered;
+            }
+        };
+        if let Some(id) = &question {
+            self.live.set_question(&request.call_id, id);
+        }
+        // Only now may a follower answer, through this host or any other.
+        if let Some(asking) = self.asking.take() {
+            self.live.publish(SessionEvent::Agent(asking));
+        }
         let mut guard = WaitGuard {
             live: &self.live,
             call_id: request.call_id.clone(),
@@ -546,6 +571,7 @@ mod tests {
             live: live.clone(),
             approval_timeout: Duration::from_secs(30),
             end: None,
+            asking: None,
             owner: None,
             asked_by: None,
             store: None,
@@ -587,6 +613,7 @@ mod tests {
             live: live.clone(),
             approval_timeout: Duration::from_millis(20),
             end: None,
+            asking: None,
             owner: None,
             asked_by: None,
             store: None,

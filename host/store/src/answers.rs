@@ -10,6 +10,8 @@
 //!   sharing a SQLite file are on one machine, and an answer given through the host that
 //!   asks reaches it at once through that host's own memory (see `cordon-serve`'s live
 //!   sessions), so only `cordon approve` and a second process wait for the look.
+//! - The same connection hears requests to cancel a session's turn ([`CANCELS_CHANNEL`]),
+//!   which any host may send for a turn another host drives.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -22,6 +24,10 @@ use crate::{Backend, Store, StoreError};
 /// The channel answers are announced on (PostgreSQL).
 pub const ANSWERS_CHANNEL: &str = "cordon_approvals";
 
+/// The channel requests to cancel a session's turn go on (PostgreSQL), the session as
+/// payload.
+pub const CANCELS_CHANNEL: &str = "cordon_cancels";
+
 /// How often a waiter looks on PostgreSQL, besides being told.
 const SHARED_LOOK_EVERY: Duration = Duration::from_secs(2);
 
@@ -31,8 +37,12 @@ const LOCAL_LOOK_EVERY: Duration = Duration::from_millis(250);
 /// What the listener tells waiters: a question answered, or that announcements may have been
 /// missed (everyone looks).
 #[derive(Debug, Clone)]
-enum Heard {
+pub enum Heard {
+    /// Question `id` was answered.
     Answered(String),
+    /// Someone asked to cancel the turn of this session.
+    Cancel(String),
+    /// The listening connection was replaced: announcements may have been missed.
     MayHaveMissed,
 }
 
@@ -78,6 +88,7 @@ impl Store {
                     match heard.as_mut() {
                         Some(rx) => match rx.recv().await {
                             Ok(Heard::Answered(answered)) => answered == id,
+                            Ok(Heard::Cancel(_)) => false,
                             Ok(Heard::MayHaveMissed) => true,
                             Err(broadcast::error::RecvError::Lagged(_)) => true,
                             Err(broadcast::error::RecvError::Closed) => {
@@ -95,6 +106,31 @@ impl Store {
                     woken = woken => if woken { break },
                 }
             }
+        }
+    }
+
+    /// What this handle hears on a shared store (answers, cancels), the listener started if
+    /// it is not running; none on SQLite, which announces nothing.
+    pub fn announcements(&self) -> Option<broadcast::Receiver<Heard>> {
+        match &self.backend {
+            Backend::Postgres(pool) => Some(self.listen(pool)),
+            Backend::Sqlite(_) => None,
+        }
+    }
+
+    /// Asks whichever host drives session `id`'s turn to cancel it; false on SQLite, where
+    /// no other host can be asked.
+    pub async fn announce_cancel(&self, id: &str) -> Result<bool, StoreError> {
+        const SQL: &str = "SELECT pg_notify($1, $2)";
+        match &self.backend {
+            Backend::Postgres(pool) => sqlx::query(SQL)
+                .bind(CANCELS_CHANNEL)
+                .bind(id)
+                .execute(pool)
+                .await
+                .map(|_| true)
+                .map_err(|e| self.failed(e)),
+            Backend::Sqlite(_) => Ok(false),
         }
     }
 
@@ -125,7 +161,10 @@ impl Store {
 async fn listen_on(pool: sqlx::PgPool, sender: broadcast::Sender<Heard>) {
     let mut listener = loop {
         match sqlx::postgres::PgListener::connect_with(&pool).await {
-            Ok(mut listener) => match listener.listen(ANSWERS_CHANNEL).await {
+            Ok(mut listener) => match listener
+                .listen_all([ANSWERS_CHANNEL, CANCELS_CHANNEL])
+                .await
+            {
                 Ok(()) => break listener,
                 Err(e) => tracing::warn!("cannot listen for answers (looking instead): {e}"),
             },
@@ -137,7 +176,12 @@ async fn listen_on(pool: sqlx::PgPool, sender: broadcast::Sender<Heard>) {
     loop {
         match listener.try_recv().await {
             Ok(Some(notification)) => {
-                let _ = sender.send(Heard::Answered(notification.payload().to_string()));
+                let payload = notification.payload().to_string();
+                let _ = sender.send(if notification.channel() == CANCELS_CHANNEL {
+                    Heard::Cancel(payload)
+                } else {
+                    Heard::Answered(payload)
+                });
             }
             Ok(None) => {
                 let _ = sender.send(Heard::MayHaveMissed);

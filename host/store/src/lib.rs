@@ -44,7 +44,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-pub use answers::{ANSWERS_CHANNEL, Waited};
+pub use answers::{ANSWERS_CHANNEL, CANCELS_CHANNEL, Heard, Waited};
 pub use approvals::{ApprovalWaiting, Asked, SessionCall, WAITING_APPROVALS_SESSION};
 pub use audit::{AuditQuery, StoredAudit};
 pub use cordon_agent::SessionSettings;

@@ -436,3 +436,36 @@ fn what_an_mcp_client_was_given_on_one_host_holds_back_its_calls_on_another() {
     assert_eq!(second.json["result"]["isError"], true, "{}", second.text);
     assert!(second.text.contains("untrusted content"), "{}", second.text);
 }
+
+/// A turn another host drives is cancelled through any host: that host is asked through the
+/// store (PostgreSQL's NOTIFY), and the turn ends.
+#[test]
+fn a_turn_is_cancelled_through_a_host_that_does_not_drive_it() {
+    let (home, data, config) = probe_home(&[]);
+    empty_file(&data, "never.txt");
+    let model = Model::new(vec![
+        Step::tool_calls(vec![write_call("k1", "never.txt", "1")]),
+        Step::text("unused"),
+    ]);
+    let (hosts, _balancer, _front) = three_hosts(&home, &model, &config);
+    let [a, b, _] = &hosts[..] else {
+        unreachable!()
+    };
+    create(a, "stop");
+    let events = a.stream("/api/v1/sessions/stop/messages", json!({"text": "write"}));
+    events.until("approval_needed", WAIT);
+    let cancelled = b.post("/api/v1/sessions/stop/cancel", json!({}));
+    assert_eq!(cancelled.status, 202, "{}", cancelled.text);
+    let ended = events.until("turn_finished", WAIT);
+    assert_eq!(
+        ended.last().unwrap()["outcome"]["kind"],
+        "cancelled",
+        "{ended:#?}"
+    );
+    assert_eq!(std::fs::read_to_string(data.join("never.txt")).unwrap(), "");
+    // Nothing runs now: a cancel is told so.
+    idle(b, "stop");
+    let again = b.post("/api/v1/sessions/stop/cancel", json!({}));
+    assert_eq!(again.status, 409, "{}", again.text);
+    assert!(again.text.contains("no turn is running"), "{}", again.text);
+}
