@@ -3,8 +3,7 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::{FromRequest, Path, Query, Request, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -18,11 +17,12 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use crate::auth::{Caller, Scopes};
+pub(crate) use crate::body::Body;
 use crate::console;
 use crate::error::{ApiError, with_retry_after};
 use crate::follow::{Pace, event_stream, sse_response};
 use crate::live::{HostEvent, Published, SessionEvent};
-pub(crate) use crate::state::{AppState, base_url};
+pub(crate) use crate::state::{AppState, base_url, visible};
 
 /// The largest request body taken (a message, settings, an answer).
 const MAX_BODY: usize = 1 << 20;
@@ -212,27 +212,6 @@ async fn require_token(
     }
 }
 
-/// A JSON body whose errors say what was wrong and what was expected.
-pub(crate) struct Body<T>(pub(crate) T);
-
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
-    type Rejection = ApiError;
-
-    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(request, state).await.map_err(|e| {
-            ApiError::bad_request(format!("cannot read the request body: {}", e.body_text()))
-        })?;
-        let text = if bytes.iter().all(u8::is_ascii_whitespace) {
-            &b"{}"[..]
-        } else {
-            &bytes[..]
-        };
-        serde_json::from_slice(text)
-            .map(Body)
-            .map_err(|e| ApiError::bad_request(format!("the body is not the JSON expected: {e}")))
-    }
-}
-
 async fn health(State(state): State<AppState>) -> Json<Value> {
     Json(json!({"status": if state.host.is_stopping() { "stopping" } else { "ok" }}))
 }
@@ -240,21 +219,6 @@ async fn health(State(state): State<AppState>) -> Json<Value> {
 /// Who the token is and what it may do: what the console shows and which buttons it offers.
 async fn me(Extension(caller): Extension<Caller>) -> Json<Value> {
     Json(json!({"name": caller.name, "scopes": caller.scopes.names()}))
-}
-
-/// Session `id` if `caller` may see it (see [`crate::auth`], rule 3): a session of another
-/// token is answered exactly as one that does not exist.
-pub(crate) async fn visible(
-    state: &AppState,
-    caller: &Caller,
-    id: &str,
-) -> Result<cordon_store::SessionInfo, ApiError> {
-    caller.require(Scopes::SESSIONS, "use sessions")?;
-    let info = state.host.store().session(id).await?;
-    if caller.sees(info.created_by.as_deref()) {
-        return Ok(info);
-    }
-    Err(cordon_store::StoreError::UnknownSession { id: id.to_string() }.into())
 }
 
 #[derive(Deserialize)]

@@ -19,9 +19,10 @@ use cordon_store::{StoreError, WAITING_APPROVALS_SESSION};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::{AppState, Body, visible};
 use crate::auth::{Caller, Scopes};
+use crate::body::Body;
 use crate::error::ApiError;
+use crate::state::{AppState, visible};
 
 /// The questions of sessions the caller may see, each saying whether the caller may answer
 /// it.

@@ -17,6 +17,7 @@ mod admission;
 mod api;
 mod approvals;
 mod auth;
+mod body;
 mod connections;
 mod console;
 mod error;

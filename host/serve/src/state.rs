@@ -1,11 +1,13 @@
 //! What the routes share: the host, the tokens, the identity provider, and how the host is
-//! reached. Below every route module, so none of them depends on another for it.
+//! reached, and which sessions a caller sees. Below every route module, so none of them
+//! depends on another for it.
 
 use std::sync::Arc;
 
 use axum::http::header;
 
-use crate::auth::Tokens;
+use crate::auth::{Caller, Scopes, Tokens};
+use crate::error::ApiError;
 use crate::host::Host;
 
 /// What the routes share.
@@ -39,4 +41,19 @@ pub(crate) fn base_url(state: &AppState, headers: &axum::http::HeaderMap) -> Str
         })
         .unwrap_or("localhost");
     format!("http://{host}")
+}
+
+/// Session `id` if `caller` may see it (see [`crate::auth`], rule 3): a session of another
+/// token is answered exactly as one that does not exist.
+pub(crate) async fn visible(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<cordon_store::SessionInfo, ApiError> {
+    caller.require(Scopes::SESSIONS, "use sessions")?;
+    let info = state.host.store().session(id).await?;
+    if caller.sees(info.created_by.as_deref()) {
+        return Ok(info);
+    }
+    Err(cordon_store::StoreError::UnknownSession { id: id.to_string() }.into())
 }
