@@ -652,13 +652,15 @@ impl McpServer {
             )
         );
         // The client's model is given the result, an error or not.
-        self.saw(
-            &labels,
-            &spec.identity(),
-            &spec.widened(&session_grants).exposure,
-            &context,
-        )
-        .await;
+        let withheld = self
+            .saw(
+                &labels,
+                &spec.identity(),
+                &spec.widened(&session_grants).exposure,
+                &context,
+            )
+            .await
+            .err();
         let wanted = report
             .as_ref()
             .map(|r| r.wanted.clone())
@@ -670,6 +672,9 @@ impl McpServer {
         self.host
             .audit(self.record(&facts, &approved, outcome_of(&result), report))
             .await;
+        if let Some(why) = withheld {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(why)]).into());
+        }
         // A refusal a grant would lift may be put to a person, and the call run again.
         let result = match result {
             Err(failure) if !wanted.is_empty() => {

@@ -12,6 +12,7 @@ use axum::{Extension, Json, Router};
 use cordon_agent::{AgentEvent, Conversation, TurnInput};
 use cordon_store::{AuditQuery, NewSession, SessionSettings};
 use serde::Deserialize;
+#[cfg(feature = "fuzzing")]
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;

@@ -79,7 +79,7 @@ pub(crate) async fn answer(
         // An MCP client's question is its token's, as a session is its creator's: another
         // token without `sessions:all` is told it does not exist.
         let store = state.host.store();
-        let token = store.approval_token(&call_id).await?;
+        let token = store.mcp_approval_token(&call_id).await?;
         if !caller.sees(token.as_deref()) {
             return Err(cordon_store::StoreError::UnknownApproval { id: call_id }.into());
         }
@@ -136,7 +136,12 @@ pub(crate) async fn answer(
     crate::live::fits_question(&question.request, &answer, &call_id)?;
     match (stored.and_then(|s| s.question), live) {
         (Some(id), live) => {
-            take_answer(&state, &session, &call_id, id, &given).await?;
+            let asked = Asked {
+                session: &session,
+                call_id: &call_id,
+                request: &question.request,
+            };
+            take_answer(&state, &caller, asked, id, &given).await?;
             if let Some(live) = live {
                 live.deliver(&call_id, given);
             }
@@ -152,29 +157,64 @@ pub(crate) async fn answer(
 /// How often an answer follows its question to the host that asks it again.
 const FOLLOW_QUESTION: usize = 3;
 
+/// The question a person answered, as they were shown it.
+struct Asked<'a> {
+    session: &'a str,
+    call_id: &'a str,
+    request: &'a cordon_agent::ApprovalRequest,
+}
+
 /// The store takes the answer to question `id` once, whoever gives it. A question withdrawn
-/// at that moment because the call was asked about again (its host died, another took the
-/// session up) passes the answer on to the new question: the person answered that call.
+/// at that moment because its call was asked about again (its host died, another took the
+/// session up) passes the answer on to the question asked now, only if that asks about the
+/// very call the person was shown (the same request) and the person may answer it too;
+/// otherwise the person is told the question changed.
 async fn take_answer(
     state: &AppState,
-    session: &str,
-    call_id: &str,
+    caller: &Caller,
+    asked: Asked<'_>,
     mut id: String,
     given: &GivenAnswer,
 ) -> Result<(), ApiError> {
+    let Asked {
+        session,
+        call_id,
+        request,
+    } = asked;
     let store = state.host.store();
     for _ in 0..FOLLOW_QUESTION {
         match store.answer_approval(&id, given).await {
             Ok(()) => return Ok(()),
             Err(StoreError::ApprovalAnswered { earlier, .. }) => {
-                match store.session_approval(session, call_id).await? {
-                    Some(newer) if newer.id != id => id = newer.id,
-                    _ => {
+                let already = || {
+                    ApiError::conflict(format!(
+                        "call `{call_id}` of session `{session}` was already answered \
+                         ({earlier})"
+                    ))
+                };
+                if !store.asked_again(&id).await? {
+                    return Err(already());
+                }
+                let newer = store
+                    .session_approval(session, call_id)
+                    .await?
+                    .filter(|newer| newer.id != id)
+                    .map(crate::live::PendingApproval::from);
+                match newer {
+                    Some(newer)
+                        if newer.request == *request
+                            && sees_question(caller, &newer)
+                            && caller.may_answer(newer.asked_by.as_deref()) =>
+                    {
+                        id = newer.question.unwrap_or_default();
+                    }
+                    Some(_) => {
                         return Err(ApiError::conflict(format!(
-                            "call `{call_id}` of session `{session}` was already answered \
-                             ({earlier})"
+                            "call `{call_id}` of session `{session}` was asked about again, \
+                             differently; look at the question again and answer it"
                         )));
                     }
+                    None => return Err(already()),
                 }
             }
             Err(StoreError::ApprovalExpired { .. }) => {

@@ -256,6 +256,14 @@ impl LiveSession {
         state.waiting.clear();
     }
 
+    /// Whether the running turn was cancelled (by a person), not stopped by its host.
+    fn turn_cancelled(&self) -> bool {
+        self.state()
+            .cancel
+            .as_ref()
+            .is_some_and(CancellationToken::is_cancelled)
+    }
+
     /// Whether a turn runs here now.
     pub fn is_running(&self) -> bool {
         self.state().running
@@ -371,8 +379,10 @@ pub struct ServeFrontend {
 }
 
 /// Removes a question from the waiting list however its wait ends (answered, timed out, the
-/// turn dropped on shutdown or cancelled); a question still open in the store is withdrawn,
-/// so no host lists it any more.
+/// turn dropped on shutdown or cancelled). A question still open in the store is withdrawn
+/// when the turn was cancelled, so no host lists it any more; when the host stopped the turn
+/// (shutting down, the session taken over), it stays: the turn taken up again asks about the
+/// call again, and takes an answer given meanwhile.
 struct WaitGuard<'a> {
     live: &'a LiveSession,
     call_id: String,
@@ -383,6 +393,7 @@ impl Drop for WaitGuard<'_> {
     fn drop(&mut self) {
         self.live.stop_waiting(&self.call_id);
         if let Some((store, id)) = self.open_in.take()
+            && self.live.turn_cancelled()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             runtime.spawn(async move {
@@ -506,21 +517,39 @@ impl Frontend for ServeFrontend {
             local = tokio::time::timeout_at(deadline, rx) => local,
             stored = from_store(question.as_deref(), self.store.as_ref(), deadline) => Ok(Ok(stored)),
         };
-        if let Ok(Ok(answer)) = &answered {
-            // Answered: nothing to withdraw. The store records that this turn has the
-            // answer (and the answer itself, if it reached this host alone while the store
-            // was away), so no later question takes it.
-            if let Some((store, id)) = guard.open_in.take() {
-                let _ = store.answer_approval(&id, answer).await;
-                let _ = store.took_answer(&id).await;
-            }
-        } else if let Some((store, id)) = guard.open_in.take() {
+        let answered = match answered {
+            // Answered: nothing to withdraw. The store records the answer, if it reached this
+            // host alone (through its memory, while the question was being stored or the
+            // store was away), and that this turn has it, so no later question takes it. An
+            // answer the store took first is the one that counts, here as everywhere.
+            Ok(Ok(answer)) => match guard.open_in.take() {
+                Some((store, id)) => {
+                    let answer = match store.answer_approval(&id, &answer).await {
+                        Err(cordon_store::StoreError::ApprovalAnswered { .. }) => store
+                            .approval_answer(&id)
+                            .await
+                            .ok()
+                            .flatten()
+                            .unwrap_or(answer),
+                        _ => answer,
+                    };
+                    let _ = store.took_answer(&id).await;
+                    Ok(Ok(answer))
+                }
+                None => Ok(Ok(answer)),
+            },
+            other => other,
+        };
+        if !matches!(answered, Ok(Ok(_)))
+            && let Some((store, id)) = guard.open_in.take()
+        {
             let reason = format!("nobody answered within {waited}, so it was denied");
             let _ = store.withdraw_approval(&id, &reason).await;
             // An answer that arrived just before the withdrawal still counts.
             if let Ok(Some(answer)) = store.approval_answer(&id).await
                 && !matches!(answer.answer, ApprovalAnswer::Refused { .. })
             {
+                let _ = store.took_answer(&id).await;
                 cordon_core::metrics::approval_answered(answer.at_ms - asked_ms);
                 return answer;
             }

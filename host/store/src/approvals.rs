@@ -63,6 +63,9 @@ pub enum Asked {
     Answered(GivenAnswer),
 }
 
+/// Why a question was withdrawn when its call was asked about again.
+const ASKED_AGAIN: &str = "the call was asked about again";
+
 /// How long answered and expired questions are kept before the next question clears them.
 const KEEP_DONE_MS: i64 = 24 * 60 * 60 * 1000;
 
@@ -173,10 +176,12 @@ impl Store {
             session,
         };
         let clear = "DELETE FROM approvals WHERE expires_ms < $1";
+        // Asked within a day, answered, and received by no turn: a withdrawal is received by
+        // its asker as it is written, so only a person's answer is found.
         let unheard = "SELECT id, answer FROM approvals WHERE session = $1 AND call_id = $2 \
                        AND request = $3 AND answer IS NOT NULL AND taken_ms IS NULL \
-                       ORDER BY answered_ms DESC LIMIT 1";
-        let take = "UPDATE approvals SET taken_ms = $2 WHERE id = $1";
+                       AND asked_ms > $4 ORDER BY answered_ms DESC LIMIT 1";
+        let take = "UPDATE approvals SET taken_ms = $2 WHERE id = $1 AND taken_ms IS NULL";
         let withdraw = "UPDATE approvals SET answer = $3, answered_ms = $4, taken_ms = $4 \
                         WHERE session = $1 AND call_id = $2 AND answer IS NULL";
         let insert = "INSERT INTO approvals \
@@ -185,7 +190,7 @@ impl Store {
         let request_json = serde_json::to_string(request).unwrap_or_default();
         let asked_again = serde_json::to_string(&GivenAnswer::new(
             ApprovalAnswer::Refused {
-                reason: "the call was asked about again".to_string(),
+                reason: ASKED_AGAIN.to_string(),
             },
             format!("nobody (asked again by {})", self.holder()),
         ))
@@ -195,21 +200,9 @@ impl Store {
             let mut tx = pool.begin().await?;
             sqlx::query(clear).bind(now - KEEP_DONE_MS).execute(&mut *tx).await?;
             if let Some(call) = call {
-                let found = sqlx::query(unheard)
-                    .bind(&call.session)
-                    .bind(&call.call_id)
-                    .bind(&request_json)
-                    .fetch_optional(&mut *tx)
-                    .await?
-                    .map(|r| Ok::<_, sqlx::Error>((r.try_get::<String, _>(0)?, r.try_get::<String, _>(1)?)))
-                    .transpose()?;
-                if let Some((id, answer)) = found
-                    && let Ok(answer) = serde_json::from_str::<GivenAnswer>(&answer)
-                {
-                    sqlx::query(take).bind(&id).bind(now).execute(&mut *tx).await?;
-                    tx.commit().await?;
-                    return Ok(Some(answer));
-                }
+                // Withdrawn first: an answer to the open question committed before this is
+                // found below; one after it waits for this transaction, finds the question
+                // answered, and follows the answer to the question asked now.
                 sqlx::query(withdraw)
                     .bind(&call.session)
                     .bind(&call.call_id)
@@ -217,6 +210,25 @@ impl Store {
                     .bind(now)
                     .execute(&mut *tx)
                     .await?;
+                let found = sqlx::query(unheard)
+                    .bind(&call.session)
+                    .bind(&call.call_id)
+                    .bind(&request_json)
+                    .bind(now - KEEP_DONE_MS)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .map(|r| Ok::<_, sqlx::Error>((r.try_get::<String, _>(0)?, r.try_get::<String, _>(1)?)))
+                    .transpose()?;
+                if let Some((id, answer)) = found
+                    && let Ok(answer) = serde_json::from_str::<GivenAnswer>(&answer)
+                {
+                    // Taken once: of two hosts asking at once, one takes it.
+                    let taken = sqlx::query(take).bind(&id).bind(now).execute(&mut *tx).await?;
+                    if taken.rows_affected() == 1 {
+                        tx.commit().await?;
+                        return Ok(Some(answer));
+                    }
+                }
             }
             sqlx::query(insert)
                 .bind(&waiting.id)
@@ -346,20 +358,48 @@ impl Store {
 
     /// Closes question `id` unanswered (the asker stopped waiting: the call was cancelled or
     /// timed out), so a late answer is told so instead of being taken.
+    /// The withdrawal and its receipt are one statement: it is never taken for a person's
+    /// answer. An answer given before it stays for the asker to read ([`Store::took_answer`]
+    /// once it has).
     pub async fn withdraw_approval(&self, id: &str, reason: &str) -> Result<(), StoreError> {
-        let withdrawn = GivenAnswer::new(
+        const SQL: &str = "UPDATE approvals SET answer = $2, answered_ms = $3, taken_ms = $3 \
+                           WHERE id = $1 AND answer IS NULL";
+        let withdrawn = serde_json::to_string(&GivenAnswer::new(
             ApprovalAnswer::Refused {
                 reason: reason.to_string(),
             },
             format!("nobody ({reason})"),
-        );
-        match self.answer_approval(id, &withdrawn).await {
-            Ok(())
-            | Err(StoreError::ApprovalAnswered { .. } | StoreError::ApprovalExpired { .. }) => {
-                // Whatever was answered is the asker's to read now, not a later turn's.
-                self.took_answer(id).await
-            }
-            Err(e) => Err(e),
-        }
+        ))
+        .unwrap_or_default();
+        let now = cordon_core::now_ms();
+        on_backend!(self, pool => sqlx::query(SQL)
+            .bind(id)
+            .bind(&withdrawn)
+            .bind(now)
+            .execute(pool)
+            .await
+            .map(|_| ()))
+        .map_err(|e| self.failed(e))
+    }
+
+    /// Whether question `id` was closed because its call was asked about again (by the host
+    /// that drives the session now): an answer to it then belongs to the question asked now.
+    pub async fn asked_again(&self, id: &str) -> Result<bool, StoreError> {
+        Ok(self.approval_answer(id).await?.is_some_and(
+            |a| matches!(a.answer, ApprovalAnswer::Refused { ref reason } if reason == ASKED_AGAIN),
+        ))
+    }
+
+    /// An MCP client's question `id` (not a session's): whose it is, the token its client
+    /// authenticated with (none: asked over stdio). Any other id is unknown.
+    pub async fn mcp_approval_token(&self, id: &str) -> Result<Option<String>, StoreError> {
+        const SQL: &str = "SELECT token FROM approvals WHERE id = $1 AND session IS NULL";
+        let row: Option<Option<String>> = on_backend!(self, pool => sqlx::query(SQL)
+            .bind(id)
+            .fetch_optional(pool)
+            .await
+            .and_then(|row| row.map(|r| r.try_get::<Option<String>, _>(0)).transpose()))
+        .map_err(|e| self.failed(e))?;
+        row.ok_or_else(|| StoreError::UnknownApproval { id: id.to_string() })
     }
 }

@@ -6,7 +6,9 @@
 //! A session row names the token that opened it once the opening host recorded it; until
 //! then, and for any other token, it is nobody's and is never taken up. Rows are kept for
 //! [`MCP_SESSION_LIFE_MS`] from their opening; a client whose session is older starts a new
-//! one, as the MCP specification has it do after a `404`.
+//! one, as the MCP specification has it do after a `404`. A client's labels are kept as long
+//! from when they were first recorded: a client that calls for longer keeps its labels on the
+//! hosts it reached, and others learn them again as its results carry them.
 
 use cordon_core::{LabelSource, now_ms};
 use sqlx::Row;
@@ -84,10 +86,13 @@ impl Store {
         client: &str,
     ) -> Result<Vec<LabelSource>, StoreError> {
         const SQL: &str = "SELECT label, tool, grant_text FROM mcp_labels \
-                           WHERE token = $1 AND client = $2 ORDER BY at_ms, label, tool";
+                           WHERE token = $1 AND client = $2 AND at_ms >= $3 \
+                           ORDER BY at_ms, label, tool";
+        let since = now_ms() - MCP_SESSION_LIFE_MS;
         let rows: Vec<(String, String, String)> = on_backend!(self, pool => sqlx::query(SQL)
             .bind(token)
             .bind(client)
+            .bind(since)
             .fetch_all(pool)
             .await
             .and_then(|rows| rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).collect()))
@@ -104,8 +109,8 @@ impl Store {
             .collect())
     }
 
-    /// Adds label sources the client was given results of (those known already stay as
-    /// they were).
+    /// Adds label sources the client was given results of (those known already are kept a
+    /// day from now); those older than a day are cleared.
     pub async fn add_mcp_labels(
         &self,
         token: &str,
@@ -113,10 +118,14 @@ impl Store {
         sources: &[LabelSource],
     ) -> Result<(), StoreError> {
         const SQL: &str = "INSERT INTO mcp_labels (token, client, label, tool, grant_text, at_ms) \
-                           VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING";
+                           VALUES ($1, $2, $3, $4, $5, $6) \
+                           ON CONFLICT (token, client, label, tool, grant_text) \
+                           DO UPDATE SET at_ms = excluded.at_ms";
+        const CLEAR: &str = "DELETE FROM mcp_labels WHERE at_ms < $1";
         let now = now_ms();
         on_backend!(self, pool => async {
             let mut tx = pool.begin().await?;
+            sqlx::query(CLEAR).bind(now - MCP_SESSION_LIFE_MS).execute(&mut *tx).await?;
             for source in sources {
                 sqlx::query(SQL)
                     .bind(token)

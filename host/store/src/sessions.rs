@@ -517,8 +517,8 @@ impl Store {
         Ok(made)
     }
 
-    /// Removes a session, its log, the results it kept apart and its own policy counters (the
-    /// audit log keeps its records). Refused while another host drives it.
+    /// Removes a session, its log, the results it kept apart, its questions and its own policy
+    /// counters (the audit log keeps its records). Refused while another host drives it.
     pub async fn delete_session(&self, id: &str) -> Result<(), StoreError> {
         const SQL: &str = "DELETE FROM sessions WHERE id = $1 \
                            AND (lease_holder IS NULL OR lease_holder = $2 OR lease_until_ms < $3)";
@@ -526,6 +526,8 @@ impl Store {
         const SNAPSHOTS: &str = "DELETE FROM snapshots WHERE session = $1";
         const HISTORIES: &str = "DELETE FROM gateway_histories WHERE session = $1";
         const KEPT: &str = "DELETE FROM kept_results WHERE session = $1";
+        // A session made again under the same name never finds the old one's answers.
+        const QUESTIONS: &str = "DELETE FROM approvals WHERE session = $1";
         let (counts_from, counts_to) = session_range(id);
         let info = self.session(id).await?;
         let deleted = on_backend!(self, pool => async {
@@ -538,6 +540,7 @@ impl Store {
             sqlx::query(SNAPSHOTS).bind(id).execute(&mut *tx).await?;
             sqlx::query(HISTORIES).bind(id).execute(&mut *tx).await?;
             sqlx::query(KEPT).bind(id).execute(&mut *tx).await?;
+            sqlx::query(QUESTIONS).bind(id).execute(&mut *tx).await?;
             sqlx::query(DELETE_SESSION_COUNTS).bind(&counts_from).bind(&counts_to).execute(&mut *tx).await?;
             tx.commit().await?;
             Ok::<_, sqlx::Error>(true)

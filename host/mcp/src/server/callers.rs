@@ -58,15 +58,17 @@ impl McpServer {
         Ok(())
     }
 
-    /// The client's model is given a result of `tool`, which carries `exposure`'s labels:
-    /// the session holds them, and other hosts learn of those it did not hold.
+    /// The client's model is about to be given a result of `tool`, which carries
+    /// `exposure`'s labels: the session holds them, and other hosts learn of those it did
+    /// not hold. `Err` says why the result must be withheld: other hosts could not learn of
+    /// its labels, and would run calls this result should hold back.
     pub(super) async fn saw(
         &self,
         held: &Holding,
         tool: &str,
         exposure: &cordon_core::Exposure,
         context: &RequestContext<RoleServer>,
-    ) {
+    ) -> Result<(), String> {
         let added = {
             let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
             let before = held.labels.sources.len();
@@ -74,16 +76,19 @@ impl McpServer {
             held.labels.sources[before..].to_vec()
         };
         let Some(store) = self.label_store(context).filter(|_| !added.is_empty()) else {
-            return;
+            return Ok(());
         };
         let token = token(context);
         let name = introduced_name(context);
-        if let Err(e) = store
+        store
             .add_mcp_labels(token.as_deref().unwrap_or_default(), &name, &added)
             .await
-        {
-            tracing::warn!("the labels this client was given are kept on this host only: {e}");
-        }
+            .map_err(|e| {
+                format!(
+                    "the call ran, but its result is withheld: the labels it carries could not \
+                     be recorded for the other hosts ({e}); try again when the store is back"
+                )
+            })
     }
 
     /// This connection's key for `within = "session"` counters.

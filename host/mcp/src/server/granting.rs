@@ -9,7 +9,9 @@
 //! [`MAX_PER_SESSION`](cordon_agent::grant_requests::MAX_PER_SESSION).
 
 use cordon_agent::grant_requests::{Applying, GrantRequest, GrantSpan, MAX_MINUTES, reason};
-use cordon_agent::{ApprovalAnswer, ApprovalRequest, Content, GivenAnswer, ToolFailure};
+use cordon_agent::{
+    ApprovalAnswer, ApprovalRequest, Content, GivenAnswer, ToolFailure, ToolFailureKind,
+};
 use cordon_core::{AuditEntry, AuditRecord, HomeChangeAudit, now_ms};
 use rmcp::RoleServer;
 use rmcp::service::RequestContext;
@@ -222,13 +224,15 @@ impl McpServer {
                 context.ct.clone(),
             )
             .await;
-        self.saw(
-            held,
-            &spec.identity(),
-            &spec.widened(&grants_now).exposure,
-            context,
-        )
-        .await;
+        let withheld = self
+            .saw(
+                held,
+                &spec.identity(),
+                &spec.widened(&grants_now).exposure,
+                context,
+            )
+            .await
+            .err();
         let approved = Approved {
             decision: given.answer.as_str().to_string(),
             by: format!("{}, to a grant request for {grants}", given.by),
@@ -236,7 +240,10 @@ impl McpServer {
         self.host
             .audit(self.record(facts, &approved, outcome_of(&result), report))
             .await;
-        result
+        match withheld {
+            Some(why) => Err(ToolFailure::new(ToolFailureKind::Failed, why)),
+            None => result,
+        }
     }
 
     /// Asks the client's user (a form) or, for a client that cannot show one, whoever answers

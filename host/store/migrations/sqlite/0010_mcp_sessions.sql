@@ -9,7 +9,7 @@ CREATE TABLE mcp_sessions (
 );
 CREATE INDEX mcp_sessions_opened ON mcp_sessions (opened_ms);
 -- The labels (Rule of Two) a client over HTTP holds, by its token and name: what its model
--- was given results of, on any host. Rows are only added, never changed.
+-- was given results of, on any host, each kept a day from when it was last recorded.
 CREATE TABLE mcp_labels (
     token       TEXT    NOT NULL,
     client      TEXT    NOT NULL,
@@ -19,3 +19,4 @@ CREATE TABLE mcp_labels (
     at_ms       BIGINT  NOT NULL,
     PRIMARY KEY (token, client, label, tool, grant_text)
 );
+CREATE INDEX mcp_labels_at ON mcp_labels (at_ms);

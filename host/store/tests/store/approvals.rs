@@ -8,6 +8,10 @@ use serde_json::json;
 
 use crate::{Backend, each_backend, fresh, options};
 
+fn yes_again() -> GivenAnswer {
+    GivenAnswer::new(ApprovalAnswer::Yes, "API token `ops`")
+}
+
 fn request(call_id: &str) -> ApprovalRequest {
     ApprovalRequest {
         call_id: call_id.into(),
@@ -190,12 +194,44 @@ each_backend!(
             .await
             .unwrap_err();
         assert!(e.to_string().contains("asked again"), "{e}");
+        assert!(store.asked_again(&first.id).await.unwrap());
+        assert!(!store.asked_again(&second.id).await.unwrap());
         // A person answers while no turn waits (the host died again): the next question
         // about that call takes the answer, once.
         let yes = GivenAnswer::new(ApprovalAnswer::Yes, "API token `ops`");
         store.answer_approval(&second.id, &yes).await.unwrap();
         assert_eq!(ask("c1").await, cordon_store::Asked::Answered(yes));
+        let cordon_store::Asked::Waiting(third) = ask("c1").await else {
+            panic!("an answer is taken once")
+        };
+        // The asker's own withdrawal (it stopped waiting) is never taken for a person's
+        // answer.
+        store
+            .withdraw_approval(&third.id, "nobody answered within 5m")
+            .await
+            .unwrap();
         assert!(matches!(ask("c1").await, cordon_store::Asked::Waiting(_)));
+        // Nor is an answer to the same call id with another request (what the person saw).
+        let mut other = request("c3");
+        let cordon_store::Asked::Waiting(asked) = store
+            .ask_session_approval("s1", None, None, &other, 60_000)
+            .await
+            .unwrap()
+        else {
+            panic!("a new question waits")
+        };
+        store
+            .answer_approval(&asked.id, &yes_again())
+            .await
+            .unwrap();
+        other.arguments = json!({"path": "/data/b"});
+        assert!(matches!(
+            store
+                .ask_session_approval("s1", None, None, &other, 60_000)
+                .await
+                .unwrap(),
+            cordon_store::Asked::Waiting(_)
+        ));
         // Another call's question takes nothing.
         assert!(matches!(ask("c2").await, cordon_store::Asked::Waiting(_)));
     }
