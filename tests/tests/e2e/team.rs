@@ -65,6 +65,24 @@ fn chat(served: &Served, messages: &[(&str, &str)]) -> Value {
     answer.json
 }
 
+/// Opens an MCP session on `host` as client `name`: its id.
+fn open_mcp(host: &Served, name: &str) -> String {
+    let (opened, session) = host.mcp(
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+               "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                          "clientInfo": {"name": name, "version": "1"}}}),
+    );
+    assert_eq!(opened.status, 200, "{}", opened.text);
+    let session = session.expect("a session id");
+    let (initialized, _) = host.mcp(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert!(initialized.status < 300, "{}", initialized.text);
+    session
+}
+
 fn said(completion: &Value) -> &str {
     completion["choices"][0]["message"]["content"]
         .as_str()
@@ -332,19 +350,7 @@ fn an_mcp_session_goes_on_whichever_host_a_request_reaches() {
     let [a, b, c] = &hosts[..] else {
         unreachable!()
     };
-    let (opened, session) = a.mcp(
-        None,
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-               "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                          "clientInfo": {"name": "team-client", "version": "1"}}}),
-    );
-    assert_eq!(opened.status, 200, "{}", opened.text);
-    let session = session.expect("a session id");
-    let (initialized, _) = a.mcp(
-        Some(&session),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    );
-    assert!(initialized.status < 300, "{}", initialized.text);
+    let session = open_mcp(a, "team-client");
     // Host B, which did not open the session, takes it up.
     let (listed, _) = b.mcp(
         Some(&session),
@@ -409,17 +415,7 @@ fn what_an_mcp_client_was_given_on_one_host_holds_back_its_calls_on_another() {
     let [a, b, _] = &hosts[..] else {
         unreachable!()
     };
-    let (_, session) = a.mcp(
-        None,
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-               "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                          "clientInfo": {"name": "labels-client", "version": "1"}}}),
-    );
-    let session = session.expect("a session id");
-    a.mcp(
-        Some(&session),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    );
+    let session = open_mcp(a, "labels-client");
     let noop = |host: &Served, id: u64| {
         host.mcp(
             Some(&session),
