@@ -632,7 +632,13 @@ impl Host {
                         let _ = live.cancel();
                     }
                 }
-                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Ok(_) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                    tracing::warn!(
+                        "{missed} announcements were missed; a request to cancel a turn here \
+                         may have been among them (it can be sent again)"
+                    );
+                }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             }
         }

@@ -311,6 +311,15 @@ impl Gate {
         let Some(store) = &self.shared else {
             return false;
         };
+        // Taken up here, it is held here: within this host's bounds, as one opened here.
+        {
+            let open = self.sessions.sessions.read().await.len();
+            let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+            let held = owners.values().filter(|owner| *owner == token).count();
+            if open >= self.max_sessions || held >= self.max_sessions_per_token {
+                return false;
+            }
+        }
         match store.mcp_session(session, token).await {
             Ok(Some(_)) => {
                 self.owners
