@@ -465,3 +465,57 @@ fn a_turn_is_cancelled_through_a_host_that_does_not_drive_it() {
     assert_eq!(again.status, 409, "{}", again.text);
     assert!(again.text.contains("no turn is running"), "{}", again.text);
 }
+
+/// `cordon approve` on a machine where no host runs answers, through the shared store, a
+/// question a host elsewhere waits on; that host's turn hears it and goes on.
+#[test]
+fn cordon_approve_answers_through_the_store_a_turn_another_machine_drives() {
+    let (home, data, config) = probe_home(&[]);
+    empty_file(&data, "far.txt");
+    let url = cordon_tests::postgres::shared().database();
+    let model = Model::new(vec![
+        Step::tool_calls(vec![write_call("k1", "far.txt", "1")]),
+        Step::text("Done."),
+    ]);
+    let host = Served::start(
+        &home,
+        &[
+            ("CORDON_LLM_URL", &model.url()),
+            ("CORDON_MODEL", "scripted"),
+            ("CORDON_HOST_NAME", "host-a"),
+        ],
+        &["--config", config.to_str().unwrap(), "--store", &url],
+    );
+    create(&host, "far");
+    let events = host.stream("/api/v1/sessions/far/messages", json!({"text": "write"}));
+    events.until("approval_needed", WAIT);
+    let call_id = host.pending("far")["call_id"].as_str().unwrap().to_string();
+    let elsewhere = TestHome::new();
+    let listed = elsewhere
+        .cordon(&["--store", &url, "approve", "--list"])
+        .ok();
+    assert!(
+        listed.stdout.contains("far") && listed.stdout.contains(&call_id),
+        "{}",
+        listed.stdout
+    );
+    elsewhere
+        .cordon(&["--store", &url, "approve", "far", &call_id, "yes"])
+        .ok();
+    let ended = events.until("turn_finished", WAIT);
+    assert!(
+        ended
+            .iter()
+            .any(|e| e["type"] == "approval_given" && e["answer"] == "yes"),
+        "{ended:#?}"
+    );
+    assert_eq!(std::fs::read_to_string(data.join("far.txt")).unwrap(), "1");
+    // A call that does not wait is named as such.
+    let again = elsewhere.cordon(&["--store", &url, "approve", "far", "c9", "yes"]);
+    assert_ne!(again.code, 0);
+    assert!(
+        again.stderr.contains("has no call `c9` waiting"),
+        "{}",
+        again.stderr
+    );
+}
