@@ -172,6 +172,11 @@ pub struct ServeConfig {
     /// this URL's `Host` too (a load balancer or TLS terminator on the same machine passes
     /// them on so).
     pub public_url: Option<String>,
+    /// The URL the other hosts on a shared store reach this one at
+    /// (`http://10.0.0.5:8420`), to pass it a request only it can answer (the results of a
+    /// gateway client's own tools, which its turn waits for); unset: `http://` and the
+    /// listening address, unless that is every address (`0.0.0.0`).
+    pub internal_url: Option<String>,
 }
 
 impl Default for ServeConfig {
@@ -184,6 +189,7 @@ impl Default for ServeConfig {
             limits: crate::serve_limits::ServeLimits::default(),
             oidc: None,
             public_url: None,
+            internal_url: None,
         }
     }
 }

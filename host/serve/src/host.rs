@@ -79,6 +79,8 @@ pub struct Host {
     pub(crate) turns: TaskTracker,
     /// What the host takes on at once ([`crate::admission`]).
     pub(crate) admission: Admission,
+    /// Where the other hosts on a shared store reach this one (none: they cannot).
+    pub(crate) reached_at: std::sync::OnceLock<String>,
 }
 
 impl Host {
@@ -107,6 +109,7 @@ impl Host {
             turns: TaskTracker::new(),
             admission: Admission::new(&options.config.serve.limits),
             options,
+            reached_at: std::sync::OnceLock::new(),
         }))
     }
 
@@ -614,6 +617,15 @@ impl Host {
         }
     }
 
+    /// Tells the other hosts on a shared store where this one is reached.
+    pub async fn announce(&self) {
+        if let (true, Some(url)) = (self.store.is_shared(), self.reached_at.get())
+            && let Err(e) = self.store.announce_host(url).await
+        {
+            tracing::debug!("cannot tell the other hosts where this one is: {e}");
+        }
+    }
+
     /// Until the host stops: cancels the turns other hosts on the store are asked to cancel
     /// and this host drives (a shared store only).
     pub async fn hear_cancels(self: Arc<Self>) {
@@ -652,6 +664,7 @@ impl Host {
                 _ = tokio::time::sleep(every) => {}
             }
             self.tools().await;
+            self.announce().await;
             self.resume_orphans().await;
             self.sweep();
         }

@@ -146,6 +146,17 @@ pub async fn serve(
     );
     let app = api::router(state, mcp);
     on_listening(addr);
+    let internal = host
+        .options
+        .config
+        .serve
+        .internal_url
+        .clone()
+        .or_else(|| (!addr.ip().is_unspecified()).then(|| format!("http://{addr}")));
+    if let Some(url) = internal {
+        let _ = host.reached_at.set(url.trim_end_matches('/').to_string());
+    }
+    host.announce().await;
     host.resume_orphans().await;
     tokio::spawn(host.clone().hear_cancels());
     tokio::spawn(

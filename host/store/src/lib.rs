@@ -334,6 +334,11 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "mcp sessions",
         include_str!("../migrations/sqlite/0010_mcp_sessions.sql"),
     ),
+    (
+        11,
+        "serve hosts",
+        include_str!("../migrations/sqlite/0011_serve_hosts.sql"),
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -385,6 +390,11 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         10,
         "mcp sessions",
         include_str!("../migrations/postgres/0010_mcp_sessions.sql"),
+    ),
+    (
+        11,
+        "serve hosts",
+        include_str!("../migrations/postgres/0011_serve_hosts.sql"),
     ),
 ];
 

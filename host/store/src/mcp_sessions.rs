@@ -142,3 +142,35 @@ impl Store {
         .map_err(|e| self.failed(e))
     }
 }
+
+/// How long a host's address is trusted after it last said it was there.
+const HOST_SEEN_MS: i64 = 5 * 60 * 1000;
+
+impl Store {
+    /// Records that this process (its name in leases) is reached at `url`, now.
+    pub async fn announce_host(&self, url: &str) -> Result<(), StoreError> {
+        const SQL: &str = "INSERT INTO serve_hosts (holder, url, seen_ms) VALUES ($1, $2, $3) \
+                           ON CONFLICT (holder) DO UPDATE SET url = excluded.url, \
+                           seen_ms = excluded.seen_ms";
+        const CLEAR: &str = "DELETE FROM serve_hosts WHERE seen_ms < $1";
+        let now = now_ms();
+        on_backend!(self, pool => async {
+            sqlx::query(CLEAR).bind(now - HOST_SEEN_MS).execute(pool).await?;
+            sqlx::query(SQL).bind(self.holder()).bind(url).bind(now).execute(pool).await.map(|_| ())
+        }.await)
+        .map_err(|e| self.failed(e))
+    }
+
+    /// Where the process named `holder` in leases is reached, if it said so lately.
+    pub async fn host_url(&self, holder: &str) -> Result<Option<String>, StoreError> {
+        const SQL: &str = "SELECT url FROM serve_hosts WHERE holder = $1 AND seen_ms >= $2";
+        let since = now_ms() - HOST_SEEN_MS;
+        on_backend!(self, pool => sqlx::query(SQL)
+            .bind(holder)
+            .bind(since)
+            .fetch_optional(pool)
+            .await
+            .and_then(|row| row.map(|r| r.try_get::<String, _>(0)).transpose()))
+        .map_err(|e| self.failed(e))
+    }
+}

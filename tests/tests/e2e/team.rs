@@ -519,3 +519,91 @@ fn cordon_approve_answers_through_the_store_a_turn_another_machine_drives() {
         again.stderr
     );
 }
+
+/// A gateway client's own tool: the turn that asked for its result waits on the host that
+/// drives it; the client's next request, carrying the result, reaches another host, which
+/// passes it on to that one, and the rest of the turn comes back through it.
+#[test]
+fn a_client_tools_result_reaches_the_turn_waiting_for_it_on_another_host() {
+    let (home, _data, config) = probe_home(&[]);
+    let model = Model::new(vec![
+        Step::tool_calls(vec![crate::model::call(
+            "w1",
+            "get_weather",
+            json!({"city": "Oslo"}),
+        )]),
+        Step::text("Sunny in Oslo."),
+        Step::tool_calls(vec![crate::model::call(
+            "w2",
+            "get_weather",
+            json!({"city": "Bergen"}),
+        )]),
+        Step::text("Rain in Bergen."),
+    ]);
+    let (hosts, _balancer, _front) = three_hosts(&home, &model, &config);
+    let [a, b, c] = &hosts[..] else {
+        unreachable!()
+    };
+    let tools = json!([{"type": "function", "function": {
+        "name": "get_weather", "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]}}}]);
+    let ask = json!({"role": "user", "content": "Weather in Oslo?"});
+    let first = a.post(
+        "/v1/chat/completions",
+        json!({"model": "scripted", "messages": [ask], "tools": tools}),
+    );
+    assert_eq!(first.status, 200, "{}", first.text);
+    let call = first.json["choices"][0]["message"]["tool_calls"][0].clone();
+    assert_eq!(call["function"]["name"], "get_weather", "{}", first.text);
+    let second = b.post(
+        "/v1/chat/completions",
+        json!({"model": "scripted", "tools": tools, "messages": [
+            ask,
+            {"role": "assistant", "content": null, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call["id"], "content": "sunny, 21 °C"},
+        ]}),
+    );
+    assert_eq!(second.status, 200, "{}", second.text);
+    assert_eq!(said(&second.json), "Sunny in Oslo.");
+    // Upstream, the model was given the client's result, once.
+    let results: Vec<Value> = model
+        .messages(1)
+        .into_iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(results[0]["content"], "sunny, 21 °C");
+    // The same through the Responses API: the outputs alone, naming the response that
+    // asked for them, sent to another host.
+    let weather = json!({"type": "function", "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]}});
+    let first = c.post(
+        "/v1/responses",
+        json!({"model": "scripted", "input": "Weather in Bergen?", "tools": [weather]}),
+    );
+    assert_eq!(first.status, 200, "{}", first.text);
+    let call = first.json["output"][0].clone();
+    assert_eq!(call["type"], "function_call", "{}", first.text);
+    let second = a.post(
+        "/v1/responses",
+        json!({"model": "scripted", "tools": [weather], "previous_response_id": first.json["id"],
+               "input": [{"type": "function_call_output", "call_id": call["call_id"],
+                          "output": "rain, 9 °C"}]}),
+    );
+    assert_eq!(second.status, 200, "{}", second.text);
+    assert_eq!(
+        second.json["output"][0]["content"][0]["text"], "Rain in Bergen.",
+        "{}",
+        second.text
+    );
+    assert_eq!(
+        sessions(b)
+            .iter()
+            .filter(|s| s["origin"] == "gateway")
+            .count(),
+        2
+    );
+}

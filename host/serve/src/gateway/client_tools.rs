@@ -108,6 +108,11 @@ impl ClientCalls {
     }
 
     /// The client's results; every id must be a call it was asked to run and has not answered.
+    /// Whether a turn of `session` on this host waits for results of the client's tools.
+    pub(super) fn waits(&self, session: &str) -> bool {
+        self.lock().contains_key(session)
+    }
+
     pub(super) fn supply(&self, session: &str, results: &[(String, String)]) -> Result<(), String> {
         let mut sessions = self.lock();
         let Some(expected) = sessions.get_mut(session) else {

@@ -22,6 +22,7 @@
 //! `response` turns the turn's events into the answer.
 
 mod client_tools;
+mod forward;
 mod histories;
 mod parameters;
 mod passthrough;
@@ -293,6 +294,7 @@ async fn complete(state: GatewayState, request: Request) -> Result<Response, Gat
     let named = named_session(request.headers())?;
     let token = caller(&request)?;
     let tool_events = wants_tool_events(request.headers());
+    let headers = request.headers().clone();
     let body = read_body(request).await?;
     let config = &state.host.options.config;
     let offered = config.gateway.offered(&config.llm.model);
@@ -306,6 +308,13 @@ async fn complete(state: GatewayState, request: Request) -> Result<Response, Gat
         Some(id) => Some(own_session(&host, &id, &requester).await?),
         None => state.histories.find(&host, &requester, &chat).await,
     };
+    // The results of the client's tools go to the turn waiting for them, on whichever host.
+    if let (request::Input::ToolResults(_), Some(session)) = (&chat.input, &known)
+        && !state.client_calls.waits(session)
+        && let Some(url) = forward::driving_host(&host, session, &headers).await
+    {
+        return forward::forward(&host, &url, "/v1/chat/completions", &headers, body).await;
+    }
     let (session, events) = turn::begin_turn(&state, &chat, &requester, known).await?;
     let guard = CancelOnDrop {
         host: host.clone(),

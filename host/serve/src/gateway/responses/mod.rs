@@ -192,6 +192,7 @@ async fn respond(state: GatewayState, request: Request) -> Result<Response, Gate
     let named = named_session(request.headers())?;
     let token = caller(&request)?;
     let tool_events = wants_tool_events(request.headers());
+    let headers = request.headers().clone();
     let body = read_body(request).await?;
     let host = state.host.clone();
     let config = &host.options.config;
@@ -204,6 +205,13 @@ async fn respond(state: GatewayState, request: Request) -> Result<Response, Gate
     parsed.items = stored::resolve(&state, &requester, std::mem::take(&mut parsed.items)).await?;
     let request = input::request(parsed)?;
     let found = find(&state, &request, named, &requester).await?;
+    // The results of the client's tools go to the turn waiting for them, on whichever host.
+    if let (Input::ToolResults(_), Some(session)) = (&request.chat.input, &found.session)
+        && !state.client_calls.waits(session)
+        && let Some(url) = super::forward::driving_host(&host, session, &headers).await
+    {
+        return super::forward::forward(&host, &url, "/v1/responses", &headers, body).await;
+    }
     let (session, events) =
         super::turn::begin_turn(&state, &request.chat, &requester, found.session)
             .await
