@@ -504,8 +504,25 @@ async fn follow_session(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
+    headers: axum::http::HeaderMap,
 ) -> Result<Response, ApiError> {
     visible(&state, &caller, &id).await?;
+    // A turn another host drives streams its events there: the request is passed on to it
+    // (on a shared store, once), and its events come back through this host.
+    let here = state.host.live_if_any(&id).is_some_and(|l| l.is_running());
+    if !here && let Some(url) = crate::forward::driving_host(&state.host, &id, &headers).await {
+        let path = format!("/api/v1/sessions/{id}/events");
+        let passed = crate::forward::Passed {
+            method: axum::http::Method::GET,
+            path: &path,
+            headers: &headers,
+            keep: &["authorization", "accept", "last-event-id"],
+            body: axum::body::Bytes::new(),
+        };
+        return crate::forward::forward(&state.host, &url, passed)
+            .await
+            .map_err(ApiError::unavailable);
+    }
     let events = state.host.follow(&id);
     // The stream ends when the host stops, so shutting down never waits for followers.
     let stopping = state.host.stopping.clone();

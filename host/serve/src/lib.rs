@@ -22,6 +22,7 @@ mod connections;
 mod console;
 mod error;
 mod follow;
+mod forward;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

@@ -433,8 +433,9 @@ fn what_an_mcp_client_was_given_on_one_host_holds_back_its_calls_on_another() {
     assert!(second.text.contains("untrusted content"), "{}", second.text);
 }
 
-/// A turn another host drives is cancelled through any host: that host is asked through the
-/// store (PostgreSQL's NOTIFY), and the turn ends.
+/// A turn another host drives is followed and cancelled through any host: the follow is
+/// passed on to the host driving the turn, which is asked to cancel it through the store
+/// (PostgreSQL's NOTIFY), and the turn ends.
 #[test]
 fn a_turn_is_cancelled_through_a_host_that_does_not_drive_it() {
     let (home, data, config) = probe_home(&[]);
@@ -450,9 +451,19 @@ fn a_turn_is_cancelled_through_a_host_that_does_not_drive_it() {
     create(a, "stop");
     let events = a.stream("/api/v1/sessions/stop/messages", json!({"text": "write"}));
     events.until("approval_needed", WAIT);
+    // Followed through host B, which passes the follow on to host A.
+    let followed = b.follow_get("/api/v1/sessions/stop/events");
+    assert_eq!(followed.status, 200);
+    std::thread::sleep(Duration::from_millis(300));
     let cancelled = b.post("/api/v1/sessions/stop/cancel", json!({}));
     assert_eq!(cancelled.status, 202, "{}", cancelled.text);
     let ended = events.until("turn_finished", WAIT);
+    let seen_on_b = followed.until("turn_finished", WAIT);
+    assert_eq!(
+        seen_on_b.last().unwrap()["outcome"]["kind"],
+        "cancelled",
+        "{seen_on_b:#?}"
+    );
     assert_eq!(
         ended.last().unwrap()["outcome"]["kind"],
         "cancelled",

@@ -22,7 +22,6 @@
 //! `response` turns the turn's events into the answer.
 
 mod client_tools;
-mod forward;
 mod histories;
 mod parameters;
 mod passthrough;
@@ -311,9 +310,9 @@ async fn complete(state: GatewayState, request: Request) -> Result<Response, Gat
     // The results of the client's tools go to the turn waiting for them, on whichever host.
     if let (request::Input::ToolResults(_), Some(session)) = (&chat.input, &known)
         && !state.client_calls.waits(session)
-        && let Some(url) = forward::driving_host(&host, session, &headers).await
+        && let Some(url) = crate::forward::driving_host(&host, session, &headers).await
     {
-        return forward::forward(&host, &url, "/v1/chat/completions", &headers, body).await;
+        return pass_on(&host, &url, "/v1/chat/completions", &headers, body).await;
     }
     let (session, events) = turn::begin_turn(&state, &chat, &requester, known).await?;
     let guard = CancelOnDrop {
@@ -333,6 +332,44 @@ async fn complete(state: GatewayState, request: Request) -> Result<Response, Gat
         response.headers_mut().insert(SESSION_HEADER, value);
     }
     Ok(response)
+}
+
+/// The headers a request passed on to another host keeps: who sends it, what it is, what it
+/// asks for.
+const PASSED_HEADERS: [&str; 5] = [
+    "authorization",
+    "content-type",
+    "accept",
+    SESSION_HEADER,
+    TOOL_EVENTS_HEADER,
+];
+
+/// Passes the request (`path`, `headers`, `body`) on to the host at `url`, which drives its
+/// session's turn (see [`crate::forward`]).
+async fn pass_on(
+    host: &Host,
+    url: &str,
+    path: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, GatewayError> {
+    let passed = crate::forward::Passed {
+        method: axum::http::Method::POST,
+        path,
+        headers,
+        keep: &PASSED_HEADERS,
+        body,
+    };
+    crate::forward::forward(host, url, passed)
+        .await
+        .map_err(|message| GatewayError {
+            status: StatusCode::BAD_GATEWAY,
+            kind: "service_unavailable",
+            code: Some("host_unreachable"),
+            param: None,
+            message,
+            retry_after_secs: Some(1),
+        })
 }
 
 /// The name of the token a request came with: the token layer in front of the gateway puts

@@ -208,9 +208,9 @@ async fn respond(state: GatewayState, request: Request) -> Result<Response, Gate
     // The results of the client's tools go to the turn waiting for them, on whichever host.
     if let (Input::ToolResults(_), Some(session)) = (&request.chat.input, &found.session)
         && !state.client_calls.waits(session)
-        && let Some(url) = super::forward::driving_host(&host, session, &headers).await
+        && let Some(url) = crate::forward::driving_host(&host, session, &headers).await
     {
-        return super::forward::forward(&host, &url, "/v1/responses", &headers, body).await;
+        return super::pass_on(&host, &url, "/v1/responses", &headers, body).await;
     }
     let (session, events) =
         super::turn::begin_turn(&state, &request.chat, &requester, found.session)
