@@ -79,7 +79,7 @@ pub(crate) async fn answer(
         // An MCP client's question is its token's, as a session is its creator's: another
         // token without `sessions:all` is told it does not exist.
         let store = state.host.store();
-        let token = store.mcp_approval_token(&call_id).await?;
+        let token = store.approval_token(&call_id).await?;
         if !caller.sees(token.as_deref()) {
             return Err(cordon_store::StoreError::UnknownApproval { id: call_id }.into());
         }

@@ -288,23 +288,27 @@ impl Store {
 
     /// The answer to question `id`, once there is one.
     pub async fn approval_answer(&self, id: &str) -> Result<Option<GivenAnswer>, StoreError> {
-        let text = self.approval_column(id, "answer").await?;
+        let text = self.approval_column(id, "answer", "").await?;
         Ok(text.and_then(|text| serde_json::from_str(&text).ok()))
     }
 
-    /// Whose question `id` is: the token its client authenticated with (none: asked over
-    /// stdio). An unknown question is an error, as answering it would be.
+    /// Whose MCP client's question `id` is: the token its client authenticated with (none:
+    /// asked over stdio). An unknown question is an error, as answering it would be; so is
+    /// the id of a session's question, which is answered by its session and call.
     pub async fn approval_token(&self, id: &str) -> Result<Option<String>, StoreError> {
-        self.approval_column(id, "token").await
+        self.approval_column(id, "token", " AND session IS NULL")
+            .await
     }
 
-    /// One nullable text column of question `id`; an unknown question is an error.
+    /// One nullable text column of question `id` (a question `only` further narrows); an
+    /// unknown question is an error.
     async fn approval_column(
         &self,
         id: &str,
         column: &'static str,
+        only: &'static str,
     ) -> Result<Option<String>, StoreError> {
-        let sql = format!("SELECT {column} FROM approvals WHERE id = $1");
+        let sql = format!("SELECT {column} FROM approvals WHERE id = $1{only}");
         let row: Option<Option<String>> =
             on_backend!(self, pool => sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
             .bind(id)
@@ -388,18 +392,5 @@ impl Store {
         Ok(self.approval_answer(id).await?.is_some_and(
             |a| matches!(a.answer, ApprovalAnswer::Refused { ref reason } if reason == ASKED_AGAIN),
         ))
-    }
-
-    /// An MCP client's question `id` (not a session's): whose it is, the token its client
-    /// authenticated with (none: asked over stdio). Any other id is unknown.
-    pub async fn mcp_approval_token(&self, id: &str) -> Result<Option<String>, StoreError> {
-        const SQL: &str = "SELECT token FROM approvals WHERE id = $1 AND session IS NULL";
-        let row: Option<Option<String>> = on_backend!(self, pool => sqlx::query(SQL)
-            .bind(id)
-            .fetch_optional(pool)
-            .await
-            .and_then(|row| row.map(|r| r.try_get::<Option<String>, _>(0)).transpose()))
-        .map_err(|e| self.failed(e))?;
-        row.ok_or_else(|| StoreError::UnknownApproval { id: id.to_string() })
     }
 }

@@ -129,6 +129,11 @@ each_backend!(
             waiting.id
         );
         assert_eq!(other.session_approval("s1", "c2").await.unwrap(), None);
+        // Its id does not name an MCP client's question.
+        assert!(matches!(
+            other.approval_token(&waiting.id).await,
+            Err(StoreError::UnknownApproval { .. })
+        ));
         // The asker waits; the answer, given through the other handle, ends the wait (on
         // PostgreSQL through the notification, long before the two-second look).
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
