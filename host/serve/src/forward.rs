@@ -48,10 +48,18 @@ pub(crate) async fn forward(
              request again"
         )
     };
-    let client = reqwest::Client::builder()
-        .connect_timeout(std::time::Duration::from_secs(5))
-        .build()
-        .map_err(|e| unreachable(e.to_string()))?;
+    // One client for the process: its connections to the other hosts are kept and reused.
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    let client = match CLIENT.get() {
+        Some(client) => client,
+        None => {
+            let built = reqwest::Client::builder()
+                .connect_timeout(std::time::Duration::from_secs(5))
+                .build()
+                .map_err(|e| unreachable(e.to_string()))?;
+            CLIENT.get_or_init(|| built)
+        }
+    };
     let mut request = client
         .request(passed.method, format!("{url}{}", passed.path))
         .header(FORWARDED_HEADER, host.store().holder())
