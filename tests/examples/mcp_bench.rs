@@ -150,23 +150,67 @@ async fn main() {
         .env_remove("CORDON_CONFIG")
         .env_remove("CORDON_STORE");
     let through_cordon = connect(cordon_cmd).await;
+    // The same, sending a span of every call to an OTLP/HTTP receiver (`[telemetry]`).
+    let collector = cordon_tests::otlp::Collector::start();
+    let mut traced_cmd = tokio::process::Command::new(&bin);
+    traced_cmd
+        .arg("--home")
+        .arg(&home)
+        .arg("mcp")
+        .current_dir(&home)
+        .env_remove("CORDON_CONFIG")
+        .env_remove("CORDON_STORE")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.endpoint);
+    let traced = connect(traced_cmd).await;
+    // And with every trace sampled out: the spans made, none sent.
+    let sampled_out = home.join("sampled-out.toml");
+    std::fs::write(
+        &sampled_out,
+        format!(
+            "[telemetry]\notlp_endpoint = \"{}\"\nsample_ratio = 0.0\n",
+            collector.endpoint
+        ),
+    )
+    .expect("write a config");
+    let mut unsampled_cmd = tokio::process::Command::new(&bin);
+    unsampled_cmd
+        .arg("--home")
+        .arg(&home)
+        .arg("mcp")
+        .arg("--config")
+        .arg(&sampled_out)
+        .current_dir(&home)
+        .env_remove("CORDON_CONFIG")
+        .env_remove("CORDON_STORE");
+    let unsampled = connect(unsampled_cmd).await;
     let mut native_cmd = tokio::process::Command::new(std::env::current_exe().expect("exe"));
     native_cmd.arg(NATIVE_FLAG);
     let native = connect(native_cmd).await;
     let mut own_cmd = tokio::process::Command::new(std::env::current_exe().expect("exe"));
     own_cmd.arg(NATIVE_FLAG).arg(OWN_TRANSPORT_FLAG);
     let native_own = connect(own_cmd).await;
-    for client in [&through_cordon, &native, &native_own] {
+    for client in [&through_cordon, &native, &native_own, &traced, &unsampled] {
         calls(client, 100).await;
     }
+    let mut unsampled_times = Vec::new();
     let (mut cordon_times, mut native_times, mut own_times) = (Vec::new(), Vec::new(), Vec::new());
+    let mut traced_times = Vec::new();
     let rounds = 5;
     for _ in 0..rounds {
         native_times.extend(calls(&native, n / rounds).await);
         own_times.extend(calls(&native_own, n / rounds).await);
         cordon_times.extend(calls(&through_cordon, n / rounds).await);
+        traced_times.extend(calls(&traced, n / rounds).await);
+        unsampled_times.extend(calls(&unsampled, n / rounds).await);
     }
-    for client in [through_cordon, native, native_own] {
+    // The traced server sends a batch every 5 s (and when 512 are waiting).
+    let traced_calls = 100 + n / rounds * rounds;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while collector.spans().len() < traced_calls && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let sent = collector.spans().len();
+    for client in [through_cordon, native, native_own, traced, unsampled] {
         let _ = client.cancel().await;
     }
     let (c, b, o) = (
@@ -174,6 +218,8 @@ async fn main() {
         median(native_times),
         median(own_times),
     );
+    let t = median(traced_times);
+    let u = median(unsampled_times);
     println!("MCP over stdio, no-op tools/call round trip ({n} calls each, same rmcp client):");
     println!(
         "  native rmcp server (no sandbox)                  {:>10}",
@@ -194,6 +240,19 @@ async fn main() {
     println!(
         "  ratio cordon / native on the same transport      {:>9.2}×   (sandbox, policy, audit)",
         c.as_secs_f64() / o.as_secs_f64()
+    );
+    println!(
+        "  cordon mcp sending a span per call over OTLP     {:>10}   ({sent} spans received)",
+        micros(t)
+    );
+    println!(
+        "  ratio traced / untraced                          {:>9.2}×",
+        t.as_secs_f64() / c.as_secs_f64()
+    );
+    println!(
+        "  cordon mcp with every trace sampled out          {:>10}   ({:.2}× untraced)",
+        micros(u),
+        u.as_secs_f64() / c.as_secs_f64()
     );
 
     // 2. Streamable HTTP: all calls at once.

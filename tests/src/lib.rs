@@ -16,6 +16,7 @@ pub mod balancer;
 pub mod bench;
 pub mod fake_registry;
 pub mod oidc;
+pub mod otlp;
 pub mod postgres;
 pub mod running;
 pub mod serve;
@@ -226,6 +227,9 @@ impl TestHome {
             .env_remove("CORDON_CONFIG")
             .env_remove("CORDON_STORE")
             .env_remove("RUST_LOG")
+            // A developer's or CI's own trace collector is not the tests'.
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             .env("RUST_BACKTRACE", "0");
         command
     }

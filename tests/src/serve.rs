@@ -259,13 +259,44 @@ impl Served {
 
     /// `POST path` with the token, following the answer as Server-Sent Events.
     pub fn stream(&self, path: &str, body: Value) -> Events {
-        let request = self
+        self.stream_with(path, body, &[])
+    }
+
+    /// [`Served::stream`] with more headers (a client's `traceparent`).
+    pub fn stream_with(&self, path: &str, body: Value, headers: &[(&str, &str)]) -> Events {
+        let mut request = self
             .client
             .post(self.url(path))
             .bearer_auth(&self.token)
             .header("content-type", "application/json")
             .body(body.to_string());
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
         self.follow(request)
+    }
+
+    /// `POST path` with the token, a JSON body and more headers (a client's `traceparent`).
+    pub fn post_with(&self, path: &str, body: Value, headers: &[(&str, &str)]) -> Answer {
+        let mut request = self
+            .client
+            .post(self.url(path))
+            .bearer_auth(&self.token)
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        self.rt.block_on(async {
+            let response = request
+                .send()
+                .await
+                .expect("send a request to cordon serve");
+            let status = response.status().as_u16();
+            let text = response.text().await.unwrap_or_default();
+            let json = serde_json::from_str(&text).unwrap_or(Value::Null);
+            Answer { status, json, text }
+        })
     }
 
     /// `GET path` with the token, followed as Server-Sent Events.

@@ -70,6 +70,9 @@ pub struct AgentConfig {
     /// Per-call policy rules (see `cordon-policy`).
     #[serde(default)]
     pub policy: cordon_policy::PolicyConfig,
+    /// Traces over OTLP (off unless an endpoint is set).
+    #[serde(default)]
+    pub telemetry: crate::telemetry::TelemetryConfig,
 }
 
 /// What one conversation uses instead of the configuration's defaults: what a session records,
@@ -651,6 +654,9 @@ impl AgentConfig {
             .limits
             .validate()
             .map_err(|e| invalid(&e.field, e.message))?;
+        self.telemetry
+            .validate()
+            .map_err(|e| invalid(&e.field, e.message))?;
         for (field, secs) in [
             ("llm.connect_timeout_secs", self.llm.connect_timeout_secs),
             ("llm.read_timeout_secs", self.llm.read_timeout_secs),
@@ -821,7 +827,8 @@ mod tests {
             let leaf = key.rsplit('.').next().unwrap();
             let is_rule = key.starts_with("approval.tools.")
                 || key.starts_with("approval.plugins.")
-                || key.starts_with("gateway.models.");
+                || key.starts_with("gateway.models.")
+                || key.starts_with("telemetry.headers.");
             assert!(
                 is_rule
                     || block.contains(&format!("{leaf} = "))

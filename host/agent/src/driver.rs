@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use cordon_core::{AuditRecord, Requester};
 
@@ -175,6 +176,7 @@ impl std::fmt::Debug for Agent {
 
 mod model_request;
 mod policy_inputs;
+mod spans;
 mod tool_runs;
 
 pub use policy_inputs::policy_origin;
@@ -370,6 +372,22 @@ refused or declined, tell the user; do not work around it.",
         input: TurnInput,
         io: &mut TurnIo<'_>,
     ) -> Result<Driven, AgentError> {
+        let span = spans::turn(&input, &io.audit);
+        let driven = self
+            .drive_turn(conv, input, io)
+            .instrument(span.clone())
+            .await;
+        spans::turn_ended(&span, &driven, conv);
+        driven
+    }
+
+    /// [`Agent::drive`], inside the turn's span.
+    async fn drive_turn(
+        &self,
+        conv: &mut Conversation,
+        input: TurnInput,
+        io: &mut TurnIo<'_>,
+    ) -> Result<Driven, AgentError> {
         let mut catalog = self.catalog(&conv.grants, conv.requester());
         // Answers saved under model-facing names move to identities; same meaning, so the
         // conversation counts as unchanged even if the turn is then refused.
@@ -509,6 +527,7 @@ refused or declined, tell the user; do not work around it.",
                 Action::RequestApproval { request } => {
                     let cancel = io.cancel;
                     let frontend = &mut *io.frontend;
+                    let span = spans::approval(&request);
                     let wait = async move {
                         tokio::select! {
                             biased;
@@ -521,7 +540,9 @@ refused or declined, tell the user; do not work around it.",
                             },
                         }
                     };
-                    match until_suspended(io.suspend, wait).await {
+                    let given = until_suspended(io.suspend, wait.instrument(span.clone())).await;
+                    spans::approval_ended(&span, given.as_ref());
+                    match given {
                         Some(event) => Some(event),
                         None => return Ok(Driven::Suspended),
                     }

@@ -64,6 +64,7 @@ pub mod serve_limits;
 pub mod serve_sign_in;
 pub mod spill;
 pub mod stream_lines;
+pub mod telemetry;
 pub mod text_tool_calls;
 pub mod tool_host;
 pub mod tools;

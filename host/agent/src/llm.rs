@@ -9,6 +9,8 @@ use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use tracing::field::Empty;
 
 use crate::config::LlmConfig;
 pub use crate::messages::LlmFailure;
@@ -176,7 +178,9 @@ impl LlmClient {
     }
 
     /// Sends one request; streamed text goes to `on_text` as it arrives. Its time, outcome
-    /// and tokens go to the metrics ([`cordon_core::metrics`]).
+    /// and tokens go to the metrics ([`cordon_core::metrics`]) and to a span named as
+    /// OpenTelemetry's conventions for generative AI name a model request (`chat MODEL`),
+    /// whose trace the request carries on to the model server.
     pub async fn complete(
         &self,
         req: &ChatRequest,
@@ -184,8 +188,24 @@ impl LlmClient {
         on_text: &mut (dyn FnMut(&str) + Send),
         cancel: &CancellationToken,
     ) -> Result<ModelResponse, LlmError> {
+        let span = tracing::info_span!(
+            "chat",
+            otel.name = %format_args!("chat {}", self.config.model),
+            otel.kind = "client",
+            otel.status_code = Empty,
+            gen_ai.operation.name = "chat",
+            gen_ai.request.model = %self.config.model,
+            gen_ai.usage.input_tokens = Empty,
+            gen_ai.usage.output_tokens = Empty,
+            "error.type" = Empty,
+            cordon.stream = stream,
+            cordon.tools_offered = req.tools.len(),
+        );
         let started = std::time::Instant::now();
-        let done = self.request(req, stream, on_text, cancel).await;
+        let done = self
+            .request(req, stream, on_text, cancel)
+            .instrument(span.clone())
+            .await;
         let (outcome, tokens) = match &done {
             Ok(r) => (
                 "ok",
@@ -197,6 +217,14 @@ impl LlmClient {
             Err(_) => ("failed", None),
         };
         cordon_core::metrics::model_request(started.elapsed(), outcome, tokens);
+        if let Some((input, output)) = tokens {
+            span.record("gen_ai.usage.input_tokens", input);
+            span.record("gen_ai.usage.output_tokens", output);
+        }
+        if outcome != "ok" {
+            span.record("otel.status_code", "error");
+            span.record("error.type", outcome);
+        }
         done
     }
 
@@ -207,7 +235,13 @@ impl LlmClient {
         on_text: &mut (dyn FnMut(&str) + Send),
         cancel: &CancellationToken,
     ) -> Result<ModelResponse, LlmError> {
-        let mut builder = self.http.post(&self.endpoint).json(&self.body(req, stream));
+        let mut trace = reqwest::header::HeaderMap::new();
+        cordon_core::trace::pass_on(&mut trace);
+        let mut builder = self
+            .http
+            .post(&self.endpoint)
+            .headers(trace)
+            .json(&self.body(req, stream));
         if let Some(key) = &self.api_key {
             builder = builder.bearer_auth(key);
         }

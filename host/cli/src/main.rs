@@ -22,6 +22,7 @@ mod records;
 mod serve;
 mod serving;
 mod sessions;
+mod telemetry;
 mod term;
 mod toolbox_host;
 mod trust;
@@ -137,7 +138,15 @@ pub(crate) fn render_error(error: &anyhow::Error) -> String {
     text
 }
 
-fn init_logging(verbose: u8) {
+/// Installs the log (to stderr, at `-v`'s level or `RUST_LOG`'s) and, when `telemetry` names
+/// an endpoint, the span exporter, which must be kept until the process ends.
+fn init_logging(
+    verbose: u8,
+    telemetry: Option<&cordon_agent::telemetry::TelemetryConfig>,
+) -> anyhow::Result<Option<telemetry::Exporting>> {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let default = match verbose {
         0 => "warn",
         1 => "info",
@@ -149,14 +158,19 @@ fn init_logging(verbose: u8) {
     // Colours are escape sequences too: only for a terminal, and not when NO_COLOR asks so.
     let colour =
         Stream::Stderr.is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let log = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(verbose >= 2)
         .with_ansi(colour)
         // Plugin log records and stderr, model and server text: every field neutralised.
         .fmt_fields(log_format::LogFields)
-        .init();
+        .with_filter(filter);
+    let (spans, exporting) = match telemetry.map(telemetry::start).transpose()?.flatten() {
+        Some((layer, exporting)) => (Some(layer), Some(exporting)),
+        None => (None, None),
+    };
+    tracing_subscriber::registry().with(log).with(spans).init();
+    Ok(exporting)
 }
 
 impl Command {
@@ -182,14 +196,7 @@ const ONE_SHOT_INSTANCES: u32 = 4;
 /// The config files a command uses or a conversation would use: `--config`, `$CORDON_CONFIG`,
 /// and `./cordon.toml` when it exists. They hold the approval rules, so no grant may reach them.
 fn configs_in_use(command: &Command) -> Vec<PathBuf> {
-    let explicit = match command {
-        Command::Chat(args) => args.model.config.clone(),
-        Command::Run(args) => args.unattended.model.config.clone(),
-        Command::Serve(args) => args.config().map(PathBuf::from),
-        Command::Mcp(args) => args.config.clone(),
-        Command::Sessions(command) => command.config().map(PathBuf::from),
-        _ => None,
-    };
+    let explicit = explicit_config(command);
     let from_env = std::env::var_os("CORDON_CONFIG")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from);
@@ -198,6 +205,31 @@ fn configs_in_use(command: &Command) -> Vec<PathBuf> {
         .chain(from_env)
         .chain(chat::config_in_use(None))
         .collect()
+}
+
+/// The config file a command names (`--config`, or `$CORDON_CONFIG` through it).
+fn explicit_config(command: &Command) -> Option<PathBuf> {
+    match command {
+        Command::Chat(args) => args.model.config.clone(),
+        Command::Run(args) => args.unattended.model.config.clone(),
+        Command::Serve(args) => args.config().map(PathBuf::from),
+        Command::Mcp(args) => args.config.clone(),
+        Command::Sessions(command) => command.config().map(PathBuf::from),
+        _ => None,
+    }
+}
+
+/// The `[telemetry]` of the config a conversation uses (the defaults without one, which the
+/// environment may still turn on); `None` for a one-shot command, which makes no spans. A
+/// config that does not load gives the defaults here: the command itself reports it.
+fn telemetry_config(command: &Command) -> Option<cordon_agent::telemetry::TelemetryConfig> {
+    if !command.is_conversation() {
+        return None;
+    }
+    let config = chat::config_in_use(explicit_config(command).as_deref())
+        .and_then(|path| cordon_agent::AgentConfig::load(&path, true).ok())
+        .unwrap_or_default();
+    Some(config.telemetry)
 }
 
 async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
@@ -383,7 +415,13 @@ fn main() -> ExitCode {
     if one_shot {
         die_quietly_on_closed_stdout();
     }
-    init_logging(cli.verbose);
+    let exporting = match init_logging(cli.verbose, telemetry_config(&cli.command).as_ref()) {
+        Ok(exporting) => exporting,
+        Err(e) => {
+            errln!("error: {}", render_error(&e));
+            return ExitCode::from(2);
+        }
+    };
     // A one-shot command runs on the calling thread: starting worker threads costs more than
     // anything such a command does concurrently. So does `cordon mcp`, which serves one
     // client: without hand-offs between threads its round trip is 1.3–1.4× a native MCP server's
@@ -406,6 +444,8 @@ fn main() -> ExitCode {
             rt.shutdown_timeout(std::time::Duration::from_secs(1));
             result
         });
+    // The last spans go out before the process ends.
+    drop(exporting);
     match result {
         Ok(code) => code,
         Err(e) => {

@@ -19,6 +19,7 @@ mod reserved;
 mod schema;
 mod stamp;
 mod tool;
+pub mod trace;
 mod written;
 
 pub use audit::{

@@ -26,6 +26,7 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::asking::{
     APPROVAL_INPUT, Approver, Outstanding, Redeemed, can_elicit_form, elicit, question_form,
@@ -38,6 +39,7 @@ use callers::{client_name, introduced_name, token};
 mod granting;
 mod policy;
 mod results;
+mod spans;
 
 /// How an MCP server behaves.
 #[derive(Debug, Clone)]
@@ -314,6 +316,12 @@ impl McpServer {
         report: Option<CallReport>,
     ) -> AuditRecord {
         let spec = facts.spec;
+        let rule = facts.verdict.as_ref().and_then(|v| v.rule.as_ref());
+        spans::decided(
+            &decision.decision,
+            &decision.by,
+            rule.map(|r| r.id.as_str()),
+        );
         AuditRecord {
             at_ms: now_ms(),
             origin: self.host.options.origin.clone(),
@@ -669,6 +677,7 @@ impl McpServer {
             .as_ref()
             .map(|r| r.refused.clone())
             .unwrap_or_default();
+        spans::ran(&result, report.as_ref());
         self.host
             .audit(self.record(&facts, &approved, outcome_of(&result), report))
             .await;
@@ -834,7 +843,13 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.call(request, context).await
+        let span = spans::tool_call(
+            &request,
+            &context,
+            &self.host.options.origin,
+            token(&context).as_deref(),
+        );
+        self.call(request, context).instrument(span).await
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

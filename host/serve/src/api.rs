@@ -71,6 +71,7 @@ pub(crate) fn router(state: AppState, mcp: crate::mcp::Endpoint) -> Router {
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), check_host))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        .layer(middleware::from_fn(crate::spans::traced))
         .with_state(state)
 }
 

@@ -60,8 +60,12 @@ pub(crate) async fn forward(
             CLIENT.get_or_init(|| built)
         }
     };
+    // The host passed to continues this request's trace.
+    let mut trace = reqwest::header::HeaderMap::new();
+    cordon_core::trace::pass_on(&mut trace);
     let mut request = client
         .request(passed.method, format!("{url}{}", passed.path))
+        .headers(trace)
         .header(FORWARDED_HEADER, host.store().holder())
         .body(passed.body);
     for name in passed.keep {

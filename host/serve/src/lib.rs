@@ -33,6 +33,7 @@ mod mcp;
 mod metrics;
 mod oidc;
 mod sign_in;
+mod spans;
 mod state;
 
 use std::future::Future;

@@ -307,6 +307,9 @@ pub struct RecordedRequest {
     /// `/v1/embeddings`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// The W3C `traceparent` header, if any: the trace a client carried on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 impl RecordedRequest {
@@ -439,6 +442,13 @@ fn lock(state: &SharedState) -> std::sync::MutexGuard<'_, Shared> {
     state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+fn traceparent(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
 /// Records a request to a route other than chat completions; its parsed body.
 fn record_other(state: &SharedState, path: &str, headers: &HeaderMap, body: &Bytes) -> Value {
     let text = String::from_utf8_lossy(body).to_string();
@@ -450,6 +460,7 @@ fn record_other(state: &SharedState, path: &str, headers: &HeaderMap, body: &Byt
             .and_then(|v| v.to_str().ok())
             .map(str::to_string),
         path: Some(path.to_string()),
+        traceparent: traceparent(headers),
     });
     parsed
 }
@@ -517,6 +528,7 @@ async fn completions(
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string),
             path: None,
+            traceparent: traceparent(&headers),
         });
         shared.served += 1;
         let step = shared.steps.pop_front().or_else(|| {

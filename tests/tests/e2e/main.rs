@@ -25,6 +25,7 @@ mod serve;
 mod serve_admission;
 mod sessions;
 mod team;
+mod telemetry;
 mod tools_files;
 mod tools_js;
 mod tools_python;

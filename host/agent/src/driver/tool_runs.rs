@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use tracing::Instrument;
 
 use cordon_core::{
     AuditEntry, AuditRecord, CallOutcome, CallReport, Content, ToolCallAudit, arguments_sha256,
@@ -71,15 +72,18 @@ impl Agent {
                     running.push(run.call_id.clone());
                     let token = child.clone();
                     let tools = self.tools.clone();
+                    let span = super::spans::tool_call(&run, planned.get(&run.call_id));
                     results.push(async move {
                         let (result, report) = match answered {
                             Some(result) => (result, None),
                             None => {
                                 tools
                                     .call_granted(&run.tool, run.arguments.clone(), &grants, token)
+                                    .instrument(span.clone())
                                     .await
                             }
                         };
+                        super::spans::tool_call_ended(&span, &result, report.as_ref());
                         (run, result, report)
                     });
                 }
