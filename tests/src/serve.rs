@@ -136,6 +136,16 @@ impl Served {
     /// An MCP message to `/mcp` (JSON answers), in MCP session `session` if given: the
     /// answer, and the session the answer names (`Mcp-Session-Id`).
     pub fn mcp(&self, session: Option<&str>, message: Value) -> (Answer, Option<String>) {
+        self.mcp_with(session, message, &[])
+    }
+
+    /// [`Served::mcp`] with more headers (a client's `traceparent`).
+    pub fn mcp_with(
+        &self,
+        session: Option<&str>,
+        message: Value,
+        headers: &[(&str, &str)],
+    ) -> (Answer, Option<String>) {
         let mut request = self
             .client
             .post(self.url("/mcp"))
@@ -146,6 +156,9 @@ impl Served {
             .body(message.to_string());
         if let Some(session) = session {
             request = request.header("mcp-session-id", session);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
         }
         self.rt.block_on(async {
             let response = request.send().await.expect("send a request to /mcp");

@@ -4,9 +4,9 @@
 //!
 //! What a span carries is chosen so that a trace store never holds what the audit log keeps
 //! back: names, ids, decisions, outcomes and sizes, never a call's arguments, a result, a
-//! message or a model's text.
-
-use std::collections::BTreeMap;
+//! message or a model's text. A collector's key is no setting here, kept out of a file others
+//! read: the exporter takes `OTEL_EXPORTER_OTLP_HEADERS` from the environment, as every
+//! OpenTelemetry SDK does.
 
 use serde::{Deserialize, Serialize};
 
@@ -28,8 +28,6 @@ pub struct TelemetryConfig {
     /// Unset: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT` when the
     /// environment sets one (as for any OpenTelemetry SDK), else no traces.
     pub otlp_endpoint: Option<String>,
-    /// Headers sent with every export, e.g. a tracing service's API key.
-    pub headers: BTreeMap<String, String>,
     /// The `service.name` the spans carry; unset: `OTEL_SERVICE_NAME`, else `cordon`.
     pub service_name: Option<String>,
     /// The share of traces kept, 0.0–1.0. A request that arrives in a client's trace
@@ -41,7 +39,6 @@ impl Default for TelemetryConfig {
     fn default() -> Self {
         Self {
             otlp_endpoint: None,
-            headers: BTreeMap::new(),
             service_name: None,
             sample_ratio: 1.0,
         }
@@ -69,16 +66,6 @@ impl TelemetryConfig {
                 }
             }
         }
-        for (name, value) in &self.headers {
-            if http::HeaderName::try_from(name.as_str()).is_err()
-                || http::HeaderValue::try_from(value.as_str()).is_err()
-            {
-                return Err(invalid(
-                    "headers",
-                    format!("`{name}` is not a header name with a value a header can carry"),
-                ));
-            }
-        }
         if self
             .service_name
             .as_ref()
@@ -95,7 +82,8 @@ impl TelemetryConfig {
         Ok(())
     }
 
-    /// Where spans are sent, when anywhere: this setting's endpoint, else
+    /// Where spans are sent, when anywhere, not yet checked (see [`TelemetryConfig::check_url`]):
+    /// this setting's endpoint, else
     /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as it is, else `OTEL_EXPORTER_OTLP_ENDPOINT`; an
     /// endpoint (not the traces' own URL) gets `/v1/traces`, as OpenTelemetry's SDKs do.
     /// `None` also when `OTEL_SDK_DISABLED=true`.
@@ -110,6 +98,40 @@ impl TelemetryConfig {
             .or_else(|| set(env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")))
             .or_else(|| set(env("OTEL_EXPORTER_OTLP_ENDPOINT")).map(joined))
     }
+}
+
+/// Checks the URL spans go to ([`TelemetryConfig::traces_url`]), which the environment may
+/// have named, and the protocol the environment asks for: Cordon sends OTLP over HTTP only.
+pub fn check_url(url: &str, env: impl Fn(&str) -> Option<String>) -> Result<(), InvalidTelemetry> {
+    let invalid = |message: String| InvalidTelemetry {
+        field: "telemetry.otlp_endpoint (or OTEL_EXPORTER_OTLP_ENDPOINT)".into(),
+        message,
+    };
+    match url::Url::parse(url) {
+        Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.has_host() => {}
+        _ => {
+            return Err(invalid(format!(
+                "`{url}` is not an http:// or https:// URL; use e.g. http://127.0.0.1:4318"
+            )));
+        }
+    }
+    for name in [
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+    ] {
+        if let Some(protocol) = env(name).filter(|p| !p.trim().is_empty())
+            && protocol.trim() != "http/protobuf"
+        {
+            return Err(InvalidTelemetry {
+                field: name.to_string(),
+                message: format!(
+                    "`{protocol}`: Cordon sends OTLP over HTTP (http/protobuf) only; point it \
+                     at the collector's HTTP port (4318 by convention) and unset {name}"
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -155,8 +177,6 @@ mod tests {
                 "telemetry.otlp_endpoint",
             ),
             ("otlp_endpoint = 'grpc://c:4317'", "telemetry.otlp_endpoint"),
-            ("headers = { 'bad name' = 'x' }", "telemetry.headers"),
-            ("headers = { k = \"a\\nb\" }", "telemetry.headers"),
             ("service_name = ' '", "telemetry.service_name"),
             ("sample_ratio = 1.5", "telemetry.sample_ratio"),
         ] {
@@ -166,5 +186,18 @@ mod tests {
         config("otlp_endpoint = 'https://api.example.com'")
             .validate()
             .unwrap();
+    }
+
+    #[test]
+    fn what_the_environment_names_is_checked_too() {
+        let none = |_: &str| None;
+        check_url("http://127.0.0.1:4318/v1/traces", none).unwrap();
+        let error = check_url("127.0.0.1:4318/v1/traces", none).unwrap_err();
+        assert!(error.message.contains("http://"), "{error}");
+        let grpc = |k: &str| (k == "OTEL_EXPORTER_OTLP_PROTOCOL").then(|| "grpc".to_string());
+        let error = check_url("http://c:4317/v1/traces", grpc).unwrap_err();
+        assert_eq!(error.field, "OTEL_EXPORTER_OTLP_PROTOCOL");
+        let http = |k: &str| (k == "OTEL_EXPORTER_OTLP_PROTOCOL").then(|| "http/protobuf".into());
+        check_url("http://c:4318/v1/traces", http).unwrap();
     }
 }

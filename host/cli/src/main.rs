@@ -145,6 +145,7 @@ fn init_logging(
     telemetry: Option<&cordon_agent::telemetry::TelemetryConfig>,
 ) -> anyhow::Result<Option<telemetry::Exporting>> {
     use tracing_subscriber::Layer;
+    use tracing_subscriber::filter::FilterExt;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     let default = match verbose {
@@ -164,7 +165,10 @@ fn init_logging(
         .with_ansi(colour)
         // Plugin log records and stderr, model and server text: every field neutralised.
         .fmt_fields(log_format::LogFields)
-        .with_filter(filter);
+        // Cordon's spans are for traces: a log line does not carry their fields.
+        .with_filter(filter.and(tracing_subscriber::filter::filter_fn(|meta| {
+            !(meta.is_span() && meta.target().starts_with("cordon"))
+        })));
     let (spans, exporting) = match telemetry.map(telemetry::start).transpose()?.flatten() {
         Some((layer, exporting)) => (Some(layer), Some(exporting)),
         None => (None, None),

@@ -6,13 +6,12 @@
 //! Only spans go out, and only Cordon's: log events (a plugin's log records among them) stay
 //! in the log, and dependencies' spans stay out of the trace.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Context;
 use cordon_agent::telemetry::TelemetryConfig;
 use opentelemetry::trace::TracerProvider;
-use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
@@ -34,7 +33,7 @@ pub struct Exporting {
 
 impl Drop for Exporting {
     fn drop(&mut self) {
-        if let Err(e) = self.provider.shutdown() {
+        if let Err(e) = self.provider.shutdown_with_timeout(EXPORT_TIMEOUT) {
             errln!(
                 "cordon: the last spans could not be sent to {}: {e}",
                 self.url
@@ -51,20 +50,18 @@ pub fn start<S>(
 where
     S: tracing::Subscriber + for<'a> LookupSpan<'a>,
 {
-    let Some(url) = config.traces_url(|name| std::env::var(name).ok()) else {
+    let env = |name: &str| std::env::var(name).ok();
+    let Some(url) = config.traces_url(env) else {
         return Ok(None);
     };
+    cordon_agent::telemetry::check_url(&url, env)?;
     // The exporter's client may reach an https:// collector; rustls needs its provider.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let headers: HashMap<String, String> = config
-        .headers
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    // Headers (a tracing service's key) come from OTEL_EXPORTER_OTLP_HEADERS, which the
+    // exporter reads itself.
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_endpoint(url.clone())
-        .with_headers(headers)
         .with_timeout(EXPORT_TIMEOUT)
         .build()
         .with_context(|| format!("cannot send traces to {url}"))?;

@@ -317,11 +317,7 @@ impl McpServer {
     ) -> AuditRecord {
         let spec = facts.spec;
         let rule = facts.verdict.as_ref().and_then(|v| v.rule.as_ref());
-        spans::decided(
-            &decision.decision,
-            &decision.by,
-            rule.map(|r| r.id.as_str()),
-        );
+        spans::decided(&decision.decision, rule.map(|r| r.id.as_str()));
         AuditRecord {
             at_ms: now_ms(),
             origin: self.host.options.origin.clone(),

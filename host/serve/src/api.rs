@@ -45,10 +45,13 @@ pub(crate) fn router(state: AppState, mcp: crate::mcp::Endpoint) -> Router {
         .route("/audit", get(query_audit))
         .route("/tools", get(list_tools))
         .route("/me", get(me))
+        .route_layer(middleware::from_fn(crate::spans::traced))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     let gateway = crate::gateway::router(state.host.clone())
+        .route_layer(middleware::from_fn(crate::spans::traced))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     let mcp = crate::mcp::routes(mcp)
+        .route_layer(middleware::from_fn(crate::spans::traced))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     let metrics = Router::new()
         .route("/metrics", get(crate::metrics::scrape))
@@ -71,7 +74,6 @@ pub(crate) fn router(state: AppState, mcp: crate::mcp::Endpoint) -> Router {
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), check_host))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
-        .layer(middleware::from_fn(crate::spans::traced))
         .with_state(state)
 }
 

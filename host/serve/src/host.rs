@@ -14,7 +14,6 @@ use cordon_core::Requester;
 use cordon_store::{NewSession, SessionJournal, SessionSettings, Store};
 use tokio::sync::broadcast;
 use tokio_util::task::TaskTracker;
-use tracing::Instrument;
 
 use crate::admission::{Admission, Place};
 use crate::error::ApiError;
@@ -468,14 +467,12 @@ impl Host {
     ) -> broadcast::Receiver<Arc<Published>> {
         let events = live.subscribe();
         let host = self.clone();
-        // Under the span of the request that starts it (`crate::spans`), when there is one.
-        self.turns.spawn(
-            async move {
+        // In the trace of the request that starts it (`crate::spans`), when there is one.
+        self.turns
+            .spawn(cordon_core::trace::in_current_trace(async move {
                 host.drive(live, journal, conversation, agent, input, requested)
                     .await;
-            }
-            .instrument(tracing::Span::current()),
-        );
+            }));
         events
     }
 

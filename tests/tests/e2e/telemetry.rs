@@ -46,11 +46,14 @@ fn one<'a>(spans: &'a [Span], name: &str) -> &'a Span {
 #[test]
 fn a_clients_trace_holds_the_turn_its_model_requests_approval_and_tool_call() {
     let collector = Collector::start();
-    let (home, _data) = support::probe_home(&[]);
+    let (home, data) = support::probe_home(&[]);
+    std::fs::write(data.join("note.txt"), "NOTE-SECRET").unwrap();
+    // Reads run unasked (for the MCP call below); a write asks.
     std::fs::write(
         home.scratch("serve-cwd").join("cordon.toml"),
         format!(
-            "[telemetry]\notlp_endpoint = \"{}\"\nservice_name = \"cordon-under-test\"\n",
+            "[telemetry]\notlp_endpoint = \"{}\"\nservice_name = \"cordon-under-test\"\n\
+             [policy]\nrules = [ {{ id = \"reads\", tool = \"probe.fs\", args = {{ op = \"read\" }}, decision = \"allow\" }} ]\n",
             collector.endpoint
         ),
     )
@@ -158,6 +161,50 @@ fn a_clients_trace_holds_the_turn_its_model_requests_approval_and_tool_call() {
     chat_ids.sort();
     assert_eq!(parents, chat_ids);
 
+    // MCP over HTTP: the call's span is a child of the request's, in the client's trace.
+    let mcp_trace = "22222222222222222222222222222222";
+    let (opened, session) = served.mcp(
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "trace-test", "version": "1"}}}),
+    );
+    assert_eq!(opened.status, 200, "{}", opened.text);
+    let session = session.expect("an MCP session");
+    served.mcp(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    let (called, _) = served.mcp_with(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "fs", "arguments": {"op": "read", "path": "/data/note.txt"}}}),
+        &[("traceparent", &traceparent(mcp_trace, CLIENT_SPAN))],
+    );
+    assert_eq!(called.status, 200, "{}", called.text);
+    let spans = collector.wait_for(Duration::from_secs(30), |spans| {
+        spans
+            .iter()
+            .any(|s| s.trace_id == mcp_trace && s.name.starts_with("tools/call"))
+    });
+    let over_http: Vec<Span> = spans
+        .into_iter()
+        .filter(|s| s.trace_id == mcp_trace)
+        .collect();
+    let request = one(&over_http, "POST /mcp");
+    assert_eq!(request.parent_id, CLIENT_SPAN);
+    assert_eq!(one(&over_http, "tools/call fs").parent_id, request.span_id);
+
+    // A request without a valid token makes no span and chooses no trace.
+    let stranger_trace = "11111111111111111111111111111111";
+    let stranger = Served::at(&served.addr, "not-a-token");
+    let refused = stranger.post_with(
+        "/api/v1/sessions",
+        json!({"id": "s"}),
+        &[("traceparent", &traceparent(stranger_trace, CLIENT_SPAN))],
+    );
+    assert_eq!(refused.status, 401, "{}", refused.text);
+
     // The gateway: a Chat Completions request in the client's trace.
     let other_trace = "0af7651916cd43dd8448eb211c80319c";
     let answered = served.post_with(
@@ -189,15 +236,28 @@ fn a_clients_trace_holds_the_turn_its_model_requests_approval_and_tool_call() {
         "MESSAGE-SECRET",
         "ANSWER-SECRET",
         "GATEWAY-SECRET",
+        "NOTE-SECRET",
     ] {
         assert!(
             !collector.saw(secret),
             "`{secret}` was sent to the collector"
         );
     }
+    let all = collector.spans();
     assert!(
-        collector.spans().iter().all(|s| !s.name.contains("health")),
+        all.iter().all(|s| !s.name.contains("health")),
         "a health check made a span"
+    );
+    assert!(
+        all.iter().all(|s| s.trace_id != stranger_trace),
+        "a request without a token continued its trace"
+    );
+    assert_eq!(
+        all.iter()
+            .filter(|s| s.attr("http.route") == "/api/v1/sessions")
+            .count(),
+        1,
+        "a request without a token made a span (the test's own session is the one)"
     );
     assert!(collector.refused().is_empty(), "{:?}", collector.refused());
 }
@@ -210,7 +270,7 @@ fn an_mcp_clients_trace_continues_from_the_calls_meta_and_is_sent_before_exit() 
     let config = home.scratch("mcp").join("cordon.toml");
     std::fs::write(
         &config,
-        "[policy]\nrules = [ { id = \"reads\", tool = \"probe.fs\", args = { op = \"read\" }, decision = \"allow\" } ]\n",
+        "[policy]\nrules = [\n  { id = \"reads\", tool = \"probe.fs\", args = { op = \"read\" }, decision = \"allow\" },\n  { id = \"no-secrets\", tool = \"probe.fs\", args = { path = { prefix = \"/data/secret\" } }, decision = \"deny\", reason = \"RULE-REASON-SECRET\" },\n]\n",
     )
     .unwrap();
     // Turned on by the environment, as for any OpenTelemetry SDK.
@@ -260,15 +320,35 @@ fn an_mcp_clients_trace_continues_from_the_calls_meta_and_is_sent_before_exit() 
     let answer = read();
     assert_eq!(answer["id"], 3, "{answer}");
     assert_ne!(answer["result"]["isError"], true, "{answer}");
+    // Denied by a rule whose reason the audit log records as who decided.
+    send(
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
+        "name": tool, "arguments": {"op": "read", "path": "/data/secret/key"}}}),
+    );
+    let denied = read();
+    assert_eq!(denied["result"]["isError"], true, "{denied}");
     // The client goes away; the span is sent before the process ends (batches are 5 s
     // apart by default, so only the exit sends it in time).
     drop(stdin);
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}");
     let spans = collector.wait_for(Duration::from_secs(10), |spans| {
-        spans.iter().any(|s| s.name.starts_with("tools/call"))
+        spans
+            .iter()
+            .filter(|s| s.name.starts_with("tools/call"))
+            .count()
+            == 2
     });
-    let call = one(&spans, &format!("tools/call {tool}"));
+    let (call, denied): (Vec<&Span>, Vec<&Span>) = named(&spans, &format!("tools/call {tool}"))
+        .into_iter()
+        .partition(|s| s.trace_id == CLIENT_TRACE);
+    let (call, denied) = (call[0], denied[0]);
+    assert_eq!(denied.attr("cordon.decision"), "deny");
+    assert_eq!(denied.attr("cordon.policy_rule"), "no-secrets");
+    assert!(
+        !collector.saw("RULE-REASON-SECRET"),
+        "a rule's reason was sent"
+    );
     assert_eq!(call.trace_id, CLIENT_TRACE);
     assert_eq!(call.parent_id, CLIENT_SPAN);
     assert_eq!(call.kind, 2, "a server span");
@@ -280,4 +360,5 @@ fn an_mcp_clients_trace_continues_from_the_calls_meta_and_is_sent_before_exit() 
     assert_eq!(call.attr("cordon.origin"), "mcp");
     assert!(!collector.saw("NOTE-SECRET"), "a result was sent");
     assert!(!collector.saw("note.txt"), "an argument was sent");
+    assert!(!collector.saw("/data/secret"), "an argument was sent");
 }

@@ -5,7 +5,9 @@
 //! their own span ([`crate::llm::LlmClient::complete`]).
 //!
 //! Never an argument, a result or a message: a trace store is read by more people than the
-//! audit log, which keeps arguments only when asked.
+//! audit log, which keeps arguments only when asked. Nor who or what decided a call in the
+//! audit log's words: those name a grant request's directories and a rule's reason. A span
+//! says the decision and the rule's id; the audit record says the rest.
 
 use tracing::Span;
 use tracing::field::Empty;
@@ -99,7 +101,6 @@ pub(super) fn tool_call(run: &ToolRun, planned: Option<&PlannedCall>) -> Span {
         gen_ai.tool.call.id = planned.map(|p| p.call.id.as_str()).unwrap_or(""),
         cordon.call_id = %run.call_id,
         cordon.decision = approval.map(|a| a.decision.as_str()).unwrap_or(""),
-        cordon.decided_by = approval.map(|a| a.by.as_str()).unwrap_or(""),
         cordon.policy_rule = rule.map(|r| r.id.as_str()).unwrap_or(""),
         cordon.peak_memory_bytes = Empty,
         cordon.refusals = Empty,
