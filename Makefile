@@ -29,7 +29,7 @@ export CFLAGS_wasm32_wasip2 := --target=wasm32-wasi -msimd128 -mbulk-memory \
   -include '$(ROOT)/plugins/sql/c/sqlite_mem.h' -include '$(ROOT)/plugins/sql/c/sqlite_sorter.h' \
   -DCORDON_HEADERS_DIGEST=$(SQLITE_HEADERS_DIGEST)
 
-.PHONY: oidc-provider haproxy build toolchain c-toolchain js-toolchain host plugins rust-plugins python-plugin c-fixtures js-plugins js-sdk-test fixtures test test-services browser-test mcp-test gateway-test lint demo bench bench-tools fuzz clean
+.PHONY: install oidc-provider haproxy build toolchain c-toolchain js-toolchain host plugins rust-plugins python-plugin c-fixtures js-plugins js-sdk-test fixtures test test-services browser-test mcp-test gateway-test lint demo bench bench-tools fuzz clean
 
 build: host plugins
 
@@ -239,6 +239,17 @@ gateway-test: host plugins
 
 demo: host plugins
 	bash tests/demo.sh
+
+## A release `cordon` in $(PREFIX)/bin and the bundled tools in $(PREFIX)/share/cordon/plugins,
+## where `cordon plugin install sql` finds them.
+PREFIX ?= $(HOME)/.local
+install: toolchain rust-plugins python-plugin
+	cargo build --release -p cordon
+	install -d "$(PREFIX)/bin" "$(PREFIX)/share/cordon/plugins"
+	install -m 755 $(TARGET)/release/cordon "$(PREFIX)/bin/cordon"
+	install -m 644 $(PLUGIN_OUT)/sql.wasm $(PLUGIN_OUT)/files.wasm $(PLUGIN_OUT)/python.wasm "$(PREFIX)/share/cordon/plugins/"
+	@echo "Installed $(PREFIX)/bin/cordon and the bundled tools (sql, files, python) in $(PREFIX)/share/cordon/plugins."
+	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) ;; *) echo "$(PREFIX)/bin is not on your PATH: add it, e.g. export PATH=\"$(PREFIX)/bin:\$$PATH\"";; esac
 
 ## The native programs the tools are compared with (Debian packages).
 bench-tools:

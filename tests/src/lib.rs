@@ -230,6 +230,8 @@ impl TestHome {
             // A developer's or CI's own trace collector is not the tests'.
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            // Bundled tools come from the build under test, not a directory of the user's.
+            .env_remove("CORDON_PLUGINS_DIR")
             .env("RUST_BACKTRACE", "0");
         command
     }

@@ -122,8 +122,9 @@ pub struct ProvenanceArgs {
 
 #[derive(Debug, Args)]
 pub struct InstallArgs {
-    /// A component file (.wasm), an https:// URL (http:// only for loopback hosts), or an
-    /// oci://REGISTRY/REPOSITORY:TAG (or @sha256:DIGEST) reference.
+    /// A bundled tool's name (sql, files, python), a component file (.wasm), an https:// URL
+    /// (http:// only for loopback hosts), or an oci://REGISTRY/REPOSITORY:TAG (or
+    /// @sha256:DIGEST) reference.
     source: String,
     /// Install a registry plugin without a valid signature from a trusted key; the lock
     /// records it and `plugin list` shows it.

@@ -40,6 +40,21 @@ pub enum HomeError {
         /// The path as given.
         path: PathBuf,
     },
+    /// A bare name (`cordon plugin install sql`) that no bundled tool has.
+    #[error(
+        "no bundled tool is named `{name}` (looked for {name}.wasm in {}){}; give a path to a \
+         .wasm file, an https:// URL or an oci:// reference instead",
+        .searched.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
+        list_suffix("bundled tools", .available)
+    )]
+    UnknownBundled {
+        /// The name as given.
+        name: String,
+        /// The directories looked in.
+        searched: Vec<PathBuf>,
+        /// The bundled tools found there.
+        available: Vec<String>,
+    },
     /// The file to install exists but cannot be a component.
     #[error("{} cannot be installed: {reason}", .path.display())]
     NotAComponentFile {
@@ -431,6 +446,7 @@ impl HomeError {
         matches!(
             self,
             HomeError::SourceNotFound { .. }
+                | HomeError::UnknownBundled { .. }
                 | HomeError::BadUrl { .. }
                 | HomeError::DigestRequired { .. }
                 | HomeError::BadDigest { .. }

@@ -15,6 +15,7 @@
 //! rename), so a crash or a failed command never leaves a half-written home: a failed install
 //! leaves every file exactly as it was.
 
+pub mod bundled;
 mod error;
 pub mod expiring;
 mod fsutil;

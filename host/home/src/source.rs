@@ -46,8 +46,8 @@ pub struct Fetched {
 }
 
 impl InstallSource {
-    /// Interprets the `install` argument: anything with a URL scheme is a URL, everything else
-    /// a path. `sha256` is the `--sha256` value, with or without the `sha256:` prefix.
+    /// Interprets the `install` argument: anything with a URL scheme is a URL, a bare name a
+    /// bundled tool ([`crate::bundled`]), everything else a path. `sha256` is the `--sha256` value, with or without the `sha256:` prefix.
     pub fn parse(arg: &str, sha256: Option<&str>) -> Result<InstallSource, HomeError> {
         let sha256 = sha256.map(normalise_digest).transpose()?;
         if arg.starts_with("oci://") {
@@ -91,6 +91,11 @@ impl InstallSource {
                 url: arg.to_string(),
             })?;
             Ok(InstallSource::Url { url, sha256 })
+        } else if crate::bundled::is_bare_name(arg) {
+            Ok(InstallSource::File {
+                path: crate::bundled::find(arg, &crate::bundled::dirs())?,
+                sha256,
+            })
         } else {
             Ok(InstallSource::File {
                 path: PathBuf::from(arg),

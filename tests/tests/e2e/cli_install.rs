@@ -475,3 +475,91 @@ fn a_component_without_the_contract_installs_with_its_typed_exports_as_tools() {
         .ok()
         .stdout_has(&["Hello, C!"]);
 }
+
+/// `cordon plugin install NAME` finds a bundled tool where a build in the checkout puts it
+/// (`target/plugins`), where `make install` puts it (`PREFIX/share/cordon/plugins` beside
+/// `PREFIX/bin/cordon`) and in `$CORDON_PLUGINS_DIR` first; a file of that name where the user
+/// is still wins; an unknown name is refused, naming where it looked and what there is.
+#[test]
+fn bundled_tools_install_by_their_bare_name() {
+    let lock_of =
+        |home: &TestHome| std::fs::read_to_string(home.path().join("plugins.toml")).unwrap();
+    let bundled = cordon_tests::target_dir().join("plugins");
+
+    // The checkout's build: target/debug/cordon finds target/plugins/files.wasm.
+    let home = TestHome::new();
+    let elsewhere = home.scratch("elsewhere");
+    home.cordon_at(Some(&elsewhere), &["plugin", "install", "files"], "", &[])
+        .ok()
+        .stdout_has(&["Installed plugin `files`"]);
+    let lock = lock_of(&home);
+    assert!(
+        lock.contains(&file_digest(&bundled.join("files.wasm"))),
+        "{lock}"
+    );
+
+    // `$CORDON_PLUGINS_DIR` comes first: its `sql.wasm` (here the noop fixture) is installed.
+    let mine = home.scratch("my-tools");
+    std::fs::copy(fixture("noop"), mine.join("sql.wasm")).unwrap();
+    let home = TestHome::new();
+    home.cordon_at(
+        Some(&elsewhere),
+        &["plugin", "install", "sql"],
+        "",
+        &[("CORDON_PLUGINS_DIR", mine.to_str().unwrap())],
+    )
+    .ok();
+    assert!(lock_of(&home).contains(&file_digest(&fixture("noop"))));
+
+    // A file called `sql` where the user is wins over the bundled tool.
+    let here = home.scratch("here");
+    std::fs::copy(fixture("probe"), here.join("sql")).unwrap();
+    let home = TestHome::new();
+    home.cordon_at(Some(&here), &["plugin", "install", "sql"], "", &[])
+        .ok();
+    assert!(lock_of(&home).contains(&file_digest(&fixture("probe"))));
+
+    // What `make install` lays out: PREFIX/bin/cordon and PREFIX/share/cordon/plugins.
+    let prefix = home.scratch("prefix");
+    let (bin, share) = (prefix.join("bin"), prefix.join("share/cordon/plugins"));
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&share).unwrap();
+    let installed = bin.join("cordon");
+    if std::fs::hard_link(cordon_tests::cordon_bin(), &installed).is_err() {
+        std::fs::copy(cordon_tests::cordon_bin(), &installed).unwrap();
+    }
+    std::fs::copy(fixture("noop"), share.join("quiet.wasm")).unwrap();
+    let home = TestHome::new();
+    let out = std::process::Command::new(&installed)
+        .args(["plugin", "install", "quiet"])
+        .env("CORDON_HOME", home.path())
+        .env_remove("CORDON_PLUGINS_DIR")
+        .current_dir(&elsewhere)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.contains("Installed plugin `quiet`"),
+        "{said}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A name no bundled tool has.
+    let home = TestHome::new();
+    let refused = home.fails_unchanged(&["plugin", "install", "sqll"], 2);
+    assert!(
+        refused.stderr.contains("no bundled tool is named `sqll`"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        refused.stderr.contains("files, python, sql"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        refused.stderr.contains(&bundled.display().to_string()),
+        "{}",
+        refused.stderr
+    );
+}
