@@ -21,7 +21,25 @@ impl Docs {
     /// The docs in `wasm`, if it has a `package-docs` section; none otherwise, and none when
     /// the component's WIT cannot be decoded (descriptions are a courtesy, never a reason to
     /// refuse a component).
+    ///
+    /// `wasm` must be a valid component (one wasmtime compiled): wit-parser's decoder assumes
+    /// so and panics on some that are not (fuzzing found one: `tests/fuzz/regressions`). A
+    /// panic of the decoder on a valid component costs its descriptions, not the install.
     pub(crate) fn read(wasm: &[u8]) -> Docs {
+        match std::panic::catch_unwind(|| Docs::decode(wasm)) {
+            Ok(docs) => docs,
+            Err(_) => {
+                tracing::warn!(
+                    "the component's WIT doc comments could not be read (wit-parser failed on \
+                     them); its tools get generated descriptions"
+                );
+                Docs::default()
+            }
+        }
+    }
+
+    /// [`Docs::read`] without the net under the decoder.
+    fn decode(wasm: &[u8]) -> Docs {
         if !has_docs_section(wasm) {
             return Docs::default();
         }
@@ -105,4 +123,21 @@ fn has_docs_section(wasm: &[u8]) -> bool {
         }
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A component whose WIT wit-parser's decoder panics on (found by fuzzing): no docs, and
+    /// no panic out of `read`.
+    #[test]
+    fn a_decoder_panic_costs_the_docs_only() {
+        let wasm = include_bytes!(
+            "../../../../tests/fuzz/regressions/component_docs/invalid-type-index.wasm"
+        );
+        assert!(std::panic::catch_unwind(|| Docs::decode(wasm)).is_err());
+        let docs = Docs::read(wasm);
+        assert!(docs.functions.is_empty() && docs.interfaces.is_empty());
+    }
 }
