@@ -74,7 +74,7 @@ pub fn file_digest(path: &Path) -> String {
 }
 
 /// The result of one `cordon` run.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Run {
     /// The command line, for messages.
     pub command: String,

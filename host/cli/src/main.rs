@@ -11,6 +11,7 @@ mod approve;
 mod audit;
 mod call;
 mod chat;
+mod doctor;
 mod grants;
 mod input;
 mod log_format;
@@ -94,6 +95,9 @@ enum Command {
     Mcp(mcp::McpArgs),
     /// Create a plugin project (rust, python, js or c) that builds outside the Cordon tree.
     New(new::NewArgs),
+    /// Check this setup: home, config, store, model server (and its tool calls), plugins and
+    /// their grants; print the settings MCP clients need.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// What a failed command exits with: 2 for bad input (the user can fix the command), 1 for
@@ -326,6 +330,7 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
             audit::run(&one_shot_records(&mut home).await?, args).await?;
             0
         }
+        Command::Doctor(args) => i32::from(doctor::run(&home, store, args).await?),
         Command::Approve(args) => {
             approve::run(&home, store, args).await?;
             0
