@@ -1,33 +1,38 @@
 //! The tokio driver: performs the machine's actions (call the model, ask for approval, run
 //! tools, wait before retrying, persist, emit) and feeds the results back as events.
+//!
+//! - here: the turn loop ([`Agent::drive`]), and how each transition is recorded before its
+//!   actions are performed ([`Agent::commit`]);
+//! - `actions`: what each action does, and the event that starts a turn;
+//! - `catalog`: the tools and the system prompt a turn offers;
+//! - `model_request`: the request to the model, and reading its answer;
+//! - `tool_runs`: running the calls that may run, and giving grants a person gave;
+//! - `policy_inputs`: what the policy sees of a call;
+//! - `held_events`: what a turn shows, held back until its transition is recorded;
+//! - `handle`: a turn on a task of its own ([`TurnHandle`]);
+//! - `spans`: the turn's trace spans.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use cordon_core::{AuditRecord, Requester};
 
-use crate::approval::{ApprovalAnswer, GivenAnswer, Standing};
-use crate::config::{AgentConfig, ConfigError, ToolFormat};
+use crate::approval::GivenAnswer;
+use crate::config::{AgentConfig, ConfigError};
 use crate::context::Tokenizer;
 use crate::conversation::{Conversation, ConversationError, State, TurnOutcome};
-use crate::grant_requests::{Applying, SessionGrants};
 use crate::journal::{Cause, Journal, JournalError, NoJournal};
 use crate::llm::{LlmClient, LlmSetupError};
 use crate::machine::{
-    self, Action, AgentEvent, ApprovalRequest, CallInputs, Env, Event, StepError, ToolCatalog,
-    TurnLimits,
+    Action, AgentEvent, ApprovalRequest, Event, StepError, ToolCatalog, TurnLimits,
 };
 use crate::parameters::TurnParameters;
-use crate::text_tool_calls;
 use crate::tool_host::ToolHost;
-use crate::tools::ToolSpec;
 
 /// Errors that stop a turn before or outside the model's control.
 #[derive(Debug, thiserror::Error)]
@@ -174,10 +179,19 @@ impl std::fmt::Debug for Agent {
     }
 }
 
+mod actions;
+mod catalog;
+mod handle;
+mod held_events;
 mod model_request;
 mod policy_inputs;
 mod spans;
 mod tool_runs;
+
+pub use handle::TurnHandle;
+
+use actions::Performed;
+use held_events::{HeldEvents, until_suspended};
 
 pub use policy_inputs::policy_origin;
 
@@ -223,115 +237,6 @@ impl Agent {
     /// The configuration in use.
     pub fn config(&self) -> &AgentConfig {
         &self.config
-    }
-
-    /// The tools the model would be offered now in `conv` (installed, enabled, not denied).
-    pub fn offered_tools(&self, conv: &Conversation) -> Vec<ToolSpec> {
-        let catalog = self.catalog(&conv.grants, conv.requester());
-        let mut session = conv.session_approvals.clone();
-        catalog.upgrade_session(&mut session);
-        let standing = Standing {
-            answers: &session,
-            requester: conv.requester(),
-            labels: &conv.labels,
-        };
-        catalog.offered(standing).into_iter().cloned().collect()
-    }
-
-    /// The approval policy that applies to each installed tool in `conv`, for `/tools`.
-    pub fn tool_policies(&self, conv: &Conversation) -> Vec<(ToolSpec, crate::approval::Decision)> {
-        let catalog = self.catalog(&conv.grants, conv.requester());
-        let mut session = conv.session_approvals.clone();
-        catalog.upgrade_session(&mut session);
-        let standing = Standing {
-            answers: &session,
-            requester: conv.requester(),
-            labels: &conv.labels,
-        };
-        self.tools
-            .tools()
-            .into_iter()
-            .map(|s| {
-                let d = catalog.decision(&s, standing);
-                (s, d)
-            })
-            .collect()
-    }
-
-    /// The catalog of a turn of a conversation that was given `grants` for itself: each tool
-    /// as it runs with them (see [`ToolSpec::widened`]).
-    fn catalog(&self, grants: &SessionGrants, requester: Option<&Requester>) -> ToolCatalog {
-        let now_ms = cordon_core::now_ms();
-        let mut specs: Vec<ToolSpec> = self
-            .tools
-            .tools()
-            .into_iter()
-            .map(|s| {
-                let extra = grants.of(Applying {
-                    plugin: &s.plugin,
-                    digest: &s.digest,
-                    requester,
-                    now_ms,
-                });
-                if extra.is_empty() {
-                    s
-                } else {
-                    s.widened(&extra)
-                }
-            })
-            .collect();
-        // The built-in pager (offered only once a result was too long to send whole), under
-        // a name no other tool has; before the policy loads, so rules can name it.
-        let free = |name: &str| !specs.iter().any(|s| s.name == name);
-        let name = std::iter::once(crate::spill::TOOL.to_string())
-            .chain((0..).map(|n| {
-                format!(
-                    "cordon__read_result{}",
-                    if n == 0 {
-                        String::new()
-                    } else {
-                        format!("_{n}")
-                    }
-                )
-            }))
-            .find(|n| free(n))
-            .unwrap_or_default();
-        specs.push(crate::spill::tool_spec(&name));
-        // The `[policy]` as cordon.toml says now, so an edit takes effect without a restart.
-        let config = crate::policy::reread(&self.config.policy);
-        let policy = crate::policy::load_or_last(&config, &specs);
-        ToolCatalog::with_policy(specs, self.config.approval.clone(), policy)
-    }
-
-    /// The system prompt: the base prompt plus what is actually available.
-    pub fn system_prompt(&self, tools: &[&ToolSpec], final_pass: bool) -> String {
-        let mut p = self
-            .config
-            .agent
-            .system_prompt
-            .clone()
-            .unwrap_or_else(|| BASE_PROMPT.to_string());
-        if final_pass {
-            p.push_str("\n\nTools are no longer available for this request.");
-        } else if tools.is_empty() {
-            p.push_str(
-                "\n\nNo tools are available in this conversation: answer from what you know, and say so when you cannot.",
-            );
-        } else {
-            // The tools themselves are described once: in the request's `tools`, or for text
-            // tool calls in the list below.
-            p.push_str(
-                "\n\nTools run in a sandbox reaching only what the user granted: if a call is \
-refused or declined, tell the user; do not work around it.",
-            );
-            if self.config.llm.tool_format == ToolFormat::Hermes {
-                p.push_str("\n\n");
-                p.push_str(&text_tool_calls::tools_section(
-                    &tools.iter().map(|t| (*t).clone()).collect::<Vec<_>>(),
-                ));
-            }
-        }
-        p
     }
 
     /// Runs one turn to its end (answer, failure, cancellation), driving the state machine,
@@ -381,7 +286,8 @@ refused or declined, tell the user; do not work around it.",
         driven
     }
 
-    /// [`Agent::drive`], inside the turn's span.
+    /// [`Agent::drive`], inside the turn's span: the first transition, then each queued action
+    /// performed ([`Agent::perform`]) and the event it brings fed back, until nothing is left.
     async fn drive_turn(
         &self,
         conv: &mut Conversation,
@@ -394,44 +300,7 @@ refused or declined, tell the user; do not work around it.",
         catalog.upgrade_session(&mut conv.session_approvals);
         catalog.label_history(conv);
         self.audit_expired(io).await?;
-        let inputs = CallInputs::default();
-        let (first, cause) = {
-            let env = Env {
-                catalog: &catalog,
-                limits: self.limits_now(io),
-                inputs: &inputs,
-            };
-            match input {
-                TurnInput::Message(text) => {
-                    let request = TurnRequest {
-                        text,
-                        ..TurnRequest::default()
-                    };
-                    let event = request.into_event(io.audit.requested_by.clone());
-                    (
-                        machine::step(conv, event.clone(), env)?,
-                        Cause::Event { event },
-                    )
-                }
-                TurnInput::Request(request) => {
-                    let event = request.into_event(io.audit.requested_by.clone());
-                    (
-                        machine::step(conv, event.clone(), env)?,
-                        Cause::Event { event },
-                    )
-                }
-                TurnInput::Retry => (
-                    machine::step(conv, Event::Retry, env)?,
-                    Cause::Event {
-                        event: Event::Retry,
-                    },
-                ),
-                TurnInput::Resume => {
-                    let recorded = io.journal.records_every_transition();
-                    (machine::resume(conv, env, recorded)?, Cause::Resume)
-                }
-            }
-        };
+        let (first, cause) = self.first_step(conv, &catalog, input, io)?;
         let mut queue: VecDeque<Action> = VecDeque::new();
         let mut next = self
             .commit(conv, &mut catalog, cause, first, io, &mut queue)
@@ -450,115 +319,16 @@ refused or declined, tell the user; do not work around it.",
                 }
                 Committed::Suspended => return Ok(Driven::Suspended),
             };
-            let suspended = io.suspend.is_some_and(CancellationToken::is_cancelled);
-            let event = match action {
-                Action::Emit(e) => {
-                    io.frontend.event(&e);
-                    None
-                }
-                Action::Persist => {
-                    io.frontend.persist(conv);
-                    None
-                }
-                Action::AuditCall { call, outcome } => {
-                    let record = self.call_record(conv, &catalog, &io.audit, &call, outcome, None);
-                    io.journal.audit(record).await?;
-                    None
-                }
-                Action::GiveGrants {
-                    call_id,
-                    tool,
-                    grants,
-                    span,
-                    by,
-                } => {
-                    let given = tool_runs::GivenGrants {
-                        call_id: &call_id,
-                        tool: &tool,
-                        grants: &grants,
-                        span,
-                        by: &by,
-                    };
-                    self.give_grants(&catalog, io, given).await?;
-                    None
-                }
-                Action::Advance => Some(Event::Proceed),
-                // Work that starts something new waits for the next drive when suspended.
-                // Calls are the exception: the transition that gave them their places
-                // recorded them as started, so they run (while stopping, none is given one).
-                Action::CallModel { .. }
-                | Action::ScheduleRetry { .. }
-                | Action::RequestApproval { .. }
-                    if suspended =>
-                {
-                    return Ok(Driven::Suspended);
-                }
-                Action::CallModel { final_pass } => {
-                    catalog = self.catalog(&conv.grants, conv.requester());
-                    let frontend = &mut *io.frontend;
-                    let mut emit = |e: &AgentEvent| frontend.event(e);
-                    let call = self.call_model(conv, &catalog, final_pass, &mut emit, io.cancel);
-                    match until_suspended(io.suspend, call).await {
-                        Some(event) => Some(event),
-                        None => return Ok(Driven::Suspended),
-                    }
-                }
-                Action::ScheduleRetry {
-                    delay_ms, jitter, ..
-                } => {
-                    let ms = if jitter && delay_ms > 1 {
-                        rand::random_range(delay_ms / 2..=delay_ms)
-                    } else {
-                        delay_ms
-                    };
-                    let cancel = io.cancel;
-                    let wait = async move {
-                        tokio::select! {
-                            biased;
-                            _ = cancel.cancelled() => Event::Cancel { partial: String::new() },
-                            _ = tokio::time::sleep(Duration::from_millis(ms)) => Event::RetryTimerFired,
-                        }
-                    };
-                    match until_suspended(io.suspend, wait).await {
-                        Some(event) => Some(event),
-                        None => return Ok(Driven::Suspended),
-                    }
-                }
-                Action::RequestApproval { request } => {
-                    let cancel = io.cancel;
-                    let frontend = &mut *io.frontend;
-                    let span = spans::approval(&request);
-                    let wait = async move {
-                        tokio::select! {
-                            biased;
-                            _ = cancel.cancelled() => Event::Cancel { partial: String::new() },
-                            given = frontend.approve(&request) => Event::ApprovalGiven {
-                                call_id: request.call_id.clone(),
-                                answer: given.answer,
-                                by: given.by,
-                                at_ms: given.at_ms,
-                            },
-                        }
-                    };
-                    let given = until_suspended(io.suspend, wait.instrument(span.clone())).await;
-                    spans::approval_ended(&span, given.as_ref());
-                    match given {
-                        Some(event) => Some(event),
-                        None => return Ok(Driven::Suspended),
-                    }
-                }
-                Action::RunTools { calls } => {
-                    self.run_tools(conv, &catalog, calls, io, &mut queue)
-                        .await?;
-                    None
-                }
-            };
-            next = match event {
-                Some(event) => {
+            next = match self
+                .perform(action, conv, &mut catalog, io, &mut queue)
+                .await?
+            {
+                Performed::Done => Committed::Queued,
+                Performed::Brought(event) => {
                     self.advance(conv, &mut catalog, event, io, &mut queue)
                         .await?
                 }
-                None => Committed::Queued,
+                Performed::Suspended => return Ok(Driven::Suspended),
             };
         }
         // Stopped with calls still queued: they run when the session is taken up again.
@@ -728,32 +498,6 @@ refused or declined, tell the user; do not work around it.",
         };
         Ok(answered.map_or(Committed::Suspended, Committed::Answered))
     }
-
-    /// Starts a turn on a task; events arrive on the returned handle, approvals and
-    /// cancellation go through it, and [`TurnHandle::finish`] gives the conversation back.
-    pub fn start_turn(self: &Arc<Self>, mut conv: Conversation, input: TurnInput) -> TurnHandle {
-        let (etx, erx) = mpsc::unbounded_channel();
-        let (atx, arx) = mpsc::unbounded_channel();
-        let cancel = CancellationToken::new();
-        let agent = self.clone();
-        let token = cancel.clone();
-        let task = tokio::spawn(async move {
-            let mut frontend = ChannelFrontend {
-                events: etx,
-                answers: arx,
-            };
-            let r = agent
-                .run_turn(&mut conv, input, &mut frontend, &token)
-                .await;
-            (conv, r)
-        });
-        TurnHandle {
-            events: erx,
-            answers: atx,
-            cancel,
-            task,
-        }
-    }
 }
 
 /// How a transition went on in [`Agent::commit`].
@@ -764,144 +508,4 @@ enum Committed {
     Answered(Event),
     /// Recorded; the model was not asked to the end, since the host is stopping.
     Suspended,
-}
-
-/// A turn's frontend, holding back what the turn shows until the transition before it is
-/// recorded (see [`Agent::commit`]). Shared by the record and the model request, which run
-/// together on the turn's task, so the lock is never contended for long.
-struct HeldEvents<'f> {
-    inner: std::sync::Mutex<Held<'f>>,
-}
-
-struct Held<'f> {
-    frontend: &'f mut dyn Frontend,
-    /// What waits for the record, in order; `None` once it is written.
-    waiting: Option<Vec<Shown>>,
-}
-
-/// One thing a turn shows.
-enum Shown {
-    Event(Box<AgentEvent>),
-    /// Saving the conversation.
-    Persist,
-}
-
-impl<'f> HeldEvents<'f> {
-    fn new(frontend: &'f mut dyn Frontend) -> Self {
-        Self {
-            inner: std::sync::Mutex::new(Held {
-                frontend,
-                waiting: Some(Vec::new()),
-            }),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Held<'f>> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Shows `event`, or keeps it until the record is written.
-    fn event(&self, event: &AgentEvent) {
-        let mut held = self.lock();
-        match &mut held.waiting {
-            Some(waiting) => waiting.push(Shown::Event(Box::new(event.clone()))),
-            None => held.frontend.event(event),
-        }
-    }
-
-    /// Saves the conversation once the record is written (it is, before anything is shown).
-    fn persist_when_recorded(&self) {
-        if let Some(waiting) = &mut self.lock().waiting {
-            waiting.push(Shown::Persist);
-        }
-    }
-
-    /// The record is written: what waited is shown, in order, and what follows goes
-    /// straight through.
-    fn release(&self, conv: &Conversation) {
-        let mut held = self.lock();
-        let Held { frontend, waiting } = &mut *held;
-        for shown in waiting.take().unwrap_or_default() {
-            match shown {
-                Shown::Event(event) => frontend.event(&event),
-                Shown::Persist => frontend.persist(conv),
-            }
-        }
-    }
-}
-
-/// Runs `work` unless `suspend` fires first (`None` then; the work is dropped).
-async fn until_suspended<T>(
-    suspend: Option<&CancellationToken>,
-    work: impl std::future::Future<Output = T>,
-) -> Option<T> {
-    match suspend {
-        None => Some(work.await),
-        Some(token) => tokio::select! {
-            biased;
-            _ = token.cancelled() => None,
-            out = work => Some(out),
-        },
-    }
-}
-
-struct ChannelFrontend {
-    events: mpsc::UnboundedSender<AgentEvent>,
-    answers: mpsc::UnboundedReceiver<(String, GivenAnswer)>,
-}
-
-#[async_trait]
-impl Frontend for ChannelFrontend {
-    fn event(&mut self, event: &AgentEvent) {
-        let _ = self.events.send(event.clone());
-    }
-
-    async fn approve(&mut self, request: &ApprovalRequest) -> GivenAnswer {
-        while let Some((id, answer)) = self.answers.recv().await {
-            if id == request.call_id {
-                return answer;
-            }
-        }
-        // The handle was dropped: nobody can approve, so refuse.
-        GivenAnswer::new(ApprovalAnswer::No, "nobody (the turn's handle was dropped)")
-    }
-}
-
-/// A turn running on a task (see [`Agent::start_turn`]).
-pub struct TurnHandle {
-    events: mpsc::UnboundedReceiver<AgentEvent>,
-    answers: mpsc::UnboundedSender<(String, GivenAnswer)>,
-    cancel: CancellationToken,
-    task: tokio::task::JoinHandle<(Conversation, Result<TurnOutcome, AgentError>)>,
-}
-
-impl TurnHandle {
-    /// The next event; `None` when the turn has ended.
-    pub async fn next_event(&mut self) -> Option<AgentEvent> {
-        self.events.recv().await
-    }
-
-    /// Answers the approval question for `call_id`, as `the user`.
-    pub fn answer(&self, call_id: &str, answer: ApprovalAnswer) {
-        self.answer_as(call_id, GivenAnswer::new(answer, "the user"));
-    }
-
-    /// Answers the approval question for `call_id`, saying who answered.
-    pub fn answer_as(&self, call_id: &str, answer: GivenAnswer) {
-        let _ = self.answers.send((call_id.to_string(), answer));
-    }
-
-    /// Cancels the running stream or tool calls; the turn ends with a partial answer kept.
-    pub fn cancel(&self) {
-        self.cancel.cancel();
-    }
-
-    /// Waits for the end; gives the conversation back with the turn's outcome (an `Err`
-    /// outcome, such as a message sent while a turn runs, leaves the conversation unchanged).
-    /// The outer `Err` only when the task itself died.
-    pub async fn finish(
-        self,
-    ) -> Result<(Conversation, Result<TurnOutcome, AgentError>), AgentError> {
-        self.task.await.map_err(|e| AgentError::Task(e.to_string()))
-    }
 }
