@@ -245,6 +245,7 @@ impl BenchTool {
                 vec![]
             },
             env: vec![],
+            config: vec![],
         };
         ToolSpec {
             name: format!("{}__{}", self.plugin, self.tool),

@@ -128,6 +128,21 @@ impl Run {
         self
     }
 
+    /// Asserts stdout contains none of the needles.
+    #[track_caller]
+    pub fn stdout_lacks(self, needles: &[&str]) -> Run {
+        for n in needles {
+            assert!(
+                !self.stdout.contains(n),
+                "stdout of `{}` has {n:?}\n--- stdout\n{}\n--- stderr\n{}",
+                self.command,
+                self.stdout,
+                self.stderr
+            );
+        }
+        self
+    }
+
     /// Asserts stderr contains every needle.
     #[track_caller]
     pub fn stderr_has(self, needles: &[&str]) -> Run {

@@ -208,6 +208,7 @@ pub fn reach_of(grants: &cordon_core::Grants, can_change: bool) -> cordon_policy
                 FsMode::ReadOnly => reach.read_only.push(fs.guest_path()),
             },
             Grant::Env(name, _) => reach.env.push(name.clone()),
+            Grant::Config(key, _) => reach.config.push(key.clone()),
             Grant::Http(origin, _) => reach.network.push(origin.to_string()),
             Grant::Tcp(addr, _) => reach.network.push(format!("tcp://{addr}")),
         }

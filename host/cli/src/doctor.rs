@@ -299,6 +299,7 @@ fn check_plugins(found: &mut Findings, home: &Home) {
             continue;
         }
         let mut missing = Vec::new();
+        let values = home.config_keys(name).unwrap_or_default();
         for grant in &record.grants {
             match grant {
                 Grant::Fs(fs) if !fs.host.is_dir() => {
@@ -306,6 +307,11 @@ fn check_plugins(found: &mut Findings, home: &Home) {
                 }
                 Grant::Env(var, _) if std::env::var_os(var).is_none() => {
                     missing.push(format!("env:{var} (not set here)"));
+                }
+                Grant::Config(key, _) if !values.contains(key) => {
+                    missing.push(format!(
+                        "config:{key} (no value: cordon plugin config {name} {key})"
+                    ));
                 }
                 _ => {}
             }

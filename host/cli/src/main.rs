@@ -14,10 +14,12 @@ mod chat;
 mod doctor;
 mod grants;
 mod input;
+mod install_notes;
 mod log_format;
 mod mcp;
 mod new;
 mod plugin;
+mod plugin_config;
 mod policy;
 mod records;
 mod serve;
@@ -69,7 +71,7 @@ enum Command {
     /// Choose whose signatures you accept on plugins: add, list and remove public keys.
     #[command(subcommand)]
     Trust(trust::TrustCommand),
-    /// Give a plugin capabilities: fs:<dir>[:<guest>][:ro|rw], env:NAME, net:https://host[:port], net:tcp://ip:port.
+    /// Give a plugin capabilities: fs:<dir>[:<guest>][:ro|rw], env:NAME, config:KEY, net:https://host[:port], net:tcp://ip:port.
     Grant(grants::GrantArgs),
     /// Take capabilities away from a plugin.
     Revoke(grants::RevokeArgs),

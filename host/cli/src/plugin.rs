@@ -36,6 +36,10 @@ pub enum PluginCommand {
         #[arg(long, env = "CORDON_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Set the value a plugin reads for KEY through wasi:config/store: kept in the home, given
+    /// only to this plugin, and only under a config:KEY grant. The value comes from stdin, or
+    /// is asked for on a terminal without echo; never from the command line.
+    Config(crate::plugin_config::ConfigArgs),
     /// Uninstall a plugin and forget its grants.
     Remove {
         /// The plugin name.
@@ -149,6 +153,19 @@ pub struct InstallArgs {
     /// A limit override such as memory=64MiB or time=5s. Repeatable.
     #[arg(long = "limit", value_name = "KEY=VALUE")]
     limits: Vec<String>,
+    /// Descriptions, parameter descriptions, hints and hidden tools for the component's tools
+    /// (TOML: `hide = ["TOOL"]`, `[tools.TOOL]` with `description`, `read_only`, …,
+    /// `[tools.TOOL.params]`). Without it, NAME.tools.toml beside a NAME.wasm is read; without
+    /// either, a reinstall keeps the edits it had.
+    #[arg(long, value_name = "FILE")]
+    describe: Option<PathBuf>,
+    /// A tool not to offer to models (the component's name for it). Repeatable.
+    #[arg(long = "hide", value_name = "TOOL")]
+    hide: Vec<String>,
+    /// A Wassette policy.yaml for the component: its permissions become grants and limits,
+    /// shown before anything is recorded (and asked about, unless --yes).
+    #[arg(long = "policy", value_name = "FILE")]
+    wassette_policy: Option<PathBuf>,
     /// Replace an installed plugin of the same name without asking.
     #[arg(long, short = 'y')]
     yes: bool,
@@ -159,7 +176,10 @@ impl PluginCommand {
     pub fn changes_home(&self) -> bool {
         matches!(
             self,
-            PluginCommand::Install(_) | PluginCommand::Remove { .. } | PluginCommand::Update(_)
+            PluginCommand::Install(_)
+                | PluginCommand::Remove { .. }
+                | PluginCommand::Update(_)
+                | PluginCommand::Config(_)
         )
     }
 }
@@ -200,6 +220,7 @@ pub async fn run(
         PluginCommand::Outdated { names } => outdated(home, &names).await,
         PluginCommand::Update(args) => update(home, records, args).await,
         PluginCommand::Inspect { name, config } => inspect(home, &name, config.as_deref()).await,
+        PluginCommand::Config(args) => crate::plugin_config::run(home, records, args).await,
         PluginCommand::Remove { name } => {
             let record = home.remove(&name)?;
             outln!(
@@ -229,6 +250,9 @@ async fn install(home: &Home, records: Option<&Records>, args: InstallArgs) -> a
             signature: args.signature,
             allow_rollback: args.provenance.allow_rollback,
             allow_new_signer: args.provenance.allow_new_signer,
+            describe: args.describe,
+            hide: args.hide,
+            wassette_policy: args.wassette_policy,
         },
     )
     .await?;
@@ -254,22 +278,32 @@ async fn confirm_and_commit(
     print_provenance(prepared.name(), prepared.provenance(), true);
     if let Some(diff) = prepared.upgrade() {
         print_upgrade(prepared.name(), diff);
-        if !yes {
-            let question = format!("Replace the installed `{}`?", prepared.name());
-            match confirm(&question) {
-                Some(true) => {}
-                Some(false) => {
-                    return Err(HomeError::Declined {
-                        name: prepared.name().to_string(),
-                    }
-                    .into());
+    }
+    if prepared.needs_confirmation() && !yes {
+        let question = if prepared.upgrade().is_some() {
+            format!("Replace the installed `{}`?", prepared.name())
+        } else {
+            format!("Install `{}` with the grants above?", prepared.name())
+        };
+        match confirm(&question) {
+            Some(true) => {}
+            Some(false) => {
+                return Err(HomeError::Declined {
+                    name: prepared.name().to_string(),
                 }
-                None => {
-                    return Err(HomeError::ConfirmationRequired {
-                        name: prepared.name().to_string(),
-                    }
-                    .into());
+                .into());
+            }
+            None if prepared.upgrade().is_some() => {
+                return Err(HomeError::ConfirmationRequired {
+                    name: prepared.name().to_string(),
                 }
+                .into());
+            }
+            None => {
+                return Err(HomeError::PolicyConfirmationRequired {
+                    name: prepared.name().to_string(),
+                }
+                .into());
             }
         }
     }
@@ -488,6 +522,8 @@ fn describe_install(p: &PreparedInstall) {
     print_imports(&r.imports);
     print_ceiling(p.ceiling());
     outln!("  tools:   {}", r.tools.join(", "));
+    crate::install_notes::print_edits(p);
+    crate::install_notes::print_translation(p);
     print_unavailable(p.unavailable_functions());
     print_grants(&r.grants);
     print_expiring(&r.expiring);
@@ -598,6 +634,7 @@ fn capability_label(c: Capability) -> &'static str {
         Capability::Environment => "environment variables (env:)",
         Capability::Http => "HTTP origins (net:https://)",
         Capability::Sockets => "TCP addresses (net:tcp://)",
+        Capability::Config => "configuration values (config:)",
     }
 }
 
@@ -788,6 +825,13 @@ async fn inspect(home: &Home, name: &str, config: Option<&Path>) -> anyhow::Resu
     print_imports(&record.imports);
     print_ceiling(&record.ceiling());
     print_grants(&record.grants);
+    let values = home.config_keys(name)?;
+    if !values.is_empty() {
+        outln!(
+            "  config values kept for: {} (never shown)",
+            values.join(", ")
+        );
+    }
     print_expiring(&record.expiring);
     let limits = record.limits()?;
     let shown: Vec<String> = LimitKind::ALL

@@ -22,6 +22,8 @@ pub enum Capability {
     Http,
     /// Raw TCP sockets (`wasi:sockets/tcp`, `wasi:sockets/tcp-create-socket`).
     Sockets,
+    /// Configuration values (`wasi:config/store`).
+    Config,
 }
 
 /// Which imports make which capability reachable: an interface name without its version, or
@@ -35,15 +37,17 @@ pub const CAPABILITY_IMPORTS: &[(&str, Capability)] = &[
     ("wasi:http/outgoing-handler", Capability::Http),
     ("wasi:sockets/tcp", Capability::Sockets),
     ("wasi:sockets/tcp-create-socket", Capability::Sockets),
+    ("wasi:config/store", Capability::Config),
 ];
 
 impl Capability {
     /// Every capability class, in display order.
-    pub const ALL: [Capability; 4] = [
+    pub const ALL: [Capability; 5] = [
         Capability::Filesystem,
         Capability::Environment,
         Capability::Http,
         Capability::Sockets,
+        Capability::Config,
     ];
 
     /// The WASI interface family the capability needs, as shown to users: its first entry in
@@ -75,6 +79,7 @@ impl Capability {
             Capability::Environment => "an environment variable",
             Capability::Http => "HTTP access",
             Capability::Sockets => "a TCP address",
+            Capability::Config => "a configuration value",
         }
     }
 
@@ -85,6 +90,7 @@ impl Capability {
             Grant::Env(..) => Capability::Environment,
             Grant::Http(..) => Capability::Http,
             Grant::Tcp(..) => Capability::Sockets,
+            Grant::Config(..) => Capability::Config,
         }
     }
 }
@@ -133,6 +139,9 @@ pub struct Ceiling {
     pub http: bool,
     /// Imports `wasi:sockets/tcp` or `wasi:sockets/tcp-create-socket`.
     pub sockets: bool,
+    /// Imports `wasi:config/store`.
+    #[serde(default)]
+    pub config: bool,
 }
 
 /// Strips the `@version` from an interface name.
@@ -153,6 +162,7 @@ impl Ceiling {
                 Capability::Environment => c.environment = true,
                 Capability::Http => c.http = true,
                 Capability::Sockets => c.sockets = true,
+                Capability::Config => c.config = true,
             }
         }
         c
@@ -165,6 +175,7 @@ impl Ceiling {
             Capability::Environment => self.environment,
             Capability::Http => self.http,
             Capability::Sockets => self.sockets,
+            Capability::Config => self.config,
         }
     }
 
@@ -234,6 +245,7 @@ mod tests {
             "wasi:cli/environment@0.2.0",
             "wasi:http/outgoing-handler@0.2.6",
             "wasi:sockets/tcp-create-socket@0.2.6",
+            "wasi:config/store@0.2.0-draft",
         ]);
         assert_eq!(
             c,
@@ -241,7 +253,8 @@ mod tests {
                 filesystem: false,
                 environment: true,
                 http: true,
-                sockets: true
+                sockets: true,
+                config: true,
             }
         );
         // wasi:http/types alone cannot send anything; wasi:sockets/udp is not tcp.
@@ -272,7 +285,8 @@ mod tests {
                 "wasi:filesystem",
                 "wasi:cli/environment",
                 "wasi:http/outgoing-handler",
-                "wasi:sockets/tcp"
+                "wasi:sockets/tcp",
+                "wasi:config/store",
             ]
         );
     }

@@ -17,8 +17,11 @@ use crate::marks::{Marked, Marks};
 /// The accepted grant forms, repeated in every syntax error so the user can fix the input
 /// without looking anything up.
 const ACCEPTED_FORMS: &str = "accepted forms: `fs:<host-path>[:<guest-path>][:ro|rw][:public][:shared]`, \
-     `env:NAME[:public]`, `net:https://host[:port][:trusted]`, `net:http://host[:port][:trusted]`, \
-     `net:tcp://<ip>:<port>[:trusted]`";
+     `env:NAME[:public]`, `config:KEY[:public]`, `net:https://host[:port][:trusted]`, \
+     `net:http://host[:port][:trusted]`, `net:tcp://<ip>:<port>[:trusted]`";
+
+/// Longest configuration key accepted.
+pub const MAX_CONFIG_KEY_BYTES: usize = 128;
 
 /// Why a grant could not be parsed or resolved.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -235,6 +238,9 @@ pub enum Grant {
     Http(HttpOrigin, Marks),
     /// Raw TCP connections to one address and port (no name lookup).
     Tcp(SocketAddr, Marks),
+    /// One `wasi:config/store` key, by name; its value is kept in the home (`cordon plugin
+    /// config`), never in the lock file and never taken from the environment.
+    Config(String, Marks),
 }
 
 impl Grant {
@@ -270,7 +276,8 @@ impl Grant {
     pub fn can_change_anything(&self) -> bool {
         match self {
             Grant::Fs(fs) => fs.mode == FsMode::ReadWrite,
-            Grant::Env(..) | Grant::Http(..) | Grant::Tcp(..) => true,
+            // A configuration value, like a variable, usually holds a credential.
+            Grant::Env(..) | Grant::Config(..) | Grant::Http(..) | Grant::Tcp(..) => true,
         }
     }
 
@@ -278,7 +285,7 @@ impl Grant {
     pub fn marks(&self) -> Marks {
         match self {
             Grant::Fs(fs) => fs.marks,
-            Grant::Env(_, m) | Grant::Http(_, m) | Grant::Tcp(_, m) => *m,
+            Grant::Env(_, m) | Grant::Config(_, m) | Grant::Http(_, m) | Grant::Tcp(_, m) => *m,
         }
     }
 
@@ -290,6 +297,7 @@ impl Grant {
                 a.host == b.host && a.guest_path() == b.guest_path() && a.mode == b.mode
             }
             (Grant::Env(a, _), Grant::Env(b, _)) => a == b,
+            (Grant::Config(a, _), Grant::Config(b, _)) => a == b,
             (Grant::Http(a, _), Grant::Http(b, _)) => a == b,
             (Grant::Tcp(a, _), Grant::Tcp(b, _)) => a == b,
             _ => false,
@@ -379,6 +387,16 @@ pub(crate) fn normalize_guest_path(input: &str, path: &str) -> Result<String, Gr
     Ok(out)
 }
 
+/// A `wasi:config/store` key as a grant may name it: letters, digits, `_`, `-` and `.`, so that
+/// it never holds the `:` that separates a grant's parts.
+pub(crate) fn valid_config_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= MAX_CONFIG_KEY_BYTES
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
 fn valid_env_name(name: &str) -> bool {
     let mut chars = name.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
@@ -445,6 +463,19 @@ impl FromStr for Grant {
             placed(Marked::Env)?;
             return Ok(Grant::Env(name.to_string(), marks));
         }
+        if let Some(key) = s.strip_prefix("config:") {
+            if !valid_config_key(key) {
+                return Err(syntax(
+                    input,
+                    format!(
+                        "`{key}` is not a configuration key (1 to {MAX_CONFIG_KEY_BYTES} letters, \
+                         digits, `_`, `-` and `.`)"
+                    ),
+                ));
+            }
+            placed(Marked::Config)?;
+            return Ok(Grant::Config(key.to_string(), marks));
+        }
         if let Some(rest) = s.strip_prefix("net:") {
             if let Some(addr) = rest.strip_prefix("tcp://") {
                 let addr = addr.strip_suffix('/').unwrap_or(addr);
@@ -470,7 +501,7 @@ impl FromStr for Grant {
         }
         Err(syntax(
             input,
-            "unknown grant kind (expected `fs:`, `env:` or `net:`)",
+            "unknown grant kind (expected `fs:`, `env:`, `config:` or `net:`)",
         ))
     }
 }
@@ -486,6 +517,7 @@ impl fmt::Display for Grant {
                 write!(f, ":{}{}", fs.mode.as_str(), fs.marks)
             }
             Grant::Env(name, marks) => write!(f, "env:{name}{marks}"),
+            Grant::Config(key, marks) => write!(f, "config:{key}{marks}"),
             Grant::Http(origin, marks) => write!(f, "net:{origin}{marks}"),
             Grant::Tcp(addr, marks) => write!(f, "net:tcp://{addr}{marks}"),
         }
@@ -577,6 +609,14 @@ impl Grants {
     pub fn env_names(&self) -> impl Iterator<Item = &str> {
         self.list.iter().filter_map(|g| match g {
             Grant::Env(n, _) => Some(n.as_str()),
+            _ => None,
+        })
+    }
+
+    /// The granted `wasi:config/store` keys.
+    pub fn config_keys(&self) -> impl Iterator<Item = &str> {
+        self.list.iter().filter_map(|g| match g {
+            Grant::Config(k, _) => Some(k.as_str()),
             _ => None,
         })
     }
@@ -761,6 +801,16 @@ mod tests {
         assert!(err("env:1X").contains("not an environment variable name"));
         assert!(err("env:A=B").contains("not an environment variable name"));
         assert!(err("env:").contains("not an environment variable name"));
+        assert_eq!(
+            g("config:weather.api-key_2"),
+            Grant::Config("weather.api-key_2".into(), Marks::default())
+        );
+        assert_eq!(g("config:k:public").to_string(), "config:k:public");
+        assert!(err("config:").contains("not a configuration key"));
+        assert!(err("config:a/b").contains("not a configuration key"));
+        assert!(err(&format!("config:{}", "k".repeat(129))).contains("not a configuration key"));
+        assert!(err("config:k:trusted").contains("`:trusted`"));
+        assert!(g("config:k").can_change_anything());
         assert_eq!(
             g("net:https://Example.COM"),
             Grant::Http(

@@ -89,7 +89,8 @@ impl Exposure {
                         exposure.egress.push(text);
                     }
                 }
-                Grant::Env(..) => {
+                // A variable or a configuration value usually holds a credential.
+                Grant::Env(..) | Grant::Config(..) => {
                     if !marks.public {
                         exposure.private.push(text);
                     }

@@ -19,6 +19,7 @@ mod reserved;
 mod schema;
 mod stamp;
 mod tool;
+mod tool_edits;
 pub mod trace;
 mod written;
 
@@ -51,4 +52,5 @@ pub use tool::{
     Content, MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOL_NAME_BYTES, ProvenHints,
     ToolDescriptor, ToolError, ToolErrorKind, ToolHints, tools_hash,
 };
+pub use tool_edits::{ToolEditError, ToolEdits, ToolText};
 pub use written::{Written, WrittenReader};

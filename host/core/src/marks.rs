@@ -29,6 +29,7 @@ pub(crate) enum Marked {
     ReadOnlyDir,
     ReadWriteDir,
     Env,
+    Config,
     Network,
 }
 
@@ -67,6 +68,7 @@ impl Marks {
             Marked::ReadOnlyDir => "a read-only directory",
             Marked::ReadWriteDir => "a read-write directory",
             Marked::Env => "an environment variable",
+            Marked::Config => "a configuration value",
             Marked::Network => "a network grant",
         };
         if self.public && on == Marked::Network {

@@ -297,6 +297,65 @@ pub enum HomeError {
         /// What is wrong (bad name, duplicate, invalid schema ...).
         reason: String,
     },
+    /// The home's `config-values.toml` cannot be used.
+    #[error(
+        "the configuration values in {} cannot be read: {reason}; fix or remove the file \
+         (values are set again with `cordon plugin config`)",
+        path.display()
+    )]
+    BadConfigValues {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A value cannot be set or removed.
+    #[error("cannot set configuration key `{key}`: {reason}")]
+    BadConfigValue {
+        /// The key.
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A Wassette policy cannot be read or translated.
+    #[error("cannot use the Wassette policy {}: {reason}", path.display())]
+    WassettePolicy {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, naming the entry.
+        reason: String,
+    },
+    /// An edits file (`--describe`, or a sidecar `NAME.tools.toml`) cannot be used.
+    #[error(
+        "cannot use the tool descriptions in {}: {reason}; write TOML with `hide = [\"TOOL\"]` \
+         and `[tools.TOOL]` tables of `description`, `params`, `read_only`, `destructive`, \
+         `idempotent`, `open_world`",
+        path.display()
+    )]
+    BadEditsFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The tool edits of an install do not fit the component's tools.
+    #[error("{source_name}: the tool edits {from} do not fit its tools: {source}")]
+    ToolEdits {
+        /// The file, URL or plugin name.
+        source_name: String,
+        /// Where the edits came from (`in FILE`, `given with --hide`, `kept from the installed plugin`).
+        from: String,
+        /// What does not fit.
+        source: cordon_core::ToolEditError,
+    },
+    /// Every tool of the component would be hidden.
+    #[error("{source_name}: every tool would be hidden ({hidden}); leave at least one")]
+    AllToolsHidden {
+        /// The file, URL or plugin name.
+        source_name: String,
+        /// The hidden tools, comma-separated.
+        hidden: String,
+    },
     /// An invalid plugin name.
     #[error(
         "`{name}` is not a valid plugin name: {reason}. Use lowercase letters, digits, `-` and \
@@ -357,6 +416,15 @@ pub enum HomeError {
          replace it (review the differences above first)"
     )]
     ConfirmationRequired {
+        /// The plugin.
+        name: String,
+    },
+    /// An install with a Wassette policy's grants needs confirmation but there is nobody to ask.
+    #[error(
+        "installing `{name}` with the grants its Wassette policy gives needs your confirmation; \
+         re-run with --yes (review the translation above first)"
+    )]
+    PolicyConfirmationRequired {
         /// The plugin.
         name: String,
     },
@@ -462,6 +530,11 @@ impl HomeError {
                 | HomeError::NotPushable { .. }
                 | HomeError::BadSetting { .. }
                 | HomeError::BadPluginName { .. }
+                | HomeError::BadEditsFile { .. }
+                | HomeError::WassettePolicy { .. }
+                | HomeError::BadConfigValue { .. }
+                | HomeError::ToolEdits { .. }
+                | HomeError::AllToolsHidden { .. }
                 | HomeError::UnknownPlugin { .. }
                 | HomeError::Grant(_)
                 | HomeError::ReservedGrant { .. }
@@ -469,6 +542,7 @@ impl HomeError {
                 | HomeError::Limit(_)
                 | HomeError::NotGranted { .. }
                 | HomeError::ConfirmationRequired { .. }
+                | HomeError::PolicyConfirmationRequired { .. }
                 | HomeError::UnknownTool { .. }
                 | HomeError::AmbiguousTool { .. }
                 | HomeError::InvalidArguments { .. }

@@ -39,6 +39,13 @@ pub struct InstallRequest {
     /// Replace an installed plugin with a version signed by another key than the installed
     /// one.
     pub allow_new_signer: bool,
+    /// A file of descriptions, hints and hidden tools for the component's tools (see
+    /// [`crate::tool_edits`]); without it, a sidecar beside a component file is read.
+    pub describe: Option<PathBuf>,
+    /// Tools not to offer, added to the edits that apply.
+    pub hide: Vec<String>,
+    /// A Wassette `policy.yaml`, translated into grants and limits added to the others.
+    pub wassette_policy: Option<PathBuf>,
 }
 
 /// A return to a manifest the plugin had before.
@@ -188,7 +195,12 @@ pub struct PreparedInstall {
     previous: Option<PluginRecord>,
     upgrade: Option<UpgradeDiff>,
     provenance: Provenance,
+    /// The component's own tool list, saved beside it and pinned by the lock's hash.
+    component_tools: Vec<ToolDescriptor>,
+    /// The tools as offered: the component's with the installer's edits applied.
     tools: Vec<ToolDescriptor>,
+    edits_file: Option<crate::tool_edits::EditsFile>,
+    translation: Option<crate::wassette::Translation>,
     bytes: Vec<u8>,
     ceiling: Ceiling,
     shadowed: Vec<(String, Vec<String>)>,
@@ -252,6 +264,13 @@ impl Home {
         // Cheap checks of the user's input first, before downloading or compiling anything.
         let new_grants = self.parse_grants(&request.grants)?;
         Limits::default().with_overrides(request.limits.iter().map(String::as_str))?;
+        let edits_file =
+            crate::tool_edits::edits_file(request.describe.as_deref(), &request.source)?;
+        let wassette = request
+            .wassette_policy
+            .as_deref()
+            .map(crate::wassette::WassettePolicy::read)
+            .transpose()?;
 
         self.check_signature_possible(
             &request.source,
@@ -323,6 +342,20 @@ impl Home {
             })?;
         check_tool_list(&source_name, &tools)?;
         let ceiling = plugin.ceiling();
+        // A Wassette policy's grants depend on what the component imports (an environment key
+        // is a variable for one that reads its environment, a config key otherwise).
+        let translation = wassette.map(|p| p.translate(&ceiling)).transpose()?;
+        let mut new_grants = new_grants;
+        let mut limits = request.limits.clone();
+        if let Some(t) = &translation {
+            new_grants.extend(self.parse_grants(&t.grants).map_err(|e| {
+                HomeError::WassettePolicy {
+                    path: t.path.clone(),
+                    reason: e.to_string(),
+                }
+            })?);
+            limits.extend(t.limits.iter().cloned());
+        }
         ceiling
             .permit_all(&new_grants)
             .map_err(|e| e.for_plugin(&name))?;
@@ -357,11 +390,44 @@ impl Home {
             });
         }
 
+        // A file states all the edits; without one the installed plugin's are kept, for the
+        // tools that are still there. `--hide` adds to either.
+        let (mut edits, from) = match &edits_file {
+            Some(f) => (f.edits.clone(), format!("in {}", f.path.display())),
+            None => (
+                previous
+                    .as_ref()
+                    .map(|old| old.edits.kept_for(&tools))
+                    .unwrap_or_default(),
+                "kept from the installed plugin".to_string(),
+            ),
+        };
+        if !request.hide.is_empty() {
+            edits.hide.extend(request.hide.iter().cloned());
+        }
+        edits.check(&tools).map_err(|source| HomeError::ToolEdits {
+            source_name: source_name.clone(),
+            from: if request.hide.is_empty() {
+                from
+            } else {
+                format!("{from} or given with --hide")
+            },
+            source,
+        })?;
+        let shown = edits.apply(tools.clone());
+        if shown.is_empty() {
+            return Err(HomeError::AllToolsHidden {
+                source_name,
+                hidden: edits.hide.iter().cloned().collect::<Vec<_>>().join(", "),
+            });
+        }
+        check_tool_list(&source_name, &shown)?;
+
         let (base_grants, base_limits, upgrade) = match &previous {
             None => (Grants::new(), Default::default(), None),
             Some(old) if old.digest == digest => (old.grants.clone(), old.limits.clone(), None),
             Some(old) => {
-                let diff = self.diff(old, &plugin, &ceiling, &tools);
+                let diff = self.diff(old, &plugin, &ceiling, &shown);
                 let kept: Grants = diff.grants_kept.iter().cloned().collect();
                 (kept, old.limits.clone(), Some(diff))
             }
@@ -371,7 +437,7 @@ impl Home {
             source: source_name,
             installed_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
             imports: plugin.imports().to_vec(),
-            tools: tools.iter().map(|t| t.name.clone()).collect(),
+            tools: shown.iter().map(|t| t.name.clone()).collect(),
             tools_hash: tools_hash(&tools),
             grants: with_grants(base_grants, &new_grants),
             // Kept while the same component stays; an upgrade starts without them, so what
@@ -395,10 +461,11 @@ impl Home {
             oci_manifest: fetched.oci_manifest,
             unsigned: signature.unsigned,
             signed_by: signature.signed_by,
+            edits,
         };
-        record.set_limits(request.limits.iter().map(String::as_str))?;
+        record.set_limits(limits.iter().map(String::as_str))?;
 
-        let shadowed = tools
+        let shadowed = shown
             .iter()
             .filter_map(|t| {
                 let others: Vec<String> = lock
@@ -419,7 +486,10 @@ impl Home {
             previous,
             upgrade,
             provenance,
-            tools,
+            component_tools: tools,
+            tools: shown,
+            edits_file,
+            translation,
             bytes,
             ceiling,
             shadowed,
@@ -460,12 +530,14 @@ impl Home {
 
     fn tool_diff(&self, old: &PluginRecord, new: &[ToolDescriptor]) -> ToolDiff {
         // The tool list recorded beside the old component gives a full comparison, provided it
-        // still matches the hash in the lock file; otherwise compare names only.
+        // still matches the hash in the lock file; otherwise compare names only. Both sides
+        // are compared as offered, with their edits applied.
         let old_tools: Option<Vec<ToolDescriptor>> =
             std::fs::read(self.tool_list_path(&old.digest))
                 .ok()
                 .and_then(|b| serde_json::from_slice(&b).ok())
-                .filter(|t: &Vec<ToolDescriptor>| tools_hash(t) == old.tools_hash);
+                .filter(|t: &Vec<ToolDescriptor>| tools_hash(t) == old.tools_hash)
+                .map(|t| old.edits.apply(t));
         let mut changes = Vec::new();
         let new_names: BTreeSet<&str> = new.iter().map(|t| t.name.as_str()).collect();
         for name in &old.tools {
@@ -544,9 +616,19 @@ impl PreparedInstall {
         &self.record
     }
 
-    /// The component's tools as it reported them.
+    /// The tools as they will be offered: the component's, with the installer's edits.
     pub fn tools(&self) -> &[ToolDescriptor] {
         &self.tools
+    }
+
+    /// The component's tools as it reported them (what the lock's hash pins).
+    pub fn component_tools(&self) -> &[ToolDescriptor] {
+        &self.component_tools
+    }
+
+    /// The file the install's tool edits were read from, if one was.
+    pub fn edits_file(&self) -> Option<&crate::tool_edits::EditsFile> {
+        self.edits_file.as_ref()
     }
 
     /// What the component's imports allow it to use at most.
@@ -584,7 +666,12 @@ impl PreparedInstall {
     /// Whether committing needs the user's confirmation (a different component under an
     /// installed name).
     pub fn needs_confirmation(&self) -> bool {
-        self.upgrade.is_some()
+        self.upgrade.is_some() || self.translation.is_some()
+    }
+
+    /// What a Wassette policy given with the install became.
+    pub fn translation(&self) -> Option<&crate::wassette::Translation> {
+        self.translation.as_ref()
     }
 
     /// Records the install: component file, its tool list, compiled code, then the lock file
@@ -606,11 +693,12 @@ impl PreparedInstall {
                 }
                 atomic_write(&component, &self.bytes)?;
             }
-            let list = serde_json::to_vec_pretty(&self.tools).map_err(|e| HomeError::Io {
-                action: "serialise the tool list for",
-                path: tool_list.clone(),
-                source: std::io::Error::other(e),
-            })?;
+            let list =
+                serde_json::to_vec_pretty(&self.component_tools).map_err(|e| HomeError::Io {
+                    action: "serialise the tool list for",
+                    path: tool_list.clone(),
+                    source: std::io::Error::other(e),
+                })?;
             if !tool_list.exists() {
                 created.push(tool_list.clone());
             }

@@ -16,6 +16,7 @@
 //! leaves every file exactly as it was.
 
 pub mod bundled;
+mod config_values;
 mod error;
 pub mod expiring;
 mod fsutil;
@@ -29,15 +30,18 @@ mod registry;
 mod scope;
 mod signing;
 mod source;
+mod tool_edits;
 mod toolbox;
 mod trust;
 mod update;
+mod wassette;
 
 use std::path::{Path, PathBuf};
 
 use cordon_core::{Grant, GrantError, Grants, Limits, ReservedKind, ReservedPaths};
 use cordon_runtime::{Runtime, RuntimeConfig};
 
+pub use config_values::MAX_CONFIG_VALUE_BYTES;
 pub use error::HomeError;
 pub use expiring::{ExpiringGrant, MAX_GRANT_DURATION};
 pub use fsutil::{HomeLock, MAX_COMPONENT_BYTES, sha256_digest};
@@ -50,9 +54,11 @@ pub use oci::{OciReference, Signed, attach_signature, push_component, resolve, s
 pub use scope::RepositoryPattern;
 pub use signing::{PrivateKey, PublicKey};
 pub use source::{Fetched, InstallSource, normalise_digest};
+pub use tool_edits::{EditsFile, SIDECAR_SUFFIX};
 pub use toolbox::{ToolEntry, Toolbox};
 pub use trust::TrustedKey;
 pub use update::{Availability, RegistryPlugin};
+pub use wassette::{Translation, WassettePolicy};
 
 use fsutil::{io_err, sync_dir};
 
@@ -367,6 +373,9 @@ impl Home {
             Ok(lock.plugins.remove(plugin).expect("checked above"))
         })?;
         let _guard = HomeLock::exclusive(&self.root)?;
+        // Its values go with it: another plugin installed under the name later is not given
+        // what was kept for this one.
+        self.forget_config_values(plugin)?;
         let lock = LockFile::load(&self.lock_path())?;
         if !lock.plugins.values().any(|r| r.digest == record.digest) {
             for path in [
@@ -396,7 +405,7 @@ impl Home {
                 match &grant {
                     Grant::Fs(fs) => self.reserved.check_dir(&fs.host)?,
                     Grant::Tcp(addr, _) => self.reserved.check_tcp(*addr)?,
-                    Grant::Env(..) | Grant::Http(..) => {}
+                    Grant::Env(..) | Grant::Http(..) | Grant::Config(..) => {}
                 }
                 Ok(grant)
             })

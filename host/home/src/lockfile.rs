@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use cordon_core::{Ceiling, CompiledPin, Grants, LimitKind, Limits};
+use cordon_core::{Ceiling, CompiledPin, Grants, LimitKind, Limits, ToolEdits};
 use serde::{Deserialize, Serialize};
 
 use crate::error::HomeError;
@@ -89,6 +89,10 @@ pub struct PluginRecord {
     /// the host writes, because the compiled code runs natively in the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compiled: Option<CompiledPin>,
+    /// What the installer wrote of its tools (descriptions, hints, hidden tools), applied
+    /// over the component's own list each time its tools are listed.
+    #[serde(default, skip_serializing_if = "ToolEdits::is_empty")]
+    pub edits: ToolEdits,
 }
 
 /// Who signed an installed component: the trusted key's name then, and its fingerprint,
@@ -323,6 +327,7 @@ mod tests {
             previous_signer: None,
             previous_manifests: Vec::new(),
             compiled: None,
+            edits: ToolEdits::default(),
         }
     }
 

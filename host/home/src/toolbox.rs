@@ -224,6 +224,8 @@ pub struct Toolbox {
     lock: LockFile,
     /// What no grant may overlap, checked again by every call.
     reserved: ReservedPaths,
+    /// Where plugins' `wasi:config/store` values are kept, read as a call starts.
+    config_values: std::path::PathBuf,
 }
 
 impl std::fmt::Debug for Toolbox {
@@ -303,6 +305,7 @@ impl Toolbox {
             unavailable,
             lock,
             reserved: home.reserved().clone(),
+            config_values: home.config_values_path(),
         })
     }
 
@@ -425,10 +428,21 @@ impl Toolbox {
             Ok(tool) => tool,
             Err(e) => return (Err(e), None),
         };
+        let grants = tool.grants_now(extra);
+        // Read only for a plugin granted a key, so that a value set a moment ago applies.
+        let config = if grants.config_keys().next().is_some() {
+            match crate::config_values::values_of(&self.config_values, &tool.plugin) {
+                Ok(values) => values,
+                Err(e) => return (Err(e), None),
+            }
+        } else {
+            Default::default()
+        };
         let sandbox = Sandbox {
-            grants: tool.grants_now(extra),
+            grants,
             limits: tool.limits,
             env: Default::default(),
+            config,
             reserved: self.reserved.clone(),
             cancel: cancel.clone(),
         };
@@ -533,6 +547,7 @@ async fn load_plugin(
             tools
         }
     };
+    let descriptors = record.edits.apply(descriptors);
     let now = cordon_core::now_ms();
     let ends: Vec<(Grant, i64)> = record
         .expiring

@@ -107,6 +107,9 @@ impl RegistryPlugin {
             signature: None,
             allow_rollback: false,
             allow_new_signer: false,
+            describe: None,
+            hide: Vec::new(),
+            wassette_policy: None,
         }
     }
 

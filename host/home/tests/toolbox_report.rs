@@ -46,6 +46,9 @@ async fn reported_calls_carry_the_sandbox_report_and_tools_their_digest() {
                 signature: None,
                 allow_rollback: false,
                 allow_new_signer: false,
+                describe: None,
+                hide: Vec::new(),
+                wassette_policy: None,
             },
             &|_| {},
         )
@@ -159,6 +162,9 @@ async fn results_must_keep_the_output_schema_their_plugin_declared() {
                 signature: None,
                 allow_rollback: false,
                 allow_new_signer: false,
+                describe: None,
+                hide: Vec::new(),
+                wassette_policy: None,
             },
             &|_| {},
         )

@@ -662,6 +662,7 @@ fn plugin_entity(name: &str, reach: &schema::Reach) -> Result<Entity, PolicyErro
         ("read_only".to_string(), set(&reach.read_only)),
         ("network".to_string(), set(&reach.network)),
         ("env".to_string(), set(&reach.env)),
+        ("config".to_string(), set(&reach.config)),
     ]);
     Entity::new(uid("Plugin", name), attrs, HashSet::new())
         .map_err(|e| PolicyError::Config(format!("the grants of `{name}`: {e}")))

@@ -49,6 +49,9 @@ pub struct Reach {
     /// Environment variables by name.
     #[serde(default)]
     pub env: Vec<String>,
+    /// `wasi:config/store` keys.
+    #[serde(default)]
+    pub config: Vec<String>,
 }
 
 /// The type of an argument as Cedar sees it.
@@ -344,6 +347,7 @@ pub(crate) fn cedar_schema(tools: &[(ToolFacts, ArgType)], counters: &[String]) 
                 "read_only": string_set.clone(),
                 "network": string_set.clone(),
                 "env": string_set.clone(),
+                "config": string_set.clone(),
             }}},
         },
         "commonTypes": {

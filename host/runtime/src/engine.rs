@@ -167,6 +167,7 @@ impl Runtime {
         grant_wanted::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(link)?;
         crate::bulk_read_bindings::add_to_linker(&mut linker).map_err(link)?;
+        crate::config_store::add_to_linker(&mut linker).map_err(link)?;
         let cache = config.cache_dir.map(|dir| Cache::new(dir, &engine));
         Ok(Runtime {
             inner: Arc::new(RuntimeInner {

@@ -185,7 +185,8 @@ mod tests {
              evil:thing/backdoor@1.0.0; Cordon provides wasi:cli, wasi:clocks, wasi:filesystem, \
              wasi:io, wasi:random, wasi:sockets, wasi:http (types, outgoing-handler), \
              cordon:tool/log, cordon:tool/bulk-read (0.1.2: sifting readers), \
-             cordon:tool/result-stream and cordon:tool/grant-wanted"
+             cordon:tool/result-stream, cordon:tool/grant-wanted and wasi:config/store \
+             (0.2.0-draft, 0.2.0-rc.1)"
         );
     }
 }

@@ -19,6 +19,8 @@ mod bulk_read;
 mod bulk_read_bindings;
 mod cache;
 mod caps;
+mod config_store;
+mod config_values;
 mod engine;
 mod error;
 mod http_policy;
@@ -53,7 +55,7 @@ pub use plugin::{Plugin, ToolOutput};
 pub use sandbox::{EnvSource, Sandbox};
 /// What fires [`Sandbox::cancel`].
 pub use tokio_util::sync::CancellationToken;
-pub use typed::Unavailable;
+pub use typed::{NO_DOC_COMMENT, Unavailable};
 pub use wasi_overrides::filesystem_types::lock_dirs::LockLedger;
 
 /// How many lookups of names a directory listing had just shown absent were answered from

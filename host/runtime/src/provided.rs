@@ -32,6 +32,12 @@ const PROVIDED: &[(&str, Option<&str>)] = &[
         Some("cordon:tool/grant-wanted"),
     ),
     ("cordon:tool/types@", None),
+    // Prerelease versions link only under their exact names (see `config_store`).
+    (
+        "wasi:config/store@0.2.0-draft",
+        Some("wasi:config/store (0.2.0-draft, 0.2.0-rc.1)"),
+    ),
+    ("wasi:config/store@0.2.0-rc.1", None),
 ];
 
 /// Whether the linker provides the interface `import`.
@@ -63,6 +69,9 @@ mod tests {
         for (import, capability) in cordon_core::CAPABILITY_IMPORTS {
             let versioned = if import.ends_with('/') {
                 format!("{import}types@0.2.6")
+            } else if import.starts_with("wasi:config/") {
+                // Only drafts of it exist.
+                format!("{import}@0.2.0-rc.1")
             } else {
                 format!("{import}@0.2.6")
             };
@@ -79,8 +88,8 @@ mod tests {
         assert!(list.starts_with("wasi:cli, wasi:clocks, "), "{list}");
         assert!(
             list.ends_with(
-                "cordon:tool/bulk-read (0.1.2: sifting readers), cordon:tool/result-stream and \
-                 cordon:tool/grant-wanted"
+                "cordon:tool/bulk-read (0.1.2: sifting readers), cordon:tool/result-stream, \
+                 cordon:tool/grant-wanted and wasi:config/store (0.2.0-draft, 0.2.0-rc.1)"
             ),
             "{list}"
         );

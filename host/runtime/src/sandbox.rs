@@ -18,6 +18,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 use crate::bindings::cordon::tool::{grant_wanted, log, result_stream};
 use crate::bulk_read::{BulkReadParts, BulkReadView};
 use crate::caps::{MAX_HANDLES_PER_CALL, MAX_HTTP_FIELDS_BYTES, MAX_TABLE_ELEMENTS};
+use crate::config_values::ConfigValues;
 use crate::error::{CallError, Denial};
 use crate::http_policy::HttpPolicy;
 use crate::output::{CappedPipe, LogSink};
@@ -57,6 +58,9 @@ pub struct Sandbox {
     pub limits: Limits,
     /// Where granted environment variables' values come from.
     pub env: EnvSource,
+    /// The plugin's `wasi:config/store` values, by key, as kept for it; only those of granted
+    /// keys reach the call (see `config_store`).
+    pub config: BTreeMap<String, String>,
     /// Cordon's own state, which no directory grant may overlap; checked again on every call
     /// (see [`ReservedPaths`]).
     pub reserved: ReservedPaths,
@@ -142,6 +146,8 @@ pub(crate) struct HostState {
     /// What the sandbox refused the call, noted where each refusal is made, for its report.
     /// (The HTTP policy, which wasmtime-wasi-http borrows alone, keeps its own.)
     refused: Refusals,
+    /// The `wasi:config/store` keys granted, and their values.
+    config: ConfigValues,
 }
 
 /// Cordon's side of `wasi:filesystem` and `cordon:tool/bulk-read` in one call: the granted
@@ -227,6 +233,16 @@ impl BulkReadView for HostState {
 }
 
 impl HostState {
+    /// What `wasi:config/store` answers from.
+    pub(crate) fn config(&self) -> &ConfigValues {
+        &self.config
+    }
+
+    /// Where host functions outside this module note what they refused.
+    pub(crate) fn refused_mut(&mut self) -> &mut Refusals {
+        &mut self.refused
+    }
+
     /// Puts what the sandbox measured and refused so far into `report`: the peak of linear
     /// memory, and every refusal noted (which is moved, so a second call adds nothing twice).
     pub(crate) fn report_into(&mut self, report: &mut CallReport) {
@@ -393,5 +409,6 @@ pub(crate) fn build_state(
         },
         written: ResultSpool::new(spool.clone(), limits.output),
         refused,
+        config: ConfigValues::granted(sandbox.grants.config_keys(), &sandbox.config),
     })
 }

@@ -439,6 +439,7 @@ fn a_component_without_the_contract_installs_with_its_typed_exports_as_tools() {
             "tools:   greet, calc_add, calc_divide, calc_noop, kinds_echo_point,",
             "not offered as tools (their types have no JSON form):",
             "fixture:typed/kinds@0.1.0#count: its parameter `c`: it passes a resource",
+            "exports#init: componentize-py adds it",
             "Installed plugin `typed`",
         ]);
     home.cordon(&["plugin", "inspect", "typed"])
@@ -474,6 +475,129 @@ fn a_component_without_the_contract_installs_with_its_typed_exports_as_tools() {
     home.cordon(&["call", "typed-c.greet", r#"{"name": "C"}"#])
         .ok()
         .stdout_has(&["Hello, C!"]);
+}
+
+/// Toolchains strip doc comments, so the installer describes the tools: a sidecar beside the
+/// component (or `--describe FILE`) sets descriptions, parameter descriptions and hints and
+/// hides tools; `--hide` hides more. What the lock keeps is what every later listing offers;
+/// a reinstall without a file keeps it; a file that does not fit the tools is refused with
+/// what would fit, leaving the home unchanged.
+#[test]
+fn the_installer_describes_and_hides_typed_tools() {
+    let home = TestHome::new();
+    let dir = home.scratch("component");
+    let wasm = dir.join("typed.wasm");
+    std::fs::copy(fixture("typed"), &wasm).unwrap();
+    let wasm = wasm.display().to_string();
+    home.cordon(&["plugin", "install", &wasm])
+        .ok()
+        .stdout_has(&[
+            "note: greet, calc_add, calc_divide",
+            "have no description a model can use",
+            "typed.tools.toml beside the component",
+        ]);
+    std::fs::write(
+        dir.join("typed.tools.toml"),
+        r#"
+hide = ["kinds_echo_floats"]
+
+[tools.calc_add]
+description = "Adds two whole numbers and returns the sum."
+read_only = true
+idempotent = true
+
+[tools.calc_add.params]
+a = "The first number"
+b = "The second number"
+"#,
+    )
+    .unwrap();
+    home.cordon(&[
+        "plugin",
+        "install",
+        &wasm,
+        "--hide",
+        "kinds_echo_ints",
+        "--yes",
+    ])
+    .ok()
+    .stdout_has(&[
+        "typed.tools.toml (found beside the component): 1 tool(s) described, 1 hidden",
+        "hidden:  kinds_echo_floats, kinds_echo_ints (not offered to models)",
+    ])
+    .stdout_has(&["note: greet, calc_divide"]);
+    home.cordon(&["plugin", "inspect", "typed"])
+        .ok()
+        .stdout_has(&[
+            "Adds two whole numbers and returns the sum.",
+            "\"description\": \"The first number\"",
+        ])
+        .stdout_lacks(&["kinds_echo_floats", "kinds_echo_ints"]);
+    home.cordon(&["call", "calc_add", r#"{"a": 40, "b": 2}"#])
+        .ok()
+        .stdout_has(&["42"]);
+    home.cordon(&["call", "kinds_echo_floats", r#"{"a": 1, "b": 2}"#])
+        .code(2)
+        .stderr_has(&["kinds_echo_floats"]);
+    let lock = std::fs::read_to_string(home.path().join("plugins.toml")).unwrap();
+    assert!(lock.contains("The first number"), "{lock}");
+
+    // The same component from elsewhere, without a file: the edits stay.
+    home.cordon(&[
+        "plugin",
+        "install",
+        fixture("typed").to_str().unwrap(),
+        "--name",
+        "typed",
+        "--yes",
+    ])
+    .ok()
+    .stdout_has(&["edits:   kept from the installed plugin: 1 tool(s) described, 2 hidden"]);
+    home.cordon(&["plugin", "inspect", "typed"])
+        .ok()
+        .stdout_has(&["Adds two whole numbers"]);
+
+    // Edits that do not fit are refused, naming what would.
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[tools.calc_sum]\ndescription = \"Sums.\"\n").unwrap();
+    home.fails_unchanged(
+        &[
+            "plugin",
+            "install",
+            &wasm,
+            "--describe",
+            bad.to_str().unwrap(),
+            "--yes",
+        ],
+        2,
+    )
+    .stderr_has(&["no tool `calc_sum` to describe", "calc_add"]);
+    std::fs::write(&bad, "[tools.calc_add.params]\nc = \"Third.\"\n").unwrap();
+    home.fails_unchanged(
+        &[
+            "plugin",
+            "install",
+            &wasm,
+            "--describe",
+            bad.to_str().unwrap(),
+            "--yes",
+        ],
+        2,
+    )
+    .stderr_has(&["no parameter `c`", "a, b"]);
+    std::fs::write(&bad, "[tools.calc_add]\ndescripton = \"typo\"\n").unwrap();
+    home.fails_unchanged(
+        &[
+            "plugin",
+            "install",
+            &wasm,
+            "--describe",
+            bad.to_str().unwrap(),
+            "--yes",
+        ],
+        2,
+    )
+    .stderr_has(&["bad.toml", "descripton"]);
 }
 
 /// `cordon plugin install NAME` finds a bundled tool where a build in the checkout puts it

@@ -11,6 +11,7 @@ mod cli_oci_hostile;
 mod cli_oci_provenance;
 mod cli_reserved;
 mod cli_upgrade;
+mod config_store;
 mod doctor;
 mod grant_requests;
 mod large_results;

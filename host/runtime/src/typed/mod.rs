@@ -50,6 +50,35 @@ pub(crate) struct TypedFunction {
     result: Option<Type>,
 }
 
+/// How the description of a function without a doc comment ends: installers are told to
+/// describe such tools (see `cordon_core::ToolEdits`).
+pub const NO_DOC_COMMENT: &str = " (its WIT has no doc comment for it).";
+
+/// Why an export is one a toolchain adds for its own use rather than one the author wrote,
+/// recognised by name and parameters: such a function is no tool, and calling it could break
+/// the component's runtime.
+fn toolchain_internal(
+    interface: Option<&str>,
+    name: &str,
+    param_names: &[&str],
+) -> Option<&'static str> {
+    match (interface, name) {
+        // componentize-py's `componentize-py:init` world: the interface it exports to be
+        // initialised with the app's symbols while the component is built (older versions
+        // leave it in the component).
+        (Some("exports"), "init") if param_names.first() == Some(&"app-name") => Some(
+            "componentize-py adds it to set up its Python runtime while the component is \
+             built; it is not the author's function",
+        ),
+        // A command's entry point (`wasi:cli/run`), which a toolchain exports for `main`.
+        (Some(i), "run") if i.starts_with("wasi:cli/run@") || i == "wasi:cli/run" => Some(
+            "it is a command's entry point (`wasi:cli/run`), which toolchains export for \
+             `main`; it takes no arguments a model could give",
+        ),
+        _ => None,
+    }
+}
+
 /// The part of an export name a tool name is made of: `ns:pkg/calc@1.0.0` → `calc`.
 fn interface_short_name(export: &str) -> &str {
     let name = export.rsplit_once('/').map_or(export, |(_, name)| name);
@@ -118,6 +147,11 @@ impl TypedExports {
             }
             let params: Vec<(String, Type)> =
                 func.params().map(|(n, t)| (n.to_string(), t)).collect();
+            let param_names: Vec<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
+            if let Some(toolchain) = toolchain_internal(interface.as_deref(), &name, &param_names) {
+                exports.unavailable.push(refuse(toolchain.into()));
+                continue;
+            }
             let result = func.results().next();
             let why_not = params
                 .iter()
@@ -164,9 +198,7 @@ impl TypedExports {
                 schema::object(params.iter().map(|(n, t)| (n.as_str(), t.clone())));
             let description = docs
                 .function(interface.as_deref(), &name)
-                .unwrap_or_else(|| {
-                    format!("Calls `{shown}` of the component (its WIT has no doc comment for it).")
-                });
+                .unwrap_or_else(|| format!("Calls `{shown}` of the component{NO_DOC_COMMENT}"));
             if let Some(about) = docs.interface(interface.as_deref()) {
                 input_schema["description"] = Value::from(about);
             }
@@ -367,5 +399,16 @@ mod tests {
         assert_eq!(interface_short_name("wasi:cli/run@0.2.6"), "run");
         assert_eq!(interface_short_name("local"), "local");
         assert_eq!(tool_word("echo-HTTP-point"), "echo_http_point");
+    }
+
+    #[test]
+    fn toolchain_exports_are_recognised_by_name_and_parameters() {
+        let init = ["app-name", "symbols"];
+        assert!(toolchain_internal(Some("exports"), "init", &init).is_some());
+        // An author's own `init` (another interface, or other parameters) stays a tool.
+        assert!(toolchain_internal(Some("exports"), "init", &["config"]).is_none());
+        assert!(toolchain_internal(Some("local:app/setup"), "init", &init).is_none());
+        assert!(toolchain_internal(Some("wasi:cli/run@0.2.6"), "run", &[]).is_some());
+        assert!(toolchain_internal(None, "run", &[]).is_none());
     }
 }

@@ -115,6 +115,7 @@ pub fn sandbox(list: &[String]) -> Sandbox {
         grants: grants(list),
         limits: Limits::default(),
         env: EnvSource::Host,
+        config: Default::default(),
         reserved: Default::default(),
         cancel: Default::default(),
     }

@@ -326,7 +326,8 @@ async fn tool_lists_and_ceilings() {
             filesystem: true,
             environment: true,
             http: true,
-            sockets: true
+            sockets: true,
+            config: false,
         },
         "{:?}",
         p.imports()
@@ -341,7 +342,8 @@ async fn tool_lists_and_ceilings() {
             filesystem: false,
             environment: true,
             http: false,
-            sockets: false
+            sockets: false,
+            config: false,
         },
         "{:?}",
         r.imports()

@@ -1,0 +1,121 @@
+//! The values plugins read through `wasi:config/store`, kept in the home (`config-values.toml`,
+//! readable only by its owner, out of reach of every grant) and set with `cordon plugin config`.
+//!
+//! A value is only ever given to a call of its own plugin, and only for a key that plugin is
+//! granted (`config:KEY`); what is kept here is never written to the lock file, shown, or
+//! taken from the environment. Values are read when a call starts, so a value set while
+//! `cordon serve` runs applies to the next call.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use cordon_core::Grant;
+
+use crate::Home;
+use crate::error::HomeError;
+use crate::fsutil::{HomeLock, atomic_write, io_err};
+use crate::lockfile::LockFile;
+
+/// Longest value kept: configuration, not data.
+pub const MAX_CONFIG_VALUE_BYTES: usize = 64 << 10;
+
+/// Every plugin's values: plugin → key → value.
+type AllValues = BTreeMap<String, BTreeMap<String, String>>;
+
+fn load(path: &Path) -> Result<AllValues, HomeError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(AllValues::new()),
+        Err(e) => return Err(io_err("read", path)(e)),
+    };
+    toml::from_str(&text).map_err(|e| HomeError::BadConfigValues {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
+
+/// The values kept for `plugin` (all keys, granted or not: the sandbox passes on only the
+/// granted ones).
+pub(crate) fn values_of(path: &Path, plugin: &str) -> Result<BTreeMap<String, String>, HomeError> {
+    Ok(load(path)?.remove(plugin).unwrap_or_default())
+}
+
+impl Home {
+    /// Where the values are kept.
+    pub fn config_values_path(&self) -> std::path::PathBuf {
+        self.root.join("config-values.toml")
+    }
+
+    /// Sets (or, with `None`, removes) the value of `key` for the installed `plugin`. Returns
+    /// whether the plugin is granted the key, so the caller can say a grant is still needed.
+    pub fn set_config_value(
+        &self,
+        plugin: &str,
+        key: &str,
+        value: Option<&str>,
+    ) -> Result<bool, HomeError> {
+        // The key as a grant would name it, so every key kept is one a grant can give.
+        let grant: Grant = format!("config:{key}").parse()?;
+        if let Some(v) = value
+            && v.len() > MAX_CONFIG_VALUE_BYTES
+        {
+            return Err(HomeError::BadConfigValue {
+                key: key.to_string(),
+                reason: format!(
+                    "it is {} bytes long, more than the {MAX_CONFIG_VALUE_BYTES} kept",
+                    v.len()
+                ),
+            });
+        }
+        self.read()?.plugin(plugin)?;
+        let _guard = HomeLock::exclusive(&self.root)?;
+        let record = LockFile::load(&self.lock_path())?.plugin(plugin)?.clone();
+        let path = self.config_values_path();
+        let mut all = load(&path)?;
+        let values = all.entry(plugin.to_string()).or_default();
+        match value {
+            Some(v) => {
+                values.insert(key.to_string(), v.to_string());
+            }
+            None => {
+                if values.remove(key).is_none() {
+                    return Err(HomeError::BadConfigValue {
+                        key: key.to_string(),
+                        reason: format!("plugin `{plugin}` has no value for it"),
+                    });
+                }
+            }
+        }
+        all.retain(|_, v| !v.is_empty());
+        write(&path, &all)?;
+        Ok(record.grants.iter().any(|g| g.same_access(&grant)))
+    }
+
+    /// The keys that have a value for `plugin` (never the values).
+    pub fn config_keys(&self, plugin: &str) -> Result<Vec<String>, HomeError> {
+        Ok(values_of(&self.config_values_path(), plugin)?
+            .into_keys()
+            .collect())
+    }
+
+    /// Forgets every value of `plugin` (when it is removed).
+    pub(crate) fn forget_config_values(&self, plugin: &str) -> Result<(), HomeError> {
+        let path = self.config_values_path();
+        let mut all = load(&path)?;
+        if all.remove(plugin).is_some() {
+            write(&path, &all)?;
+        }
+        Ok(())
+    }
+}
+
+fn write(path: &Path, all: &AllValues) -> Result<(), HomeError> {
+    let text = toml::to_string(all).map_err(|e| HomeError::BadConfigValues {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let header = "# Values plugins read through wasi:config/store; set with `cordon plugin config`.\n\
+                  # Only a plugin granted a key (config:KEY) is given its value.\n\n";
+    // Written through a temporary file, which is created readable by its owner only.
+    atomic_write(path, format!("{header}{text}").as_bytes())
+}
