@@ -13,6 +13,7 @@ mod call;
 mod chat;
 mod doctor;
 mod grants;
+mod init;
 mod input;
 mod install_notes;
 mod log_format;
@@ -100,6 +101,9 @@ enum Command {
     /// Check this setup: home, config, store, model server (and its tool calls), plugins and
     /// their grants; print the settings MCP clients need.
     Doctor(doctor::DoctorArgs),
+    /// Write a commented cordon.toml in a project directory, and suggest the installs and
+    /// grants that let the bundled tools work on it.
+    Init(init::InitArgs),
 }
 
 /// What a failed command exits with: 2 for bad input (the user can fix the command), 1 for
@@ -107,6 +111,7 @@ enum Command {
 fn exit_code(error: &anyhow::Error) -> u8 {
     let usage = error.chain().any(|e| {
         e.is::<new::NewError>()
+            || e.is::<init::InitError>()
             || e.is::<policy::PolicyUsage>()
             || e.is::<cordon_policy::PolicyError>()
             // A host or conversation refusing to start on a policy that does not load.
@@ -333,6 +338,10 @@ async fn run(cli: Cli, one_shot: bool) -> anyhow::Result<ExitCode> {
             0
         }
         Command::Doctor(args) => i32::from(doctor::run(&home, store, args).await?),
+        Command::Init(args) => {
+            init::run(&home, args)?;
+            0
+        }
         Command::Approve(args) => {
             approve::run(&home, store, args).await?;
             0

@@ -14,6 +14,7 @@ mod cli_upgrade;
 mod config_store;
 mod doctor;
 mod grant_requests;
+mod init;
 mod large_results;
 mod metrics;
 mod model;
