@@ -237,7 +237,17 @@ gateway-test: host plugins
 	@[ "$$(cat $(NPM_CLIENTS)/.installed 2>/dev/null)" = "$(NPM_CLIENT_PACKAGES)" ] || { npm install --prefix $(NPM_CLIENTS) --no-audit --no-fund --loglevel=error $(NPM_CLIENT_PACKAGES) && echo "$(NPM_CLIENT_PACKAGES)" > $(NPM_CLIENTS)/.installed; }
 	CORDON_NO_SKIP=1 $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/gateway
 
-demo: host plugins
+## The demo builds only what it runs: the `cordon` binary and the scripted model server (no
+## tests, examples or benchmarks), the bundled tools and the `probe` fixture; no C or
+## JavaScript toolchain. `make test` builds everything.
+DEMO_COMPONENTS := -p cordon-plugin-sql -p cordon-plugin-files -p fixture-probe
+demo: toolchain python-plugin
+	cargo build -p cordon -p cordon-scripted-llm
+	cd plugins && CARGO_TARGET_DIR="$(ROOT)/$(WASM_TARGET)" cargo build --release --target wasm32-wasip2 $(DEMO_COMPONENTS)
+	@mkdir -p $(PLUGIN_OUT) $(FIXTURE_OUT)
+	cp $(WASM_TARGET)/wasm32-wasip2/release/cordon_plugin_sql.wasm $(PLUGIN_OUT)/sql.wasm
+	cp $(WASM_TARGET)/wasm32-wasip2/release/cordon_plugin_files.wasm $(PLUGIN_OUT)/files.wasm
+	cp $(WASM_TARGET)/wasm32-wasip2/release/fixture_probe.wasm $(FIXTURE_OUT)/probe.wasm
 	bash tests/demo.sh
 
 ## A release `cordon` in $(PREFIX)/bin and the bundled tools in $(PREFIX)/share/cordon/plugins,
