@@ -238,17 +238,18 @@ gateway-test: host plugins
 	CORDON_NO_SKIP=1 $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/gateway
 
 ## The demo builds only what it runs: the `cordon` binary and the scripted model server (no
-## tests, examples or benchmarks), the bundled tools and the `probe` fixture; no C or
-## JavaScript toolchain. `make test` builds everything.
+## tests, examples or benchmarks; the `demo` profile of Cargo.toml, into target/demo), the
+## bundled tools and the `probe` fixture; no C or JavaScript toolchain. `make test` builds
+## everything.
 DEMO_COMPONENTS := -p cordon-plugin-sql -p cordon-plugin-files -p fixture-probe
 demo: toolchain python-plugin
-	cargo build -p cordon -p cordon-scripted-llm
+	cargo build --profile demo -p cordon -p cordon-scripted-llm
 	cd plugins && CARGO_TARGET_DIR="$(ROOT)/$(WASM_TARGET)" cargo build --release --target wasm32-wasip2 $(DEMO_COMPONENTS)
 	@mkdir -p $(PLUGIN_OUT) $(FIXTURE_OUT)
 	cp $(WASM_TARGET)/wasm32-wasip2/release/cordon_plugin_sql.wasm $(PLUGIN_OUT)/sql.wasm
 	cp $(WASM_TARGET)/wasm32-wasip2/release/cordon_plugin_files.wasm $(PLUGIN_OUT)/files.wasm
 	cp $(WASM_TARGET)/wasm32-wasip2/release/fixture_probe.wasm $(FIXTURE_OUT)/probe.wasm
-	bash tests/demo.sh
+	CORDON="$(ROOT)/$(TARGET)/demo/cordon" SCRIPTED_LLM="$(ROOT)/$(TARGET)/demo/scripted-llm" bash tests/demo.sh
 
 ## A release `cordon` in $(PREFIX)/bin and the bundled tools in $(PREFIX)/share/cordon/plugins,
 ## where `cordon plugin install sql` finds them.

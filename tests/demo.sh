@@ -116,7 +116,7 @@ if [ -n "${CORDON_LLM_URL:-}" ]; then
 4) With sql_execute, insert a one-line note about the result into table reports of /scratch/shop-copy.db. \
 5) Try read_file on /docs/../private/api-key.txt. Then summarise, saying which calls were refused."
 else
-  LLM="$ROOT/target/debug/scripted-llm"
+  LLM="${SCRIPTED_LLM:-$ROOT/target/debug/scripted-llm}"
   if [ ! -x "$LLM" ]; then
     say "building the scripted model server (cargo build -p cordon-scripted-llm)"
     (cd "$ROOT" && cargo build -q -p cordon-scripted-llm)
