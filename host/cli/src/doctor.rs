@@ -82,6 +82,7 @@ pub async fn run(home: &Home, store: Option<&str>, args: DoctorArgs) -> anyhow::
         ),
     }
     check_plugins(&mut found, home);
+    check_config_values(&mut found, home);
     print_mcp_settings(home);
     outln!();
     match (found.failed, found.warned) {
@@ -268,6 +269,28 @@ fn describe_failure(e: &cordon_agent::llm::LlmError) -> String {
     match e {
         cordon_agent::llm::LlmError::Failed(failure) => failure.message.clone(),
         cordon_agent::llm::LlmError::Cancelled { .. } => "cancelled".to_string(),
+    }
+}
+
+/// The plugins' configuration values: readable, and readable by their owner only.
+fn check_config_values(found: &mut Findings, home: &Home) {
+    use std::os::unix::fs::PermissionsExt;
+    let path = home.config_values_path();
+    let Ok(meta) = std::fs::metadata(&path) else {
+        return;
+    };
+    if let Err(e) = home.config_keys("") {
+        found.say(Verdict::Fail, "config values", e.to_string());
+    } else if meta.permissions().mode() & 0o077 != 0 {
+        found.say(
+            Verdict::Warn,
+            "config values",
+            format!(
+                "{} can be read by others (mode {:o}); they are secrets: chmod 600 it",
+                path.display(),
+                meta.permissions().mode() & 0o777
+            ),
+        );
     }
 }
 

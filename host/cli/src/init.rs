@@ -94,6 +94,17 @@ struct Survey {
     top_files: Vec<String>,
     scratch: Option<String>,
     python: bool,
+    /// Names with control characters, which the file and the commands leave out (shown
+    /// escaped): such a name could write lines of its own into `cordon.toml`.
+    odd_names: Vec<String>,
+    /// Whether the look inside the subdirectories stopped early (too many entries, or deeper
+    /// than it goes), so the secrets named may not be all of them.
+    cut_short: bool,
+}
+
+/// Whether a name can be written into the config and a shell command as it is.
+fn plain_name(name: &str) -> bool {
+    !name.chars().any(char::is_control)
 }
 
 fn survey(dir: &Path) -> Survey {
@@ -108,6 +119,10 @@ fn survey(dir: &Path) -> Survey {
         let Ok(kind) = entry.file_type() else {
             continue;
         };
+        if !plain_name(&name) {
+            found.odd_names.push(name.escape_debug().to_string());
+            continue;
+        }
         if kind.is_dir() {
             if SCRATCH_NAMES.contains(&name.as_str()) && found.scratch.is_none() {
                 found.scratch = Some(name);
@@ -129,14 +144,23 @@ fn survey(dir: &Path) -> Survey {
             for entry in entries.flatten() {
                 seen += 1;
                 if seen > MAX_ENTRIES {
+                    found.cut_short = true;
                     break;
                 }
                 let file = entry.file_name().to_string_lossy().into_owned();
                 let shown = format!("{shown}/{file}");
+                if !plain_name(&file) {
+                    found.odd_names.push(shown.escape_debug().to_string());
+                    continue;
+                }
                 match entry.file_type() {
                     Ok(k) if k.is_dir() => {
-                        if depth < 2 && !SKIPPED_DIRS.contains(&file.as_str()) {
+                        if SKIPPED_DIRS.contains(&file.as_str()) {
+                            // What tools and caches build: not looked into.
+                        } else if depth < 2 {
                             walk.push((shown, entry.path(), depth + 1));
+                        } else {
+                            found.cut_short = true;
                         }
                     }
                     Ok(_) => {
@@ -182,8 +206,17 @@ pub fn run(home: &Home, args: InitArgs) -> anyhow::Result<()> {
         return Err(bad("it is not a directory".into()).into());
     }
     let path = dir.join("cordon.toml");
-    if path.exists() && !args.force {
-        return Err(InitError::Exists { path }.into());
+    // A link named cordon.toml (a cloned repository may hold one) is never written through.
+    match std::fs::symlink_metadata(&path) {
+        Ok(meta) if meta.file_type().is_symlink() => {
+            return Err(bad(format!(
+                "{} is a symbolic link; remove it, or write the config elsewhere",
+                path.display()
+            ))
+            .into());
+        }
+        Ok(_) if !args.force => return Err(InitError::Exists { path }.into()),
+        _ => {}
     }
     // A project that holds Cordon's home, or lies inside it, is no project: say so now.
     ReservedPaths::none()
@@ -197,9 +230,15 @@ pub fn run(home: &Home, args: InitArgs) -> anyhow::Result<()> {
     let found = survey(&dir);
     let commands = suggestions(&dir, &found);
     let text = config_text(&dir, &found, &commands);
-    // Checked before it is written: the file must be one Cordon loads.
-    cordon_agent::config::AgentConfig::from_toml(&text, "the generated cordon.toml")?;
-    std::fs::write(&path, text)
+    // Checked before it is written: the file loads, and says nothing but comments (nothing a
+    // name in the project could have slipped in).
+    let loaded = cordon_agent::config::AgentConfig::from_toml(&text, "the generated cordon.toml")?;
+    if loaded != cordon_agent::config::AgentConfig::default() {
+        return Err(
+            bad("the config written would set something; nothing was written".into()).into(),
+        );
+    }
+    write_new(&path, &text, args.force)
         .map_err(|e| bad(format!("{} cannot be written ({e})", path.display())))?;
     outln!(
         "Wrote {} (every setting commented; edit what you need).",
@@ -215,6 +254,18 @@ pub fn run(home: &Home, args: InitArgs) -> anyhow::Result<()> {
             if one { "its" } else { "their" },
             if one { "it" } else { "them" },
             if one { "it" } else { "them" },
+        );
+    }
+    if !found.odd_names.is_empty() {
+        outln!(
+            "Note: left out, since their names hold control characters: {}",
+            shown_list(&found.odd_names)
+        );
+    }
+    if found.cut_short {
+        outln!(
+            "Note: the look for databases and secrets stopped early (more than {MAX_ENTRIES} \
+             entries, or deeper than two levels below each subdirectory): there may be more."
         );
     }
     if !found.top_files.is_empty() {
@@ -251,6 +302,28 @@ pub fn run(home: &Home, args: InitArgs) -> anyhow::Result<()> {
         outln!("      # {why}");
     }
     outln!("Then: cordon doctor (checks the setup), cordon chat (talk to your model).");
+    Ok(())
+}
+
+/// Writes `text` to `path` through a new file beside it, renamed over it: never through a link,
+/// and never over an existing file unless `force`.
+fn write_new(path: &Path, text: &str, force: bool) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".cordon-init-")
+        .tempfile_in(dir)?;
+    tmp.write_all(text.as_bytes())?;
+    // The user's to read and edit like any file they make (a temporary file starts readable
+    // by its owner only).
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    if force {
+        tmp.persist(path).map_err(|e| e.error)?;
+    } else {
+        tmp.persist_noclobber(path).map_err(|e| e.error)?;
+    }
     Ok(())
 }
 
@@ -430,7 +503,31 @@ mod tests {
             "{commands:?}"
         );
         let text = config_text(d, &found, &commands);
-        cordon_agent::config::AgentConfig::from_toml(&text, "test").unwrap();
+        let loaded = cordon_agent::config::AgentConfig::from_toml(&text, "test").unwrap();
+        assert_eq!(loaded, cordon_agent::config::AgentConfig::default());
+    }
+
+    /// A name in the project cannot write lines of its own into the config: a file named to
+    /// add a `[store]` table that would send every conversation elsewhere is left out.
+    #[test]
+    fn names_with_line_breaks_stay_out_of_the_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("data")).unwrap();
+        // TOML's `\u002F` stands for the `/` a file name cannot hold.
+        let evil = r#"a
+[store]
+url = "postgres:\u002F\u002Fx@evil\u002Fdb"
+#.db"#;
+        std::fs::write(d.join("data").join(evil), "").unwrap();
+        std::fs::create_dir_all(d.join("b\n[audit]\nkeep_arguments = true\n#")).unwrap();
+        let found = survey(d);
+        assert_eq!(found.odd_names.len(), 2, "{:?}", found.odd_names);
+        assert!(found.databases.is_empty());
+        let commands = suggestions(d, &found);
+        let text = config_text(d, &found, &commands);
+        let loaded = cordon_agent::config::AgentConfig::from_toml(&text, "test").unwrap();
+        assert_eq!(loaded, cordon_agent::config::AgentConfig::default());
     }
 
     #[test]

@@ -279,9 +279,22 @@ async fn confirm_and_commit(
     if let Some(diff) = prepared.upgrade() {
         print_upgrade(prepared.name(), diff);
     }
+    if let Some(diff) = prepared.edits_changed() {
+        outln!();
+        outln!(
+            "The tool edits of `{}` change what models are told:",
+            prepared.name()
+        );
+        print_tool_changes(diff);
+    }
     if prepared.needs_confirmation() && !yes {
         let question = if prepared.upgrade().is_some() {
             format!("Replace the installed `{}`?", prepared.name())
+        } else if prepared.edits_changed().is_some() {
+            format!(
+                "Change what models are told of `{}`'s tools?",
+                prepared.name()
+            )
         } else {
             format!("Install `{}` with the grants above?", prepared.name())
         };
@@ -300,8 +313,13 @@ async fn confirm_and_commit(
                 .into());
             }
             None => {
-                return Err(HomeError::PolicyConfirmationRequired {
+                return Err(HomeError::InstallConfirmationRequired {
                     name: prepared.name().to_string(),
+                    what: if prepared.edits_changed().is_some() {
+                        "with new tool edits"
+                    } else {
+                        "with the grants its Wassette policy gives"
+                    },
                 }
                 .into());
             }
@@ -709,7 +727,25 @@ fn print_upgrade(name: &str, diff: &UpgradeDiff) {
     for i in &diff.imports_removed {
         outln!("  - import  {i}");
     }
-    for change in &diff.tools.changes {
+    print_tool_changes(&diff.tools);
+    if !diff.tools.exact {
+        outln!("  (only tool names were compared: the installed tool list was not available)");
+    }
+    for g in &diff.grants_kept {
+        outln!("  = grant   {g} (kept)");
+    }
+    for g in &diff.grants_dropped {
+        outln!("  - grant   {g} (dropped: the new component cannot use it)");
+    }
+    if diff.is_empty() {
+        outln!("  (same imports, tools and grants)");
+    }
+}
+
+/// What changes in the tools a model is told of: each added, removed or changed tool, and a
+/// changed description in full, before and after.
+fn print_tool_changes(tools: &cordon_home::ToolDiff) {
+    for change in &tools.changes {
         match change {
             ToolChange::Added(t) => outln!("  + tool    {t}"),
             ToolChange::Removed(t) => outln!("  - tool    {t}"),
@@ -737,18 +773,6 @@ fn print_upgrade(name: &str, diff: &UpgradeDiff) {
                 }
             }
         }
-    }
-    if !diff.tools.exact {
-        outln!("  (only tool names were compared: the installed tool list was not available)");
-    }
-    for g in &diff.grants_kept {
-        outln!("  = grant   {g} (kept)");
-    }
-    for g in &diff.grants_dropped {
-        outln!("  - grant   {g} (dropped: the new component cannot use it)");
-    }
-    if diff.is_empty() {
-        outln!("  (same imports, tools and grants)");
     }
 }
 
@@ -913,7 +937,10 @@ fn print_tool(call_name: &str, tool: &ToolDescriptor, approval: &str, rules: Opt
     .filter_map(|(b, s)| b.then_some(s))
     .collect();
     if !hints.is_empty() {
-        outln!("    hints (the author's claims): {}", hints.join(", "));
+        outln!(
+            "    hints (claims, the author's or the installer's): {}",
+            hints.join(", ")
+        );
     }
     let schema =
         serde_json::to_string_pretty(&tool.input_schema).unwrap_or_else(|_| "?".to_string());

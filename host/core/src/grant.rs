@@ -388,8 +388,8 @@ pub(crate) fn normalize_guest_path(input: &str, path: &str) -> Result<String, Gr
 }
 
 /// A `wasi:config/store` key as a grant may name it: letters, digits, `_`, `-` and `.`, so that
-/// it never holds the `:` that separates a grant's parts.
-pub(crate) fn valid_config_key(key: &str) -> bool {
+/// it never holds the `:` that separates a grant's parts (nor a mark).
+pub fn valid_config_key(key: &str) -> bool {
     !key.is_empty()
         && key.len() <= MAX_CONFIG_KEY_BYTES
         && key

@@ -33,7 +33,10 @@ pub use audit::{
 pub const BUILT_IN_PLUGIN: &str = "cordon";
 
 pub use ceiling::{CAPABILITY_IMPORTS, Capability, Ceiling, CeilingError};
-pub use grant::{FsGrant, FsMode, Grant, GrantError, Grants, HttpOrigin, HttpScheme};
+pub use grant::{
+    FsGrant, FsMode, Grant, GrantError, Grants, HttpOrigin, HttpScheme, MAX_CONFIG_KEY_BYTES,
+    valid_config_key,
+};
 pub use labels::{Exposure, Label, LabelSource, RuleOfTwo, SessionLabels, rule_of_two};
 pub use limits::{
     LimitError, LimitKind, Limits, format_bytes, format_bytes_rounded, format_duration,

@@ -22,15 +22,41 @@ pub const MAX_CONFIG_VALUE_BYTES: usize = 64 << 10;
 /// Every plugin's values: plugin → key → value.
 type AllValues = BTreeMap<String, BTreeMap<String, String>>;
 
+/// Largest `config-values.toml` read: many plugins' values, far below what would matter to hold.
+const MAX_VALUES_FILE_BYTES: u64 = 16 << 20;
+
 fn load(path: &Path) -> Result<AllValues, HomeError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
+    let bad = |reason: String| HomeError::BadConfigValues {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(AllValues::new()),
         Err(e) => return Err(io_err("read", path)(e)),
     };
-    toml::from_str(&text).map_err(|e| HomeError::BadConfigValues {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(file, MAX_VALUES_FILE_BYTES + 1),
+        &mut text,
+    )
+    .map_err(|e| bad(format!("it is not UTF-8 text ({})", e.kind())))?;
+    if text.len() as u64 > MAX_VALUES_FILE_BYTES {
+        return Err(bad(format!(
+            "it is longer than the {MAX_VALUES_FILE_BYTES} bytes read"
+        )));
+    }
+    // The parser's own message quotes the line it stopped at, which holds a secret: only
+    // where, and what was expected, are said.
+    toml::from_str(&text).map_err(|e: toml::de::Error| {
+        let at = e.span().map_or(String::new(), |span| {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {column}: ")
+        });
+        let what = e.message().lines().next().unwrap_or("").to_string();
+        bad(format!("{at}{what}"))
     })
 }
 
@@ -54,8 +80,18 @@ impl Home {
         key: &str,
         value: Option<&str>,
     ) -> Result<bool, HomeError> {
-        // The key as a grant would name it, so every key kept is one a grant can give.
-        let grant: Grant = format!("config:{key}").parse()?;
+        // A key a grant can name, exactly (no marks, no spaces), so every key kept is one a
+        // grant can give.
+        if !cordon_core::valid_config_key(key) {
+            return Err(HomeError::BadConfigValue {
+                key: key.to_string(),
+                reason: format!(
+                    "it is not a configuration key (1 to {} letters, digits, `_`, `-` and `.`)",
+                    cordon_core::MAX_CONFIG_KEY_BYTES
+                ),
+            });
+        }
+        let grant = Grant::Config(key.to_string(), Default::default());
         if let Some(v) = value
             && v.len() > MAX_CONFIG_VALUE_BYTES
         {
@@ -98,7 +134,8 @@ impl Home {
             .collect())
     }
 
-    /// Forgets every value of `plugin` (when it is removed).
+    /// Forgets every value of `plugin` (when it is removed, or a plugin is first installed
+    /// under its name). The caller holds the home's exclusive lock.
     pub(crate) fn forget_config_values(&self, plugin: &str) -> Result<(), HomeError> {
         let path = self.config_values_path();
         let mut all = load(&path)?;

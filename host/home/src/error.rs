@@ -419,14 +419,17 @@ pub enum HomeError {
         /// The plugin.
         name: String,
     },
-    /// An install with a Wassette policy's grants needs confirmation but there is nobody to ask.
+    /// An install that changes what was shown above (a Wassette policy's grants, new tool
+    /// edits) needs confirmation but there is nobody to ask.
     #[error(
-        "installing `{name}` with the grants its Wassette policy gives needs your confirmation; \
-         re-run with --yes (review the translation above first)"
+        "installing `{name}` {what} needs your confirmation; re-run with --yes (review the \
+         changes above first)"
     )]
-    PolicyConfirmationRequired {
+    InstallConfirmationRequired {
         /// The plugin.
         name: String,
+        /// What needs it: `with the grants its Wassette policy gives`, `with new tool edits`.
+        what: &'static str,
     },
     /// The user answered no.
     #[error("kept the installed `{name}`; nothing was changed")]
@@ -542,7 +545,7 @@ impl HomeError {
                 | HomeError::Limit(_)
                 | HomeError::NotGranted { .. }
                 | HomeError::ConfirmationRequired { .. }
-                | HomeError::PolicyConfirmationRequired { .. }
+                | HomeError::InstallConfirmationRequired { .. }
                 | HomeError::UnknownTool { .. }
                 | HomeError::AmbiguousTool { .. }
                 | HomeError::InvalidArguments { .. }

@@ -75,6 +75,14 @@ impl Home {
             .parse_grants(&[wanted.to_string()])?
             .pop()
             .expect("one grant parsed");
+        // Marks say what a person knows of a grant's contents (`public`, `trusted`); what a
+        // plugin or a sandbox's report names never carries them.
+        if grant.marks() != cordon_core::Marks::default() {
+            return Err(HomeError::Grant(cordon_core::GrantError::Syntax {
+                input: wanted.to_string(),
+                reason: "a grant asked for carries no marks; only a person marks a grant".into(),
+            }));
+        }
         let lock = self.read()?;
         let record = lock.plugin(plugin)?;
         record

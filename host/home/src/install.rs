@@ -201,6 +201,8 @@ pub struct PreparedInstall {
     tools: Vec<ToolDescriptor>,
     edits_file: Option<crate::tool_edits::EditsFile>,
     translation: Option<crate::wassette::Translation>,
+    /// For a reinstall of the same component with other edits: what they change.
+    edits_changed: Option<ToolDiff>,
     bytes: Vec<u8>,
     ceiling: Ceiling,
     shadowed: Vec<(String, Vec<String>)>,
@@ -423,6 +425,15 @@ impl Home {
         }
         check_tool_list(&source_name, &shown)?;
 
+        // The same component with other edits changes what a model is told without a new
+        // digest: shown tool by tool and asked about, as an upgrade is.
+        let edits_changed = match &previous {
+            Some(old) if old.digest == digest && old.edits != edits => {
+                Some(self.tool_diff(old, &shown))
+            }
+            _ => None,
+        };
+
         let (base_grants, base_limits, upgrade) = match &previous {
             None => (Grants::new(), Default::default(), None),
             Some(old) if old.digest == digest => (old.grants.clone(), old.limits.clone(), None),
@@ -489,6 +500,7 @@ impl Home {
             component_tools: tools,
             tools: shown,
             edits_file,
+            edits_changed,
             translation,
             bytes,
             ceiling,
@@ -666,7 +678,13 @@ impl PreparedInstall {
     /// Whether committing needs the user's confirmation (a different component under an
     /// installed name).
     pub fn needs_confirmation(&self) -> bool {
-        self.upgrade.is_some() || self.translation.is_some()
+        self.upgrade.is_some() || self.translation.is_some() || self.edits_changed.is_some()
+    }
+
+    /// For a reinstall of the same component with other tool edits: how the tools a model is
+    /// told of change.
+    pub fn edits_changed(&self) -> Option<&ToolDiff> {
+        self.edits_changed.as_ref()
     }
 
     /// What a Wassette policy given with the install became.
@@ -715,6 +733,11 @@ impl PreparedInstall {
                     created.push(to.clone());
                 }
                 pin.stamp = replace_file_stamped(&to, &bytes).map_err(io_err("write", &to))?;
+            }
+            // A first install under a name is not given values kept for an earlier plugin of
+            // that name (one removed by hand from the lock file).
+            if self.previous.is_none() {
+                home.forget_config_values(&self.name)?;
             }
             self.lock
                 .plugins

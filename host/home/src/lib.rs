@@ -370,12 +370,12 @@ impl Home {
     pub fn remove(&self, plugin: &str) -> Result<PluginRecord, HomeError> {
         let record = self.update(|lock| {
             lock.plugin(plugin)?;
+            // Its values go with it, before its record: another plugin installed under the
+            // name later is not given what was kept for this one.
+            self.forget_config_values(plugin)?;
             Ok(lock.plugins.remove(plugin).expect("checked above"))
         })?;
         let _guard = HomeLock::exclusive(&self.root)?;
-        // Its values go with it: another plugin installed under the name later is not given
-        // what was kept for this one.
-        self.forget_config_values(plugin)?;
         let lock = LockFile::load(&self.lock_path())?;
         if !lock.plugins.values().any(|r| r.digest == record.digest) {
             for path in [

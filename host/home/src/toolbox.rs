@@ -547,7 +547,10 @@ async fn load_plugin(
             tools
         }
     };
-    let descriptors = record.edits.apply(descriptors);
+    let mut descriptors = record.edits.apply(descriptors);
+    // A list recorded by an older Cordon may name a function no longer offered as a tool (a
+    // toolchain's own export): it cannot be called, so it is not offered either.
+    descriptors.retain(|d| component.offers_tool(&d.name) != Some(false));
     let now = cordon_core::now_ms();
     let ends: Vec<(Grant, i64)> = record
         .expiring

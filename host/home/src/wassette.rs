@@ -5,8 +5,10 @@
 //! Cordon's grants are narrower than the format in places, and a translation never grants
 //! more than the policy says. In order:
 //! 1. What cannot be granted as narrowly as written is refused, naming the entry: a storage
-//!    `deny` inside an allowed directory, a host pattern (`*.example.com`), a CIDR range, the
-//!    `defaults` host list, a file rather than a directory.
+//!    `deny` inside or above an allowed directory (links resolved), `write` without `read`, a
+//!    host pattern (`*.example.com`), a host both allowed and denied, a CIDR range, the
+//!    `defaults` host list, a file rather than a directory. So is anything that would carry a
+//!    mark (`:public`, `:trusted`): only a person marks a grant.
 //! 2. Each storage `allow` becomes a directory grant at the same path (`read` → `ro`, any
 //!    `write` → `rw`); a trailing `/**` or `/*` names the directory itself; a relative URI is
 //!    taken from the policy file's directory.
@@ -17,7 +19,7 @@
 //!    Rust and JavaScript components comes with their runtimes), its value then set with
 //!    `cordon plugin config` and never taken from the environment; else `env:KEY` for one that
 //!    reads its environment; else nothing.
-//! 5. `resources.memory` (MB) becomes the memory limit, in MiB. What has no Cordon meaning (CPU and IO
+//! 5. `resources.memory` (MB) becomes the memory limit. What has no Cordon meaning (CPU and IO
 //!    shares, `runtime`, `ipc`, deny entries outside every allowed directory, which deny by
 //!    default already covers) is listed as not translated.
 
@@ -132,7 +134,7 @@ pub struct Translation {
     pub translated: Vec<(String, String)>,
     /// Grants, in Cordon's syntax.
     pub grants: Vec<String>,
-    /// Limits (`memory=512MiB`).
+    /// Limits (`memory=512MB`).
     pub limits: Vec<String>,
     /// Entries with no Cordon meaning, each with why.
     pub left_out: Vec<String>,
@@ -145,6 +147,9 @@ impl WassettePolicy {
             path: path.to_path_buf(),
             reason,
         };
+        // Relative storage URIs are taken from the policy's directory: name it in full.
+        let path =
+            &std::fs::canonicalize(path).map_err(|e| bad(format!("it cannot be read ({e})")))?;
         let meta = std::fs::metadata(path).map_err(|e| bad(format!("it cannot be read ({e})")))?;
         if meta.len() > MAX_POLICY_BYTES {
             return Err(bad(format!(
@@ -183,10 +188,18 @@ impl WassettePolicy {
         if let Some(storage) = &p.storage {
             for entry in storage.allowed() {
                 let dir = storage_dir(&entry.uri, base).map_err(&bad)?;
+                let read = entry.access.iter().any(|a| a == "read");
                 let write = entry.access.iter().any(|a| a == "write");
                 if let Some(other) = entry.access.iter().find(|a| *a != "read" && *a != "write") {
                     return Err(bad(format!(
                         "storage `{}` has access `{other}`; only `read` and `write` exist",
+                        entry.uri
+                    )));
+                }
+                if !read {
+                    return Err(bad(format!(
+                        "storage `{}` does not allow `read`; Cordon cannot grant a directory \
+                         without reading it, so it would grant more than the policy says",
                         entry.uri
                     )));
                 }
@@ -205,14 +218,17 @@ impl WassettePolicy {
                     grant.clone(),
                 ));
                 t.grants.push(grant);
-                allowed_dirs.push(dir);
+                allowed_dirs.push(resolved(&dir));
             }
             for entry in storage.denied() {
-                let dir = storage_dir(&entry.uri, base).map_err(&bad)?;
-                if allowed_dirs.iter().any(|a| dir.starts_with(a)) {
+                let dir = resolved(&storage_dir(&entry.uri, base).map_err(&bad)?);
+                if allowed_dirs
+                    .iter()
+                    .any(|a| dir.starts_with(a) || a.starts_with(&dir))
+                {
                     return Err(bad(format!(
-                        "storage deny `{}` lies inside a directory it allows; Cordon grants \
-                         whole directories, so allow narrower ones instead",
+                        "storage deny `{}` lies inside or above a directory it allows; Cordon \
+                         grants whole directories, so allow narrower ones instead",
                         entry.uri
                     )));
                 }
@@ -230,6 +246,26 @@ impl WassettePolicy {
                             return Err(bad(format!(
                                 "network host `{host}` is a pattern; Cordon grants origins one \
                                  by one, so name each host"
+                            )));
+                        }
+                        if host.is_empty()
+                            || host.starts_with(['.', '-'])
+                            || !host
+                                .chars()
+                                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-'))
+                        {
+                            return Err(bad(format!(
+                                "network host `{host}` is not a host name (letters, digits, `.` \
+                                 and `-`)"
+                            )));
+                        }
+                        if network.denied().iter().any(|d| {
+                            d.host
+                                .as_deref()
+                                .is_some_and(|h| h.eq_ignore_ascii_case(host))
+                        }) {
+                            return Err(bad(format!(
+                                "network host `{host}` is both allowed and denied"
                             )));
                         }
                         let grant = format!("net:https://{host}");
@@ -269,6 +305,17 @@ impl WassettePolicy {
             let env = ceiling.allows(Capability::Environment);
             let config = ceiling.allows(Capability::Config);
             for entry in environment.allowed() {
+                let plain = entry
+                    .key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+                if entry.key.is_empty() || !plain {
+                    return Err(bad(format!(
+                        "environment key `{}` is not a plain name (letters, digits, `_`, `-` \
+                         and `.`)",
+                        entry.key
+                    )));
+                }
                 let grant = if config {
                     format!("config:{}", entry.key)
                 } else if env {
@@ -288,9 +335,17 @@ impl WassettePolicy {
         }
         if let Some(resources) = &p.resources {
             if let Some(mb) = resources.memory {
-                let limit = format!("memory={mb}MiB");
-                t.translated
-                    .push((format!("resources memory {mb} (MB)"), limit.clone()));
+                // Exactly what the policy says (MB), however Cordon then shows it.
+                let limit = format!("memory={mb}MB");
+                let above = mb.saturating_mul(1_000_000) > cordon_core::Limits::default().memory;
+                t.translated.push((
+                    format!("resources memory {mb} (MB)"),
+                    if above {
+                        format!("{limit} (above Cordon's default)")
+                    } else {
+                        limit.clone()
+                    },
+                ));
                 t.limits.push(limit);
             }
             if resources.cpu.is_some() || resources.io.is_some() {
@@ -310,8 +365,25 @@ impl WassettePolicy {
             t.left_out
                 .push("ipc: a component can reach nothing but what it is granted".into());
         }
+        // Whatever the entries said, a translated grant is plain: no marks (only a person
+        // marks a grant), and exactly the text built above.
+        for grant in &t.grants {
+            let parsed: cordon_core::Grant = grant
+                .parse()
+                .map_err(|e: cordon_core::GrantError| bad(e.to_string()))?;
+            if parsed.marks() != cordon_core::Marks::default() {
+                return Err(bad(format!(
+                    "`{grant}` would carry marks; only a person marks a grant"
+                )));
+            }
+        }
         Ok(t)
     }
+}
+
+/// `path` with its links resolved when it exists, else as written.
+fn resolved(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// The directory a storage URI names: `fs:///abs/dir/**` → `/abs/dir`; relative ones from
@@ -385,7 +457,7 @@ mod tests {
                 "config:OPENWEATHER_API_KEY".to_string(),
             ]
         );
-        assert_eq!(t.limits, ["memory=512MiB"]);
+        assert_eq!(t.limits, ["memory=512MB"]);
         assert_eq!(t.left_out.len(), 2, "{:?}", t.left_out);
         // The same key, for a component that reads its environment.
         let t = p
@@ -409,7 +481,7 @@ mod tests {
         let e = refused(&format!(
             "  storage:\n    allow:\n    - uri: \"fs://{d}\"\n      access: [read]\n    deny:\n    - uri: \"fs://{d}/secret\"\n      access: [read]\n"
         ));
-        assert!(e.contains("inside a directory it allows"), "{e}");
+        assert!(e.contains("inside or above a directory it allows"), "{e}");
         let e = refused("  network:\n    allow:\n    - host: \"*.example.com\"\n");
         assert!(e.contains("is a pattern"), "{e}");
         let e = refused("  network:\n    allow:\n    - cidr: \"10.0.0.0/8\"\n");
@@ -418,6 +490,23 @@ mod tests {
         assert!(e.contains("name the hosts"), "{e}");
         let e = refused("  storage:\n    allow:\n    - uri: \"https://x\"\n      access: [read]\n");
         assert!(e.contains("not an fs:// URI"), "{e}");
+        let e = refused(&format!(
+            "  storage:\n    allow:\n    - uri: \"fs://{d}\"\n      access: [write]\n"
+        ));
+        assert!(e.contains("does not allow `read`"), "{e}");
+        std::fs::create_dir_all(dir.path().join("sub")).unwrap();
+        let e = refused(&format!(
+            "  storage:\n    allow:\n    - uri: \"fs://{d}/sub\"\n      access: [read]\n    deny:\n    - uri: \"fs://{d}\"\n      access: [read]\n"
+        ));
+        assert!(e.contains("inside or above"), "{e}");
+        let e = refused("  network:\n    allow:\n    - host: \"api.example.com:trusted\"\n");
+        assert!(e.contains("not a host name"), "{e}");
+        let e = refused(
+            "  network:\n    allow:\n    - host: \"a.example\"\n    deny:\n    - host: \"A.example\"\n",
+        );
+        assert!(e.contains("both allowed and denied"), "{e}");
+        let e = refused("  environment:\n    allow:\n    - key: \"TOKEN:public\"\n");
+        assert!(e.contains("not a plain name"), "{e}");
         let e = refused("  filesystem: {}\n");
         assert!(e.contains("filesystem"), "{e}");
         std::fs::write(dir.path().join("f.txt"), "x").unwrap();

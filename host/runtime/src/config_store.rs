@@ -66,8 +66,11 @@ impl HostState {
         if self.config().is_granted(key) {
             return self.config().value(key);
         }
-        // A key no grant could name (`a/b`) is refused without a grant to offer.
-        if let Ok(wanted) = format!("config:{key}").parse::<cordon_core::Grant>() {
+        // The grant is built, never parsed from what the guest chose: a key such as
+        // `KEY:public` would otherwise carry a mark only a person may set. A key no grant
+        // could name (`a/b`) is refused without a grant to offer.
+        if cordon_core::valid_config_key(key) {
+            let wanted = cordon_core::Grant::Config(key.to_string(), Default::default());
             self.refused_mut().want(wanted.to_string());
         }
         let shown: String = key.chars().take(128).collect();

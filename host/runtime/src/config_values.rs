@@ -3,11 +3,21 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// What one call may read: the granted keys, and the values of those that are set.
-#[derive(Debug, Default)]
+/// What one call may read: the granted keys, and the values of those that are set. Its
+/// `Debug` shows the keys only: the values are secrets.
+#[derive(Default)]
 pub(crate) struct ConfigValues {
     granted: BTreeSet<String>,
     values: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for ConfigValues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfigValues")
+            .field("granted", &self.granted)
+            .field("set", &self.values.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 impl ConfigValues {

@@ -140,6 +140,19 @@ impl Plugin {
         }
     }
 
+    /// Whether a tool named `tool` can be called: for a component without the contract, whether
+    /// one of its functions is offered under that name (a list recorded by an older Cordon
+    /// may name one it no longer offers, such as a toolchain's own export); `None` for a
+    /// plugin with the contract, whose tools only it can say.
+    pub fn offers_tool(&self, tool: &str) -> Option<bool> {
+        match &self.inner.exports {
+            PluginExports::Typed(typed) => {
+                Some(typed.functions.iter().any(|f| f.descriptor.name == tool))
+            }
+            PluginExports::Contract { .. } => None,
+        }
+    }
+
     /// Whether the component offers plain typed functions rather than Cordon's contract.
     pub fn has_typed_exports(&self) -> bool {
         matches!(self.inner.exports, PluginExports::Typed(_))

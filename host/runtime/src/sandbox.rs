@@ -50,7 +50,7 @@ impl EnvSource {
 }
 
 /// Everything that decides what one call may reach and consume.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Sandbox {
     /// The capabilities given to the plugin.
     pub grants: Grants,
@@ -69,6 +69,20 @@ pub struct Sandbox {
     /// [`CallError::Cancelled`](crate::CallError::Cancelled) and its report is complete, so a
     /// client's cancel never leaves a guest running unseen.
     pub cancel: CancellationToken,
+}
+
+impl std::fmt::Debug for Sandbox {
+    /// Configuration values are secrets: only their keys are shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("grants", &self.grants)
+            .field("limits", &self.limits)
+            .field("env", &self.env)
+            .field("config_keys", &self.config.keys().collect::<Vec<_>>())
+            .field("reserved", &self.reserved)
+            .field("cancel", &self.cancel)
+            .finish()
+    }
 }
 
 /// Memory accounting across all memories of an instance; a denied growth traps and is

@@ -69,9 +69,31 @@ fn config_values_reach_a_plugin_only_under_its_grant() {
         .stdout_lacks(&["s3cret"]);
     let lock = std::fs::read_to_string(home.path().join("plugins.toml")).unwrap();
     assert!(!lock.contains("s3cret"), "{lock}");
-    let values = home.path().join("config-values.toml");
-    let mode = std::fs::metadata(&values).unwrap().permissions().mode();
+    let values_path = home.path().join("config-values.toml");
+    let mode = std::fs::metadata(&values_path)
+        .unwrap()
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o077, 0, "config-values.toml is mode {mode:o}");
+
+    // A values file broken by hand: the error says where, never what the line holds.
+    let values = home.path().join("config-values.toml");
+    let kept = std::fs::read_to_string(&values).unwrap();
+    std::fs::write(
+        &values,
+        format!("{kept}\n[other-plugin]\nleaked = s3cret-unquoted\n"),
+    )
+    .unwrap();
+    let broken = home
+        .cordon(&["call", "get_draft", r#"{"key": "api_key"}"#])
+        .code(1);
+    assert!(
+        broken.stderr.contains("config-values.toml") && !broken.stderr.contains("s3cret"),
+        "{}",
+        broken.stderr
+    );
+    home.cordon(&["audit"]).ok().stdout_lacks(&["s3cret"]);
+    std::fs::write(&values, &kept).unwrap();
 
     // No value from the command line, and none empty.
     home.cordon_with_stdin(&["plugin", "config", "config-reader", "api_key"], "")
@@ -135,7 +157,7 @@ fn a_wassette_policy_becomes_grants_shown_before_asking() {
             &format!("storage fs://{d}/** [read]  ->  fs:{d}:{d}:ro"),
             "network host api.openweathermap.org  ->  net:https://api.openweathermap.org",
             "environment OPENWEATHER_API_KEY  ->  env:OPENWEATHER_API_KEY",
-            "resources memory 256 (MB)  ->  memory=256MiB",
+            "resources memory 256 (MB)  ->  memory=256MB",
             "not translated: resources cpu and io",
         ])
         .stderr_has(&["needs your confirmation", "--yes"]);
@@ -147,7 +169,7 @@ fn a_wassette_policy_becomes_grants_shown_before_asking() {
             &format!("fs:{d}:{d}:ro"),
             "net:https://api.openweathermap.org",
             "env:OPENWEATHER_API_KEY",
-            "memory=256MiB",
+            "memory=250000KiB",
         ]);
 
     // The same key, for a component that reads wasi:config/store instead.

@@ -481,3 +481,48 @@ async fn a_result_that_would_swell_on_the_host_is_bounded_through_the_guest_memo
     // Functions whose results do not swell keep the plugin's limit.
     assert_eq!(value("calc_add", json!({"a": 1, "b": 1})).await, json!(2));
 }
+
+/// `wasi:config/store`: only granted keys are read, and a key the guest makes up never turns
+/// into a grant with marks in what the call's report says it wanted (`KEY:public` would ask a
+/// person for a grant whose contents count as not private).
+#[tokio::test]
+async fn config_keys_reach_only_what_is_granted_and_wanted_grants_carry_no_marks() {
+    let _shared = shared();
+    static P: OnceLock<Plugin> = OnceLock::new();
+    let reader = P.get_or_init(|| load("config-reader"));
+    let sandbox = Sandbox {
+        grants: ["config:api_key".parse::<cordon_core::Grant>().unwrap()]
+            .into_iter()
+            .collect(),
+        config: [("api_key", "s3cret"), ("other", "not-granted")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Sandbox::default()
+    };
+    let get = |key: &'static str| {
+        let sandbox = sandbox.clone();
+        async move {
+            let (out, report) = reader
+                .call_tool_reported(&sandbox, "get_rc", &json!({ "key": key }).to_string())
+                .await;
+            let value = match out.unwrap().content.as_slice() {
+                [Content::Json(v)] => v.clone(),
+                other => panic!("{other:?}"),
+            };
+            (value, report)
+        }
+    };
+    assert_eq!(get("api_key").await.0, json!("s3cret"));
+    let (other, report) = get("other").await;
+    assert_eq!(other, Value::Null);
+    assert_eq!(report.wanted, ["config:other"]);
+    assert!(
+        report.refused[0].contains("`other` (not granted)"),
+        "{report:?}"
+    );
+    let (marked, report) = get("other:public").await;
+    assert_eq!(marked, Value::Null);
+    assert!(report.wanted.is_empty(), "{:?}", report.wanted);
+    assert!(!report.refused.is_empty());
+}
