@@ -84,25 +84,23 @@ impl HostState {
     }
 }
 
-impl draft_store::Host for HostState {
-    fn get(&mut self, key: String) -> Result<Option<String>, draft_store::Error> {
-        Ok(self.config_get(&key))
-    }
+/// The same answers under each version's bindings.
+macro_rules! store_host {
+    ($store:ident) => {
+        impl $store::Host for HostState {
+            fn get(&mut self, key: String) -> Result<Option<String>, $store::Error> {
+                Ok(self.config_get(&key))
+            }
 
-    fn get_all(&mut self) -> Result<Vec<(String, String)>, draft_store::Error> {
-        Ok(self.config_all())
-    }
+            fn get_all(&mut self) -> Result<Vec<(String, String)>, $store::Error> {
+                Ok(self.config_all())
+            }
+        }
+    };
 }
 
-impl rc1_store::Host for HostState {
-    fn get(&mut self, key: String) -> Result<Option<String>, rc1_store::Error> {
-        Ok(self.config_get(&key))
-    }
-
-    fn get_all(&mut self) -> Result<Vec<(String, String)>, rc1_store::Error> {
-        Ok(self.config_all())
-    }
-}
+store_host!(draft_store);
+store_host!(rc1_store);
 
 /// Links both versions of `wasi:config/store` into `linker`.
 pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
