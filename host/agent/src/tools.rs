@@ -97,6 +97,24 @@ impl ToolFailure {
     }
 }
 
+/// Records a tool call's outcome and what the sandbox measured on its span (`execute_tool`
+/// in a conversation, `tools/call` over MCP), whose fields `cordon.peak_memory_bytes`,
+/// `cordon.refusals`, `otel.status_code` and `error.type` were declared empty.
+pub fn record_call_outcome(
+    span: &tracing::Span,
+    result: &Result<Vec<Content>, ToolFailure>,
+    report: Option<&cordon_core::CallReport>,
+) {
+    if let Some(report) = report {
+        span.record("cordon.peak_memory_bytes", report.peak_memory);
+        span.record("cordon.refusals", report.refused.len());
+    }
+    if let Err(failure) = result {
+        span.record("otel.status_code", "error");
+        span.record("error.type", failure.kind.as_str());
+    }
+}
+
 impl From<cordon_core::ToolError> for ToolFailure {
     fn from(e: cordon_core::ToolError) -> Self {
         let kind = match e.kind {

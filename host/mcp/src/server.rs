@@ -673,7 +673,11 @@ impl McpServer {
             .as_ref()
             .map(|r| r.refused.clone())
             .unwrap_or_default();
-        spans::ran(&result, report.as_ref());
+        cordon_agent::tools::record_call_outcome(
+            &tracing::Span::current(),
+            &result,
+            report.as_ref(),
+        );
         self.host
             .audit(self.record(&facts, &approved, outcome_of(&result), report))
             .await;

@@ -13,10 +13,9 @@ use tracing::Span;
 use tracing::field::Empty;
 
 use super::{AuditContext, Driven, TurnInput};
+use crate::AgentError;
 use crate::conversation::{Conversation, PlannedCall, TurnOutcome};
 use crate::machine::{ApprovalRequest, Event, ToolRun};
-use crate::tools::ToolFailure;
-use crate::{AgentError, Content};
 
 /// A turn, from its input to its end or suspension.
 pub(super) fn turn(input: &TurnInput, audit: &AuditContext) -> Span {
@@ -106,20 +105,4 @@ pub(super) fn tool_call(run: &ToolRun, planned: Option<&PlannedCall>) -> Span {
         cordon.refusals = Empty,
         "error.type" = Empty,
     )
-}
-
-/// Records the call's outcome and what the sandbox measured on its span.
-pub(super) fn tool_call_ended(
-    span: &Span,
-    result: &Result<Vec<Content>, ToolFailure>,
-    report: Option<&cordon_core::CallReport>,
-) {
-    if let Some(report) = report {
-        span.record("cordon.peak_memory_bytes", report.peak_memory);
-        span.record("cordon.refusals", report.refused.len());
-    }
-    if let Err(failure) = result {
-        span.record("otel.status_code", "error");
-        span.record("error.type", failure.kind.as_str());
-    }
 }

@@ -83,7 +83,7 @@ impl Agent {
                                     .await
                             }
                         };
-                        super::spans::tool_call_ended(&span, &result, report.as_ref());
+                        crate::tools::record_call_outcome(&span, &result, report.as_ref());
                         (run, result, report)
                     });
                 }

@@ -14,10 +14,6 @@ use rmcp::service::RequestContext;
 use tracing::Span;
 use tracing::field::Empty;
 
-use cordon_agent::ToolFailure;
-use cordon_agent::tools::Content;
-use cordon_core::CallReport;
-
 /// The span of `request`, continuing the trace the client sent with it.
 pub(super) fn tool_call(
     request: &CallToolRequestParams,
@@ -93,18 +89,5 @@ pub(super) fn decided(decision: &str, rule: Option<&str>) {
     span.record("cordon.decision", decision);
     if let Some(rule) = rule {
         span.record("cordon.policy_rule", rule);
-    }
-}
-
-/// Records the call's outcome and what the sandbox measured in the current call's span.
-pub(super) fn ran(result: &Result<Vec<Content>, ToolFailure>, report: Option<&CallReport>) {
-    let span = Span::current();
-    if let Some(report) = report {
-        span.record("cordon.peak_memory_bytes", report.peak_memory);
-        span.record("cordon.refusals", report.refused.len());
-    }
-    if let Err(failure) = result {
-        span.record("otel.status_code", "error");
-        span.record("error.type", failure.kind.as_str());
     }
 }
