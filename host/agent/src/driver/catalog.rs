@@ -16,19 +16,32 @@ use crate::tools::ToolSpec;
 impl Agent {
     /// The tools the model would be offered now in `conv` (installed, enabled, not denied).
     pub fn offered_tools(&self, conv: &Conversation) -> Vec<ToolSpec> {
-        let catalog = self.catalog(&conv.grants, conv.requester());
-        let mut session = conv.session_approvals.clone();
-        catalog.upgrade_session(&mut session);
-        let standing = Standing {
-            answers: &session,
-            requester: conv.requester(),
-            labels: &conv.labels,
-        };
-        catalog.offered(standing).into_iter().cloned().collect()
+        self.with_standing(conv, |catalog, standing| {
+            catalog.offered(standing).into_iter().cloned().collect()
+        })
     }
 
     /// The approval policy that applies to each installed tool in `conv`, for `/tools`.
     pub fn tool_policies(&self, conv: &Conversation) -> Vec<(ToolSpec, crate::approval::Decision)> {
+        self.with_standing(conv, |catalog, standing| {
+            self.tools
+                .tools()
+                .into_iter()
+                .map(|s| {
+                    let d = catalog.decision(&s, standing);
+                    (s, d)
+                })
+                .collect()
+        })
+    }
+
+    /// `decide` given `conv`'s catalog now and where the conversation stands (its answers,
+    /// moved to the catalog's identities, its requester and labels), leaving `conv` as it is.
+    fn with_standing<T>(
+        &self,
+        conv: &Conversation,
+        decide: impl FnOnce(&ToolCatalog, Standing<'_>) -> T,
+    ) -> T {
         let catalog = self.catalog(&conv.grants, conv.requester());
         let mut session = conv.session_approvals.clone();
         catalog.upgrade_session(&mut session);
@@ -37,14 +50,7 @@ impl Agent {
             requester: conv.requester(),
             labels: &conv.labels,
         };
-        self.tools
-            .tools()
-            .into_iter()
-            .map(|s| {
-                let d = catalog.decision(&s, standing);
-                (s, d)
-            })
-            .collect()
+        decide(&catalog, standing)
     }
 
     /// The catalog of a turn of a conversation that was given `grants` for itself: each tool
