@@ -279,7 +279,7 @@ fn check_config_values(found: &mut Findings, home: &Home) {
     let Ok(meta) = std::fs::metadata(&path) else {
         return;
     };
-    if let Err(e) = home.config_keys("") {
+    if let Err(e) = home.check_config_values() {
         found.say(Verdict::Fail, "config values", e.to_string());
     } else if meta.permissions().mode() & 0o077 != 0 {
         found.say(

@@ -54,16 +54,7 @@ fn read_value(key: &str) -> anyhow::Result<String> {
 pub async fn run(home: &Home, records: Option<&Records>, args: ConfigArgs) -> anyhow::Result<()> {
     // What can be checked is checked before a secret is asked for.
     home.read()?.plugin(&args.plugin)?;
-    if !cordon_core::valid_config_key(&args.key) {
-        return Err(cordon_home::HomeError::BadConfigValue {
-            key: args.key.clone(),
-            reason: format!(
-                "it is not a configuration key (1 to {} letters, digits, `_`, `-` and `.`)",
-                cordon_core::MAX_CONFIG_KEY_BYTES
-            ),
-        }
-        .into());
-    }
+    cordon_home::check_config_key(&args.key)?;
     let value = if args.unset {
         None
     } else {

@@ -60,6 +60,21 @@ fn load(path: &Path) -> Result<AllValues, HomeError> {
     })
 }
 
+/// Refuses a key no grant can name exactly (marks, spaces, `/`): every key kept is one a
+/// `config:KEY` grant can give.
+pub fn check_config_key(key: &str) -> Result<(), HomeError> {
+    if cordon_core::valid_config_key(key) {
+        return Ok(());
+    }
+    Err(HomeError::BadConfigValue {
+        key: key.to_string(),
+        reason: format!(
+            "it is not a configuration key (1 to {} letters, digits, `_`, `-` and `.`)",
+            cordon_core::MAX_CONFIG_KEY_BYTES
+        ),
+    })
+}
+
 /// The values kept for `plugin` (all keys, granted or not: the sandbox passes on only the
 /// granted ones).
 pub(crate) fn values_of(path: &Path, plugin: &str) -> Result<BTreeMap<String, String>, HomeError> {
@@ -80,17 +95,7 @@ impl Home {
         key: &str,
         value: Option<&str>,
     ) -> Result<bool, HomeError> {
-        // A key a grant can name, exactly (no marks, no spaces), so every key kept is one a
-        // grant can give.
-        if !cordon_core::valid_config_key(key) {
-            return Err(HomeError::BadConfigValue {
-                key: key.to_string(),
-                reason: format!(
-                    "it is not a configuration key (1 to {} letters, digits, `_`, `-` and `.`)",
-                    cordon_core::MAX_CONFIG_KEY_BYTES
-                ),
-            });
-        }
+        check_config_key(key)?;
         let grant = Grant::Config(key.to_string(), Default::default());
         if let Some(v) = value
             && v.len() > MAX_CONFIG_VALUE_BYTES
@@ -125,6 +130,12 @@ impl Home {
         all.retain(|_, v| !v.is_empty());
         write(&path, &all)?;
         Ok(record.grants.iter().any(|g| g.same_access(&grant)))
+    }
+
+    /// Whether the values file can be read (it may have been broken by hand); the error says
+    /// where, never what the line holds.
+    pub fn check_config_values(&self) -> Result<(), HomeError> {
+        load(&self.config_values_path()).map(|_| ())
     }
 
     /// The keys that have a value for `plugin` (never the values).

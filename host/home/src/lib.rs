@@ -41,7 +41,7 @@ use std::path::{Path, PathBuf};
 use cordon_core::{Grant, GrantError, Grants, Limits, ReservedKind, ReservedPaths};
 use cordon_runtime::{Runtime, RuntimeConfig};
 
-pub use config_values::MAX_CONFIG_VALUE_BYTES;
+pub use config_values::{MAX_CONFIG_VALUE_BYTES, check_config_key};
 pub use error::HomeError;
 pub use expiring::{ExpiringGrant, MAX_GRANT_DURATION};
 pub use fsutil::{HomeLock, MAX_COMPONENT_BYTES, sha256_digest};
