@@ -21,6 +21,7 @@ mod mcp;
 mod new;
 mod plugin;
 mod plugin_config;
+mod plugin_view;
 mod policy;
 mod records;
 mod serve;
