@@ -48,11 +48,14 @@ $(TARGET)/.toolchain:
 	@$(VENV)/bin/python -c 'import componentize_py, wasmtime' 2>/dev/null || $(VENV)/bin/python -m pip install -q componentize-py==0.25.1 wasmtime==50.0.1
 	@touch $@
 
-# Build every host target at once (binaries, tests, examples) so that features unify the same way
-# as in `cargo test --workspace`: otherwise dev-dependencies change tokio's features and the test
-# run compiles wasmtime a second time.
+# Build every host target the tests run at once (libraries, binaries, tests, and the one example a
+# test runs) so that features unify the same way as in `make test`'s `cargo test`: otherwise
+# dev-dependencies change tokio's features and the test run compiles wasmtime a second time. The
+# benchmarks (examples) are built by `make bench`, and checked by `make lint`'s clippy; linking
+# each of them here took minutes of every CI run.
+HOST_TARGETS := --workspace --lib --bins --tests
 host: toolchain
-	cargo build --workspace --all-targets
+	cargo build $(HOST_TARGETS) --example chat
 
 ## The bundled tools and the test fixtures, built from source into components.
 plugins: rust-plugins python-plugin c-fixtures js-plugins
@@ -181,7 +184,8 @@ oidc-provider:
 	@[ -d $(TARGET)/npm-oidc/node_modules/oidc-provider ] || npm install --prefix $(TARGET)/npm-oidc --no-audit --no-fund --loglevel=error oidc-provider@9.13.3
 
 test: host plugins test-services
-	cargo test --workspace
+	cargo test $(HOST_TARGETS)
+	cargo test --workspace --doc
 	cd sdk/rust && CARGO_TARGET_DIR="$(ROOT)/$(TARGET)/sdk" cargo test
 	cd plugins && CARGO_TARGET_DIR="$(ROOT)/$(WASM_TARGET)" cargo test
 	$(MAKE) -C plugins/python test
