@@ -194,10 +194,14 @@ impl McpHost {
         }
     }
 
-    /// Writes the audit records still queued; for a server about to exit.
+    /// Writes the audit records still queued and gives back places reserved ahead on policy
+    /// counters; for a server about to exit.
     pub async fn finish(&self) {
         if let Some(audit) = &self.audit {
             audit.finish().await;
+        }
+        if let Some(store) = &self.store {
+            store.give_back_spare().await;
         }
     }
 }

@@ -86,7 +86,8 @@ pub(crate) fn key_for(
         }
     };
     let mut key = String::new();
-    if Window::parse(&spec.within) == Ok(Window::Session) {
+    // `Window::parse` takes exactly this for the whole session.
+    if spec.within == "session" {
         key.push_str(&format!("session:{}|", scope.session));
     }
     if spec.per.as_deref() == Some("caller") {
@@ -94,6 +95,48 @@ pub(crate) fn key_for(
     }
     key.push_str(&subject);
     Some(key)
+}
+
+/// The store keys of one call's counters, each made once however many counters share it:
+/// counters differ mostly in name (the 60 counters of the 1,000-rule benchmark policy have
+/// three keys), and a call asks for its keys three times (to count, to reserve, to keep).
+pub(crate) struct Keys<'a> {
+    identity: &'a str,
+    plugin: &'a str,
+    scope: CountScope<'a>,
+    /// (what is counted, whole session, per caller) and its key.
+    made: Vec<((&'a str, bool, bool), String)>,
+}
+
+impl<'a> Keys<'a> {
+    pub(crate) fn new(identity: &'a str, plugin: &'a str, scope: CountScope<'a>) -> Keys<'a> {
+        Keys {
+            identity,
+            plugin,
+            scope,
+            made: Vec::new(),
+        }
+    }
+
+    /// [`key_for`], made once per kind of key.
+    pub(crate) fn key(&mut self, spec: &'a CounterSpec, rules: Option<&[&str]>) -> Option<String> {
+        if let (Some(id), Some(rules)) = (spec.of.strip_prefix("rule:"), rules)
+            && !rules.contains(&id)
+        {
+            return None;
+        }
+        let kind = (
+            spec.of.as_str(),
+            spec.within == "session",
+            spec.per.as_deref() == Some("caller"),
+        );
+        if let Some((_, key)) = self.made.iter().find(|(k, _)| *k == kind) {
+            return Some(key.clone());
+        }
+        let key = key_for(spec, self.identity, self.plugin, None, self.scope)?;
+        self.made.push((kind, key.clone()));
+        Some(key)
+    }
 }
 
 /// What reserved counts need once the calls are decided, as `(add, release)`: `kept` (the

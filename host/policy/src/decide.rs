@@ -37,12 +37,11 @@ impl Policy {
         let Some(t) = self.tools.get(tool) else {
             return Vec::new();
         };
+        let mut made = crate::counts::Keys::new(tool, &t.plugin, scope);
         let mut keys: Vec<String> = t
             .counted_by
             .iter()
-            .filter_map(|&i| {
-                crate::counts::key_for(&self.counters[i].1, tool, &t.plugin, None, scope)
-            })
+            .filter_map(|&i| made.key(&self.counters[i].1, None))
             .collect();
         keys.sort();
         keys.dedup();

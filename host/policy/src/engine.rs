@@ -577,11 +577,12 @@ impl Policy {
             return Vec::new();
         };
         let minute = now_ms.div_euclid(60_000);
+        let mut keys = counts::Keys::new(tool, &t.plugin, scope);
         t.counters
             .iter()
             .map(|&i| &self.counters[i])
             .filter_map(|(name, spec)| {
-                let key = counts::key_for(spec, tool, &t.plugin, None, scope)?;
+                let key = keys.key(spec, None)?;
                 Some(CountQuery {
                     name: name.clone(),
                     key,
@@ -598,12 +599,12 @@ impl Policy {
             return Vec::new();
         };
         let applied: Vec<&str> = applied.iter().map(String::as_str).collect();
-        let mut keys: Vec<String> = self
-            .counters
+        let mut made = counts::Keys::new(tool, &t.plugin, scope);
+        // Only the counters that may count the tool's calls can.
+        let mut keys: Vec<String> = t
+            .counted_by
             .iter()
-            .filter_map(|(_, spec)| {
-                counts::key_for(spec, tool, &t.plugin, Some(applied.as_slice()), scope)
-            })
+            .filter_map(|&i| made.key(&self.counters[i].1, Some(applied.as_slice())))
             .collect();
         keys.sort();
         keys.dedup();

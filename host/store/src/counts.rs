@@ -1,7 +1,9 @@
 //! Counters of earlier tool calls, which per-call policy rules read ("at most 20 writes an
 //! hour, then ask"; see [`cordon_policy::CountQuery`]). They live in the store so that they
 //! hold across restarts, and across hosts sharing a PostgreSQL store: every host adds to the
-//! same rows with an upsert, which neither backend lets lose an addition.
+//! same rows with an upsert, which neither backend lets lose an addition. A host making calls
+//! in quick succession reserves places for its next calls ahead ([`crate::ahead`]), so most
+//! of its calls need no round trip to the store.
 //!
 //! One row per counter and minute (minutes since the Unix epoch). What the table holds is
 //! bounded two ways:
@@ -12,7 +14,9 @@
 //!   kept at minute 0, so pruning by age never resets them however long the session lives,
 //!   and they are deleted with the session, in the same transaction.
 
-use std::sync::atomic::Ordering;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use cordon_agent::cordon_policy::CountQuery;
 use cordon_core::now_ms;
@@ -114,6 +118,11 @@ fn reserve_sql(n: usize) -> String {
     )
 }
 
+/// The windows asked of `key` (their first minutes), from [`Store::reserve_calls`].
+fn windows_of<'w>(windows: &'w HashMap<&str, Vec<i64>>, key: &str) -> &'w [i64] {
+    windows.get(key).map_or(&[], Vec::as_slice)
+}
+
 /// The first minute `q` counts: for `session`'s own counters (kept at minute 0) the
 /// session's whole life, whatever `q` says, which never counts less than asked.
 fn first_minute(q: &CountQuery, session: Option<&str>) -> i64 {
@@ -184,7 +193,11 @@ impl Store {
         minute: i64,
         session: Option<&str>,
     ) -> Result<(), StoreError> {
-        let rows = rows_of(keys, minute, session);
+        // Spare places this host reserved ahead are in the store already.
+        let rows: Vec<(&str, i64, i64)> = rows_of(keys, minute, session)
+            .into_iter()
+            .filter(|&(key, at, n)| !self.ahead.use_spare(key, at, n))
+            .collect();
         // The statement adding to each of a chunk of rows (built of numbers only: the
         // counters go as parameters).
         macro_rules! add {
@@ -195,6 +208,9 @@ impl Store {
                 }
                 query
             }};
+        }
+        if !rows.is_empty() {
+            tracing::trace!(rows = rows.len(), "policy counters added to in the store");
         }
         match rows.len() {
             0 => {}
@@ -220,7 +236,8 @@ impl Store {
 
     /// Calls about to be decided: adds them to the counters `adds` names (as
     /// [`Store::add_calls`] does) and answers `queries` as [`Store::count_calls`] would have
-    /// just before, in one round trip for the usual call.
+    /// just before, in one round trip for the usual call, or none when this host holds places
+    /// reserved ahead (see [`crate::ahead`]).
     ///
     /// Why not count, decide and then add: two calls decided at once (two sessions, two
     /// hosts) would both read the count before either added to it, so both could pass the
@@ -243,23 +260,81 @@ impl Store {
             return self.count_calls(queries, session).await;
         }
         let sinces: Vec<i64> = queries.iter().map(|q| first_minute(q, session)).collect();
-        // Each added row answers the first window asked of its counter.
-        let mut first_window: std::collections::HashMap<&str, i64> = Default::default();
+        // The windows asked of each counter, the first asked first: the store answers the
+        // first with the reservation, and the others are counted beside it.
+        let mut windows: HashMap<&str, Vec<i64>> = Default::default();
         for (q, since) in queries.iter().zip(&sinces) {
-            first_window.entry(q.key.as_str()).or_insert(*since);
+            let w = windows.entry(q.key.as_str()).or_default();
+            if !w.contains(since) {
+                w.push(*since);
+            }
         }
-        let window_of = |key: &str| first_window.get(key).copied();
-        let mut answered: std::collections::HashMap<String, (i64, i64, i64, i64)> =
-            Default::default();
-        for chunk in rows.chunks(PER_STATEMENT) {
+        // For each row reserved: the count before the call's first place, and the calls in
+        // the minutes before the row's from each first minute asked.
+        let mut answered: HashMap<&str, (i64, HashMap<i64, i64>)> = Default::default();
+        let wanted: Vec<(&str, i64, i64, &[i64])> = rows
+            .iter()
+            .map(|&(key, at, n)| (key, at, n, windows_of(&windows, key)))
+            .collect();
+        if let Some(taken) = self.ahead.take_all(&wanted) {
+            for ((key, .., w), t) in wanted.into_iter().zip(taken) {
+                answered.insert(key, (t.before, w.iter().copied().zip(t.earlier).collect()));
+            }
+        } else {
+            let now = now_ms();
+            let to_store: Vec<_> = rows
+                .iter()
+                .map(|&(key, at, n)| (key, at, n, n + self.ahead.to_ask(key, at, now)))
+                .collect();
+            self.reserve_in_store(&to_store, &windows, &mut answered)
+                .await?;
+        }
+        // Counters not reserved on are counted.
+        let mut counted = vec![0u64; queries.len()];
+        let mut places = Vec::new();
+        let mut rest: Vec<(&str, i64, i64)> = Vec::new();
+        for (place, (q, &since)) in queries.iter().zip(&sinces).enumerate() {
+            match answered.get(q.key.as_str()) {
+                Some((before, earlier)) => {
+                    let sum = before.saturating_add(earlier.get(&since).copied().unwrap_or(0));
+                    counted[place] = u64::try_from(sum).unwrap_or(0);
+                }
+                None => {
+                    places.push(place);
+                    rest.push((&q.key, since, i64::MAX));
+                }
+            }
+        }
+        if !rest.is_empty() {
+            let found = self.count_between(&rest).await?;
+            for (place, n) in places.into_iter().zip(found) {
+                counted[place] = n;
+            }
+        }
+        Ok(counted)
+    }
+
+    /// The store's part of [`Store::reserve_calls`]: rows `(counter, minute, calls, places
+    /// asked)` are added to, each answering its first window in `windows_of`; the others are
+    /// counted up to the row's minute. What was reserved is recorded as this host's blocks.
+    async fn reserve_in_store<'k>(
+        &self,
+        rows: &[(&'k str, i64, i64, i64)],
+        windows: &HashMap<&str, Vec<i64>>,
+        answered: &mut HashMap<&'k str, (i64, HashMap<i64, i64>)>,
+    ) -> Result<(), StoreError> {
+        tracing::trace!(rows = rows.len(), "policy counters reserved in the store");
+        let mut stranded = Vec::new();
+        // Not while spare places are being given back: the row would still count them.
+        let _giving_back = self.ahead_giving_back.lock().await;
+        // The places in `rows` of the rows added to.
+        let mut added: Vec<usize> = Vec::new();
+        for (chunk_index, chunk) in rows.chunks(PER_STATEMENT).enumerate() {
             let found = on_backend!(self, pool => {
                 let mut query = sqlx::query(sqlx::AssertSqlSafe(reserve_sql(chunk.len())));
-                for (key, at, n) in chunk {
-                    query = query
-                        .bind(*key)
-                        .bind(*at)
-                        .bind(*n)
-                        .bind(window_of(key).unwrap_or(*at).min(*at));
+                for (key, at, _, asked) in chunk {
+                    let first = windows_of(windows, key).first().copied().unwrap_or(*at);
+                    query = query.bind(*key).bind(*at).bind(*asked).bind(first.min(*at));
                 }
                 query.fetch_all(pool).await.and_then(|rows| {
                     rows.iter()
@@ -274,45 +349,52 @@ impl Store {
                 })
             })
             .map_err(|e| self.failed(e))?;
-            for (key, after, earlier) in found {
-                if let Some((_, at, n)) = chunk.iter().find(|(k, _, _)| *k == key) {
-                    answered.insert(key, (*at, *n, after, earlier));
+            // Recorded at once, so that the places reserved are this host's whatever fails
+            // later: spare ones are given back in time.
+            let now = now_ms();
+            for (key, after, first_sum) in found {
+                if let Some(i) = chunk.iter().position(|(k, ..)| *k == key) {
+                    let (key, at, n, asked) = chunk[i];
+                    let first = windows_of(windows, key).first().copied().unwrap_or(at);
+                    let earlier = HashMap::from([(first, first_sum)]);
+                    let (before, lost) =
+                        self.ahead
+                            .record(key, at, (n, asked, after), earlier.clone(), now);
+                    if lost > 0 {
+                        stranded.push((key.to_string(), at, lost));
+                    }
+                    answered.insert(key, (before, earlier));
+                    added.push(chunk_index * PER_STATEMENT + i);
                 }
             }
         }
+        drop(_giving_back);
         self.prune_now_and_then().await;
-        // What the reservation answered, and what it leaves to a count: windows of counters
-        // that were not added to, and second windows of those that were.
-        let mut counted = vec![0u64; queries.len()];
-        // Places and `[from, upto)` bounds left to count.
-        let mut places = Vec::new();
-        let mut rest: Vec<(&str, i64, i64)> = Vec::new();
-        for (place, (q, &since)) in queries.iter().zip(&sinces).enumerate() {
-            match answered.get(&q.key) {
-                Some(&(_, n, after, earlier)) if window_of(&q.key) == Some(since) => {
-                    let before = after.saturating_sub(n).saturating_add(earlier);
-                    counted[place] = u64::try_from(before).unwrap_or(0);
-                }
-                // Another window of a counter added to: the row added to as it answered, and
-                // the minutes before it counted below.
-                Some(&(at, n, after, _)) => {
-                    counted[place] = u64::try_from(after.saturating_sub(n)).unwrap_or(0);
-                    places.push(place);
-                    rest.push((&q.key, since, at));
-                }
-                None => {
-                    places.push(place);
-                    rest.push((&q.key, since, i64::MAX));
-                }
+        // Second and later windows: the minutes before the row's.
+        let mut bounds: Vec<(&str, i64, i64)> = Vec::new();
+        let mut of_bound = Vec::new();
+        for &i in &added {
+            let (key, at, ..) = rows[i];
+            for since in windows_of(windows, key).iter().skip(1) {
+                bounds.push((key, *since, at));
+                of_bound.push((key, at, *since));
             }
         }
-        if !rest.is_empty() {
-            let found = self.count_between(&rest).await?;
-            for (place, n) in places.into_iter().zip(found) {
-                counted[place] = counted[place].saturating_add(n);
+        self.keep_giving_back();
+        if !stranded.is_empty()
+            && let Err(e) = self.subtract(&stranded).await
+        {
+            tracing::warn!("spare places on policy counters could not be given back: {e}");
+        }
+        let sums = self.count_between(&bounds).await?;
+        for ((key, at, since), sum) in of_bound.into_iter().zip(sums) {
+            let sum = i64::try_from(sum).unwrap_or(i64::MAX);
+            self.ahead.learn(key, at, &[(since, sum)]);
+            if let Some((_, earlier)) = answered.get_mut(key) {
+                earlier.insert(since, sum);
             }
         }
-        Ok(counted)
+        Ok(())
     }
 
     /// Takes back calls [`Store::reserve_calls`] added at `minute` that did not run, or that a
@@ -324,24 +406,95 @@ impl Store {
         minute: i64,
         session: Option<&str>,
     ) -> Result<(), StoreError> {
+        let rows: Vec<(String, i64, i64)> = rows_of(keys, minute, session)
+            .into_iter()
+            .filter(|&(key, at, n)| !self.ahead.give_back(key, at, n))
+            .map(|(key, at, n)| (key.to_string(), at, n))
+            .collect();
+        if !rows.is_empty() {
+            tracing::trace!(rows = rows.len(), "policy counters taken back in the store");
+        }
+        self.subtract(&rows).await
+    }
+
+    /// Takes `calls` off each row `(counter, minute, calls)`, never below zero, in one
+    /// transaction.
+    async fn subtract(&self, rows: &[(String, i64, i64)]) -> Result<(), StoreError> {
         const SQL: &str = "UPDATE call_counts SET calls = calls - $3 \
                            WHERE counter = $1 AND minute = $2 AND calls >= $3";
-        let rows = rows_of(keys, minute, session);
         if rows.is_empty() {
             return Ok(());
         }
         on_backend!(self, pool => async {
             let mut tx = pool.begin().await?;
-            for (key, at, n) in &rows {
-                sqlx::query(SQL).bind(*key).bind(*at).bind(*n).execute(&mut *tx).await?;
+            for (key, at, n) in rows {
+                sqlx::query(SQL).bind(key).bind(*at).bind(*n).execute(&mut *tx).await?;
             }
             tx.commit().await
         }.await)
         .map_err(|e| self.failed(e))
     }
 
+    /// Gives back every spare place reserved ahead (see [`crate::ahead`]): for a process
+    /// about to exit (closing the store does it too). A failure is only logged: they stay
+    /// counted, never too few.
+    pub async fn give_back_spare(&self) {
+        self.give_back_due(true).await;
+    }
+
+    /// Gives back the spare places reserved ahead that are due, or all of them with `all`.
+    async fn give_back_due(&self, all: bool) {
+        // Until the store has them back, no reservation may read the row, and a second
+        // giving back (closing the store) waits for this one.
+        let _giving_back = self.ahead_giving_back.lock().await;
+        let due = self.ahead.due(now_ms().div_euclid(60_000), all);
+        if let Err(e) = self.subtract(&due).await {
+            tracing::warn!("spare places on policy counters could not be given back: {e}");
+        }
+    }
+
+    /// Makes sure a task gives back spare places once they are due, while any are held.
+    fn keep_giving_back(&self) {
+        if self.ahead.is_empty() || self.ahead_returner.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.ahead_returner.store(false, Ordering::SeqCst);
+            return;
+        };
+        let store = self.clone();
+        runtime.spawn(async move {
+            // A task dropped with its runtime lets the next reservation start another.
+            struct Stopped(Arc<AtomicBool>);
+            impl Drop for Stopped {
+                fn drop(&mut self) {
+                    self.0.store(false, Ordering::SeqCst);
+                }
+            }
+            let _stopped = Stopped(store.ahead_returner.clone());
+            loop {
+                tokio::time::sleep(crate::ahead::IDLE / 2).await;
+                store.give_back_due(false).await;
+                if store.ahead.is_empty() {
+                    store.ahead_returner.store(false, Ordering::SeqCst);
+                    // A block recorded meanwhile saw the task running and started none.
+                    if store.ahead.is_empty() || store.ahead_returner.swap(true, Ordering::SeqCst) {
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
     /// The calls under each key in minutes `[from, upto)`, in the order asked.
     async fn count_between(&self, bounds: &[(&str, i64, i64)]) -> Result<Vec<u64>, StoreError> {
+        if bounds.is_empty() {
+            return Ok(Vec::new());
+        }
+        tracing::trace!(
+            counters = bounds.len(),
+            "policy counters counted in the store"
+        );
         let mut counted = vec![0u64; bounds.len()];
         for (chunk_index, chunk) in bounds.chunks(PER_STATEMENT).enumerate() {
             let rows = on_backend!(self, pool => {

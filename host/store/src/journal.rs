@@ -465,6 +465,8 @@ impl Journal for SessionJournal {
 
     async fn close(&mut self) -> Result<(), JournalError> {
         self.stop_keeping();
+        // Counters' places reserved ahead go back before the process may exit.
+        self.store.give_back_spare().await;
         if self.lost.is_cancelled() || self.unborn.is_some() {
             return Ok(());
         }
@@ -497,6 +499,12 @@ impl AuditJournal {
 #[async_trait]
 impl Journal for AuditJournal {
     async fn transition(&mut self, _: &Conversation, _: &Cause) -> Result<(), JournalError> {
+        Ok(())
+    }
+
+    /// Counters' places reserved ahead go back before the process may exit.
+    async fn close(&mut self) -> Result<(), JournalError> {
+        self.store.give_back_spare().await;
         Ok(())
     }
 

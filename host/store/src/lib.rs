@@ -19,6 +19,7 @@
 //! Both backends run the same SQL (written with `$1` placeholders, which both read) through
 //! sqlx, with versioned migrations applied at open.
 
+mod ahead;
 mod answers;
 mod approvals;
 mod audit;
@@ -169,6 +170,12 @@ pub struct Store {
     options: StoreOptions,
     /// The minute this handle (or a clone) last pruned old call counts; 0 before it has.
     counts_pruned: Arc<AtomicI64>,
+    /// Places on policy counters this handle and its clones reserved ahead (see
+    /// [`ahead`]), and whether a task gives back the unused ones.
+    ahead: Arc<ahead::Ahead>,
+    ahead_returner: Arc<std::sync::atomic::AtomicBool>,
+    /// Held while spare places go back to the store, and while places are reserved there.
+    ahead_giving_back: Arc<tokio::sync::Mutex<()>>,
     /// Answers to questions announced to this handle and its clones (PostgreSQL).
     announcements: Arc<answers::Announcements>,
 }
@@ -195,6 +202,9 @@ impl Store {
             holder: holder_name(options.driver),
             options,
             counts_pruned: Arc::new(AtomicI64::new(0)),
+            ahead: Default::default(),
+            ahead_returner: Default::default(),
+            ahead_giving_back: Default::default(),
             announcements: Arc::default(),
         };
         store.migrate().await?;
@@ -275,8 +285,10 @@ impl Store {
         }
     }
 
-    /// Closes the pool, waiting for connections in use to be returned.
+    /// Closes the pool, waiting for connections in use to be returned; places reserved ahead
+    /// on policy counters are given back first.
     pub async fn close(&self) {
+        self.give_back_spare().await;
         on_backend!(self, pool => pool.close().await)
     }
 }

@@ -1,0 +1,419 @@
+//! Calls reserved ahead on policy counters, so that a host making many calls does not pay a
+//! store round trip for each (see [`crate::Store::reserve_calls`]).
+//!
+//! A counter's row for a minute is a line of places, one per call: a call reserved on it is
+//! given the next place, and the number of places before it is the count its rules read. The
+//! store hands places out by adding to the row, so two hosts never get the same place. A
+//! host that keeps coming back to a row while no other host takes places from it asks for
+//! more than the call needs (1, 2, 4, … up to [`MOST_AHEAD`]; halved each time another host
+//! took places between two of its visits) and gives its later calls the
+//! spare places itself, in order, without asking the store again. Each of those calls still
+//! sees every call that holds an earlier place, whichever host holds it; a call of another
+//! host that comes meanwhile is given a place after the spare ones, and so counts them:
+//! - a spare place counts as a call until it is used or given back, so a count is never too
+//!   low and a limit is never passed; at worst another host's call sees about
+//!   [`MOST_AHEAD`] calls too many (more by the places of calls that did not run and
+//!   were given back to the block), for as long as the spare places are held;
+//! - spare places are given back once this host has not used them for [`IDLE`], once their
+//!   minute is over, and when the store is closed; a host killed with spare places leaves
+//!   them counted until the window passes them;
+//! - for the first [`SETTLE`] of each minute nothing is reserved ahead and no place is
+//!   handed out without the store, so a call given a place by its host reads the earlier
+//!   minutes' counts as they stood after every host whose clock is less than that behind
+//!   (plus the time its statements take) had finished adding to them.
+//!
+//! Precedence, for a call's reservation on one row:
+//! 1. spare places of this host's block for the row, if it has enough and knows the sums of
+//!    every window the call's rules count over;
+//! 2. otherwise the store, asked for the call's places and as many spare as the row's block
+//!    has earned (none in a minute's first [`SETTLE`]).
+//!
+//! A call that does not run gives its places back. Which places were its own is not known
+//! (calls are settled by counter), so the block takes back its last places instead, which the
+//! next calls are given again; that is never fewer calls counted below any place, as long as
+//! this host's block lies above every place it handed out on the row before. So this happens
+//! only on a windowed counter's row whose block went on from the first place this host
+//! handed out in the minute (or from above every one). Otherwise the places go back to the
+//! store, as without blocks: the store's count goes down, and a later place may be given
+//! twice, which is still never fewer calls counted below any place.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The most places reserved ahead on one row.
+pub(crate) const MOST_AHEAD: i64 = 16;
+
+/// Spare places not used for this long are given back.
+pub(crate) const IDLE: Duration = Duration::from_millis(500);
+
+/// How long into each minute nothing is reserved ahead (see the module docs).
+pub(crate) const SETTLE: Duration = Duration::from_secs(2);
+
+/// The spare places of one row, and what this host knows of the minutes before it.
+#[derive(Debug)]
+struct Block {
+    /// The first place of the block: places from here on up to `next` were handed out by
+    /// this host.
+    start: i64,
+    /// The next place to hand out.
+    next: i64,
+    /// One past the last place this host holds: `[next, end)` are spare.
+    end: i64,
+    /// How many spare places to ask for at the next visit to the store.
+    earned: i64,
+    /// The calls in the minutes before the row's, from each first minute counted, as the
+    /// store answered at the last visit.
+    earlier: HashMap<i64, i64>,
+    /// When a place was last handed out or given back.
+    used: Instant,
+    /// The highest place this host handed out on the row.
+    highest: i64,
+    /// Whether a call that did not run may give its places back to the block (see the
+    /// module docs).
+    local: bool,
+    /// Whether `earlier` was read after the minute's first [`SETTLE`] (or the row is a
+    /// session's own): only then are places handed out without the store.
+    settled: bool,
+}
+
+/// Whether the earlier minutes' counts are settled at `now_ms` for a row of `minute`: a
+/// session's own counters (minute 0) have no minutes before them.
+fn settled(minute: i64, now_ms: i64) -> bool {
+    minute == 0 || now_ms.rem_euclid(60_000) >= SETTLE.as_millis() as i64
+}
+
+impl Block {
+    /// Hands out the next `n` places; answers the first.
+    fn hand_out(&mut self, n: i64) -> i64 {
+        let first = self.next;
+        self.next += n;
+        self.highest = self.highest.max(self.next - 1);
+        self.used = Instant::now();
+        first
+    }
+}
+
+/// The blocks of one store handle and its clones, by counter and minute.
+#[derive(Debug, Default)]
+pub(crate) struct Ahead {
+    blocks: Mutex<HashMap<(String, i64), Block>>,
+}
+
+/// A row's places handed out without the store: the count before the first, and the sums of
+/// the earlier minutes asked for, in the order asked.
+pub(crate) struct Taken {
+    pub(crate) before: i64,
+    pub(crate) earlier: Vec<i64>,
+}
+
+impl Ahead {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, i64), Block>> {
+        self.blocks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The places of every row `(counter, minute, calls, first minutes of its windows)` from
+    /// this host's spare ones, if it holds enough on each and knows the sums of the earlier
+    /// minutes from each first minute; otherwise none, and they all go to the store (so that
+    /// the rows of a call refill together, in one statement).
+    pub(crate) fn take_all(&self, rows: &[(&str, i64, i64, &[i64])]) -> Option<Vec<Taken>> {
+        let mut blocks = self.lock();
+        let mut found = Vec::with_capacity(rows.len());
+        for &(key, minute, n, sinces) in rows {
+            let block = blocks.get(&(key.to_string(), minute))?;
+            if !block.settled || block.end - block.next < n {
+                return None;
+            }
+            let earlier = sinces
+                .iter()
+                .map(|s| block.earlier.get(s).copied())
+                .collect::<Option<Vec<i64>>>()?;
+            found.push(earlier);
+        }
+        let taken = rows
+            .iter()
+            .zip(found)
+            .filter_map(|(&(key, minute, n, _), earlier)| {
+                let block = blocks.get_mut(&(key.to_string(), minute))?;
+                Some(Taken {
+                    before: block.hand_out(n),
+                    earlier,
+                })
+            })
+            .collect();
+        Some(taken)
+    }
+
+    /// How many places to ask the store for beyond the call's on row (`key`, `minute`), at
+    /// `now_ms`: enough to bring the spare ones to what the block has earned.
+    pub(crate) fn to_ask(&self, key: &str, minute: i64, now_ms: i64) -> i64 {
+        if !settled(minute, now_ms) {
+            return 0;
+        }
+        self.lock()
+            .get(&(key.to_string(), minute))
+            .map_or(0, |b| (b.earned - (b.end - b.next)).max(0))
+    }
+
+    /// What the store answered for row (`key`, `minute`): it added `asked` places (the
+    /// call's `n` and the spare ones), leaving the row at `after`, and the minutes before
+    /// sum to `earlier` from each first minute. Returns the count before the call's first
+    /// place. Spare places left of an earlier block that this one does not follow on from
+    /// are returned, to be given back to the store. `now_ms` is when the store answered.
+    pub(crate) fn record(
+        &self,
+        key: &str,
+        minute: i64,
+        (n, asked, after): (i64, i64, i64),
+        earlier: HashMap<i64, i64>,
+        now_ms: i64,
+    ) -> (i64, i64) {
+        let mut blocks = self.lock();
+        let first = after - asked;
+        let now = Instant::now();
+        let block = blocks
+            .entry((key.to_string(), minute))
+            .or_insert_with(|| Block {
+                start: first,
+                next: first,
+                end: first,
+                earned: 0,
+                earlier: HashMap::new(),
+                used: now,
+                highest: -1,
+                local: true,
+                settled: false,
+            });
+        let mut stranded = 0;
+        if block.end == first {
+            // No other host took places since this one's last: the block goes on, and may
+            // reserve further ahead next time.
+            block.earned = (block.earned * 2).clamp(1, MOST_AHEAD);
+        } else {
+            stranded = block.end - block.next;
+            if first <= block.highest {
+                block.local = false;
+            }
+            block.start = first;
+            block.next = first;
+            // Halved, not reset: another process that took places once (and may now be
+            // idle) is not a contest for every call; hosts that do contend halve it at
+            // each visit.
+            block.earned /= 2;
+        }
+        block.end = after;
+        block.earlier = earlier;
+        block.settled = settled(minute, now_ms);
+        (block.hand_out(n), stranded)
+    }
+
+    /// The sums of more windows of row (`key`, `minute`), counted after [`Ahead::record`].
+    pub(crate) fn learn(&self, key: &str, minute: i64, sums: &[(i64, i64)]) {
+        if let Some(block) = self.lock().get_mut(&(key.to_string(), minute)) {
+            block.earlier.extend(sums.iter().copied());
+        }
+    }
+
+    /// Gives back `n` places of row (`key`, `minute`) of a call that did not run, if the
+    /// block may take them (see the module docs): the next calls take them again. Otherwise
+    /// (false) they go back to the store.
+    pub(crate) fn give_back(&self, key: &str, minute: i64, n: i64) -> bool {
+        let mut blocks = self.lock();
+        match blocks.get_mut(&(key.to_string(), minute)) {
+            Some(block) if minute > 0 && block.local && block.next - block.start >= n => {
+                block.next -= n;
+                block.used = Instant::now();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `n` spare places of row (`key`, `minute`) for calls counted as they run (already
+    /// in the store), if this host holds that many.
+    pub(crate) fn use_spare(&self, key: &str, minute: i64, n: i64) -> bool {
+        let mut blocks = self.lock();
+        match blocks.get_mut(&(key.to_string(), minute)) {
+            Some(block) if block.end - block.next >= n => {
+                block.hand_out(n);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The spare places to give back now, as (counter, minute, places): those not used for
+    /// [`IDLE`], those of minutes before `minute` (not a session's own, at minute 0), or all
+    /// of them with `all`. Blocks of a minute that is over, of a session's own counters once
+    /// idle, or all with `all`, are forgotten; the others keep what they know of the
+    /// minute's places.
+    pub(crate) fn due(&self, minute: i64, all: bool) -> Vec<(String, i64, i64)> {
+        let mut blocks = self.lock();
+        let now = Instant::now();
+        let mut due = Vec::new();
+        blocks.retain(|(key, at), block| {
+            let idle = now.duration_since(block.used) >= IDLE;
+            let forget = all || (*at > 0 && *at < minute) || (*at == 0 && idle);
+            if (forget || idle) && block.end > block.next {
+                due.push((key.clone(), *at, block.end - block.next));
+                block.end = block.next;
+                block.earned = 0;
+            }
+            !forget
+        });
+        due
+    }
+
+    /// Whether any block is held.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sums(pairs: &[(i64, i64)]) -> HashMap<i64, i64> {
+        pairs.iter().copied().collect()
+    }
+
+    #[test]
+    fn a_host_alone_on_a_row_reserves_further_ahead_each_visit_up_to_the_most() {
+        let ahead = Ahead::default();
+        let mut row = 0;
+        let mut visits = 0;
+        let mut seen = Vec::new();
+        for _ in 0..100 {
+            if let Some(t) = ahead
+                .take_all(&[("tool:a.b", 9, 1, &[3])])
+                .map(|mut t| t.remove(0))
+            {
+                assert_eq!(t.earlier, vec![7]);
+                seen.push(t.before);
+                continue;
+            }
+            visits += 1;
+            let asked = 1 + ahead.to_ask("tool:a.b", 9, 30_000);
+            row += asked;
+            let (before, stranded) =
+                ahead.record("tool:a.b", 9, (1, asked, row), sums(&[(3, 7)]), 30_000);
+            assert_eq!(stranded, 0);
+            seen.push(before);
+        }
+        // Every call saw every call before it, exactly.
+        assert_eq!(seen, (0..100).collect::<Vec<i64>>());
+        // 1, 1+1, 1+2, 1+4, 1+8, then 1+16 each time.
+        assert!(visits <= 10, "{visits} visits");
+        assert!(row - 100 <= MOST_AHEAD, "spare {}", row - 100);
+    }
+
+    #[test]
+    fn another_hosts_places_between_visits_halve_what_is_reserved_ahead_and_its_calls_count_the_spare()
+     {
+        let ahead = Ahead::default();
+        // Two visits alone: the second asks one ahead.
+        ahead.record("k", 9, (1, 1, 1), sums(&[]), 30_000);
+        assert_eq!(ahead.to_ask("k", 9, 30_000), 1);
+        let (before, _) = ahead.record("k", 9, (1, 2, 3), sums(&[]), 30_000);
+        assert_eq!(before, 1);
+        // Another host's call takes place 3 (it counts our spare place 2 as a call).
+        // Our spare place is used by our next call, without the store.
+        assert_eq!(
+            ahead
+                .take_all(&[("k", 9, 1, &[])])
+                .map(|mut t| t.remove(0))
+                .map(|t| t.before),
+            Some(2)
+        );
+        // Our next visit asks for 1 and 2 ahead and finds the row at 7: another host took
+        // place 3, so half as many ahead next time.
+        assert_eq!(ahead.to_ask("k", 9, 30_000), 2);
+        let (before, stranded) = ahead.record("k", 9, (1, 3, 7), sums(&[]), 30_000);
+        assert_eq!((before, stranded), (4, 0));
+        // It holds places 5 and 6, more than the one ahead it has earned now.
+        assert_eq!(ahead.to_ask("k", 9, 30_000), 0);
+        for place in [5, 6] {
+            let taken = ahead.take_all(&[("k", 9, 1, &[])]).expect("spare");
+            assert_eq!(taken[0].before, place);
+        }
+        assert_eq!(ahead.to_ask("k", 9, 30_000), 1);
+        // Each visit that finds another host's places halves it.
+        ahead.record("k", 9, (1, 2, 10), sums(&[]), 30_000);
+        assert_eq!(ahead.to_ask("k", 9, 30_000), 0);
+    }
+
+    #[test]
+    fn nothing_is_reserved_ahead_in_a_minutes_first_seconds_except_for_a_sessions_own_counters() {
+        let ahead = Ahead::default();
+        ahead.record("k", 9, (1, 1, 1), sums(&[]), 30_000);
+        ahead.record("session:s|k", 0, (1, 1, 1), sums(&[]), 30_000);
+        assert_eq!(ahead.to_ask("k", 9, 60_000 * 9 + 500), 0);
+        assert_eq!(ahead.to_ask("k", 9, 60_000 * 9 + 2_500), 1);
+        assert_eq!(ahead.to_ask("session:s|k", 0, 60_000 * 9 + 500), 1);
+    }
+
+    #[test]
+    fn in_a_minutes_first_seconds_a_place_given_back_is_not_handed_out_without_the_store() {
+        // The attack: a call read the earlier minutes at second 0.3 and did not run; a host
+        // whose clock lags adds to the minute before; a call at second 0.6 must not be
+        // given the place back with the count read at 0.3.
+        let ahead = Ahead::default();
+        ahead.record("k", 9, (1, 1, 1), sums(&[(5, 9)]), 60_000 * 9 + 300);
+        assert!(ahead.give_back("k", 9, 1));
+        assert!(ahead.take_all(&[("k", 9, 1, &[5])]).is_none());
+        // Once the store has been asked again after the minute settled, it is: the call
+        // that asked takes the place given back, and the one the store added is spare.
+        let (before, _) = ahead.record("k", 9, (1, 1, 2), sums(&[(5, 10)]), 60_000 * 9 + 2_500);
+        assert_eq!(before, 0);
+        assert!(ahead.give_back("k", 9, 1));
+        let taken = ahead.take_all(&[("k", 9, 1, &[5])]).expect("a spare place");
+        assert_eq!(taken[0].earlier, vec![10]);
+    }
+
+    #[test]
+    fn a_call_that_did_not_run_gives_its_place_to_the_next_and_unknown_windows_go_to_the_store() {
+        let ahead = Ahead::default();
+        ahead.record("k", 9, (1, 1, 1), sums(&[(5, 2)]), 30_000);
+        ahead.record("k", 9, (1, 5, 6), sums(&[(5, 2)]), 30_000);
+        let t = ahead
+            .take_all(&[("k", 9, 1, &[5])])
+            .map(|mut t| t.remove(0))
+            .expect("spare");
+        assert_eq!(t.before, 2);
+        assert!(ahead.give_back("k", 9, 1));
+        assert_eq!(
+            ahead
+                .take_all(&[("k", 9, 1, &[5])])
+                .map(|mut t| t.remove(0))
+                .map(|t| t.before),
+            Some(2)
+        );
+        // A window whose earlier minutes this host does not know: to the store.
+        assert!(
+            ahead
+                .take_all(&[("k", 9, 1, &[4])])
+                .map(|mut t| t.remove(0))
+                .is_none()
+        );
+        // More given back than the block handed out: to the store.
+        assert!(!ahead.give_back("k", 9, 5));
+        // Spare places for calls counted as they run.
+        assert!(ahead.use_spare("k", 9, 2));
+        assert!(!ahead.use_spare("k", 9, 2));
+    }
+
+    #[test]
+    fn spare_places_are_given_back_when_their_minute_is_over_or_when_asked_to() {
+        let ahead = Ahead::default();
+        ahead.record("k", 9, (1, 1, 1), sums(&[]), 30_000);
+        ahead.record("k", 9, (1, 4, 5), sums(&[]), 30_000);
+        ahead.record("session:s|k", 0, (1, 1, 1), sums(&[]), 30_000);
+        ahead.record("session:s|k", 0, (1, 3, 4), sums(&[]), 30_000);
+        assert_eq!(ahead.due(9, false), vec![]);
+        assert_eq!(ahead.due(10, false), vec![("k".to_string(), 9, 3)]);
+        assert!(!ahead.is_empty());
+        assert_eq!(ahead.due(10, true), vec![("session:s|k".to_string(), 0, 2)]);
+        assert!(ahead.is_empty());
+    }
+}
