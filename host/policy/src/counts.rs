@@ -65,25 +65,18 @@ pub struct CountScope<'a> {
     pub caller: (&'a str, &'a str),
 }
 
-/// The store key of `spec` for a call of `identity` (in `plugin`); with `rules` (the rules
-/// that applied to a call that runs), `None` when the counter does not count that call.
-pub(crate) fn key_for(
+/// The store key of `spec` for a call of `identity` (in `plugin`), `None` for a counter of
+/// nothing known ([`Keys::key`] leaves out `rule:` counters of rules that did not apply).
+fn key_for(
     spec: &CounterSpec,
     identity: &str,
     plugin: &str,
-    rules: Option<&[&str]>,
     scope: CountScope<'_>,
 ) -> Option<String> {
     let subject = match spec.of.as_str() {
         "tool" => format!("tool:{identity}"),
         "plugin" => format!("plugin:{plugin}"),
-        of => {
-            let id = of.strip_prefix("rule:")?;
-            if rules.is_some_and(|r| !r.contains(&id)) {
-                return None;
-            }
-            format!("rule:{id}")
-        }
+        of => format!("rule:{}", of.strip_prefix("rule:")?),
     };
     let mut key = String::new();
     // `Window::parse` takes exactly this for the whole session.
@@ -118,7 +111,8 @@ impl<'a> Keys<'a> {
         }
     }
 
-    /// [`key_for`], made once per kind of key.
+    /// [`key_for`], made once per kind of key; with `rules` (the rules that applied to a call
+    /// that runs), `None` for a `rule:` counter of a rule not among them.
     pub(crate) fn key(&mut self, spec: &'a CounterSpec, rules: Option<&[&str]>) -> Option<String> {
         if let (Some(id), Some(rules)) = (spec.of.strip_prefix("rule:"), rules)
             && !rules.contains(&id)
@@ -133,7 +127,7 @@ impl<'a> Keys<'a> {
         if let Some((_, key)) = self.made.iter().find(|(k, _)| *k == kind) {
             return Some(key.clone());
         }
-        let key = key_for(spec, self.identity, self.plugin, None, self.scope)?;
+        let key = key_for(spec, self.identity, self.plugin, self.scope)?;
         self.made.push((kind, key.clone()));
         Some(key)
     }

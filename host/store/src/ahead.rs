@@ -39,6 +39,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 /// The most places reserved ahead on one row.
@@ -94,10 +95,22 @@ impl Block {
     }
 }
 
-/// The blocks of one store handle and its clones, by counter and minute.
+/// The blocks of one store handle and its clones, by counter and minute (looked up by the
+/// counter without making a key, since a call looks its rows up on every reservation).
 #[derive(Debug, Default)]
 pub(crate) struct Ahead {
-    blocks: Mutex<HashMap<(String, i64), Block>>,
+    blocks: Mutex<HashMap<String, HashMap<i64, Block>>>,
+    /// Whether a task gives back the spare places that are due.
+    pub(crate) returner: AtomicBool,
+    /// Held while spare places go back to the store, and while places are reserved there.
+    pub(crate) giving_back: tokio::sync::Mutex<()>,
+}
+
+type Blocks = HashMap<String, HashMap<i64, Block>>;
+
+/// The block of row (`key`, `minute`).
+fn block_of<'b>(blocks: &'b mut Blocks, key: &str, minute: i64) -> Option<&'b mut Block> {
+    blocks.get_mut(key)?.get_mut(&minute)
 }
 
 /// A row's places handed out without the store: the count before the first, and the sums of
@@ -108,7 +121,7 @@ pub(crate) struct Taken {
 }
 
 impl Ahead {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, i64), Block>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Blocks> {
         self.blocks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -120,7 +133,7 @@ impl Ahead {
         let mut blocks = self.lock();
         let mut found = Vec::with_capacity(rows.len());
         for &(key, minute, n, sinces) in rows {
-            let block = blocks.get(&(key.to_string(), minute))?;
+            let block = blocks.get(key)?.get(&minute)?;
             if !block.settled || block.end - block.next < n {
                 return None;
             }
@@ -134,7 +147,7 @@ impl Ahead {
             .iter()
             .zip(found)
             .filter_map(|(&(key, minute, n, _), earlier)| {
-                let block = blocks.get_mut(&(key.to_string(), minute))?;
+                let block = block_of(&mut blocks, key, minute)?;
                 Some(Taken {
                     before: block.hand_out(n),
                     earlier,
@@ -151,7 +164,8 @@ impl Ahead {
             return 0;
         }
         self.lock()
-            .get(&(key.to_string(), minute))
+            .get(key)
+            .and_then(|rows| rows.get(&minute))
             .map_or(0, |b| (b.earned - (b.end - b.next)).max(0))
     }
 
@@ -172,7 +186,9 @@ impl Ahead {
         let first = after - asked;
         let now = Instant::now();
         let block = blocks
-            .entry((key.to_string(), minute))
+            .entry(key.to_string())
+            .or_default()
+            .entry(minute)
             .or_insert_with(|| Block {
                 start: first,
                 next: first,
@@ -209,7 +225,7 @@ impl Ahead {
 
     /// The sums of more windows of row (`key`, `minute`), counted after [`Ahead::record`].
     pub(crate) fn learn(&self, key: &str, minute: i64, sums: &[(i64, i64)]) {
-        if let Some(block) = self.lock().get_mut(&(key.to_string(), minute)) {
+        if let Some(block) = block_of(&mut self.lock(), key, minute) {
             block.earlier.extend(sums.iter().copied());
         }
     }
@@ -218,8 +234,7 @@ impl Ahead {
     /// block may take them (see the module docs): the next calls take them again. Otherwise
     /// (false) they go back to the store.
     pub(crate) fn give_back(&self, key: &str, minute: i64, n: i64) -> bool {
-        let mut blocks = self.lock();
-        match blocks.get_mut(&(key.to_string(), minute)) {
+        match block_of(&mut self.lock(), key, minute) {
             Some(block) if minute > 0 && block.local && block.next - block.start >= n => {
                 block.next -= n;
                 block.used = Instant::now();
@@ -232,8 +247,7 @@ impl Ahead {
     /// `n` spare places of row (`key`, `minute`) for calls counted as they run (already
     /// in the store), if this host holds that many.
     pub(crate) fn use_spare(&self, key: &str, minute: i64, n: i64) -> bool {
-        let mut blocks = self.lock();
-        match blocks.get_mut(&(key.to_string(), minute)) {
+        match block_of(&mut self.lock(), key, minute) {
             Some(block) if block.end - block.next >= n => {
                 block.hand_out(n);
                 true
@@ -251,16 +265,19 @@ impl Ahead {
         let mut blocks = self.lock();
         let now = Instant::now();
         let mut due = Vec::new();
-        blocks.retain(|(key, at), block| {
-            let idle = now.duration_since(block.used) >= IDLE;
-            let forget = all || (*at > 0 && *at < minute) || (*at == 0 && idle);
-            if (forget || idle) && block.end > block.next {
-                due.push((key.clone(), *at, block.end - block.next));
-                block.end = block.next;
-                block.earned = 0;
-            }
-            !forget
-        });
+        for (key, rows) in blocks.iter_mut() {
+            rows.retain(|at, block| {
+                let idle = now.duration_since(block.used) >= IDLE;
+                let forget = all || (*at > 0 && *at < minute) || (*at == 0 && idle);
+                if (forget || idle) && block.end > block.next {
+                    due.push((key.clone(), *at, block.end - block.next));
+                    block.end = block.next;
+                    block.earned = 0;
+                }
+                !forget
+            });
+        }
+        blocks.retain(|_, rows| !rows.is_empty());
         due
     }
 

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use cordon_agent::cordon_policy::CountQuery;
 use cordon_core::now_ms;
@@ -326,7 +326,7 @@ impl Store {
         tracing::trace!(rows = rows.len(), "policy counters reserved in the store");
         let mut stranded = Vec::new();
         // Not while spare places are being given back: the row would still count them.
-        let _giving_back = self.ahead_giving_back.lock().await;
+        let _giving_back = self.ahead.giving_back.lock().await;
         // The places in `rows` of the rows added to.
         let mut added: Vec<usize> = Vec::new();
         for (chunk_index, chunk) in rows.chunks(PER_STATEMENT).enumerate() {
@@ -372,12 +372,10 @@ impl Store {
         self.prune_now_and_then().await;
         // Second and later windows: the minutes before the row's.
         let mut bounds: Vec<(&str, i64, i64)> = Vec::new();
-        let mut of_bound = Vec::new();
         for &i in &added {
             let (key, at, ..) = rows[i];
             for since in windows_of(windows, key).iter().skip(1) {
                 bounds.push((key, *since, at));
-                of_bound.push((key, at, *since));
             }
         }
         self.keep_giving_back();
@@ -387,7 +385,7 @@ impl Store {
             tracing::warn!("spare places on policy counters could not be given back: {e}");
         }
         let sums = self.count_between(&bounds).await?;
-        for ((key, at, since), sum) in of_bound.into_iter().zip(sums) {
+        for (&(key, since, at), sum) in bounds.iter().zip(sums) {
             let sum = i64::try_from(sum).unwrap_or(i64::MAX);
             self.ahead.learn(key, at, &[(since, sum)]);
             if let Some((_, earlier)) = answered.get_mut(key) {
@@ -446,7 +444,7 @@ impl Store {
     async fn give_back_due(&self, all: bool) {
         // Until the store has them back, no reservation may read the row, and a second
         // giving back (closing the store) waits for this one.
-        let _giving_back = self.ahead_giving_back.lock().await;
+        let _giving_back = self.ahead.giving_back.lock().await;
         let due = self.ahead.due(now_ms().div_euclid(60_000), all);
         if let Err(e) = self.subtract(&due).await {
             tracing::warn!("spare places on policy counters could not be given back: {e}");
@@ -455,30 +453,32 @@ impl Store {
 
     /// Makes sure a task gives back spare places once they are due, while any are held.
     fn keep_giving_back(&self) {
-        if self.ahead.is_empty() || self.ahead_returner.swap(true, Ordering::SeqCst) {
+        let ahead = &self.ahead;
+        if ahead.is_empty() || ahead.returner.swap(true, Ordering::SeqCst) {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.ahead_returner.store(false, Ordering::SeqCst);
+            ahead.returner.store(false, Ordering::SeqCst);
             return;
         };
         let store = self.clone();
         runtime.spawn(async move {
             // A task dropped with its runtime lets the next reservation start another.
-            struct Stopped(Arc<AtomicBool>);
+            struct Stopped(Arc<crate::ahead::Ahead>);
             impl Drop for Stopped {
                 fn drop(&mut self) {
-                    self.0.store(false, Ordering::SeqCst);
+                    self.0.returner.store(false, Ordering::SeqCst);
                 }
             }
-            let _stopped = Stopped(store.ahead_returner.clone());
+            let _stopped = Stopped(store.ahead.clone());
             loop {
                 tokio::time::sleep(crate::ahead::IDLE / 2).await;
                 store.give_back_due(false).await;
-                if store.ahead.is_empty() {
-                    store.ahead_returner.store(false, Ordering::SeqCst);
+                let ahead = &store.ahead;
+                if ahead.is_empty() {
+                    ahead.returner.store(false, Ordering::SeqCst);
                     // A block recorded meanwhile saw the task running and started none.
-                    if store.ahead.is_empty() || store.ahead_returner.swap(true, Ordering::SeqCst) {
+                    if ahead.is_empty() || ahead.returner.swap(true, Ordering::SeqCst) {
                         return;
                     }
                 }

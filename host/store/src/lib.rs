@@ -171,11 +171,8 @@ pub struct Store {
     /// The minute this handle (or a clone) last pruned old call counts; 0 before it has.
     counts_pruned: Arc<AtomicI64>,
     /// Places on policy counters this handle and its clones reserved ahead (see
-    /// [`ahead`]), and whether a task gives back the unused ones.
+    /// [`ahead`]).
     ahead: Arc<ahead::Ahead>,
-    ahead_returner: Arc<std::sync::atomic::AtomicBool>,
-    /// Held while spare places go back to the store, and while places are reserved there.
-    ahead_giving_back: Arc<tokio::sync::Mutex<()>>,
     /// Answers to questions announced to this handle and its clones (PostgreSQL).
     announcements: Arc<answers::Announcements>,
 }
@@ -203,8 +200,6 @@ impl Store {
             options,
             counts_pruned: Arc::new(AtomicI64::new(0)),
             ahead: Default::default(),
-            ahead_returner: Default::default(),
-            ahead_giving_back: Default::default(),
             announcements: Arc::default(),
         };
         store.migrate().await?;
