@@ -532,7 +532,7 @@ struct Bench<'a> {
     tool: &'a BenchTool,
     spec: ToolSpec,
     args: Value,
-    counts: BTreeMap<String, u64>,
+    counts: cordon_agent::cordon_policy::Counts,
 }
 
 fn decision_times(samples: usize) -> usize {

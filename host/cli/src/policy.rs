@@ -439,7 +439,7 @@ fn counts(given: &[String], policy: &Policy, tool: &str) -> anyhow::Result<BTree
     let known: BTreeSet<String> = policy
         .counters_for(tool, scope, 0)
         .into_iter()
-        .map(|q| q.name)
+        .map(|q| q.name.to_string())
         .filter(|n| n.strip_prefix("rule:").is_none_or(|id| rules.contains(id)))
         .collect();
     let mut out: BTreeMap<String, u64> = known.iter().map(|n| (n.clone(), 0)).collect();
@@ -505,12 +505,16 @@ async fn explain(home: &Home, args: ExplainArgs) -> anyhow::Result<()> {
             .map(|d| d.as_millis() as i64)
             .unwrap_or_default(),
     };
+    let named: cordon_policy::Counts = counts
+        .iter()
+        .map(|(n, c)| (n.as_str().into(), *c))
+        .collect();
     let (verdict, each) = policy.explain(&Call {
         tool: &identity,
         args: &call_args,
         caller: &caller,
         session: &session,
-        counts: &counts,
+        counts: &named,
         now_ms,
         reach: None,
     });

@@ -3,7 +3,7 @@
 //! the string tests (`like`, normalised paths) both the host's checks and its part of Cedar
 //! use.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use regex::{Regex, RegexSet};
 use serde_json::Value;
@@ -21,6 +21,18 @@ pub struct Caller {
     pub user: String,
     /// The MCP client's name; empty when not over MCP.
     pub client: String,
+}
+
+impl Caller {
+    /// Its value of `field`, as a rule's caller test compares it.
+    pub(crate) fn field(&self, field: CallerField) -> &str {
+        match field {
+            CallerField::Origin => &self.origin,
+            CallerField::Token => &self.token,
+            CallerField::User => &self.user,
+            CallerField::Client => &self.client,
+        }
+    }
 }
 
 /// What the session has seen so far.
@@ -44,7 +56,7 @@ pub struct Call<'a> {
     /// The session so far.
     pub session: &'a SessionFacts,
     /// Counter values by name, as the store gave them for [`Policy::counters_for`].
-    pub counts: &'a BTreeMap<String, u64>,
+    pub counts: &'a crate::Counts,
     /// Now, in milliseconds since the Unix epoch.
     pub now_ms: i64,
     /// What the tool reaches for this call, when grants given through a grant request (for

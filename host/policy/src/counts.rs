@@ -7,6 +7,8 @@
 //! ([`crate::Policy::tally`]); the rest is taken back. Counts are kept per minute in the
 //! store, so they hold across restarts and across hosts that share a PostgreSQL store.
 
+use std::sync::Arc;
+
 use crate::config::CounterSpec;
 
 /// Over what a counter counts.
@@ -49,12 +51,17 @@ impl Window {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CountQuery {
     /// The counter's name in `context.calls`.
-    pub name: String,
-    /// The store's key: what is counted, and for whom.
-    pub key: String,
+    pub name: Arc<str>,
+    /// The store's key: what is counted, and for whom. Counters that differ only in name or
+    /// window share it (the 60 counters of the 1,000-rule benchmark policy have three keys).
+    pub key: Arc<str>,
     /// The first minute counted.
     pub since_minute: i64,
 }
+
+/// Counter values by counter name, as the store gave them for
+/// [`crate::Policy::counters_for`]: what a call's `calls` rules and `context.calls` read.
+pub type Counts = std::collections::BTreeMap<Arc<str>, u64>;
 
 /// Who and where a call is, for the keys of its counters.
 #[derive(Debug, Clone, Copy)]
@@ -65,71 +72,183 @@ pub struct CountScope<'a> {
     pub caller: (&'a str, &'a str),
 }
 
-/// The store key of `spec` for a call of `identity` (in `plugin`), `None` for a counter of
-/// nothing known ([`Keys::key`] leaves out `rule:` counters of rules that did not apply).
-fn key_for(
-    spec: &CounterSpec,
-    identity: &str,
-    plugin: &str,
-    scope: CountScope<'_>,
-) -> Option<String> {
-    let subject = match spec.of.as_str() {
-        "tool" => format!("tool:{identity}"),
-        "plugin" => format!("plugin:{plugin}"),
-        of => format!("rule:{}", of.strip_prefix("rule:")?),
-    };
-    let mut key = String::new();
-    // `Window::parse` takes exactly this for the whole session.
-    if spec.within == "session" {
-        key.push_str(&format!("session:{}|", scope.session));
-    }
-    if spec.per.as_deref() == Some("caller") {
-        key.push_str(&format!("caller:{}/{}|", scope.caller.0, scope.caller.1));
-    }
-    key.push_str(&subject);
-    Some(key)
+/// What a counter counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Subject {
+    Tool,
+    Plugin,
+    Rule(String),
 }
 
-/// The store keys of one call's counters, each made once however many counters share it:
-/// counters differ mostly in name (the 60 counters of the 1,000-rule benchmark policy have
-/// three keys), and a call asks for its keys three times (to count, to reserve, to keep).
-pub(crate) struct Keys<'a> {
-    identity: &'a str,
-    plugin: &'a str,
-    scope: CountScope<'a>,
-    /// (what is counted, whole session, per caller) and its key.
-    made: Vec<((&'a str, bool, bool), String)>,
+/// What a counter's store key is made of: what it counts, and whether it is kept per session
+/// and per caller. Counters differing only in name or window share one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeyKind {
+    subject: Subject,
+    session: bool,
+    per_caller: bool,
 }
 
-impl<'a> Keys<'a> {
-    pub(crate) fn new(identity: &'a str, plugin: &'a str, scope: CountScope<'a>) -> Keys<'a> {
-        Keys {
-            identity,
-            plugin,
-            scope,
-            made: Vec::new(),
-        }
+impl KeyKind {
+    /// `None` for a counter of nothing known (a policy refuses such a counter at load).
+    fn of(spec: &CounterSpec) -> Option<KeyKind> {
+        let subject = match spec.of.as_str() {
+            "tool" => Subject::Tool,
+            "plugin" => Subject::Plugin,
+            of => Subject::Rule(of.strip_prefix("rule:")?.to_string()),
+        };
+        Some(KeyKind {
+            subject,
+            // `Window::parse` takes exactly this for the whole session.
+            session: spec.within == "session",
+            per_caller: spec.per.as_deref() == Some("caller"),
+        })
     }
 
-    /// [`key_for`], made once per kind of key; with `rules` (the rules that applied to a call
-    /// that runs), `None` for a `rule:` counter of a rule not among them.
-    pub(crate) fn key(&mut self, spec: &'a CounterSpec, rules: Option<&[&str]>) -> Option<String> {
-        if let (Some(id), Some(rules)) = (spec.of.strip_prefix("rule:"), rules)
-            && !rules.contains(&id)
-        {
-            return None;
-        }
-        let kind = (
-            spec.of.as_str(),
-            spec.within == "session",
-            spec.per.as_deref() == Some("caller"),
+    /// The store key for a call of `identity` (in `plugin`).
+    fn key(&self, identity: &str, plugin: &str, scope: CountScope<'_>) -> String {
+        // Pieces pushed onto one string: a call makes its keys three times.
+        let (what, name) = match &self.subject {
+            Subject::Tool => ("tool:", identity),
+            Subject::Plugin => ("plugin:", plugin),
+            Subject::Rule(id) => ("rule:", id.as_str()),
+        };
+        let (session, (token, user)) = (scope.session, scope.caller);
+        let mut key = String::with_capacity(
+            what.len() + name.len() + session.len() + token.len() + user.len() + 16,
         );
-        if let Some((_, key)) = self.made.iter().find(|(k, _)| *k == kind) {
-            return Some(key.clone());
+        if self.session {
+            key.push_str("session:");
+            key.push_str(session);
+            key.push('|');
         }
-        let key = key_for(spec, self.identity, self.plugin, self.scope)?;
-        self.made.push((kind, key.clone()));
-        Some(key)
+        if self.per_caller {
+            key.push_str("caller:");
+            key.push_str(token);
+            key.push('/');
+            key.push_str(user);
+            key.push('|');
+        }
+        key.push_str(what);
+        key.push_str(name);
+        key
+    }
+}
+
+/// A counter as calls use it, made once at load.
+#[derive(Debug, Clone)]
+pub(crate) struct Counter {
+    pub(crate) name: Arc<str>,
+    pub(crate) spec: CounterSpec,
+    window: Window,
+    kind: Option<KeyKind>,
+}
+
+impl Counter {
+    pub(crate) fn new(name: &str, spec: CounterSpec) -> Counter {
+        Counter {
+            name: name.into(),
+            // A policy refuses a window that does not parse at load.
+            window: Window::parse(&spec.within).unwrap_or(Window::Session),
+            kind: KeyKind::of(&spec),
+            spec,
+        }
+    }
+
+    /// The first minute the counter counts at minute `now`.
+    fn since(&self, now_minute: i64) -> i64 {
+        match self.window {
+            Window::Minutes(m) => now_minute - i64::from(m) + 1,
+            Window::Session => 0,
+        }
+    }
+}
+
+/// How one tool's calls are counted, made once at load: a call makes each kind of key once,
+/// however many counters share it, and asks for its keys three times (to count, to reserve,
+/// to keep).
+#[derive(Debug, Default)]
+pub(crate) struct ToolCounting {
+    kinds: Vec<KeyKind>,
+    /// The counters its rules read (indices into `Policy::counters`), each with its kind.
+    reads: Vec<(usize, usize)>,
+    /// The kinds of the counters that may count its calls: those of the tool or its plugin,
+    /// and those of rules that may apply to it.
+    counted_by: Vec<usize>,
+}
+
+impl ToolCounting {
+    pub(crate) fn new(counters: &[Counter], reads: &[usize], counted_by: &[usize]) -> Self {
+        let mut kinds: Vec<KeyKind> = Vec::new();
+        let mut kind_of = |i: usize| {
+            let kind = counters[i].kind.clone()?;
+            Some(match kinds.iter().position(|k| *k == kind) {
+                Some(at) => at,
+                None => {
+                    kinds.push(kind);
+                    kinds.len() - 1
+                }
+            })
+        };
+        let reads = reads
+            .iter()
+            .filter_map(|&i| Some((i, kind_of(i)?)))
+            .collect();
+        let mut counted: Vec<usize> = counted_by.iter().filter_map(|&i| kind_of(i)).collect();
+        counted.sort_unstable();
+        counted.dedup();
+        ToolCounting {
+            kinds,
+            reads,
+            counted_by: counted,
+        }
+    }
+
+    /// What the store must count before a call is decided: one query for each counter read.
+    pub(crate) fn queries(
+        &self,
+        counters: &[Counter],
+        (identity, plugin): (&str, &str),
+        scope: CountScope<'_>,
+        now_ms: i64,
+    ) -> Vec<CountQuery> {
+        let minute = now_ms.div_euclid(60_000);
+        let mut keys: Vec<Option<Arc<str>>> = vec![None; self.kinds.len()];
+        self.reads
+            .iter()
+            .map(|&(i, kind)| {
+                let key = keys[kind]
+                    .get_or_insert_with(|| self.kinds[kind].key(identity, plugin, scope).into());
+                CountQuery {
+                    name: counters[i].name.clone(),
+                    key: key.clone(),
+                    since_minute: counters[i].since(minute),
+                }
+            })
+            .collect()
+    }
+
+    /// The store keys a call adds one to, each once, in order; with `applied` (the ids of
+    /// the rules that applied to a call that runs), without the `rule:` counters of rules
+    /// not among them.
+    pub(crate) fn keys(
+        &self,
+        (identity, plugin): (&str, &str),
+        scope: CountScope<'_>,
+        applied: Option<&[&str]>,
+    ) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .counted_by
+            .iter()
+            .map(|&k| &self.kinds[k])
+            .filter(|kind| match (&kind.subject, applied) {
+                (Subject::Rule(id), Some(applied)) => applied.contains(&id.as_str()),
+                _ => true,
+            })
+            .map(|kind| kind.key(identity, plugin, scope))
+            .collect();
+        keys.sort_unstable();
+        keys
     }
 }
 
@@ -152,14 +271,6 @@ pub fn settle(reserved: &[String], kept: &[String]) -> (Vec<String>, Vec<String>
         }
     }
     (add, release)
-}
-
-/// The first minute a window counts, at minute `now`.
-pub(crate) fn since(spec: &CounterSpec, now_minute: i64) -> i64 {
-    match Window::parse(&spec.within) {
-        Ok(Window::Minutes(m)) => now_minute - i64::from(m) + 1,
-        _ => 0,
-    }
 }
 
 #[cfg(test)]

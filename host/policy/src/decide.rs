@@ -37,15 +37,7 @@ impl Policy {
         let Some(t) = self.tools.get(tool) else {
             return Vec::new();
         };
-        let mut made = crate::counts::Keys::new(tool, &t.plugin, scope);
-        let mut keys: Vec<String> = t
-            .counted_by
-            .iter()
-            .filter_map(|&i| made.key(&self.counters[i].1, None))
-            .collect();
-        keys.sort();
-        keys.dedup();
-        keys
+        t.counting.keys((tool, &t.plugin), scope, None)
     }
 
     /// Whether a rule may deny every call of `tool` whatever its arguments: a rule that
@@ -72,13 +64,9 @@ impl Policy {
         let Some(t) = self.tools.get(call.tool) else {
             return self.verdict(Vec::new());
         };
-        let widened;
-        let native: &[usize] = match call.reach {
-            Some(reach) if !t.reach_bound.is_empty() => {
-                widened = self.native_reaching(t, reach);
-                &widened
-            }
-            _ => &t.native,
+        let native: Vec<usize> = match call.reach {
+            Some(reach) if !t.reach_bound.is_empty() => self.native_reaching(t, reach),
+            _ => t.by_caller.for_caller(call.caller),
         };
         if native.is_empty() && t.cedar.is_empty() {
             return self.verdict(Vec::new());
@@ -90,7 +78,7 @@ impl Policy {
         let mut request = None;
         let mut applied: Applied = Vec::new();
         let mut args = Arguments::new(call.args, self.arg_paths, Some(&t.regex_sets));
-        for &i in native {
+        for i in native {
             let check = self.rules[i]
                 .check
                 .as_ref()
@@ -387,10 +375,10 @@ impl Policy {
                 .counters
                 .iter()
                 .map(|&i| &self.counters[i])
-                .map(|(name, _)| {
-                    let n = call.counts.get(name).copied().unwrap_or(0);
+                .map(|c| {
+                    let n = call.counts.get(&*c.name).copied().unwrap_or(0);
                     (
-                        name.as_str(),
+                        &*c.name,
                         RestrictedExpression::new_long(n.min(i64::MAX as u64) as i64),
                     )
                 })

@@ -11,11 +11,12 @@ use cedar_policy::{
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::by_caller::ByCaller;
 use crate::call::RegexSets;
 use crate::compile::{self, Fact};
-use crate::config::{CounterSpec, Decision, PolicyConfig};
+use crate::config::{Decision, PolicyConfig};
 use crate::context::Needs;
-use crate::counts::{self, CountQuery, CountScope};
+use crate::counts::{self, CountQuery, CountScope, Counter};
 use crate::error::PolicyError;
 use crate::native::{self, Check};
 use crate::schema::{self, ArgType, ToolFacts};
@@ -88,6 +89,8 @@ pub(crate) struct ToolPolicy {
     /// The `cordon.toml` rules that may apply to the tool (scope and reach), as indices into
     /// `Policy::rules`, in the order written: evaluated by the host.
     pub(crate) native: Vec<usize>,
+    /// `native`, filed by the caller each rule is for.
+    pub(crate) by_caller: ByCaller,
     /// The policies of Cedar files that may apply to the tool: evaluated by Cedar.
     pub(crate) cedar: PolicySet,
     /// Whether any of `native` reads the time.
@@ -106,10 +109,9 @@ pub(crate) struct ToolPolicy {
     /// of the store and put in `context.calls`, so a tool pays for its own rules' counters,
     /// not for every counter of the policy.
     pub(crate) counters: Vec<usize>,
-    /// Indices into `Policy::counters` of the counters that may count its calls: those of
-    /// the tool or its plugin, and those of rules that may apply to it. A call is reserved on
-    /// these before it is decided ([`Policy::reservable`]).
-    pub(crate) counted_by: Vec<usize>,
+    /// The store keys of `counters`, and of the counters that may count its calls (a call
+    /// is reserved on these before it is decided, [`Policy::reservable`]).
+    pub(crate) counting: counts::ToolCounting,
 }
 
 /// A policy ready to decide calls.
@@ -124,7 +126,7 @@ pub struct Policy {
     pub(crate) facts: Vec<Fact>,
     /// How many different argument paths the rules read.
     pub(crate) arg_paths: usize,
-    pub(crate) counters: Vec<(String, CounterSpec)>,
+    pub(crate) counters: Vec<Counter>,
     pub(crate) tz: jiff::tz::TimeZone,
     pub(crate) authorizer: Authorizer,
     /// Each rule's Cedar policy alone, by id: the reference for examples and explain.
@@ -268,11 +270,11 @@ impl Policy {
             .collect();
         let rule_ids = compile::unique_ids(ids)?;
 
-        let mut counters: Vec<(String, CounterSpec)> = Vec::new();
+        let mut counters: Vec<Counter> = Vec::new();
         for (name, spec) in &config.counters {
             compile::check_counter(spec, &rule_ids)
                 .map_err(|m| PolicyError::Config(format!("counters.{name}: {m}")))?;
-            counters.push((name.clone(), spec.clone()));
+            counters.push(Counter::new(name, spec.clone()));
         }
         let mut facts = Vec::new();
         let mut rules: Vec<RuleMeta> = Vec::new();
@@ -292,8 +294,8 @@ impl Policy {
                 1,
             ));
             facts.extend(compiled.facts);
-            if let Some(c) = compiled.counter {
-                counters.push(c);
+            if let Some((name, spec)) = compiled.counter {
+                counters.push(Counter::new(&name, spec));
             }
             let id = PolicyId::new(&rule.id);
             let policy =
@@ -324,7 +326,7 @@ impl Policy {
             rules.push(RuleMeta { rule, check: None });
         }
 
-        let names: Vec<String> = counters.iter().map(|(n, _)| n.clone()).collect();
+        let names: Vec<String> = counters.iter().map(|c| c.name.to_string()).collect();
         let schema = Schema::from_json_value(schema::cedar_schema(&typed, &names))
             .map_err(|e| PolicyError::Config(format!("the tools' schema does not load: {e}")))?;
         let validated = Validator::new(schema.clone()).validate(&all, ValidationMode::Strict);
@@ -365,7 +367,7 @@ impl Policy {
                 let read = counters
                     .iter()
                     .enumerate()
-                    .filter(|(_, (name, _))| text.contains(name.as_str()))
+                    .filter(|(_, c)| text.contains(&*c.name))
                     .map(|(i, _)| i)
                     .collect();
                 (p.id(), read)
@@ -462,6 +464,17 @@ impl Policy {
             let reads_time = either
                 .iter()
                 .any(|&i| rules[i].check.as_ref().is_some_and(Check::reads_time));
+            let tool_counters: Vec<usize> = tool_counters.into_iter().collect();
+            // Those of the tool or its plugin, and those of rules that may apply to it.
+            let counted_by: Vec<usize> = counters
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| match c.spec.of.strip_prefix("rule:") {
+                    Some(id) => wanted.contains(id),
+                    None => true,
+                })
+                .map(|(i, _)| i)
+                .collect();
             let tool_facts = facts
                 .iter()
                 .enumerate()
@@ -475,6 +488,9 @@ impl Policy {
                     action: uid("Action", &schema::action_id(&identity)),
                     resource: uid("Plugin", &tool.plugin),
                     input,
+                    by_caller: ByCaller::new(&native, |i| {
+                        rules[i].check.as_ref().expect("a rule the host evaluates")
+                    }),
                     native,
                     reach_bound,
                     cedar,
@@ -482,16 +498,8 @@ impl Policy {
                     regex_sets,
                     needs: Needs::of(&cedar_texts),
                     facts: tool_facts,
-                    counters: tool_counters.into_iter().collect(),
-                    counted_by: counters
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, (_, spec))| match spec.of.strip_prefix("rule:") {
-                            Some(id) => wanted.contains(id),
-                            None => true,
-                        })
-                        .map(|(i, _)| i)
-                        .collect(),
+                    counting: counts::ToolCounting::new(&counters, &tool_counters, &counted_by),
+                    counters: tool_counters,
                 },
             );
         }
@@ -573,23 +581,12 @@ impl Policy {
     /// What the store must count before a call of `tool` is decided: the counters its rules
     /// read.
     pub fn counters_for(&self, tool: &str, scope: CountScope<'_>, now_ms: i64) -> Vec<CountQuery> {
-        let Some(t) = self.tools.get(tool) else {
-            return Vec::new();
-        };
-        let minute = now_ms.div_euclid(60_000);
-        let mut keys = counts::Keys::new(tool, &t.plugin, scope);
-        t.counters
-            .iter()
-            .map(|&i| &self.counters[i])
-            .filter_map(|(name, spec)| {
-                let key = keys.key(spec, None)?;
-                Some(CountQuery {
-                    name: name.clone(),
-                    key,
-                    since_minute: counts::since(spec, minute),
-                })
-            })
-            .collect()
+        match self.tools.get(tool) {
+            Some(t) => t
+                .counting
+                .queries(&self.counters, (tool, &t.plugin), scope, now_ms),
+            None => Vec::new(),
+        }
     }
 
     /// The store keys a call of `tool` adds one to once it runs, given the ids of the rules
@@ -599,21 +596,13 @@ impl Policy {
             return Vec::new();
         };
         let applied: Vec<&str> = applied.iter().map(String::as_str).collect();
-        let mut made = counts::Keys::new(tool, &t.plugin, scope);
-        // Only the counters that may count the tool's calls can.
-        let mut keys: Vec<String> = t
-            .counted_by
-            .iter()
-            .filter_map(|&i| made.key(&self.counters[i].1, Some(applied.as_slice())))
-            .collect();
-        keys.sort();
-        keys.dedup();
-        keys
+        t.counting
+            .keys((tool, &t.plugin), scope, Some(applied.as_slice()))
     }
 
     /// The names of the counters a call's context carries.
     pub(crate) fn counter_names(&self) -> impl Iterator<Item = &str> {
-        self.counters.iter().map(|(n, _)| n.as_str())
+        self.counters.iter().map(|c| &*c.name)
     }
 }
 

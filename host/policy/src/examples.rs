@@ -125,7 +125,7 @@ fn example_tool(rule: &Rule, ex: &Example) -> Result<String, String> {
     }
 }
 
-fn counts_of(policy: &Policy, rule: &Rule, ex: &Example) -> Result<BTreeMap<String, u64>, String> {
+fn counts_of(policy: &Policy, rule: &Rule, ex: &Example) -> Result<crate::Counts, String> {
     let known: Vec<&str> = policy.counter_names().collect();
     let mut out = BTreeMap::new();
     for (name, n) in &ex.counts {
@@ -144,7 +144,7 @@ fn counts_of(policy: &Policy, rule: &Rule, ex: &Example) -> Result<BTreeMap<Stri
                 }
             ));
         }
-        out.insert(full, *n);
+        out.insert(full.into(), *n);
     }
     Ok(out)
 }

@@ -25,6 +25,7 @@
 //! A decision never widens what a tool can reach: `allow` only skips the question; the sandbox
 //! still enforces the tool's grants.
 
+mod by_caller;
 mod call;
 mod compile;
 mod config;
@@ -42,7 +43,7 @@ pub use call::{Call, Caller, SessionFacts, normalise};
 pub use config::{
     CallCount, ConfigSource, CounterSpec, Decision, Example, Names, PolicyConfig, Rule,
 };
-pub use counts::{CountQuery, CountScope, Window, settle};
+pub use counts::{CountQuery, CountScope, Counts, Window, settle};
 pub use engine::{Policy, RuleRef, Verdict};
 pub use error::PolicyError;
 pub use schema::{Reach, ToolFacts};

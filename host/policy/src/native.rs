@@ -209,18 +209,13 @@ impl Cond {
             },
             Cond::Absent { path, ty } => !args.get(path).is_some_and(|v| fits(v, ty)),
             Cond::Caller { field, names } => {
-                let value = match field {
-                    CallerField::Origin => &call.caller.origin,
-                    CallerField::Token => &call.caller.token,
-                    CallerField::User => &call.caller.user,
-                    CallerField::Client => &call.caller.client,
-                };
+                let value = call.caller.field(*field);
                 names.iter().any(|n| n == value)
             }
             Cond::Approved { tool, wanted } => call.session.approved.contains(tool) == *wanted,
             Cond::Labels(labels) => labels.iter().all(|l| call.session.labels.contains(l)),
             Cond::Calls { name, at_least } => {
-                call.counts.get(name).copied().unwrap_or(0) >= *at_least
+                call.counts.get(name.as_str()).copied().unwrap_or(0) >= *at_least
             }
             Cond::Hours { from, to } => moment.is_some_and(|m| {
                 let at = m.minute_of_day;

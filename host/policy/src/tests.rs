@@ -79,7 +79,7 @@ struct Ask<'a> {
     args: Value,
     caller: Caller,
     session: SessionFacts,
-    counts: BTreeMap<String, u64>,
+    counts: crate::Counts,
     now_ms: i64,
 }
 
@@ -349,10 +349,10 @@ rules = [
     };
     let q = p.counters_for("sql.sql_execute", scope, MONDAY_NOON);
     assert_eq!(q.len(), 2);
-    assert_eq!(q[0].name, "rule:too-many");
-    assert_eq!(q[0].key, "rule:writes");
+    assert_eq!(&*q[0].name, "rule:too-many");
+    assert_eq!(&*q[0].key, "rule:writes");
     assert_eq!(q[0].since_minute, MONDAY_NOON / 60_000 - 59);
-    assert_eq!(q[1].key, "session:s1|caller:ci/|plugin:sql");
+    assert_eq!(&*q[1].key, "session:s1|caller:ci/|plugin:sql");
     assert_eq!(q[1].since_minute, 0);
     let mut c = call(
         "sql.sql_execute",
@@ -400,7 +400,7 @@ rules = [
     let names = |tool: &str| -> Vec<String> {
         p.counters_for(tool, scope, MONDAY_NOON)
             .into_iter()
-            .map(|q| q.name)
+            .map(|q| q.name.to_string())
             .collect()
     };
     assert_eq!(names("sql.sql_execute"), ["rule:busy"]);

@@ -151,6 +151,42 @@ fn rows_of<'k>(keys: &'k [String], minute: i64, session: Option<&str>) -> Vec<(&
     rows.into_iter().map(|((k, at), n)| (k, at, n)).collect()
 }
 
+/// The different `(key, first minute)` pairs of `queries`, and each query's place among
+/// them. Rules of one tool often count the same key over the same window (every rule of a
+/// kind reading `of = "tool"`, `within = "1h"`; the 60 counters of the 1,000-rule benchmark
+/// policy make three pairs): each pair is counted once.
+fn distinct_windows<'q>(
+    queries: &'q [CountQuery],
+    session: Option<&str>,
+) -> (Vec<(&'q str, i64)>, Vec<usize>) {
+    // Looked up by scanning while there are few pairs, as there usually are; then by hash.
+    const SCAN: usize = 16;
+    let mut distinct: Vec<(&str, i64)> = Vec::new();
+    let mut seen: HashMap<(&str, i64), usize> = HashMap::new();
+    let places = queries
+        .iter()
+        .map(|q| {
+            let pair = (&*q.key, first_minute(q, session));
+            let found = if seen.is_empty() {
+                distinct.iter().position(|d| *d == pair)
+            } else {
+                seen.get(&pair).copied()
+            };
+            if let Some(at) = found {
+                return at;
+            }
+            distinct.push(pair);
+            if seen.is_empty() && distinct.len() > SCAN {
+                seen.extend(distinct.iter().enumerate().map(|(i, d)| (*d, i)));
+            } else if !seen.is_empty() {
+                seen.insert(pair, distinct.len() - 1);
+            }
+            distinct.len() - 1
+        })
+        .collect();
+    (distinct, places)
+}
+
 impl Store {
     /// How many calls each of `queries` counts: the sum over its key's minutes from its
     /// `since_minute` on, in the order asked. For `session`'s own counters (kept at minute 0)
@@ -161,20 +197,7 @@ impl Store {
         queries: &[CountQuery],
         session: Option<&str>,
     ) -> Result<Vec<u64>, StoreError> {
-        // Rules of one tool often count the same key over the same window (every rule of a
-        // kind reading `of = "tool"`, `within = "1h"`): each such pair is counted once.
-        let mut distinct: Vec<(&str, i64)> = Vec::new();
-        let mut seen: std::collections::HashMap<(&str, i64), usize> = Default::default();
-        let places: Vec<usize> = queries
-            .iter()
-            .map(|q| {
-                let since = first_minute(q, session);
-                *seen.entry((q.key.as_str(), since)).or_insert_with(|| {
-                    distinct.push((q.key.as_str(), since));
-                    distinct.len() - 1
-                })
-            })
-            .collect();
+        let (distinct, places) = distinct_windows(queries, session);
         let bounds: Vec<(&str, i64, i64)> = distinct
             .into_iter()
             .map(|(key, since)| (key, since, i64::MAX))
@@ -259,15 +282,12 @@ impl Store {
         if rows.is_empty() {
             return self.count_calls(queries, session).await;
         }
-        let sinces: Vec<i64> = queries.iter().map(|q| first_minute(q, session)).collect();
+        let (distinct, places) = distinct_windows(queries, session);
         // The windows asked of each counter, the first asked first: the store answers the
         // first with the reservation, and the others are counted beside it.
         let mut windows: HashMap<&str, Vec<i64>> = Default::default();
-        for (q, since) in queries.iter().zip(&sinces) {
-            let w = windows.entry(q.key.as_str()).or_default();
-            if !w.contains(since) {
-                w.push(*since);
-            }
+        for &(key, since) in &distinct {
+            windows.entry(key).or_default().push(since);
         }
         // For each row reserved: the count before the call's first place, and the calls in
         // the minutes before the row's from each first minute asked.
@@ -290,28 +310,28 @@ impl Store {
                 .await?;
         }
         // Counters not reserved on are counted.
-        let mut counted = vec![0u64; queries.len()];
-        let mut places = Vec::new();
+        let mut counted = vec![0u64; distinct.len()];
+        let mut unreserved = Vec::new();
         let mut rest: Vec<(&str, i64, i64)> = Vec::new();
-        for (place, (q, &since)) in queries.iter().zip(&sinces).enumerate() {
-            match answered.get(q.key.as_str()) {
+        for (at, &(key, since)) in distinct.iter().enumerate() {
+            match answered.get(key) {
                 Some((before, earlier)) => {
                     let sum = before.saturating_add(earlier.get(&since).copied().unwrap_or(0));
-                    counted[place] = u64::try_from(sum).unwrap_or(0);
+                    counted[at] = u64::try_from(sum).unwrap_or(0);
                 }
                 None => {
-                    places.push(place);
-                    rest.push((&q.key, since, i64::MAX));
+                    unreserved.push(at);
+                    rest.push((key, since, i64::MAX));
                 }
             }
         }
         if !rest.is_empty() {
             let found = self.count_between(&rest).await?;
-            for (place, n) in places.into_iter().zip(found) {
-                counted[place] = n;
+            for (at, n) in unreserved.into_iter().zip(found) {
+                counted[at] = n;
             }
         }
-        Ok(counted)
+        Ok(places.into_iter().map(|at| counted[at]).collect())
     }
 
     /// The store's part of [`Store::reserve_calls`]: rows `(counter, minute, calls, places

@@ -40,10 +40,10 @@ pub struct CallInputs {
     /// Who asks (origin, token, user, client).
     pub caller: cordon_policy::Caller,
     /// Counter values by tool (`plugin.tool`), then by counter name.
-    pub counts: BTreeMap<String, BTreeMap<String, u64>>,
+    pub counts: BTreeMap<String, cordon_policy::Counts>,
     /// The store key of each counter in `counts`, by tool then counter name: what tells which
     /// counters an earlier call of the same answer adds to.
-    pub keys: BTreeMap<String, BTreeMap<String, String>>,
+    pub keys: BTreeMap<String, BTreeMap<std::sync::Arc<str>, std::sync::Arc<str>>>,
     /// The session that `within = "session"` counters key on.
     pub session: String,
     /// Now, in milliseconds since the Unix epoch.
@@ -57,7 +57,7 @@ impl CallInputs {
         let mut inputs = self.clone();
         for (tool, names) in &self.keys {
             for (name, key) in names {
-                if let Some(n) = earlier.get(key) {
+                if let Some(n) = earlier.get(&**key) {
                     let count = inputs
                         .counts
                         .entry(tool.clone())

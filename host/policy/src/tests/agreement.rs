@@ -34,6 +34,9 @@ rules = [
   { id = "origin", plugin = "ops", origin = ["gateway", "mcp"], decision = "ask" },
   { id = "token", token = "intern", user = ["bob", ""], decision = "deny" },
   { id = "client", tool = ["deploy", "look"], client = "evil", decision = "deny" },
+  { id = "user-origin", tool = "sql.sql_execute", user = "al", origin = ["serve", "gateway"], decision = "ask" },
+  { id = "no-token", plugin = "ro", origin = "cli", token = ["", "x"], decision = "deny" },
+  { id = "client-origin", client = ["zed", ""], origin = "mcp", hours = "08:00-20:00", decision = "ask" },
   { id = "reach", plugin = ["ops", "ro", "sql"], can_change = true, network = false, decision = "ask" },
   { id = "writes", writes = false, decision = "allow" },
   { id = "approved", tool = "ops.deploy", approved = "sql.sql_query", decision = "allow" },
@@ -226,8 +229,8 @@ fn the_host_decides_every_kind_of_rule_as_its_cedar_text_does() {
                 session.labels.insert(label.into());
             }
         }
-        let counts: BTreeMap<String, u64> =
-            BTreeMap::from([("rule:calls".to_string(), [0, 2, 3, 100][draw.below(4)])]);
+        let counts: crate::Counts =
+            BTreeMap::from([("rule:calls".into(), [0, 2, 3, 100][draw.below(4)])]);
         // Any minute of a week from Monday noon.
         let now_ms = MONDAY_NOON + draw.below(7 * 24 * 60) as i64 * 60_000;
         let call = Call {

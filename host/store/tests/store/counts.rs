@@ -13,8 +13,8 @@ use crate::{Backend, each_backend, fresh, options, raw_sql};
 
 fn query(key: &str, since_minute: i64) -> CountQuery {
     CountQuery {
-        name: format!("c:{key}"),
-        key: key.to_string(),
+        name: format!("c:{key}").into(),
+        key: key.into(),
         since_minute,
     }
 }
