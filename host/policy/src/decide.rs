@@ -64,17 +64,23 @@ impl Policy {
         let Some(t) = self.tools.get(call.tool) else {
             return self.verdict(Vec::new());
         };
-        let native: Vec<usize> = match call.reach {
-            Some(reach) if !t.reach_bound.is_empty() => self.native_reaching(t, reach),
-            _ => t.by_caller.for_caller(call.caller),
+        let widened = match call.reach {
+            Some(reach) if !t.reach_bound.is_empty() => Some(self.native_reaching(t, reach)),
+            _ => None,
         };
-        if native.is_empty() && t.cedar.is_empty() {
+        let has_native = widened
+            .as_ref()
+            .map_or(!t.native.is_empty(), |w| !w.is_empty());
+        if !has_native && t.cedar.is_empty() {
             return self.verdict(Vec::new());
         }
+        // Before the rules are narrowed to the caller's: a time that cannot be read makes
+        // every rule of the tool that denies or asks apply, whoever it is for.
         let moment = match self.moment_for(t, call.now_ms) {
             Ok(m) => m,
             Err(e) => return self.unevaluable(t, &e),
         };
+        let native = widened.unwrap_or_else(|| t.by_caller.for_caller(call.caller));
         let mut request = None;
         let mut applied: Applied = Vec::new();
         let mut args = Arguments::new(call.args, self.arg_paths, Some(&t.regex_sets));

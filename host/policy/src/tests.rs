@@ -717,3 +717,30 @@ rules = [
     };
     assert!(ids(&decide(Some(&writes))).is_empty());
 }
+
+#[test]
+fn a_time_that_cannot_be_read_makes_deny_rules_apply_whoever_they_are_for() {
+    let p = load(
+        r#"
+[policy]
+rules = [
+  { id = "t", tool = "ro.look", token = "alice", hours = "08:00-20:00", decision = "deny" },
+]
+"#,
+    )
+    .unwrap();
+    let mut c = call("ro.look", json!({"q": "x"}));
+    c.caller.token = "bob".into();
+    // Read, the time leaves bob's call to the rules for bob: none.
+    assert_eq!(decision(&p, &c), None);
+    c.now_ms = i64::MAX;
+    let v = c.decide(&p);
+    assert_eq!(v.decision, Some(Decision::Deny));
+    assert!(
+        v.applied[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("out of range")
+    );
+}
