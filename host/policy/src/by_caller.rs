@@ -46,15 +46,17 @@ impl ByCaller {
     pub(crate) fn new<'c>(native: &[usize], check_of: impl Fn(usize) -> &'c Check) -> ByCaller {
         let mut by = ByCaller::default();
         for &i in native {
-            let tests: Vec<(usize, &Vec<String>)> = check_of(i)
+            let most_selective = check_of(i)
                 .conds
                 .iter()
                 .filter_map(|c| match c {
-                    Cond::Caller { field, names } => Some((slot(*field), names)),
+                    Cond::Caller { field, names } => {
+                        Some((FIELDS.iter().position(|f| f == field)?, names))
+                    }
                     _ => None,
                 })
-                .collect();
-            match tests.into_iter().min_by_key(|(slot, _)| *slot) {
+                .min_by_key(|(slot, _)| *slot);
+            match most_selective {
                 None => by.open.push(i),
                 Some((slot, names)) => {
                     let mut names = names.clone();
@@ -81,14 +83,5 @@ impl ByCaller {
             }
         }
         rules
-    }
-}
-
-fn slot(field: CallerField) -> usize {
-    match field {
-        CallerField::Token => 0,
-        CallerField::User => 1,
-        CallerField::Client => 2,
-        CallerField::Origin => 3,
     }
 }

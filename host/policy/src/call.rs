@@ -191,7 +191,7 @@ impl<'v> Arguments<'v> {
 }
 
 /// Which part of the caller a test reads.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CallerField {
     Origin,
     Token,

@@ -159,29 +159,16 @@ fn distinct_windows<'q>(
     queries: &'q [CountQuery],
     session: Option<&str>,
 ) -> (Vec<(&'q str, i64)>, Vec<usize>) {
-    // Looked up by scanning while there are few pairs, as there usually are; then by hash.
-    const SCAN: usize = 16;
     let mut distinct: Vec<(&str, i64)> = Vec::new();
     let mut seen: HashMap<(&str, i64), usize> = HashMap::new();
     let places = queries
         .iter()
         .map(|q| {
             let pair = (&*q.key, first_minute(q, session));
-            let found = if seen.is_empty() {
-                distinct.iter().position(|d| *d == pair)
-            } else {
-                seen.get(&pair).copied()
-            };
-            if let Some(at) = found {
-                return at;
-            }
-            distinct.push(pair);
-            if seen.is_empty() && distinct.len() > SCAN {
-                seen.extend(distinct.iter().enumerate().map(|(i, d)| (*d, i)));
-            } else if !seen.is_empty() {
-                seen.insert(pair, distinct.len() - 1);
-            }
-            distinct.len() - 1
+            *seen.entry(pair).or_insert_with(|| {
+                distinct.push(pair);
+                distinct.len() - 1
+            })
         })
         .collect();
     (distinct, places)
