@@ -33,7 +33,10 @@
 //! target/release/cordon] [--noop target/fixtures/noop.wasm] [--samples 20000] [--calls 2000]
 //! [--decisions-only]` (part 1 alone, for profiling) `[--hot-share 224]` (part 2 alone, with
 //! this many rules as the busiest tool's share) `[--no-counters]` (part 2's policies without
-//! counters, to tell the store's share of the cost from the decisions').
+//! counters, to tell the store's share of the cost from the decisions') `[--baseline-cordon
+//! OTHER]` (part 2 with another build's servers in the same rounds, each compared with its own
+//! no-policy server). Part 2 also gives each server's CPU per call, which what else the
+//! machine runs disturbs less than the wall time.
 //! Everything runs on this machine (the MCP servers are child processes on pipes); every loop
 //! is bounded.
 
@@ -625,7 +628,8 @@ fn decision_times(samples: usize) -> usize {
                 let counts = policy
                     .counters_for(&t.identity(), scope, MONDAY_MORNING)
                     .into_iter()
-                    .map(|q| (q.name, 3))
+                    .flat_map(|q| q.names.to_vec())
+                    .map(|name| (name, 3))
                     .collect();
                 (
                     *count,
@@ -752,19 +756,27 @@ async fn call_cost(bin: &Path, noop: &Path, n: usize, hot_share: usize, baseline
         ));
     }
     let mut clients = Vec::new();
+    let mut pids = Vec::new();
     for (_, config) in &configs {
+        let before = child_pids();
         clients.push(connect_cordon(bin, &home, config).await);
+        pids.push(child_pids().difference(&before).next().copied());
     }
-    // Another build of cordon on the same home and config, interleaved in the same rounds: what
-    // a change costs every call, measured against the code before it.
+    // Another build of cordon on the same home and configs, interleaved in the same rounds:
+    // what a change costs every call, measured against the code before it.
     if let Some(other) = baseline {
-        let none = configs[0].1.clone();
-        clients.push(connect_cordon(other, &home, &none).await);
-        configs.push((format!("no policy, {}", other.display()), none));
+        for i in 0..configs.len() {
+            let (name, config) = configs[i].clone();
+            let before = child_pids();
+            clients.push(connect_cordon(other, &home, &config).await);
+            pids.push(child_pids().difference(&before).next().copied());
+            configs.push((format!("{name}, baseline build"), config));
+        }
     }
     for client in &clients {
         calls(client, 100).await;
     }
+    let cpu_before: Vec<Option<Duration>> = pids.iter().map(|p| p.and_then(cpu_of)).collect();
     let mut times: Vec<Vec<Duration>> = clients.iter().map(|_| Vec::new()).collect();
     let rounds = 10;
     for _ in 0..rounds {
@@ -772,11 +784,18 @@ async fn call_cost(bin: &Path, noop: &Path, n: usize, hot_share: usize, baseline
             t.extend(calls(client, n / rounds).await);
         }
     }
+    // Each server's CPU per call: less disturbed than the wall time by whatever else the
+    // machine runs.
+    let cpu: Vec<Option<Duration>> = pids
+        .iter()
+        .zip(&cpu_before)
+        .map(|(p, before)| Some((p.and_then(cpu_of)? - (*before)?) / (n / rounds * rounds) as u32))
+        .collect();
     for client in clients {
         let _ = client.cancel().await;
     }
     println!(
-        "A tool call's total cost: MCP over stdio, no-op tools/call through cordon mcp ({n} calls each, rounds alternated):"
+        "A tool call's total cost: MCP over stdio, no-op tools/call through cordon mcp ({n} calls each, rounds alternated; median wall time, and the server's CPU per call):"
     );
     let medians: Vec<Duration> = times
         .into_iter()
@@ -785,15 +804,55 @@ async fn call_cost(bin: &Path, noop: &Path, n: usize, hot_share: usize, baseline
             s.p50
         })
         .collect();
-    for ((name, _), m) in configs.iter().zip(&medians) {
+    // The baseline build's servers are compared with its own no-policy server.
+    let own = configs.len() / if baseline.is_some() { 2 } else { 1 };
+    for (i, (((name, _), m), c)) in configs.iter().zip(&medians).zip(&cpu).enumerate() {
+        let base = if i < own { 0 } else { own };
+        let cpu = match (c, cpu[base]) {
+            (Some(c), Some(base)) => format!(
+                "   CPU {:>10}   {:.3}×",
+                micros(*c),
+                c.as_secs_f64() / base.as_secs_f64()
+            ),
+            _ => String::new(),
+        };
         println!(
-            "  {:<36} {:>12}   {:.3}× no policy",
+            "  {:<46} {:>12}   {:.3}× no policy{cpu}",
             name,
             micros(*m),
-            m.as_secs_f64() / medians[0].as_secs_f64()
+            m.as_secs_f64() / medians[base].as_secs_f64()
         );
     }
     println!("  target: ≤ 1.05× with 1,000 rules");
+}
+
+/// This process's children (the MCP servers it started), from `/proc`.
+fn child_pids() -> BTreeSet<u32> {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return BTreeSet::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                // After the command's name in parentheses: state, then the parent's id.
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(me)
+            })
+        })
+        .collect()
+}
+
+/// The CPU time `pid` used so far, all its threads, from the scheduler's nanosecond counts.
+fn cpu_of(pid: u32) -> Option<Duration> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut ns = 0u64;
+    for task in tasks.flatten() {
+        let stat = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+        ns += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(Duration::from_nanos(ns))
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -44,16 +44,25 @@ impl Window {
         }
         Ok(Window::Minutes(minutes))
     }
+
+    /// The first minute counted at minute `now_minute`.
+    fn since(self, now_minute: i64) -> i64 {
+        match self {
+            Window::Minutes(m) => now_minute - i64::from(m) + 1,
+            Window::Session => 0,
+        }
+    }
 }
 
 /// One count the store must give: the calls under `key` since minute `since` (minutes since
-/// the Unix epoch; 0 for a session's whole life).
+/// the Unix epoch; 0 for a session's whole life), which every counter in `names` reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CountQuery {
-    /// The counter's name in `context.calls`.
-    pub name: Arc<str>,
-    /// The store's key: what is counted, and for whom. Counters that differ only in name or
-    /// window share it (the 60 counters of the 1,000-rule benchmark policy have three keys).
+    /// The names in `context.calls` of the counters that read this count: those of the
+    /// tool's rules that count the same key over the same window, so the store counts it
+    /// once (the 60 counters of the 1,000-rule benchmark policy make three queries).
+    pub names: Arc<[Arc<str>]>,
+    /// The store's key: what is counted, and for whom.
     pub key: Arc<str>,
     /// The first minute counted.
     pub since_minute: i64,
@@ -62,6 +71,17 @@ pub struct CountQuery {
 /// Counter values by counter name, as the store gave them for
 /// [`crate::Policy::counters_for`]: what a call's `calls` rules and `context.calls` read.
 pub type Counts = std::collections::BTreeMap<Arc<str>, u64>;
+
+/// The counts `queries` read, given the store's answer `found` to each: every counter of each
+/// query has its value. Built in one go rather than a name at a time (a call of the
+/// benchmark's busiest tool reads 60).
+pub fn counts_of(queries: &[CountQuery], found: &[u64]) -> Counts {
+    queries
+        .iter()
+        .zip(found)
+        .flat_map(|(q, &n)| q.names.iter().map(move |name| (name.clone(), n)))
+        .collect()
+}
 
 /// Who and where a call is, for the keys of its counters.
 #[derive(Debug, Clone, Copy)]
@@ -154,27 +174,28 @@ impl Counter {
             spec,
         }
     }
-
-    /// The first minute the counter counts at minute `now`.
-    fn since(&self, now_minute: i64) -> i64 {
-        match self.window {
-            Window::Minutes(m) => now_minute - i64::from(m) + 1,
-            Window::Session => 0,
-        }
-    }
 }
 
 /// How one tool's calls are counted, made once at load: a call makes each kind of key once,
-/// however many counters share it, and asks for its keys three times (to count, to reserve,
-/// to keep).
+/// however many counters share it, and the store counts each (kind, window) its rules read
+/// once, however many counters read it.
 #[derive(Debug, Default)]
 pub(crate) struct ToolCounting {
     kinds: Vec<KeyKind>,
-    /// The counters its rules read (indices into `Policy::counters`), each with its kind.
-    reads: Vec<(usize, usize)>,
+    /// What its rules read: each (kind, window) once, with the names of the counters that
+    /// read it.
+    reads: Vec<Read>,
     /// The kinds of the counters that may count its calls: those of the tool or its plugin,
     /// and those of rules that may apply to it.
     counted_by: Vec<usize>,
+}
+
+/// Counters of one tool's rules that read the same count.
+#[derive(Debug)]
+struct Read {
+    kind: usize,
+    window: Window,
+    names: Arc<[Arc<str>]>,
 }
 
 impl ToolCounting {
@@ -190,9 +211,25 @@ impl ToolCounting {
                 }
             })
         };
-        let reads = reads
-            .iter()
-            .filter_map(|&i| Some((i, kind_of(i)?)))
+        let mut grouped: Vec<(usize, Window, Vec<Arc<str>>)> = Vec::new();
+        for &i in reads {
+            let Some(kind) = kind_of(i) else { continue };
+            let (window, name) = (counters[i].window, counters[i].name.clone());
+            match grouped
+                .iter_mut()
+                .find(|(k, w, _)| *k == kind && *w == window)
+            {
+                Some((.., names)) => names.push(name),
+                None => grouped.push((kind, window, vec![name])),
+            }
+        }
+        let reads = grouped
+            .into_iter()
+            .map(|(kind, window, names)| Read {
+                kind,
+                window,
+                names: names.into(),
+            })
             .collect();
         let mut counted: Vec<usize> = counted_by.iter().filter_map(|&i| kind_of(i)).collect();
         counted.sort_unstable();
@@ -204,10 +241,10 @@ impl ToolCounting {
         }
     }
 
-    /// What the store must count before a call is decided: one query for each counter read.
+    /// What the store must count before a call is decided: one query for each (key, window)
+    /// the tool's rules read.
     pub(crate) fn queries(
         &self,
-        counters: &[Counter],
         (identity, plugin): (&str, &str),
         scope: CountScope<'_>,
         now_ms: i64,
@@ -216,13 +253,14 @@ impl ToolCounting {
         let mut keys: Vec<Option<Arc<str>>> = vec![None; self.kinds.len()];
         self.reads
             .iter()
-            .map(|&(i, kind)| {
-                let key = keys[kind]
-                    .get_or_insert_with(|| self.kinds[kind].key(identity, plugin, scope).into());
+            .map(|read| {
+                let key = keys[read.kind].get_or_insert_with(|| {
+                    self.kinds[read.kind].key(identity, plugin, scope).into()
+                });
                 CountQuery {
-                    name: counters[i].name.clone(),
+                    names: read.names.clone(),
                     key: key.clone(),
-                    since_minute: counters[i].since(minute),
+                    since_minute: read.window.since(minute),
                 }
             })
             .collect()
@@ -294,6 +332,50 @@ mod tests {
                 keys(&["plugin:a", "rule:w", "tool:a.b", "tool:a.b"])
             )
         );
+    }
+
+    /// Counters that count the same key over the same window are one query, which gives
+    /// each of them its value; another window of the same key is another query.
+    #[test]
+    fn counters_reading_the_same_count_are_asked_once() {
+        let spec = |of: &str, within: &str| CounterSpec {
+            of: of.into(),
+            within: within.into(),
+            per: None,
+        };
+        let counters = [
+            Counter::new("a", spec("tool", "1h")),
+            Counter::new("b", spec("plugin", "1h")),
+            Counter::new("c", spec("tool", "1h")),
+            Counter::new("d", spec("tool", "1d")),
+        ];
+        let counting = ToolCounting::new(&counters, &[0, 1, 2, 3], &[0, 1]);
+        let scope = CountScope {
+            session: "s",
+            caller: ("", ""),
+        };
+        let queries = counting.queries(("p.t", "p"), scope, 120 * 60_000);
+        let asked: Vec<(Vec<&str>, &str, i64)> = queries
+            .iter()
+            .map(|q| {
+                (
+                    q.names.iter().map(|n| &**n).collect(),
+                    &*q.key,
+                    q.since_minute,
+                )
+            })
+            .collect();
+        assert_eq!(
+            asked,
+            [
+                (vec!["a", "c"], "tool:p.t", 61),
+                (vec!["b"], "plugin:p", 61),
+                (vec!["d"], "tool:p.t", 120 - 1440 + 1),
+            ]
+        );
+        let counts = counts_of(&queries, &[7, 2, 9]);
+        let values: Vec<(&str, u64)> = counts.iter().map(|(k, v)| (&**k, *v)).collect();
+        assert_eq!(values, [("a", 7), ("b", 2), ("c", 7), ("d", 9)]);
     }
 
     #[test]

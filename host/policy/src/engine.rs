@@ -582,9 +582,7 @@ impl Policy {
     /// read.
     pub fn counters_for(&self, tool: &str, scope: CountScope<'_>, now_ms: i64) -> Vec<CountQuery> {
         match self.tools.get(tool) {
-            Some(t) => t
-                .counting
-                .queries(&self.counters, (tool, &t.plugin), scope, now_ms),
+            Some(t) => t.counting.queries((tool, &t.plugin), scope, now_ms),
             None => Vec::new(),
         }
     }

@@ -349,7 +349,10 @@ rules = [
     };
     let q = p.counters_for("sql.sql_execute", scope, MONDAY_NOON);
     assert_eq!(q.len(), 2);
-    assert_eq!(&*q[0].name, "rule:too-many");
+    assert_eq!(
+        q[0].names.iter().map(|n| &**n).collect::<Vec<_>>(),
+        ["rule:too-many"]
+    );
     assert_eq!(&*q[0].key, "rule:writes");
     assert_eq!(q[0].since_minute, MONDAY_NOON / 60_000 - 59);
     assert_eq!(&*q[1].key, "session:s1|caller:ci/|plugin:sql");
@@ -400,7 +403,7 @@ rules = [
     let names = |tool: &str| -> Vec<String> {
         p.counters_for(tool, scope, MONDAY_NOON)
             .into_iter()
-            .map(|q| q.name.to_string())
+            .flat_map(|q| q.names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
             .collect()
     };
     assert_eq!(names("sql.sql_execute"), ["rule:busy"]);

@@ -152,9 +152,10 @@ fn rows_of<'k>(keys: &'k [String], minute: i64, session: Option<&str>) -> Vec<(&
 }
 
 /// The different `(key, first minute)` pairs of `queries`, and each query's place among
-/// them. Rules of one tool often count the same key over the same window (every rule of a
-/// kind reading `of = "tool"`, `within = "1h"`; the 60 counters of the 1,000-rule benchmark
-/// policy make three pairs): each pair is counted once.
+/// them. A tool's queries are different pairs already (the policy asks once for counters
+/// reading the same count), but the calls of one model answer may ask for the same pair
+/// from several tools (`of = "plugin"`), or be at minutes a session's own counters make the
+/// same: each pair is counted once.
 fn distinct_windows<'q>(
     queries: &'q [CountQuery],
     session: Option<&str>,

@@ -104,12 +104,12 @@ impl Agent {
             .reserve_calls(&reserved.keys, &asked, minute)
             .await?;
         for ((identity, q), n) in queries.into_iter().zip(counts) {
-            inputs
-                .keys
-                .entry(identity.clone())
-                .or_default()
-                .insert(q.name.clone(), q.key);
-            inputs.counts.entry(identity).or_default().insert(q.name, n);
+            let keys = inputs.keys.entry(identity.clone()).or_default();
+            let values = inputs.counts.entry(identity).or_default();
+            for name in q.names.iter() {
+                keys.insert(name.clone(), q.key.clone());
+                values.insert(name.clone(), n);
+            }
         }
         Ok((inputs, reserved))
     }

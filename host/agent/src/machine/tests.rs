@@ -1442,16 +1442,18 @@ rules = [
         ..NO_INPUTS.clone()
     };
     for q in policy.counters_for("p.write", scope, 0) {
-        inputs
-            .keys
-            .entry("p.write".into())
-            .or_default()
-            .insert(q.name.clone(), q.key);
-        inputs
-            .counts
-            .entry("p.write".into())
-            .or_default()
-            .insert(q.name, 1);
+        for name in q.names.iter() {
+            inputs
+                .keys
+                .entry("p.write".into())
+                .or_default()
+                .insert(name.clone(), q.key.clone());
+            inputs
+                .counts
+                .entry("p.write".into())
+                .or_default()
+                .insert(name.clone(), 1);
+        }
     }
     let mut t = T {
         cat: ToolCatalog::with_policy(specs, ApprovalConfig::default(), Ok(policy)),

@@ -2,7 +2,6 @@
 //! counters a call needs from the store, and what a call that runs leaves behind (a person's
 //! approval, its counts).
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use cordon_agent::ToolSpec;
@@ -75,7 +74,7 @@ impl McpServer {
         };
         let queries = policy.counters_for(&identity, scope, now);
         let adds = policy.reservable(&identity, scope);
-        let mut counts = BTreeMap::new();
+        let mut counts = Default::default();
         if let (Some(store), false) = (&self.host.store, queries.is_empty() && adds.is_empty()) {
             match store
                 .reserve_calls(&adds, &queries, reserved.minute, None)
@@ -83,9 +82,7 @@ impl McpServer {
             {
                 Ok(found) => {
                     *reserved.keys.get_mut().unwrap_or_else(|e| e.into_inner()) = adds;
-                    for (q, n) in queries.into_iter().zip(found) {
-                        counts.insert(q.name, n);
-                    }
+                    counts = cordon_agent::cordon_policy::counts_of(&queries, &found);
                 }
                 // Unknown counts must not let a call past a limit: the rules see the limit
                 // reached.
@@ -93,9 +90,10 @@ impl McpServer {
                     tracing::warn!(
                         "policy counters could not be read ({e}); counting them as full"
                     );
-                    for q in queries {
-                        counts.insert(q.name, u64::MAX);
-                    }
+                    counts = cordon_agent::cordon_policy::counts_of(
+                        &queries,
+                        &vec![u64::MAX; queries.len()],
+                    );
                 }
             }
         }

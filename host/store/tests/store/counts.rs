@@ -13,7 +13,7 @@ use crate::{Backend, each_backend, fresh, options, raw_sql};
 
 fn query(key: &str, since_minute: i64) -> CountQuery {
     CountQuery {
-        name: format!("c:{key}").into(),
+        names: [format!("c:{key}").into()].into(),
         key: key.into(),
         since_minute,
     }
