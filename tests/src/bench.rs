@@ -91,8 +91,20 @@ pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
 /// happened.
 pub struct Serve(pub Child);
 
+impl Serve {
+    /// Kills it outright (SIGKILL), as a crash would, and waits for it to be gone.
+    pub fn kill9(mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 impl Drop for Serve {
     fn drop(&mut self) {
+        // Already gone (killed, or it stopped by itself): its id may be another process's now.
+        if let Ok(Some(_)) = self.0.try_wait() {
+            return;
+        }
         // SAFETY: signals our own child process by its id.
         unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(20);

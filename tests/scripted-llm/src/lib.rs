@@ -149,7 +149,9 @@ pub struct ScriptedCall {
     /// The tool name, exactly as the model would write it (may be wrong on purpose).
     pub name: String,
     /// The arguments: a JSON value is serialised; a string is sent verbatim (so tests can send
-    /// arguments that are not JSON).
+    /// arguments that are not JSON). In native tool calls, `{call_id}` in them is sent as the
+    /// call's id, so the effects of calls the same step makes again and again (a [`ByRole`]
+    /// answer under load) can be told apart outside the host.
     pub arguments: Value,
 }
 
@@ -180,11 +182,13 @@ impl ScriptedCall {
         }
     }
 
-    fn arguments_text(&self) -> String {
-        match &self.arguments {
+    /// The arguments as sent, for the call whose id is `id`.
+    fn arguments_text(&self, id: &str) -> String {
+        let text = match &self.arguments {
             Value::String(s) => s.clone(),
             other => other.to_string(),
-        }
+        };
+        text.replace("{call_id}", id)
     }
 }
 
@@ -409,6 +413,12 @@ impl ScriptedServer {
     /// Every request received so far, in order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         lock(&self.state).requests.clone()
+    }
+
+    /// Forgets the requests recorded so far ([`ScriptedServer::served`] still counts them): a
+    /// long run that never reads them keeps its memory bounded.
+    pub fn forget_requests(&self) {
+        lock(&self.state).requests = Vec::new();
     }
 
     /// Steps not yet served (a script answering [`ByRole`] is never used up, whatever this
@@ -687,7 +697,7 @@ fn respond(step: Step, stream: bool, model: &str, n: usize) -> Response {
             usage,
         } => {
             if !stream {
-                return full_response(&id, model, Some(text), &[], &[], usage);
+                return full_response(&id, model, Some(text), &[], &[], &[], usage);
             }
             let delay = delay_ms.map(Duration::from_millis);
             let mut events = vec![Event {
@@ -729,15 +739,19 @@ fn respond(step: Step, stream: bool, model: &str, n: usize) -> Response {
             interleave,
             usage,
         } => {
-            let ids: Vec<Option<String>> = calls
+            // A call sent without an id still has one for `{call_id}` in its arguments.
+            let named: Vec<String> = calls
                 .iter()
                 .enumerate()
-                .map(|(i, c)| {
-                    (!c.no_id).then(|| c.id.clone().unwrap_or_else(|| format!("call_{n}_{i}")))
-                })
+                .map(|(i, c)| c.id.clone().unwrap_or_else(|| format!("call_{n}_{i}")))
+                .collect();
+            let ids: Vec<Option<String>> = calls
+                .iter()
+                .zip(&named)
+                .map(|(c, id)| (!c.no_id).then(|| id.clone()))
                 .collect();
             if !stream {
-                return full_response(&id, model, content, &calls, &ids, usage);
+                return full_response(&id, model, content, &calls, &named, &ids, usage);
             }
             let mut events = vec![Event {
                 data: chunk_json(&id, model, json!({"role": "assistant"}), None).to_string(),
@@ -768,7 +782,7 @@ fn respond(step: Step, stream: bool, model: &str, n: usize) -> Response {
                         json!({"index": i, "function": {"name": b.iter().collect::<String>()}}),
                     );
                 }
-                for piece in split(&call.arguments_text(), chunk.unwrap_or(5)) {
+                for piece in split(&call.arguments_text(&named[i]), chunk.unwrap_or(5)) {
                     deltas.push(json!({"index": i, "function": {"arguments": piece}}));
                 }
                 per_call.push(deltas);
@@ -802,15 +816,16 @@ fn full_response(
     model: &str,
     content: Option<String>,
     calls: &[ScriptedCall],
+    named: &[String],
     ids: &[Option<String>],
     usage: Option<Usage>,
 ) -> Response {
     let tool_calls: Vec<Value> = calls
         .iter()
-        .zip(ids)
-        .map(|(c, call_id)| {
+        .zip(named.iter().zip(ids))
+        .map(|(c, (name, call_id))| {
             let mut call = json!({"type": "function",
-                "function": {"name": c.name, "arguments": c.arguments_text()}});
+                "function": {"name": c.name, "arguments": c.arguments_text(name)}});
             if let Some(id) = call_id {
                 call["id"] = json!(id);
             }

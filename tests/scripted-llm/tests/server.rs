@@ -200,4 +200,61 @@ async fn by_role_answers_any_number_of_conversations_after_the_steps() {
     );
     assert_eq!(server.served(), 8);
     assert_eq!(server.requests().len(), 8);
+    // A long run forgets what it recorded; the count goes on, and so do the call ids.
+    server.forget_requests();
+    assert!(server.requests().is_empty());
+    let calls: Value = post(&url, user.clone()).await.json().await.unwrap();
+    assert_eq!(message(calls)["tool_calls"][0]["id"], "call_9_0");
+    assert_eq!((server.served(), server.requests().len()), (9, 1));
+}
+
+/// The same answer made again and again names each call in its arguments, streamed or not, so
+/// what the calls did can be told apart by whatever they reached.
+#[tokio::test]
+async fn call_id_in_the_arguments_is_the_calls_own_id() {
+    let server = ScriptedServer::start(Script::by_role(
+        Step::tool_calls(vec![
+            ScriptedCall::new("hit", json!({"url": "http://service/call/{call_id}"})),
+            ScriptedCall::with_id("mine", "hit", json!({"url": "/call/{call_id}"})),
+            ScriptedCall::without_id("hit", json!({"url": "/call/{call_id}"})),
+        ]),
+        Step::text("done"),
+    ))
+    .await
+    .unwrap();
+    let url = server.base_url();
+    let body: Value = post(&url, json!({"stream": false}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let sent = &body["choices"][0]["message"]["tool_calls"];
+    let arguments = |i: usize| {
+        sent[i]["function"]["arguments"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(arguments(0), r#"{"url":"http://service/call/call_1_0"}"#);
+    assert_eq!(sent[0]["id"], "call_1_0");
+    assert_eq!(arguments(1), r#"{"url":"/call/mine"}"#);
+    assert_eq!(arguments(2), r#"{"url":"/call/call_1_2"}"#);
+    // Streamed, the argument fragments add up to the same text, with the next request's ids.
+    let text = post(&url, json!({"stream": true}))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let fragments: String = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter(|c| c["choices"][0]["delta"]["tool_calls"][0]["index"] == 0)
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(fragments, r#"{"url":"http://service/call/call_2_0"}"#);
 }
