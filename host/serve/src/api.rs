@@ -407,7 +407,7 @@ async fn send_message(
         .host
         .start_turn(&id, TurnInput::Message(body.text), Some(caller.requester()))
         .await?;
-    Ok(turn_response(events, body.stream, &id).await)
+    Ok(turn_response(events, body.stream, true, &id).await)
 }
 
 #[derive(Deserialize, Default)]
@@ -428,23 +428,47 @@ async fn retry_turn(
         .host
         .start_turn(&id, TurnInput::Retry, Some(caller.requester()))
         .await?;
-    Ok(turn_response(events, body.stream, &id).await)
+    Ok(turn_response(events, body.stream, false, &id).await)
 }
 
 /// The turn as a stream of events ending with its end, or (`stream: false`) the events and the
 /// outcome as one document once it ended.
+///
+/// For a new `message`, a stream's `200` is the acknowledgement that the message is kept, so
+/// it is sent with the turn's `turn_started`, which comes once the turn's first transition
+/// (the message) is in the store. Sent as soon as the turn was handed to its task, a host
+/// killed before that transition had acknowledged a message no host would ever see
+/// (`serve_crash`: 6 in 8,115 on SQLite, 15 in 7,204 on PostgreSQL). A turn that ends before
+/// it started is answered as without `stream`. A retry keeps no message: its stream starts
+/// at once.
 async fn turn_response(
     mut events: broadcast::Receiver<Arc<Published>>,
     stream: bool,
+    message: bool,
     id: &str,
 ) -> Response {
-    if stream {
+    if stream && !message {
         return sse_response(event_stream(events, true, Pace::EachEvent));
     }
     let mut all = Vec::new();
     loop {
         match events.recv().await {
             Ok(event) => {
+                let started = matches!(
+                    event.event,
+                    SessionEvent::Agent(AgentEvent::TurnStarted { .. })
+                );
+                if stream && started {
+                    all.push(event);
+                    let before = all
+                        .into_iter()
+                        .map(|e| Ok::<_, std::convert::Infallible>(e.frame().clone()));
+                    let rest = event_stream(events, true, Pace::EachEvent);
+                    return sse_response(futures::StreamExt::chain(
+                        futures::stream::iter(before),
+                        rest,
+                    ));
+                }
                 let end = event.event.ends_turn();
                 all.push(event);
                 if end {
