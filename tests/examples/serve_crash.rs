@@ -43,7 +43,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use cordon_scripted_llm::{Script, ScriptedCall, ScriptedServer, Step};
-use cordon_tests::bench::{Serve, TOKEN, arg, cordon, file_arg, number, start_serve};
+use cordon_tests::bench::{
+    Serve, TOKEN, arg, cordon, file_arg, number, start_serve, write_token_with_scopes,
+};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -328,14 +330,7 @@ impl Host {
 /// `cordon.toml`, short leases, arguments kept in the audit log (they name each call), and a
 /// token that reads every session and record.
 fn prepare_home(bin: &Path, home: &Path, probe: &Path, service: &str) -> PathBuf {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut token = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(home.join("bench-token"))
-        .expect("write the token file");
-    writeln!(token, "bench {TOKEN} sessions:all,audit:all").expect("write the token file");
+    write_token_with_scopes(home, Some("sessions:all,audit:all"));
     let grant = format!("net:http://{service}:trusted");
     cordon(
         bin,

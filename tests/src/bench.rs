@@ -65,6 +65,11 @@ max_mcp_sessions_per_token = 8192\nrequests_per_second = 1000000\nrequest_burst 
 
 /// Writes the home's `bench-token` file (mode 0600) holding [`TOKEN`], named `bench`.
 pub fn write_token(home: &Path) {
+    write_token_with_scopes(home, None);
+}
+
+/// [`write_token`], the token limited to `scopes` (`sessions:all,audit:all`) when given.
+pub fn write_token_with_scopes(home: &Path, scopes: Option<&str>) {
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -72,7 +77,11 @@ pub fn write_token(home: &Path) {
         .mode(0o600)
         .open(home.join("bench-token"))
         .expect("write the token file");
-    writeln!(f, "bench {TOKEN}").expect("write the token file");
+    let line = match scopes {
+        Some(scopes) => format!("bench {TOKEN} {scopes}"),
+        None => format!("bench {TOKEN}"),
+    };
+    writeln!(f, "{line}").expect("write the token file");
 }
 
 /// A `/proc/PID/status` field in KiB.

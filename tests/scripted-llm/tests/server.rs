@@ -15,6 +15,16 @@ async fn post(url: &str, body: Value) -> reqwest::Response {
         .unwrap()
 }
 
+/// The tool calls of a whole (not streamed) completion.
+async fn tool_calls_sent(url: &str) -> Value {
+    let body: Value = post(url, json!({"stream": false}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    body["choices"][0]["message"]["tool_calls"].clone()
+}
+
 #[tokio::test]
 async fn serves_steps_in_order_and_records_requests() {
     let server = ScriptedServer::start(Script::new([
@@ -111,12 +121,7 @@ async fn calls_can_share_an_id_or_have_none() {
     assert_eq!(first_deltas[0]["id"], "dup");
     assert_eq!(first_deltas[1]["id"], "dup");
     assert!(first_deltas[2].get("id").is_none(), "{}", first_deltas[2]);
-    let body: Value = post(&url, json!({"stream": false}))
-        .await
-        .json()
-        .await
-        .unwrap();
-    let sent = &body["choices"][0]["message"]["tool_calls"];
+    let sent = &tool_calls_sent(&url).await;
     assert_eq!(
         (&sent[0]["id"], &sent[1]["id"]),
         (&json!("dup"), &json!("dup"))
@@ -223,12 +228,7 @@ async fn call_id_in_the_arguments_is_the_calls_own_id() {
     .await
     .unwrap();
     let url = server.base_url();
-    let body: Value = post(&url, json!({"stream": false}))
-        .await
-        .json()
-        .await
-        .unwrap();
-    let sent = &body["choices"][0]["message"]["tool_calls"];
+    let sent = &tool_calls_sent(&url).await;
     let arguments = |i: usize| {
         sent[i]["function"]["arguments"]
             .as_str()
