@@ -438,9 +438,12 @@ async fn retry_turn(
 /// it is sent with the turn's `turn_started`, which comes once the turn's first transition
 /// (the message) is in the store. Sent as soon as the turn was handed to its task, a host
 /// killed before that transition had acknowledged a message no host would ever see
-/// (`serve_crash`: 6 in 8,115 on SQLite, 15 in 7,204 on PostgreSQL). A turn that ends before
-/// it started is answered as without `stream`. A retry keeps no message: its stream starts
-/// at once.
+/// (`serve_crash`: 6 in 8,115 on SQLite, 15 in 7,204 on PostgreSQL). Events missed because
+/// the client fell behind count as the start: every event of a turn comes after its first
+/// transition is recorded, or ends the turn. A turn that ends before it started is answered
+/// as without `stream`, and a message whose turn stopped before it started is answered as
+/// perhaps not kept, so that the client checks and sends it again rather than waiting for a
+/// turn that will not come. A retry keeps no message: its stream starts at once.
 async fn turn_response(
     mut events: broadcast::Receiver<Arc<Published>>,
     stream: bool,
@@ -451,32 +454,36 @@ async fn turn_response(
         return sse_response(event_stream(events, true, Pace::EachEvent));
     }
     let mut all = Vec::new();
+    let mut started = false;
     loop {
-        match events.recv().await {
+        let missed = match events.recv().await {
             Ok(event) => {
-                let started = matches!(
+                started |= matches!(
                     event.event,
                     SessionEvent::Agent(AgentEvent::TurnStarted { .. })
                 );
-                if stream && started {
-                    all.push(event);
-                    let before = all
-                        .into_iter()
-                        .map(|e| Ok::<_, std::convert::Infallible>(e.frame().clone()));
-                    let rest = event_stream(events, true, Pace::EachEvent);
-                    return sse_response(futures::StreamExt::chain(
-                        futures::stream::iter(before),
-                        rest,
-                    ));
-                }
                 let end = event.event.ends_turn();
                 all.push(event);
                 if end {
                     break;
                 }
+                None
             }
-            Err(broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                started = true;
+                Some(n)
+            }
             Err(broadcast::error::RecvError::Closed) => break,
+        };
+        if stream && started {
+            let mut before: Vec<Result<axum::body::Bytes, std::convert::Infallible>> =
+                all.iter().map(|e| Ok(e.frame().clone())).collect();
+            before.extend(missed.map(|n| Ok(crate::follow::lagged(n))));
+            let rest = event_stream(events, true, Pace::EachEvent);
+            return sse_response(futures::StreamExt::chain(
+                futures::stream::iter(before),
+                rest,
+            ));
         }
     }
     let events: Vec<&SessionEvent> = all.iter().map(|e| &e.event).collect();
@@ -484,6 +491,11 @@ async fn turn_response(
         Some(SessionEvent::Agent(AgentEvent::TurnFinished {
             outcome, answer, ..
         })) => (json!(outcome), json!(answer)),
+        // Stopped before its message was recorded (the store failed at the first write):
+        // nothing will take the turn up.
+        Some(SessionEvent::Host(HostEvent::TurnStopped { reason })) if message && !started => {
+            return not_recorded(id, reason, &events);
+        }
         // The turn stopped without an answer (the store failed, the host is stopping, another
         // host took the session): not a success. It goes on by itself; the client follows
         // the session for its end rather than sending the message again.
@@ -495,6 +507,9 @@ async fn turn_response(
                 &events,
             );
         }
+        _ if message && !started => {
+            return not_recorded(id, "the turn's events ended before it started", &events);
+        }
         _ => {
             return stopped(
                 id,
@@ -505,6 +520,25 @@ async fn turn_response(
         }
     };
     Json(json!({"outcome": outcome, "answer": answer, "events": events})).into_response()
+}
+
+/// `503` with `Retry-After` for a message whose turn stopped before it started: the message
+/// may not have been recorded (a write whose answer was lost may have been).
+fn not_recorded(id: &str, reason: &str, events: &[&SessionEvent]) -> Response {
+    let body = json!({
+        "error": {
+            "kind": "not_recorded",
+            "message": format!(
+                "the message may not have been recorded: {reason}; read the session (GET \
+                 /api/v1/sessions/{id}) and send the message again if it is not there"
+            ),
+        },
+        "events": events,
+    });
+    with_retry_after(
+        (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response(),
+        Some(5),
+    )
 }
 
 /// `503` with `Retry-After` for a turn that stopped without its end: the error, and what
@@ -729,6 +763,77 @@ pub(crate) fn read_requests(data: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn published(event: SessionEvent) -> Arc<Published> {
+        Arc::new(Published::new(event))
+    }
+
+    fn started() -> Arc<Published> {
+        published(SessionEvent::Agent(AgentEvent::TurnStarted {
+            turn: 0,
+            input: "hi".into(),
+        }))
+    }
+
+    fn stopped_event() -> Arc<Published> {
+        published(SessionEvent::Host(HostEvent::TurnStopped {
+            reason: "the store failed".into(),
+        }))
+    }
+
+    async fn answer(events: &[Arc<Published>], capacity: usize, stream: bool) -> Response {
+        let (tx, rx) = broadcast::channel(capacity);
+        for e in events {
+            tx.send(e.clone()).unwrap();
+        }
+        drop(tx);
+        turn_response(rx, stream, true, "s").await
+    }
+
+    async fn error_kind(response: Response) -> (StatusCode, Value) {
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        (status, body["error"]["kind"].clone())
+    }
+
+    /// A message's stream is answered `200` with its `turn_started` (or once events were
+    /// missed, which all come after it); a turn stopped before it is answered `503`, saying
+    /// the message may not be kept, with or without `stream`.
+    #[tokio::test]
+    async fn a_message_is_acknowledged_only_once_its_turn_started() {
+        let is_stream = |r: &Response| {
+            r.status() == StatusCode::OK && r.headers()[header::CONTENT_TYPE] == "text/event-stream"
+        };
+        assert!(is_stream(
+            &answer(&[started(), stopped_event()], 8, true).await
+        ));
+        // Capacity 1: the receiver missed `turn_started` and sees only the stop.
+        assert!(is_stream(
+            &answer(&[started(), stopped_event()], 1, true).await
+        ));
+        for stream in [true, false] {
+            let (status, kind) = error_kind(answer(&[stopped_event()], 8, stream).await).await;
+            assert_eq!(
+                (status, kind),
+                (StatusCode::SERVICE_UNAVAILABLE, json!("not_recorded"))
+            );
+            let (status, kind) = error_kind(answer(&[], 8, stream).await).await;
+            assert_eq!(
+                (status, kind),
+                (StatusCode::SERVICE_UNAVAILABLE, json!("not_recorded"))
+            );
+        }
+        // Stopped after it started: the turn goes on, the client follows it.
+        let (status, kind) =
+            error_kind(answer(&[started(), stopped_event()], 8, false).await).await;
+        assert_eq!(
+            (status, kind),
+            (StatusCode::SERVICE_UNAVAILABLE, json!("turn_stopped"))
+        );
+    }
 
     #[test]
     fn since_takes_times_and_durations() {

@@ -114,7 +114,7 @@ pub(crate) fn event_stream(
     })
 }
 
-fn lagged(missed: u64) -> Bytes {
+pub(crate) fn lagged(missed: u64) -> Bytes {
     let data = json!({"type": "lagged", "missed": missed});
     Bytes::from(format!("event: lagged\ndata: {data}\n\n"))
 }

@@ -48,7 +48,7 @@ pub struct Published {
 }
 
 impl Published {
-    fn new(event: SessionEvent) -> Self {
+    pub(crate) fn new(event: SessionEvent) -> Self {
         Published {
             event,
             frame: std::sync::OnceLock::new(),
