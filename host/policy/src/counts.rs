@@ -76,6 +76,7 @@ pub type Counts = std::collections::BTreeMap<Arc<str>, u64>;
 /// query has its value. Built in one go rather than a name at a time (a call of the
 /// benchmark's busiest tool reads 60).
 pub fn counts_of(queries: &[CountQuery], found: &[u64]) -> Counts {
+    debug_assert_eq!(queries.len(), found.len(), "one answer for each query");
     queries
         .iter()
         .zip(found)
