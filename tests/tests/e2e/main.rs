@@ -12,6 +12,7 @@ mod cli_oci_provenance;
 mod cli_reserved;
 mod cli_upgrade;
 mod config_store;
+mod crash;
 mod doctor;
 mod grant_requests;
 mod init;
