@@ -439,7 +439,8 @@ fn counts(given: &[String], policy: &Policy, tool: &str) -> anyhow::Result<BTree
     let known: BTreeSet<String> = policy
         .counters_for(tool, scope, 0)
         .into_iter()
-        .flat_map(|q| q.names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+        .flat_map(|q| q.names.to_vec())
+        .map(|n| n.to_string())
         .filter(|n| n.strip_prefix("rule:").is_none_or(|id| rules.contains(id)))
         .collect();
     let mut out: BTreeMap<String, u64> = known.iter().map(|n| (n.clone(), 0)).collect();

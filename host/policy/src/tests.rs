@@ -403,7 +403,8 @@ rules = [
     let names = |tool: &str| -> Vec<String> {
         p.counters_for(tool, scope, MONDAY_NOON)
             .into_iter()
-            .flat_map(|q| q.names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .flat_map(|q| q.names.to_vec())
+            .map(|n| n.to_string())
             .collect()
     };
     assert_eq!(names("sql.sql_execute"), ["rule:busy"]);

@@ -535,10 +535,7 @@ fn not_recorded(id: &str, reason: &str, events: &[&SessionEvent]) -> Response {
         },
         "events": events,
     });
-    with_retry_after(
-        (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response(),
-        Some(5),
-    )
+    unavailable(body)
 }
 
 /// `503` with `Retry-After` for a turn that stopped without its end: the error, and what
@@ -555,6 +552,11 @@ fn stopped(id: &str, reason: &str, outcome: Value, events: &[&SessionEvent]) -> 
         "outcome": outcome,
         "events": events,
     });
+    unavailable(body)
+}
+
+/// `503` with `body`, to be tried again in a few seconds.
+fn unavailable(body: Value) -> Response {
     with_retry_after(
         (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response(),
         Some(5),
