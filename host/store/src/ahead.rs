@@ -157,6 +157,39 @@ impl Ahead {
         Some(taken)
     }
 
+    /// [`Ahead::take_all`] for the usual call, answering counts rather than places: each of
+    /// `wanted` (a row of `rows` and the first minute it counts from) is the count before the
+    /// call's first place on the row plus the row's earlier minutes from that first minute.
+    /// All rows are taken from spare places, or none (`None`, and they all go to the store).
+    pub(crate) fn take_counted(
+        &self,
+        rows: &[(&str, i64, i64)],
+        wanted: &[(usize, i64)],
+    ) -> Option<Vec<i64>> {
+        let mut blocks = self.lock();
+        for (at, &(key, minute, n)) in rows.iter().enumerate() {
+            let block = blocks.get(key)?.get(&minute)?;
+            if !block.settled || block.end - block.next < n {
+                return None;
+            }
+            for &(_, first) in wanted.iter().filter(|(row, _)| *row == at) {
+                block.earlier.get(&first)?;
+            }
+        }
+        let mut before = Vec::with_capacity(rows.len());
+        for &(key, minute, n) in rows {
+            before.push(block_of(&mut blocks, key, minute)?.hand_out(n));
+        }
+        wanted
+            .iter()
+            .map(|&(row, first)| {
+                let (key, minute, _) = rows[row];
+                let earlier = blocks.get(key)?.get(&minute)?.earlier.get(&first)?;
+                Some(before[row].saturating_add(*earlier))
+            })
+            .collect()
+    }
+
     /// How many places to ask the store for beyond the call's on row (`key`, `minute`), at
     /// `now_ms`: enough to bring the spare ones to what the block has earned.
     pub(crate) fn to_ask(&self, key: &str, minute: i64, now_ms: i64) -> i64 {
@@ -323,6 +356,37 @@ mod tests {
         // 1, 1+1, 1+2, 1+4, 1+8, then 1+16 each time.
         assert!(visits <= 10, "{visits} visits");
         assert!(row - 100 <= MOST_AHEAD, "spare {}", row - 100);
+    }
+
+    #[test]
+    fn counts_taken_from_spare_places_are_those_taken_places_give_and_all_rows_or_none() {
+        let (a, b) = (Ahead::default(), Ahead::default());
+        for ahead in [&a, &b] {
+            // Rows of two counters, each with spare places; the first knows two windows.
+            ahead.record("k1", 9, (1, 5, 5), sums(&[(3, 7)]), 30_000);
+            ahead.learn("k1", 9, &[(9, 0)]);
+            ahead.record("k2", 9, (1, 3, 12), sums(&[(9, 0)]), 30_000);
+        }
+        let rows = [("k1", 9, 1), ("k2", 9, 1)];
+        for _ in 0..2 {
+            let by_places = a
+                .take_all(&[("k1", 9, 1, &[3, 9]), ("k2", 9, 1, &[9])])
+                .expect("spare places");
+            let counted = b
+                .take_counted(&rows, &[(0, 3), (1, 9), (0, 9)])
+                .expect("spare places");
+            let want = vec![
+                by_places[0].before + by_places[0].earlier[0],
+                by_places[1].before + by_places[1].earlier[0],
+                by_places[0].before + by_places[0].earlier[1],
+            ];
+            assert_eq!(counted, want);
+        }
+        // `k2` has no spare place left: neither row is taken from, and nothing changes.
+        assert_eq!(b.take_counted(&rows, &[(0, 3)]), None);
+        // A window whose sum is not known goes to the store too.
+        assert_eq!(b.take_counted(&rows[..1], &[(0, 5)]), None);
+        assert_eq!(b.take_counted(&rows[..1], &[(0, 3)]), Some(vec![3 + 7]));
     }
 
     #[test]
