@@ -382,7 +382,7 @@ impl Policy {
                 .iter()
                 .map(|&i| &self.counters[i])
                 .map(|c| {
-                    let n = call.counts.get(&*c.name).copied().unwrap_or(0);
+                    let n = call.counts.get(&c.name).unwrap_or(0);
                     (
                         &*c.name,
                         RestrictedExpression::new_long(n.min(i64::MAX as u64) as i64),

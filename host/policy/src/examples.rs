@@ -2,8 +2,6 @@
 //! ([`Policy::load`]): a policy whose rules do not do what their authors wrote they do is
 //! refused, naming the rule.
 
-use std::collections::BTreeMap;
-
 use serde_json::{Value, json};
 
 use crate::call::{Call, Caller, SessionFacts};
@@ -127,7 +125,7 @@ fn example_tool(rule: &Rule, ex: &Example) -> Result<String, String> {
 
 fn counts_of(policy: &Policy, rule: &Rule, ex: &Example) -> Result<crate::Counts, String> {
     let known: Vec<&str> = policy.counter_names().collect();
-    let mut out = BTreeMap::new();
+    let mut out = crate::Counts::new();
     for (name, n) in &ex.counts {
         let full = if name == "calls" {
             format!("rule:{}", rule.id)

@@ -214,9 +214,7 @@ impl Cond {
             }
             Cond::Approved { tool, wanted } => call.session.approved.contains(tool) == *wanted,
             Cond::Labels(labels) => labels.iter().all(|l| call.session.labels.contains(l)),
-            Cond::Calls { name, at_least } => {
-                call.counts.get(name.as_str()).copied().unwrap_or(0) >= *at_least
-            }
+            Cond::Calls { name, at_least } => call.counts.get(name).unwrap_or(0) >= *at_least,
             Cond::Hours { from, to } => moment.is_some_and(|m| {
                 let at = m.minute_of_day;
                 if from <= to {

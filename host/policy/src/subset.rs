@@ -492,7 +492,7 @@ impl Term {
             Term::MinuteOfDay => V::Long(i64::from(moment()?.minute_of_day)),
             Term::Weekday => V::Str(WEEKDAYS[usize::from(moment()?.weekday)]),
             Term::Calls(name) => {
-                let n = call.counts.get(name.as_str()).copied().unwrap_or(0);
+                let n = call.counts.get(name).unwrap_or(0);
                 V::Long(i64::try_from(n).unwrap_or(i64::MAX))
             }
             Term::Input(path, ty) => {

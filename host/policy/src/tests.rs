@@ -1,4 +1,3 @@
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -95,7 +94,7 @@ fn call(tool: &str, args: Value) -> Ask<'_> {
             ..Caller::default()
         },
         session: SessionFacts::default(),
-        counts: BTreeMap::new(),
+        counts: crate::Counts::new(),
         now_ms: MONDAY_NOON,
     }
 }
@@ -566,7 +565,7 @@ fn the_digest_follows_the_text_and_explain_lists_every_rule() {
     let args = json!({"sql": "DROP TABLE orders"});
     let caller = Caller::default();
     let session = SessionFacts::default();
-    let counts = BTreeMap::new();
+    let counts = crate::Counts::new();
     let (v, each) = a.explain(&Call {
         tool: "sql.sql_execute",
         args: &args,

@@ -90,7 +90,7 @@ impl Agent {
             if inputs.counts.contains_key(&identity) {
                 continue;
             }
-            inputs.counts.insert(identity.clone(), BTreeMap::new());
+            inputs.counts.insert(identity.clone(), Default::default());
             for q in policy.counters_for(&identity, scope, inputs.now_ms) {
                 queries.push((identity.clone(), q));
             }

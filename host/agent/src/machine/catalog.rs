@@ -107,7 +107,7 @@ impl ToolCatalog {
                     approved: conv_approved.keys().cloned().collect(),
                     labels: labels.names().into_iter().collect(),
                 };
-                let none = BTreeMap::new();
+                let none = cordon_policy::Counts::new();
                 Some(p.decide(&cordon_policy::Call {
                     tool: &identity,
                     args,

@@ -58,13 +58,9 @@ impl CallInputs {
         for (tool, names) in &self.keys {
             for (name, key) in names {
                 if let Some(n) = earlier.get(&**key) {
-                    let count = inputs
-                        .counts
-                        .entry(tool.clone())
-                        .or_default()
-                        .entry(name.clone())
-                        .or_default();
-                    *count = count.saturating_add(*n);
+                    let counts = inputs.counts.entry(tool.clone()).or_default();
+                    let count = counts.get(name).unwrap_or(0).saturating_add(*n);
+                    counts.insert(name.clone(), count);
                 }
             }
         }

@@ -229,8 +229,9 @@ fn the_host_decides_every_kind_of_rule_as_its_cedar_text_does() {
                 session.labels.insert(label.into());
             }
         }
-        let counts: crate::Counts =
-            BTreeMap::from([("rule:calls".into(), [0, 2, 3, 100][draw.below(4)])]);
+        let counts: crate::Counts = [("rule:calls".into(), [0, 2, 3, 100][draw.below(4)])]
+            .into_iter()
+            .collect();
         // Any minute of a week from Monday noon.
         let now_ms = MONDAY_NOON + draw.below(7 * 24 * 60) as i64 * 60_000;
         let call = Call {
