@@ -429,6 +429,9 @@ fn die_quietly_on_closed_stdout() {
 #[cfg(not(unix))]
 fn die_quietly_on_closed_stdout() {}
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     quiet_library_backtraces();
     let cli = Cli::parse();
