@@ -778,8 +778,9 @@ async fn call_cost(bin: &Path, noop: &Path, n: usize, hot_share: usize, baseline
     }
     let cpu_before: Vec<Option<Duration>> = pids.iter().map(|p| p.and_then(cpu_of)).collect();
     let mut times: Vec<Vec<Duration>> = clients.iter().map(|_| Vec::new()).collect();
-    // Short rounds: the machine's drift over seconds falls on every server alike.
-    let rounds = (n / 100).max(1);
+    // Short rounds (of 100 calls, and at least 10 rounds): the machine's drift over seconds
+    // falls on every server alike.
+    let rounds = (n / 100).max(10).min(n.max(1));
     for _ in 0..rounds {
         for (client, t) in clients.iter().zip(times.iter_mut()) {
             t.extend(calls(client, n / rounds).await);

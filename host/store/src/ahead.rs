@@ -161,6 +161,8 @@ impl Ahead {
     /// `wanted` (a row of `rows` and the first minute it counts from) is the count before the
     /// call's first place on the row plus the row's earlier minutes from that first minute.
     /// All rows are taken from spare places, or none (`None`, and they all go to the store).
+    /// `rows` are distinct (`counts::rows_of` sums a row named twice), as for `take_all`:
+    /// each row's spare places are checked once, before any is handed out.
     pub(crate) fn take_counted(
         &self,
         rows: &[(&str, i64, i64)],
@@ -387,6 +389,32 @@ mod tests {
         // A window whose sum is not known goes to the store too.
         assert_eq!(b.take_counted(&rows[..1], &[(0, 5)]), None);
         assert_eq!(b.take_counted(&rows[..1], &[(0, 3)]), Some(vec![3 + 7]));
+        // One spare place left: a call wanting two goes to the store.
+        assert_eq!(b.take_counted(&[("k1", 9, 2)], &[(0, 3)]), None);
+        assert_eq!(
+            b.take_counted(&[("k1", 9, 1)], &[(0, 3)]),
+            Some(vec![4 + 7])
+        );
+
+        // In a minute's first seconds nothing is handed out without the store, except on a
+        // session's own row (minute 0), which has no minutes before it.
+        let c = Ahead::default();
+        c.record("k", 9, (1, 4, 4), sums(&[(9, 0)]), 9 * 60_000 + 1_000);
+        c.record("s", 0, (1, 4, 4), sums(&[(0, 0)]), 9 * 60_000 + 1_000);
+        assert_eq!(c.take_counted(&[("k", 9, 1)], &[(0, 9)]), None);
+        assert_eq!(c.take_counted(&[("s", 0, 1)], &[(0, 0)]), Some(vec![1]));
+        assert_eq!(
+            c.take_counted(&[("k", 9, 1), ("s", 0, 1)], &[(1, 0)]),
+            None,
+            "all rows or none"
+        );
+        // Two places for one call: the count before the first.
+        assert_eq!(c.take_counted(&[("s", 0, 2)], &[(0, 0)]), Some(vec![2]));
+        assert_eq!(
+            c.take_counted(&[("s", 0, 1)], &[(0, 0)]),
+            None,
+            "none spare"
+        );
     }
 
     #[test]
