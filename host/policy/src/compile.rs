@@ -351,7 +351,7 @@ pub(crate) fn compile(
         let name = format!("rule:{}", rule.id);
         conditions.push(format!("context.calls[{}] >= {at_least}", lit(&name)));
         conds.push(Cond::Calls {
-            name: name.clone(),
+            counter: crate::counts::CounterRef::new(name.clone()),
             at_least: *at_least,
         });
         counter = Some((name, spec.clone()));

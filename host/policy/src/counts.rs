@@ -8,6 +8,7 @@
 //! store, so they hold across restarts and across hosts that share a PostgreSQL store.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::config::CounterSpec;
 
@@ -62,22 +63,79 @@ pub struct CountQuery {
     /// tool's rules that count the same key over the same window, so the store counts it
     /// once (the 60 counters of the 1,000-rule benchmark policy make three queries).
     pub names: Arc<[Arc<str>]>,
+    /// The numbers of the same counters in the policy that asked (`policy`), ascending:
+    /// what its rules look their counters up by. Empty when the query names counters only.
+    pub numbers: Arc<[u32]>,
+    /// Which loaded policy numbered the counters (0 for none): a policy loaded later numbers
+    /// its counters afresh, so its rules find these counts by name instead.
+    pub policy: u64,
     /// The store's key: what is counted, and for whom.
     pub key: Arc<str>,
     /// The first minute counted.
     pub since_minute: i64,
 }
 
+impl CountQuery {
+    /// A query of the counters `names`, known by name only.
+    pub fn named(names: &[&str], key: &str, since_minute: i64) -> CountQuery {
+        let mut names: Vec<Arc<str>> = names.iter().map(|n| Arc::from(*n)).collect();
+        names.sort();
+        CountQuery {
+            names: names.into(),
+            numbers: Arc::new([]),
+            policy: 0,
+            key: key.into(),
+            since_minute,
+        }
+    }
+}
+
+/// Each loaded policy's own number, for [`CountQuery::policy`] (0 is none).
+static POLICIES: AtomicU64 = AtomicU64::new(1);
+
+/// A number no other policy loaded by this process has.
+pub(crate) fn next_policy() -> u64 {
+    POLICIES.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A counter as a rule reads it: by its number in its policy, where the counts carry numbers
+/// from that policy, and otherwise by name.
+#[derive(Debug, Clone)]
+pub(crate) struct CounterRef {
+    pub(crate) name: String,
+    /// Its place in `Policy::counters`, and the policy's number; set at load (until then
+    /// the policy is 0, which no counts carry).
+    pub(crate) number: u32,
+    pub(crate) policy: u64,
+}
+
+impl CounterRef {
+    pub(crate) fn new(name: String) -> CounterRef {
+        CounterRef {
+            name,
+            number: u32::MAX,
+            policy: 0,
+        }
+    }
+}
+
 /// Counter values by counter name, as the store gave them for
 /// [`crate::Policy::counters_for`]: what a call's `calls` rules and `context.calls` read.
 ///
-/// A vector sorted by name rather than a map: every call with counting rules builds one and
-/// looks each of its rules' counters up in it (60 for the benchmark's busiest tool). The
-/// vector is sized once, sorted by merging the queries' names (each query's are sorted at
-/// load), and searched by halves without chasing nodes.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Every call with counting rules makes one, and each of its rules looks its counter up
+/// (60 for the benchmark's busiest tool), so counts answered for a policy's queries
+/// ([`counts_of`]) are kept by the counters' numbers in that policy: made by sorting
+/// integers, searched by comparing them. Counts given by name are kept in a vector sorted by
+/// name. A name is found either way.
+#[derive(Debug, Clone, Default)]
 pub struct Counts {
+    /// Given by name, sorted by name.
     sorted: Vec<(Arc<str>, u64)>,
+    /// Answered for the queries of policy `policy`: each query's names (sorted) and count.
+    answered: Vec<(Arc<[Arc<str>]>, u64)>,
+    /// The same counts by the counters' numbers in that policy, sorted by number.
+    numbered: Vec<(u32, u64)>,
+    policy: u64,
 }
 
 impl Counts {
@@ -88,30 +146,86 @@ impl Counts {
 
     /// The value of counter `name`, if it was given.
     pub fn get(&self, name: &str) -> Option<u64> {
-        self.sorted
-            .binary_search_by(|(n, _)| (**n).cmp(name))
-            .ok()
-            .map(|at| self.sorted[at].1)
+        if let Ok(at) = self.sorted.binary_search_by(|(n, _)| (**n).cmp(name)) {
+            return Some(self.sorted[at].1);
+        }
+        self.answered.iter().find_map(|(names, n)| {
+            names
+                .binary_search_by(|k| (**k).cmp(name))
+                .is_ok()
+                .then_some(*n)
+        })
+    }
+
+    /// The value of the counter a rule reads.
+    pub(crate) fn of(&self, counter: &CounterRef) -> Option<u64> {
+        self.numbered_or_named(counter.policy, counter.number, &counter.name)
+    }
+
+    /// The value of counter `number` of policy `policy`, found by `name` when these counts
+    /// were not answered for that policy.
+    pub(crate) fn numbered_or_named(&self, policy: u64, number: u32, name: &str) -> Option<u64> {
+        if policy != 0
+            && policy == self.policy
+            && let Ok(at) = self.numbered.binary_search_by_key(&number, |(k, _)| *k)
+        {
+            return Some(self.numbered[at].1);
+        }
+        self.get(name)
     }
 
     /// Sets counter `name` to `n`.
     pub fn insert(&mut self, name: Arc<str>, n: u64) {
+        if !self.answered.is_empty() {
+            // Kept by name from here on, so that the new value is the one found.
+            let sorted = std::mem::take(&mut self.sorted)
+                .into_iter()
+                .chain(self.named_answers())
+                .collect::<Vec<_>>();
+            *self = Counts::sorting(sorted);
+        }
         match self.sorted.binary_search_by(|(k, _)| (**k).cmp(&*name)) {
             Ok(at) => self.sorted[at].1 = n,
             Err(at) => self.sorted.insert(at, (name, n)),
         }
     }
 
-    /// The counters given, by name.
+    /// The counters given, by name, in the order of their names.
     pub fn iter(&self) -> impl Iterator<Item = (&str, u64)> {
-        self.sorted.iter().map(|(name, n)| (&**name, *n))
+        let mut all: Vec<(&str, u64)> = self
+            .sorted
+            .iter()
+            .map(|(name, n)| (&**name, *n))
+            .chain(
+                self.answered
+                    .iter()
+                    .flat_map(|(names, n)| names.iter().map(move |name| (&**name, *n))),
+            )
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(b.0));
+        all.into_iter()
     }
 
     /// Whether no counter was given.
     pub fn is_empty(&self) -> bool {
-        self.sorted.is_empty()
+        self.sorted.is_empty() && self.answered.is_empty()
+    }
+
+    fn named_answers(&self) -> impl Iterator<Item = (Arc<str>, u64)> + '_ {
+        self.answered
+            .iter()
+            .flat_map(|(names, n)| names.iter().map(move |name| (name.clone(), *n)))
     }
 }
+
+impl PartialEq for Counts {
+    /// The same counters with the same values, however they were given.
+    fn eq(&self, other: &Counts) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Counts {}
 
 impl Counts {
     /// `sorted` (any order) made sorted by name; a name given twice keeps its last value, as
@@ -126,7 +240,10 @@ impl Counts {
             }
             same
         });
-        Counts { sorted }
+        Counts {
+            sorted,
+            ..Counts::default()
+        }
     }
 }
 
@@ -137,15 +254,38 @@ impl FromIterator<(Arc<str>, u64)> for Counts {
 }
 
 /// The counts `queries` read, given the store's answer `found` to each: every counter of each
-/// query has its value. Built in one go rather than a name at a time (a call of the
-/// benchmark's busiest tool reads 60).
+/// query has its value. Queries one policy numbered ([`crate::Policy::counters_for`]) are
+/// kept by number (no name is compared); others by name.
 pub fn counts_of(queries: &[CountQuery], found: &[u64]) -> Counts {
     debug_assert_eq!(queries.len(), found.len(), "one answer for each query");
-    let mut named = Vec::with_capacity(queries.iter().map(|q| q.names.len()).sum());
-    for (q, &n) in queries.iter().zip(found) {
-        named.extend(q.names.iter().map(|name| (name.clone(), n)));
+    let policy = queries.first().map_or(0, |q| q.policy);
+    let numbered = policy != 0
+        && queries
+            .iter()
+            .all(|q| q.policy == policy && q.numbers.len() == q.names.len());
+    if !numbered {
+        let mut named = Vec::with_capacity(queries.iter().map(|q| q.names.len()).sum());
+        for (q, &n) in queries.iter().zip(found) {
+            named.extend(q.names.iter().map(|name| (name.clone(), n)));
+        }
+        return Counts::sorting(named);
     }
-    Counts::sorting(named)
+    let mut by_number = Vec::with_capacity(queries.iter().map(|q| q.numbers.len()).sum());
+    for (q, &n) in queries.iter().zip(found) {
+        by_number.extend(q.numbers.iter().map(|&k| (k, n)));
+    }
+    // A counter reads one (key, window), so no number comes twice.
+    by_number.sort_unstable_by_key(|(k, _)| *k);
+    Counts {
+        sorted: Vec::new(),
+        answered: queries
+            .iter()
+            .zip(found)
+            .map(|(q, &n)| (q.names.clone(), n))
+            .collect(),
+        numbered: by_number,
+        policy,
+    }
 }
 
 /// Who and where a call is, for the keys of its counters.
@@ -253,6 +393,8 @@ pub(crate) struct ToolCounting {
     /// The kinds of the counters that may count its calls: those of the tool or its plugin,
     /// and those of rules that may apply to it.
     counted_by: Vec<usize>,
+    /// The policy's number, which its queries carry.
+    policy: u64,
 }
 
 /// Counters of one tool's rules that read the same count.
@@ -261,10 +403,19 @@ struct Read {
     kind: usize,
     window: Window,
     names: Arc<[Arc<str>]>,
+    /// The same counters' numbers in the policy, ascending.
+    numbers: Arc<[u32]>,
 }
 
 impl ToolCounting {
-    pub(crate) fn new(counters: &[Counter], reads: &[usize], counted_by: &[usize]) -> Self {
+    /// The counting of a tool of policy `policy` whose rules read `reads` and whose calls
+    /// `counted_by` count (indices into `counters`, which are the counters' numbers).
+    pub(crate) fn new(
+        counters: &[Counter],
+        reads: &[usize],
+        counted_by: &[usize],
+        policy: u64,
+    ) -> Self {
         let mut kinds: Vec<KeyKind> = Vec::new();
         let mut kind_of = |i: usize| {
             let kind = counters[i].kind.clone()?;
@@ -276,27 +427,34 @@ impl ToolCounting {
                 }
             })
         };
-        let mut grouped: Vec<(usize, Window, Vec<Arc<str>>)> = Vec::new();
+        let mut grouped: Vec<(usize, Window, Vec<usize>)> = Vec::new();
         for &i in reads {
             let Some(kind) = kind_of(i) else { continue };
-            let (window, name) = (counters[i].window, counters[i].name.clone());
+            let window = counters[i].window;
             match grouped
                 .iter_mut()
                 .find(|(k, w, _)| *k == kind && *w == window)
             {
-                Some((.., names)) => names.push(name),
-                None => grouped.push((kind, window, vec![name])),
+                Some((.., read_by)) => read_by.push(i),
+                None => grouped.push((kind, window, vec![i])),
             }
         }
         let reads = grouped
             .into_iter()
-            .map(|(kind, window, mut names)| {
-                // Sorted, so that a call's counts are made by merging (see `Counts`).
+            .map(|(kind, window, mut read_by)| {
+                // Both sorted, so that a call's counts are quick to make (see `Counts`).
+                read_by.sort_unstable();
+                let mut names: Vec<Arc<str>> =
+                    read_by.iter().map(|&i| counters[i].name.clone()).collect();
                 names.sort();
                 Read {
                     kind,
                     window,
                     names: names.into(),
+                    numbers: read_by
+                        .iter()
+                        .map(|&i| u32::try_from(i).unwrap_or(u32::MAX))
+                        .collect(),
                 }
             })
             .collect();
@@ -307,6 +465,7 @@ impl ToolCounting {
             kinds,
             reads,
             counted_by: counted,
+            policy,
         }
     }
 
@@ -328,6 +487,8 @@ impl ToolCounting {
                 });
                 CountQuery {
                     names: read.names.clone(),
+                    numbers: read.numbers.clone(),
+                    policy: self.policy,
                     key: key.clone(),
                     since_minute: read.window.since(minute),
                 }
@@ -418,7 +579,7 @@ mod tests {
             Counter::new("c", spec("tool", "1h")),
             Counter::new("d", spec("tool", "1d")),
         ];
-        let counting = ToolCounting::new(&counters, &[0, 1, 2, 3], &[0, 1]);
+        let counting = ToolCounting::new(&counters, &[0, 1, 2, 3], &[0, 1], 0);
         let scope = CountScope {
             session: "s",
             caller: ("", ""),
@@ -474,6 +635,52 @@ mod tests {
             (counts.get("b"), counts.get("zz"), counts.get("q")),
             (Some(40), Some(41), None)
         );
+    }
+
+    #[test]
+    fn counts_answered_for_a_policy_are_found_by_number_and_by_name() {
+        let query = |names: &[&str], numbers: &[u32], policy: u64| CountQuery {
+            numbers: numbers.into(),
+            policy,
+            ..CountQuery::named(names, "tool:p.t", 1)
+        };
+        let queries = [query(&["b", "d"], &[4, 1], 7), query(&["a"], &[2], 7)];
+        let mut counts = counts_of(&queries, &[5, 6]);
+        let counter = |name: &str, number: u32, policy: u64| CounterRef {
+            name: name.into(),
+            number,
+            policy,
+        };
+        assert_eq!(counts.of(&counter("b", 4, 7)), Some(5));
+        assert_eq!(counts.of(&counter("d", 1, 7)), Some(5));
+        assert_eq!(counts.of(&counter("a", 2, 7)), Some(6));
+        // Another policy's numbers are not these: found by name.
+        assert_eq!(counts.of(&counter("a", 4, 8)), Some(6));
+        assert_eq!(counts.of(&counter("zz", 4, 8)), None);
+        // A number this policy did not ask for: found by name, or not at all.
+        assert_eq!(counts.of(&counter("d", 3, 7)), Some(5));
+        assert_eq!(counts.of(&counter("q", 3, 7)), None);
+        assert_eq!(counts.get("b"), Some(5));
+        assert_eq!(
+            counts.iter().collect::<Vec<_>>(),
+            [("a", 6), ("b", 5), ("d", 5)]
+        );
+        // A value set by name is the one found from then on, by number too.
+        counts.insert("d".into(), 40);
+        assert_eq!(counts.of(&counter("d", 1, 7)), Some(40));
+        assert_eq!(counts.of(&counter("b", 4, 7)), Some(5));
+        assert_eq!(
+            counts,
+            [("a", 6), ("b", 5), ("d", 40)]
+                .into_iter()
+                .map(|(n, c)| (Arc::from(n), c))
+                .collect()
+        );
+        // Queries named only, or of two policies, are kept by name.
+        let mixed = [query(&["b"], &[4], 7), query(&["a"], &[2], 8)];
+        let counts = counts_of(&mixed, &[1, 2]);
+        assert_eq!(counts.of(&counter("b", 4, 7)), Some(1));
+        assert_eq!(counts.of(&counter("a", 2, 8)), Some(2));
     }
 
     #[test]

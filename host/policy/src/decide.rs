@@ -380,9 +380,13 @@ impl Policy {
             let calls = t
                 .counters
                 .iter()
-                .map(|&i| &self.counters[i])
-                .map(|c| {
-                    let n = call.counts.get(&c.name).unwrap_or(0);
+                .map(|&i| (i, &self.counters[i]))
+                .map(|(i, c)| {
+                    let number = u32::try_from(i).unwrap_or(u32::MAX);
+                    let n = call
+                        .counts
+                        .numbered_or_named(self.number, number, &c.name)
+                        .unwrap_or(0);
                     (
                         &*c.name,
                         RestrictedExpression::new_long(n.min(i64::MAX as u64) as i64),

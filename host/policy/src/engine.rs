@@ -127,6 +127,8 @@ pub struct Policy {
     /// How many different argument paths the rules read.
     pub(crate) arg_paths: usize,
     pub(crate) counters: Vec<Counter>,
+    /// This policy's own number, which its counters' numbers are valid with (see `Counts`).
+    pub(crate) number: u64,
     pub(crate) tz: jiff::tz::TimeZone,
     pub(crate) authorizer: Authorizer,
     /// Each rule's Cedar policy alone, by id: the reference for examples and explain.
@@ -409,7 +411,22 @@ impl Policy {
         }
         let mut arg_paths: HashMap<Vec<String>, usize> = HashMap::new();
         let mut regexes = 0;
+        // The counters' numbers are their places in `counters`, valid with this policy's
+        // number only (see `Counts`).
+        let number = counts::next_policy();
+        let counter_numbers: HashMap<&str, u32> = counters
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| Some((&*c.name, u32::try_from(i).ok()?)))
+            .collect();
         for check in rules.iter_mut().filter_map(|r| r.check.as_mut()) {
+            check.number_counters(&mut |counter| {
+                // A counter the policy does not have reads 0 as before: by name.
+                if let Some(&n) = counter_numbers.get(counter.name.as_str()) {
+                    counter.number = n;
+                    counter.policy = number;
+                }
+            });
             check.number_regexes(&mut regexes);
             check.number_paths(&mut |path| {
                 let next = arg_paths.len();
@@ -498,7 +515,12 @@ impl Policy {
                     regex_sets,
                     needs: Needs::of(&cedar_texts),
                     facts: tool_facts,
-                    counting: counts::ToolCounting::new(&counters, &tool_counters, &counted_by),
+                    counting: counts::ToolCounting::new(
+                        &counters,
+                        &tool_counters,
+                        &counted_by,
+                        number,
+                    ),
                     counters: tool_counters,
                 },
             );
@@ -522,6 +544,7 @@ impl Policy {
             facts,
             arg_paths: arg_paths.len(),
             counters,
+            number,
             tz,
             authorizer: Authorizer::new(),
             singles,

@@ -87,8 +87,11 @@ pub(crate) enum Cond {
     Approved { tool: String, wanted: bool },
     /// The session carries every one of these labels.
     Labels(Vec<String>),
-    /// The counter `name` is at least `at_least`.
-    Calls { name: String, at_least: u64 },
+    /// The counter is at least `at_least`.
+    Calls {
+        counter: crate::counts::CounterRef,
+        at_least: u64,
+    },
     /// The local minute of the day is in `[from, to)`, wrapping past midnight when
     /// `from > to`.
     Hours { from: u32, to: u32 },
@@ -187,6 +190,18 @@ impl Check {
         }
     }
 
+    /// Numbers the counters it reads.
+    pub(crate) fn number_counters(&mut self, f: &mut dyn FnMut(&mut crate::counts::CounterRef)) {
+        for c in &mut self.conds {
+            if let Cond::Calls { counter, .. } = c {
+                f(counter);
+            }
+        }
+        if let Some(e) = &mut self.expr {
+            e.counters_mut(f);
+        }
+    }
+
     /// Numbers the argument paths it reads.
     pub(crate) fn number_paths(&mut self, f: &mut dyn FnMut(&mut ArgPath)) {
         for c in &mut self.conds {
@@ -214,7 +229,7 @@ impl Cond {
             }
             Cond::Approved { tool, wanted } => call.session.approved.contains(tool) == *wanted,
             Cond::Labels(labels) => labels.iter().all(|l| call.session.labels.contains(l)),
-            Cond::Calls { name, at_least } => call.counts.get(name).unwrap_or(0) >= *at_least,
+            Cond::Calls { counter, at_least } => call.counts.of(counter).unwrap_or(0) >= *at_least,
             Cond::Hours { from, to } => moment.is_some_and(|m| {
                 let at = m.minute_of_day;
                 if from <= to {

@@ -81,7 +81,7 @@ pub(crate) enum Term {
     Minute,
     MinuteOfDay,
     Weekday,
-    Calls(String),
+    Calls(crate::counts::CounterRef),
     Input(ArgPath, ArgType),
 }
 
@@ -298,7 +298,7 @@ fn term(j: &Json, inputs: &[&ArgType]) -> Option<Term> {
         ["time", "minute"] => Term::Minute,
         ["time", "minute_of_day"] => Term::MinuteOfDay,
         ["time", "weekday"] => Term::Weekday,
-        ["calls", name] => Term::Calls(name.to_string()),
+        ["calls", name] => Term::Calls(crate::counts::CounterRef::new(name.to_string())),
         ["input", rest @ ..] if !rest.is_empty() => {
             let names: Vec<String> = rest.iter().map(|s| s.to_string()).collect();
             let ty = typed(&names, inputs)?;
@@ -408,6 +408,30 @@ impl Expr {
         found
     }
 
+    /// The counters it reads, to be numbered.
+    pub(crate) fn counters_mut(&mut self, f: &mut dyn FnMut(&mut crate::counts::CounterRef)) {
+        match self {
+            Expr::And(l, r) | Expr::Or(l, r) => {
+                l.counters_mut(f);
+                r.counters_mut(f);
+            }
+            Expr::Not(e) => e.counters_mut(f),
+            Expr::Cmp(_, l, r) => {
+                for t in [l, r] {
+                    if let Term::Calls(c) = t {
+                        f(c);
+                    }
+                }
+            }
+            Expr::Like(t, _) | Expr::OneOf(_, t) | Expr::Truth(t) => {
+                if let Term::Calls(c) = t {
+                    f(c);
+                }
+            }
+            Expr::Has { .. } | Expr::Const(_) | Expr::Session { .. } => {}
+        }
+    }
+
     /// The argument paths it reads, to be numbered.
     pub(crate) fn paths_mut(&mut self, f: &mut dyn FnMut(&mut ArgPath)) {
         match self {
@@ -491,8 +515,8 @@ impl Term {
             Term::Minute => V::Long(i64::from(moment()?.minute_of_day % 60)),
             Term::MinuteOfDay => V::Long(i64::from(moment()?.minute_of_day)),
             Term::Weekday => V::Str(WEEKDAYS[usize::from(moment()?.weekday)]),
-            Term::Calls(name) => {
-                let n = call.counts.get(name).unwrap_or(0);
+            Term::Calls(counter) => {
+                let n = call.counts.of(counter).unwrap_or(0);
                 V::Long(i64::try_from(n).unwrap_or(i64::MAX))
             }
             Term::Input(path, ty) => {

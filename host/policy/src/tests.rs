@@ -382,6 +382,44 @@ rules = [
 }
 
 #[test]
+fn counts_answered_for_one_policy_decide_alike_under_a_reloaded_one() {
+    // The same two rules in either order: their counters are numbered the other way round.
+    let text =
+        |first: &str, second: &str| format!("[policy]\nrules = [\n  {first},\n  {second},\n]\n");
+    let few = r#"{ id = "few", tool = "files.read_file", calls = { of = "tool", within = "1h", at_least = 3 }, decision = "ask" }"#;
+    let many = r#"{ id = "many", tool = "files.read_file", calls = { of = "plugin", within = "session", at_least = 10 }, decision = "deny" }"#;
+    let first = load(&text(few, many)).unwrap();
+    let reloaded = load(&text(many, few)).unwrap();
+    let scope = CountScope {
+        session: "s1",
+        caller: ("ci", ""),
+    };
+    let queries = first.counters_for("files.read_file", scope, MONDAY_NOON);
+    assert_eq!(queries.len(), 2);
+    for (few_n, many_n, expected) in [
+        (3, 0, Some(Decision::Ask)),
+        (0, 10, Some(Decision::Deny)),
+        (2, 9, None),
+    ] {
+        let found: Vec<u64> = queries
+            .iter()
+            .map(|q| match &*q.names[0] {
+                "rule:few" => few_n,
+                _ => many_n,
+            })
+            .collect();
+        let mut c = call("files.read_file", json!({"path": "/data/x"}));
+        c.counts = crate::counts_of(&queries, &found);
+        assert_eq!(decision(&first, &c), expected, "{few_n}/{many_n}");
+        assert_eq!(
+            decision(&reloaded, &c),
+            expected,
+            "{few_n}/{many_n}, decided by the policy loaded since"
+        );
+    }
+}
+
+#[test]
 fn a_tool_is_asked_only_the_counters_its_own_rules_read() {
     let p = load(
         r#"

@@ -12,11 +12,7 @@ use crate::sessions::new_session;
 use crate::{Backend, each_backend, fresh, options, raw_sql};
 
 fn query(key: &str, since_minute: i64) -> CountQuery {
-    CountQuery {
-        names: [format!("c:{key}").into()].into(),
-        key: key.into(),
-        since_minute,
-    }
+    CountQuery::named(&[&format!("c:{key}")], key, since_minute)
 }
 
 fn keys(keys: &[&str]) -> Vec<String> {
