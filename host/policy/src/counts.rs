@@ -149,12 +149,11 @@ impl Counts {
         if let Ok(at) = self.sorted.binary_search_by(|(n, _)| (**n).cmp(name)) {
             return Some(self.sorted[at].1);
         }
-        self.answered.iter().find_map(|(names, n)| {
-            names
-                .binary_search_by(|k| (**k).cmp(name))
-                .is_ok()
-                .then_some(*n)
-        })
+        // Searched in turn: a query's names need not be sorted (its fields are public), and
+        // a policy names each counter once.
+        self.answered
+            .iter()
+            .find_map(|(names, n)| names.iter().any(|k| **k == *name).then_some(*n))
     }
 
     /// The value of the counter a rule reads.
@@ -447,14 +446,14 @@ impl ToolCounting {
                 let mut names: Vec<Arc<str>> =
                     read_by.iter().map(|&i| counters[i].name.clone()).collect();
                 names.sort();
+                // Numbered only when every number fits (else its counts go by name).
+                let numbers: Option<Vec<u32>> =
+                    read_by.iter().map(|&i| u32::try_from(i).ok()).collect();
                 Read {
                     kind,
                     window,
                     names: names.into(),
-                    numbers: read_by
-                        .iter()
-                        .map(|&i| u32::try_from(i).unwrap_or(u32::MAX))
-                        .collect(),
+                    numbers: numbers.unwrap_or_default().into(),
                 }
             })
             .collect();
@@ -681,6 +680,17 @@ mod tests {
         let counts = counts_of(&mixed, &[1, 2]);
         assert_eq!(counts.of(&counter("b", 4, 7)), Some(1));
         assert_eq!(counts.of(&counter("a", 2, 8)), Some(2));
+        assert_eq!(
+            counts.of(&counter("x", 2, 7)),
+            None,
+            "policy 8's number 2 is not policy 7's"
+        );
+        // Names given in any order are found.
+        let unsorted = [CountQuery {
+            names: [Arc::from("z"), Arc::from("a")].into(),
+            ..query(&[], &[], 0)
+        }];
+        assert_eq!(counts_of(&unsorted, &[3]).get("z"), Some(3));
     }
 
     #[test]

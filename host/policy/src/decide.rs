@@ -382,11 +382,11 @@ impl Policy {
                 .iter()
                 .map(|&i| (i, &self.counters[i]))
                 .map(|(i, c)| {
-                    let number = u32::try_from(i).unwrap_or(u32::MAX);
-                    let n = call
-                        .counts
-                        .numbered_or_named(self.number, number, &c.name)
-                        .unwrap_or(0);
+                    let n = match u32::try_from(i) {
+                        Ok(number) => call.counts.numbered_or_named(self.number, number, &c.name),
+                        Err(_) => call.counts.get(&c.name),
+                    }
+                    .unwrap_or(0);
                     (
                         &*c.name,
                         RestrictedExpression::new_long(n.min(i64::MAX as u64) as i64),

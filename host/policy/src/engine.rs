@@ -297,6 +297,13 @@ impl Policy {
             ));
             facts.extend(compiled.facts);
             if let Some((name, spec)) = compiled.counter {
+                // One name, one counter: rules and `context.calls` find a counter by it.
+                if counters.iter().any(|c| *c.name == *name) {
+                    return Err(PolicyError::Config(format!(
+                        "counters.\"{name}\": the name of rule `{}`'s own counter; name the counter otherwise",
+                        rule.id
+                    )));
+                }
                 counters.push(Counter::new(&name, spec));
             }
             let id = PolicyId::new(&rule.id);

@@ -388,8 +388,10 @@ fn counts_answered_for_one_policy_decide_alike_under_a_reloaded_one() {
         |first: &str, second: &str| format!("[policy]\nrules = [\n  {first},\n  {second},\n]\n");
     let few = r#"{ id = "few", tool = "files.read_file", calls = { of = "tool", within = "1h", at_least = 3 }, decision = "ask" }"#;
     let many = r#"{ id = "many", tool = "files.read_file", calls = { of = "plugin", within = "session", at_least = 10 }, decision = "deny" }"#;
-    let first = load(&text(few, many)).unwrap();
-    let reloaded = load(&text(many, few)).unwrap();
+    // And a `when` reading a rule's counter (the host's evaluation of `context.calls`).
+    let busy = r#"{ id = "busy", tool = "files.read_file", when = 'context.calls["rule:few"] >= 5', decision = "deny" }"#;
+    let first = load(&text(few, &format!("{many},\n  {busy}"))).unwrap();
+    let reloaded = load(&text(many, &format!("{few},\n  {busy}"))).unwrap();
     let scope = CountScope {
         session: "s1",
         caller: ("ci", ""),
@@ -400,6 +402,7 @@ fn counts_answered_for_one_policy_decide_alike_under_a_reloaded_one() {
         (3, 0, Some(Decision::Ask)),
         (0, 10, Some(Decision::Deny)),
         (2, 9, None),
+        (5, 0, Some(Decision::Deny)),
     ] {
         let found: Vec<u64> = queries
             .iter()
@@ -417,6 +420,25 @@ fn counts_answered_for_one_policy_decide_alike_under_a_reloaded_one() {
             "{few_n}/{many_n}, decided by the policy loaded since"
         );
     }
+}
+
+#[test]
+fn a_counter_name_taken_twice_is_refused() {
+    let e = load(
+        r#"
+[policy]
+counters = { "rule:few" = { of = "tool", within = "1h" } }
+rules = [
+  { id = "few", tool = "files.read_file", calls = { of = "tool", within = "1h", at_least = 3 }, decision = "ask" },
+]
+"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("counters.\"rule:few\"") && e.contains("rule `few`'s own counter"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -103,13 +103,27 @@ impl Agent {
             .journal
             .reserve_calls(&reserved.keys, &asked, minute)
             .await?;
-        for ((identity, q), n) in queries.into_iter().zip(counts) {
+        // Each tool's queries were asked together: its counts are made from them in one go
+        // (kept by the counters' numbers in this policy, see `cordon_policy::Counts`).
+        let mut at = 0;
+        while at < queries.len() {
+            let identity = queries[at].0.clone();
+            let end = at
+                + queries[at..]
+                    .iter()
+                    .take_while(|(i, _)| *i == identity)
+                    .count();
+            let asked: Vec<_> = queries[at..end].iter().map(|(_, q)| q.clone()).collect();
             let keys = inputs.keys.entry(identity.clone()).or_default();
-            let values = inputs.counts.entry(identity).or_default();
-            for name in q.names.iter() {
-                keys.insert(name.clone(), q.key.clone());
-                values.insert(name.clone(), n);
+            for q in &asked {
+                for name in q.names.iter() {
+                    keys.insert(name.clone(), q.key.clone());
+                }
             }
+            inputs
+                .counts
+                .insert(identity, cordon_policy::counts_of(&asked, &counts[at..end]));
+            at = end;
         }
         Ok((inputs, reserved))
     }
