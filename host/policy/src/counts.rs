@@ -686,11 +686,14 @@ mod tests {
             "policy 8's number 2 is not policy 7's"
         );
         // Names given in any order are found.
-        let unsorted = [CountQuery {
-            names: [Arc::from("z"), Arc::from("a")].into(),
-            ..query(&[], &[], 0)
-        }];
-        assert_eq!(counts_of(&unsorted, &[3]).get("z"), Some(3));
+        for policy in [0, 5] {
+            let unsorted = [CountQuery {
+                names: [Arc::from("z"), Arc::from("a")].into(),
+                ..query(&[], &[1, 2], policy)
+            }];
+            let counts = counts_of(&unsorted, &[3]);
+            assert_eq!((counts.get("z"), counts.get("a")), (Some(3), Some(3)));
+        }
     }
 
     #[test]

@@ -99,10 +99,13 @@ impl Agent {
             return Ok((inputs, reserved));
         }
         let asked: Vec<_> = queries.iter().map(|(_, q)| q.clone()).collect();
-        let counts = io
+        let mut counts = io
             .journal
             .reserve_calls(&reserved.keys, &asked, minute)
             .await?;
+        // A journal that answers too few counts must not let a call past a limit: the rest
+        // read as full.
+        counts.resize(asked.len(), u64::MAX);
         // Each tool's queries were asked together: its counts are made from them in one go
         // (kept by the counters' numbers in this policy, see `cordon_policy::Counts`).
         let mut at = 0;
