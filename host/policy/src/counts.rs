@@ -131,7 +131,7 @@ impl CounterRef {
 pub struct Counts {
     /// Given by name, sorted by name.
     sorted: Vec<(Arc<str>, u64)>,
-    /// Answered for the queries of policy `policy`: each query's names (sorted) and count.
+    /// Answered for the queries of policy `policy`: each query's names and count.
     answered: Vec<(Arc<[Arc<str>]>, u64)>,
     /// The same counts by the counters' numbers in that policy, sorted by number.
     numbered: Vec<(u32, u64)>,

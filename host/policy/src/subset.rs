@@ -410,48 +410,50 @@ impl Expr {
 
     /// The counters it reads, to be numbered.
     pub(crate) fn counters_mut(&mut self, f: &mut dyn FnMut(&mut crate::counts::CounterRef)) {
-        match self {
-            Expr::And(l, r) | Expr::Or(l, r) => {
-                l.counters_mut(f);
-                r.counters_mut(f);
-            }
-            Expr::Not(e) => e.counters_mut(f),
-            Expr::Cmp(_, l, r) => {
-                for t in [l, r] {
-                    if let Term::Calls(c) = t {
-                        f(c);
-                    }
-                }
-            }
-            Expr::Like(t, _) | Expr::OneOf(_, t) | Expr::Truth(t) => {
+        self.visit_mut(&mut |e| {
+            e.terms_mut(&mut |t| {
                 if let Term::Calls(c) = t {
                     f(c);
                 }
-            }
-            Expr::Has { .. } | Expr::Const(_) | Expr::Session { .. } => {}
-        }
+            })
+        });
     }
 
     /// The argument paths it reads, to be numbered.
     pub(crate) fn paths_mut(&mut self, f: &mut dyn FnMut(&mut ArgPath)) {
-        match self {
-            Expr::And(l, r) | Expr::Or(l, r) => {
-                l.paths_mut(f);
-                r.paths_mut(f);
-            }
-            Expr::Not(e) => e.paths_mut(f),
-            Expr::Cmp(_, l, r) => {
-                l.path_mut(f);
-                r.path_mut(f);
-            }
-            Expr::Like(t, _) | Expr::OneOf(_, t) | Expr::Truth(t) => t.path_mut(f),
+        self.visit_mut(&mut |e| match e {
             Expr::Has { parent, path, .. } => {
                 if let Some((p, _)) = parent {
                     f(p);
                 }
                 f(path);
             }
-            Expr::Const(_) | Expr::Session { .. } => {}
+            e => e.terms_mut(&mut |t| t.path_mut(f)),
+        });
+    }
+
+    /// The terms this expression compares or tests itself (not those of its parts).
+    fn terms_mut(&mut self, f: &mut dyn FnMut(&mut Term)) {
+        match self {
+            Expr::Cmp(_, l, r) => {
+                f(l);
+                f(r);
+            }
+            Expr::Like(t, _) | Expr::OneOf(_, t) | Expr::Truth(t) => f(t),
+            _ => {}
+        }
+    }
+
+    /// `visit`, for changing what it reads.
+    fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Expr)) {
+        f(self);
+        match self {
+            Expr::And(l, r) | Expr::Or(l, r) => {
+                l.visit_mut(f);
+                r.visit_mut(f);
+            }
+            Expr::Not(e) => e.visit_mut(f),
+            _ => {}
         }
     }
 
