@@ -116,16 +116,16 @@ impl Agent {
                     .iter()
                     .take_while(|(i, _)| *i == identity)
                     .count();
-            let asked: Vec<_> = queries[at..end].iter().map(|(_, q)| q.clone()).collect();
             let keys = inputs.keys.entry(identity.clone()).or_default();
-            for q in &asked {
+            for q in &asked[at..end] {
                 for name in q.names.iter() {
                     keys.insert(name.clone(), q.key.clone());
                 }
             }
-            inputs
-                .counts
-                .insert(identity, cordon_policy::counts_of(&asked, &counts[at..end]));
+            inputs.counts.insert(
+                identity,
+                cordon_policy::counts_of(&asked[at..end], &counts[at..end]),
+            );
             at = end;
         }
         Ok((inputs, reserved))
