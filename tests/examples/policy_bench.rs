@@ -33,7 +33,9 @@
 //! target/release/cordon] [--noop target/fixtures/noop.wasm] [--samples 20000] [--calls 2000]
 //! [--decisions-only]` (part 1 alone, for profiling) `[--hot-share 224]` (part 2 alone, with
 //! this many rules as the busiest tool's share) `[--no-counters]` (part 2's policies without
-//! counters, to tell the store's share of the cost from the decisions') `[--baseline-cordon
+//! counters, to tell the store's share of the cost from the decisions') `[--edited]` (part
+//! 2's configs edited once the servers run, as a user changes a policy without a restart)
+//! `[--baseline-cordon
 //! OTHER]` (part 2 with another build's servers in the same rounds, each compared with its own
 //! no-policy server). Part 2 also gives each server's CPU per call, which what else the
 //! machine runs disturbs less than the wall time.
@@ -318,6 +320,10 @@ enum Kind {
     Plugin,
     Global,
 }
+
+/// Set by `--edited`: part 2's configs are edited once the servers run, before the calls
+/// timed.
+static EDITED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Set by `--no-counters`: part 2's policies have caller rules where they had counters, so
 /// the store is neither read nor written for them.
@@ -776,6 +782,18 @@ async fn call_cost(bin: &Path, noop: &Path, n: usize, hot_share: usize, baseline
     for client in &clients {
         calls(client, 100).await;
     }
+    if EDITED.load(std::sync::atomic::Ordering::Relaxed) {
+        // As a user edits cordon.toml while the servers run: each picks up the file's new
+        // text on its next call and decides with it from then on.
+        for (_, config) in &configs {
+            let mut text = std::fs::read_to_string(config).expect("read the config");
+            text.push_str("\n# edited while the server runs\n");
+            std::fs::write(config, text).expect("edit the config");
+        }
+        for client in &clients {
+            calls(client, 100).await;
+        }
+    }
     let cpu_before: Vec<Option<Duration>> = pids.iter().map(|p| p.and_then(cpu_of)).collect();
     let mut times: Vec<Vec<Duration>> = clients.iter().map(|_| Vec::new()).collect();
     // Short rounds (of 100 calls, and at least 10 rounds): the machine's drift over seconds
@@ -866,6 +884,9 @@ async fn main() {
     let n = number(&args, "--calls", 2_000).max(10);
     if args.iter().any(|a| a == "--no-counters") {
         NO_COUNTERS.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    if args.iter().any(|a| a == "--edited") {
+        EDITED.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     if args.iter().any(|a| a == "--labels-only") {

@@ -6,7 +6,6 @@
 //! (or sees a plugin installed) gets a new policy on its next turn, and a broken one is
 //! reported where it is loaded.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -15,6 +14,9 @@ use cordon_policy::{Policy, PolicyConfig, PolicyError};
 use sha2::{Digest, Sha256};
 
 use crate::tools::ToolSpec;
+
+mod watch;
+use watch::Since;
 
 /// Loads `config`'s policy for `tools`, or the one loaded last for the same inputs.
 pub fn load(config: &PolicyConfig, tools: &[ToolSpec]) -> Result<Arc<Policy>, PolicyError> {
@@ -85,57 +87,174 @@ fn origin(config: &PolicyConfig) -> PathBuf {
         .unwrap_or_default()
 }
 
+/// The `[policy]` as its config file says now (see [`reread`]).
+#[derive(Debug)]
+pub enum Reread<'a> {
+    /// The config as it was read.
+    Unchanged(&'a PolicyConfig),
+    /// The file's `[policy]` as it is now, or the config as read once a Cedar file it names
+    /// changed (so that its policy is loaded again). The same `Arc` is given while none of
+    /// the files changes, so a caller may keep what it made of it by the `Arc`'s address.
+    Changed(Arc<PolicyConfig>),
+}
+
+impl std::ops::Deref for Reread<'_> {
+    type Target = PolicyConfig;
+    fn deref(&self) -> &PolicyConfig {
+        match self {
+            Reread::Unchanged(c) => c,
+            Reread::Changed(c) => c,
+        }
+    }
+}
+
 /// The `[policy]` as its config file says now: `config` itself while the file is as it was
 /// read, else the file's new `[policy]`. A file that no longer parses keeps `config` (and is
 /// reported once), so a half-saved edit never drops the rules in force.
-pub fn reread(config: &PolicyConfig) -> Cow<'_, PolicyConfig> {
-    static SEEN: Mutex<Option<(PathBuf, String, Option<PolicyConfig>)>> = Mutex::new(None);
+///
+/// Called on every tool call: while a [`watch::Watch`] on the files says they are as the
+/// last check found them, the answer of that check is given again without touching them.
+pub fn reread(config: &PolicyConfig) -> Reread<'_> {
+    /// The last answer for a config, with the watch that says whether it still stands.
+    struct Gate {
+        path: PathBuf,
+        text: Arc<str>,
+        files: Vec<String>,
+        watch: Option<watch::Watch>,
+        answer: Answer,
+    }
+    // Newest first; a process reads one config, tests and embedders a few.
+    static GATES: Mutex<Vec<Gate>> = Mutex::new(Vec::new());
+    const KEPT: usize = 8;
     let Some(source) = &config.source else {
-        return Cow::Borrowed(config);
+        return Reread::Unchanged(config);
     };
+    let same = |g: &Gate| {
+        g.path == source.path && Arc::ptr_eq(&g.text, &source.text) && g.files == config.files
+    };
+    let (since, before) = {
+        let mut gates = GATES.lock().unwrap_or_else(|e| e.into_inner());
+        match gates.iter_mut().find(|g| same(g)) {
+            Some(g) => {
+                let since = g.watch.as_mut().map_or(Since::Due, watch::Watch::since);
+                if since == Since::Nothing {
+                    return match &g.answer {
+                        None => Reread::Unchanged(config),
+                        Some((a, _)) => Reread::Changed(a.clone()),
+                    };
+                }
+                (since, g.answer.take())
+            }
+            None => (Since::Due, None),
+        }
+    };
+    let dir = source.path.parent().unwrap_or(std::path::Path::new(""));
+    let files: Vec<PathBuf> = std::iter::once(source.path.clone())
+        .chain(config.files.iter().map(|f| dir.join(f)))
+        .collect();
+    // Made before the check, so that an edit during it is seen at the next call.
+    let watch = watch::Watch::new(&files);
+    let answer = check(config, source, since, before);
+    let mut gates = GATES.lock().unwrap_or_else(|e| e.into_inner());
+    gates.retain(|g| !same(g));
+    gates.insert(
+        0,
+        Gate {
+            path: source.path.clone(),
+            text: source.text.clone(),
+            files: config.files.clone(),
+            watch,
+            answer: answer.clone(),
+        },
+    );
+    gates.truncate(KEPT);
+    match answer {
+        None => Reread::Unchanged(config),
+        Some((a, _)) => Reread::Changed(a),
+    }
+}
+
+/// What [`check`] found: `None` while the config is as read, else the config to use instead
+/// with its Cedar files' stamps when it was made.
+type Answer = Option<(Arc<PolicyConfig>, Vec<Option<FileStamp>>)>;
+
+/// What the files say of `config` now. After a `Change` seen by the watch, the config file is
+/// read and a config with Cedar files is given as new, for its policy to be looked up again by
+/// their content: the stamps may not tell an edit within the filesystem's clock tick. Else
+/// the files are read only when their stamps changed, and `before` is given again while its
+/// config and Cedar stamps are the same, so that its `Arc` stands for the same inputs.
+fn check(
+    config: &PolicyConfig,
+    source: &cordon_policy::ConfigSource,
+    since: Since,
+    before: Answer,
+) -> Answer {
+    // The last `[policy]` parsed from a changed file, by the file and its text.
+    static SEEN: Mutex<Option<(PathBuf, String, Option<PolicyConfig>)>> = Mutex::new(None);
     // A file whose size, modification time and inode are those it had when its text was found
     // to be `source.text` is not read again: a policy of a thousand rules is a few hundred
-    // kilobytes, which every call would otherwise read and compare. Its Cedar files are
-    // stamped too: once one of them changed, the config is given back as new, so that its
-    // policy is loaded again (from the cache of `load` while the files stay as they are).
+    // kilobytes. Its Cedar files are stamped too: once one of them changed, the config is
+    // given back as new, so that its policy is loaded again (from the cache of `load` while
+    // the files stay as they are).
     static UNCHANGED: Mutex<BTreeMap<PathBuf, Unchanged>> = Mutex::new(BTreeMap::new());
+    let changed = since == Since::Change;
+    let answer = |now: PolicyConfig| {
+        let stamps = cedar_stamps(&now, &source.path);
+        match before {
+            Some((b, then)) if !changed && b.source == now.source && then == stamps => {
+                Some((b, then))
+            }
+            _ => Some((Arc::new(now), stamps)),
+        }
+    };
     let stamp = FileStamp::of(&source.path);
     let cedar = cedar_stamps(config, &source.path);
-    if let Some(stamp) = &stamp {
+    if let (Some(stamp), false) = (&stamp, changed) {
         let unchanged = UNCHANGED.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(seen) = unchanged.get(&source.path)
             && seen.stamp == *stamp
             && Arc::ptr_eq(&seen.text, &source.text)
         {
             return if seen.cedar == cedar {
-                Cow::Borrowed(config)
+                None
             } else {
-                Cow::Owned(config.clone())
+                answer(config.clone())
             };
         }
     }
     let Ok(text) = std::fs::read_to_string(&source.path) else {
-        return Cow::Borrowed(config);
+        return None;
     };
     if *text == *source.text {
         if let Some(stamp) = stamp {
-            UNCHANGED.lock().unwrap_or_else(|e| e.into_inner()).insert(
+            let mut unchanged = UNCHANGED.lock().unwrap_or_else(|e| e.into_inner());
+            // Stamps of the Cedar files as the config was first found: an edit of one since
+            // is a change however often the config file is found unchanged.
+            let first = unchanged
+                .get(&source.path)
+                .filter(|u| Arc::ptr_eq(&u.text, &source.text))
+                .map_or(cedar, |u| u.cedar.clone());
+            unchanged.insert(
                 source.path.clone(),
                 Unchanged {
                     stamp,
                     text: source.text.clone(),
-                    cedar,
+                    cedar: first,
                 },
             );
         }
-        return Cow::Borrowed(config);
+        return if changed && !config.files.is_empty() {
+            answer(config.clone())
+        } else {
+            None
+        };
     }
     let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((p, t, parsed)) = seen.as_ref()
         && *p == source.path
         && *t == text
     {
-        return parsed.clone().map_or(Cow::Borrowed(config), Cow::Owned);
+        return parsed.clone().and_then(answer);
     }
     #[derive(serde::Deserialize)]
     struct File {
@@ -164,7 +283,7 @@ pub fn reread(config: &PolicyConfig) -> Cow<'_, PolicyConfig> {
         }
     };
     *seen = Some((source.path.clone(), text, parsed.clone()));
-    parsed.map_or(Cow::Borrowed(config), Cow::Owned)
+    parsed.and_then(answer)
 }
 
 /// A config file found unchanged: its stamp then, its text, and its Cedar files' stamps then.
@@ -261,20 +380,20 @@ mod tests {
         std::fs::write(&path, first).unwrap();
         let config = AgentConfig::load(&path, true).unwrap().policy;
         let tools = [tool("t")];
-        assert!(matches!(reread(&config), Cow::Borrowed(_)));
+        assert!(matches!(reread(&config), Reread::Unchanged(_)));
         let loaded = load_or_last(&reread(&config), &tools).unwrap();
         assert_eq!(loaded.rules_for("p.t")[0].id, "a");
 
         // A good edit is used at once.
         std::fs::write(&path, first.replace("\"a\"", "\"b\"")).unwrap();
         let edited = reread(&config);
-        assert!(matches!(edited, Cow::Owned(_)));
+        assert!(matches!(edited, Reread::Changed(_)));
         let loaded = load_or_last(&edited, &tools).unwrap();
         assert_eq!(loaded.rules_for("p.t")[0].id, "b");
 
         // An edit that does not parse keeps the config as read.
         std::fs::write(&path, "[policy\nrules = ").unwrap();
-        assert!(matches!(reread(&config), Cow::Borrowed(_)));
+        assert!(matches!(reread(&config), Reread::Unchanged(_)));
 
         // One that parses but does not load (a tool that is not installed) keeps the last
         // policy that loaded.
@@ -283,5 +402,48 @@ mod tests {
         assert!(load(&broken, &tools).is_err());
         let kept = load_or_last(&broken, &tools).unwrap();
         assert_eq!(kept.rules_for("p.t")[0].id, "b");
+    }
+
+    #[test]
+    fn an_edit_is_one_config_until_one_of_its_files_changes_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cordon.toml");
+        let cedar = dir.path().join("rules.cedar");
+        let forbid = |id: &str| {
+            format!("@id(\"{id}\")\nforbid(principal, action == Action::\"p.t\", resource);\n")
+        };
+        std::fs::write(&cedar, forbid("c1")).unwrap();
+        let first = "[policy]\nfiles = [\"rules.cedar\"]\nrules = [{ id = \"a\", tool = \"p.t\", decision = \"ask\" }]\n";
+        std::fs::write(&path, first).unwrap();
+        let config = AgentConfig::load(&path, true).unwrap().policy;
+        let tools = [tool("t")];
+        assert!(matches!(reread(&config), Reread::Unchanged(_)));
+
+        std::fs::write(&path, first.replace("\"a\"", "\"b\"")).unwrap();
+        let Reread::Changed(edited) = reread(&config) else {
+            panic!("the edit is not seen")
+        };
+        // The same config while nothing changes, so that callers may keep what they made of it.
+        let Reread::Changed(again) = reread(&config) else {
+            panic!("the edit is forgotten")
+        };
+        assert!(Arc::ptr_eq(&edited, &again));
+        let ids = |c: &PolicyConfig| {
+            let p = load(c, &tools).unwrap();
+            p.rules_for("p.t")
+                .iter()
+                .map(|r| r.id.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(&edited), ["b", "c1"]);
+
+        // The Cedar file edited (same length, so the config's stamp alone cannot tell): a new
+        // config, whose policy reads the new file.
+        std::fs::write(&cedar, forbid("c2")).unwrap();
+        let Reread::Changed(cedar_edited) = reread(&config) else {
+            panic!("the Cedar edit is not seen")
+        };
+        assert!(!Arc::ptr_eq(&edited, &cedar_edited));
+        assert_eq!(ids(&cedar_edited), ["b", "c2"]);
     }
 }

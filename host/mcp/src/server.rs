@@ -107,6 +107,8 @@ pub struct McpHost {
     watching: std::sync::Once,
     /// Where calls run: apart from a single-threaded server's one thread.
     calls: crate::calls::CallPool,
+    /// The policy of `cordon.toml` as edited since the server started.
+    edited: policy::Edited,
 }
 
 /// What a session holds, shared by its calls: its labels (see [`cordon_core::labels`]) and
@@ -144,6 +146,7 @@ impl McpHost {
             http_labels: Mutex::new(Vec::new()),
             watching: std::sync::Once::new(),
             calls: Default::default(),
+            edited: Default::default(),
         })
     }
 

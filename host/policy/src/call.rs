@@ -207,6 +207,51 @@ pub(crate) struct Moment {
     pub weekday: u8,
 }
 
+/// The [`Moment`] of one UTC minute, kept so that calls within it need not convert the time
+/// to the policy's zone again (a conversion is about a tenth of a 1,000-rule decision).
+///
+/// Kept only for a minute that is one local minute throughout: when the zone's offset is a
+/// whole number of minutes and the same at the minute's first and last millisecond. Zones'
+/// offsets change at whole minutes today, but a past offset such as Monrovia's -00:44:30 (until
+/// 1972) is not cached rather than wrongly cached.
+#[derive(Debug, Default)]
+pub(crate) struct MinuteCache(std::sync::atomic::AtomicU64);
+
+impl MinuteCache {
+    /// The moment of `now_ms` if its minute is the one kept.
+    pub(crate) fn get(&self, now_ms: i64) -> Option<Moment> {
+        let minute = u64::try_from(now_ms.div_euclid(60_000)).ok()?;
+        let kept = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        (kept != 0 && kept >> 16 == minute + 1).then_some(Moment {
+            minute_of_day: ((kept >> 3) & 0x7ff) as u32,
+            weekday: (kept & 0x7) as u8,
+        })
+    }
+
+    /// Keeps `moment` as that of `now_ms`'s minute if `tz` makes that minute one local minute.
+    pub(crate) fn keep(&self, now_ms: i64, moment: Moment, tz: &jiff::tz::TimeZone) {
+        let Ok(minute) = u64::try_from(now_ms.div_euclid(60_000)) else {
+            return;
+        };
+        let start = now_ms.div_euclid(60_000) * 60_000;
+        let offset = |ms: i64| {
+            jiff::Timestamp::from_millisecond(ms)
+                .ok()
+                .map(|t| tz.to_offset(t))
+        };
+        let (Some(first), Some(last)) = (offset(start), offset(start + 59_999)) else {
+            return;
+        };
+        if first != last || first.seconds() % 60 != 0 || minute >= 1 << 47 {
+            return;
+        }
+        let packed = ((minute + 1) << 16)
+            | (u64::from(moment.minute_of_day & 0x7ff) << 3)
+            | u64::from(moment.weekday & 0x7);
+        self.0.store(packed, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// The value at `path` below `args`, if there is one.
 pub(crate) fn lookup<'v>(args: &'v Value, path: &[String]) -> Option<&'v Value> {
     let mut here = args;
@@ -342,5 +387,58 @@ mod tests {
         assert!(m("a\\*b", "a*b"));
         assert!(!m("a\\*b", "axb"));
         assert!(m("é*ß", "éxyzß"));
+    }
+
+    /// The moment a cache gives is the one the zone gives, across a change to summer time,
+    /// a change back, and a zone whose offset then had seconds.
+    #[test]
+    fn a_kept_minute_gives_the_moment_the_zone_gives() {
+        let moment_of = |tz: &jiff::tz::TimeZone, ms: i64| {
+            let at = jiff::Timestamp::from_millisecond(ms)
+                .unwrap()
+                .to_zoned(tz.clone());
+            (
+                u32::from(at.hour().unsigned_abs()) * 60 + u32::from(at.minute().unsigned_abs()),
+                at.weekday().to_monday_zero_offset().unsigned_abs(),
+            )
+        };
+        let cases = [
+            // Berlin, 2026-03-29 01:00 UTC (summer time) and 2026-10-25 01:00 UTC (back).
+            ("Europe/Berlin", 1_774_746_000_000_i64),
+            ("Europe/Berlin", 1_792_890_000_000),
+            // Monrovia at -00:44:30 (1971-06-01), Kathmandu at +05:45.
+            ("Africa/Monrovia", 44_582_400_000),
+            ("Asia/Kathmandu", 1_774_746_000_000),
+        ];
+        for (zone, around) in cases {
+            let tz = jiff::tz::TimeZone::get(zone).unwrap();
+            let cache = MinuteCache::default();
+            let mut kept = 0;
+            // Every 7 s over two hours around the change, as calls come.
+            for step in 0..(2 * 3600 / 7) {
+                let ms = around - 3_600_000 + step * 7_000;
+                let want = moment_of(&tz, ms);
+                let got = match cache.get(ms) {
+                    Some(m) => {
+                        kept += 1;
+                        m
+                    }
+                    None => {
+                        let m = Moment {
+                            minute_of_day: want.0,
+                            weekday: want.1,
+                        };
+                        cache.keep(ms, m, &tz);
+                        m
+                    }
+                };
+                assert_eq!((got.minute_of_day, got.weekday), want, "{zone} at {ms}");
+            }
+            if zone == "Africa/Monrovia" {
+                assert_eq!(kept, 0, "an offset with seconds is not kept");
+            } else {
+                assert!(kept > 800, "{zone}: only {kept} from the cache");
+            }
+        }
     }
 }

@@ -80,11 +80,14 @@ impl Policy {
             Ok(m) => m,
             Err(e) => return self.unevaluable(t, &e),
         };
-        let native = widened.unwrap_or_else(|| t.by_caller.for_caller(call.caller));
+        let native = match &widened {
+            Some(rules) => crate::by_caller::Filed([rules, &[], &[], &[], &[]]),
+            None => t.by_caller.for_caller(call.caller),
+        };
         let mut request = None;
         let mut applied: Applied = Vec::new();
         let mut args = Arguments::new(call.args, self.arg_paths, Some(&t.regex_sets));
-        for i in native {
+        for i in native.iter() {
             let check = self.rules[i]
                 .check
                 .as_ref()
@@ -267,12 +270,17 @@ impl Policy {
         if !t.reads_time {
             return Ok(None);
         }
+        if let Some(moment) = self.moments.get(now_ms) {
+            return Ok(Some(moment));
+        }
         let at = self.zoned(now_ms)?;
-        Ok(Some(Moment {
+        let moment = Moment {
             minute_of_day: u32::from(at.hour().unsigned_abs()) * 60
                 + u32::from(at.minute().unsigned_abs()),
             weekday: at.weekday().to_monday_zero_offset().unsigned_abs(),
-        }))
+        };
+        self.moments.keep(now_ms, moment, &self.tz);
+        Ok(Some(moment))
     }
 
     fn zoned(&self, now_ms: i64) -> Result<jiff::Zoned, String> {

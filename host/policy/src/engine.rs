@@ -130,6 +130,8 @@ pub struct Policy {
     /// This policy's own number, which its counters' numbers are valid with (see `Counts`).
     pub(crate) number: u64,
     pub(crate) tz: jiff::tz::TimeZone,
+    /// The local time of the last UTC minute asked about (see [`crate::call::MinuteCache`]).
+    pub(crate) moments: crate::call::MinuteCache,
     pub(crate) authorizer: Authorizer,
     /// Each rule's Cedar policy alone, by id: the reference for examples and explain.
     pub(crate) singles: HashMap<String, PolicySet>,
@@ -553,6 +555,7 @@ impl Policy {
             counters,
             number,
             tz,
+            moments: Default::default(),
             authorizer: Authorizer::new(),
             singles,
         };

@@ -394,6 +394,39 @@ impl Expr {
         })
     }
 
+    /// The caller tests it makes before anything in it can fail: its leading conjuncts
+    /// `context.caller.F == "name"` and `["a", "b"].contains(context.caller.F)`, each as the
+    /// field and the names it accepts. A call failing one of them makes the expression false
+    /// and never an error (a caller's field is always a string), so a rule can be filed by
+    /// them ([`crate::by_caller`]).
+    pub(crate) fn leading_caller_tests(&self) -> Vec<(CallerField, Vec<String>)> {
+        fn walk(e: &Expr, out: &mut Vec<(CallerField, Vec<String>)>) -> bool {
+            match e {
+                Expr::And(l, r) => walk(l, out) && walk(r, out),
+                Expr::Cmp(Op::Eq, Term::Caller(f), Term::Lit(Lit::Str(s)))
+                | Expr::Cmp(Op::Eq, Term::Lit(Lit::Str(s)), Term::Caller(f)) => {
+                    out.push((*f, vec![s.clone()]));
+                    true
+                }
+                Expr::OneOf(items, Term::Caller(f)) => {
+                    let names = items
+                        .iter()
+                        .filter_map(|i| match i {
+                            Lit::Str(s) => Some(s.clone()),
+                            _ => None,
+                        })
+                        .collect();
+                    out.push((*f, names));
+                    true
+                }
+                _ => false,
+            }
+        }
+        let mut out = Vec::new();
+        walk(self, &mut out);
+        out
+    }
+
     /// Whether it reads the time.
     pub(crate) fn reads_time(&self) -> bool {
         let mut found = false;

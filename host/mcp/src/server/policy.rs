@@ -8,24 +8,39 @@ use cordon_agent::ToolSpec;
 use cordon_core::now_ms;
 use serde_json::Value;
 
+use cordon_agent::cordon_policy::{Policy, PolicyConfig};
+use cordon_agent::policy::Reread;
+
 use super::{Approved, CallFacts, McpServer};
 use crate::catalog::Catalog;
+
+/// The policy last loaded from an edited `cordon.toml`, with the config and catalog it was
+/// loaded for.
+#[derive(Default)]
+pub(super) struct Edited(Mutex<Option<EditedPolicy>>);
+type EditedPolicy = (Arc<PolicyConfig>, Arc<Catalog>, Result<Arc<Policy>, String>);
 
 impl McpServer {
     /// The per-call policy for `catalog`'s tools as `cordon.toml` says now: the catalog's,
     /// or a new one when the file changed since (a broken one keeps the last that loaded).
-    pub(super) fn policy(
-        &self,
-        catalog: &Catalog,
-    ) -> Result<Arc<cordon_agent::cordon_policy::Policy>, String> {
-        match cordon_agent::policy::reread(&self.host.options.policy) {
-            std::borrow::Cow::Borrowed(_) => catalog.policy.clone(),
-            std::borrow::Cow::Owned(config) => {
-                let specs: Vec<ToolSpec> =
-                    catalog.offered.values().map(|o| o.spec.clone()).collect();
-                cordon_agent::policy::load_or_last(&config, &specs)
-            }
+    pub(super) fn policy(&self, catalog: &Arc<Catalog>) -> Result<Arc<Policy>, String> {
+        let config = match cordon_agent::policy::reread(&self.host.options.policy) {
+            Reread::Unchanged(_) => return catalog.policy.clone(),
+            Reread::Changed(config) => config,
+        };
+        // Loading again, even from the cache of loaded policies, hashes the whole config and
+        // every tool's schema: once for each edit and catalog, not on every call after it.
+        let mut edited = self.host.edited.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((c, k, policy)) = edited.as_ref()
+            && Arc::ptr_eq(c, &config)
+            && Arc::ptr_eq(k, catalog)
+        {
+            return policy.clone();
         }
+        let specs: Vec<ToolSpec> = catalog.offered.values().map(|o| o.spec.clone()).collect();
+        let policy = cordon_agent::policy::load_or_last(&config, &specs);
+        *edited = Some((config, catalog.clone(), policy.clone()));
+        policy
     }
 
     /// Who asks, as policy rules see it.

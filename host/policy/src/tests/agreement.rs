@@ -49,6 +49,9 @@ rules = [
   { id = "when-caller", plugin = "sql", when = 'context.caller.token like "ro*" || context.session.labels.contains("untrusted")', decision = "allow" },
   { id = "when-required", tool = "sql.sql_execute", when = 'context.input.sql like "drop*"', decision = "deny" },
   { id = "when-or", tool = "sql.sql_execute", when = 'context.caller.origin == "mcp" || context.input.sql like "select*"', decision = "ask" },
+  { id = "when-lead", tool = "sql.sql_execute", when = 'context.caller.origin == "mcp" && context.input.sql like "drop*"', decision = "deny" },
+  { id = "when-lead-set", plugin = "ops", when = '["robot", "x"].contains(context.caller.token) && "gateway" == context.caller.origin && context.input has env', decision = "ask" },
+  { id = "when-lead-late", tool = "sql.sql_execute", when = 'context.input.sql like "drop*" && context.caller.token == "robot"', decision = "deny" },
   { id = "when-time", when = 'context.time.weekday == "sat" && context.time.hour >= 10 && !(context.time.minute_of_day > 1200)', decision = "ask" },
   { id = "when-set", tool = "ops.deploy", when = 'context.input has env && ["staging", "prod"].contains(context.input.env) && context.session.approved.containsAny(["sql.sql_query", "x.y"])', decision = "ask" },
   { id = "when-bool", tool = "ops.deploy", when = 'context.input has options && context.input.options has force && context.input.options.force', decision = "deny" },
@@ -296,7 +299,15 @@ fn the_host_decides_every_kind_of_rule_as_its_cedar_text_does() {
         .rules()
         .into_iter()
         .map(|r| r.id)
-        .chain(["when-required (error)", "when-sum (error)"].map(String::from))
+        .chain(
+            [
+                "when-required (error)",
+                "when-sum (error)",
+                "when-lead (error)",
+                "when-lead-late (error)",
+            ]
+            .map(String::from),
+        )
         .filter(|id| !applied_seen.contains_key(id))
         .collect();
     assert!(never.is_empty(), "rules that never applied: {never:?}");
