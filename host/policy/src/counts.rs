@@ -73,6 +73,19 @@ pub struct CountQuery {
     pub key: Arc<str>,
     /// The first minute counted.
     pub since_minute: i64,
+    /// How many places a host may reserve ahead on the key (see [`places_ahead`]); `None`
+    /// where the policy cannot tell (a `when` or Cedar policy reads the count), which leaves
+    /// it to the store.
+    pub most_ahead: Option<u32>,
+}
+
+/// How many places a host may reserve ahead on a counter whose smallest threshold is
+/// `at_least` (the least `calls.at_least` of the rules that read it): a sixteenth of it, at
+/// most 64. Places held ahead by one host count as calls for the others until they are used
+/// or given back (see the store's `ahead`), so another host's call sees at most a sixteenth of
+/// the threshold more calls than were made; a threshold under 16 reserves nothing ahead.
+pub fn places_ahead(at_least: u64) -> u32 {
+    u32::try_from((at_least / 16).min(64)).unwrap_or(64)
 }
 
 impl CountQuery {
@@ -81,6 +94,7 @@ impl CountQuery {
         let mut names: Vec<Arc<str>> = names.iter().map(|n| Arc::from(*n)).collect();
         names.sort();
         CountQuery {
+            most_ahead: None,
             names: names.into(),
             numbers: Arc::new([]),
             policy: 0,
@@ -366,6 +380,9 @@ pub(crate) struct Counter {
     pub(crate) spec: CounterSpec,
     window: Window,
     kind: Option<KeyKind>,
+    /// How many places ahead its rules allow ([`places_ahead`] of their least threshold;
+    /// `None` when one reads it other than by a `calls` condition). Set at load.
+    pub(crate) most_ahead: Option<u32>,
 }
 
 impl Counter {
@@ -376,6 +393,7 @@ impl Counter {
             window: Window::parse(&spec.within).unwrap_or(Window::Session),
             kind: KeyKind::of(&spec),
             spec,
+            most_ahead: Some(places_ahead(u64::MAX)),
         }
     }
 }
@@ -404,6 +422,9 @@ struct Read {
     names: Arc<[Arc<str>]>,
     /// The same counters' numbers in the policy, ascending.
     numbers: Arc<[u32]>,
+    /// The places ahead its key allows: the least of every counter of the policy with the
+    /// same kind of key (whichever tool's rules read them), since they share the key's rows.
+    most_ahead: Option<u32>,
 }
 
 impl ToolCounting {
@@ -449,11 +470,18 @@ impl ToolCounting {
                 // Numbered only when every number fits (else its counts go by name).
                 let numbers: Option<Vec<u32>> =
                     read_by.iter().map(|&i| u32::try_from(i).ok()).collect();
+                // (`read_by` is never empty: a group is made with its first counter.)
+                let of_kind = &counters[read_by[0]].kind;
+                let same_kind = counters.iter().filter(|c| c.kind == *of_kind);
+                let most_ahead = same_kind
+                    .map(|c| c.most_ahead)
+                    .try_fold(u32::MAX, |least, c| Some(least.min(c?)));
                 Read {
                     kind,
                     window,
                     names: names.into(),
                     numbers: numbers.unwrap_or_default().into(),
+                    most_ahead,
                 }
             })
             .collect();
@@ -490,6 +518,7 @@ impl ToolCounting {
                     policy: self.policy,
                     key: key.clone(),
                     since_minute: read.window.since(minute),
+                    most_ahead: read.most_ahead,
                 }
             })
             .collect()
@@ -639,6 +668,7 @@ mod tests {
     #[test]
     fn counts_answered_for_a_policy_are_found_by_number_and_by_name() {
         let query = |names: &[&str], numbers: &[u32], policy: u64| CountQuery {
+            most_ahead: None,
             numbers: numbers.into(),
             policy,
             ..CountQuery::named(names, "tool:p.t", 1)
@@ -688,6 +718,7 @@ mod tests {
         // Names given in any order are found.
         for policy in [0, 5] {
             let unsorted = [CountQuery {
+                most_ahead: None,
                 names: [Arc::from("z"), Arc::from("a")].into(),
                 ..query(&[], &[1, 2], policy)
             }];

@@ -442,6 +442,17 @@ impl Policy {
                 path.number = *arg_paths.entry(path.names.clone()).or_insert(next);
             });
         }
+        let sizes = places_ahead(
+            counters.len(),
+            &counter_numbers,
+            &all,
+            &index,
+            &rules,
+            &reads,
+        );
+        for (counter, most_ahead) in counters.iter_mut().zip(sizes) {
+            counter.most_ahead = most_ahead;
+        }
         let mut by_tool = HashMap::new();
         for ((tool, input), ancestors) in typed.into_iter().zip(scopes) {
             let identity = tool.identity();
@@ -635,6 +646,55 @@ impl Policy {
     pub(crate) fn counter_names(&self) -> impl Iterator<Item = &str> {
         self.counters.iter().map(|c| &*c.name)
     }
+}
+
+/// Each counter's `most_ahead` (by number), from the thresholds of the rules that read it
+/// ([`counts::places_ahead`] of the least). A rule that reads it other than by a `calls`
+/// condition (its own `when`, a Cedar policy) has no threshold the host can see, so such a
+/// counter's places ahead are left to the store; a counter no rule reads may take the most.
+fn places_ahead(
+    counters: usize,
+    numbers: &HashMap<&str, u32>,
+    all: &PolicySet,
+    index: &HashMap<PolicyId, usize>,
+    rules: &[RuleMeta],
+    reads: &HashMap<&PolicyId, Vec<usize>>,
+) -> Vec<Option<u32>> {
+    let mut least: Vec<Option<u64>> = vec![None; counters];
+    let mut unseen = vec![false; counters];
+    let at = |name: &str| numbers.get(name).map(|&n| n as usize);
+    for p in all.policies() {
+        let check = rules[index[p.id()]].check.as_ref();
+        match check {
+            Some(check) if check.when.is_none() => {
+                for cond in &check.conds {
+                    if let crate::native::Cond::Calls { counter, at_least } = cond
+                        && let Some(i) = at(&counter.name)
+                    {
+                        least[i] = Some(least[i].map_or(*at_least, |l| l.min(*at_least)));
+                    }
+                }
+                if let Some(expr) = &check.expr {
+                    expr.clone().counters_mut(&mut |c| {
+                        if let Some(i) = at(&c.name) {
+                            unseen[i] = true;
+                        }
+                    });
+                }
+            }
+            // Cedar evaluates it: what it reads is known from its text only (a name found
+            // there may be part of another, which only makes this more careful).
+            _ => {
+                let read = reads.get(p.id()).map(Vec::as_slice).unwrap_or_default();
+                for &i in read {
+                    unseen[i] = true;
+                }
+            }
+        }
+    }
+    (0..counters)
+        .map(|i| (!unseen[i]).then(|| counts::places_ahead(least[i].unwrap_or(u64::MAX))))
+        .collect()
 }
 
 fn add(

@@ -329,6 +329,60 @@ rules = [
 }
 
 #[test]
+fn places_held_ahead_on_a_key_are_sized_by_the_least_threshold_of_its_kind() {
+    let p = load(
+        r#"
+[policy]
+rules = [
+  { id = "few", tool = "sql.sql_execute", calls = { of = "tool", within = "1h", at_least = 20 }, decision = "ask" },
+  { id = "many", tool = "files.read_file", calls = { of = "tool", within = "1d", at_least = 100000 }, decision = "ask" },
+  { id = "capped", plugin = "sql", calls = { of = "plugin", within = "session", at_least = 3200 }, decision = "deny" },
+  { id = "read", tool = "ops.deploy", calls = { of = "plugin", within = "1h", per = "caller", at_least = 10000 }, when = 'context.calls["rule:read"] > 5', decision = "ask" },
+]
+"#,
+    )
+    .unwrap();
+    let scope = CountScope {
+        session: "s1",
+        caller: ("ci", ""),
+    };
+    let ahead = |tool: &str| {
+        p.counters_for(tool, scope, MONDAY_NOON)
+            .into_iter()
+            .map(|q| (q.key.to_string(), q.most_ahead))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ahead("sql.sql_execute"),
+        [
+            // 20 / 16.
+            ("tool:sql.sql_execute".to_string(), Some(1)),
+            // 3,200 / 16, at most 64.
+            ("session:s1|plugin:sql".to_string(), Some(64)),
+        ]
+    );
+    // A tool's key shares its kind with every tool's: the least threshold of them all.
+    assert_eq!(
+        ahead("files.read_file"),
+        [("tool:files.read_file".to_string(), Some(1))]
+    );
+    // A `when` reads the count: its thresholds are not the host's to see.
+    assert_eq!(
+        ahead("ops.deploy"),
+        [("caller:ci/|plugin:ops".to_string(), None)]
+    );
+    assert_eq!(
+        (
+            places_ahead(0),
+            places_ahead(15),
+            places_ahead(16),
+            places_ahead(u64::MAX)
+        ),
+        (0, 0, 1, 64)
+    );
+}
+
+#[test]
 fn counters_are_asked_for_and_tallied_by_rule() {
     let p = load(
         r#"

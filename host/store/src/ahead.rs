@@ -5,14 +5,15 @@
 //! given the next place, and the number of places before it is the count its rules read. The
 //! store hands places out by adding to the row, so two hosts never get the same place. A
 //! host that keeps coming back to a row while no other host takes places from it asks for
-//! more than the call needs (1, 2, 4, … up to [`MOST_AHEAD`]; halved each time another host
-//! took places between two of its visits) and gives its later calls the
+//! more than the call needs (1, 2, 4, … up to what the counter's rules allow, see
+//! `cordon_policy::places_ahead`, at most [`MOST_AHEAD`] and [`DEFAULT_AHEAD`] where no
+//! threshold is known; halved each time another host took places between two of its visits) and gives its later calls the
 //! spare places itself, in order, without asking the store again. Each of those calls still
 //! sees every call that holds an earlier place, whichever host holds it; a call of another
 //! host that comes meanwhile is given a place after the spare ones, and so counts them:
 //! - a spare place counts as a call until it is used or given back, so a count is never too
-//!   low and a limit is never passed; at worst another host's call sees about
-//!   [`MOST_AHEAD`] calls too many (more by the places of calls that did not run and
+//!   low and a limit is never passed; at worst another host's call sees about a sixteenth
+//!   of the counter's least threshold (or [`DEFAULT_AHEAD`]) calls too many (more by the places of calls that did not run and
 //!   were given back to the block), for as long as the spare places are held;
 //! - spare places are given back once this host has not used them for [`IDLE`], once their
 //!   minute is over, and when the store is closed; a host killed with spare places leaves
@@ -43,7 +44,11 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 /// The most places reserved ahead on one row.
-pub(crate) const MOST_AHEAD: i64 = 16;
+pub(crate) const MOST_AHEAD: i64 = 64;
+
+/// The most places reserved ahead on a row that no query of the call sizes (a counter the
+/// policy cannot see a threshold of, or that only other tools' rules read).
+pub(crate) const DEFAULT_AHEAD: i64 = 16;
 
 /// Spare places not used for this long are given back.
 pub(crate) const IDLE: Duration = Duration::from_millis(500);
@@ -193,15 +198,16 @@ impl Ahead {
     }
 
     /// How many places to ask the store for beyond the call's on row (`key`, `minute`), at
-    /// `now_ms`: enough to bring the spare ones to what the block has earned.
-    pub(crate) fn to_ask(&self, key: &str, minute: i64, now_ms: i64) -> i64 {
+    /// `now_ms`: enough to bring the spare ones to what the block has earned, and to no more
+    /// than `most`.
+    pub(crate) fn to_ask(&self, key: &str, minute: i64, now_ms: i64, most: i64) -> i64 {
         if !settled(minute, now_ms) {
             return 0;
         }
         self.lock()
             .get(key)
             .and_then(|rows| rows.get(&minute))
-            .map_or(0, |b| (b.earned - (b.end - b.next)).max(0))
+            .map_or(0, |b| (b.earned.min(most) - (b.end - b.next)).max(0))
     }
 
     /// What the store answered for row (`key`, `minute`): it added `asked` places (the
@@ -332,32 +338,38 @@ mod tests {
 
     #[test]
     fn a_host_alone_on_a_row_reserves_further_ahead_each_visit_up_to_the_most() {
-        let ahead = Ahead::default();
-        let mut row = 0;
-        let mut visits = 0;
-        let mut seen = Vec::new();
-        for _ in 0..100 {
-            if let Some(t) = ahead
-                .take_all(&[("tool:a.b", 9, 1, &[3])])
-                .map(|mut t| t.remove(0))
-            {
-                assert_eq!(t.earlier, vec![7]);
-                seen.push(t.before);
-                continue;
+        // What a counter's rules allow: none, a few, the default, the most.
+        for (most, most_visits) in [(0, 100), (3, 27), (DEFAULT_AHEAD, 10), (MOST_AHEAD, 8)] {
+            let ahead = Ahead::default();
+            let mut row = 0;
+            let mut visits = 0;
+            let mut seen = Vec::new();
+            let mut most_spare = 0;
+            for _ in 0..100 {
+                if let Some(t) = ahead
+                    .take_all(&[("tool:a.b", 9, 1, &[3])])
+                    .map(|mut t| t.remove(0))
+                {
+                    assert_eq!(t.earlier, vec![7]);
+                    seen.push(t.before);
+                    continue;
+                }
+                visits += 1;
+                let asked = 1 + ahead.to_ask("tool:a.b", 9, 30_000, most);
+                most_spare = most_spare.max(asked - 1);
+                row += asked;
+                let (before, stranded) =
+                    ahead.record("tool:a.b", 9, (1, asked, row), sums(&[(3, 7)]), 30_000);
+                assert_eq!(stranded, 0);
+                seen.push(before);
             }
-            visits += 1;
-            let asked = 1 + ahead.to_ask("tool:a.b", 9, 30_000);
-            row += asked;
-            let (before, stranded) =
-                ahead.record("tool:a.b", 9, (1, asked, row), sums(&[(3, 7)]), 30_000);
-            assert_eq!(stranded, 0);
-            seen.push(before);
+            // Every call saw every call before it, exactly.
+            assert_eq!(seen, (0..100).collect::<Vec<i64>>(), "most {most}");
+            // 1, 1+1, 1+2, 1+4, … then 1+`most` each time.
+            assert_eq!(most_spare, most, "most {most}");
+            assert!(visits <= most_visits, "most {most}: {visits} visits");
+            assert!(row - 100 <= most, "most {most}: spare {}", row - 100);
         }
-        // Every call saw every call before it, exactly.
-        assert_eq!(seen, (0..100).collect::<Vec<i64>>());
-        // 1, 1+1, 1+2, 1+4, 1+8, then 1+16 each time.
-        assert!(visits <= 10, "{visits} visits");
-        assert!(row - 100 <= MOST_AHEAD, "spare {}", row - 100);
     }
 
     #[test]
@@ -423,7 +435,7 @@ mod tests {
         let ahead = Ahead::default();
         // Two visits alone: the second asks one ahead.
         ahead.record("k", 9, (1, 1, 1), sums(&[]), 30_000);
-        assert_eq!(ahead.to_ask("k", 9, 30_000), 1);
+        assert_eq!(ahead.to_ask("k", 9, 30_000, DEFAULT_AHEAD), 1);
         let (before, _) = ahead.record("k", 9, (1, 2, 3), sums(&[]), 30_000);
         assert_eq!(before, 1);
         // Another host's call takes place 3 (it counts our spare place 2 as a call).
@@ -437,19 +449,19 @@ mod tests {
         );
         // Our next visit asks for 1 and 2 ahead and finds the row at 7: another host took
         // place 3, so half as many ahead next time.
-        assert_eq!(ahead.to_ask("k", 9, 30_000), 2);
+        assert_eq!(ahead.to_ask("k", 9, 30_000, DEFAULT_AHEAD), 2);
         let (before, stranded) = ahead.record("k", 9, (1, 3, 7), sums(&[]), 30_000);
         assert_eq!((before, stranded), (4, 0));
         // It holds places 5 and 6, more than the one ahead it has earned now.
-        assert_eq!(ahead.to_ask("k", 9, 30_000), 0);
+        assert_eq!(ahead.to_ask("k", 9, 30_000, DEFAULT_AHEAD), 0);
         for place in [5, 6] {
             let taken = ahead.take_all(&[("k", 9, 1, &[])]).expect("spare");
             assert_eq!(taken[0].before, place);
         }
-        assert_eq!(ahead.to_ask("k", 9, 30_000), 1);
+        assert_eq!(ahead.to_ask("k", 9, 30_000, DEFAULT_AHEAD), 1);
         // Each visit that finds another host's places halves it.
         ahead.record("k", 9, (1, 2, 10), sums(&[]), 30_000);
-        assert_eq!(ahead.to_ask("k", 9, 30_000), 0);
+        assert_eq!(ahead.to_ask("k", 9, 30_000, DEFAULT_AHEAD), 0);
     }
 
     #[test]
@@ -457,9 +469,12 @@ mod tests {
         let ahead = Ahead::default();
         ahead.record("k", 9, (1, 1, 1), sums(&[]), 30_000);
         ahead.record("session:s|k", 0, (1, 1, 1), sums(&[]), 30_000);
-        assert_eq!(ahead.to_ask("k", 9, 60_000 * 9 + 500), 0);
-        assert_eq!(ahead.to_ask("k", 9, 60_000 * 9 + 2_500), 1);
-        assert_eq!(ahead.to_ask("session:s|k", 0, 60_000 * 9 + 500), 1);
+        assert_eq!(ahead.to_ask("k", 9, 60_000 * 9 + 500, DEFAULT_AHEAD), 0);
+        assert_eq!(ahead.to_ask("k", 9, 60_000 * 9 + 2_500, DEFAULT_AHEAD), 1);
+        assert_eq!(
+            ahead.to_ask("session:s|k", 0, 60_000 * 9 + 500, DEFAULT_AHEAD),
+            1
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@ use cordon_agent::cordon_policy::CountQuery;
 use cordon_core::now_ms;
 use sqlx::Row;
 
+use crate::ahead::{DEFAULT_AHEAD, MOST_AHEAD};
 use crate::{Store, StoreError, on_backend};
 
 /// The longest window a rule may count over, in minutes (`cordon_policy::Window::parse`
@@ -316,9 +317,19 @@ impl Store {
             }
         } else {
             let now = now_ms();
+            // A row's places ahead: the least its queries allow.
+            let most = |key: &str| {
+                queries
+                    .iter()
+                    .filter(|q| &*q.key == key)
+                    .map(|q| q.most_ahead.map_or(DEFAULT_AHEAD, i64::from))
+                    .min()
+                    .unwrap_or(DEFAULT_AHEAD)
+                    .min(MOST_AHEAD)
+            };
             let to_store: Vec<_> = rows
                 .iter()
-                .map(|&(key, at, n)| (key, at, n, n + self.ahead.to_ask(key, at, now)))
+                .map(|&(key, at, n)| (key, at, n, n + self.ahead.to_ask(key, at, now, most(key))))
                 .collect();
             self.reserve_in_store(&to_store, &windows, &mut answered)
                 .await?;

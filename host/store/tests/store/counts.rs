@@ -294,6 +294,45 @@ each_backend!(
 );
 
 each_backend!(
+    a_host_holds_no_more_places_ahead_than_the_queries_of_a_counter_allow,
+    |backend: Backend| async move {
+        let (store, url, _dir) = fresh(backend, options(Duration::from_secs(30), 64)).await;
+        let other = Store::open(&url, options(Duration::from_secs(30), 64))
+            .await
+            .unwrap();
+        let now = this_minute();
+        // A threshold of 50 allows 3 ahead; a `when` reading the same key (no size known)
+        // does not raise it.
+        let sized = |most: Option<u32>| CountQuery {
+            most_ahead: most,
+            ..query("tool:z", now - 59)
+        };
+        let asked = [sized(Some(3)), sized(None)];
+        for i in 0..40u64 {
+            let counts = store
+                .reserve_calls(&keys(&["tool:z"]), &asked, now, None)
+                .await
+                .unwrap();
+            assert_eq!(counts, [i, i]);
+            let held = count(&other, "tool:z", now).await;
+            assert!((i + 1..=i + 4).contains(&held), "call {i}: {held} counted");
+        }
+        // None ahead: another host counts exactly the calls made.
+        let none = [CountQuery {
+            most_ahead: Some(0),
+            ..query("tool:y", now - 59)
+        }];
+        for i in 0..20u64 {
+            store
+                .reserve_calls(&keys(&["tool:y"]), &none, now, None)
+                .await
+                .unwrap();
+            assert_eq!(count(&other, "tool:y", now).await, i + 1);
+        }
+    }
+);
+
+each_backend!(
     pruning_removes_only_rows_no_window_counts,
     |backend: Backend| async move {
         let (store, _url, _dir) = fresh(backend, options(Duration::from_secs(30), 64)).await;
