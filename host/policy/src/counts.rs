@@ -552,6 +552,10 @@ impl ToolCounting {
 /// keys of the calls that run, [`crate::Policy::tally`]) less `reserved` are added, and
 /// `reserved` less `kept` are taken back; each key as often as it is named.
 pub fn settle(reserved: &[String], kept: &[String]) -> (Vec<String>, Vec<String>) {
+    // The usual call: it keeps just what it reserved (both are sorted, as `keys` makes them).
+    if reserved == kept {
+        return (Vec::new(), Vec::new());
+    }
     let mut balance: std::collections::BTreeMap<&str, i64> = Default::default();
     for k in kept {
         *balance.entry(k).or_default() += 1;

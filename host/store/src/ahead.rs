@@ -104,14 +104,17 @@ impl Block {
 /// counter without making a key, since a call looks its rows up on every reservation).
 #[derive(Debug, Default)]
 pub(crate) struct Ahead {
-    blocks: Mutex<HashMap<String, HashMap<i64, Block>>>,
+    blocks: Mutex<Blocks>,
     /// Whether a task gives back the spare places that are due.
     pub(crate) returner: AtomicBool,
     /// Held while spare places go back to the store, and while places are reserved there.
     pub(crate) giving_back: tokio::sync::Mutex<()>,
 }
 
-type Blocks = HashMap<String, HashMap<i64, Block>>;
+/// Hashed with foldhash rather than SipHash: the keys are this host's own counters' names,
+/// looked up several times on every call.
+type Blocks = HashMap<String, HashMap<i64, Block, Fast>, Fast>;
+type Fast = foldhash::fast::RandomState;
 
 /// The block of row (`key`, `minute`).
 fn block_of<'b>(blocks: &'b mut Blocks, key: &str, minute: i64) -> Option<&'b mut Block> {
@@ -183,18 +186,20 @@ impl Ahead {
                 block.earlier.get(&first)?;
             }
         }
-        let mut before = Vec::with_capacity(rows.len());
-        for &(key, minute, n) in rows {
-            before.push(block_of(&mut blocks, key, minute)?.hand_out(n));
+        // Each row's block looked up once more: its places handed out and its counts read.
+        let mut counts = vec![0; wanted.len()];
+        for (at, &(key, minute, n)) in rows.iter().enumerate() {
+            let block = block_of(&mut blocks, key, minute)?;
+            let before = block.hand_out(n);
+            for (count, &(_, first)) in counts
+                .iter_mut()
+                .zip(wanted)
+                .filter(|(_, (row, _))| *row == at)
+            {
+                *count = before.saturating_add(*block.earlier.get(&first)?);
+            }
         }
-        wanted
-            .iter()
-            .map(|&(row, first)| {
-                let (key, minute, _) = rows[row];
-                let earlier = blocks.get(key)?.get(&minute)?.earlier.get(&first)?;
-                Some(before[row].saturating_add(*earlier))
-            })
-            .collect()
+        Some(counts)
     }
 
     /// How many places to ask the store for beyond the call's on row (`key`, `minute`), at
