@@ -19,6 +19,15 @@ fn keys(keys: &[&str]) -> Vec<String> {
     keys.iter().map(|k| k.to_string()).collect()
 }
 
+/// Two hosts' handles on one fresh store (and the directory that holds it, if any).
+async fn two_hosts(backend: Backend) -> (Store, Store, Option<tempfile::TempDir>) {
+    let (first, url, dir) = fresh(backend, options(Duration::from_secs(30), 64)).await;
+    let second = Store::open(&url, options(Duration::from_secs(30), 64))
+        .await
+        .unwrap();
+    (first, second, dir)
+}
+
 fn this_minute() -> i64 {
     cordon_core::now_ms().div_euclid(60_000)
 }
@@ -92,10 +101,7 @@ each_backend!(
 each_backend!(
     two_hosts_adding_at_once_lose_no_count,
     |backend: Backend| async move {
-        let (first, url, _dir) = fresh(backend, options(Duration::from_secs(30), 64)).await;
-        let second = Store::open(&url, options(Duration::from_secs(30), 64))
-            .await
-            .unwrap();
+        let (first, second, _dir) = two_hosts(backend).await;
         let now = this_minute();
         let adders: Vec<_> = [
             (first.clone(), "caller:a/|tool:t"),
@@ -137,10 +143,7 @@ each_backend!(
         // The attack: two hosts (and several sessions on each) deciding calls under "at most
         // N an hour" at the same moment. Counted, then added, two calls could read the same
         // count and both take the last place; reserved, every call reads a different count.
-        let (first, url, _dir) = fresh(backend, options(Duration::from_secs(30), 64)).await;
-        let second = Store::open(&url, options(Duration::from_secs(30), 64))
-            .await
-            .unwrap();
+        let (first, second, _dir) = two_hosts(backend).await;
         let now = this_minute();
         // Earlier calls in the window, and one before it.
         first
@@ -296,10 +299,7 @@ each_backend!(
 each_backend!(
     a_host_holds_no_more_places_ahead_than_the_queries_of_a_counter_allow,
     |backend: Backend| async move {
-        let (store, url, _dir) = fresh(backend, options(Duration::from_secs(30), 64)).await;
-        let other = Store::open(&url, options(Duration::from_secs(30), 64))
-            .await
-            .unwrap();
+        let (store, other, _dir) = two_hosts(backend).await;
         let now = this_minute();
         // A threshold of 50 allows 3 ahead; a `when` reading the same key (no size known)
         // does not raise it.
