@@ -132,7 +132,7 @@ pub fn reread(config: &PolicyConfig) -> Reread<'_> {
     let same = |g: &Gate| {
         g.path == source.path && Arc::ptr_eq(&g.text, &source.text) && g.files == config.files
     };
-    let (since, before) = {
+    let (since, before, last) = {
         let mut gates = GATES.lock().unwrap_or_else(|e| e.into_inner());
         match gates.iter_mut().find(|g| same(g)) {
             Some(g) => {
@@ -143,18 +143,38 @@ pub fn reread(config: &PolicyConfig) -> Reread<'_> {
                         Some((a, _)) => Reread::Changed(a.clone()),
                     };
                 }
-                (since, g.answer.take())
+                // The last answer is given again only after a quiet second under a watch:
+                // without one, an edit the stamps cannot tell would keep it for good.
+                let reusable = since == Since::Due && g.watch.is_some();
+                let last = g.answer.clone();
+                (since, last.clone().filter(|_| reusable), last)
             }
-            None => (Since::Due, None),
+            None => (Since::Due, None, None),
         }
     };
-    let dir = source.path.parent().unwrap_or(std::path::Path::new(""));
-    let files: Vec<PathBuf> = std::iter::once(source.path.clone())
-        .chain(config.files.iter().map(|f| dir.join(f)))
-        .collect();
+    // The config's files and those of the last answer: an edit may name other Cedar files.
+    let files_of = |c: &PolicyConfig| -> Vec<PathBuf> {
+        let dir = source.path.parent().unwrap_or(std::path::Path::new(""));
+        c.files.iter().map(|f| dir.join(f)).collect()
+    };
+    let mut files = vec![source.path.clone()];
+    for f in files_of(config)
+        .into_iter()
+        .chain(last.iter().flat_map(|(a, _)| files_of(a)))
+    {
+        if !files.contains(&f) {
+            files.push(f);
+        }
+    }
     // Made before the check, so that an edit during it is seen at the next call.
-    let watch = watch::Watch::new(&files);
+    let mut watch = watch::Watch::new(&files);
     let answer = check(config, source, since, before);
+    // An answer naming a file not watched: the next call checks again, watching it first.
+    if let Some((a, _)) = &answer
+        && files_of(a).iter().any(|f| !files.contains(f))
+    {
+        watch = None;
+    }
     let mut gates = GATES.lock().unwrap_or_else(|e| e.into_inner());
     gates.retain(|g| !same(g));
     gates.insert(
@@ -445,5 +465,28 @@ mod tests {
         };
         assert!(!Arc::ptr_eq(&edited, &cedar_edited));
         assert_eq!(ids(&cedar_edited), ["b", "c2"]);
+
+        // An edit naming another Cedar file: that file is watched from then on.
+        let other = dir.path().join("other.cedar");
+        std::fs::write(&other, forbid("o1")).unwrap();
+        std::fs::write(
+            &path,
+            first
+                .replace("\"a\"", "\"b\"")
+                .replace("rules.cedar", "other.cedar"),
+        )
+        .unwrap();
+        let Reread::Changed(renamed) = reread(&config) else {
+            panic!("the edit is not seen")
+        };
+        assert_eq!(ids(&renamed), ["b", "o1"]);
+        let _ = reread(&config);
+        std::fs::write(&other, forbid("o2")).unwrap();
+        let Reread::Changed(other_edited) = reread(&config) else {
+            panic!("the edit is forgotten")
+        };
+        // A new config, so that what a caller made of the last one is not used again.
+        assert!(!Arc::ptr_eq(&renamed, &other_edited));
+        assert_eq!(ids(&other_edited), ["b", "o2"]);
     }
 }

@@ -206,13 +206,16 @@ impl Ahead {
     /// `now_ms`: enough to bring the spare ones to what the block has earned, and to no more
     /// than `most`.
     pub(crate) fn to_ask(&self, key: &str, minute: i64, now_ms: i64, most: i64) -> i64 {
+        let mut blocks = self.lock();
+        let Some(block) = block_of(&mut blocks, key, minute) else {
+            return 0;
+        };
+        // Kept at the row's most, so that another host's places halve what it allows.
+        block.earned = block.earned.min(most);
         if !settled(minute, now_ms) {
             return 0;
         }
-        self.lock()
-            .get(key)
-            .and_then(|rows| rows.get(&minute))
-            .map_or(0, |b| (b.earned.min(most) - (b.end - b.next)).max(0))
+        (block.earned - (block.end - block.next)).max(0)
     }
 
     /// What the store answered for row (`key`, `minute`): it added `asked` places (the
@@ -467,6 +470,26 @@ mod tests {
         // Each visit that finds another host's places halves it.
         ahead.record("k", 9, (1, 2, 10), sums(&[]), 30_000);
         assert_eq!(ahead.to_ask("k", 9, 30_000, DEFAULT_AHEAD), 0);
+    }
+
+    #[test]
+    fn another_hosts_places_halve_what_a_row_allows_not_what_it_would_have_earned() {
+        let ahead = Ahead::default();
+        let mut row = 0;
+        let visit = |row: &mut i64| {
+            let asked = 1 + ahead.to_ask("k", 9, 30_000, 2);
+            *row += asked;
+            ahead.record("k", 9, (1, asked, *row), sums(&[]), 30_000);
+            while ahead.take_all(&[("k", 9, 1, &[])]).is_some() {}
+        };
+        for _ in 0..10 {
+            visit(&mut row);
+        }
+        assert_eq!(ahead.to_ask("k", 9, 30_000, 2), 2);
+        // Another host takes places: the row allows 2 ahead, so 1 now.
+        row += 5;
+        visit(&mut row);
+        assert_eq!(ahead.to_ask("k", 9, 30_000, 2), 1);
     }
 
     #[test]

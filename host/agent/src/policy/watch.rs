@@ -33,6 +33,9 @@ pub(super) struct Watch {
     #[cfg(target_os = "linux")]
     names: Vec<(i32, std::ffi::OsString)>,
     checked: Instant,
+    /// Whether a change was seen: it stays seen (the event is read once, and another call
+    /// may ask before the watch is made again).
+    changed: bool,
 }
 
 impl Watch {
@@ -68,6 +71,7 @@ impl Watch {
                 inotify: fd,
                 names,
                 checked: Instant::now(),
+                changed: false,
             })
         }
         #[cfg(not(target_os = "linux"))]
@@ -79,6 +83,9 @@ impl Watch {
 
     /// What happened to the files since the watch was made (see the module's list).
     pub(super) fn since(&mut self) -> Since {
+        if self.changed {
+            return Since::Change;
+        }
         #[cfg(target_os = "linux")]
         {
             use rustix::fs::inotify::{ReadFlags, Reader};
@@ -88,7 +95,10 @@ impl Watch {
                 match events.next() {
                     Err(rustix::io::Errno::WOULDBLOCK) => break,
                     Err(rustix::io::Errno::INTR) => continue,
-                    Err(_) => return Since::Change,
+                    Err(_) => {
+                        self.changed = true;
+                        return Since::Change;
+                    }
                     Ok(event) => {
                         let counts = match event.file_name().filter(|n| !n.is_empty()) {
                             // Another file of the directory (a store, a log) does not.
@@ -103,6 +113,7 @@ impl Watch {
                                 .events()
                                 .intersects(ReadFlags::QUEUE_OVERFLOW | ReadFlags::IGNORED)
                         {
+                            self.changed = true;
                             return Since::Change;
                         }
                     }
@@ -161,8 +172,9 @@ mod tests {
         std::fs::write(dir.path().join("store.db"), "y").unwrap();
         assert_eq!(watch.since(), Since::Nothing);
 
-        // In place.
+        // In place; seen by every later call until the watch is made again.
         std::fs::write(&config, "a2").unwrap();
+        assert_eq!(watch.since(), Since::Change);
         assert_eq!(watch.since(), Since::Change);
         let mut watch = Watch::new(&files).unwrap();
         // Renamed over, as editors save.
