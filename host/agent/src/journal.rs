@@ -98,7 +98,7 @@ pub trait Journal: Send {
     /// decided at once elsewhere see each other (see the store's `reserve_calls`).
     async fn reserve_calls(
         &mut self,
-        adds: &[String],
+        adds: &[cordon_policy::Reservation],
         queries: &[cordon_policy::CountQuery],
         minute: i64,
     ) -> Result<Vec<u64>, JournalError> {

@@ -73,6 +73,12 @@ pub struct CountQuery {
     pub key: Arc<str>,
     /// The first minute counted.
     pub since_minute: i64,
+}
+
+/// A store key a call is reserved on before it is decided ([`crate::Policy::reservable`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    pub key: String,
     /// How many places a host may reserve ahead on the key (see [`places_ahead`]); `None`
     /// where the policy cannot tell (a `when` or Cedar policy reads the count), which leaves
     /// it to the store.
@@ -94,7 +100,6 @@ impl CountQuery {
         let mut names: Vec<Arc<str>> = names.iter().map(|n| Arc::from(*n)).collect();
         names.sort();
         CountQuery {
-            most_ahead: None,
             names: names.into(),
             numbers: Arc::new([]),
             policy: 0,
@@ -412,6 +417,8 @@ pub(crate) struct ToolCounting {
     counted_by: Vec<usize>,
     /// The policy's number, which its queries carry.
     policy: u64,
+    /// The places ahead each kind's keys allow (see [`Reservation::most_ahead`]).
+    most_ahead: Vec<Option<u32>>,
 }
 
 /// Counters of one tool's rules that read the same count.
@@ -422,9 +429,6 @@ struct Read {
     names: Arc<[Arc<str>]>,
     /// The same counters' numbers in the policy, ascending.
     numbers: Arc<[u32]>,
-    /// The places ahead its key allows: the least of every counter of the policy with the
-    /// same kind of key (whichever tool's rules read them), since they share the key's rows.
-    most_ahead: Option<u32>,
 }
 
 impl ToolCounting {
@@ -470,25 +474,31 @@ impl ToolCounting {
                 // Numbered only when every number fits (else its counts go by name).
                 let numbers: Option<Vec<u32>> =
                     read_by.iter().map(|&i| u32::try_from(i).ok()).collect();
-                // (`read_by` is never empty: a group is made with its first counter.)
-                let of_kind = &counters[read_by[0]].kind;
-                let same_kind = counters.iter().filter(|c| c.kind == *of_kind);
-                let most_ahead = same_kind
-                    .map(|c| c.most_ahead)
-                    .try_fold(u32::MAX, |least, c| Some(least.min(c?)));
                 Read {
                     kind,
                     window,
                     names: names.into(),
                     numbers: numbers.unwrap_or_default().into(),
-                    most_ahead,
                 }
             })
             .collect();
         let mut counted: Vec<usize> = counted_by.iter().filter_map(|&i| kind_of(i)).collect();
         counted.sort_unstable();
         counted.dedup();
+        // The places ahead a kind's keys allow: the least of every counter of the policy with
+        // that kind of key (whichever tool's rules read them), since they share its rows.
+        let most_ahead = kinds
+            .iter()
+            .map(|kind| {
+                counters
+                    .iter()
+                    .filter(|c| c.kind.as_ref() == Some(kind))
+                    .map(|c| c.most_ahead)
+                    .try_fold(u32::MAX, |least, c| Some(least.min(c?)))
+            })
+            .collect();
         ToolCounting {
+            most_ahead,
             kinds,
             reads,
             counted_by: counted,
@@ -518,7 +528,6 @@ impl ToolCounting {
                     policy: self.policy,
                     key: key.clone(),
                     since_minute: read.window.since(minute),
-                    most_ahead: read.most_ahead,
                 }
             })
             .collect()
@@ -545,6 +554,25 @@ impl ToolCounting {
             .collect();
         keys.sort_unstable();
         keys
+    }
+
+    /// The keys a call is reserved on (those of [`ToolCounting::keys`] without `applied`),
+    /// each with the places ahead it allows, in the order of the keys.
+    pub(crate) fn reservations(
+        &self,
+        (identity, plugin): (&str, &str),
+        scope: CountScope<'_>,
+    ) -> Vec<Reservation> {
+        let mut reservations: Vec<Reservation> = self
+            .counted_by
+            .iter()
+            .map(|&k| Reservation {
+                key: self.kinds[k].key(identity, plugin, scope),
+                most_ahead: self.most_ahead[k],
+            })
+            .collect();
+        reservations.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        reservations
     }
 }
 
@@ -672,7 +700,6 @@ mod tests {
     #[test]
     fn counts_answered_for_a_policy_are_found_by_number_and_by_name() {
         let query = |names: &[&str], numbers: &[u32], policy: u64| CountQuery {
-            most_ahead: None,
             numbers: numbers.into(),
             policy,
             ..CountQuery::named(names, "tool:p.t", 1)
@@ -722,7 +749,6 @@ mod tests {
         // Names given in any order are found.
         for policy in [0, 5] {
             let unsorted = [CountQuery {
-                most_ahead: None,
                 names: [Arc::from("z"), Arc::from("a")].into(),
                 ..query(&[], &[1, 2], policy)
             }];

@@ -30,14 +30,14 @@ impl Policy {
     }
 
     /// The store keys a call of `tool` may add to: what [`Policy::tally`] gives when every
-    /// rule that may apply to the tool applies. They are reserved before the call is decided,
+    /// rule that may apply to the tool applies, each with the places ahead it allows. They are reserved before the call is decided,
     /// so that calls decided at once see each other; what the call then does not add to is
     /// taken back ([`crate::settle`]).
-    pub fn reservable(&self, tool: &str, scope: crate::CountScope<'_>) -> Vec<String> {
+    pub fn reservable(&self, tool: &str, scope: crate::CountScope<'_>) -> Vec<crate::Reservation> {
         let Some(t) = self.tools.get(tool) else {
             return Vec::new();
         };
-        t.counting.keys((tool, &t.plugin), scope, None)
+        t.counting.reservations((tool, &t.plugin), scope)
     }
 
     /// Whether a rule may deny every call of `tool` whatever its arguments: a rule that

@@ -43,7 +43,9 @@ pub use call::{Call, Caller, SessionFacts, normalise};
 pub use config::{
     CallCount, ConfigSource, CounterSpec, Decision, Example, Names, PolicyConfig, Rule,
 };
-pub use counts::{CountQuery, CountScope, Counts, Window, counts_of, places_ahead, settle};
+pub use counts::{
+    CountQuery, CountScope, Counts, Reservation, Window, counts_of, places_ahead, settle,
+};
 pub use engine::{Policy, RuleRef, Verdict};
 pub use error::PolicyError;
 pub use schema::{Reach, ToolFacts};

@@ -337,6 +337,7 @@ rules = [
   { id = "few", tool = "sql.sql_execute", calls = { of = "tool", within = "1h", at_least = 20 }, decision = "ask" },
   { id = "many", tool = "files.read_file", calls = { of = "tool", within = "1d", at_least = 100000 }, decision = "ask" },
   { id = "capped", plugin = "sql", calls = { of = "plugin", within = "session", at_least = 3200 }, decision = "deny" },
+  { id = "writes", tool = "sql.sql_execute", calls = { of = "plugin", within = "1h", at_least = 48 }, decision = "ask" },
   { id = "read", tool = "ops.deploy", calls = { of = "plugin", within = "1h", per = "caller", at_least = 10000 }, when = 'context.calls["rule:read"] > 5', decision = "ask" },
 ]
 "#,
@@ -347,29 +348,45 @@ rules = [
         caller: ("ci", ""),
     };
     let ahead = |tool: &str| {
-        p.counters_for(tool, scope, MONDAY_NOON)
+        p.reservable(tool, scope)
             .into_iter()
-            .map(|q| (q.key.to_string(), q.most_ahead))
+            .map(|r| (r.key, r.most_ahead))
             .collect::<Vec<_>>()
     };
+    let pair = |key: &str, most: Option<u32>| (key.to_string(), most);
     assert_eq!(
         ahead("sql.sql_execute"),
         [
-            // 20 / 16.
-            ("tool:sql.sql_execute".to_string(), Some(1)),
+            // Its kind of key (of the plugin, per caller) is read by a `when` on ops.deploy.
+            pair("caller:ci/|plugin:sql", None),
+            // 48 / 16.
+            pair("plugin:sql", Some(3)),
             // 3,200 / 16, at most 64.
-            ("session:s1|plugin:sql".to_string(), Some(64)),
+            pair("session:s1|plugin:sql", Some(64)),
+            // 20 / 16.
+            pair("tool:sql.sql_execute", Some(1)),
         ]
     );
-    // A tool's key shares its kind with every tool's: the least threshold of them all.
+    // A tool none of whose rules reads a key it counts on: sized by the rules that do.
+    assert_eq!(
+        ahead("sql.sql_query"),
+        [
+            pair("caller:ci/|plugin:sql", None),
+            pair("plugin:sql", Some(3)),
+            pair("session:s1|plugin:sql", Some(64)),
+            pair("tool:sql.sql_query", Some(1)),
+        ]
+    );
+    // A tool's key shares its kind with every tool's: the least threshold of them all
+    // (20 for `tool:…`, though the rules on this tool ask at 100,000).
     assert_eq!(
         ahead("files.read_file"),
-        [("tool:files.read_file".to_string(), Some(1))]
-    );
-    // A `when` reads the count: its thresholds are not the host's to see.
-    assert_eq!(
-        ahead("ops.deploy"),
-        [("caller:ci/|plugin:ops".to_string(), None)]
+        [
+            pair("caller:ci/|plugin:files", None),
+            pair("plugin:files", Some(3)),
+            pair("session:s1|plugin:files", Some(64)),
+            pair("tool:files.read_file", Some(1)),
+        ]
     );
     assert_eq!(
         (

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use cordon_agent::cordon_policy::CountQuery;
+use cordon_agent::cordon_policy::{CountQuery, Reservation};
 use cordon_core::now_ms;
 use sqlx::Row;
 
@@ -137,10 +137,14 @@ fn first_minute(q: &CountQuery, session: Option<&str>) -> i64 {
 /// The rows `keys` add to at `minute` (minute 0 for `session`'s own counters), each with how
 /// often it is named, in one order on every host, so that hosts adding to the same counters
 /// at once wait for each other rather than deadlock.
-fn rows_of<'k>(keys: &'k [String], minute: i64, session: Option<&str>) -> Vec<(&'k str, i64, i64)> {
+fn rows_of<'k>(
+    keys: impl IntoIterator<Item = &'k str>,
+    minute: i64,
+    session: Option<&str>,
+) -> Vec<(&'k str, i64, i64)> {
     // A sorted vector rather than a map: a call names a handful of keys, on every call.
     let mut rows: Vec<(&str, i64, i64)> = keys
-        .iter()
+        .into_iter()
         .map(|k| {
             let at = if kept_for_session(k, session) {
                 SESSION_MINUTE
@@ -149,7 +153,7 @@ fn rows_of<'k>(keys: &'k [String], minute: i64, session: Option<&str>) -> Vec<(&
                 // counted at the first minute after.
                 minute.max(SESSION_MINUTE + 1)
             };
-            (k.as_str(), at, 1)
+            (k, at, 1)
         })
         .collect();
     rows.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
@@ -217,7 +221,7 @@ impl Store {
         session: Option<&str>,
     ) -> Result<(), StoreError> {
         // Spare places this host reserved ahead are in the store already.
-        let rows: Vec<(&str, i64, i64)> = rows_of(keys, minute, session)
+        let rows: Vec<(&str, i64, i64)> = rows_of(keys.iter().map(String::as_str), minute, session)
             .into_iter()
             .filter(|&(key, at, n)| !self.ahead.use_spare(key, at, n))
             .collect();
@@ -273,12 +277,12 @@ impl Store {
     /// on, is taken back with [`Store::release_calls`].
     pub async fn reserve_calls(
         &self,
-        adds: &[String],
+        adds: &[Reservation],
         queries: &[CountQuery],
         minute: i64,
         session: Option<&str>,
     ) -> Result<Vec<u64>, StoreError> {
-        let rows = rows_of(adds, minute, session);
+        let rows = rows_of(adds.iter().map(|a| a.key.as_str()), minute, session);
         if rows.is_empty() {
             return self.count_calls(queries, session).await;
         }
@@ -317,12 +321,11 @@ impl Store {
             }
         } else {
             let now = now_ms();
-            // A row's places ahead: the least its queries allow.
+            // A row's places ahead: the least its reservations allow.
             let most = |key: &str| {
-                queries
-                    .iter()
-                    .filter(|q| &*q.key == key)
-                    .map(|q| q.most_ahead.map_or(DEFAULT_AHEAD, i64::from))
+                adds.iter()
+                    .filter(|a| a.key == key)
+                    .map(|a| a.most_ahead.map_or(DEFAULT_AHEAD, i64::from))
                     .min()
                     .unwrap_or(DEFAULT_AHEAD)
                     .min(MOST_AHEAD)
@@ -449,11 +452,12 @@ impl Store {
         minute: i64,
         session: Option<&str>,
     ) -> Result<(), StoreError> {
-        let rows: Vec<(String, i64, i64)> = rows_of(keys, minute, session)
-            .into_iter()
-            .filter(|&(key, at, n)| !self.ahead.give_back(key, at, n))
-            .map(|(key, at, n)| (key.to_string(), at, n))
-            .collect();
+        let rows: Vec<(String, i64, i64)> =
+            rows_of(keys.iter().map(String::as_str), minute, session)
+                .into_iter()
+                .filter(|&(key, at, n)| !self.ahead.give_back(key, at, n))
+                .map(|(key, at, n)| (key.to_string(), at, n))
+                .collect();
         if !rows.is_empty() {
             tracing::trace!(rows = rows.len(), "policy counters taken back in the store");
         }
@@ -653,7 +657,7 @@ mod tests {
     fn a_key_named_twice_adds_two() {
         let keys = ["tool:a.b", "plugin:a", "tool:a.b", "session:s|tool:a.b"].map(String::from);
         assert_eq!(
-            rows_of(&keys, 100, Some("s")),
+            rows_of(keys.iter().map(String::as_str), 100, Some("s")),
             [
                 ("plugin:a", 100, 1),
                 ("session:s|tool:a.b", 0, 1),

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use cordon_agent::cordon_policy::CountQuery;
+use cordon_agent::cordon_policy::{CountQuery, Reservation};
 use cordon_agent::pages::{InFiles, KeptAt, KeptPart, Parts};
 use cordon_agent::{CancellationToken, Cause, Conversation, Journal, JournalError, async_trait};
 use cordon_core::Written;
@@ -422,7 +422,7 @@ impl Journal for SessionJournal {
 
     async fn reserve_calls(
         &mut self,
-        adds: &[String],
+        adds: &[Reservation],
         queries: &[CountQuery],
         minute: i64,
     ) -> Result<Vec<u64>, JournalError> {
@@ -533,7 +533,7 @@ impl Journal for AuditJournal {
 
     async fn reserve_calls(
         &mut self,
-        adds: &[String],
+        adds: &[Reservation],
         queries: &[CountQuery],
         minute: i64,
     ) -> Result<Vec<u64>, JournalError> {

@@ -80,13 +80,14 @@ impl Agent {
         };
         let scope = count_scope(&inputs.session, &inputs.caller);
         let mut queries = Vec::new();
+        let mut reservations: Vec<cordon_policy::Reservation> = Vec::new();
         for call in &response.tool_calls {
             let Some(spec) = catalog.spec(&call.name) else {
                 continue;
             };
             let identity = spec.identity();
             // Every call is reserved; the counters are read once for each tool.
-            reserved.keys.extend(policy.reservable(&identity, scope));
+            reservations.extend(policy.reservable(&identity, scope));
             if inputs.counts.contains_key(&identity) {
                 continue;
             }
@@ -95,14 +96,15 @@ impl Agent {
                 queries.push((identity.clone(), q));
             }
         }
-        if queries.is_empty() && reserved.keys.is_empty() {
+        if queries.is_empty() && reservations.is_empty() {
             return Ok((inputs, reserved));
         }
         let asked: Vec<_> = queries.iter().map(|(_, q)| q.clone()).collect();
         let mut counts = io
             .journal
-            .reserve_calls(&reserved.keys, &asked, minute)
+            .reserve_calls(&reservations, &asked, minute)
             .await?;
+        reserved.keys = reservations.into_iter().map(|r| r.key).collect();
         // A journal that answers too few counts must not let a call past a limit: the rest
         // read as full.
         counts.resize(asked.len(), u64::MAX);

@@ -96,7 +96,8 @@ impl McpServer {
                 .await
             {
                 Ok(found) => {
-                    *reserved.keys.get_mut().unwrap_or_else(|e| e.into_inner()) = adds;
+                    *reserved.keys.get_mut().unwrap_or_else(|e| e.into_inner()) =
+                        adds.into_iter().map(|a| a.key).collect();
                     counts = cordon_agent::cordon_policy::counts_of(&queries, &found);
                 }
                 // Unknown counts must not let a call past a limit: the rules see the limit

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use cordon_agent::Journal;
-use cordon_agent::cordon_policy::CountQuery;
+use cordon_agent::cordon_policy::{CountQuery, Reservation};
 use cordon_store::{AuditJournal, LONGEST_WINDOW_MINUTES, Store};
 
 use crate::sessions::new_session;
@@ -13,6 +13,16 @@ use crate::{Backend, each_backend, fresh, options, raw_sql};
 
 fn query(key: &str, since_minute: i64) -> CountQuery {
     CountQuery::named(&[&format!("c:{key}")], key, since_minute)
+}
+
+/// Reservations on `keys`, with no size from a policy.
+fn reserve(keys: &[&str]) -> Vec<Reservation> {
+    keys.iter()
+        .map(|k| Reservation {
+            key: k.to_string(),
+            most_ahead: None,
+        })
+        .collect()
 }
 
 fn keys(keys: &[&str]) -> Vec<String> {
@@ -166,7 +176,7 @@ each_backend!(
                     for _ in 0..25 {
                         let asked = [query("tool:t", now - 59), query("tool:t", now)];
                         let counts = store
-                            .reserve_calls(&keys(&["tool:t", "rule:r"]), &asked, now, None)
+                            .reserve_calls(&reserve(&["tool:t", "rule:r"]), &asked, now, None)
                             .await
                             .unwrap();
                         // The window's earlier minutes, and the minute itself alone.
@@ -220,7 +230,7 @@ each_backend!(
             .unwrap();
         let counted = first
             .reserve_calls(
-                &[own.clone(), own.clone()],
+                &reserve(&[&own, &own]),
                 &[query(&own, 0), query("rule:r", now), query("rule:none", 0)],
                 now,
                 Some("s1"),
@@ -250,7 +260,7 @@ each_backend!(
         let mut seen = Vec::new();
         for i in 0..300 {
             let counts = store
-                .reserve_calls(&keys(&["tool:t", "rule:r"]), &asked, now, None)
+                .reserve_calls(&reserve(&["tool:t", "rule:r"]), &asked, now, None)
                 .await
                 .unwrap();
             assert_eq!(counts[0], counts[1] + 2, "{counts:?}");
@@ -287,7 +297,7 @@ each_backend!(
         // second call reserves one ahead, unless in a minute's first seconds).
         for _ in 0..2 {
             store
-                .reserve_calls(&keys(&["tool:t"]), &asked, now, None)
+                .reserve_calls(&reserve(&["tool:t"]), &asked, now, None)
                 .await
                 .unwrap();
         }
@@ -303,30 +313,27 @@ each_backend!(
         let now = this_minute();
         // A threshold of 50 allows 3 ahead; a `when` reading the same key (no size known)
         // does not raise it.
-        let sized = |most: Option<u32>| CountQuery {
+        let sized = |key: &str, most: Option<u32>| Reservation {
+            key: key.to_string(),
             most_ahead: most,
-            ..query("tool:z", now - 59)
         };
-        let asked = [sized(Some(3)), sized(None)];
+        let adds = [sized("tool:z", Some(3)), sized("tool:z", None)];
+        let asked = [query("tool:z", now - 59)];
         for i in 0..40u64 {
-            let counts = store
-                .reserve_calls(&keys(&["tool:z"]), &asked, now, None)
-                .await
-                .unwrap();
-            assert_eq!(counts, [i, i]);
+            let counts = store.reserve_calls(&adds, &asked, now, None).await.unwrap();
+            // (Each call is reserved twice on the row, as named twice.)
+            assert_eq!(counts, [2 * i]);
             let held = count(&other, "tool:z", now).await;
-            assert!((i + 1..=i + 4).contains(&held), "call {i}: {held} counted");
+            assert!(
+                (2 * i + 2..=2 * i + 5).contains(&held),
+                "call {i}: {held} counted"
+            );
         }
         // None ahead: another host counts exactly the calls made.
-        let none = [CountQuery {
-            most_ahead: Some(0),
-            ..query("tool:y", now - 59)
-        }];
+        let none = [sized("tool:y", Some(0))];
+        let asked = [query("tool:y", now - 59)];
         for i in 0..20u64 {
-            store
-                .reserve_calls(&keys(&["tool:y"]), &none, now, None)
-                .await
-                .unwrap();
+            store.reserve_calls(&none, &asked, now, None).await.unwrap();
             assert_eq!(count(&other, "tool:y", now).await, i + 1);
         }
     }
