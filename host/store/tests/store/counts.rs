@@ -307,7 +307,7 @@ each_backend!(
 );
 
 each_backend!(
-    a_host_holds_no_more_places_ahead_than_the_queries_of_a_counter_allow,
+    a_host_holds_no_more_places_ahead_than_its_reservations_allow,
     |backend: Backend| async move {
         let (store, other, _dir) = two_hosts(backend).await;
         let now = this_minute();
