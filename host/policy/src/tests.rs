@@ -353,41 +353,30 @@ rules = [
             .map(|r| (r.key, r.most_ahead))
             .collect::<Vec<_>>()
     };
-    let pair = |key: &str, most: Option<u32>| (key.to_string(), most);
-    assert_eq!(
-        ahead("sql.sql_execute"),
-        [
-            // Its kind of key (of the plugin, per caller) is read by a `when` on ops.deploy.
-            pair("caller:ci/|plugin:sql", None),
-            // 48 / 16.
-            pair("plugin:sql", Some(3)),
-            // 3,200 / 16, at most 64.
-            pair("session:s1|plugin:sql", Some(64)),
-            // 20 / 16.
-            pair("tool:sql.sql_execute", Some(1)),
-        ]
-    );
-    // A tool none of whose rules reads a key it counts on: sized by the rules that do.
-    assert_eq!(
-        ahead("sql.sql_query"),
-        [
-            pair("caller:ci/|plugin:sql", None),
-            pair("plugin:sql", Some(3)),
-            pair("session:s1|plugin:sql", Some(64)),
-            pair("tool:sql.sql_query", Some(1)),
-        ]
-    );
-    // A tool's key shares its kind with every tool's: the least threshold of them all
-    // (20 for `tool:…`, though the rules on this tool ask at 100,000).
-    assert_eq!(
-        ahead("files.read_file"),
-        [
-            pair("caller:ci/|plugin:files", None),
-            pair("plugin:files", Some(3)),
-            pair("session:s1|plugin:files", Some(64)),
-            pair("tool:files.read_file", Some(1)),
-        ]
-    );
+    // Every tool reserves on its plugin's keys and its own, each sized by the least threshold
+    // of its kind over the whole policy:
+    // - of the plugin, per caller: read by a `when` on ops.deploy, so not sized;
+    // - of the plugin: 48 / 16 (`writes`, a rule on sql.sql_execute only);
+    // - of the plugin, in the session: 3,200 / 16, at most 64;
+    // - of the tool: 20 / 16 (`few`), also for files.read_file, whose own rule asks at
+    //   100,000.
+    // So also for sql.sql_query, none of whose rules reads a key it counts on.
+    for (plugin, tool) in [
+        ("sql", "sql.sql_execute"),
+        ("sql", "sql.sql_query"),
+        ("files", "files.read_file"),
+    ] {
+        assert_eq!(
+            ahead(tool),
+            [
+                (format!("caller:ci/|plugin:{plugin}"), None),
+                (format!("plugin:{plugin}"), Some(3)),
+                (format!("session:s1|plugin:{plugin}"), Some(64)),
+                (format!("tool:{tool}"), Some(1)),
+            ],
+            "{tool}"
+        );
+    }
     assert_eq!(
         (
             places_ahead(0),
