@@ -153,10 +153,7 @@ pub fn reread(config: &PolicyConfig) -> Reread<'_> {
         }
     };
     // The config's files and those of the last answer: an edit may name other Cedar files.
-    let files_of = |c: &PolicyConfig| -> Vec<PathBuf> {
-        let dir = source.path.parent().unwrap_or(std::path::Path::new(""));
-        c.files.iter().map(|f| dir.join(f)).collect()
-    };
+    let files_of = |c: &PolicyConfig| cedar_paths(c, &source.path);
     let mut files = vec![source.path.clone()];
     for f in files_of(config)
         .into_iter()
@@ -315,12 +312,16 @@ struct Unchanged {
 
 /// The stamps of the Cedar files `config` names (beside `path`, its file).
 fn cedar_stamps(config: &PolicyConfig, path: &std::path::Path) -> Vec<Option<FileStamp>> {
-    let dir = path.parent().unwrap_or(std::path::Path::new(""));
-    config
-        .files
+    cedar_paths(config, path)
         .iter()
-        .map(|f| FileStamp::of(&dir.join(f)))
+        .map(|f| FileStamp::of(f))
         .collect()
+}
+
+/// The Cedar files `config` names, beside `path` (its file).
+fn cedar_paths(config: &PolicyConfig, path: &std::path::Path) -> Vec<PathBuf> {
+    let dir = path.parent().unwrap_or(std::path::Path::new(""));
+    config.files.iter().map(|f| dir.join(f)).collect()
 }
 
 /// What says a file changed without reading it: its size, modification time and inode (an
