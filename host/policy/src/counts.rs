@@ -141,20 +141,28 @@ impl CounterRef {
 /// Counter values by counter name, as the store gave them for
 /// [`crate::Policy::counters_for`]: what a call's `calls` rules and `context.calls` read.
 ///
-/// Every call with counting rules makes one, and each of its rules looks its counter up
-/// (60 for the benchmark's busiest tool), so counts answered for a policy's queries
-/// ([`counts_of`]) are kept by the counters' numbers in that policy: made by sorting
-/// integers, searched by comparing them. Counts given by name are kept in a vector sorted by
-/// name. A name is found either way.
+/// Every call with counting rules makes one. Counts answered for a policy's queries
+/// ([`counts_of`]) are kept as the queries' answers, each with the numbers of its counters
+/// in that policy, ascending: made without sorting or copying, and a counter is found by
+/// searching a few short lists of integers. A call looks up one count for each group of
+/// rules reading it ([`crate::by_count`]), not one for each rule. Counts given by name are
+/// kept in a vector sorted by name. A name is found either way.
 #[derive(Debug, Clone, Default)]
 pub struct Counts {
     /// Given by name, sorted by name.
     sorted: Vec<(Arc<str>, u64)>,
-    /// Answered for the queries of policy `policy`: each query's names and count.
-    answered: Vec<(Arc<[Arc<str>]>, u64)>,
-    /// The same counts by the counters' numbers in that policy, sorted by number.
-    numbered: Vec<(u32, u64)>,
+    /// Answered for the queries of policy `policy`: each query's names, numbers and count.
+    answered: Vec<Answer>,
     policy: u64,
+}
+
+/// One query's count, for the counters it names.
+#[derive(Debug, Clone)]
+struct Answer {
+    names: Arc<[Arc<str>]>,
+    /// The same counters' numbers, ascending (empty when not numbered).
+    numbers: Arc<[u32]>,
+    n: u64,
 }
 
 impl Counts {
@@ -172,7 +180,13 @@ impl Counts {
         // a policy names each counter once.
         self.answered
             .iter()
-            .find_map(|(names, n)| names.iter().any(|k| **k == *name).then_some(*n))
+            .find_map(|a| a.names.iter().any(|k| **k == *name).then_some(a.n))
+    }
+
+    /// Whether these counts were answered for queries of policy `policy`
+    /// ([`counts_of`]), so that counters reading one count have its value alike.
+    pub(crate) fn answered_for(&self, policy: u64) -> bool {
+        policy != 0 && self.policy == policy
     }
 
     /// The value of the counter a rule reads.
@@ -183,11 +197,13 @@ impl Counts {
     /// The value of counter `number` of policy `policy`, found by `name` when these counts
     /// were not answered for that policy.
     pub(crate) fn numbered_or_named(&self, policy: u64, number: u32, name: &str) -> Option<u64> {
-        if policy != 0
-            && policy == self.policy
-            && let Ok(at) = self.numbered.binary_search_by_key(&number, |(k, _)| *k)
+        if self.answered_for(policy)
+            && let Some(a) = self
+                .answered
+                .iter()
+                .find(|a| a.numbers.binary_search(&number).is_ok())
         {
-            return Some(self.numbered[at].1);
+            return Some(a.n);
         }
         self.get(name)
     }
@@ -217,7 +233,7 @@ impl Counts {
             .chain(
                 self.answered
                     .iter()
-                    .flat_map(|(names, n)| names.iter().map(move |name| (&**name, *n))),
+                    .flat_map(|a| a.names.iter().map(move |name| (&**name, a.n))),
             )
             .collect();
         all.sort_by(|a, b| a.0.cmp(b.0));
@@ -232,7 +248,7 @@ impl Counts {
     fn named_answers(&self) -> impl Iterator<Item = (Arc<str>, u64)> + '_ {
         self.answered
             .iter()
-            .flat_map(|(names, n)| names.iter().map(move |name| (name.clone(), *n)))
+            .flat_map(|a| a.names.iter().map(move |name| (name.clone(), a.n)))
     }
 }
 
@@ -288,20 +304,17 @@ pub fn counts_of(queries: &[CountQuery], found: &[u64]) -> Counts {
         }
         return Counts::sorting(named);
     }
-    let mut by_number = Vec::with_capacity(queries.iter().map(|q| q.numbers.len()).sum());
-    for (q, &n) in queries.iter().zip(found) {
-        by_number.extend(q.numbers.iter().map(|&k| (k, n)));
-    }
-    // A counter reads one (key, window), so no number comes twice.
-    by_number.sort_unstable_by_key(|(k, _)| *k);
     Counts {
         sorted: Vec::new(),
         answered: queries
             .iter()
             .zip(found)
-            .map(|(q, &n)| (q.names.clone(), n))
+            .map(|(q, &n)| Answer {
+                names: q.names.clone(),
+                numbers: q.numbers.clone(),
+                n,
+            })
             .collect(),
-        numbered: by_number,
         policy,
     }
 }
@@ -391,6 +404,12 @@ pub(crate) struct Counter {
 }
 
 impl Counter {
+    /// Whether it reads the same count as `other` for any call: the same kind of key over
+    /// the same window.
+    pub(crate) fn reads_as(&self, other: &Counter) -> bool {
+        self.kind.is_some() && self.kind == other.kind && self.window == other.window
+    }
+
     pub(crate) fn new(name: &str, spec: CounterSpec) -> Counter {
         Counter {
             name: name.into(),

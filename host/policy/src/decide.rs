@@ -115,6 +115,10 @@ impl Policy {
                 Err(_) => {}
             }
         }
+        if widened.is_none() {
+            t.by_count
+                .applying(call.counts, |i| applied.push((i, None)));
+        }
         if !t.cedar.is_empty() {
             self.by_cedar(t, call, &mut request, &mut applied);
         }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::by_caller::ByCaller;
+use crate::by_count::ByCount;
 use crate::call::RegexSets;
 use crate::compile::{self, Fact};
 use crate::config::{Decision, PolicyConfig};
@@ -89,8 +90,10 @@ pub(crate) struct ToolPolicy {
     /// The `cordon.toml` rules that may apply to the tool (scope and reach), as indices into
     /// `Policy::rules`, in the order written: evaluated by the host.
     pub(crate) native: Vec<usize>,
-    /// `native`, filed by the caller each rule is for.
+    /// `native` but for `by_count`'s, filed by the caller each rule is for.
     pub(crate) by_caller: ByCaller,
+    /// The rules of `native` tested only on a count, by the count they read.
+    pub(crate) by_count: ByCount,
     /// The policies of Cedar files that may apply to the tool: evaluated by Cedar.
     pub(crate) cedar: PolicySet,
     /// Whether any of `native` reads the time.
@@ -121,7 +124,9 @@ pub struct Policy {
     pub(crate) rules: Vec<RuleMeta>,
     /// Where each policy id is in `rules`.
     pub(crate) index: HashMap<PolicyId, usize>,
-    pub(crate) tools: HashMap<String, ToolPolicy>,
+    /// By identity; hashed with foldhash, as a call looks its tool up several times (the keys
+    /// are the installed tools' names, not a caller's).
+    pub(crate) tools: HashMap<String, ToolPolicy, foldhash::fast::RandomState>,
     pub(crate) entities: Entities,
     pub(crate) facts: Vec<Fact>,
     /// How many different argument paths the rules read.
@@ -453,7 +458,7 @@ impl Policy {
         for (counter, most_ahead) in counters.iter_mut().zip(sizes) {
             counter.most_ahead = most_ahead;
         }
-        let mut by_tool = HashMap::new();
+        let mut by_tool = HashMap::default();
         for ((tool, input), ancestors) in typed.into_iter().zip(scopes) {
             let identity = tool.identity();
             let mut native = Vec::new();
@@ -518,6 +523,12 @@ impl Policy {
                 .filter(|(_, f)| wanted.contains(f.id.split('#').next().unwrap_or_default()))
                 .map(|(i, _)| i)
                 .collect();
+            let check_of = |i: usize| rules[i].check.as_ref().expect("a rule the host evaluates");
+            // A count is known by the first counter reading it alike.
+            let (by_count, filed) = ByCount::split(&native, check_of, |c| {
+                let this = counters.get(usize::try_from(c.number).ok()?)?;
+                counters.iter().position(|other| other.reads_as(this))
+            });
             by_tool.insert(
                 identity.clone(),
                 ToolPolicy {
@@ -525,9 +536,8 @@ impl Policy {
                     action: uid("Action", &schema::action_id(&identity)),
                     resource: uid("Plugin", &tool.plugin),
                     input,
-                    by_caller: ByCaller::new(&native, |i| {
-                        rules[i].check.as_ref().expect("a rule the host evaluates")
-                    }),
+                    by_caller: ByCaller::new(&filed, check_of),
+                    by_count,
                     native,
                     reach_bound,
                     cedar,

@@ -26,6 +26,7 @@
 //! still enforces the tool's grants.
 
 mod by_caller;
+mod by_count;
 mod call;
 mod compile;
 mod config;

@@ -43,6 +43,10 @@ rules = [
   { id = "not-approved", tool = "ops.deploy", not_approved = "sql.sql_query", args = { env = "prod" }, decision = "deny" },
   { id = "labels", labels = ["private", "untrusted"], decision = "ask" },
   { id = "calls", tool = "ops.deploy", calls = { of = "tool", within = "1h", at_least = 3 }, decision = "ask" },
+  { id = "calls-2", tool = "ops.deploy", calls = { of = "tool", within = "1h", at_least = 2 }, decision = "ask" },
+  { id = "calls-100", plugin = "ops", calls = { of = "tool", within = "1h", at_least = 100 }, decision = "ask" },
+  { id = "calls-plugin", plugin = ["ops", "sql"], calls = { of = "plugin", within = "session", at_least = 3 }, decision = "ask" },
+  { id = "calls-robot", tool = "ops.deploy", token = "robot", calls = { of = "tool", within = "1h", at_least = 2 }, decision = "ask" },
   { id = "hours", hours = "22:00-06:00", decision = "ask" },
   { id = "days", days = ["sat-sun"], hours = "09:00-17:00", decision = "deny" },
   { id = "when", tool = "ops.deploy", args = { env = { prefix = "s" } }, when = 'context.input has replicas && context.input.replicas > 5', decision = "deny" },
@@ -196,7 +200,7 @@ fn the_host_decides_every_kind_of_rule_as_its_cedar_text_does() {
     let words = |d: &mut Draw, from: &[&str]| from[d.below(from.len())].to_string();
     let tools = tools();
     let mut applied_seen = BTreeMap::<String, usize>::new();
-    for round in 0..2_500 {
+    for round in 0..3_500 {
         let t = &tools[draw.below(tools.len())];
         let identity = t.identity();
         let mut args = serde_json::Map::new();
@@ -232,11 +236,31 @@ fn the_host_decides_every_kind_of_rule_as_its_cedar_text_does() {
                 session.labels.insert(label.into());
             }
         }
-        let counts: crate::Counts = [("rule:calls".into(), [0, 2, 3, 100][draw.below(4)])]
-            .into_iter()
-            .collect();
         // Any minute of a week from Monday noon.
         let now_ms = MONDAY_NOON + draw.below(7 * 24 * 60) as i64 * 60_000;
+        let some_count = |d: &mut Draw| [0, 2, 3, 100][d.below(4)];
+        // As the store answers the tool's queries (counters reading one count alike), or by
+        // name, each counter its own.
+        let counts: crate::Counts = if draw.below(2) == 0 {
+            let scope = CountScope {
+                session: "s1",
+                caller: (&caller.token, &caller.user),
+            };
+            let queries = p.counters_for(&identity, scope, now_ms);
+            let found: Vec<u64> = queries.iter().map(|_| some_count(&mut draw)).collect();
+            crate::counts_of(&queries, &found)
+        } else {
+            [
+                "calls",
+                "calls-2",
+                "calls-100",
+                "calls-plugin",
+                "calls-robot",
+            ]
+            .into_iter()
+            .map(|id| (format!("rule:{id}").into(), some_count(&mut draw)))
+            .collect()
+        };
         let call = Call {
             tool: &identity,
             args: &args,
