@@ -159,6 +159,7 @@ impl McpHost {
             approved: Arc::default(),
             labels: Arc::default(),
             session: Arc::new(Mutex::new(format!("mcp-{:016x}", rand::random::<u64>()))),
+            plans: Arc::default(),
         }
     }
 
@@ -230,6 +231,8 @@ pub struct McpServer {
     /// over HTTP, named after the MCP session once a request names it, so that the session's
     /// calls count together on whichever host they run (see [`McpServer::adopt_session`]).
     session: Arc<Mutex<String>>,
+    /// What calls of its tools count on (see [`policy::Plan`]).
+    plans: Arc<policy::Plans>,
 }
 
 /// Whose `always` answers a stateless (2026-07-28) HTTP call may use: those given over the

@@ -8,7 +8,7 @@ use cordon_agent::ToolSpec;
 use cordon_core::now_ms;
 use serde_json::Value;
 
-use cordon_agent::cordon_policy::{Policy, PolicyConfig};
+use cordon_agent::cordon_policy::{CountQuery, CountScope, Policy, PolicyConfig, Reservation};
 use cordon_agent::policy::Reread;
 
 use super::{Approved, CallFacts, McpServer};
@@ -19,6 +19,70 @@ use crate::catalog::Catalog;
 #[derive(Default)]
 pub(super) struct Edited(Mutex<Option<EditedPolicy>>);
 type EditedPolicy = (Arc<PolicyConfig>, Arc<Catalog>, Result<Arc<Policy>, String>);
+
+/// What the calls of one tool count on, for one policy, session, caller and minute: the
+/// store's queries, the keys a call is reserved on, and what a call that runs keeps when no
+/// rule applied to it. The same for each of these calls, so made once: the keys are strings
+/// built from all four, and making them cost a call about a microsecond.
+#[derive(Debug)]
+pub(super) struct Plan {
+    policy: Arc<Policy>,
+    identity: String,
+    session: String,
+    caller: (String, String),
+    minute: i64,
+    queries: Vec<CountQuery>,
+    adds: Vec<Reservation>,
+    /// [`Policy::tally`] with no rule applied.
+    kept: Vec<String>,
+}
+
+/// A connection's latest [`Plan`]s, at most [`PLANS`], of one policy and minute.
+#[derive(Default)]
+pub(super) struct Plans(Mutex<Vec<Arc<Plan>>>);
+
+/// How many tools' plans a connection keeps (those of its most recently planned tools).
+const PLANS: usize = 16;
+
+impl Plans {
+    /// The plan of a call of `identity` by `scope` at `now_ms`, under `policy`.
+    fn of(
+        &self,
+        policy: &Arc<Policy>,
+        identity: &str,
+        scope: CountScope<'_>,
+        now_ms: i64,
+    ) -> Arc<Plan> {
+        let minute = now_ms.div_euclid(60_000);
+        let mut plans = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let found = plans.iter().find(|p| {
+            p.minute == minute
+                && Arc::ptr_eq(&p.policy, policy)
+                && p.identity == identity
+                && p.session == scope.session
+                && (p.caller.0.as_str(), p.caller.1.as_str()) == scope.caller
+        });
+        if let Some(plan) = found {
+            return plan.clone();
+        }
+        let plan = Arc::new(Plan {
+            policy: policy.clone(),
+            identity: identity.to_string(),
+            session: scope.session.to_string(),
+            caller: (scope.caller.0.to_string(), scope.caller.1.to_string()),
+            minute,
+            queries: policy.counters_for(identity, scope, now_ms),
+            adds: policy.reservable(identity, scope),
+            kept: policy.tally(identity, &[], scope),
+        });
+        plans.retain(|p| p.minute == minute && Arc::ptr_eq(&p.policy, policy));
+        if plans.len() >= PLANS {
+            plans.remove(0);
+        }
+        plans.push(plan.clone());
+        plan
+    }
+}
 
 impl McpServer {
     /// The per-call policy for `catalog`'s tools as `cordon.toml` says now: the catalog's,
@@ -75,6 +139,7 @@ impl McpServer {
             keys: Mutex::new(Vec::new()),
             minute: now.div_euclid(60_000),
             store: self.host.store.clone(),
+            plan: None,
         };
         let policy = match policy {
             Ok(p) if p.is_empty() => return (None, reserved),
@@ -83,22 +148,22 @@ impl McpServer {
         };
         let identity = spec.identity();
         let session = self.counting_session();
-        let scope = cordon_agent::cordon_policy::CountScope {
+        let scope = CountScope {
             session: &session,
             caller: (&caller.token, &caller.user),
         };
-        let queries = policy.counters_for(&identity, scope, now);
-        let adds = policy.reservable(&identity, scope);
+        let plan = self.plans.of(policy, &identity, scope, now);
+        let (queries, adds) = (&plan.queries, &plan.adds);
         let mut counts = Default::default();
         if let (Some(store), false) = (&self.host.store, queries.is_empty() && adds.is_empty()) {
             match store
-                .reserve_calls(&adds, &queries, reserved.minute, None)
+                .reserve_calls(adds, queries, reserved.minute, None)
                 .await
             {
                 Ok(found) => {
                     *reserved.keys.get_mut().unwrap_or_else(|e| e.into_inner()) =
-                        adds.into_iter().map(|a| a.key).collect();
-                    counts = cordon_agent::cordon_policy::counts_of(&queries, &found);
+                        adds.iter().map(|a| a.key.clone()).collect();
+                    counts = cordon_agent::cordon_policy::counts_of(queries, &found);
                 }
                 // Unknown counts must not let a call past a limit: the rules see the limit
                 // reached.
@@ -107,12 +172,13 @@ impl McpServer {
                         "policy counters could not be read ({e}); counting them as full"
                     );
                     counts = cordon_agent::cordon_policy::counts_of(
-                        &queries,
+                        queries,
                         &vec![u64::MAX; queries.len()],
                     );
                 }
             }
         }
+        reserved.plan = Some(plan.clone());
         let session = cordon_agent::cordon_policy::SessionFacts {
             approved: self
                 .approved
@@ -158,14 +224,26 @@ impl McpServer {
         else {
             return;
         };
-        let applied: Vec<String> = verdict.applied.iter().map(|r| r.id.clone()).collect();
-        let session = self.counting_session();
-        let scope = cordon_agent::cordon_policy::CountScope {
-            session: &session,
-            caller: (&caller.token, &caller.user),
+        let planned = facts
+            .reserved
+            .plan
+            .as_ref()
+            .filter(|p| verdict.applied.is_empty() && Arc::ptr_eq(&p.policy, policy));
+        let tallied;
+        let kept = match planned {
+            Some(plan) => &plan.kept,
+            None => {
+                let applied: Vec<String> = verdict.applied.iter().map(|r| r.id.clone()).collect();
+                let session = self.counting_session();
+                let scope = CountScope {
+                    session: &session,
+                    caller: (&caller.token, &caller.user),
+                };
+                tallied = policy.tally(&identity, &applied, scope);
+                &tallied
+            }
         };
-        let kept = policy.tally(&identity, &applied, scope);
-        let (add, release) = cordon_agent::cordon_policy::settle(&reserved, &kept);
+        let (add, release) = cordon_agent::cordon_policy::settle(&reserved, kept);
         if !add.is_empty()
             && let Err(e) = store
                 .add_calls(&add, now_ms().div_euclid(60_000), None)
@@ -205,6 +283,8 @@ pub(super) struct Reserved {
     keys: Mutex<Vec<String>>,
     minute: i64,
     store: Option<cordon_store::Store>,
+    /// What the call counted on, when it was counted.
+    plan: Option<Arc<Plan>>,
 }
 
 impl Reserved {
