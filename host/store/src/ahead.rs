@@ -32,7 +32,10 @@
 //! A call that does not run gives its places back. Which places were its own is not known
 //! (calls are settled by counter), so the block takes back its last places instead, which the
 //! next calls are given again; that is never fewer calls counted below any place, as long as
-//! this host's block lies above every place it handed out on the row before. So this happens
+//! this host's block lies above every place it handed out on the row before. The block then
+//! holds no more spare places than the row allows: those past it go back to the store from
+//! its top, as spare places due do, since held ones count as calls also for this host's own
+//! calls that go to the store. So this happens
 //! only on a windowed counter's row whose block went on from the first place this host
 //! handed out in the minute (or from above every one). Otherwise the places go back to the
 //! store, as without blocks: the store's count goes down, and a later place may be given
@@ -81,6 +84,9 @@ struct Block {
     /// Whether `earlier` was read after the minute's first [`SETTLE`] (or the row is a
     /// session's own): only then are places handed out without the store.
     settled: bool,
+    /// The most spare places the row's reservations allow, as of the last visit to the
+    /// store: places given back by calls that did not run are held only up to it.
+    most: i64,
 }
 
 /// Whether the earlier minutes' counts are settled at `now_ms` for a row of `minute`: a
@@ -227,7 +233,7 @@ impl Ahead {
         &self,
         key: &str,
         minute: i64,
-        (n, asked, after): (i64, i64, i64),
+        (n, asked, after, most): (i64, i64, i64, i64),
         earlier: HashMap<i64, i64>,
         now_ms: i64,
     ) -> (i64, i64) {
@@ -248,6 +254,7 @@ impl Ahead {
                 highest: -1,
                 local: true,
                 settled: false,
+                most,
             });
         let mut stranded = 0;
         if block.end == first {
@@ -267,6 +274,7 @@ impl Ahead {
             block.earned /= 2;
         }
         block.end = after;
+        block.most = most;
         block.earlier = earlier;
         block.settled = settled(minute, now_ms);
         (block.hand_out(n), stranded)
@@ -280,16 +288,34 @@ impl Ahead {
     }
 
     /// Gives back `n` places of row (`key`, `minute`) of a call that did not run, if the
-    /// block may take them (see the module docs): the next calls take them again. Otherwise
-    /// (false) they go back to the store.
-    pub(crate) fn give_back(&self, key: &str, minute: i64, n: i64) -> bool {
+    /// block may take them (see the module docs): the next calls take them again, and the
+    /// answer is how many spare places the block now holds past what the row allows (to go
+    /// back to the store, see [`Ahead::trim`]). Otherwise (`None`) they go back to the store.
+    pub(crate) fn give_back(&self, key: &str, minute: i64, n: i64) -> Option<i64> {
         match block_of(&mut self.lock(), key, minute) {
             Some(block) if minute > 0 && block.local && block.next - block.start >= n => {
                 block.next -= n;
                 block.used = Instant::now();
-                true
+                Some((block.end - block.next - block.most).max(0))
             }
-            _ => false,
+            _ => None,
+        }
+    }
+
+    /// Takes the spare places past what row (`key`, `minute`) allows off the top of its
+    /// block, to be given back to the store (under [`Ahead::giving_back`], as spare places
+    /// due are): places given back by calls that did not run. Held, they would still count
+    /// in the store, also for this host's own calls that go there (in a minute's first
+    /// [`SETTLE`], or in a later minute's window): a row that allows no places ahead, for a
+    /// rule that asks from the first call, would read a call that never ran.
+    pub(crate) fn trim(&self, key: &str, minute: i64) -> i64 {
+        match block_of(&mut self.lock(), key, minute) {
+            Some(block) => {
+                let over = (block.end - block.next - block.most).max(0);
+                block.end -= over;
+                over
+            }
+            None => 0,
         }
     }
 
@@ -366,8 +392,13 @@ mod tests {
                 let asked = 1 + ahead.to_ask("tool:a.b", 9, 30_000, most);
                 most_spare = most_spare.max(asked - 1);
                 row += asked;
-                let (before, stranded) =
-                    ahead.record("tool:a.b", 9, (1, asked, row), sums(&[(3, 7)]), 30_000);
+                let (before, stranded) = ahead.record(
+                    "tool:a.b",
+                    9,
+                    (1, asked, row, most),
+                    sums(&[(3, 7)]),
+                    30_000,
+                );
                 assert_eq!(stranded, 0);
                 seen.push(before);
             }
@@ -385,9 +416,9 @@ mod tests {
         let (a, b) = (Ahead::default(), Ahead::default());
         for ahead in [&a, &b] {
             // Rows of two counters, each with spare places; the first knows two windows.
-            ahead.record("k1", 9, (1, 5, 5), sums(&[(3, 7)]), 30_000);
+            ahead.record("k1", 9, (1, 5, 5, DEFAULT_AHEAD), sums(&[(3, 7)]), 30_000);
             ahead.learn("k1", 9, &[(9, 0)]);
-            ahead.record("k2", 9, (1, 3, 12), sums(&[(9, 0)]), 30_000);
+            ahead.record("k2", 9, (1, 3, 12, DEFAULT_AHEAD), sums(&[(9, 0)]), 30_000);
         }
         let rows = [("k1", 9, 1), ("k2", 9, 1)];
         for _ in 0..2 {
@@ -419,8 +450,20 @@ mod tests {
         // In a minute's first seconds nothing is handed out without the store, except on a
         // session's own row (minute 0), which has no minutes before it.
         let c = Ahead::default();
-        c.record("k", 9, (1, 4, 4), sums(&[(9, 0)]), 9 * 60_000 + 1_000);
-        c.record("s", 0, (1, 4, 4), sums(&[(0, 0)]), 9 * 60_000 + 1_000);
+        c.record(
+            "k",
+            9,
+            (1, 4, 4, DEFAULT_AHEAD),
+            sums(&[(9, 0)]),
+            9 * 60_000 + 1_000,
+        );
+        c.record(
+            "s",
+            0,
+            (1, 4, 4, DEFAULT_AHEAD),
+            sums(&[(0, 0)]),
+            9 * 60_000 + 1_000,
+        );
         assert_eq!(c.take_counted(&[("k", 9, 1)], &[(0, 9)]), None);
         assert_eq!(c.take_counted(&[("s", 0, 1)], &[(0, 0)]), Some(vec![1]));
         assert_eq!(
@@ -442,9 +485,9 @@ mod tests {
      {
         let ahead = Ahead::default();
         // Two visits alone: the second asks one ahead.
-        ahead.record("k", 9, (1, 1, 1), sums(&[]), 30_000);
+        ahead.record("k", 9, (1, 1, 1, DEFAULT_AHEAD), sums(&[]), 30_000);
         assert_eq!(ahead.to_ask("k", 9, 30_000, DEFAULT_AHEAD), 1);
-        let (before, _) = ahead.record("k", 9, (1, 2, 3), sums(&[]), 30_000);
+        let (before, _) = ahead.record("k", 9, (1, 2, 3, DEFAULT_AHEAD), sums(&[]), 30_000);
         assert_eq!(before, 1);
         // Another host's call takes place 3 (it counts our spare place 2 as a call).
         // Our spare place is used by our next call, without the store.
@@ -458,7 +501,7 @@ mod tests {
         // Our next visit asks for 1 and 2 ahead and finds the row at 7: another host took
         // place 3, so half as many ahead next time.
         assert_eq!(ahead.to_ask("k", 9, 30_000, DEFAULT_AHEAD), 2);
-        let (before, stranded) = ahead.record("k", 9, (1, 3, 7), sums(&[]), 30_000);
+        let (before, stranded) = ahead.record("k", 9, (1, 3, 7, DEFAULT_AHEAD), sums(&[]), 30_000);
         assert_eq!((before, stranded), (4, 0));
         // It holds places 5 and 6, more than the one ahead it has earned now.
         assert_eq!(ahead.to_ask("k", 9, 30_000, DEFAULT_AHEAD), 0);
@@ -468,7 +511,7 @@ mod tests {
         }
         assert_eq!(ahead.to_ask("k", 9, 30_000, DEFAULT_AHEAD), 1);
         // Each visit that finds another host's places halves it.
-        ahead.record("k", 9, (1, 2, 10), sums(&[]), 30_000);
+        ahead.record("k", 9, (1, 2, 10, DEFAULT_AHEAD), sums(&[]), 30_000);
         assert_eq!(ahead.to_ask("k", 9, 30_000, DEFAULT_AHEAD), 0);
     }
 
@@ -479,7 +522,7 @@ mod tests {
         let visit = |row: &mut i64| {
             let asked = 1 + ahead.to_ask("k", 9, 30_000, 2);
             *row += asked;
-            ahead.record("k", 9, (1, asked, *row), sums(&[]), 30_000);
+            ahead.record("k", 9, (1, asked, *row, 2), sums(&[]), 30_000);
             while ahead.take_all(&[("k", 9, 1, &[])]).is_some() {}
         };
         for _ in 0..10 {
@@ -495,8 +538,14 @@ mod tests {
     #[test]
     fn nothing_is_reserved_ahead_in_a_minutes_first_seconds_except_for_a_sessions_own_counters() {
         let ahead = Ahead::default();
-        ahead.record("k", 9, (1, 1, 1), sums(&[]), 30_000);
-        ahead.record("session:s|k", 0, (1, 1, 1), sums(&[]), 30_000);
+        ahead.record("k", 9, (1, 1, 1, DEFAULT_AHEAD), sums(&[]), 30_000);
+        ahead.record(
+            "session:s|k",
+            0,
+            (1, 1, 1, DEFAULT_AHEAD),
+            sums(&[]),
+            30_000,
+        );
         assert_eq!(ahead.to_ask("k", 9, 60_000 * 9 + 500, DEFAULT_AHEAD), 0);
         assert_eq!(ahead.to_ask("k", 9, 60_000 * 9 + 2_500, DEFAULT_AHEAD), 1);
         assert_eq!(
@@ -511,14 +560,26 @@ mod tests {
         // whose clock lags adds to the minute before; a call at second 0.6 must not be
         // given the place back with the count read at 0.3.
         let ahead = Ahead::default();
-        ahead.record("k", 9, (1, 1, 1), sums(&[(5, 9)]), 60_000 * 9 + 300);
-        assert!(ahead.give_back("k", 9, 1));
+        ahead.record(
+            "k",
+            9,
+            (1, 1, 1, DEFAULT_AHEAD),
+            sums(&[(5, 9)]),
+            60_000 * 9 + 300,
+        );
+        assert_eq!(ahead.give_back("k", 9, 1), Some(0));
         assert!(ahead.take_all(&[("k", 9, 1, &[5])]).is_none());
         // Once the store has been asked again after the minute settled, it is: the call
         // that asked takes the place given back, and the one the store added is spare.
-        let (before, _) = ahead.record("k", 9, (1, 1, 2), sums(&[(5, 10)]), 60_000 * 9 + 2_500);
+        let (before, _) = ahead.record(
+            "k",
+            9,
+            (1, 1, 2, DEFAULT_AHEAD),
+            sums(&[(5, 10)]),
+            60_000 * 9 + 2_500,
+        );
         assert_eq!(before, 0);
-        assert!(ahead.give_back("k", 9, 1));
+        assert_eq!(ahead.give_back("k", 9, 1), Some(0));
         let taken = ahead.take_all(&[("k", 9, 1, &[5])]).expect("a spare place");
         assert_eq!(taken[0].earlier, vec![10]);
     }
@@ -526,14 +587,14 @@ mod tests {
     #[test]
     fn a_call_that_did_not_run_gives_its_place_to_the_next_and_unknown_windows_go_to_the_store() {
         let ahead = Ahead::default();
-        ahead.record("k", 9, (1, 1, 1), sums(&[(5, 2)]), 30_000);
-        ahead.record("k", 9, (1, 5, 6), sums(&[(5, 2)]), 30_000);
+        ahead.record("k", 9, (1, 1, 1, DEFAULT_AHEAD), sums(&[(5, 2)]), 30_000);
+        ahead.record("k", 9, (1, 5, 6, DEFAULT_AHEAD), sums(&[(5, 2)]), 30_000);
         let t = ahead
             .take_all(&[("k", 9, 1, &[5])])
             .map(|mut t| t.remove(0))
             .expect("spare");
         assert_eq!(t.before, 2);
-        assert!(ahead.give_back("k", 9, 1));
+        assert_eq!(ahead.give_back("k", 9, 1), Some(0));
         assert_eq!(
             ahead
                 .take_all(&[("k", 9, 1, &[5])])
@@ -549,19 +610,53 @@ mod tests {
                 .is_none()
         );
         // More given back than the block handed out: to the store.
-        assert!(!ahead.give_back("k", 9, 5));
+        assert_eq!(ahead.give_back("k", 9, 5), None);
         // Spare places for calls counted as they run.
         assert!(ahead.use_spare("k", 9, 2));
         assert!(!ahead.use_spare("k", 9, 2));
     }
 
     #[test]
+    fn places_given_back_past_what_a_row_allows_are_trimmed_off_the_top() {
+        // A row allowing none ahead: the place of a call that did not run is the block's
+        // again, and past the row's most, so it is trimmed for the store.
+        let ahead = Ahead::default();
+        ahead.record("k", 9, (1, 1, 1, 0), sums(&[(5, 0)]), 30_000);
+        assert_eq!(ahead.give_back("k", 9, 1), Some(1));
+        assert_eq!(ahead.trim("k", 9), 1);
+        assert_eq!(ahead.trim("k", 9), 0);
+        assert!(ahead.take_all(&[("k", 9, 1, &[5])]).is_none(), "none held");
+        // A row allowing two: two spare, and one given back, makes one past it.
+        ahead.record("j", 9, (1, 3, 3, 2), sums(&[(5, 0)]), 30_000);
+        assert_eq!(ahead.give_back("j", 9, 1), Some(1));
+        assert_eq!(ahead.trim("j", 9), 1);
+        let taken = ahead.take_all(&[("j", 9, 2, &[5])]).expect("two spare");
+        assert_eq!(
+            taken[0].before, 0,
+            "the place given back is handed out again"
+        );
+        assert!(ahead.take_all(&[("j", 9, 1, &[5])]).is_none());
+    }
+
+    #[test]
     fn spare_places_are_given_back_when_their_minute_is_over_or_when_asked_to() {
         let ahead = Ahead::default();
-        ahead.record("k", 9, (1, 1, 1), sums(&[]), 30_000);
-        ahead.record("k", 9, (1, 4, 5), sums(&[]), 30_000);
-        ahead.record("session:s|k", 0, (1, 1, 1), sums(&[]), 30_000);
-        ahead.record("session:s|k", 0, (1, 3, 4), sums(&[]), 30_000);
+        ahead.record("k", 9, (1, 1, 1, DEFAULT_AHEAD), sums(&[]), 30_000);
+        ahead.record("k", 9, (1, 4, 5, DEFAULT_AHEAD), sums(&[]), 30_000);
+        ahead.record(
+            "session:s|k",
+            0,
+            (1, 1, 1, DEFAULT_AHEAD),
+            sums(&[]),
+            30_000,
+        );
+        ahead.record(
+            "session:s|k",
+            0,
+            (1, 3, 4, DEFAULT_AHEAD),
+            sums(&[]),
+            30_000,
+        );
         assert_eq!(ahead.due(9, false), vec![]);
         assert_eq!(ahead.due(10, false), vec![("k".to_string(), 9, 3)]);
         assert!(!ahead.is_empty());

@@ -332,7 +332,10 @@ impl Store {
             };
             let to_store: Vec<_> = rows
                 .iter()
-                .map(|&(key, at, n)| (key, at, n, n + self.ahead.to_ask(key, at, now, most(key))))
+                .map(|&(key, at, n)| {
+                    let most = most(key);
+                    (key, at, n, n + self.ahead.to_ask(key, at, now, most), most)
+                })
                 .collect();
             self.reserve_in_store(&to_store, &windows, &mut answered)
                 .await?;
@@ -363,11 +366,11 @@ impl Store {
     }
 
     /// The store's part of [`Store::reserve_calls`]: rows `(counter, minute, calls, places
-    /// asked)` are added to, each answering its first window in `windows_of`; the others are
+    /// asked, most places ahead)` are added to, each answering its first window in `windows_of`; the others are
     /// counted up to the row's minute. What was reserved is recorded as this host's blocks.
     async fn reserve_in_store<'k>(
         &self,
-        rows: &[(&'k str, i64, i64, i64)],
+        rows: &[(&'k str, i64, i64, i64, i64)],
         windows: &HashMap<&str, Vec<i64>>,
         answered: &mut HashMap<&'k str, (i64, HashMap<i64, i64>)>,
     ) -> Result<(), StoreError> {
@@ -380,7 +383,7 @@ impl Store {
         for (chunk_index, chunk) in rows.chunks(PER_STATEMENT).enumerate() {
             let found = on_backend!(self, pool => {
                 let mut query = sqlx::query(sqlx::AssertSqlSafe(reserve_sql(chunk.len())));
-                for (key, at, _, asked) in chunk {
+                for (key, at, _, asked, _) in chunk {
                     let first = windows_of(windows, key).first().copied().unwrap_or(*at);
                     query = query.bind(*key).bind(*at).bind(*asked).bind(first.min(*at));
                 }
@@ -402,12 +405,12 @@ impl Store {
             let now = now_ms();
             for (key, after, first_sum) in found {
                 if let Some(i) = chunk.iter().position(|(k, ..)| *k == key) {
-                    let (key, at, n, asked) = chunk[i];
+                    let (key, at, n, asked, most) = chunk[i];
                     let first = windows_of(windows, key).first().copied().unwrap_or(at);
                     let earlier = HashMap::from([(first, first_sum)]);
                     let (before, lost) =
                         self.ahead
-                            .record(key, at, (n, asked, after), earlier.clone(), now);
+                            .record(key, at, (n, asked, after, most), earlier.clone(), now);
                     if lost > 0 {
                         stranded.push((key.to_string(), at, lost));
                     }
@@ -452,16 +455,30 @@ impl Store {
         minute: i64,
         session: Option<&str>,
     ) -> Result<(), StoreError> {
-        let rows: Vec<(String, i64, i64)> =
-            rows_of(keys.iter().map(String::as_str), minute, session)
-                .into_iter()
-                .filter(|&(key, at, n)| !self.ahead.give_back(key, at, n))
-                .map(|(key, at, n)| (key.to_string(), at, n))
-                .collect();
+        let mut rows: Vec<(String, i64, i64)> = Vec::new();
+        let mut over: Vec<(&str, i64)> = Vec::new();
+        for (key, at, n) in rows_of(keys.iter().map(String::as_str), minute, session) {
+            match self.ahead.give_back(key, at, n) {
+                None => rows.push((key.to_string(), at, n)),
+                Some(0) => {}
+                Some(_) => over.push((key, at)),
+            }
+        }
         if !rows.is_empty() {
             tracing::trace!(rows = rows.len(), "policy counters taken back in the store");
         }
-        self.subtract(&rows).await
+        self.subtract(&rows).await?;
+        if over.is_empty() {
+            return Ok(());
+        }
+        // Spare places past what their rows allow go back as spare places due do.
+        let _giving_back = self.ahead.giving_back.lock().await;
+        let trimmed: Vec<(String, i64, i64)> = over
+            .into_iter()
+            .map(|(key, at)| (key.to_string(), at, self.ahead.trim(key, at)))
+            .filter(|&(_, _, n)| n > 0)
+            .collect();
+        self.subtract(&trimmed).await
     }
 
     /// Takes `calls` off each row `(counter, minute, calls)`, never below zero, in one

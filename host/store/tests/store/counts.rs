@@ -340,6 +340,45 @@ each_backend!(
 );
 
 each_backend!(
+    a_call_that_did_not_run_is_never_held_as_a_place_ahead_where_none_is_allowed,
+    |backend: Backend| async move {
+        // A rule asking from the first call (`at_least = 1`) allows no places ahead. A call it
+        // let past that did not run gives its place back; held by this host as a spare
+        // place, it was still counted in the store, so the host's next call that went to
+        // the store (the next minute's, or any in a minute's first seconds) read one call
+        // too many and was asked about.
+        let (store, other, _dir) = two_hosts(backend).await;
+        // A minute ahead of the clock, so that nothing gives the place back meanwhile.
+        let minute = this_minute() + 100;
+        let none = [Reservation {
+            key: "rule:once".to_string(),
+            most_ahead: Some(0),
+        }];
+        let asked = [query("rule:once", minute - 59)];
+        let counts = store
+            .reserve_calls(&none, &asked, minute, None)
+            .await
+            .unwrap();
+        assert_eq!(counts, [0]);
+        store
+            .release_calls(&keys(&["rule:once"]), minute, None)
+            .await
+            .unwrap();
+        assert_eq!(
+            count(&other, "rule:once", minute - 59).await,
+            0,
+            "given back to the store"
+        );
+        let asked = [query("rule:once", minute - 58)];
+        let counts = store
+            .reserve_calls(&none, &asked, minute + 1, None)
+            .await
+            .unwrap();
+        assert_eq!(counts, [0], "the next minute's call sees no call before it");
+    }
+);
+
+each_backend!(
     pruning_removes_only_rows_no_window_counts,
     |backend: Backend| async move {
         let (store, _url, _dir) = fresh(backend, options(Duration::from_secs(30), 64)).await;
