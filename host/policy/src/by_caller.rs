@@ -7,7 +7,8 @@
 //! one tool, testing each cost the call about 25 µs, most of it spent on rules for other
 //! callers.
 //!
-//! Which rules a call evaluates:
+//! Which rules a call evaluates (of those filed here: rules tested only on a count are not,
+//! see [`crate::by_count`]):
 //!
 //! 1. Every rule with no caller test.
 //! 2. Every rule filed under the caller's own value of the field its rule is filed by. A rule
@@ -46,7 +47,8 @@ pub(crate) struct ByCaller {
 }
 
 impl ByCaller {
-    /// Files `native` (indices of rules whose [`Check`] `check_of` gives).
+    /// Files `native` (indices of rules whose [`Check`] `check_of` gives: the tool's rules
+    /// but those tested only on a count).
     pub(crate) fn new<'c>(native: &[usize], check_of: impl Fn(usize) -> &'c Check) -> ByCaller {
         let mut by = ByCaller::default();
         for &i in native {

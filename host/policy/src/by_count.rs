@@ -10,17 +10,21 @@
 //!
 //! Which of these rules apply to a call:
 //!
-//! 1. With counts answered for the policy's own queries ([`crate::counts_of`] of
-//!    `counters_for` of the call's tool), every counter of a group has the group's count: it
-//!    is looked up once, and the rules whose threshold it reaches apply, found by their
-//!    thresholds in ascending order.
+//! 1. With counts answered for the tool's own query of the group's count ([`crate::counts_of`]
+//!    of `counters_for` of this tool under this policy, known by the very list of counter
+//!    numbers the query carries), every counter of the group has that count: it is looked up
+//!    once, and the rules whose threshold it reaches apply, found by their thresholds in
+//!    ascending order.
 //! 2. With counts given otherwise (by name: `policy explain --count`, a rule's examples, a
-//!    count added to since), counters of one group may differ, so each rule looks up its own.
+//!    count added to since; or answered for another tool's queries), counters of one group
+//!    may differ, so each rule looks up its own.
 //!
 //! A rule with any other test (a caller, a time, a `when`) is not here: it is filed by caller
 //! and evaluated in full ([`crate::by_caller`]). A `calls` condition cannot fail to be
 //! evaluated (an unknown count reads 0), so a rule here applies exactly when its count
 //! reaches its threshold, as its full evaluation says; the unit tests compare the two.
+
+use std::sync::Arc;
 
 use crate::counts::{CounterRef, Counts};
 use crate::native::{Check, Cond};
@@ -34,20 +38,21 @@ pub(crate) struct ByCount {
 /// Rules reading one count, by ascending threshold.
 #[derive(Debug)]
 struct Group {
-    /// Which count (an index the caller of [`ByCount::split`] gave).
-    count: usize,
+    /// The numbers of the counters the tool's query of this count carries (see
+    /// [`crate::counts::ToolCounting::read_of`]).
+    count: Arc<[u32]>,
     /// Each rule's threshold, index into `Policy::rules`, and counter.
     rules: Vec<(u64, usize, CounterRef)>,
 }
 
 impl ByCount {
-    /// The rules of `native` that test nothing but a count, grouped by the count `count_of`
-    /// says their counter reads, and the other rules (those whose counter it gives no count
-    /// for among them).
+    /// The rules of `native` that test nothing but a count, grouped by the tool's query of
+    /// the count their counter reads (`count_of`), and the other rules (those whose counter
+    /// it gives no query for among them).
     pub(crate) fn split<'c>(
         native: &[usize],
         check_of: impl Fn(usize) -> &'c Check,
-        count_of: impl Fn(&CounterRef) -> Option<usize>,
+        count_of: impl Fn(&CounterRef) -> Option<Arc<[u32]>>,
     ) -> (ByCount, Vec<usize>) {
         let mut by = ByCount::default();
         let mut rest = native.to_vec();
@@ -60,7 +65,7 @@ impl ByCount {
             let Some(count) = count_of(counter) else {
                 return true;
             };
-            let at = match by.groups.iter().position(|g| g.count == count) {
+            let at = match by.groups.iter().position(|g| Arc::ptr_eq(&g.count, &count)) {
                 Some(at) => at,
                 None => {
                     by.groups.push(Group {
@@ -83,9 +88,7 @@ impl ByCount {
     /// particular order).
     pub(crate) fn applying(&self, counts: &Counts, mut apply: impl FnMut(usize)) {
         for g in &self.groups {
-            let first = &g.rules[0].2;
-            if counts.answered_for(first.policy) {
-                let n = counts.of(first).unwrap_or(0);
+            if let Some(n) = counts.answer_to(&g.count) {
                 g.rules
                     .iter()
                     .take_while(|(at_least, ..)| *at_least <= n)

@@ -160,7 +160,8 @@ pub struct Counts {
 #[derive(Debug, Clone)]
 struct Answer {
     names: Arc<[Arc<str>]>,
-    /// The same counters' numbers, ascending (empty when not numbered).
+    /// The same counters' numbers, as the query gave them (ascending, as
+    /// [`crate::Policy::counters_for`] makes them; a number out of order is found by name).
     numbers: Arc<[u32]>,
     n: u64,
 }
@@ -183,10 +184,19 @@ impl Counts {
             .find_map(|a| a.names.iter().any(|k| **k == *name).then_some(a.n))
     }
 
-    /// Whether these counts were answered for queries of policy `policy`
-    /// ([`counts_of`]), so that counters reading one count have its value alike.
-    pub(crate) fn answered_for(&self, policy: u64) -> bool {
+    /// Whether these counts were answered for queries of policy `policy` ([`counts_of`]).
+    fn answered_for(&self, policy: u64) -> bool {
         policy != 0 && self.policy == policy
+    }
+
+    /// The count answered for the very query whose counters' numbers are `numbers` (the
+    /// same allocation, which one tool's queries of one policy carry, see
+    /// [`ToolCounting::read_of`]): every counter it names has it.
+    pub(crate) fn answer_to(&self, numbers: &Arc<[u32]>) -> Option<u64> {
+        self.answered
+            .iter()
+            .find(|a| Arc::ptr_eq(&a.numbers, numbers))
+            .map(|a| a.n)
     }
 
     /// The value of the counter a rule reads.
@@ -404,12 +414,6 @@ pub(crate) struct Counter {
 }
 
 impl Counter {
-    /// Whether it reads the same count as `other` for any call: the same kind of key over
-    /// the same window.
-    pub(crate) fn reads_as(&self, other: &Counter) -> bool {
-        self.kind.is_some() && self.kind == other.kind && self.window == other.window
-    }
-
     pub(crate) fn new(name: &str, spec: CounterSpec) -> Counter {
         Counter {
             name: name.into(),
@@ -573,6 +577,16 @@ impl ToolCounting {
             .collect();
         keys.sort_unstable();
         keys
+    }
+
+    /// The numbers of the counters (of this tool's rules) that read the same count as counter
+    /// `number`, as the tool's queries carry them: what [`Counts::answer_to`] knows a count
+    /// answered for this very query by.
+    pub(crate) fn read_of(&self, number: u32) -> Option<Arc<[u32]>> {
+        self.reads
+            .iter()
+            .find(|r| r.numbers.binary_search(&number).is_ok())
+            .map(|r| r.numbers.clone())
     }
 
     /// The keys a call is reserved on (those of [`ToolCounting::keys`] without `applied`),

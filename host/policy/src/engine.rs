@@ -524,10 +524,13 @@ impl Policy {
                 .map(|(i, _)| i)
                 .collect();
             let check_of = |i: usize| rules[i].check.as_ref().expect("a rule the host evaluates");
-            // A count is known by the first counter reading it alike.
+            let counting =
+                counts::ToolCounting::new(&counters, &tool_counters, &counted_by, number);
             let (by_count, filed) = ByCount::split(&native, check_of, |c| {
-                let this = counters.get(usize::try_from(c.number).ok()?)?;
-                counters.iter().position(|other| other.reads_as(this))
+                if c.policy != number {
+                    return None;
+                }
+                counting.read_of(c.number)
             });
             by_tool.insert(
                 identity.clone(),
@@ -545,12 +548,7 @@ impl Policy {
                     regex_sets,
                     needs: Needs::of(&cedar_texts),
                     facts: tool_facts,
-                    counting: counts::ToolCounting::new(
-                        &counters,
-                        &tool_counters,
-                        &counted_by,
-                        number,
-                    ),
+                    counting,
                     counters: tool_counters,
                 },
             );

@@ -224,20 +224,30 @@ impl McpServer {
         else {
             return;
         };
+        // Counted for the session and caller the call was reserved for.
         let planned = facts
             .reserved
             .plan
             .as_ref()
-            .filter(|p| verdict.applied.is_empty() && Arc::ptr_eq(&p.policy, policy));
+            .filter(|p| Arc::ptr_eq(&p.policy, policy));
         let tallied;
         let kept = match planned {
-            Some(plan) => &plan.kept,
-            None => {
+            Some(plan) if verdict.applied.is_empty() => &plan.kept,
+            _ => {
                 let applied: Vec<String> = verdict.applied.iter().map(|r| r.id.clone()).collect();
-                let session = self.counting_session();
-                let scope = CountScope {
-                    session: &session,
-                    caller: (&caller.token, &caller.user),
+                let session;
+                let scope = match planned {
+                    Some(plan) => CountScope {
+                        session: &plan.session,
+                        caller: (&plan.caller.0, &plan.caller.1),
+                    },
+                    None => {
+                        session = self.counting_session();
+                        CountScope {
+                            session: &session,
+                            caller: (&caller.token, &caller.user),
+                        }
+                    }
                 };
                 tallied = policy.tally(&identity, &applied, scope);
                 &tallied
@@ -308,5 +318,95 @@ impl Drop for Reserved {
                 }
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cordon_agent::cordon_policy::{Reach, ToolFacts};
+
+    /// A policy asking after 5 calls of `a.t` an hour, and per caller a day.
+    fn policy() -> Arc<Policy> {
+        let text = r#"
+rules = [
+  { id = "busy", tool = "a.t", calls = { of = "tool", within = "1h", at_least = 5 }, decision = "ask" },
+  { id = "mine", tool = "a.t", calls = { of = "tool", within = "1d", per = "caller", at_least = 50 }, decision = "ask" },
+  { id = "here", tool = "a.t", calls = { of = "tool", within = "session", at_least = 500 }, decision = "ask" },
+]
+"#;
+        let config: PolicyConfig = toml::from_str(text).unwrap();
+        let tool = ToolFacts {
+            plugin: "a".into(),
+            tool: "t".into(),
+            input_schema: serde_json::json!({"type": "object"}),
+            reach: Reach::default(),
+        };
+        Arc::new(Policy::load(&config, &[tool]).unwrap())
+    }
+
+    fn scope<'a>(session: &'a str, token: &'a str) -> CountScope<'a> {
+        CountScope {
+            session,
+            caller: (token, ""),
+        }
+    }
+
+    const NOON: i64 = 1_780_000_000_000 / 60_000 * 60_000;
+
+    #[test]
+    fn a_plan_is_made_once_per_policy_tool_session_caller_and_minute() {
+        let plans = Plans::default();
+        let p = policy();
+        let first = plans.of(&p, "a.t", scope("s1", "ci"), NOON);
+        assert_eq!(
+            first.queries,
+            p.counters_for("a.t", scope("s1", "ci"), NOON)
+        );
+        assert_eq!(first.adds, p.reservable("a.t", scope("s1", "ci")));
+        assert_eq!(first.kept, p.tally("a.t", &[], scope("s1", "ci")));
+        // The same minute, later: the same plan.
+        let again = plans.of(&p, "a.t", scope("s1", "ci"), NOON + 59_999);
+        assert!(Arc::ptr_eq(&first, &again));
+        // Anything its keys or windows are made of: a plan of its own, as made afresh.
+        let other_policy = policy();
+        for (policy, session, token, at) in [
+            (&p, "s1", "ci", NOON + 60_000),
+            (&p, "s2", "ci", NOON),
+            (&p, "s1", "bot", NOON),
+            (&other_policy, "s1", "ci", NOON),
+        ] {
+            let plans = Plans::default();
+            let first = plans.of(&p, "a.t", scope("s1", "ci"), NOON);
+            let plan = plans.of(policy, "a.t", scope(session, token), at);
+            assert!(!Arc::ptr_eq(&plan, &first), "{session} {token} {at}");
+            assert_eq!(
+                plan.queries,
+                policy.counters_for("a.t", scope(session, token), at)
+            );
+            assert_eq!(plan.adds, policy.reservable("a.t", scope(session, token)));
+        }
+    }
+
+    #[test]
+    fn a_connection_keeps_the_plans_of_one_policy_and_minute_and_at_most_sixteen() {
+        let plans = Plans::default();
+        let p = policy();
+        for i in 0..40 {
+            plans.of(&p, &format!("a.t{i}"), scope("s1", "ci"), NOON);
+        }
+        assert_eq!(plans.0.lock().unwrap().len(), PLANS);
+        plans.of(&p, "a.t", scope("s1", "ci"), NOON + 60_000);
+        assert_eq!(
+            plans.0.lock().unwrap().len(),
+            1,
+            "the last minute's are let go"
+        );
+        plans.of(&policy(), "a.t", scope("s1", "ci"), NOON + 60_000);
+        assert_eq!(
+            plans.0.lock().unwrap().len(),
+            1,
+            "the last policy's are let go"
+        );
     }
 }

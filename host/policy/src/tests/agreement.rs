@@ -47,6 +47,7 @@ rules = [
   { id = "calls-100", plugin = "ops", calls = { of = "tool", within = "1h", at_least = 100 }, decision = "ask" },
   { id = "calls-plugin", plugin = ["ops", "sql"], calls = { of = "plugin", within = "session", at_least = 3 }, decision = "ask" },
   { id = "calls-robot", tool = "ops.deploy", token = "robot", calls = { of = "tool", within = "1h", at_least = 2 }, decision = "ask" },
+  { id = "calls-sql", tool = "sql.sql_execute", calls = { of = "plugin", within = "session", at_least = 2 }, decision = "ask" },
   { id = "hours", hours = "22:00-06:00", decision = "ask" },
   { id = "days", days = ["sat-sun"], hours = "09:00-17:00", decision = "deny" },
   { id = "when", tool = "ops.deploy", args = { env = { prefix = "s" } }, when = 'context.input has replicas && context.input.replicas > 5', decision = "deny" },
@@ -239,14 +240,19 @@ fn the_host_decides_every_kind_of_rule_as_its_cedar_text_does() {
         // Any minute of a week from Monday noon.
         let now_ms = MONDAY_NOON + draw.below(7 * 24 * 60) as i64 * 60_000;
         let some_count = |d: &mut Draw| [0, 2, 3, 100][d.below(4)];
-        // As the store answers the tool's queries (counters reading one count alike), or by
-        // name, each counter its own.
+        // As the store answers the tool's queries (counters reading one count alike), or
+        // another tool's (`calls-plugin` is read by both SQL tools, `calls-sql` by one), or
+        // by name, each counter its own.
         let counts: crate::Counts = if draw.below(2) == 0 {
             let scope = CountScope {
                 session: "s1",
                 caller: (&caller.token, &caller.user),
             };
-            let queries = p.counters_for(&identity, scope, now_ms);
+            let asked = match draw.below(4) {
+                0 => tools[draw.below(tools.len())].identity(),
+                _ => identity.clone(),
+            };
+            let queries = p.counters_for(&asked, scope, now_ms);
             let found: Vec<u64> = queries.iter().map(|_| some_count(&mut draw)).collect();
             crate::counts_of(&queries, &found)
         } else {
@@ -256,6 +262,7 @@ fn the_host_decides_every_kind_of_rule_as_its_cedar_text_does() {
                 "calls-100",
                 "calls-plugin",
                 "calls-robot",
+                "calls-sql",
             ]
             .into_iter()
             .map(|id| (format!("rule:{id}").into(), some_count(&mut draw)))
@@ -268,7 +275,9 @@ fn the_host_decides_every_kind_of_rule_as_its_cedar_text_does() {
             session: &session,
             counts: &counts,
             now_ms,
-            reach: None,
+            // Sometimes as when the session's grants widened the tool to what it reaches
+            // anyway: decided by the rules bound to a reach, here the same as installed.
+            reach: (draw.below(4) == 0).then_some(&t.reach),
         };
         // What Cedar says of each rule alone: the rules that apply, in the order written,
         // then those it could not evaluate that deny or ask.
