@@ -96,6 +96,11 @@ fn settled(minute: i64, now_ms: i64) -> bool {
 }
 
 impl Block {
+    /// How many spare places it holds past what its row allows.
+    fn past_most(&self) -> i64 {
+        (self.end - self.next - self.most).max(0)
+    }
+
     /// Hands out the next `n` places; answers the first.
     fn hand_out(&mut self, n: i64) -> i64 {
         let first = self.next;
@@ -296,7 +301,7 @@ impl Ahead {
             Some(block) if minute > 0 && block.local && block.next - block.start >= n => {
                 block.next -= n;
                 block.used = Instant::now();
-                Some((block.end - block.next - block.most).max(0))
+                Some(block.past_most())
             }
             _ => None,
         }
@@ -311,7 +316,7 @@ impl Ahead {
     pub(crate) fn trim(&self, key: &str, minute: i64) -> i64 {
         match block_of(&mut self.lock(), key, minute) {
             Some(block) => {
-                let over = (block.end - block.next - block.most).max(0);
+                let over = block.past_most();
                 block.end -= over;
                 over
             }

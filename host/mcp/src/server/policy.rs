@@ -37,6 +37,16 @@ pub(super) struct Plan {
     kept: Vec<String>,
 }
 
+impl Plan {
+    /// The session and caller it was made for.
+    fn scope(&self) -> CountScope<'_> {
+        CountScope {
+            session: &self.session,
+            caller: (&self.caller.0, &self.caller.1),
+        }
+    }
+}
+
 /// A connection's latest [`Plan`]s, at most [`PLANS`], of one policy and minute.
 #[derive(Default)]
 pub(super) struct Plans(Mutex<Vec<Arc<Plan>>>);
@@ -230,25 +240,22 @@ impl McpServer {
             .plan
             .as_ref()
             .filter(|p| Arc::ptr_eq(&p.policy, policy));
+        let session;
+        let scope = match planned {
+            Some(plan) => plan.scope(),
+            None => {
+                session = self.counting_session();
+                CountScope {
+                    session: &session,
+                    caller: (&caller.token, &caller.user),
+                }
+            }
+        };
         let tallied;
         let kept = match planned {
             Some(plan) if verdict.applied.is_empty() => &plan.kept,
             _ => {
                 let applied: Vec<String> = verdict.applied.iter().map(|r| r.id.clone()).collect();
-                let session;
-                let scope = match planned {
-                    Some(plan) => CountScope {
-                        session: &plan.session,
-                        caller: (&plan.caller.0, &plan.caller.1),
-                    },
-                    None => {
-                        session = self.counting_session();
-                        CountScope {
-                            session: &session,
-                            caller: (&caller.token, &caller.user),
-                        }
-                    }
-                };
                 tallied = policy.tally(&identity, &applied, scope);
                 &tallied
             }
